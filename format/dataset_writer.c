@@ -1,0 +1,185 @@
+/* format/dataset_writer.c - a directory of shards plus its manifest.
+ *
+ * Shards are committed one by one (each crash-safe on its own); the manifest
+ * is committed last. Until then the directory holds no manifest, so no
+ * reader can take a half-written dataset for a whole one. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct stk_dataset_writer {
+    char *dir;
+    char *prefix;
+    stk_schema schema;
+    uint64_t records_per_shard, shard_bytes;
+    stk_writer *cur;          /* open shard, or NULL */
+    stk_manifest m;           /* shards committed so far, classes, pack */
+    size_t cap;
+};
+
+static int mkdirs(const char *dir, stk_error *err)
+{
+    char *p = strdup(dir);
+    if (!p) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s) continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            int rc = stk_fail_errno(err, STK_E_IO, errno, "%s: cannot create directory", p);
+            free(p);
+            return rc;
+        }
+        if (!(*s = c)) break;
+    }
+    free(p);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return stk_fail(err, STK_E_IO, "%s: not a directory", dir);
+    return STK_OK;
+}
+
+static void dw_free(stk_dataset_writer *dw)
+{
+    if (!dw) return;
+    stk_writer_abort(dw->cur);
+    for (size_t i = 0; i < dw->m.nshards; i++) free(dw->m.shards[i].path);
+    free(dw->m.shards);
+    for (size_t i = 0; i < dw->m.nclasses; i++) free(dw->m.classes[i]);
+    free(dw->m.classes);
+    free(dw->m.pack_json);
+    free(dw->dir);
+    free(dw->prefix);
+    free(dw);
+}
+
+static int remove_old_manifest(const char *dir, int force, stk_error *err)
+{
+    char *mp = stk_path_join(dir, STK_MANIFEST_NAME);
+    if (!mp) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    int rc = STK_OK;
+    if (access(mp, F_OK) == 0) {
+        if (!force)
+            rc = stk_fail(err, STK_E_EXISTS, "%s: directory already holds a dataset (%s); refusing to replace it",
+                          dir, STK_MANIFEST_NAME);
+        else if (unlink(mp) != 0)
+            rc = stk_fail_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
+        else
+            rc = stk_fsync_parent(mp, err);
+    }
+    free(mp);
+    return rc;
+}
+
+static int copy_meta(stk_dataset_writer *dw, const stk_dataset_options *o, stk_error *err)
+{
+    dw->m.pack_json = strdup(o && o->pack_json ? o->pack_json : "{}");
+    if (!dw->m.pack_json) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!o || !o->nclasses) return STK_OK;
+    if (!(dw->m.classes = calloc(o->nclasses, sizeof(char *)))) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < o->nclasses; i++) {
+        if (!o->classes[i] || !*o->classes[i]) return stk_fail(err, STK_E_ARG, "class %zu has an empty name", i);
+        if (!(dw->m.classes[i] = strdup(o->classes[i]))) return stk_fail(err, STK_E_NOMEM, "out of memory");
+        dw->m.nclasses = i + 1;
+    }
+    return STK_OK;
+}
+
+stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
+                                              const stk_dataset_options *o, stk_error *err)
+{
+    if (!dir || !schema) return stk_fail(err, STK_E_ARG, "stk_dataset_writer_create: NULL argument"), NULL;
+    if (stk_schema_validate(schema, err)) return NULL;
+    const char *prefix = o && o->prefix ? o->prefix : "shard";
+    if (!stk_name_is_valid(prefix))
+        return stk_fail(err, STK_E_ARG, "shard prefix '%.40s' must be 1-31 characters of [A-Za-z0-9_.-]", prefix), NULL;
+    stk_dataset_writer *dw = calloc(1, sizeof *dw);
+    if (!dw) return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    dw->schema = *schema;
+    dw->m.schema = *schema;
+    dw->m.version_major = STK_FORMAT_MAJOR;
+    dw->m.version_minor = STK_FORMAT_MINOR;
+    dw->records_per_shard = o ? o->records_per_shard : 0;
+    dw->shard_bytes = o ? o->shard_bytes : 0;
+    dw->dir = strdup(dir);
+    dw->prefix = strdup(prefix);
+    if (!dw->dir || !dw->prefix) {
+        stk_fail(err, STK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (copy_meta(dw, o, err) || mkdirs(dir, err) || remove_old_manifest(dir, o && o->force, err)) goto fail;
+    return dw;
+fail:
+    dw_free(dw);
+    return NULL;
+}
+
+static int close_shard(stk_dataset_writer *dw, stk_error *err)
+{
+    if (!dw->cur) return STK_OK;
+    if (dw->m.nshards == dw->cap) {
+        size_t cap = dw->cap ? 2 * dw->cap : 16;
+        stk_shard_entry *s = realloc(dw->m.shards, cap * sizeof *s);
+        if (!s) return stk_fail(err, STK_E_NOMEM, "out of memory");
+        dw->m.shards = s;
+        dw->cap = cap;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s-%05zu.stk", dw->prefix, dw->m.nshards);
+    stk_shard_entry *e = &dw->m.shards[dw->m.nshards];
+    memset(e, 0, sizeof *e);
+    if (!(e->path = strdup(name))) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    stk_shard_info info;
+    int rc = stk_writer_finish(dw->cur, &info, err);
+    dw->cur = NULL;
+    if (rc) {
+        free(e->path);
+        return rc;
+    }
+    e->records = info.records;
+    e->file_size = info.file_size;
+    e->file_hash = info.file_hash;
+    e->index_hash = info.index_hash;
+    dw->m.nshards++;
+    return STK_OK;
+}
+
+static int open_shard(stk_dataset_writer *dw, stk_error *err)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s-%05zu.stk", dw->prefix, dw->m.nshards);
+    char *path = stk_path_join(dw->dir, name);
+    if (!path) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    dw->cur = stk_writer_create(path, &dw->schema, err);
+    free(path);
+    return dw->cur ? STK_OK : (err ? err->code : STK_E_IO);
+}
+
+int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *v, stk_error *err)
+{
+    if (!dw || !v) return stk_fail(err, STK_E_ARG, "stk_dataset_writer_append: NULL argument");
+    int rc;
+    if (dw->cur && stk_writer_records(dw->cur) > 0) {
+        bool full = dw->records_per_shard && stk_writer_records(dw->cur) >= dw->records_per_shard;
+        if (!full && dw->shard_bytes) full = stk__writer_bytes_after(dw->cur, v) > dw->shard_bytes;
+        if (full && (rc = close_shard(dw, err))) return rc;
+    }
+    if (!dw->cur && (rc = open_shard(dw, err))) return rc;
+    return stk_writer_append(dw->cur, v, err);
+}
+
+int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)
+{
+    if (!dw) return stk_fail(err, STK_E_ARG, "stk_dataset_writer_finish: NULL writer");
+    int rc = close_shard(dw, err);
+    if (!rc) rc = stk_manifest_commit(&dw->m, dw->dir, err);
+    dw_free(dw);
+    return rc;
+}
+
+void stk_dataset_writer_abort(stk_dataset_writer *dw) { dw_free(dw); }

@@ -1,0 +1,315 @@
+/*
+ * stoker/format.h - the stoker on-disk format: shards, manifests, datasets.
+ *
+ * This is the one implementation of spec/FORMAT.md. `pack` writes with it, the
+ * reader maps with it and `shardcheck` verifies with it. Everything here is
+ * thread-compatible: distinct objects may be used from distinct threads, and a
+ * shard or manifest opened read-only may be read from many threads at once.
+ *
+ * Errors: every function that can fail takes a `stk_error *` (which may be
+ * NULL) and returns either a status code (STK_OK == 0 on success) or NULL. On
+ * failure the error holds the code and one line of text naming the file, the
+ * record and field where known, and what is wrong. Library code never prints
+ * and never exits.
+ */
+#ifndef STOKER_FORMAT_H
+#define STOKER_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) || defined(__CYGWIN__)
+#  define STK_API
+#elif defined(__GNUC__)
+#  define STK_API __attribute__((visibility("default")))
+#else
+#  define STK_API
+#endif
+
+/* ---------------------------------------------------------------- versions */
+
+#define STK_VERSION_MAJOR 0
+#define STK_VERSION_MINOR 1
+#define STK_VERSION_PATCH 0
+#define STK_VERSION_STRING "0.1.0"
+
+/* The format version this build writes, and the major version it reads.
+ * Files of another major version are refused with STK_E_VERSION. Files of a
+ * later minor version are read when they use no feature this build lacks. */
+#define STK_FORMAT_MAJOR 1
+#define STK_FORMAT_MINOR 0
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum {
+    STK_OK = 0,
+    STK_E_ARG = 1,       /* invalid argument from the caller              */
+    STK_E_IO = 2,        /* the operating system refused (errno in text)  */
+    STK_E_NOMEM = 3,     /* out of memory                                 */
+    STK_E_FORMAT = 4,    /* bytes that break the format's rules           */
+    STK_E_VERSION = 5,   /* a format version this build does not read     */
+    STK_E_TRUNCATED = 6, /* the file is shorter than its header says      */
+    STK_E_CHECKSUM = 7,  /* stored and computed checksums differ          */
+    STK_E_MANIFEST = 8,  /* manifest invalid or disagrees with the shards */
+    STK_E_EXISTS = 9,    /* refusing to overwrite                         */
+    STK_E_RANGE = 10,    /* record or field index out of range            */
+    STK_E_UNSUPPORTED = 11 /* a feature (codec, dtype) this build lacks   */
+} stk_status;
+
+#define STK_ERROR_MSG_MAX 512
+
+typedef struct {
+    int code;                      /* a stk_status              */
+    char msg[STK_ERROR_MSG_MAX];   /* one line, no trailing '\n' */
+} stk_error;
+
+/* Short stable name of a status code, e.g. "checksum". Never NULL. */
+STK_API const char *stk_status_name(int code);
+
+/* --------------------------------------------------------------- schema */
+
+typedef enum {
+    STK_DT_U8 = 1, STK_DT_I8 = 2, STK_DT_U16 = 3, STK_DT_I16 = 4,
+    STK_DT_U32 = 5, STK_DT_I32 = 6, STK_DT_U64 = 7, STK_DT_I64 = 8,
+    STK_DT_F16 = 9, STK_DT_BF16 = 10, STK_DT_F32 = 11, STK_DT_F64 = 12
+} stk_dtype;
+
+typedef enum {
+    STK_KIND_TENSOR = 1, /* fixed shape: every record's value has the same size */
+    STK_KIND_BYTES = 2   /* variable-length byte string per record             */
+} stk_kind;
+
+typedef enum { STK_CODEC_NONE = 0 } stk_codec;
+
+#define STK_NAME_MAX 32   /* field name bytes including the terminating NUL */
+#define STK_MAX_DIMS 6
+#define STK_MAX_FIELDS 32
+
+typedef struct {
+    char name[STK_NAME_MAX]; /* [A-Za-z0-9_.-]+, unique within a schema       */
+    uint8_t kind;            /* stk_kind                                       */
+    uint8_t dtype;           /* stk_dtype; STK_DT_U8 for bytes fields          */
+    uint8_t codec;           /* stk_codec                                      */
+    uint8_t ndim;            /* 0 (scalar) .. STK_MAX_DIMS; 0 for bytes fields */
+    uint64_t shape[STK_MAX_DIMS];
+} stk_field;
+
+typedef struct {
+    uint32_t nfields;
+    stk_field fields[STK_MAX_FIELDS];
+} stk_schema;
+
+/* Size in bytes of one element of a dtype, 0 for an unknown dtype. */
+STK_API size_t stk_dtype_size(int dtype);
+/* "u8", "bf16", ...; NULL for an unknown dtype. */
+STK_API const char *stk_dtype_name(int dtype);
+/* Inverse of stk_dtype_name; 0 when the name is unknown. */
+STK_API int stk_dtype_from_name(const char *name);
+
+/* Zero the schema. */
+STK_API void stk_schema_init(stk_schema *s);
+/* Append a fixed-shape tensor field (ndim may be 0 for a scalar). */
+STK_API int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype,
+                                  unsigned ndim, const uint64_t *shape,
+                                  stk_error *err);
+/* Append a variable-length bytes field. */
+STK_API int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err);
+/* Check names, kinds, dtypes, shapes and sizes. */
+STK_API int stk_schema_validate(const stk_schema *s, stk_error *err);
+/* 1 when both schemas declare the same fields in the same order, else 0. */
+STK_API int stk_schema_equal(const stk_schema *a, const stk_schema *b);
+/* Index of the field called `name`, or -1. */
+STK_API int stk_schema_find(const stk_schema *s, const char *name);
+/* Bytes per record of a tensor field (product of shape x dtype size);
+ * 0 for bytes fields. */
+STK_API uint64_t stk_field_stride(const stk_field *f);
+/* Writes e.g. "image u8[256,256,3]" or "caption bytes" into buf. */
+STK_API void stk_field_describe(const stk_field *f, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------- hashing */
+
+/* XXH3-64 with seed 0: the checksum used everywhere in the format. Uses the
+ * widest vector unit of the running CPU (AVX2 where present). */
+STK_API uint64_t stk_hash(const void *data, size_t len);
+
+/* ------------------------------------------------------------ shard writer */
+
+typedef struct stk_writer stk_writer;
+
+/* One record's value for one field. Tensor fields need size == stride. */
+typedef struct {
+    const void *data;
+    uint64_t size;
+} stk_value;
+
+/* What a committed shard looks like; also what the manifest records. */
+typedef struct {
+    uint64_t records;
+    uint64_t file_size;
+    uint64_t file_hash;  /* XXH3-64 of the whole file (as `xxhsum -H3`) */
+    uint64_t index_hash; /* the footer's hash over header + checksum table */
+} stk_shard_info;
+
+/* Start writing the shard that will be committed at `path`. Data goes to a
+ * temporary file `path.tmp` in the same directory, which is fsynced and
+ * renamed over `path` by stk_writer_finish. An existing file at `path` is only
+ * replaced at that moment. */
+STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema,
+                                      stk_error *err);
+/* Append one record: values[f] for every field f of the schema. On error the
+ * writer is unchanged and may still be aborted (or the error ignored). */
+STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
+/* Records appended so far, and the bytes the shard would have if finished now. */
+STK_API uint64_t stk_writer_records(const stk_writer *w);
+STK_API uint64_t stk_writer_bytes(const stk_writer *w);
+/* Write header, regions, checksum table and footer; fsync; rename into place;
+ * fsync the directory. Frees the writer whatever the outcome; on failure the
+ * temporary file is removed and nothing is left at `path` that was not there. */
+STK_API int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err);
+/* Discard everything written; remove the temporary file; free. NULL is a no-op. */
+STK_API void stk_writer_abort(stk_writer *w);
+
+/* ------------------------------------------------------------ shard reader */
+
+typedef struct stk_shard stk_shard;
+
+/* Open and map a shard read-only. Checks in O(1): magic, version, header
+ * checksum, schema, region bounds and alignment, file size against the
+ * header (truncation), footer. Per-record data is never scanned here. */
+STK_API stk_shard *stk_shard_open(const char *path, stk_error *err);
+/* The same over bytes in memory (not copied: they must outlive the shard).
+ * `name` is used in messages. */
+STK_API stk_shard *stk_shard_open_memory(const void *data, size_t len,
+                                         const char *name, stk_error *err);
+STK_API void stk_shard_close(stk_shard *sh);
+
+STK_API const char *stk_shard_path(const stk_shard *sh);
+STK_API const stk_schema *stk_shard_schema(const stk_shard *sh);
+STK_API uint64_t stk_shard_records(const stk_shard *sh);
+STK_API uint64_t stk_shard_file_size(const stk_shard *sh);
+/* Format version of the file. */
+STK_API void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor);
+/* The footer's stored hash over header + checksum table (not recomputed). */
+STK_API uint64_t stk_shard_index_hash(const stk_shard *sh);
+
+/* Start of tensor field f's region: record i's value is at
+ * base + i * stk_field_stride(field). NULL for bytes fields or f out of range.
+ * Consecutive records form one contiguous tensor: this is what zero-copy
+ * batches are cut from. The pointer lives until stk_shard_close. */
+STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
+
+/* Value of field f of record i (tensor or bytes), bounds-checked, with the
+ * variable-length offsets validated. The pointer lives until close. */
+STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i,
+                            const void **data, uint64_t *size, stk_error *err);
+
+/* Stored XXH3-64 of field f of record i. */
+STK_API uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i);
+
+/* Recompute the footer's hash over header + checksum table and compare it with
+ * the footer (and with `expect` unless it is 0). Reads the checksum table:
+ * O(records x fields x 8 bytes), a tiny fraction of the file. */
+STK_API int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err);
+
+/* Called once per problem found by stk_shard_verify_records / _padding.
+ * record is UINT64_MAX and field is -1 where the problem is not in a record. */
+typedef void (*stk_problem_fn)(void *user, const stk_shard *sh, uint64_t record,
+                               int field, int code, const char *what);
+
+/* Check records [first, first+count): every field's bytes against the
+ * checksum table, and bytes fields' offsets. Reports each bad (record, field)
+ * through `fn` (may be NULL) and returns the number of problems found (0 when
+ * clean). Hints the kernel to read ahead and drops nothing. */
+STK_API uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first,
+                                          uint64_t count, stk_problem_fn fn, void *user);
+/* Check that every byte of the file outside header, regions, checksum table
+ * and footer (the alignment padding) is zero. Returns the number of problems. */
+STK_API uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *user);
+
+/* XXH3-64 of the whole file, as `xxhsum -H3` prints it. Reads every byte. */
+STK_API uint64_t stk_shard_file_hash(const stk_shard *sh);
+
+/* --------------------------------------------------------------- manifest */
+
+#define STK_MANIFEST_NAME "manifest.json"
+
+typedef struct {
+    char *path;           /* relative to the dataset directory, never escapes it */
+    uint64_t records;
+    uint64_t file_size;
+    uint64_t file_hash;   /* XXH3-64 of the whole shard file */
+    uint64_t index_hash;  /* the shard footer's hash */
+} stk_shard_entry;
+
+typedef struct {
+    unsigned version_major, version_minor;
+    stk_schema schema;
+    uint64_t record_count;  /* sum of the shards' records */
+    uint64_t fingerprint;   /* see stk_manifest_fingerprint */
+    size_t nshards;
+    stk_shard_entry *shards;
+    size_t nclasses;
+    char **classes;         /* class names, label i is classes[i]; may be empty */
+    char *pack_json;        /* the "pack" object as compact JSON text ("{}" if none) */
+} stk_manifest;
+
+/* Parse and strictly validate manifest bytes (UTF-8 JSON). `name` is used in
+ * messages. Rejects duplicate keys, unknown keys (unless the file's minor
+ * version is newer than this build's), wrong types, unsafe paths, counts that
+ * do not add up, and a fingerprint that does not match. */
+STK_API stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name,
+                                         stk_error *err);
+/* Read `path`: a manifest file, or a dataset directory holding manifest.json. */
+STK_API stk_manifest *stk_manifest_load(const char *path, stk_error *err);
+STK_API void stk_manifest_free(stk_manifest *m);
+/* The dataset fingerprint: XXH3-64 over the shards' index hashes in order and
+ * the class names (spec/FORMAT.md, "Fingerprint"). Depends on content only. */
+STK_API uint64_t stk_manifest_fingerprint(const stk_manifest *m);
+/* Serialise (deterministic bytes; caller frees with free()). Fills in
+ * record_count and fingerprint first. */
+STK_API char *stk_manifest_to_json(stk_manifest *m, stk_error *err);
+/* Write manifest.json into `dir` crash-safely (temporary file, fsync, rename,
+ * fsync dir). */
+STK_API int stk_manifest_commit(stk_manifest *m, const char *dir, stk_error *err);
+/* Directory part of a manifest path, or the path itself for a directory.
+ * Returns a malloc'd string. */
+STK_API char *stk_dataset_dir(const char *path, stk_error *err);
+
+/* ---------------------------------------------------------- dataset writer */
+
+typedef struct stk_dataset_writer stk_dataset_writer;
+
+typedef struct {
+    uint64_t records_per_shard; /* 0: no record limit                         */
+    uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it */
+    const char *prefix;         /* shard file names: PREFIX-00000.stk; "shard" if NULL */
+    int force;                  /* replace an existing dataset in the directory */
+    size_t nclasses;
+    const char *const *classes;
+    const char *pack_json;      /* a JSON object stored as "pack"; NULL for {} */
+} stk_dataset_options;
+
+/* Create (or reuse) directory `dir` and start a dataset there. Refuses with
+ * STK_E_EXISTS when it already holds a manifest, unless opts->force. With
+ * force, the old manifest is removed first, so that a crash in the middle
+ * leaves a directory without a manifest rather than one naming stale shards. */
+STK_API stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
+                                                      const stk_dataset_options *opts,
+                                                      stk_error *err);
+/* Append a record; starts a new shard when the current one is full. */
+STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values,
+                                      stk_error *err);
+/* Commit the last shard, then the manifest. Frees dw whatever the outcome. */
+STK_API int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err);
+/* Abort: remove the open shard's temporary file; committed shards stay but no
+ * manifest is written, so nothing can pass for a finished dataset. */
+STK_API void stk_dataset_writer_abort(stk_dataset_writer *dw);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOKER_FORMAT_H */

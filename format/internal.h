@@ -1,0 +1,154 @@
+/*
+ * format/internal.h - shared by the format library's files; not installed.
+ *
+ * The byte layout below is the code side of spec/FORMAT.md. Change the two
+ * together, and bump STK_FORMAT_MINOR (compatible addition) or
+ * STK_FORMAT_MAJOR (anything an older reader would misread).
+ */
+#ifndef STOKER_FORMAT_INTERNAL_H
+#define STOKER_FORMAT_INTERNAL_H
+
+#include "stoker/format.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- layout */
+
+#define STK_SHARD_MAGIC "STKSHARD"   /* 8 bytes at offset 0           */
+#define STK_FOOTER_MAGIC "STKFOOT1"  /* last 8 bytes of the file      */
+#define STK_ALIGN 4096u              /* region alignment the writer uses */
+#define STK_ALIGN_MAX (1u << 30)
+
+#define STK_HEADER_FIXED 64u         /* fixed part of the header      */
+#define STK_FIELD_DESC 128u          /* bytes per field descriptor    */
+#define STK_FOOTER_SIZE 32u
+
+#define STK_HASH_XXH3_64 1u          /* checksum_algo                 */
+
+/* Fixed header offsets. */
+enum {
+    H_MAGIC = 0, H_MAJOR = 8, H_MINOR = 10, H_HEADER_SIZE = 12, H_FLAGS = 16,
+    H_NFIELDS = 20, H_RECORDS = 24, H_FILE_SIZE = 32, H_CKSUM_OFF = 40,
+    H_CKSUM_LEN = 48, H_ALIGN = 56, H_ALGO = 60
+};
+/* Field descriptor offsets. */
+enum {
+    D_NAME = 0, D_KIND = 32, D_DTYPE = 33, D_CODEC = 34, D_NDIM = 35,
+    D_RESERVED = 36, D_SHAPE = 40, D_STRIDE = 88, D_DATA_OFF = 96,
+    D_DATA_LEN = 104, D_HEAP_OFF = 112, D_HEAP_LEN = 120
+};
+/* Footer offsets (relative to file_size - 32). */
+enum { F_INDEX_HASH = 0, F_FILE_SIZE = 8, F_RESERVED = 16, F_MAGIC = 24 };
+
+static inline uint64_t stk_header_size(uint32_t nfields)
+{
+    return STK_HEADER_FIXED + (uint64_t)nfields * STK_FIELD_DESC + 8u; /* + header hash */
+}
+
+/* Where each region of one field lies. For tensor fields data is the values;
+ * for bytes fields data is the (records + 1) u64 offsets column and heap the
+ * concatenated values. */
+typedef struct {
+    uint64_t stride;
+    uint64_t data_off, data_len;
+    uint64_t heap_off, heap_len;
+} stk_region;
+
+/* Everything the header says, decoded and validated. */
+typedef struct {
+    unsigned major, minor;
+    uint32_t header_size;
+    uint32_t alignment;
+    uint64_t records;
+    uint64_t file_size;
+    uint64_t cksum_off, cksum_len;
+    stk_schema schema;
+    stk_region region[STK_MAX_FIELDS];
+} stk_layout;
+
+/* Decode and validate a header from `buf` (at least `len` bytes of the start
+ * of a file whose real size is `file_size`). Pure: no I/O. */
+int stk_layout_decode(const uint8_t *buf, size_t len, uint64_t file_size,
+                      const char *name, stk_layout *out, stk_error *err);
+/* Encode a header (header_size bytes, header hash included) into buf. */
+void stk_layout_encode(const stk_layout *lay, uint8_t *buf);
+/* Compute the canonical layout of a shard with this schema and these region
+ * sizes (regions in field order, each aligned; checksum table; footer).
+ * data_len/heap_len/stride must be filled in; fills in the offsets. */
+int stk_layout_place(stk_layout *lay, stk_error *err);
+
+/* File size the shard would have after appending `v` (UINT64_MAX on
+ * overflow): lets the dataset writer cut shards at an exact byte limit. */
+uint64_t stk__writer_bytes_after(const stk_writer *w, const stk_value *v);
+
+/* ------------------------------------------------------- little-endian */
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+static inline void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void wr32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void wr64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* ---------------------------------------------------- checked arithmetic */
+
+static inline bool mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+static inline bool add_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
+/* Round up to a power-of-two alignment; false on overflow. */
+static inline bool align_ok(uint64_t v, uint64_t a, uint64_t *r)
+{
+    uint64_t t;
+    if (!add_ok(v, a - 1, &t)) return false;
+    *r = t & ~(a - 1);
+    return true;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+/* Set err (if non-NULL) to code and a formatted message; returns code. */
+int stk_fail(stk_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Same, appending ": strerror(errno_value)". */
+int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ------------------------------------------------------------- hashing */
+
+/* Streaming XXH3-64 (through libxxhash; only used on cold paths). */
+typedef struct stk_hasher stk_hasher;
+stk_hasher *stk_hasher_new(void);
+void stk_hasher_update(stk_hasher *h, const void *data, size_t len);
+uint64_t stk_hasher_digest(const stk_hasher *h);
+void stk_hasher_free(stk_hasher *h);
+
+/* ----------------------------------------------------------- files */
+
+/* write()/pwrite() everything or fail with a message naming `path`. */
+int stk_write_all(int fd, const void *buf, size_t len, const char *path, stk_error *err);
+int stk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path,
+                   stk_error *err);
+/* fsync the directory that holds `path` (so a rename in it is durable). */
+int stk_fsync_parent(const char *path, stk_error *err);
+/* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
+int stk_read_file(const char *path, size_t max, char **out, size_t *len, stk_error *err);
+/* Write `len` bytes to `path` crash-safely: path.tmp, fsync, rename, fsync dir. */
+int stk_commit_file(const char *path, const void *buf, size_t len, stk_error *err);
+/* malloc'd "dir/name". */
+char *stk_path_join(const char *dir, const char *name);
+
+/* A shard path inside a manifest: relative, '/'-separated, components of
+ * [A-Za-z0-9._-] that are neither "." nor "..", at most 4096 bytes. */
+bool stk_path_is_safe(const char *p);
+bool stk_name_is_valid(const char *name);
+
+#endif

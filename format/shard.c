@@ -1,0 +1,331 @@
+/* format/shard.c - open, map and verify one shard.
+ *
+ * Open is O(1) in the shard's size: one fstat, one mmap, header and footer
+ * checks. Nothing per record is read until asked for. The mapping is
+ * read-only and shared, so N readers of one file share the page cache; a
+ * file truncated under a live mapping would raise SIGBUS on access, which is
+ * why writers only ever replace shards by rename (spec/FORMAT.md, "Writing"). */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct stk_shard {
+    char *path;
+    const uint8_t *map;
+    size_t size;
+    bool owns_map;
+    stk_layout L;
+    uint64_t index_hash; /* as stored in the footer */
+};
+
+static int check_footer(stk_shard *sh, stk_error *err)
+{
+    const uint8_t *f = sh->map + sh->size - STK_FOOTER_SIZE;
+    if (memcmp(f + F_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
+        return stk_fail(err, STK_E_FORMAT, "%s: footer magic missing at offset %zu (incomplete or corrupt file)",
+                        sh->path, sh->size - STK_FOOTER_SIZE);
+    if (rd64(f + F_FILE_SIZE) != sh->L.file_size)
+        return stk_fail(err, STK_E_FORMAT, "%s: footer file size %llu disagrees with the header's %llu",
+                        sh->path, (unsigned long long)rd64(f + F_FILE_SIZE),
+                        (unsigned long long)sh->L.file_size);
+    if (rd64(f + F_RESERVED))
+        return stk_fail(err, STK_E_FORMAT, "%s: footer reserved bytes are not zero", sh->path);
+    sh->index_hash = rd64(f + F_INDEX_HASH);
+    return STK_OK;
+}
+
+/* The first and last entries of every offsets column bound the heap: two
+ * reads per bytes field, so the heap is known to be covered exactly. */
+static int check_heaps(const stk_shard *sh, stk_error *err)
+{
+    for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
+        const stk_region *r = &sh->L.region[f];
+        if (sh->L.schema.fields[f].kind != STK_KIND_BYTES) continue;
+        const uint8_t *col = sh->map + r->data_off;
+        if (rd64(col) != 0 || rd64(col + 8 * sh->L.records) != r->heap_len)
+            return stk_fail(err, STK_E_FORMAT,
+                            "%s: field '%s': offsets column does not span the %llu-byte heap (first %llu, last %llu)",
+                            sh->path, sh->L.schema.fields[f].name, (unsigned long long)r->heap_len,
+                            (unsigned long long)rd64(col), (unsigned long long)rd64(col + 8 * sh->L.records));
+    }
+    return STK_OK;
+}
+
+static stk_shard *finish_open(stk_shard *sh, stk_error *err)
+{
+    if (stk_layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err) ||
+        check_footer(sh, err) || check_heaps(sh, err)) {
+        stk_shard_close(sh);
+        return NULL;
+    }
+    return sh;
+}
+
+stk_shard *stk_shard_open(const char *path, stk_error *err)
+{
+    if (!path) return stk_fail(err, STK_E_ARG, "stk_shard_open: NULL path"), NULL;
+    stk_shard *sh = calloc(1, sizeof *sh);
+    if (!sh || !(sh->path = strdup(path))) {
+        free(sh);
+        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", path), NULL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        stk_fail_errno(err, STK_E_IO, errno, "%s: cannot open", path);
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        stk_fail(err, STK_E_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    if ((uint64_t)st.st_size < STK_HEADER_FIXED) {
+        stk_fail(err, STK_E_TRUNCATED, "%s: file is %lld bytes, shorter than the %u-byte shard header",
+                 path, (long long)st.st_size, STK_HEADER_FIXED);
+        goto fail;
+    }
+    sh->size = (size_t)st.st_size;
+    void *m = mmap(NULL, sh->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        stk_fail_errno(err, STK_E_IO, errno, "%s: mmap failed", path);
+        goto fail;
+    }
+    close(fd);
+    sh->map = m;
+    sh->owns_map = true;
+    return finish_open(sh, err);
+fail:
+    if (fd >= 0) close(fd);
+    free(sh->path);
+    free(sh);
+    return NULL;
+}
+
+stk_shard *stk_shard_open_memory(const void *data, size_t len, const char *name, stk_error *err)
+{
+    if (!data && len) return stk_fail(err, STK_E_ARG, "stk_shard_open_memory: NULL data"), NULL;
+    if (!name) name = "<memory>";
+    stk_shard *sh = calloc(1, sizeof *sh);
+    if (!sh || !(sh->path = strdup(name))) {
+        free(sh);
+        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", name), NULL;
+    }
+    sh->map = data;
+    sh->size = len;
+    if (len < STK_HEADER_FIXED) {
+        stk_fail(err, STK_E_TRUNCATED, "%s: %zu bytes, shorter than the %u-byte shard header", name, len,
+                 STK_HEADER_FIXED);
+        stk_shard_close(sh);
+        return NULL;
+    }
+    return finish_open(sh, err);
+}
+
+void stk_shard_close(stk_shard *sh)
+{
+    if (!sh) return;
+    if (sh->owns_map && sh->map) munmap((void *)sh->map, sh->size);
+    free(sh->path);
+    free(sh);
+}
+
+const char *stk_shard_path(const stk_shard *sh) { return sh->path; }
+const stk_schema *stk_shard_schema(const stk_shard *sh) { return &sh->L.schema; }
+uint64_t stk_shard_records(const stk_shard *sh) { return sh->L.records; }
+uint64_t stk_shard_file_size(const stk_shard *sh) { return sh->L.file_size; }
+uint64_t stk_shard_index_hash(const stk_shard *sh) { return sh->index_hash; }
+void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor)
+{
+    if (major) *major = sh->L.major;
+    if (minor) *minor = sh->L.minor;
+}
+
+const void *stk_shard_field_base(const stk_shard *sh, unsigned f)
+{
+    if (f >= sh->L.schema.nfields || sh->L.schema.fields[f].kind != STK_KIND_TENSOR) return NULL;
+    return sh->map + sh->L.region[f].data_off;
+}
+
+uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i)
+{
+    if (f >= sh->L.schema.nfields || i >= sh->L.records) return 0;
+    return rd64(sh->map + sh->L.cksum_off + (i * sh->L.schema.nfields + f) * 8);
+}
+
+/* Locate field f of record i; on bad offsets, explain in `what`. */
+static int locate(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t **data, uint64_t *size,
+                  char *what, size_t cap)
+{
+    const stk_region *r = &sh->L.region[f];
+    if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
+        *data = sh->map + r->data_off + i * r->stride;
+        *size = r->stride;
+        return STK_OK;
+    }
+    const uint8_t *col = sh->map + r->data_off;
+    uint64_t a = rd64(col + 8 * i), b = rd64(col + 8 * (i + 1));
+    if (i == 0 && a != 0) {
+        snprintf(what, cap, "first offset is %llu, not 0", (unsigned long long)a);
+        return STK_E_FORMAT;
+    }
+    if (a > b || b > r->heap_len) {
+        snprintf(what, cap, "offsets [%llu, %llu) are not an increasing range inside the %llu-byte heap",
+                 (unsigned long long)a, (unsigned long long)b, (unsigned long long)r->heap_len);
+        return STK_E_FORMAT;
+    }
+    if (i + 1 == sh->L.records && b != r->heap_len) {
+        snprintf(what, cap, "last offset %llu does not end the %llu-byte heap", (unsigned long long)b,
+                 (unsigned long long)r->heap_len);
+        return STK_E_FORMAT;
+    }
+    *data = sh->map + r->heap_off + a;
+    *size = b - a;
+    return STK_OK;
+}
+
+int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
+                    stk_error *err)
+{
+    if (f >= sh->L.schema.nfields)
+        return stk_fail(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
+                        sh->L.schema.nfields);
+    if (i >= sh->L.records)
+        return stk_fail(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
+                        (unsigned long long)i, (unsigned long long)sh->L.records);
+    char what[160];
+    const uint8_t *p;
+    int rc = locate(sh, f, i, &p, size, what, sizeof what);
+    if (rc)
+        return stk_fail(err, rc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
+                        sh->L.schema.fields[f].name, what);
+    *data = p;
+    return STK_OK;
+}
+
+int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err)
+{
+    stk_hasher *h = stk_hasher_new();
+    if (!h) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    stk_hasher_update(h, sh->map, sh->L.header_size);
+    stk_hasher_update(h, sh->map + sh->L.cksum_off, (size_t)sh->L.cksum_len);
+    uint64_t got = stk_hasher_digest(h);
+    stk_hasher_free(h);
+    if (got != sh->index_hash)
+        return stk_fail(err, STK_E_CHECKSUM,
+                        "%s: checksum table corrupt: footer hash %016llx, computed %016llx", sh->path,
+                        (unsigned long long)sh->index_hash, (unsigned long long)got);
+    if (expect && expect != sh->index_hash)
+        return stk_fail(err, STK_E_MANIFEST,
+                        "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
+                        sh->path, (unsigned long long)sh->index_hash, (unsigned long long)expect);
+    return STK_OK;
+}
+
+/* Ask the kernel to start reading records [first, first+n) of every field. */
+static void prefetch(const stk_shard *sh, uint64_t first, uint64_t n)
+{
+    if (!sh->owns_map || n == 0) return;
+    uintptr_t page = 4096;
+    for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
+        const stk_region *r = &sh->L.region[f];
+        uint64_t off, len;
+        if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
+            off = r->data_off + first * r->stride, len = n * r->stride;
+        } else { /* the heap span is not known without reading offsets: take the column */
+            off = r->data_off + first * 8, len = (n + 1) * 8;
+        }
+        uintptr_t a = (uintptr_t)(sh->map + off) & ~(page - 1);
+        madvise((void *)a, (size_t)((uintptr_t)(sh->map + off) - a + len), MADV_WILLNEED);
+    }
+}
+
+uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t count,
+                                  stk_problem_fn fn, void *user)
+{
+    uint64_t end, problems = 0;
+    if (!add_ok(first, count, &end) || end > sh->L.records) {
+        if (fn) fn(user, sh, first, -1, STK_E_RANGE, "record range out of bounds");
+        return 1;
+    }
+    /* Work in chunks of about 8 MiB of records, prefetching the next chunk. */
+    uint64_t rec_bytes = 8 * sh->L.schema.nfields;
+    for (uint32_t f = 0; f < sh->L.schema.nfields; f++) rec_bytes += sh->L.region[f].stride;
+    uint64_t chunk = (8u << 20) / rec_bytes + 1;
+    prefetch(sh, first, chunk < count ? chunk : count);
+    for (uint64_t c = first; c < end; c += chunk) {
+        uint64_t cend = end - c < chunk ? end : c + chunk;
+        if (cend < end) prefetch(sh, cend, end - cend < chunk ? end - cend : chunk);
+        for (uint64_t i = c; i < cend; i++)
+            for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
+                const uint8_t *p;
+                uint64_t size;
+                char what[200];
+                int rc = locate(sh, f, i, &p, &size, what, sizeof what);
+                if (rc == STK_OK) {
+                    uint64_t want = stk_shard_stored_hash(sh, f, i), got = stk_hash(p, (size_t)size);
+                    if (got == want) continue;
+                    rc = STK_E_CHECKSUM;
+                    snprintf(what, sizeof what, "checksum mismatch (stored %016llx, computed %016llx)",
+                             (unsigned long long)want, (unsigned long long)got);
+                }
+                problems++;
+                if (fn) fn(user, sh, i, (int)f, rc, what);
+            }
+    }
+    return problems;
+}
+
+typedef struct { uint64_t off, len; } span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *user)
+{
+    span s[2 * STK_MAX_FIELDS + 2];
+    unsigned n = 0;
+    s[n++] = (span){0, sh->L.header_size};
+    for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
+        s[n++] = (span){sh->L.region[f].data_off, sh->L.region[f].data_len};
+        if (sh->L.schema.fields[f].kind == STK_KIND_BYTES)
+            s[n++] = (span){sh->L.region[f].heap_off, sh->L.region[f].heap_len};
+    }
+    s[n++] = (span){sh->L.cksum_off, sh->L.file_size - sh->L.cksum_off}; /* table + footer */
+    qsort(s, n, sizeof s[0], span_cmp);
+    uint64_t problems = 0, pos = 0;
+    for (unsigned k = 0; k <= n; k++) {
+        uint64_t next = k < n ? s[k].off : sh->L.file_size;
+        for (uint64_t b = pos; b < next; b++) {
+            if (sh->map[b] == 0) continue;
+            char what[160];
+            snprintf(what, sizeof what, "nonzero padding byte at offset %llu (padding %llu..%llu must be zero)",
+                     (unsigned long long)b, (unsigned long long)pos, (unsigned long long)next);
+            problems++;
+            if (fn) fn(user, sh, UINT64_MAX, -1, STK_E_FORMAT, what);
+            break;
+        }
+        if (k < n && s[k].off + s[k].len > pos) pos = s[k].off + s[k].len;
+    }
+    return problems;
+}
+
+uint64_t stk_shard_file_hash(const stk_shard *sh)
+{
+    if (sh->owns_map) madvise((void *)sh->map, sh->size, MADV_SEQUENTIAL);
+    stk_hasher *h = stk_hasher_new();
+    if (!h) return 0;
+    stk_hasher_update(h, sh->map, sh->size);
+    uint64_t v = stk_hasher_digest(h);
+    stk_hasher_free(h);
+    return v;
+}

@@ -1,0 +1,308 @@
+/* format/writer.c - write one shard, crash-safely.
+ *
+ * The header comes first in the file but depends on the final record count,
+ * so it is written last. Field 0, when it is a tensor (the image in a packed
+ * dataset, nearly all the bytes), streams straight into its region, which
+ * starts at a place known from the schema alone. Every other region is
+ * spooled in memory and placed at finish; in a packed dataset those are a few
+ * bytes per record. Put your largest tensor field first.
+ *
+ * Everything goes to PATH.tmp, which is fsynced and renamed to PATH only when
+ * complete, so PATH is either absent, the previous file, or a complete shard. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define DIRECT_BUF (4u << 20)
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} buf_t;
+
+static bool buf_reserve(buf_t *b, size_t extra)
+{
+    if (b->len + extra <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) {
+        if (cap > SIZE_MAX / 2) return false;
+        cap *= 2;
+    }
+    uint8_t *p = realloc(b->p, cap);
+    if (!p) return false;
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+struct stk_writer {
+    stk_schema schema;
+    char *path, *tmp;
+    int fd;
+    int failed;             /* sticky: a write to the file failed */
+    uint64_t records;
+    bool direct;            /* field 0 streams into the file       */
+    uint64_t direct_off;    /* where the next direct bytes go      */
+    buf_t direct_buf;       /* pending direct bytes                */
+    buf_t spool[STK_MAX_FIELDS]; /* tensor values or bytes heaps   */
+    buf_t offsets[STK_MAX_FIELDS]; /* bytes fields: u64 offsets    */
+    buf_t cksum;            /* u64 per record per field            */
+};
+
+static void writer_free(stk_writer *w)
+{
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    free(w->direct_buf.p);
+    for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->spool[i].p), free(w->offsets[i].p);
+    free(w->cksum.p);
+    free(w->path);
+    free(w->tmp);
+    free(w);
+}
+
+stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_error *err)
+{
+    if (!path || !schema) return stk_fail(err, STK_E_ARG, "stk_writer_create: NULL argument"), NULL;
+    if (schema->nfields == 0) return stk_fail(err, STK_E_ARG, "%s: schema has no fields", path), NULL;
+    if (stk_schema_validate(schema, err)) return NULL;
+    stk_writer *w = calloc(1, sizeof *w);
+    if (!w) return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    w->fd = -1;
+    w->schema = *schema;
+    size_t n = strlen(path);
+    w->path = strdup(path);
+    w->tmp = malloc(n + 5);
+    if (!w->path || !w->tmp) goto nomem;
+    memcpy(w->tmp, path, n);
+    memcpy(w->tmp + n, ".tmp", 5);
+    for (uint32_t f = 0; f < schema->nfields; f++) {
+        if (schema->fields[f].kind != STK_KIND_BYTES) continue;
+        if (!buf_reserve(&w->offsets[f], 8)) goto nomem;
+        wr64(w->offsets[f].p, 0);
+        w->offsets[f].len = 8;
+    }
+    w->direct = schema->fields[0].kind == STK_KIND_TENSOR;
+    align_ok(stk_header_size(schema->nfields), STK_ALIGN, &w->direct_off);
+    if (w->direct && !buf_reserve(&w->direct_buf, DIRECT_BUF)) goto nomem;
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        stk_fail_errno(err, STK_E_IO, errno, "%s: cannot create", w->tmp);
+        writer_free(w);
+        return NULL;
+    }
+    return w;
+nomem:
+    stk_fail(err, STK_E_NOMEM, "%s: out of memory", path);
+    writer_free(w);
+    return NULL;
+}
+
+static int flush_direct(stk_writer *w, stk_error *err)
+{
+    if (!w->direct_buf.len) return STK_OK;
+    int rc = stk_pwrite_all(w->fd, w->direct_buf.p, w->direct_buf.len, w->direct_off, w->tmp, err);
+    if (rc) {
+        w->failed = rc;
+        return rc;
+    }
+    w->direct_off += w->direct_buf.len;
+    w->direct_buf.len = 0;
+    return STK_OK;
+}
+
+/* Check every value and make room for all of them before copying any, so a
+ * refused record leaves the writer as it was. */
+static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
+{
+    const stk_schema *s = &w->schema;
+    for (uint32_t f = 0; f < s->nfields; f++) {
+        const stk_field *fd = &s->fields[f];
+        if (!v[f].data && v[f].size)
+            return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': NULL data", w->path,
+                            (unsigned long long)w->records, fd->name);
+        if (fd->kind == STK_KIND_TENSOR && v[f].size != stk_field_stride(fd))
+            return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': value is %llu bytes, expected %llu",
+                            w->path, (unsigned long long)w->records, fd->name,
+                            (unsigned long long)v[f].size, (unsigned long long)stk_field_stride(fd));
+        if (v[f].size > SIZE_MAX / 4)
+            return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': value too large", w->path,
+                            (unsigned long long)w->records, fd->name);
+        bool ok = (f == 0 && w->direct) || buf_reserve(&w->spool[f], (size_t)v[f].size);
+        if (ok && fd->kind == STK_KIND_BYTES) ok = buf_reserve(&w->offsets[f], 8);
+        if (!ok) return stk_fail(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path, fd->name);
+    }
+    if (!buf_reserve(&w->cksum, 8 * (size_t)s->nfields))
+        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+    return STK_OK;
+}
+
+int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
+{
+    if (!w || !v) return stk_fail(err, STK_E_ARG, "stk_writer_append: NULL argument");
+    if (w->failed) return stk_fail(err, w->failed, "%s: an earlier write failed", w->path);
+    int rc = prepare(w, v, err);
+    if (rc) return rc;
+    const stk_schema *s = &w->schema;
+    if (w->direct) {
+        /* Flush first so that a failure leaves this record unwritten. */
+        if (w->direct_buf.len + v[0].size > DIRECT_BUF && (rc = flush_direct(w, err))) return rc;
+        if (v[0].size > DIRECT_BUF) {
+            if ((rc = stk_pwrite_all(w->fd, v[0].data, (size_t)v[0].size, w->direct_off, w->tmp, err)))
+                return w->failed = rc;
+            w->direct_off += v[0].size;
+        } else {
+            memcpy(w->direct_buf.p + w->direct_buf.len, v[0].data, (size_t)v[0].size);
+            w->direct_buf.len += (size_t)v[0].size;
+        }
+    }
+    for (uint32_t f = 0; f < s->nfields; f++) {
+        wr64(w->cksum.p + w->cksum.len, stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size));
+        w->cksum.len += 8;
+        if (f == 0 && w->direct) continue;
+        if (v[f].size) memcpy(w->spool[f].p + w->spool[f].len, v[f].data, (size_t)v[f].size);
+        w->spool[f].len += (size_t)v[f].size;
+        if (s->fields[f].kind == STK_KIND_BYTES) {
+            wr64(w->offsets[f].p + w->offsets[f].len, w->spool[f].len);
+            w->offsets[f].len += 8;
+        }
+    }
+    w->records++;
+    return STK_OK;
+}
+
+uint64_t stk_writer_records(const stk_writer *w) { return w ? w->records : 0; }
+
+/* Fill in lengths and place every region, as if `extra` (may be NULL) were
+ * appended too. */
+static int make_layout(const stk_writer *w, const stk_value *extra, stk_layout *L, stk_error *err)
+{
+    memset(L, 0, sizeof *L);
+    L->schema = w->schema;
+    L->records = w->records + (extra != NULL);
+    for (uint32_t f = 0; f < w->schema.nfields; f++) {
+        stk_region *r = &L->region[f];
+        const stk_field *fd = &w->schema.fields[f];
+        if (fd->kind == STK_KIND_TENSOR) {
+            r->stride = stk_field_stride(fd);
+            r->data_len = w->records * r->stride;
+        } else {
+            r->stride = 8;
+            r->data_len = w->offsets[f].len + (extra ? 8 : 0);
+            r->heap_len = w->spool[f].len + (extra ? extra[f].size : 0);
+        }
+    }
+    return stk_layout_place(L, err);
+}
+
+uint64_t stk_writer_bytes(const stk_writer *w)
+{
+    stk_layout L;
+    return w && make_layout(w, NULL, &L, NULL) == STK_OK ? L.file_size : 0;
+}
+
+uint64_t stk__writer_bytes_after(const stk_writer *w, const stk_value *v)
+{
+    stk_layout L;
+    return make_layout(w, v, &L, NULL) == STK_OK ? L.file_size : UINT64_MAX;
+}
+
+/* XXH3 of the finished temporary file, read back through a mapping (the
+ * pages were just written, so this is a memory-speed pass). */
+static int hash_file(stk_writer *w, uint64_t size, uint64_t *out, stk_error *err)
+{
+    int fd = open(w->tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return stk_fail_errno(err, STK_E_IO, errno, "%s: cannot reopen", w->tmp);
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED) return stk_fail_errno(err, STK_E_IO, e, "%s: mmap failed", w->tmp);
+    madvise(m, (size_t)size, MADV_SEQUENTIAL);
+    stk_hasher *h = stk_hasher_new();
+    if (!h) {
+        munmap(m, (size_t)size);
+        return stk_fail(err, STK_E_NOMEM, "out of memory");
+    }
+    stk_hasher_update(h, m, (size_t)size);
+    *out = stk_hasher_digest(h);
+    stk_hasher_free(h);
+    munmap(m, (size_t)size);
+    return STK_OK;
+}
+
+static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, stk_error *err)
+{
+    int rc;
+    if ((rc = flush_direct(w, err))) return rc;
+    if ((rc = make_layout(w, NULL, L, err))) return rc;
+    for (uint32_t f = 0; f < w->schema.nfields; f++) {
+        const stk_region *r = &L->region[f];
+        if (w->schema.fields[f].kind == STK_KIND_BYTES) {
+            if ((rc = stk_pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, r->data_off, w->tmp, err)) ||
+                (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
+                return rc;
+        } else if (!(f == 0 && w->direct) &&
+                   (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->data_off, w->tmp, err))) {
+            return rc;
+        }
+    }
+    uint8_t *hdr = calloc(1, L->header_size);
+    if (!hdr) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    stk_layout_encode(L, hdr);
+    stk_hasher *h = stk_hasher_new();
+    uint8_t foot[STK_FOOTER_SIZE] = {0};
+    if (!h) rc = stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!rc) {
+        stk_hasher_update(h, hdr, L->header_size);
+        stk_hasher_update(h, w->cksum.p, w->cksum.len);
+        info->index_hash = stk_hasher_digest(h);
+        wr64(foot + F_INDEX_HASH, info->index_hash);
+        wr64(foot + F_FILE_SIZE, L->file_size);
+        memcpy(foot + F_MAGIC, STK_FOOTER_MAGIC, 8);
+        rc = stk_pwrite_all(w->fd, hdr, L->header_size, 0, w->tmp, err);
+    }
+    if (!rc) rc = stk_pwrite_all(w->fd, w->cksum.p, w->cksum.len, L->cksum_off, w->tmp, err);
+    if (!rc) rc = stk_pwrite_all(w->fd, foot, sizeof foot, L->file_size - STK_FOOTER_SIZE, w->tmp, err);
+    stk_hasher_free(h);
+    free(hdr);
+    /* Gaps never written are holes and read as the zero padding the format requires. */
+    if (!rc && ftruncate(w->fd, (off_t)L->file_size) != 0)
+        rc = stk_fail_errno(err, STK_E_IO, errno, "%s: ftruncate failed", w->tmp);
+    if (!rc && fsync(w->fd) != 0) rc = stk_fail_errno(err, STK_E_IO, errno, "%s: fsync failed", w->tmp);
+    if (!rc) rc = hash_file(w, L->file_size, &info->file_hash, err);
+    info->records = w->records;
+    info->file_size = L->file_size;
+    return rc;
+}
+
+int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err)
+{
+    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_finish: NULL writer");
+    stk_shard_info local;
+    if (!info) info = &local;
+    memset(info, 0, sizeof *info);
+    int rc = w->failed ? stk_fail(err, w->failed, "%s: an earlier write failed", w->path) : STK_OK;
+    stk_layout L;
+    if (!rc) rc = write_all_parts(w, &L, info, err);
+    if (!rc && close(w->fd) != 0) rc = stk_fail_errno(err, STK_E_IO, errno, "%s: close failed", w->tmp);
+    w->fd = -1;
+    if (!rc && rename(w->tmp, w->path) != 0)
+        rc = stk_fail_errno(err, STK_E_IO, errno, "%s: rename to %s failed", w->tmp, w->path);
+    if (rc) unlink(w->tmp);
+    else rc = stk_fsync_parent(w->path, err);
+    writer_free(w);
+    return rc;
+}
+
+void stk_writer_abort(stk_writer *w)
+{
+    if (!w) return;
+    unlink(w->tmp);
+    writer_free(w);
+}

@@ -1,0 +1,131 @@
+/* reader/dataset.c - a dataset as one address space of records. */
+#include "stoker/reader.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct stk_dataset {
+    stk_manifest *m;
+    char *dir;
+    stk_shard **shards;
+    uint64_t *first; /* nshards + 1 prefix sums */
+};
+
+static int fail(stk_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(stk_error *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+/* The shard must be the one the manifest describes. */
+static int agree(const stk_dataset *ds, size_t i, const stk_shard *sh, stk_error *err)
+{
+    const stk_shard_entry *e = &ds->m->shards[i];
+    const char *p = stk_shard_path(sh);
+    if (stk_shard_records(sh) != e->records)
+        return fail(err, STK_E_MANIFEST, "%s: holds %llu records, the manifest says %llu", p,
+                    (unsigned long long)stk_shard_records(sh), (unsigned long long)e->records);
+    if (stk_shard_file_size(sh) != e->file_size)
+        return fail(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu", p,
+                    (unsigned long long)stk_shard_file_size(sh), (unsigned long long)e->file_size);
+    if (stk_shard_index_hash(sh) != e->index_hash)
+        return fail(err, STK_E_MANIFEST,
+                    "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
+                    p, (unsigned long long)stk_shard_index_hash(sh), (unsigned long long)e->index_hash);
+    if (!stk_schema_equal(stk_shard_schema(sh), &ds->m->schema))
+        return fail(err, STK_E_MANIFEST, "%s: schema differs from the manifest's", p);
+    return STK_OK;
+}
+
+stk_dataset *stk_dataset_open(const char *path, stk_error *err)
+{
+    if (!path) return fail(err, STK_E_ARG, "stk_dataset_open: NULL path"), NULL;
+    stk_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!(ds->m = stk_manifest_load(path, err)) || !(ds->dir = stk_dataset_dir(path, err))) goto fail;
+    size_t n = ds->m->nshards;
+    ds->shards = calloc(n ? n : 1, sizeof *ds->shards);
+    ds->first = calloc(n + 1, sizeof *ds->first);
+    if (!ds->shards || !ds->first) {
+        fail(err, STK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t a = strlen(ds->dir), b = strlen(ds->m->shards[i].path);
+        char *p = malloc(a + b + 2);
+        if (!p) {
+            fail(err, STK_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        snprintf(p, a + b + 2, "%s/%s", ds->dir, ds->m->shards[i].path);
+        ds->shards[i] = stk_shard_open(p, err);
+        free(p);
+        if (!ds->shards[i] || agree(ds, i, ds->shards[i], err)) goto fail;
+        ds->first[i + 1] = ds->first[i] + ds->m->shards[i].records;
+    }
+    return ds;
+fail:
+    stk_dataset_close(ds);
+    return NULL;
+}
+
+void stk_dataset_close(stk_dataset *ds)
+{
+    if (!ds) return;
+    if (ds->shards && ds->m)
+        for (size_t i = 0; i < ds->m->nshards; i++) stk_shard_close(ds->shards[i]);
+    free(ds->shards);
+    free(ds->first);
+    free(ds->dir);
+    stk_manifest_free(ds->m);
+    free(ds);
+}
+
+const stk_manifest *stk_dataset_manifest(const stk_dataset *ds) { return ds->m; }
+const stk_schema *stk_dataset_schema(const stk_dataset *ds) { return &ds->m->schema; }
+uint64_t stk_dataset_records(const stk_dataset *ds) { return ds->m->record_count; }
+size_t stk_dataset_nshards(const stk_dataset *ds) { return ds->m->nshards; }
+const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i)
+{
+    return i < ds->m->nshards ? ds->shards[i] : NULL;
+}
+uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i)
+{
+    return ds->first[i <= ds->m->nshards ? i : ds->m->nshards];
+}
+
+int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local,
+                       stk_error *err)
+{
+    size_t n = ds->m->nshards;
+    if (index >= ds->first[n])
+        return fail(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", ds->dir,
+                    (unsigned long long)index, (unsigned long long)ds->first[n]);
+    size_t lo = 0, hi = n; /* first[lo] <= index < first[hi] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ds->first[mid] <= index) lo = mid;
+        else hi = mid;
+    }
+    *shard = lo;
+    *local = index - ds->first[lo];
+    return STK_OK;
+}
+
+int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data,
+                      uint64_t *size, stk_error *err)
+{
+    size_t s;
+    uint64_t local;
+    int rc = stk_dataset_locate(ds, index, &s, &local, err);
+    return rc ? rc : stk_shard_value(ds->shards[s], f, local, data, size, err);
+}

@@ -1,0 +1,110 @@
+/* tools/common.c - see common.h. */
+#include "common.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double tool_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+bool tool_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+bool tool_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return false;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (*end) return false;
+    v *= mul;
+    if (v >= 18446744073709551616.0) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+void tool_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void tool_progress_start(tool_progress *p, const char *label, uint64_t total, bool quiet)
+{
+    memset(p, 0, sizeof *p);
+    p->enabled = !quiet && isatty(STDERR_FILENO);
+    p->label = label;
+    p->total = total;
+    p->start = p->last = tool_now();
+}
+
+static void fmt_bytes(char *b, size_t n, double v)
+{
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int i = 0;
+    while (v >= 1000 && i < 4) v /= 1000, i++;
+    snprintf(b, n, "%.1f %s", v, u[i]);
+}
+
+void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
+{
+    if (!p->enabled) return;
+    double t = tool_now();
+    if (t - p->last < 0.1 && done < p->total) return;
+    p->last = t;
+    double el = t - p->start, rate = el > 0 ? (double)done / el : 0;
+    char bd[32], br[32];
+    fmt_bytes(bd, sizeof bd, (double)done);
+    fmt_bytes(br, sizeof br, rate);
+    if (p->total) {
+        double frac = (double)done / (double)p->total;
+        if (frac > 1) frac = 1;
+        char bar[31];
+        int fill = (int)(frac * 30);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+        double eta = rate > 0 ? (double)(p->total - (done < p->total ? done : p->total)) / rate : 0;
+        fprintf(stderr, "\r%s [%s] %5.1f%% %s %s/s ETA %.0fs %s\033[K", p->label, bar, frac * 100, bd, br,
+                eta, extra ? extra : "");
+    } else {
+        fprintf(stderr, "\r%s %s %s/s %s\033[K", p->label, bd, br, extra ? extra : "");
+    }
+    fflush(stderr);
+}
+
+void tool_progress_end(tool_progress *p)
+{
+    if (!p->enabled) return;
+    fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}

@@ -1,0 +1,36 @@
+/* tools/common.h - what the command-line tools share: a terminal progress
+ * bar, size parsing, JSON string output, timing. Not part of any library. */
+#ifndef STOKER_TOOLS_COMMON_H
+#define STOKER_TOOLS_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes shared by the tools (documented in each --help). */
+enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
+
+double tool_now(void); /* monotonic seconds */
+
+/* "4096", "64K", "1.5G" (powers of 1024) -> bytes; false on junk/overflow. */
+bool tool_parse_size(const char *s, uint64_t *out);
+/* Plain non-negative decimal integer; false on junk/overflow. */
+bool tool_parse_u64(const char *s, uint64_t *out);
+
+/* Print s as a JSON string literal (quotes included). */
+void tool_json_string(FILE *f, const char *s);
+
+/* A progress bar on stderr, drawn only when stderr is a terminal, at most
+ * every 100 ms. total == 0 means unknown. */
+typedef struct {
+    bool enabled;
+    const char *label;
+    uint64_t total;
+    double start, last;
+} tool_progress;
+
+void tool_progress_start(tool_progress *p, const char *label, uint64_t total_bytes, bool quiet);
+void tool_progress_update(tool_progress *p, uint64_t done_bytes, const char *extra);
+void tool_progress_end(tool_progress *p);
+
+#endif

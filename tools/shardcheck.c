@@ -1,0 +1,397 @@
+/* shardcheck - verify stoker shards and datasets, and say exactly what is
+ * wrong where.
+ *
+ * --quick: structure only, O(shards): headers, footers, sizes, the checksum
+ *          table's own hash, and agreement with the manifest.
+ * --full:  also every record of every field against its XXH3-64 and every
+ *          padding byte, on N threads over ~64 MiB pieces of the shards.
+ * Problems are printed sorted (shard, record, field), one per line. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stoker/format.h"
+
+#define UNIT_BYTES ((uint64_t)64 << 20)
+#define MAX_LISTED_PER_SHARD 100
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: shardcheck [OPTIONS] PATH...\n"
+            "Verify stoker datasets and shards. PATH is a dataset directory, a manifest\n"
+            "(manifest.json) or shard files (*.stk). Each problem is printed as one line:\n"
+            "FILE: record R, field 'F': what is wrong.\n\n"
+            "      --quick          structure only: headers, footers, sizes, checksum\n"
+            "                       tables, agreement with the manifest (O(shards))\n"
+            "      --full           also every record's checksum and all padding (default)\n"
+            "      --file-hash      also hash each whole shard file and compare with the\n"
+            "                       manifest's xxh3 (as `xxhsum -H3` prints it)\n"
+            "  -j, --threads N      threads for --full (default: all cores)\n"
+            "      --json           print the result as one JSON object on stdout\n"
+            "  -q, --quiet          no progress bar or summary line\n"
+            "  -h, --help           this help\n"
+            "  -V, --version        version\n\n"
+            "Exit status: 0 everything checked is intact, 1 problems found,\n"
+            "2 usage error or a PATH that cannot be read.\n");
+}
+
+typedef struct {
+    bool full, file_hash, json, quiet;
+    unsigned threads;
+} opts;
+
+/* One shard to check: from a manifest (entry != NULL) or named directly. */
+typedef struct {
+    char *path;
+    stk_shard *sh;            /* NULL when it could not be opened */
+    const stk_shard_entry *entry;
+    const stk_manifest *m;
+    atomic_uint_fast64_t listed; /* problems recorded for this shard */
+} target;
+
+typedef struct {
+    size_t t;
+    int field;
+    uint64_t record; /* UINT64_MAX: not about one record */
+    char *msg;
+} problem;
+
+typedef enum { U_RECORDS, U_PADDING, U_FILEHASH } unit_kind;
+typedef struct {
+    size_t t;
+    unit_kind kind;
+    uint64_t first, count, bytes;
+} unit;
+
+typedef struct {
+    opts o;
+    target *t;
+    size_t nt, capt;
+    stk_manifest **manifests;
+    size_t nm;
+    problem *p;
+    size_t np, capp;
+    uint64_t total_problems;
+    pthread_mutex_t lock;
+    unit *u;
+    size_t nu, capu;
+    atomic_size_t next_unit;
+    atomic_uint_fast64_t bytes_done;
+    int io_error;
+} checker;
+
+static void *grow(void *p, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap) return p;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *q = realloc(p, c * elem);
+    if (!q) {
+        fprintf(stderr, "shardcheck: out of memory\n");
+        exit(EXIT_USAGE);
+    }
+    *cap = c;
+    return q;
+}
+
+/* Record a problem (thread-safe). Listing is capped per shard; counting is not. */
+static void add_problem(checker *c, size_t t, uint64_t record, int field, const char *msg)
+{
+    pthread_mutex_lock(&c->lock);
+    c->total_problems++;
+    bool list = t == SIZE_MAX || atomic_fetch_add(&c->t[t].listed, 1) < MAX_LISTED_PER_SHARD;
+    if (list) {
+        c->p = grow(c->p, &c->capp, c->np, sizeof *c->p);
+        c->p[c->np++] = (problem){t, field, record, strdup(msg)};
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static size_t add_target(checker *c, const char *path, const stk_shard_entry *e, const stk_manifest *m)
+{
+    c->t = grow(c->t, &c->capt, c->nt, sizeof *c->t);
+    target *t = &c->t[c->nt];
+    memset(t, 0, sizeof *t);
+    t->path = strdup(path);
+    t->entry = e;
+    t->m = m;
+    return c->nt++;
+}
+
+/* Open one shard and do the structural checks (O(1) plus the checksum table). */
+static void check_structure(checker *c, size_t i)
+{
+    target *t = &c->t[i];
+    stk_error err;
+    t->sh = stk_shard_open(t->path, &err);
+    if (!t->sh) {
+        add_problem(c, i, UINT64_MAX, -1, err.msg);
+        return;
+    }
+    const stk_shard_entry *e = t->entry;
+    char msg[STK_ERROR_MSG_MAX + 64];
+    if (e && stk_shard_records(t->sh) != e->records) {
+        snprintf(msg, sizeof msg, "%s: holds %llu records, the manifest says %llu", t->path,
+                 (unsigned long long)stk_shard_records(t->sh), (unsigned long long)e->records);
+        add_problem(c, i, UINT64_MAX, -1, msg);
+    }
+    if (e && stk_shard_file_size(t->sh) != e->file_size) {
+        snprintf(msg, sizeof msg, "%s: is %llu bytes, the manifest says %llu", t->path,
+                 (unsigned long long)stk_shard_file_size(t->sh), (unsigned long long)e->file_size);
+        add_problem(c, i, UINT64_MAX, -1, msg);
+    }
+    if (t->m && !stk_schema_equal(stk_shard_schema(t->sh), &t->m->schema)) {
+        snprintf(msg, sizeof msg, "%s: schema differs from the manifest's", t->path);
+        add_problem(c, i, UINT64_MAX, -1, msg);
+    }
+    if (stk_shard_verify_index(t->sh, e ? e->index_hash : 0, &err)) add_problem(c, i, UINT64_MAX, -1, err.msg);
+}
+
+static int add_dataset(checker *c, const char *path)
+{
+    stk_error err;
+    stk_manifest *m = stk_manifest_load(path, &err);
+    if (!m) {
+        if (err.code == STK_E_IO) {
+            fprintf(stderr, "shardcheck: %s\n", err.msg);
+            return EXIT_USAGE;
+        }
+        add_problem(c, SIZE_MAX, UINT64_MAX, -1, err.msg);
+        return EXIT_OK;
+    }
+    c->manifests = realloc(c->manifests, (c->nm + 1) * sizeof *c->manifests);
+    c->manifests[c->nm++] = m;
+    char *dir = stk_dataset_dir(path, &err);
+    for (size_t i = 0; dir && i < m->nshards; i++) {
+        size_t n = strlen(dir) + strlen(m->shards[i].path) + 2;
+        char *p = malloc(n);
+        snprintf(p, n, "%s/%s", dir, m->shards[i].path);
+        add_target(c, p, &m->shards[i], m);
+        free(p);
+    }
+    free(dir);
+    return EXIT_OK;
+}
+
+static int add_path(checker *c, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "shardcheck: %s: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    size_t n = strlen(path);
+    if (S_ISDIR(st.st_mode) || (n >= 5 && strcmp(path + n - 5, ".json") == 0)) return add_dataset(c, path);
+    add_target(c, path, NULL, NULL);
+    return EXIT_OK;
+}
+
+static void plan_units(checker *c)
+{
+    for (size_t i = 0; i < c->nt; i++) {
+        const stk_shard *sh = c->t[i].sh;
+        if (!sh) continue;
+        uint64_t n = stk_shard_records(sh), size = stk_shard_file_size(sh);
+        uint64_t per = n ? size / n + 1 : 1, chunk = UNIT_BYTES / per + 1;
+        for (uint64_t f = 0; f < n; f += chunk) {
+            c->u = grow(c->u, &c->capu, c->nu, sizeof *c->u);
+            uint64_t k = n - f < chunk ? n - f : chunk;
+            c->u[c->nu++] = (unit){i, U_RECORDS, f, k, k * per};
+        }
+        c->u = grow(c->u, &c->capu, c->nu, sizeof *c->u);
+        c->u[c->nu++] = (unit){i, U_PADDING, 0, 0, 0};
+        if (c->o.file_hash && c->t[i].entry) {
+            c->u = grow(c->u, &c->capu, c->nu, sizeof *c->u);
+            c->u[c->nu++] = (unit){i, U_FILEHASH, 0, 0, size};
+        }
+    }
+}
+
+typedef struct { checker *c; size_t t; } cb_ctx;
+
+static void on_problem(void *user, const stk_shard *sh, uint64_t record, int field, int code, const char *what)
+{
+    (void)code;
+    cb_ctx *x = user;
+    char msg[STK_ERROR_MSG_MAX + 128];
+    if (record == UINT64_MAX) snprintf(msg, sizeof msg, "%s: %s", stk_shard_path(sh), what);
+    else if (field >= 0)
+        snprintf(msg, sizeof msg, "%s: record %llu, field '%s': %s", stk_shard_path(sh), (unsigned long long)record,
+                 stk_shard_schema(sh)->fields[field].name, what);
+    else snprintf(msg, sizeof msg, "%s: record %llu: %s", stk_shard_path(sh), (unsigned long long)record, what);
+    add_problem(x->c, x->t, record, field, msg);
+}
+
+static void run_unit(checker *c, const unit *u)
+{
+    const target *t = &c->t[u->t];
+    cb_ctx x = {c, u->t};
+    if (u->kind == U_RECORDS) {
+        stk_shard_verify_records(t->sh, u->first, u->count, on_problem, &x);
+    } else if (u->kind == U_PADDING) {
+        stk_shard_verify_padding(t->sh, on_problem, &x);
+    } else {
+        uint64_t h = stk_shard_file_hash(t->sh);
+        if (h != t->entry->file_hash) {
+            char what[128];
+            snprintf(what, sizeof what, "whole-file hash %016llx differs from the manifest's %016llx",
+                     (unsigned long long)h, (unsigned long long)t->entry->file_hash);
+            on_problem(&x, t->sh, UINT64_MAX, -1, STK_E_CHECKSUM, what);
+        }
+    }
+    atomic_fetch_add(&c->bytes_done, u->bytes);
+}
+
+static void *worker(void *arg)
+{
+    checker *c = arg;
+    for (size_t i; (i = atomic_fetch_add(&c->next_unit, 1)) < c->nu;) run_unit(c, &c->u[i]);
+    return NULL;
+}
+
+/* The main thread works too, and draws the progress bar between units. */
+static void run_full(checker *c)
+{
+    plan_units(c);
+    uint64_t total = 0;
+    for (size_t i = 0; i < c->nu; i++) total += c->u[i].bytes;
+    unsigned n = c->o.threads;
+    pthread_t *th = calloc(n, sizeof *th);
+    unsigned started = 0;
+    for (unsigned k = 1; k < n; k++)
+        if (pthread_create(&th[k], NULL, worker, c) == 0) started++;
+        else break;
+    tool_progress p;
+    tool_progress_start(&p, "shardcheck", total, c->o.quiet || c->o.json);
+    for (size_t i; (i = atomic_fetch_add(&c->next_unit, 1)) < c->nu;) {
+        run_unit(c, &c->u[i]);
+        char extra[48];
+        snprintf(extra, sizeof extra, "%llu problems", (unsigned long long)c->total_problems);
+        tool_progress_update(&p, atomic_load(&c->bytes_done), extra);
+    }
+    for (unsigned k = 1; k <= started; k++) pthread_join(th[k], NULL);
+    tool_progress_end(&p);
+    free(th);
+}
+
+static int cmp_problem(const void *a, const void *b)
+{
+    const problem *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->record != y->record) return x->record < y->record ? -1 : 1;
+    if (x->field != y->field) return x->field < y->field ? -1 : 1;
+    return strcmp(x->msg, y->msg);
+}
+
+static void report(checker *c, double seconds)
+{
+    qsort(c->p, c->np, sizeof *c->p, cmp_problem);
+    uint64_t records = 0, bytes = 0;
+    for (size_t i = 0; i < c->nt; i++)
+        if (c->t[i].sh) records += stk_shard_records(c->t[i].sh), bytes += stk_shard_file_size(c->t[i].sh);
+    double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0;
+    const char *mode = c->o.full ? "full" : "quick";
+    if (c->o.json) {
+        printf("{\"ok\": %s, \"mode\": \"%s\", \"shards\": %zu, \"records\": %llu, \"bytes\": %llu, "
+               "\"seconds\": %.6f, \"gb_per_s\": %.3f, \"problems\": %llu, \"problem_list\": [",
+               c->total_problems ? "false" : "true", mode, c->nt, (unsigned long long)records,
+               (unsigned long long)bytes, seconds, gbs, (unsigned long long)c->total_problems);
+        for (size_t i = 0; i < c->np; i++) {
+            const problem *p = &c->p[i];
+            printf("%s{\"file\": ", i ? ", " : "");
+            tool_json_string(stdout, p->t == SIZE_MAX ? "" : c->t[p->t].path);
+            if (p->record == UINT64_MAX) printf(", \"record\": null");
+            else printf(", \"record\": %llu", (unsigned long long)p->record);
+            if (p->field < 0 || !c->t[p->t].sh) printf(", \"field\": null, \"message\": ");
+            else {
+                printf(", \"field\": ");
+                tool_json_string(stdout, stk_shard_schema(c->t[p->t].sh)->fields[p->field].name);
+                printf(", \"message\": ");
+            }
+            tool_json_string(stdout, p->msg);
+            printf("}");
+        }
+        printf("]}\n");
+        return;
+    }
+    for (size_t i = 0; i < c->np; i++) printf("%s\n", c->p[i].msg);
+    for (size_t i = 0; i < c->nt; i++) {
+        uint64_t l = atomic_load(&c->t[i].listed);
+        if (l > MAX_LISTED_PER_SHARD)
+            printf("%s: ... and %llu more problems\n", c->t[i].path, (unsigned long long)(l - MAX_LISTED_PER_SHARD));
+    }
+    if (!c->o.quiet)
+        fprintf(stderr, "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s (%.2f GB/s): %s%llu problem%s\n",
+                mode, c->nt, (unsigned long long)records, (double)bytes / 1e9, seconds, gbs,
+                c->total_problems ? "" : "OK, ", (unsigned long long)c->total_problems,
+                c->total_problems == 1 ? "" : "s");
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+    static const struct option lo[] = {{"quick", 0, 0, 'Q'}, {"full", 0, 0, 'F'}, {"file-hash", 0, 0, 'H'},
+                                       {"threads", 1, 0, 'j'}, {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'},
+                                       {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (opts){.full = true, .threads = ncpu > 0 ? (unsigned)ncpu : 1};
+    int ch;
+    uint64_t v;
+    while ((ch = getopt_long(argc, argv, "j:qhV", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'Q': o->full = false; break;
+        case 'F': o->full = true; break;
+        case 'H': o->file_hash = true; break;
+        case 'j':
+            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 1024) {
+                fprintf(stderr, "shardcheck: invalid thread count '%s' (1 to 1024)\n", optarg);
+                return EXIT_USAGE;
+            }
+            o->threads = (unsigned)v;
+            break;
+        case 'J': o->json = true; break;
+        case 'q': o->quiet = true; break;
+        case 'h': usage(stdout); exit(EXIT_OK);
+        case 'V': printf("shardcheck (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR, STK_FORMAT_MINOR); exit(EXIT_OK);
+        default: return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "shardcheck: no PATH given (try --help)\n");
+        return EXIT_USAGE;
+    }
+    if (o->file_hash && !o->full) {
+        fprintf(stderr, "shardcheck: --file-hash reads every byte; it cannot go with --quick\n");
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    checker c;
+    memset(&c, 0, sizeof c);
+    int rc = parse(argc, argv, &c.o);
+    if (rc) return rc;
+    pthread_mutex_init(&c.lock, NULL);
+    double t0 = tool_now();
+    for (int i = optind; i < argc && !rc; i++) rc = add_path(&c, argv[i]);
+    if (rc) return rc;
+    for (size_t i = 0; i < c.nt; i++) check_structure(&c, i);
+    if (c.o.full) run_full(&c);
+    report(&c, tool_now() - t0);
+    int status = c.total_problems ? EXIT_PROBLEMS : EXIT_OK;
+    for (size_t i = 0; i < c.nt; i++) stk_shard_close(c.t[i].sh), free(c.t[i].path);
+    for (size_t i = 0; i < c.np; i++) free(c.p[i].msg);
+    for (size_t i = 0; i < c.nm; i++) stk_manifest_free(c.manifests[i]);
+    free(c.t), free(c.p), free(c.u), free(c.manifests);
+    pthread_mutex_destroy(&c.lock);
+    return status;
+}
