@@ -1,0 +1,261 @@
+/* tests/cli/test_shardcheck_cli.c - shardcheck and shardgen from the outside.
+ *
+ * Every corruption is made in a fresh copy of a small generated dataset, at
+ * an offset computed from the shard's own layout, and the test asserts the
+ * exit status and the exact record/field that shardcheck names. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static char tmp[1024], tools[1024];
+
+static void setup_env(void)
+{
+    const char *t = getenv("STK_TEST_TMP"), *b = getenv("STK_TOOLS");
+    ck_assert_msg(t && b, "STK_TEST_TMP and STK_TOOLS must be set (run through ctest)");
+    snprintf(tmp, sizeof tmp, "%s", t);
+    snprintf(tools, sizeof tools, "%s", b);
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", tmp, tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Run a shell command line; returns its exit status; stdout/stderr saved. */
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    char line[4096], cmd[6000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s >out.txt 2>err.txt", tmp, line);
+    int st = system(cmd);
+    ck_assert_msg(WIFEXITED(st), "command did not exit: %s", line);
+    return WEXITSTATUS(st);
+}
+
+static char *slurp(const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* A dataset with an image, a label and a caption field in several shards. */
+static void make_dataset(const char *name)
+{
+    ck_assert_int_eq(run("'%s/shardgen' -q -n 120 --size 24 --captions --records-per-shard 40 %s", tools, name), 0);
+}
+
+static void copy_dataset(const char *from, const char *to)
+{
+    ck_assert_int_eq(run("rm -rf %s && cp -r %s %s", to, from, to), 0);
+}
+
+static void flip(const char *file, uint64_t off)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    FILE *f = fopen(path, "r+b");
+    ck_assert(f != NULL);
+    fseek(f, (long)off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, (long)off, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+}
+
+static stk_layout layout_of(const char *file)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    char *buf;
+    size_t len;
+    stk_error err;
+    ck_assert_int_eq(stk_read_file(path, 1 << 26, &buf, &len, &err), 0);
+    stk_layout L;
+    ck_assert_msg(stk_layout_decode((uint8_t *)buf, len, len, path, &L, &err) == 0, "%s", err.msg);
+    free(buf);
+    return L;
+}
+
+START_TEST(help_version_usage)
+{
+    setup_env();
+    ck_assert_int_eq(run("'%s/shardcheck' --help", tools), 0);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "Exit status"));
+    ck_assert_int_eq(run("'%s/shardcheck' --version", tools), 0);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "shardcheck (stoker)"));
+    ck_assert_int_eq(run("'%s/shardcheck' --no-such-flag x", tools), 2);
+    ck_assert_int_eq(run("'%s/shardcheck'", tools), 2);
+    ck_assert_int_eq(count_lines(slurp("err.txt")), 1);
+    ck_assert_int_eq(run("'%s/shardcheck' -j 0 x", tools), 2);
+    ck_assert_int_eq(run("'%s/shardcheck' does-not-exist", tools), 2);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "does-not-exist"));
+    ck_assert_int_eq(run("'%s/shardgen' --size banana x", tools), 2);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "--size"));
+}
+END_TEST
+
+START_TEST(clean_dataset_and_json)
+{
+    setup_env();
+    make_dataset("ds");
+    ck_assert_int_eq(run("'%s/shardcheck' ds", tools), 0);
+    ck_assert_int_eq(run("'%s/shardcheck' --quick ds/manifest.json", tools), 0);
+    ck_assert_int_eq(run("'%s/shardcheck' --file-hash -j2 ds", tools), 0);
+    ck_assert_int_eq(run("'%s/shardcheck' ds/shard-00001.stk ds/shard-00002.stk", tools), 0);
+    ck_assert_int_eq(run("'%s/shardcheck' --json ds", tools), 0);
+    json_error_t je;
+    json_t *j = json_loads(slurp("out.txt"), 0, &je);
+    ck_assert_msg(j != NULL, "--json output does not parse: %s", je.text);
+    ck_assert(json_is_true(json_object_get(j, "ok")));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "records")), 120);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "shards")), 3);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "problem_list")), 0);
+    json_decref(j);
+}
+END_TEST
+
+/* Flip one byte in region `what` of shard 1 and expect `expect` in the output. */
+static void expect_flip(const char *ds, uint64_t off, const char *expect)
+{
+    copy_dataset(ds, "bad");
+    flip("bad/shard-00001.stk", off);
+    ck_assert_int_eq(run("'%s/shardcheck' -j2 bad", tools), 1);
+    const char *out = slurp("out.txt");
+    ck_assert_msg(strstr(out, expect) != NULL, "flip at %llu: expected '%s' in:\n%s", (unsigned long long)off,
+                  expect, out);
+    ck_assert_msg(strstr(out, "bad/shard-00001.stk") != NULL, "problem line must name the shard:\n%s", out);
+}
+
+START_TEST(byte_flips_name_the_record)
+{
+    setup_env();
+    make_dataset("ds");
+    stk_layout L = layout_of("ds/shard-00001.stk");
+    ck_assert_uint_eq(L.records, 40);
+    const stk_region *img = &L.region[0], *lab = &L.region[1], *cap = &L.region[2];
+    expect_flip("ds", img->data_off + 7 * img->stride + 5, "record 7, field 'image': checksum mismatch");
+    expect_flip("ds", img->data_off + 39 * img->stride + img->stride - 1, "record 39, field 'image'");
+    expect_flip("ds", lab->data_off + 12 * 8 + 3, "record 12, field 'label': checksum mismatch");
+    expect_flip("ds", cap->heap_off, "record 0, field 'caption': checksum mismatch");
+    expect_flip("ds", cap->data_off + 20 * 8, "record 19, field 'caption'");
+    expect_flip("ds", L.cksum_off + (25 * 3 + 1) * 8, "checksum table corrupt");
+    expect_flip("ds", L.cksum_off + (25 * 3 + 1) * 8, "record 25, field 'label'");
+    expect_flip("ds", 100, "header checksum mismatch");
+    expect_flip("ds", L.file_size - 2, "footer magic");
+    expect_flip("ds", img->data_off + img->data_len + 1, "nonzero padding byte");
+}
+END_TEST
+
+START_TEST(quick_is_structure_only)
+{
+    setup_env();
+    make_dataset("ds");
+    stk_layout L = layout_of("ds/shard-00001.stk");
+    copy_dataset("ds", "bad");
+    flip("bad/shard-00001.stk", L.region[0].data_off + 3);
+    ck_assert_int_eq(run("'%s/shardcheck' --quick bad", tools), 0); /* data is not read */
+    ck_assert_int_eq(run("'%s/shardcheck' --full bad", tools), 1);
+    ck_assert_int_eq(run("truncate -s 9000 bad/shard-00002.stk && '%s/shardcheck' --quick bad", tools), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "bad/shard-00002.stk: truncated"));
+}
+END_TEST
+
+START_TEST(manifest_tampering)
+{
+    setup_env();
+    make_dataset("ds");
+    copy_dataset("ds", "bad");
+    ck_assert_int_eq(run("rm bad/shard-00002.stk && '%s/shardcheck' --quick bad", tools), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "shard-00002.stk: cannot open"));
+    copy_dataset("ds", "bad");
+    ck_assert_int_eq(run("mv bad/shard-00000.stk x && mv bad/shard-00001.stk bad/shard-00000.stk && "
+                         "mv x bad/shard-00001.stk && '%s/shardcheck' --quick bad", tools), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "differs from the manifest's"));
+    copy_dataset("ds", "bad");
+    ck_assert_int_eq(run("sed -i 's#\"shard-00001.stk\"#\"../shard-00001.stk\"#' bad/manifest.json && "
+                         "'%s/shardcheck' bad", tools), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "not a plain relative path"));
+    copy_dataset("ds", "bad");
+    ck_assert_int_eq(run("sed -i '0,/\"records\": 40/s//\"records\": 41/' bad/manifest.json && "
+                         "'%s/shardcheck' bad", tools), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "record_count"));
+}
+END_TEST
+
+START_TEST(threads_give_the_same_report)
+{
+    setup_env();
+    ck_assert_int_eq(run("'%s/shardgen' -q -n 400 --size 32 --captions --records-per-shard 25 ds", tools), 0);
+    copy_dataset("ds", "bad");
+    for (int s = 0; s < 16; s += 3) {
+        char f[64];
+        snprintf(f, sizeof f, "bad/shard-%05d.stk", s);
+        stk_layout L = layout_of(f);
+        flip(f, L.region[0].data_off + (uint64_t)(s % 25) * L.region[0].stride);
+        flip(f, L.region[2].heap_off + L.region[2].heap_len - 1);
+    }
+    ck_assert_int_eq(run("'%s/shardcheck' -j1 bad", tools), 1);
+    char one[1 << 16];
+    snprintf(one, sizeof one, "%s", slurp("out.txt"));
+    ck_assert_int_eq(count_lines(one), 12);
+    ck_assert_int_eq(run("'%s/shardcheck' -j4 bad", tools), 1);
+    ck_assert_str_eq(slurp("out.txt"), one);
+}
+END_TEST
+
+START_TEST(shardgen_is_reproducible)
+{
+    setup_env();
+    make_dataset("a");
+    make_dataset("b");
+    ck_assert_int_eq(run("diff -r a b"), 0);
+    ck_assert_int_eq(run("'%s/shardgen' -q -n 10 a", tools), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "already holds a dataset"));
+    ck_assert_int_eq(run("'%s/shardgen' -q --force -n 10 a", tools), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("shardcheck_cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, help_version_usage);
+    tcase_add_test(tc, clean_dataset_and_json);
+    tcase_add_test(tc, byte_flips_name_the_record);
+    tcase_add_test(tc, quick_is_structure_only);
+    tcase_add_test(tc, manifest_tampering);
+    tcase_add_test(tc, threads_give_the_same_report);
+    tcase_add_test(tc, shardgen_is_reproducible);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
