@@ -78,6 +78,7 @@ static int remove_old_manifest(const char *dir, int force, stk_error *err)
 
 static int copy_meta(stk_dataset_writer *dw, const stk_dataset_options *o, stk_error *err)
 {
+    if (o && stk__manifest_check_meta(o->classes, o->nclasses, o->pack_json, err)) return err ? err->code : STK_E_ARG;
     dw->m.pack_json = strdup(o && o->pack_json ? o->pack_json : "{}");
     if (!dw->m.pack_json) return stk_fail(err, STK_E_NOMEM, "out of memory");
     if (!o || !o->nclasses) return STK_OK;

@@ -22,6 +22,7 @@ const char *stk_status_name(int code)
     }
 }
 
+static void set(stk_error *err, int code, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
 static void set(stk_error *err, int code, const char *fmt, va_list ap)
 {
     if (!err) return;

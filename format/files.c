@@ -62,7 +62,7 @@ int stk_fsync_parent(const char *path, stk_error *err)
 
 int stk_read_file(const char *path, size_t max, char **out, size_t *len, stk_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang us */
     if (fd < 0) return stk_fail_errno(err, STK_E_IO, errno, "%s: cannot open", path);
     struct stat st;
     if (fstat(fd, &st) != 0) {

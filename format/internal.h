@@ -83,6 +83,11 @@ int stk_layout_place(stk_layout *lay, stk_error *err);
  * overflow): lets the dataset writer cut shards at an exact byte limit. */
 uint64_t stk__writer_bytes_after(const stk_writer *w, const stk_value *v);
 
+/* Check what a dataset writer will put into its manifest before any shard
+ * is written: class names non-empty, valid UTF-8 and unique; pack_json a
+ * JSON object (NULL allowed). */
+int stk__manifest_check_meta(const char *const *classes, size_t n, const char *pack_json, stk_error *err);
+
 /* ------------------------------------------------------- little-endian */
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }

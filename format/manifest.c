@@ -99,12 +99,16 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
         f->dtype = STK_DT_U8;
         return STK_OK;
     }
-    if (strcmp(kind, "tensor") != 0) return mfail(c, "%s: kind must be \"tensor\" or \"bytes\"", where);
+    if (strcmp(kind, "tensor") != 0)
+        return stk_fail(c->err, STK_E_UNSUPPORTED, "%s: %s: kind \"%.16s\" is not supported by this build",
+                        c->name, where, kind);
     const char *dt = NULL;
     if ((rc = get_str(c, j, "dtype", where, &dt))) return rc;
     f->kind = STK_KIND_TENSOR;
     f->dtype = (uint8_t)stk_dtype_from_name(dt);
-    if (!f->dtype) return mfail(c, "%s: unknown dtype \"%.16s\"", where, dt);
+    if (!f->dtype)
+        return stk_fail(c->err, STK_E_UNSUPPORTED, "%s: %s: dtype \"%.16s\" is not supported by this build",
+                        c->name, where, dt);
     json_t *shape = json_object_get(j, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > STK_MAX_DIMS)
         return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where, STK_MAX_DIMS);
@@ -312,6 +316,8 @@ stk_manifest *stk_manifest_load(const char *path, stk_error *err)
     if (stk_read_file(file, MANIFEST_MAX, &text, &len, err) == STK_OK) {
         m = stk_manifest_parse(text, len, file, err);
         free(text);
+    } else if (err && err->code == STK_E_FORMAT) {
+        err->code = STK_E_MANIFEST; /* too large to be a manifest */
     }
     free(file);
     return m;
@@ -434,6 +440,33 @@ char *stk_manifest_to_json(stk_manifest *m, stk_error *err)
     out[n] = '\n';
     out[n + 1] = 0;
     return out;
+}
+
+int stk__manifest_check_meta(const char *const *classes, size_t n, const char *pack_json, stk_error *err)
+{
+    const char **sorted = malloc((n ? n : 1) * sizeof *sorted);
+    if (!sorted) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    int rc = STK_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *s = classes[i] ? json_string(classes[i]) : NULL; /* NULL: not UTF-8 */
+        if (!s || !*classes[i]) rc = stk_fail(err, STK_E_ARG, "class %zu: name is empty or not valid UTF-8", i);
+        json_decref(s);
+        sorted[i] = classes[i];
+    }
+    if (!rc) {
+        qsort(sorted, n, sizeof *sorted, cmp_str);
+        for (size_t i = 1; i < n && !rc; i++)
+            if (strcmp(sorted[i - 1], sorted[i]) == 0)
+                rc = stk_fail(err, STK_E_ARG, "class \"%.64s\" is listed twice", sorted[i]);
+    }
+    free(sorted);
+    if (!rc && pack_json) {
+        json_error_t je;
+        json_t *p = json_loads(pack_json, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(p)) rc = stk_fail(err, STK_E_ARG, "pack parameters are not a JSON object: %s", p ? "not an object" : je.text);
+        json_decref(p);
+    }
+    return rc;
 }
 
 int stk_manifest_commit(stk_manifest *m, const char *dir, stk_error *err)

@@ -127,9 +127,9 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
             continue;
         }
         if (f->kind != STK_KIND_TENSOR)
-            return stk_fail(err, STK_E_FORMAT, "schema: field '%s': unknown kind %u", f->name, f->kind);
+            return stk_fail(err, STK_E_UNSUPPORTED, "schema: field '%s': kind %u is not supported by this build", f->name, f->kind);
         if (!stk_dtype_size(f->dtype))
-            return stk_fail(err, STK_E_FORMAT, "schema: field '%s': unknown dtype %u", f->name, f->dtype);
+            return stk_fail(err, STK_E_UNSUPPORTED, "schema: field '%s': dtype %u is not supported by this build", f->name, f->dtype);
         if (f->ndim > STK_MAX_DIMS)
             return stk_fail(err, STK_E_FORMAT, "schema: field '%s': %u dimensions (at most %d)", f->name, f->ndim, STK_MAX_DIMS);
         for (unsigned d = 0; d < STK_MAX_DIMS; d++) {

@@ -76,7 +76,8 @@ stk_shard *stk_shard_open(const char *path, stk_error *err)
         free(sh);
         return stk_fail(err, STK_E_NOMEM, "%s: out of memory", path), NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted at the path must not hang open(). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         stk_fail_errno(err, STK_E_IO, errno, "%s: cannot open", path);

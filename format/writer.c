@@ -191,7 +191,7 @@ static int make_layout(const stk_writer *w, const stk_value *extra, stk_layout *
         const stk_field *fd = &w->schema.fields[f];
         if (fd->kind == STK_KIND_TENSOR) {
             r->stride = stk_field_stride(fd);
-            r->data_len = w->records * r->stride;
+            r->data_len = L->records * r->stride;
         } else {
             r->stride = 8;
             r->data_len = w->offsets[f].len + (extra ? 8 : 0);
@@ -295,7 +295,11 @@ int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err)
     if (!rc && rename(w->tmp, w->path) != 0)
         rc = stk_fail_errno(err, STK_E_IO, errno, "%s: rename to %s failed", w->tmp, w->path);
     if (rc) unlink(w->tmp);
-    else rc = stk_fsync_parent(w->path, err);
+    else if ((rc = stk_fsync_parent(w->path, err)) && err) {
+        char m[STK_ERROR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", err->msg);
+        stk_fail(err, rc, "%s committed, but %s", w->path, m);
+    }
     writer_free(w);
     return rc;
 }

@@ -167,8 +167,10 @@ STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error 
 STK_API uint64_t stk_writer_records(const stk_writer *w);
 STK_API uint64_t stk_writer_bytes(const stk_writer *w);
 /* Write header, regions, checksum table and footer; fsync; rename into place;
- * fsync the directory. Frees the writer whatever the outcome; on failure the
- * temporary file is removed and nothing is left at `path` that was not there. */
+ * fsync the directory. Frees the writer whatever the outcome. A failure before
+ * the rename removes the temporary file and leaves `path` as it was; only the
+ * final directory fsync can fail after the new shard is in place (the message
+ * says so). */
 STK_API int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err);
 /* Discard everything written; remove the temporary file; free. NULL is a no-op. */
 STK_API void stk_writer_abort(stk_writer *w);
@@ -266,8 +268,9 @@ STK_API stk_manifest *stk_manifest_parse(const char *text, size_t len, const cha
 /* Read `path`: a manifest file, or a dataset directory holding manifest.json. */
 STK_API stk_manifest *stk_manifest_load(const char *path, stk_error *err);
 STK_API void stk_manifest_free(stk_manifest *m);
-/* The dataset fingerprint: XXH3-64 over the shards' index hashes in order and
- * the class names (spec/FORMAT.md, "Fingerprint"). Depends on content only. */
+/* The dataset fingerprint: XXH3-64 over a tag, each shard's index hash and
+ * record count in order, then the class names (spec/FORMAT.md,
+ * "Fingerprint"). Depends on content only, not on file names. */
 STK_API uint64_t stk_manifest_fingerprint(const stk_manifest *m);
 /* Serialise (deterministic bytes; caller frees with free()). Fills in
  * record_count and fingerprint first. */
