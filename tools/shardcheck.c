@@ -328,9 +328,11 @@ static void report(checker *c, double seconds)
         if (l > MAX_LISTED_PER_SHARD)
             printf("%s: ... and %llu more problems\n", c->t[i].path, (unsigned long long)(l - MAX_LISTED_PER_SHARD));
     }
+    char rate[32] = ""; /* --quick reads no data: a rate would mislead */
+    if (c->o.full) snprintf(rate, sizeof rate, " (%.2f GB/s)", gbs);
     if (!c->o.quiet)
-        fprintf(stderr, "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s (%.2f GB/s): %s%llu problem%s\n",
-                mode, c->nt, (unsigned long long)records, (double)bytes / 1e9, seconds, gbs,
+        fprintf(stderr, "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s%s: %s%llu problem%s\n",
+                mode, c->nt, (unsigned long long)records, (double)bytes / 1e9, seconds, rate,
                 c->total_problems ? "" : "OK, ", (unsigned long long)c->total_problems,
                 c->total_problems == 1 ? "" : "s");
 }
