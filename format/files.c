@@ -131,6 +131,12 @@ int stk_commit_file(const char *path, const void *buf, size_t len, stk_error *er
     return rc;
 }
 
+int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err)
+{
+    if (!path || (!buf && len)) return stk_fail(err, STK_E_ARG, "stk_file_commit: NULL argument");
+    return stk_commit_file(path, buf, len, err);
+}
+
 char *stk_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);

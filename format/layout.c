@@ -228,6 +228,26 @@ void stk_layout_encode(const stk_layout *L, uint8_t *b)
     wr64(b + hs - 8, stk_hash(b, hs - 8));
 }
 
+uint64_t stk_shard_size_for(const stk_schema *s, uint64_t records)
+{
+    if (!s || stk_schema_validate(s, NULL)) return 0;
+    stk_layout L;
+    memset(&L, 0, sizeof L);
+    L.schema = *s;
+    L.records = records;
+    for (uint32_t f = 0; f < s->nfields; f++) {
+        stk_region *r = &L.region[f];
+        if (s->fields[f].kind == STK_KIND_TENSOR) {
+            r->stride = stk_field_stride(&s->fields[f]);
+            if (!mul_ok(records, r->stride, &r->data_len)) return 0;
+        } else {
+            r->stride = 8;
+            if (!add_ok(records, 1, &r->data_len) || !mul_ok(r->data_len, 8, &r->data_len)) return 0;
+        }
+    }
+    return stk_layout_place(&L, NULL) == STK_OK ? L.file_size : 0;
+}
+
 int stk_layout_place(stk_layout *L, stk_error *err)
 {
     uint64_t a = L->alignment = STK_ALIGN;

@@ -68,12 +68,37 @@ void tool_progress_start(tool_progress *p, const char *label, uint64_t total, bo
     p->start = p->last = tool_now();
 }
 
+void tool_progress_start_units(tool_progress *p, const char *label, const char *unit, uint64_t total, bool quiet)
+{
+    tool_progress_start(p, label, total, quiet);
+    p->unit = unit;
+}
+
+void tool_progress_clear(const tool_progress *p)
+{
+    if (!p->enabled) return;
+    fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}
+
+static void fmt_count(const tool_progress *p, char *b, size_t n, double v, bool rate);
+
 static void fmt_bytes(char *b, size_t n, double v)
 {
     const char *u[] = {"B", "KB", "MB", "GB", "TB"};
     int i = 0;
     while (v >= 1000 && i < 4) v /= 1000, i++;
     snprintf(b, n, "%.1f %s", v, u[i]);
+}
+
+static void fmt_count(const tool_progress *p, char *b, size_t n, double v, bool rate)
+{
+    if (p->unit) {
+        snprintf(b, n, rate ? "%.0f %s/s" : "%.0f %s", v, p->unit);
+        return;
+    }
+    fmt_bytes(b, n, v);
+    if (rate) strncat(b, "/s", n - strlen(b) - 1);
 }
 
 void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
@@ -84,8 +109,8 @@ void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
     p->last = t;
     double el = t - p->start, rate = el > 0 ? (double)done / el : 0;
     char bd[32], br[32];
-    fmt_bytes(bd, sizeof bd, (double)done);
-    fmt_bytes(br, sizeof br, rate);
+    fmt_count(p, bd, sizeof bd, (double)done, false);
+    fmt_count(p, br, sizeof br, rate, true);
     if (p->total) {
         double frac = (double)done / (double)p->total;
         if (frac > 1) frac = 1;
@@ -94,10 +119,10 @@ void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
         for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
         bar[30] = 0;
         double eta = rate > 0 ? (double)(p->total - (done < p->total ? done : p->total)) / rate : 0;
-        fprintf(stderr, "\r%s [%s] %5.1f%% %s %s/s ETA %.0fs %s\033[K", p->label, bar, frac * 100, bd, br,
+        fprintf(stderr, "\r%s [%s] %5.1f%% %s %s ETA %.0fs %s\033[K", p->label, bar, frac * 100, bd, br,
                 eta, extra ? extra : "");
     } else {
-        fprintf(stderr, "\r%s %s %s/s %s\033[K", p->label, bd, br, extra ? extra : "");
+        fprintf(stderr, "\r%s %s %s %s\033[K", p->label, bd, br, extra ? extra : "");
     }
     fflush(stderr);
 }

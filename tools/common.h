@@ -25,11 +25,16 @@ void tool_json_string(FILE *f, const char *s);
 typedef struct {
     bool enabled;
     const char *label;
+    const char *unit;   /* NULL: counts are bytes; else e.g. "files" */
     uint64_t total;
     double start, last;
 } tool_progress;
 
 void tool_progress_start(tool_progress *p, const char *label, uint64_t total_bytes, bool quiet);
+/* Same, counting `unit`s (e.g. "files") instead of bytes. */
+void tool_progress_start_units(tool_progress *p, const char *label, const char *unit, uint64_t total, bool quiet);
+/* Clear the bar's line (before printing a message under it). */
+void tool_progress_clear(const tool_progress *p);
 void tool_progress_update(tool_progress *p, uint64_t done_bytes, const char *extra);
 void tool_progress_end(tool_progress *p);
 

@@ -172,6 +172,10 @@ STK_API uint64_t stk_writer_bytes(const stk_writer *w);
  * final directory fsync can fail after the new shard is in place (the message
  * says so). */
 STK_API int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err);
+/* Size in bytes of a shard of `records` records of this schema, with every
+ * bytes field empty; 0 on overflow or an invalid schema. For fixed-size
+ * schemas this is exact: a packer uses it to fit whole records to a size. */
+STK_API uint64_t stk_shard_size_for(const stk_schema *schema, uint64_t records);
 /* Discard everything written; remove the temporary file; free. NULL is a no-op. */
 STK_API void stk_writer_abort(stk_writer *w);
 
@@ -281,6 +285,10 @@ STK_API int stk_manifest_commit(stk_manifest *m, const char *dir, stk_error *err
 /* Directory part of a manifest path, or the path itself for a directory.
  * Returns a malloc'd string. */
 STK_API char *stk_dataset_dir(const char *path, stk_error *err);
+
+/* Write `len` bytes to `path` the way shards are committed: PATH.tmp, fsync,
+ * rename, fsync the directory. Readers see the old file or the new one. */
+STK_API int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err);
 
 /* ---------------------------------------------------------- dataset writer */
 
