@@ -1,0 +1,125 @@
+/*
+ * packer/image.h - pack's image ingest: one file's bytes in, a fixed
+ * size x size x 3 u8 RGB tensor (HWC, rows top to bottom) out.
+ *
+ * The format is sniffed from the magic bytes, never from the file name.
+ * JPEG goes through TurboJPEG (every JPEG libjpeg-turbo decodes: baseline,
+ * progressive, arithmetic, any subsampling, grayscale, CMYK and YCCK), PNG
+ * through libspng (every colour type and depth). The result matches what
+ * torchvision does to a PIL image:
+ *
+ *   Image.open(f).convert("RGB") -> Resize(size) -> CenterCrop(size)     (shorter)
+ *
+ * with Pillow's antialiased BILINEAR filter (resize.h). JPEGs are decoded
+ * straight to a smaller size by DCT scaling where that leaves enough pixels
+ * (1/2, 1/4, 1/8 only: libjpeg-turbo's other factors are slower than a full
+ * decode), then resized from there; the geometry is always computed from
+ * the full-size dimensions, so the output frames the same region as a full
+ * decode would.
+ *
+ * Like Pillow's convert("RGB"): alpha is dropped (not composited), PNG
+ * gamma and ICC profiles are ignored, 16-bit samples keep their high byte,
+ * CMYK is converted with Pillow's formula (Adobe inverted CMYK), and the
+ * EXIF orientation is not applied.
+ *
+ * A pk_decoder holds a TurboJPEG handle and scratch buffers that grow to the
+ * largest image seen and are reused: one per thread, never shared. Nothing
+ * here prints, exits or keeps global state.
+ */
+#ifndef STOKER_PACKER_IMAGE_H
+#define STOKER_PACKER_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PK_RESIZE_SHORTER = 0, /* shorter side to size (torchvision Resize(size)), centre crop */
+    PK_RESIZE_STRETCH = 1, /* both sides to size; the aspect ratio is not kept          */
+    PK_RESIZE_FIT = 2      /* longer side to size, aspect kept, centred on `fill`       */
+} pk_resize_mode;
+
+/* Largest accepted `size`: 16384 x 16384 x 3 is 768 MiB per record. */
+#define PK_MAX_SIZE 16384u
+/* A sensible default for `max_pixels` (pk_params_init): 100 megapixels, about
+ * 300 MB of decoded RGB, far above any photo a training set holds. */
+#define PK_DEFAULT_MAX_PIXELS 100000000u
+
+typedef struct {
+    uint32_t size;         /* output is size x size x 3; 1 .. PK_MAX_SIZE          */
+    pk_resize_mode mode;
+    uint64_t max_pixels;   /* refuse sources with more pixels (from the header,
+                              before any pixel memory is allocated); 0: no limit */
+    uint8_t fill[3];       /* RGB of the padding in PK_RESIZE_FIT (default 0,0,0)  */
+} pk_params;
+
+/* size as given, PK_RESIZE_SHORTER, PK_DEFAULT_MAX_PIXELS, black fill. */
+void pk_params_init(pk_params *p, uint32_t size);
+
+typedef enum {
+    PK_OK = 0,
+    PK_E_EMPTY = 1,       /* zero-length input                                    */
+    PK_E_UNSUPPORTED = 2, /* not JPEG or PNG (GIF, WebP, text, ...)               */
+    PK_E_CORRUPT = 3,     /* a JPEG or PNG that does not decode cleanly, including
+                             truncated data and any libjpeg warning              */
+    PK_E_TOO_LARGE = 4,   /* over max_pixels, or too large to address              */
+    PK_E_NOMEM = 5,       /* out of memory                                        */
+    PK_E_ARG = 6          /* invalid parameters (size 0 or over PK_MAX_SIZE, mode) */
+} pk_status;
+
+/* Short stable name of a status, e.g. "corrupt". Never NULL. */
+const char *pk_status_name(int status);
+
+typedef enum { PK_FMT_UNKNOWN = 0, PK_FMT_JPEG = 1, PK_FMT_PNG = 2 } pk_format;
+
+/* What the magic bytes say (PK_FMT_UNKNOWN for anything not decoded here). */
+pk_format pk_sniff(const uint8_t *data, size_t len);
+
+/* Where a src_w x src_h image lands in the output: it is resized to
+ * resized_w x resized_h, the window [crop_x, crop_x + w) x [crop_y, crop_y + h)
+ * of that is written at (pad_x, pad_y) of the size x size output, and the
+ * rest of the output (only in PK_RESIZE_FIT) is `fill`.
+ *   shorter: the shorter side becomes size, the longer int(size * long /
+ *            short) (torchvision truncates); crop offsets are torchvision
+ *            CenterCrop's int(round((resized - size) / 2.0)), with Python's
+ *            round-half-to-even.
+ *   stretch: size x size.
+ *   fit:     the longer side becomes size, the shorter round(size * short /
+ *            long) (half up, at least 1), placed at ((size - w) / 2,
+ *            (size - h) / 2) rounded down. */
+typedef struct {
+    uint64_t resized_w, resized_h;
+    uint64_t crop_x, crop_y;
+    uint32_t w, h;
+    uint32_t pad_x, pad_y;
+} pk_layout;
+
+/* Fill *l for a src_w x src_h source (both >= 1) under valid params. */
+void pk_layout_compute(const pk_params *p, uint32_t src_w, uint32_t src_h, pk_layout *l);
+
+typedef struct pk_decoder pk_decoder;
+
+/* NULL when out of memory or when TurboJPEG cannot start. */
+pk_decoder *pk_decoder_new(void);
+/* NULL is a no-op. */
+void pk_decoder_free(pk_decoder *d);
+
+/* Decode data[0 .. len) (a whole file) and write p->size^2 * 3 bytes of RGB
+ * into out. *orig_w, *orig_h (either may be NULL) get the source dimensions
+ * whenever the header could be read, also on most failures, else 0.
+ * Returns PK_OK or a pk_status; on failure out is unspecified and msg gets
+ * one line without the file name (the caller prefixes it), e.g.
+ *   unsupported image format (starts with 47 49 46 38: GIF)
+ *   corrupt JPEG: Premature end of JPEG file
+ *   image is 20000x20000 = 400000000 pixels, over --max-pixels 100000000
+ * msg may be NULL when msgcap is 0. */
+int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, uint8_t *out,
+               uint32_t *orig_w, uint32_t *orig_h, char *msg, size_t msgcap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOKER_PACKER_IMAGE_H */

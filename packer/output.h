@@ -1,0 +1,64 @@
+/* packer/output.h - the shards of one pack part: naming, rotation, resume.
+ *
+ * Shards are PREFIX-00000.stk, PREFIX-00001.stk, ... each holding exactly
+ * `per_shard` records but the last. Because a shard's content depends only
+ * on the records before it, a re-run can keep every committed shard that
+ * verifies and continue after the last record it holds. */
+#ifndef STOKER_PACKER_OUTPUT_H
+#define STOKER_PACKER_OUTPUT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "stoker/format.h"
+
+/* Full shards are committed (fsync, whole-file hash, rename) on a
+ * background thread, so decoding never waits for the disk; at most
+ * PK_OUT_PENDING shards wait for it, which bounds the dirty data. */
+#define PK_OUT_PENDING 2
+
+typedef struct {
+    char *dir;
+    char prefix[STK_NAME_MAX];
+    stk_schema schema;
+    int source_field;        /* index of the u64 `source` field */
+    uint64_t per_shard;
+    stk_writer *cur;
+    stk_shard_entry *shards; /* committed, in order */
+    size_t nshards, cap;
+    size_t opened;           /* shards started (committed + queued + open) */
+    /* the committer */
+    pthread_t thread;
+    bool thread_on, quit;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    stk_writer *queue[PK_OUT_PENDING];
+    size_t qhead, qlen;
+    bool busy;               /* committing one now */
+    int error;               /* sticky: a commit failed */
+    stk_error err;
+} pk_out;
+
+int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema *schema,
+                uint64_t per_shard, stk_error *err);
+/* Keep the committed shards of an interrupted run: each must open, verify
+ * completely, have this schema, hold per_shard records whose sources rise
+ * inside [first, end). The first that does not is removed with all after it.
+ * On return *next is the listing index to continue from, and `gaps` (malloc'd,
+ * *ngaps entries) lists the indices in [first, *next) that no kept shard
+ * holds: the files skipped before the interruption. Stray temporary files
+ * are removed. `note` (may be NULL) hears one line per dropped shard. */
+int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint64_t **gaps,
+                  size_t *ngaps, void (*note)(void *, const char *), void *user, stk_error *err);
+int pk_out_append(pk_out *o, const stk_value *values, stk_error *err);
+/* Commit the open shard, if any, and wait for every pending commit. */
+int pk_out_flush(pk_out *o, stk_error *err);
+/* Drop the open shard; with remove_committed also delete every committed one. */
+void pk_out_abort(pk_out *o, bool remove_committed);
+void pk_out_free(pk_out *o);
+/* Records in committed shards. */
+uint64_t pk_out_records(const pk_out *o);
+/* malloc'd path of shard k. */
+char *pk_out_shard_path(const pk_out *o, size_t k);
+
+#endif

@@ -1,0 +1,655 @@
+/* pack - turn a raw image dataset into a verified stoker dataset.
+ *
+ * INPUT (an ImageFolder tree or a .csv/.tsv list) -> listing (fixed order)
+ * -> worker threads decode + resize into a bounded ring of slots -> one
+ * writer appends records in listing order into shards of a fixed record
+ * count -> part record -> listing.tsv, skipped.tsv, manifest.json.
+ * The output depends on the input and the flags only, never on -j. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "image.h"
+#include "listing.h"
+#include "output.h"
+#include "parts.h"
+#include "pipeline.h"
+#include "stoker/format.h"
+
+enum { PACK_OK = 0, PACK_FAIL = 1, PACK_USAGE = 2, PACK_SKIPPED = 3 };
+#define MAX_FILE_BYTES ((uint64_t)1 << 30)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: pack [OPTIONS] INPUT OUTDIR\n"
+        "       pack --merge OUTDIR\n"
+        "Decode, resize and pack the images of INPUT into a stoker dataset in OUTDIR.\n"
+        "INPUT is an ImageFolder tree (ROOT/CLASS/FILE; labels are class indices in\n"
+        "sorted order) or a .csv/.tsv list with a header naming `path` and `label`\n"
+        "(label: an integer or a class name; paths relative to the list's folder).\n\n"
+        "  -s, --size N            output images are N x N x 3 (default 256)\n"
+        "      --resize MODE       shorter (default): shorter side to N, centre crop;\n"
+        "                          stretch: to N x N; fit: inside N x N, padded\n"
+        "      --fill R,G,B        padding colour for --resize fit (default 0,0,0)\n"
+        "  -j, --threads N         decoding threads (default: all cores)\n"
+        "      --shard-size BYTES  shard size limit, whole records (default 1G)\n"
+        "      --records-per-shard N  records per shard (instead of --shard-size)\n"
+        "      --on-error MODE     skip (default): report bad files and go on;\n"
+        "                          fail: stop at the first bad file, keep nothing\n"
+        "      --max-pixels N      refuse images larger than N pixels (default 100000000)\n"
+        "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
+        "      --merge             write the manifest once every part is in OUTDIR\n"
+        "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
+        "      --json              print the result as one JSON object on stdout\n"
+        "  -q, --quiet             no progress bar or summary\n"
+        "  -h, --help              this help\n"
+        "  -V, --version           version\n\n"
+        "Records keep the listing order; the same input and flags give byte-identical\n"
+        "shards whatever -j. Running the same command again after a crash keeps the\n"
+        "shards already committed (verified) and finishes the rest.\n\n"
+        "Exit status: 0 every input packed; 1 error (nothing is left that looks like a\n"
+        "finished dataset); 2 usage error; 3 packed, but some inputs were skipped\n"
+        "(each is named on stderr and listed in OUTDIR/skipped.tsv).\n");
+}
+
+typedef struct {
+    pk_params img;
+    unsigned threads, part, parts;
+    uint64_t shard_size, per_shard;
+    bool fail_fast, merge, force, json, quiet;
+    const char *input, *out;
+} opts;
+
+static bool parse_part(const char *s, unsigned *k, unsigned *n)
+{
+    char tail;
+    return sscanf(s, "%u/%u%c", k, n, &tail) == 2 && *n >= 1 && *n <= 9999 && *k >= 1 && *k <= *n;
+}
+
+static bool parse_fill(const char *s, uint8_t fill[3])
+{
+    unsigned r, g, b;
+    char tail;
+    if (sscanf(s, "%u,%u,%u%c", &r, &g, &b, &tail) != 3 || r > 255 || g > 255 || b > 255) return false;
+    fill[0] = (uint8_t)r, fill[1] = (uint8_t)g, fill[2] = (uint8_t)b;
+    return true;
+}
+
+static bool parse_mode(const char *s, pk_resize_mode *m)
+{
+    if (!strcmp(s, "shorter")) *m = PK_RESIZE_SHORTER;
+    else if (!strcmp(s, "stretch")) *m = PK_RESIZE_STRETCH;
+    else if (!strcmp(s, "fit")) *m = PK_RESIZE_FIT;
+    else return false;
+    return true;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+    static const struct option lo[] = {
+        {"size", 1, 0, 's'}, {"resize", 1, 0, 'R'}, {"fill", 1, 0, 'F'}, {"threads", 1, 0, 'j'},
+        {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'}, {"on-error", 1, 0, 'E'},
+        {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'}, {"merge", 0, 0, 'M'}, {"force", 0, 0, 'f'},
+        {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
+                .threads = ncpu > 0 ? (unsigned)ncpu : 1, .part = 1, .parts = 1, .shard_size = (uint64_t)1 << 30};
+    int c, li = -1;
+    uint64_t v;
+    while ((c = getopt_long(argc, argv, "s:j:qhV", lo, &li)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case 's': ok = tool_parse_u64(optarg, &v) && v >= 1 && v <= 16384 && (o->img.size = (uint32_t)v); break;
+        case 'R': ok = parse_mode(optarg, &o->img.mode); break;
+        case 'F': ok = parse_fill(optarg, o->img.fill); break;
+        case 'j': ok = tool_parse_u64(optarg, &v) && v >= 1 && v <= 1024 && (o->threads = (unsigned)v); break;
+        case 'B': ok = tool_parse_size(optarg, &o->shard_size) && o->shard_size > 0; break;
+        case 'N': ok = tool_parse_u64(optarg, &o->per_shard) && o->per_shard > 0; break;
+        case 'E': ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail"); o->fail_fast = !strcmp(optarg, "fail"); break;
+        case 'P': ok = tool_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0; break;
+        case 'K': ok = parse_part(optarg, &o->part, &o->parts); break;
+        case 'M': o->merge = true; break;
+        case 'f': o->force = true; break;
+        case 'J': o->json = true; break;
+        case 'q': o->quiet = true; break;
+        case 'h': usage(stdout); exit(PACK_OK);
+        case 'V': printf("pack (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR, STK_FORMAT_MINOR); exit(PACK_OK);
+        default: return PACK_USAGE;
+        }
+        if (!ok) {
+            fprintf(stderr, "pack: invalid value '%s' for --%s (try --help)\n", optarg, li >= 0 ? lo[li].name : (c == 's' ? "size" : "threads"));
+            return PACK_USAGE;
+        }
+        li = -1;
+    }
+    int want = o->merge ? 1 : 2;
+    if (argc - optind != want) {
+        fprintf(stderr, "pack: expected %s (try --help)\n", o->merge ? "OUTDIR" : "INPUT OUTDIR");
+        return PACK_USAGE;
+    }
+    o->input = o->merge ? NULL : argv[optind];
+    o->out = argv[argc - 1];
+    return PACK_OK;
+}
+
+/* ------------------------------------------------------------ the run */
+
+typedef struct {
+    uint64_t index;
+    char *reason;
+} skip_t;
+
+typedef struct {
+    const opts *o;
+    pk_listing L;
+    stk_schema schema;
+    pk_out out;
+    skip_t *skips;
+    size_t nskips, capskips;
+    uint64_t packed, in_bytes, done;
+    tool_progress bar;
+    stk_error err;
+    int fatal;          /* a write failed: stop */
+    bool failed_input;  /* --on-error fail hit a bad file */
+} run_t;
+
+typedef struct {
+    pk_decoder *dec;
+    uint8_t *buf;
+    size_t cap;
+} worker_t;
+
+static void *worker_init(void *user)
+{
+    (void)user;
+    worker_t *w = calloc(1, sizeof *w);
+    if (w && !(w->dec = pk_decoder_new())) {
+        free(w);
+        w = NULL;
+    }
+    return w;
+}
+
+static void worker_fini(void *state)
+{
+    worker_t *w = state;
+    pk_decoder_free(w->dec);
+    free(w->buf);
+    free(w);
+}
+
+/* Read a whole file into w->buf; returns its size, or -1 with res set. */
+static int64_t read_input(worker_t *w, const char *path, pk_result *res)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        res->status = PK_E_CORRUPT;
+        snprintf(res->msg, sizeof res->msg, "cannot read: %s", fd < 0 || errno ? strerror(errno) : "not a regular file");
+        if (fd >= 0 && !S_ISREG(st.st_mode)) snprintf(res->msg, sizeof res->msg, "cannot read: not a regular file");
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if ((uint64_t)st.st_size > MAX_FILE_BYTES) {
+        close(fd);
+        res->status = PK_E_TOO_LARGE;
+        snprintf(res->msg, sizeof res->msg, "file of %lld bytes is larger than 1 GiB", (long long)st.st_size);
+        return -1;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    if (n + 1 > w->cap) {
+        uint8_t *b = realloc(w->buf, n + 1);
+        if (!b) {
+            close(fd);
+            res->status = PK_E_NOMEM;
+            snprintf(res->msg, sizeof res->msg, "out of memory reading %zu bytes", n);
+            return -1;
+        }
+        w->buf = b;
+        w->cap = n + 1;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, w->buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    int e = errno;
+    close(fd);
+    if (got != n) {
+        res->status = PK_E_CORRUPT;
+        snprintf(res->msg, sizeof res->msg, "cannot read: %s", got < n && e ? strerror(e) : "file shrank while reading");
+        return -1;
+    }
+    return (int64_t)n;
+}
+
+static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res)
+{
+    run_t *r = user;
+    worker_t *w = state;
+    if (r->L.e[i].label < 0) {
+        res->status = PK_E_UNSUPPORTED;
+        snprintf(res->msg, sizeof res->msg, "not inside a class directory (ImageFolder wants ROOT/CLASS/FILE)");
+        return;
+    }
+    char *path = pk_listing_path(&r->L, (size_t)i);
+    int64_t n = path ? read_input(w, path, res) : -1;
+    free(path);
+    if (n < 0) return;
+    res->in_bytes = (uint64_t)n;
+    res->status = pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
+}
+
+static bool add_skip(run_t *r, uint64_t index, const char *reason)
+{
+    if (r->nskips == r->capskips) {
+        size_t c = r->capskips ? 2 * r->capskips : 64;
+        skip_t *s = realloc(r->skips, c * sizeof *s);
+        if (!s) return false;
+        r->skips = s;
+        r->capskips = c;
+    }
+    r->skips[r->nskips].index = index;
+    if (!(r->skips[r->nskips].reason = strdup(reason))) return false;
+    r->nskips++;
+    return true;
+}
+
+static void report_bad(run_t *r, uint64_t i, const char *msg)
+{
+    char *path = pk_listing_path(&r->L, (size_t)i);
+    tool_progress_clear(&r->bar);
+    fprintf(stderr, "pack: %s: %s%s\n", path ? path : r->L.e[i].path, msg,
+            r->o->fail_fast ? " (--on-error fail: stopping)" : "");
+    free(path);
+}
+
+static int consume(void *user, uint64_t i, const uint8_t *slot, const pk_result *res)
+{
+    run_t *r = user;
+    r->done++;
+    r->in_bytes += res->in_bytes;
+    if (res->status) {
+        report_bad(r, i, res->msg);
+        if (r->o->fail_fast) return r->failed_input = true, 1;
+        if (!add_skip(r, i, res->msg)) return r->fatal = STK_E_NOMEM, snprintf(r->err.msg, sizeof r->err.msg, "out of memory"), 1;
+    } else {
+        int64_t label = r->L.e[i].label;
+        uint32_t size[2] = {res->w, res->h};
+        uint64_t source = i;
+        uint64_t img = (uint64_t)r->o->img.size * r->o->img.size * 3;
+        stk_value v[4] = {{slot, img}, {&label, 8}, {size, 8}, {&source, 8}};
+        if ((r->fatal = pk_out_append(&r->out, v, &r->err))) return 1;
+        r->packed++;
+    }
+    char extra[96];
+    double el = tool_now() - r->bar.start;
+    snprintf(extra, sizeof extra, "%.1f MB/s, %zu skipped", el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0, r->nskips);
+    tool_progress_update(&r->bar, r->done, extra);
+    return 0;
+}
+
+/* ------------------------------------------------------------ outdir */
+
+static int ensure_dir(const char *dir)
+{
+    char *p = strdup(dir);
+    for (char *s = p + 1; p; s++) {
+        if (*s && *s != '/') continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "pack: %s: cannot create directory: %s\n", p, strerror(errno));
+            free(p);
+            return -1;
+        }
+        if (!(*s = c)) break;
+    }
+    free(p);
+    return 0;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char *p = NULL;
+    bool e = asprintf(&p, "%s/%s", dir, name) >= 0 && access(p, F_OK) == 0;
+    free(p);
+    return e;
+}
+
+static void remove_in(const char *dir, const char *name)
+{
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", dir, name) >= 0) unlink(p);
+    free(p);
+}
+
+/* Remove this part's files (shards, slices, record, state). */
+static void remove_part(const run_t *r, const opts *o)
+{
+    for (size_t k = 0;; k++) {
+        char *p = pk_out_shard_path(&r->out, k);
+        bool gone = !p || access(p, F_OK) != 0;
+        if (!gone) unlink(p);
+        free(p);
+        if (gone) break;
+    }
+    static const char *const sfx[] = {".json", ".listing.tsv", ".skipped.tsv", ".state", NULL};
+    for (const char *const *s = sfx; *s; s++) {
+        char *p = pk_part_file(o->out, o->part, o->parts, *s);
+        if (p) unlink(p);
+        free(p);
+    }
+}
+
+/* ------------------------------------------------------------ slices */
+
+static void tsv_field(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\t') fputs("\\t", f);
+        else if (*s == '\n') fputs("\\n", f);
+        else if (*s == '\r') fputs("\\r", f);
+        else if (*s == '\\') fputs("\\\\", f);
+        else fputc(*s, f);
+    }
+}
+
+static int write_slice(const run_t *r, const char *suffix, uint64_t first, uint64_t end, bool skipped)
+{
+    char *path = pk_part_file(r->o->out, r->o->part, r->o->parts, suffix);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = path ? open_memstream(&text, &len) : NULL;
+    if (!f) {
+        free(path);
+        return -1;
+    }
+    if (skipped)
+        for (size_t k = 0; k < r->nskips; k++) {
+            tsv_field(f, r->L.e[r->skips[k].index].path);
+            fputc('\t', f);
+            tsv_field(f, r->skips[k].reason);
+            fputc('\n', f);
+        }
+    else
+        for (uint64_t i = first; i < end; i++) {
+            fprintf(f, "%llu\t%lld\t", (unsigned long long)i, (long long)r->L.e[i].label);
+            tsv_field(f, r->L.e[i].path);
+            fputc('\n', f);
+        }
+    fclose(f);
+    stk_error err;
+    int rc = stk_file_commit(path, text, len, &err);
+    if (rc) fprintf(stderr, "pack: %s\n", err.msg);
+    free(text);
+    free(path);
+    return rc ? -1 : 0;
+}
+
+/* ------------------------------------------------------------ main flow */
+
+static char *pack_params_json(const run_t *r, uint64_t per_shard)
+{
+    static const char *const modes[] = {"shorter", "stretch", "fit"};
+    const pk_params *p = &r->o->img;
+    char *s = NULL;
+    if (asprintf(&s,
+                 "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "
+                 "\"fill\": [%u, %u, %u], \"max_pixels\": %llu, \"records_per_shard\": %llu, \"listed\": %zu, "
+                 "\"parts\": %u, \"listing\": \"listing.tsv\", \"skipped_list\": \"skipped.tsv\"}",
+                 STK_VERSION_STRING, r->L.kind == PK_LIST_IMAGEFOLDER ? "imagefolder" : "list", p->size,
+                 modes[p->mode], p->fill[0], p->fill[1], p->fill[2], (unsigned long long)p->max_pixels,
+                 (unsigned long long)per_shard, r->L.n, r->o->parts) < 0)
+        return NULL;
+    return s;
+}
+
+static uint64_t params_hash(const run_t *r, const char *pack_json)
+{
+    char *s = NULL;
+    uint64_t h = 0;
+    /* Not the part number: every part of one pack shares this (the merge
+     * compares it); each part keeps its own state file. */
+    if (asprintf(&s, "%016llx %s", (unsigned long long)pk_listing_hash(&r->L), pack_json) >= 0)
+        h = stk_hash(s, strlen(s));
+    free(s);
+    return h ? h : 1;
+}
+
+static uint64_t records_per_shard(const opts *o, const stk_schema *s)
+{
+    if (o->per_shard) return o->per_shard;
+    uint64_t lo = 1, hi = 1;
+    while (stk_shard_size_for(s, hi * 2) && stk_shard_size_for(s, hi * 2) <= o->shard_size && hi < ((uint64_t)1 << 40)) hi *= 2;
+    if (stk_shard_size_for(s, hi) > o->shard_size) return 1; /* one record is larger than the limit */
+    uint64_t top = hi * 2;
+    lo = hi;
+    while (lo + 1 < top) { /* largest count that fits */
+        uint64_t mid = lo + (top - lo) / 2, sz = stk_shard_size_for(s, mid);
+        if (sz && sz <= o->shard_size) lo = mid;
+        else top = mid;
+    }
+    return lo;
+}
+
+static int make_schema(const opts *o, stk_schema *s)
+{
+    stk_error err;
+    uint64_t img[3] = {o->img.size, o->img.size, 3}, two[1] = {2};
+    stk_schema_init(s);
+    if (stk_schema_add_tensor(s, "image", STK_DT_U8, 3, img, &err) ||
+        stk_schema_add_tensor(s, "label", STK_DT_I64, 0, NULL, &err) ||
+        stk_schema_add_tensor(s, "orig_size", STK_DT_U32, 1, two, &err) ||
+        stk_schema_add_tensor(s, "source", STK_DT_U64, 0, NULL, &err)) {
+        fprintf(stderr, "pack: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int finish_merge(const opts *o, double t0, const run_t *r)
+{
+    pk_merge_result mr;
+    stk_error err;
+    if (pk_merge(o->out, r ? o->parts : 0, &mr, &err)) {
+        fprintf(stderr, "pack: %s\n", err.msg);
+        return PACK_FAIL;
+    }
+    double el = tool_now() - t0;
+    if (o->json)
+        printf("{\"ok\": true, \"merged\": true, \"packed\": %llu, \"skipped\": %llu, \"shards\": %zu, "
+               "\"seconds\": %.3f, \"images_per_s\": %.1f, \"input_mb_per_s\": %.2f, \"output\": ",
+               (unsigned long long)mr.packed, (unsigned long long)mr.skipped, mr.nshards, el,
+               r && el > 0 ? (double)r->done / el : 0.0, r && el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0);
+    if (o->json) tool_json_string(stdout, o->out), printf("}\n");
+    else if (!o->quiet)
+        fprintf(stderr, "pack: %s: %llu images packed into %zu shards, %llu skipped%s (%.1f s%s)\n", o->out,
+                (unsigned long long)mr.packed, mr.nshards, (unsigned long long)mr.skipped,
+                mr.skipped ? ", listed in skipped.tsv" : "", el, r ? "" : ", merge");
+    return mr.skipped ? PACK_SKIPPED : PACK_OK;
+}
+
+/* Reproduce the reasons for inputs skipped before an interruption. A gap
+ * that now decodes means the input changed: start the part over. */
+static int redo_gaps(run_t *r, const uint64_t *gaps, size_t n, bool *restart)
+{
+    worker_t *w = worker_init(r);
+    uint8_t *slot = malloc((size_t)r->o->img.size * r->o->img.size * 3);
+    int rc = w && slot ? 0 : -1;
+    for (size_t k = 0; !rc && k < n && !*restart; k++) {
+        pk_result res;
+        memset(&res, 0, sizeof res);
+        produce(r, w, gaps[k], slot, &res);
+        if (res.status == 0) *restart = true;
+        else if (!add_skip(r, gaps[k], res.msg)) rc = -1;
+    }
+    if (w) worker_fini(w);
+    free(slot);
+    return rc;
+}
+
+static void note_dropped(void *user, const char *why)
+{
+    const run_t *r = user;
+    if (!r->o->quiet) fprintf(stderr, "pack: redoing a shard of the interrupted run: %s\n", why);
+}
+
+/* Decide between a fresh start, a resume and "already done". Returns -1 on
+ * error, 0 to pack from *next, 1 when the part is already complete. */
+static int prepare(run_t *r, uint64_t params, uint64_t first, uint64_t end, uint64_t *next)
+{
+    const opts *o = r->o;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)params);
+    if (exists(o->out, STK_MANIFEST_NAME)) {
+        if (!o->force) {
+            fprintf(stderr, "pack: %s already holds a dataset (manifest.json); use --force to replace it\n", o->out);
+            return -1;
+        }
+        remove_in(o->out, STK_MANIFEST_NAME); /* first: the directory stops being a dataset */
+        remove_in(o->out, "listing.tsv");
+        remove_in(o->out, "skipped.tsv");
+    }
+    uint64_t done_params = pk_part_params(o->out, o->part, o->parts);
+    char *state = pk_part_file(o->out, o->part, o->parts, ".state"), *old = NULL;
+    size_t len = 0;
+    FILE *f = state ? fopen(state, "r") : NULL;
+    if (f) {
+        if (getline(&old, &len, f) < 0) { free(old); old = NULL; }
+        fclose(f);
+    }
+    bool same = (done_params ? done_params == params : old && !strncmp(old, hex, 16));
+    bool present = done_params || old;
+    free(old);
+    if (present && !same && !o->force) {
+        fprintf(stderr, "pack: %s holds part %u/%u of a pack with other inputs or flags; use --force to start over\n",
+                o->out, o->part, o->parts);
+        free(state);
+        return -1;
+    }
+    if (done_params && same) { free(state); return 1; }
+    if (!same || o->force) remove_part(r, o);
+    stk_error err;
+    int rc = stk_file_commit(state, hex, 16, &err);
+    free(state);
+    if (rc) { fprintf(stderr, "pack: %s\n", err.msg); return -1; }
+    uint64_t *gaps = NULL;
+    size_t ngaps = 0;
+    bool restart = false;
+    if (pk_out_resume(&r->out, first, end, next, &gaps, &ngaps, note_dropped, r, &err)) {
+        fprintf(stderr, "pack: %s\n", err.msg);
+        return -1;
+    }
+    if (*next > first && !o->quiet)
+        fprintf(stderr, "pack: resuming: kept %zu verified shards (%llu records), continuing at input %llu\n",
+                r->out.nshards, (unsigned long long)pk_out_records(&r->out), (unsigned long long)*next);
+    rc = redo_gaps(r, gaps, ngaps, &restart);
+    free(gaps);
+    if (rc == 0 && restart) { /* the input changed under the kept shards */
+        pk_out_abort(&r->out, true);
+        for (size_t i = 0; i < r->out.nshards; i++) free(r->out.shards[i].path);
+        r->out.nshards = r->out.opened = 0;
+        for (size_t i = 0; i < r->nskips; i++) free(r->skips[i].reason);
+        r->nskips = 0;
+        *next = first;
+    }
+    r->packed = pk_out_records(&r->out);
+    return rc;
+}
+
+static int finish_part(run_t *r, uint64_t params, uint64_t first, uint64_t end, const char *pack_json)
+{
+    if (pk_out_flush(&r->out, &r->err)) {
+        fprintf(stderr, "pack: %s\n", r->err.msg);
+        return -1;
+    }
+    if (write_slice(r, ".listing.tsv", first, end, false) || write_slice(r, ".skipped.tsv", first, end, true)) return -1;
+    pk_part part = {.part = r->o->part, .parts = r->o->parts, .params = params, .first = first, .end = end,
+                    .packed = r->packed, .skipped = r->nskips, .nclasses = r->L.nclasses, .classes = r->L.classes,
+                    .pack_json = pack_json, .shards = r->out.shards, .nshards = r->out.nshards};
+    if (pk_part_commit(r->o->out, &part, &r->err)) {
+        fprintf(stderr, "pack: %s\n", r->err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_pack(const opts *o)
+{
+    run_t r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    double t0 = tool_now();
+    char msg[STK_ERROR_MSG_MAX];
+    if (pk_listing_load(o->input, &r.L, msg, sizeof msg)) {
+        fprintf(stderr, "pack: %s\n", msg);
+        return PACK_FAIL;
+    }
+    int status = PACK_FAIL;
+    uint64_t first, end, next = 0, per_shard = 0, params = 0;
+    char *pack_json = NULL, prefix[32];
+    pk_part_range(r.L.n, o->part, o->parts, &first, &end);
+    if (o->parts == 1) snprintf(prefix, sizeof prefix, "shard");
+    else snprintf(prefix, sizeof prefix, "part-%04u-of-%04u", o->part, o->parts);
+    if (make_schema(o, &r.schema) || ensure_dir(o->out)) goto out;
+    per_shard = records_per_shard(o, &r.schema);
+    if (!(pack_json = pack_params_json(&r, per_shard))) goto out;
+    params = params_hash(&r, pack_json);
+    if (pk_out_init(&r.out, o->out, prefix, &r.schema, per_shard, &r.err)) goto out;
+    int prep = prepare(&r, params, first, end, &next);
+    if (prep < 0) goto out;
+    if (prep == 0) {
+        tool_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
+        pk_pipeline pl = {.threads = o->threads, .window = 4 * (size_t)o->threads + 4,
+                          .slot_bytes = (size_t)o->img.size * o->img.size * 3, .first = next, .end = end,
+                          .user = &r, .thread_init = worker_init, .thread_fini = worker_fini,
+                          .produce = produce, .consume = consume};
+        int prc = pk_pipeline_run(&pl);
+        tool_progress_end(&r.bar);
+        if (prc < 0) fprintf(stderr, "pack: cannot start %u threads or allocate the slots\n", o->threads);
+        if (r.fatal) fprintf(stderr, "pack: %s\n", r.err.msg);
+        if (r.failed_input) remove_part(&r, o);
+        if (prc || r.fatal) {
+            pk_out_abort(&r.out, r.failed_input);
+            goto out;
+        }
+        if (finish_part(&r, params, first, end, pack_json)) goto out;
+    }
+    if (o->parts == 1) status = finish_merge(o, t0, &r);
+    else {
+        status = r.nskips ? PACK_SKIPPED : PACK_OK;
+        if (o->json)
+            printf("{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %zu, "
+                   "\"shards\": %zu, \"seconds\": %.3f}\n", o->part, o->parts, (unsigned long long)r.packed,
+                   r.nskips, r.out.nshards, tool_now() - t0);
+        else if (!o->quiet)
+            fprintf(stderr, prep == 1 ? "pack: part %u/%u was already complete; run `pack --merge %s` once all parts are done\n"
+                                      : "pack: part %u/%u done; run `pack --merge %s` once all parts are done\n",
+                    o->part, o->parts, o->out);
+    }
+out:
+    for (size_t i = 0; i < r.nskips; i++) free(r.skips[i].reason);
+    free(r.skips);
+    free(pack_json);
+    pk_out_free(&r.out);
+    pk_listing_free(&r.L);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    if (o.merge) return finish_merge(&o, tool_now(), NULL);
+    return run_pack(&o);
+}

@@ -1,0 +1,74 @@
+/*
+ * packer/resize.h - antialiased bilinear resampling of 8-bit RGB images.
+ *
+ * The filter is Pillow's Image.resize(..., Image.BILINEAR) (ImagingResample):
+ * a triangle of radius 1 stretched by the downscale factor, so that every
+ * source pixel contributes (this is torchvision's Resize on PIL images, and
+ * its antialias=True on tensors). Per output pixel the weights are computed in
+ * double and normalised as Pillow does, then turned into 14-bit fixed point;
+ * the horizontal pass runs first into an 8-bit intermediate, then the
+ * vertical pass, each rounding and clamping to 0..255. Pillow keeps 22 bits of
+ * weight in 32-bit integers; 14 bits fit the 16-bit multiply-add of the SIMD
+ * kernels and move results by well under one level (see resize.c).
+ *
+ * Only a window of the output is computed (a centre crop needs nothing
+ * outside it), and the horizontal pass runs only over the source rows the
+ * vertical pass reads. Weight tables depend on (source size, output size,
+ * window) alone and are kept in the pk_resizer, so images of repeating
+ * dimensions reuse them.
+ *
+ * A pk_resizer is single-threaded: one per thread (pk_decoder holds one).
+ */
+#ifndef STOKER_PACKER_RESIZE_H
+#define STOKER_PACKER_RESIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fractional bits of the fixed-point weights. */
+#define PK_RESIZE_BITS 14
+
+/* An 8-bit RGB image in memory: row y starts at data + y * stride and holds
+ * w pixels of 3 bytes (R, G, B). */
+typedef struct {
+    const uint8_t *data;
+    uint32_t w, h;
+    size_t stride;
+} pk_rgb_view;
+
+/* A rectangle of the (virtual) resized image: columns [x, x + w), rows
+ * [y, y + h). The resized image itself may be far larger than anything
+ * allocated (a 1 x 100000 strip scaled so its short side is 256), hence
+ * 64-bit offsets. */
+typedef struct {
+    uint64_t x, y;
+    uint32_t w, h;
+} pk_rect;
+
+typedef struct pk_resizer pk_resizer;
+
+/* NULL when out of memory. Picks the kernels the running CPU supports. */
+pk_resizer *pk_resizer_new(void);
+/* NULL is a no-op. */
+void pk_resizer_free(pk_resizer *r);
+
+/* Use the portable scalar kernels even where SIMD ones exist (0: allow SIMD,
+ * the default). Both give identical bytes; tests compare them. */
+void pk_resizer_force_scalar(pk_resizer *r, int on);
+
+/* Resample src to out_w x out_h and write the window `win` of that image to
+ * dst (row j of the window at dst + j * dst_stride, 3 * win.w bytes each).
+ * An axis whose size does not change is copied, not filtered (as Pillow
+ * does). The window must lie inside out_w x out_h and be non-empty; src must
+ * be non-empty. Returns 0, or -1 when out of memory (dst is then undefined). */
+int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h,
+              const pk_rect *win, uint8_t *dst, size_t dst_stride);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOKER_PACKER_RESIZE_H */
