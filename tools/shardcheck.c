@@ -52,16 +52,20 @@ typedef struct {
 /* One shard to check: from a manifest (entry != NULL) or named directly. */
 typedef struct {
     char *path;
-    stk_shard *sh;            /* NULL when it could not be opened */
+    stk_shard *sh;            /* NULL when it could not be opened, or once checked */
+    bool opened;
+    uint64_t records, bytes;  /* as the shard says, kept for the report */
     const stk_shard_entry *entry;
     const stk_manifest *m;
     atomic_uint_fast64_t listed; /* problems recorded for this shard */
+    atomic_size_t units_left;    /* --full: units not yet done; the last one closes sh */
 } target;
 
 typedef struct {
     size_t t;
     int field;
     uint64_t record; /* UINT64_MAX: not about one record */
+    char *field_name; /* NULL when field < 0 */
     char *msg;
 } problem;
 
@@ -80,7 +84,7 @@ typedef struct {
     size_t nm;
     problem *p;
     size_t np, capp;
-    uint64_t total_problems;
+    atomic_uint_fast64_t total_problems; /* written under lock, read by the progress bar without */
     pthread_mutex_t lock;
     unit *u;
     size_t nu, capu;
@@ -102,17 +106,25 @@ static void *grow(void *p, size_t *cap, size_t n, size_t elem)
     return q;
 }
 
-/* Record a problem (thread-safe). Listing is capped per shard; counting is not. */
-static void add_problem(checker *c, size_t t, uint64_t record, int field, const char *msg)
+/* Record a problem (thread-safe). Listing is capped per shard; counting is not.
+ * field_name is kept with the problem because the shard may be closed by the
+ * time the report is printed. */
+static void add_field_problem(checker *c, size_t t, uint64_t record, int field, const char *field_name,
+                              const char *msg)
 {
     pthread_mutex_lock(&c->lock);
     c->total_problems++;
     bool list = t == SIZE_MAX || atomic_fetch_add(&c->t[t].listed, 1) < MAX_LISTED_PER_SHARD;
     if (list) {
         c->p = grow(c->p, &c->capp, c->np, sizeof *c->p);
-        c->p[c->np++] = (problem){t, field, record, strdup(msg)};
+        c->p[c->np++] = (problem){t, field, record, field_name ? strdup(field_name) : NULL, strdup(msg)};
     }
     pthread_mutex_unlock(&c->lock);
+}
+
+static void add_problem(checker *c, size_t t, uint64_t record, int field, const char *msg)
+{
+    add_field_problem(c, t, record, field, NULL, msg);
 }
 
 static size_t add_target(checker *c, const char *path, const stk_shard_entry *e, const stk_manifest *m)
@@ -136,6 +148,9 @@ static void check_structure(checker *c, size_t i)
         add_problem(c, i, UINT64_MAX, -1, err.msg);
         return;
     }
+    t->opened = true;
+    t->records = stk_shard_records(t->sh);
+    t->bytes = stk_shard_file_size(t->sh);
     const stk_shard_entry *e = t->entry;
     char msg[STK_ERROR_MSG_MAX + 64];
     if (e && stk_shard_records(t->sh) != e->records) {
@@ -213,6 +228,7 @@ static void plan_units(checker *c)
             c->u[c->nu++] = (unit){i, U_FILEHASH, 0, 0, size};
         }
     }
+    for (size_t k = 0; k < c->nu; k++) atomic_fetch_add(&c->t[c->u[k].t].units_left, 1);
 }
 
 typedef struct { checker *c; size_t t; } cb_ctx;
@@ -227,7 +243,7 @@ static void on_problem(void *user, const stk_shard *sh, uint64_t record, int fie
         snprintf(msg, sizeof msg, "%s: record %llu, field '%s': %s", stk_shard_path(sh), (unsigned long long)record,
                  stk_shard_schema(sh)->fields[field].name, what);
     else snprintf(msg, sizeof msg, "%s: record %llu: %s", stk_shard_path(sh), (unsigned long long)record, what);
-    add_problem(x->c, x->t, record, field, msg);
+    add_field_problem(x->c, x->t, record, field, field >= 0 ? stk_shard_schema(sh)->fields[field].name : NULL, msg);
 }
 
 static void run_unit(checker *c, const unit *u)
@@ -248,6 +264,13 @@ static void run_unit(checker *c, const unit *u)
         }
     }
     atomic_fetch_add(&c->bytes_done, u->bytes);
+    /* The thread that finishes a shard's last unit unmaps it: unmapping
+     * costs about a third of the time mapping and hashing took, and done
+     * here it is spread over the threads instead of left to the end. */
+    if (atomic_fetch_sub(&c->t[u->t].units_left, 1) == 1) {
+        stk_shard_close(c->t[u->t].sh);
+        c->t[u->t].sh = NULL;
+    }
 }
 
 static void *worker(void *arg)
@@ -293,10 +316,10 @@ static int cmp_problem(const void *a, const void *b)
 
 static void report(checker *c, double seconds)
 {
-    qsort(c->p, c->np, sizeof *c->p, cmp_problem);
+    if (c->np) qsort(c->p, c->np, sizeof *c->p, cmp_problem); /* c->p is NULL when there are none */
     uint64_t records = 0, bytes = 0;
     for (size_t i = 0; i < c->nt; i++)
-        if (c->t[i].sh) records += stk_shard_records(c->t[i].sh), bytes += stk_shard_file_size(c->t[i].sh);
+        if (c->t[i].opened) records += c->t[i].records, bytes += c->t[i].bytes;
     double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0;
     const char *mode = c->o.full ? "full" : "quick";
     if (c->o.json) {
@@ -310,10 +333,10 @@ static void report(checker *c, double seconds)
             tool_json_string(stdout, p->t == SIZE_MAX ? "" : c->t[p->t].path);
             if (p->record == UINT64_MAX) printf(", \"record\": null");
             else printf(", \"record\": %llu", (unsigned long long)p->record);
-            if (p->field < 0 || !c->t[p->t].sh) printf(", \"field\": null, \"message\": ");
+            if (!p->field_name) printf(", \"field\": null, \"message\": ");
             else {
                 printf(", \"field\": ");
-                tool_json_string(stdout, stk_shard_schema(c->t[p->t].sh)->fields[p->field].name);
+                tool_json_string(stdout, p->field_name);
                 printf(", \"message\": ");
             }
             tool_json_string(stdout, p->msg);
@@ -391,7 +414,7 @@ int main(int argc, char **argv)
     report(&c, tool_now() - t0);
     int status = c.total_problems ? EXIT_PROBLEMS : EXIT_OK;
     for (size_t i = 0; i < c.nt; i++) stk_shard_close(c.t[i].sh), free(c.t[i].path);
-    for (size_t i = 0; i < c.np; i++) free(c.p[i].msg);
+    for (size_t i = 0; i < c.np; i++) free(c.p[i].msg), free(c.p[i].field_name);
     for (size_t i = 0; i < c.nm; i++) stk_manifest_free(c.manifests[i]);
     free(c.t), free(c.p), free(c.u), free(c.manifests);
     pthread_mutex_destroy(&c.lock);
