@@ -111,11 +111,6 @@ static int flush_direct(stk_writer *w, stk_error *err)
         w->failed = rc;
         return rc;
     }
-#ifdef SYNC_FILE_RANGE_WRITE
-    /* Start writeback now rather than at the final fsync: a 1 GiB shard would
-     * otherwise reach disk in one burst while the writer waits for it. */
-    sync_file_range(w->fd, (off_t)w->direct_off, (off_t)w->direct_buf.len, SYNC_FILE_RANGE_WRITE);
-#endif
     w->direct_off += w->direct_buf.len;
     w->direct_buf.len = 0;
     return STK_OK;

@@ -4,6 +4,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,14 +70,50 @@ uint64_t pk_out_records(const pk_out *o)
     return n;
 }
 
+/* Start writeback of the open shard's dirty pages (Linux; elsewhere the
+ * final fsync does it all). *fd caches a descriptor for *cached. */
+static void writeback(pk_out *o, int *fd, char **cached)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    char *path = o->open_tmp ? strdup(o->open_tmp) : NULL;
+    pthread_mutex_unlock(&o->lock);
+    if (path && (!*cached || strcmp(path, *cached))) {
+        if (*fd >= 0) close(*fd);
+        free(*cached);
+        *cached = path;
+        path = NULL;
+        *fd = open(*cached, O_RDONLY | O_CLOEXEC);
+    }
+    if (*fd >= 0 && *cached) sync_file_range(*fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    free(path);
+    pthread_mutex_lock(&o->lock);
+#else
+    (void)o, (void)fd, (void)cached;
+#endif
+}
+
+static void wait_tick(pk_out *o)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&o->cv, &o->lock, &ts);
+}
+
 /* The committer: finishes queued writers in order. A failure is sticky and
  * the rest of the queue is dropped (their shards would not follow on). */
 static void *committer(void *arg)
 {
     pk_out *o = arg;
+    int fd = -1;
+    char *cached = NULL;
     pthread_mutex_lock(&o->lock);
     for (;;) {
-        while (!o->qlen && !o->quit) pthread_cond_wait(&o->cv, &o->lock);
+        while (!o->qlen && !o->quit) {
+            wait_tick(o);
+            if (!o->qlen && !o->quit) writeback(o, &fd, &cached);
+        }
         if (!o->qlen) break;
         stk_writer *w = o->queue[o->qhead];
         o->qhead = (o->qhead + 1) % PK_OUT_PENDING;
@@ -96,16 +134,33 @@ static void *committer(void *arg)
         pthread_cond_broadcast(&o->cv);
     }
     pthread_mutex_unlock(&o->lock);
+    if (fd >= 0) close(fd);
+    free(cached);
     return NULL;
+}
+
+static int ensure_thread(pk_out *o, stk_error *err)
+{
+    if (o->thread_on) return STK_OK;
+    if (pthread_create(&o->thread, NULL, committer, o) != 0) return fail(err, STK_E_NOMEM, "cannot start a thread");
+    o->thread_on = true;
+    return STK_OK;
+}
+
+static void set_open_tmp(pk_out *o, char *tmp)
+{
+    pthread_mutex_lock(&o->lock);
+    free(o->open_tmp);
+    o->open_tmp = tmp;
+    pthread_mutex_unlock(&o->lock);
 }
 
 /* Hand the open shard to the committer (waiting while PK_OUT_PENDING are queued). */
 static int submit(pk_out *o, stk_error *err)
 {
-    if (!o->thread_on) {
-        if (pthread_create(&o->thread, NULL, committer, o) != 0) return fail(err, STK_E_NOMEM, "cannot start a thread");
-        o->thread_on = true;
-    }
+    int rc0 = ensure_thread(o, err);
+    if (rc0) return rc0;
+    set_open_tmp(o, NULL);
     pthread_mutex_lock(&o->lock);
     while (o->qlen == PK_OUT_PENDING && !o->error) pthread_cond_wait(&o->cv, &o->lock);
     int rc = o->error;
@@ -156,15 +211,19 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
         char *path = pk_out_shard_path(o, o->opened);
         if (!path) return fail(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
+        char *tmp = NULL;
+        if (o->cur && asprintf(&tmp, "%s.tmp", path) >= 0) set_open_tmp(o, tmp); /* stk_writer_create's name */
         free(path);
         if (!o->cur) return err ? err->code : STK_E_IO;
         o->opened++;
+        if ((rc = ensure_thread(o, err))) return rc;
     }
     return stk_writer_append(o->cur, v, err);
 }
 
 void pk_out_abort(pk_out *o, bool remove_committed)
 {
+    set_open_tmp(o, NULL);
     stk_writer_abort(o->cur);
     o->cur = NULL;
     drain(o, NULL); /* commits already handed over complete: they are whole shards */
@@ -177,6 +236,7 @@ void pk_out_abort(pk_out *o, bool remove_committed)
 
 void pk_out_free(pk_out *o)
 {
+    set_open_tmp(o, NULL);
     stk_writer_abort(o->cur);
     o->cur = NULL;
     drain(o, NULL);
