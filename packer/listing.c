@@ -136,7 +136,7 @@ static int load_folder(const char *root, pk_listing *l, char *msg, size_t cap)
     if (!rc) qsort(l->classes, l->nclasses, sizeof *l->classes, cmp_str);
     for (size_t c = 0; !rc && c < l->nclasses; c++) rc = walk(root, l->classes[c], (int64_t)c, 1, &it, msg, cap);
     if (!rc) {
-        qsort(it.v, it.n, sizeof *it.v, cmp_item);
+        if (it.n) qsort(it.v, it.n, sizeof *it.v, cmp_item); /* it.v is NULL when empty */
         l->e = calloc(it.n ? it.n : 1, sizeof *l->e);
         if (!l->e) rc = say(msg, cap, "out of memory");
     }

@@ -3,8 +3,9 @@
  *
  * OUTDIR/classNNN/img-NNNNNNNN.{jpg,png}: image i is in class i % classes.
  * Its content depends only on (seed, i): a smooth two-colour gradient under a
- * soft light, a low-frequency texture and a few soft-edged shapes, computed on
- * a grid of 4 x 4 pixel cells and interpolated, plus mild sensor-like noise,
+ * soft light, a low-frequency texture, a 4-pixel grain and a few soft-edged
+ * shapes, computed on a grid of 4 x 4 pixel cells and interpolated, plus
+ * sensor-like noise,
  * so that JPEG sizes are those of photos (~20-60 KB at 400 x 350), not of
  * white noise. Most files are JPEGs (baseline 4:2:0, about 10% each 4:4:4
  * and 4:2:2, quality 75..95); about one in 32 is an RGB PNG (PNG encoding
@@ -12,7 +13,8 @@
  *
  * --variants adds one file of every JPEG/PNG flavour a decoder must handle,
  * --broken the bad files a packer must skip with a reason (see usage()).
- * The same flags give byte-identical files. */
+ * The same flags give byte-identical files (from the same build: the content
+ * uses float arithmetic, with no contraction or reassociation). */
 #define _GNU_SOURCE
 #include "common.h"
 
@@ -60,7 +62,8 @@ static void usage(FILE *f)
             "                        so, without it); PNG gray 8-bit, palette, RGB 16-bit,\n"
             "                        RGBA\n"
             "      --broken          also write files a packer must skip, named broken-*:\n"
-            "                        an empty .jpg, truncated JPEG and PNG, random bytes\n"
+            "                        an empty .jpg, truncated JPEGs (in the scan data and\n"
+            "                        in the header) and PNG, random bytes\n"
             "                        named .jpg, a JPEG that ends after its headers,\n"
             "                        decompression bombs (small JPEG and PNG whose headers\n"
             "                        claim %ux%u pixels), a GIF named .jpg and a text file\n"
@@ -172,6 +175,8 @@ typedef struct {
     size_t rgb_cap, aux_cap;
     int16_t *grid, *hrows;      /* 4x4-cell grid (value * 4); grid rows interpolated to full width (value * 16) */
     size_t grid_cap, hrows_cap;
+    float *frow;                /* one grid row: R, G, B, light */
+    size_t frow_cap;
     int16_t *noise;             /* noise_n samples: luma (+-63) + chroma (+-15) per pixel, unit amplitude */
     size_t noise_n;             /* a multiple of 3, > 3 * the widest row: small enough for L2 */
     unsigned char *jpg;         /* TurboJPEG output buffer (grows) */
@@ -230,7 +235,8 @@ static bool synth(gen_t *g, uint32_t w, uint32_t h, rng_t *r)
     size_t gw = (w + 3) / 4 + 2, gh = (h + 3) / 4 + 2, w3 = (size_t)w * 3;
     if (!grow((void **)&g->rgb, &g->rgb_cap, (size_t)w * h * 3) ||
         !grow((void **)&g->grid, &g->grid_cap, gw * gh * 3 * sizeof(int16_t)) ||
-        !grow((void **)&g->hrows, &g->hrows_cap, gh * w3 * sizeof(int16_t)))
+        !grow((void **)&g->hrows, &g->hrows_cap, gh * w3 * sizeof(int16_t)) ||
+        !grow((void **)&g->frow, &g->frow_cap, gw * 4 * sizeof(float)))
         return false;
     /* background: a gradient between two colours along a random direction */
     float c0[3], c1[3];
@@ -268,33 +274,52 @@ static bool synth(gen_t *g, uint32_t w, uint32_t h, rng_t *r)
         s->x0 = s->cx - reach, s->x1 = s->cx + reach, s->y0 = s->cy - reach, s->y1 = s->cy + reach;
         s->irx = 1 / s->rx, s->iry = 1 / s->ry, s->isoft = fminf(s->rx, s->ry) / s->soft;
     }
-    /* the texture's phase steps by a fixed angle along x: rotate instead of sinf() */
-    float dcs = cosf(4 * tx), dsn = sinf(4 * tx);
+    /* Row by row, each layer a plain loop over the row (the compiler
+     * vectorises most of them); a shape only over the columns of its box. */
+    float *cr = g->frow, *cg = cr + gw, *cb = cg + gw, *lt = cb + gw;
+    float dcs = cosf(4 * tx), dsn = sinf(4 * tx); /* the texture's phase steps by a fixed angle along x */
     for (size_t j = 0; j < gh; j++) {
         float y = (float)(j * 4), ts = sinf(y * ty + tph), tc = cosf(y * ty + tph);
+        float t0 = ((0 - (float)w / 2) * gx + (y - (float)h / 2) * gy) * iext + 0.5f, dt = 4 * gx * iext;
+        float dy2 = (y - ly) * (y - ly);
         for (size_t i = 0; i < gw; i++) {
-            float x = (float)(i * 4), c[3];
-            float t = clampf(((x - (float)w / 2) * gx + (y - (float)h / 2) * gy) * iext + 0.5f, 0, 1);
-            float dx = x - lx, dy = y - ly;
-            float light = 1 + ls * (1 - 2 * clampf((dx * dx + dy * dy) * ilr2, 0, 1));
+            float x = (float)(i * 4), dx = x - lx;
+            lt[i] = 1 + ls * (1 - 2 * clampf((dx * dx + dy2) * ilr2, 0, 1));
+            float t = clampf(t0 + dt * (float)i, 0, 1);
+            cr[i] = (c0[0] + (c1[0] - c0[0]) * t) * lt[i];
+            cg[i] = (c0[1] + (c1[1] - c0[1]) * t) * lt[i];
+            cb[i] = (c0[2] + (c1[2] - c0[2]) * t) * lt[i];
+        }
+        for (size_t i = 0; i < gw; i++) { /* texture, grain (4-pixel scale), a little chroma */
             float tex = ta * ts, nts = ts * dcs + tc * dsn;
             tc = tc * dcs - ts * dsn, ts = nts;
             uint64_t gb = next(r);
-            float gl = grain * ((float)(gb & 0xffff) * (1.0f / 32768) - 1);
-            for (int k = 0; k < 3; k++)
-                c[k] = (c0[k] + (c1[k] - c0[k]) * t) * light + tex + gl + (float)((gb >> (16 + 8 * k)) & 255) * (1.0f / 64) - 2;
-            for (unsigned k = 0; k < ns; k++) {
-                const shape_t *s = &sh[k];
-                if (x < s->x0 || x > s->x1 || y < s->y0 || y > s->y1) continue;
-                float ux = x - s->cx, uy = y - s->cy;
-                float u = (ux * s->cs + uy * s->sn) * s->irx, v = (-ux * s->sn + uy * s->cs) * s->iry;
-                float d = s->rect ? fmaxf(fabsf(u), fabsf(v)) : sqrtf(u * u + v * v);
-                float a = clampf(0.5f - (d - 1) * s->isoft, 0, 1) * s->alpha; /* (d - 1) * min(rx, ry): ~ pixels to the edge */
-                if (a <= 0) continue;
-                for (int q = 0; q < 3; q++) c[q] += (s->col[q] * light - c[q]) * a;
+            float gl = tex + grain * ((float)(gb & 0xffff) * (1.0f / 32768) - 1) - 2;
+            cr[i] += gl + (float)((gb >> 16) & 255) * (1.0f / 64);
+            cg[i] += gl + (float)((gb >> 24) & 255) * (1.0f / 64);
+            cb[i] += gl + (float)((gb >> 32) & 255) * (1.0f / 64);
+        }
+        for (unsigned k = 0; k < ns; k++) {
+            const shape_t *sp = &sh[k];
+            if (y < sp->y0 || y > sp->y1 || sp->x1 < 0) continue;
+            size_t i0 = sp->x0 <= 0 ? 0 : (size_t)ceilf(sp->x0 / 4), i1 = (size_t)(sp->x1 / 4) + 1;
+            if (i1 > gw) i1 = gw;
+            float uy = y - sp->cy, usn = uy * sp->sn, ucs = uy * sp->cs;
+            for (size_t i = i0; i < i1; i++) {
+                float ux = (float)(i * 4) - sp->cx;
+                float u = (ux * sp->cs + usn) * sp->irx, v = (-ux * sp->sn + ucs) * sp->iry;
+                float d = sp->rect ? fmaxf(fabsf(u), fabsf(v)) : sqrtf(u * u + v * v);
+                float al = clampf(0.5f - (d - 1) * sp->isoft, 0, 1) * sp->alpha; /* (d - 1) * min(rx, ry): ~ pixels to the edge */
+                cr[i] += (sp->col[0] * lt[i] - cr[i]) * al;
+                cg[i] += (sp->col[1] * lt[i] - cg[i]) * al;
+                cb[i] += (sp->col[2] * lt[i] - cb[i]) * al;
             }
-            int16_t *o = &g->grid[(j * gw + i) * 3];
-            for (int k = 0; k < 3; k++) o[k] = (int16_t)(clampf(c[k], 0, 255) * 4 + 0.5f);
+        }
+        int16_t *o = &g->grid[j * gw * 3];
+        for (size_t i = 0; i < gw; i++) {
+            o[3 * i] = (int16_t)(clampf(cr[i], 0, 255) * 4 + 0.5f);
+            o[3 * i + 1] = (int16_t)(clampf(cg[i], 0, 255) * 4 + 0.5f);
+            o[3 * i + 2] = (int16_t)(clampf(cb[i], 0, 255) * 4 + 0.5f);
         }
     }
     /* each grid row to full width (the grid step is 4 pixels) */
@@ -426,30 +451,35 @@ static int write_all(const char *path, const void *data, size_t len)
     return 0;
 }
 
-/* Write `rel` (relative to OUTDIR) and count it. */
-static int emit(run_t *r, const char *rel, const void *data, size_t len, int kind /* 0 image, 1 variant, 2 broken */)
+/* Count a written file of `len` bytes; variants and broken files are also
+ * remembered (for --json). kind: 0 image, 1 variant, 2 broken. */
+static int counted(run_t *r, const char *rel, uint64_t len, int kind)
 {
-    char *path = NULL;
-    if (asprintf(&path, "%s/%s", r->o->out, rel) < 0) return -1;
-    int rc = write_all(path, data, len);
-    free(path);
-    if (rc) return -1;
     r->files++;
     r->bytes += len;
     if (kind) {
         char **e = realloc(r->extra, (r->nextra + 1) * sizeof *e);
+        if (e) r->extra = e;
         if (!e || !(e[r->nextra] = strdup(rel))) {
-            if (e) r->extra = e;
             fprintf(stderr, "rawgen: out of memory\n");
             return -1;
         }
-        r->extra = e;
         r->nextra++;
         if (kind == 1) r->nvariants++;
         else r->nbroken++;
     }
     tool_progress_update(&r->bar, r->files, NULL);
     return 0;
+}
+
+/* Write `rel` (relative to OUTDIR) and count it. */
+static int emit(run_t *r, const char *rel, const void *data, size_t len, int kind)
+{
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s", r->o->out, rel) < 0) return -1;
+    int rc = write_all(path, data, len);
+    free(path);
+    return rc ? -1 : counted(r, rel, len, kind);
 }
 
 static char *rel_name(const run_t *r, uint64_t cls, const char *name)
@@ -542,23 +572,13 @@ static int cjpeg_to(run_t *r, const char *rel, uint32_t w, uint32_t h, int q, co
             else done += (size_t)m;
         }
     close(fds[1]);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    int st = 0;
+    pid_t got;
+    while ((got = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
     struct stat sb;
-    if (!ok || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || stat(path, &sb) != 0)
+    if (!ok || got != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || stat(path, &sb) != 0)
         fprintf(stderr, "rawgen: %s: " CJPEG " failed\n", path);
-    else {
-        r->bytes += (uint64_t)sb.st_size - 0; /* counted like emit(), without rewriting */
-        r->files++;
-        char **x = realloc(r->extra, (r->nextra + 1) * sizeof *x);
-        if (x) r->extra = x;
-        if (x && (x[r->nextra] = strdup(rel))) {
-            r->nextra++;
-            r->nvariants++;
-            rc = 0;
-            tool_progress_update(&r->bar, r->files, NULL);
-        } else fprintf(stderr, "rawgen: out of memory\n");
-    }
+    else rc = counted(r, rel, (uint64_t)sb.st_size, 1);
     free(path);
     return rc;
 }
@@ -708,9 +728,9 @@ static size_t jpeg_marker(const uint8_t *j, size_t n, uint8_t m)
     return 0;
 }
 
-enum { B_EMPTY, B_TRUNC_JPEG, B_TRUNC_PNG, B_RANDOM, B_HEADER_ONLY, B_BOMB_JPEG, B_BOMB_PNG, B_GIF, B_TEXT, B_COUNT };
-static const char *const bname[B_COUNT] = {"empty.jpg",   "truncated.jpg", "truncated.png", "random.jpg", "header-only.jpg",
-                                           "bomb.jpg",    "bomb.png",      "gif.jpg",       "notes.txt"};
+enum { B_EMPTY, B_TRUNC_JPEG, B_TRUNC_HDR, B_TRUNC_PNG, B_RANDOM, B_HEADER_ONLY, B_BOMB_JPEG, B_BOMB_PNG, B_GIF, B_TEXT, B_COUNT };
+static const char *const bname[B_COUNT] = {"empty.jpg",  "truncated.jpg",   "truncated-header.jpg", "truncated.png", "random.jpg",
+                                           "header-only.jpg", "bomb.jpg",   "bomb.png",             "gif.jpg",       "notes.txt"};
 
 static int write_broken(run_t *r, unsigned k)
 {
@@ -736,12 +756,20 @@ static int write_broken(run_t *r, unsigned k)
     }
     switch (k) {
     case B_EMPTY: rc = emit(r, rel, "", 0, 2); break;
-    case B_TRUNC_JPEG: case B_HEADER_ONLY: case B_BOMB_JPEG:
+    case B_TRUNC_JPEG: case B_TRUNC_HDR: case B_HEADER_ONLY: case B_BOMB_JPEG:
         if (jpeg_encode(&r->g, r->g.rgb, w, h, TJPF_RGB, TJSAMP_420, 85, 0, &jl, msg, sizeof msg)) {
             fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
             break;
         }
         if (k == B_TRUNC_JPEG) rc = emit(r, rel, r->g.jpg, jl / 2, 2);
+        else if (k == B_TRUNC_HDR) { /* cut halfway through the first Huffman table: the header does not parse */
+            size_t dht = jpeg_marker(r->g.jpg, jl, 0xC4);
+            if (!dht) {
+                fprintf(stderr, "rawgen: %s: no DHT marker in the encoded JPEG\n", rel);
+                break;
+            }
+            rc = emit(r, rel, r->g.jpg, dht + 4 + ((size_t)r->g.jpg[dht + 2] << 8 | r->g.jpg[dht + 3]) / 2, 2);
+        }
         else if (k == B_HEADER_ONLY) { /* everything up to and including the SOS header: no scan data, no EOI */
             size_t p = 2;
             while (p + 4 <= jl && r->g.jpg[p] == 0xFF && r->g.jpg[p + 1] != 0xDA) p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
@@ -984,6 +1012,7 @@ int main(int argc, char **argv)
     free(r.g.aux);
     free(r.g.grid);
     free(r.g.hrows);
+    free(r.g.frow);
     free(r.g.noise);
     tjFree(r.g.jpg);
     tjDestroy(r.g.tj);
