@@ -166,9 +166,9 @@ static const char *format_name(const uint8_t *d, size_t len)
 static int unsupported(const uint8_t *data, size_t len, char *msg, size_t cap)
 {
     char hex[16] = "";
-    size_t n = len < 4 ? len : 4;
+    size_t n = len < 4 ? len : 4, at = 0;
     for (size_t i = 0; i < n; i++)
-        snprintf(hex + 3 * i, sizeof hex - 3 * i, "%s%02x", i ? " " : "", data[i]);
+        at += (size_t)snprintf(hex + at, sizeof hex - at, "%s%02x", i ? " " : "", data[i]);
     const char *name = format_name(data, len);
     return fail(msg, cap, PK_E_UNSUPPORTED, "unsupported image format (starts with %s%s%s)", hex,
                 name ? ": " : "", name ? name : "");
@@ -258,32 +258,92 @@ static void cmyk_to_rgb(uint8_t *px, size_t n)
     }
 }
 
-static int jpeg_fail(const pk_decoder *d, char *msg, size_t cap)
+/* Report TurboJPEG's error, then replace the handle: after a failed
+ * tjDecompressHeader3, libjpeg-turbo 2.1 leaves the handle in a state where
+ * the next header read "succeeds" with garbage dimensions. One bad file must
+ * not poison the next. */
+static int jpeg_fail(pk_decoder *d, char *msg, size_t cap)
 {
     const char *why = tjGetErrorStr2(d->tj);
-    /* libjpeg words what it cannot handle (12-bit data, odd sampling) as
-     * "Unsupported ..."; everything else is damage. */
-    if (strncmp(why, "Unsupported", 11) == 0)
-        return fail(msg, cap, PK_E_UNSUPPORTED, "unsupported JPEG: %s", why);
-    return fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %s", why);
+    /* Valid JPEGs this build cannot decode (12-bit samples; lossless and
+     * hierarchical processes) are unsupported; everything else is damage,
+     * "Unsupported marker type" included, which noise produces. */
+    int rc = strncmp(why, "Unsupported JPEG", 16) == 0
+                 ? fail(msg, cap, PK_E_UNSUPPORTED, "unsupported JPEG: %s", why)
+                 : fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %s", why);
+    tjDestroy(d->tj);
+    d->tj = tjInitDecompress(); /* NULL: the next JPEG reports out of memory */
+    return rc;
+}
+
+static uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+
+/* Width, height and component count from the frame header (the first SOFn
+ * marker), walking the marker segments from SOI. 0 when found. */
+static int jpeg_sof(const uint8_t *d, size_t len, uint32_t *w, uint32_t *h, int *ncomp)
+{
+    size_t i = 2;
+    while (i + 4 <= len && d[i] == 0xff) {
+        uint8_t m = d[i + 1];
+        if (m == 0xff) { /* fill byte */
+            i++;
+            continue;
+        }
+        if (m == 0x01 || (m >= 0xd0 && m <= 0xd8)) { /* markers without a length */
+            i += 2;
+            continue;
+        }
+        if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+            if (i + 10 > len || be16(d + i + 2) < 8) return -1;
+            *h = be16(d + i + 5);
+            *w = be16(d + i + 7);
+            *ncomp = d[i + 9];
+            return 0;
+        }
+        if (m == 0xda || m == 0xd9 || be16(d + i + 2) < 2) return -1; /* scan or end first */
+        i += 2 + be16(d + i + 2);
+    }
+    return -1;
+}
+
+/* Source dimensions and whether the JPEG has 4 components (CMYK or YCCK:
+ * both decode to CMYK). */
+static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t *w, uint32_t *h,
+                       int *cmyk, char *msg, size_t cap)
+{
+    int iw, ih, subsamp, cs, ncomp;
+    if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &iw, &ih, &subsamp, &cs) == 0) {
+        if (iw <= 0 || ih <= 0) return fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %dx%d pixels", iw, ih);
+        *w = (uint32_t)iw;
+        *h = (uint32_t)ih;
+        *cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+        return PK_OK;
+    }
+    /* TurboJPEG 2.1 also refuses the header of JPEGs whose sampling factors
+     * it has no name for (2x1,1x2,1x1; 3x1; ...), which libjpeg decodes
+     * fine. Read the frame header ourselves and let the decode judge the
+     * rest; keep TurboJPEG's message for when that fails too. */
+    int rc = jpeg_fail(d, msg, cap);
+    if (jpeg_sof(data, len, w, h, &ncomp) != 0 || *w == 0 || *h == 0) return rc;
+    *cmyk = ncomp == 4;
+    return PK_OK;
 }
 
 static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
                        pk_rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
-    int w, h, subsamp, cs;
-    if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &w, &h, &subsamp, &cs) != 0)
-        return jpeg_fail(d, msg, cap);
-    if (w <= 0 || h <= 0) return fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %dx%d pixels", w, h);
-    *ow = (uint32_t)w;
-    *oh = (uint32_t)h;
-    int rc = check_pixels(*ow, *oh, p, msg, cap);
+    int cmyk = 0;
+    if (!d->tj && !(d->tj = tjInitDecompress()))
+        return fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
+    int rc = jpeg_header(d, data, len, ow, oh, &cmyk, msg, cap);
+    if (rc == PK_OK) rc = check_pixels(*ow, *oh, p, msg, cap);
     if (rc != PK_OK) return rc;
+    if (!d->tj && !(d->tj = tjInitDecompress()))
+        return fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
     pk_layout l;
     pk_layout_compute(p, *ow, *oh, &l);
     tjscalingfactor sf = {1, jpeg_denominator(d, *ow, *oh, &l)};
-    int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-    int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    int sw = TJSCALED((int)*ow, sf), sh = TJSCALED((int)*oh, sf);
     if ((rc = grow(d, (size_t)sw * (size_t)sh * (cmyk ? 4 : 3), msg, cap)) != PK_OK) return rc;
     if (tjDecompress2(d->tj, data, (unsigned long)len, d->pix, sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB,
                       PK_TJ_FLAGS) != 0)
@@ -309,8 +369,9 @@ static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len
     struct spng_ihdr ihdr;
     size_t need = 0;
     int err;
-    /* No chunk can be longer than the file; cap what ancillary chunks may cache. */
-    if ((err = spng_set_chunk_limits(ctx, len, PK_PNG_CACHE_LIMIT)) ||
+    /* No chunk can be longer than the file (nor than PNG's 2^31 - 1); cap
+     * what ancillary chunks may cache. */
+    if ((err = spng_set_chunk_limits(ctx, len < INT32_MAX ? len : INT32_MAX, PK_PNG_CACHE_LIMIT)) ||
         (err = spng_set_png_buffer(ctx, data, len)) || (err = spng_get_ihdr(ctx, &ihdr)))
         return png_fail(err, msg, cap);
     *ow = ihdr.width;
@@ -394,6 +455,7 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
         }
     }
     if (rc == PK_OK) rc = render(d, &v, ow, oh, p, out, msg, msgcap);
+    if (rc == PK_OK && msg && msgcap) msg[0] = '\0'; /* nothing left of a recovered failure */
     if (orig_w) *orig_w = ow;
     if (orig_h) *orig_h = oh;
     return rc;

@@ -18,9 +18,10 @@
  * decode would.
  *
  * Like Pillow's convert("RGB"): alpha is dropped (not composited), PNG
- * gamma and ICC profiles are ignored, 16-bit samples keep their high byte,
- * CMYK is converted with Pillow's formula (Adobe inverted CMYK), and the
- * EXIF orientation is not applied.
+ * gamma and ICC profiles are ignored, CMYK is converted with Pillow's formula
+ * (Adobe inverted CMYK), and the EXIF orientation is not applied. 16-bit
+ * samples keep their high byte (Pillow clips 16-bit grayscale at 255, which
+ * turns most of it white; that is not copied).
  *
  * A pk_decoder holds a TurboJPEG handle and scratch buffers that grow to the
  * largest image seen and are reused: one per thread, never shared. Nothing
@@ -62,7 +63,8 @@ void pk_params_init(pk_params *p, uint32_t size);
 typedef enum {
     PK_OK = 0,
     PK_E_EMPTY = 1,       /* zero-length input                                    */
-    PK_E_UNSUPPORTED = 2, /* not JPEG or PNG (GIF, WebP, text, ...)               */
+    PK_E_UNSUPPORTED = 2, /* not JPEG or PNG (GIF, WebP, text, ...), or a JPEG
+                             libjpeg-turbo does not decode (12-bit, lossless)    */
     PK_E_CORRUPT = 3,     /* a JPEG or PNG that does not decode cleanly, including
                              truncated data and any libjpeg warning              */
     PK_E_TOO_LARGE = 4,   /* over max_pixels, or too large to address              */
@@ -110,8 +112,9 @@ void pk_decoder_free(pk_decoder *d);
 /* Decode data[0 .. len) (a whole file) and write p->size^2 * 3 bytes of RGB
  * into out. *orig_w, *orig_h (either may be NULL) get the source dimensions
  * whenever the header could be read, also on most failures, else 0.
- * Returns PK_OK or a pk_status; on failure out is unspecified and msg gets
- * one line without the file name (the caller prefixes it), e.g.
+ * Returns PK_OK (msg then empty) or a pk_status; on failure out is
+ * unspecified and msg gets one line without the file name (the caller
+ * prefixes it), e.g.
  *   unsupported image format (starts with 47 49 46 38: GIF)
  *   corrupt JPEG: Premature end of JPEG file
  *   image is 20000x20000 = 400000000 pixels, over --max-pixels 100000000

