@@ -188,12 +188,16 @@ static void worker_fini(void *state)
 /* Read a whole file into w->buf; returns its size, or -1 with res set. */
 static int64_t read_input(worker_t *w, const char *path, pk_result *res)
 {
+    /* An input that cannot be read (vanished, no permission, a FIFO) is a
+     * bad input like a corrupt one: skipped with its reason, not fatal. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const char *why = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0) why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    if (why) {
         res->status = PK_E_CORRUPT;
-        snprintf(res->msg, sizeof res->msg, "cannot read: %s", fd < 0 || errno ? strerror(errno) : "not a regular file");
-        if (fd >= 0 && !S_ISREG(st.st_mode)) snprintf(res->msg, sizeof res->msg, "cannot read: not a regular file");
+        snprintf(res->msg, sizeof res->msg, "cannot read: %s", why);
         if (fd >= 0) close(fd);
         return -1;
     }
