@@ -16,9 +16,11 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define DIRECT_BUF (4u << 20)
+#define DIRECT_BIG (64u << 10)
 
 typedef struct {
     uint8_t *p;
@@ -150,9 +152,12 @@ int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
     if (rc) return rc;
     const stk_schema *s = &w->schema;
     if (w->direct) {
-        /* Flush first so that a failure leaves this record unwritten. */
-        if (w->direct_buf.len + v[0].size > DIRECT_BUF && (rc = flush_direct(w, err))) return rc;
-        if (v[0].size > DIRECT_BUF) {
+        /* Flush first so that a failure leaves this record unwritten. Values
+         * of 64 KiB and more (images) go straight from the caller's buffer:
+         * copying them into ours first would only add a memcpy per record. */
+        bool big = v[0].size >= DIRECT_BIG;
+        if ((big || w->direct_buf.len + v[0].size > DIRECT_BUF) && (rc = flush_direct(w, err))) return rc;
+        if (big) {
             if ((rc = stk_pwrite_all(w->fd, v[0].data, (size_t)v[0].size, w->direct_off, w->tmp, err)))
                 return w->failed = rc;
             w->direct_off += v[0].size;
@@ -212,28 +217,29 @@ uint64_t stk__writer_bytes_after(const stk_writer *w, const stk_value *v)
     return make_layout(w, v, &L, NULL) == STK_OK ? L.file_size : UINT64_MAX;
 }
 
-/* XXH3 of the finished temporary file, read back in 1 MiB pieces (the pages
- * were just written, so this is a memory-speed pass; pread rather than mmap
- * keeps a 1 GiB shard out of the writer's resident set). */
+/* XXH3 of the finished temporary file. The pages were just written, so this
+ * is a memory-speed pass; it maps 64 MiB windows one after another (no copy,
+ * unlike read(), and a 1 GiB shard never sits in the resident set whole). */
 static int hash_file(stk_writer *w, uint64_t size, uint64_t *out, stk_error *err)
 {
-    enum { PIECE = 1 << 20 };
+    const uint64_t WINDOW = (uint64_t)64 << 20;
     int fd = open(w->tmp, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return stk_fail_errno(err, STK_E_IO, errno, "%s: cannot reopen", w->tmp);
     stk_hasher *h = stk_hasher_new();
-    uint8_t *buf = malloc(PIECE);
-    int rc = h && buf ? STK_OK : stk_fail(err, STK_E_NOMEM, "out of memory");
-    for (uint64_t off = 0; !rc && off < size;) {
-        size_t want = size - off < PIECE ? (size_t)(size - off) : PIECE;
-        ssize_t n = pread(fd, buf, want, (off_t)off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) rc = n < 0 ? stk_fail_errno(err, STK_E_IO, errno, "%s: read back failed", w->tmp)
-                               : stk_fail(err, STK_E_IO, "%s: shrank while being written", w->tmp);
-        else stk_hasher_update(h, buf, (size_t)n), off += (uint64_t)n;
+    int rc = h ? STK_OK : stk_fail(err, STK_E_NOMEM, "out of memory");
+    for (uint64_t off = 0; !rc && off < size; off += WINDOW) {
+        size_t len = (size_t)(size - off < WINDOW ? size - off : WINDOW);
+        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+        if (m == MAP_FAILED) {
+            rc = stk_fail_errno(err, STK_E_IO, errno, "%s: mmap for the file hash failed", w->tmp);
+            break;
+        }
+        madvise(m, len, MADV_SEQUENTIAL);
+        stk_hasher_update(h, m, len);
+        munmap(m, len);
     }
     if (!rc) *out = stk_hasher_digest(h);
     stk_hasher_free(h);
-    free(buf);
     close(fd);
     return rc;
 }
