@@ -30,6 +30,15 @@ static void set(stk_error *err, int code, const char *fmt, va_list ap)
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
 }
 
+int stk_error_set(stk_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
 int stk_fail(stk_error *err, int code, const char *fmt, ...)
 {
     va_list ap;

@@ -12,16 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int fail(stk_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(stk_error *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err) vsnprintf(err->msg, sizeof err->msg, fmt, ap), err->code = code;
-    va_end(ap);
-    return code;
-}
-
 char *pk_out_shard_path(const pk_out *o, size_t k)
 {
     char *p = NULL;
@@ -34,12 +24,12 @@ int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema
     memset(o, 0, sizeof *o);
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->cv, NULL);
-    if (strlen(prefix) >= sizeof o->prefix || per_shard == 0) return fail(err, STK_E_ARG, "bad shard prefix or size");
+    if (strlen(prefix) >= sizeof o->prefix || per_shard == 0) return stk_error_set(err, STK_E_ARG, "bad shard prefix or size");
     snprintf(o->prefix, sizeof o->prefix, "%s", prefix);
     o->schema = *schema;
     o->per_shard = per_shard;
     o->source_field = stk_schema_find(schema, "source");
-    if (!(o->dir = strdup(dir))) return fail(err, STK_E_NOMEM, "out of memory");
+    if (!(o->dir = strdup(dir))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     return STK_OK;
 }
 
@@ -48,13 +38,13 @@ static int add_entry(pk_out *o, const char *path, const stk_shard_info *info, st
     if (o->nshards == o->cap) {
         size_t c = o->cap ? 2 * o->cap : 64;
         stk_shard_entry *s = realloc(o->shards, c * sizeof *s);
-        if (!s) return fail(err, STK_E_NOMEM, "out of memory");
+        if (!s) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->shards = s;
         o->cap = c;
     }
     const char *base = strrchr(path, '/');
     stk_shard_entry *e = &o->shards[o->nshards];
-    if (!(e->path = strdup(base ? base + 1 : path))) return fail(err, STK_E_NOMEM, "out of memory");
+    if (!(e->path = strdup(base ? base + 1 : path))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     e->records = info->records;
     e->file_size = info->file_size;
     e->file_hash = info->file_hash;
@@ -125,7 +115,7 @@ static void *committer(void *arg)
         stk_shard_info info;
         char *path = pk_out_shard_path(o, o->nshards);
         int rc = failed ? (stk_writer_abort(w), failed)
-                        : path ? stk_writer_finish(w, &info, &e) : (stk_writer_abort(w), fail(&e, STK_E_NOMEM, "out of memory"));
+                        : path ? stk_writer_finish(w, &info, &e) : (stk_writer_abort(w), stk_error_set(&e, STK_E_NOMEM, "out of memory"));
         if (!rc) rc = add_entry(o, path, &info, &e);
         free(path);
         pthread_mutex_lock(&o->lock);
@@ -142,7 +132,7 @@ static void *committer(void *arg)
 static int ensure_thread(pk_out *o, stk_error *err)
 {
     if (o->thread_on) return STK_OK;
-    if (pthread_create(&o->thread, NULL, committer, o) != 0) return fail(err, STK_E_NOMEM, "cannot start a thread");
+    if (pthread_create(&o->thread, NULL, committer, o) != 0) return stk_error_set(err, STK_E_NOMEM, "cannot start a thread");
     o->thread_on = true;
     return STK_OK;
 }
@@ -209,7 +199,7 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
         pthread_mutex_unlock(&o->lock);
         if (rc) return rc;
         char *path = pk_out_shard_path(o, o->opened);
-        if (!path) return fail(err, STK_E_NOMEM, "out of memory");
+        if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
         char *tmp = NULL;
         if (o->cur && asprintf(&tmp, "%s.tmp", path) >= 0) set_open_tmp(o, tmp); /* stk_writer_create's name */
@@ -306,15 +296,15 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
     *gaps = NULL;
     *ngaps = 0;
     remove_temps(o);
-    if (o->source_field < 0) return fail(err, STK_E_ARG, "schema has no 'source' field");
+    if (o->source_field < 0) return stk_error_set(err, STK_E_ARG, "schema has no 'source' field");
     uint64_t *src = malloc(o->per_shard * sizeof *src);
-    if (!src) return fail(err, STK_E_NOMEM, "out of memory");
+    if (!src) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     size_t gcap = 0;
     int rc = STK_OK;
     for (size_t k = 0;; k++) {
         char *path = pk_out_shard_path(o, k), why[STK_ERROR_MSG_MAX];
         stk_shard_info info;
-        if (!path) { rc = fail(err, STK_E_NOMEM, "out of memory"); break; }
+        if (!path) { rc = stk_error_set(err, STK_E_NOMEM, "out of memory"); break; }
         if (access(path, F_OK) != 0) { free(path); break; }
         if (check_kept(o, path, *next, end, src, &info, why, sizeof why) != 0) {
             /* This shard and all later ones are redone. */
@@ -334,7 +324,7 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
                 if (*ngaps == gcap) {
                     gcap = gcap ? 2 * gcap : 64;
                     uint64_t *g = realloc(*gaps, gcap * sizeof *g);
-                    if (!g) { free(path); free(src); return fail(err, STK_E_NOMEM, "out of memory"); }
+                    if (!g) { free(path); free(src); return stk_error_set(err, STK_E_NOMEM, "out of memory"); }
                     *gaps = g;
                 }
                 (*gaps)[(*ngaps)++] = want;

@@ -12,16 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int fail(stk_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(stk_error *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err) vsnprintf(err->msg, sizeof err->msg, fmt, ap), err->code = code;
-    va_end(ap);
-    return code;
-}
-
 void pk_part_range(uint64_t total, unsigned k, unsigned n, uint64_t *first, uint64_t *end)
 {
     /* 128-bit products: total * k cannot overflow. */
@@ -75,7 +65,7 @@ int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
     char *text = json_dumps(o, JSON_INDENT(1));
     json_decref(o);
     char *path = pk_part_file(dir, p->part, p->parts, ".json");
-    int rc = text && path ? stk_file_commit(path, text, strlen(text), err) : fail(err, STK_E_NOMEM, "out of memory");
+    int rc = text && path ? stk_file_commit(path, text, strlen(text), err) : stk_error_set(err, STK_E_NOMEM, "out of memory");
     free(text);
     free(path);
     return rc;
@@ -123,11 +113,11 @@ static int append_file(FILE *out, const char *dir, unsigned k, unsigned n, const
 {
     char *path = pk_part_file(dir, k, n, suffix);
     FILE *in = path ? fopen(path, "rb") : NULL;
-    int rc = in ? STK_OK : fail(err, STK_E_IO, "%s: cannot open: %s", path ? path : "part file", strerror(errno));
+    int rc = in ? STK_OK : stk_error_set(err, STK_E_IO, "%s: cannot open: %s", path ? path : "part file", strerror(errno));
     char buf[65536];
     size_t r;
     while (!rc && (r = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, r, out) != r) rc = fail(err, STK_E_IO, "write failed: %s", strerror(errno));
+        if (fwrite(buf, 1, r, out) != r) rc = stk_error_set(err, STK_E_IO, "write failed: %s", strerror(errno));
     if (in) fclose(in);
     free(path);
     return rc;
@@ -139,14 +129,14 @@ static int commit_concat(const char *dir, unsigned n, const char *suffix, const 
 {
     char *path = NULL, *tmp = NULL;
     if (asprintf(&path, "%s/%s", dir, name) < 0 || asprintf(&tmp, "%s/%s.tmp", dir, name) < 0)
-        return fail(err, STK_E_NOMEM, "out of memory");
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
     FILE *f = fopen(tmp, "wb");
-    int rc = f ? STK_OK : fail(err, STK_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    int rc = f ? STK_OK : stk_error_set(err, STK_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
     if (!rc) fputs(header, f);
     for (unsigned k = 1; k <= n && !rc; k++) rc = append_file(f, dir, k, n, suffix, err);
-    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0) && !rc) rc = fail(err, STK_E_IO, "%s: write failed: %s", tmp, strerror(errno));
-    if (f && fclose(f) != 0 && !rc) rc = fail(err, STK_E_IO, "%s: close failed", tmp);
-    if (!rc && rename(tmp, path) != 0) rc = fail(err, STK_E_IO, "%s: rename failed: %s", tmp, strerror(errno));
+    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0) && !rc) rc = stk_error_set(err, STK_E_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (f && fclose(f) != 0 && !rc) rc = stk_error_set(err, STK_E_IO, "%s: close failed", tmp);
+    if (!rc && rename(tmp, path) != 0) rc = stk_error_set(err, STK_E_IO, "%s: rename failed: %s", tmp, strerror(errno));
     if (rc) unlink(tmp);
     free(path);
     free(tmp);
@@ -158,11 +148,11 @@ static int take_part(stk_manifest *m, json_t *p, json_t *p1, unsigned k, const c
 {
     if (unhex(json_object_get(p, "params")) != unhex(json_object_get(p1, "params")) ||
         !json_equal(json_object_get(p, "classes"), json_object_get(p1, "classes")))
-        return fail(err, STK_E_MANIFEST, "%s: part %u was packed from another listing or with other flags than part 1", dir, k);
+        return stk_error_set(err, STK_E_MANIFEST, "%s: part %u was packed from another listing or with other flags than part 1", dir, k);
     json_t *sh = json_object_get(p, "shards");
     size_t n = json_array_size(sh);
     stk_shard_entry *e = realloc(m->shards, (m->nshards + n + 1) * sizeof *e);
-    if (!e) return fail(err, STK_E_NOMEM, "out of memory");
+    if (!e) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     m->shards = e;
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_array_get(sh, i);
@@ -176,13 +166,13 @@ static int take_part(stk_manifest *m, json_t *p, json_t *p1, unsigned k, const c
         /* The shard must still be the one the part committed: O(1) check. */
         char *full = NULL;
         stk_error e2;
-        if (!x->path || asprintf(&full, "%s/%s", dir, x->path) < 0) return fail(err, STK_E_NOMEM, "out of memory");
+        if (!x->path || asprintf(&full, "%s/%s", dir, x->path) < 0) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         stk_shard *s2 = stk_shard_open(full, &e2);
         int bad = !s2 || stk_shard_index_hash(s2) != x->index_hash || stk_shard_records(s2) != x->records;
         stk_shard_close(s2);
         if (bad) {
-            int rc = s2 ? fail(err, STK_E_MANIFEST, "%s: differs from what part %u recorded; re-run that part", full, k)
-                        : fail(err, e2.code, "%s", e2.msg);
+            int rc = s2 ? stk_error_set(err, STK_E_MANIFEST, "%s: differs from what part %u recorded; re-run that part", full, k)
+                        : stk_error_set(err, e2.code, "%s", e2.msg);
             free(full);
             return rc;
         }
@@ -208,7 +198,7 @@ static int build_manifest(const char *dir, unsigned n, json_t **parts, pk_merge_
     json_object_set_new(pack, "packed", json_integer((json_int_t)res->packed));
     json_object_set_new(pack, "skipped", json_integer((json_int_t)res->skipped));
     m.pack_json = json_dumps(pack, JSON_COMPACT);
-    if (!rc && (!m.classes || !m.pack_json)) rc = fail(err, STK_E_NOMEM, "out of memory");
+    if (!rc && (!m.classes || !m.pack_json)) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     /* Schema: from the first shard (every part shares the flags). */
     stk_shard *s0 = NULL;
     if (!rc && m.nshards) {
@@ -219,7 +209,7 @@ static int build_manifest(const char *dir, unsigned n, json_t **parts, pk_merge_
         else m.schema = *stk_shard_schema(s0);
         stk_shard_close(s0);
     } else if (!rc) {
-        rc = fail(err, STK_E_ARG, "%s: no records were packed (every input was skipped)", dir);
+        rc = stk_error_set(err, STK_E_ARG, "%s: no records were packed (every input was skipped)", dir);
     }
     if (!rc) rc = commit_concat(dir, n, ".listing.tsv", "listing.tsv", "index\tlabel\tpath\n", err);
     if (!rc) rc = commit_concat(dir, n, ".skipped.tsv", "skipped.tsv", "path\treason\n", err);
@@ -251,11 +241,11 @@ int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *er
     memset(res, 0, sizeof *res);
     enum { MAXP = 9999 };
     bool *seen = calloc(MAXP + 1, sizeof *seen);
-    if (!seen) return fail(err, STK_E_NOMEM, "out of memory");
+    if (!seen) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     unsigned n = find_parts(dir, want, seen, MAXP);
     int rc = STK_OK;
     if (n == 0 || n > MAXP) {
-        rc = fail(err, STK_E_ARG, n ? "%s: parts of different N (pack-part-K-of-N.json) in one directory"
+        rc = stk_error_set(err, STK_E_ARG, n ? "%s: parts of different N (pack-part-K-of-N.json) in one directory"
                                     : "%s: no finished parts (pack-part-K-of-N.json) to merge", dir);
     } else {
         char missing[STK_ERROR_MSG_MAX] = "";
@@ -264,12 +254,12 @@ int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *er
             if (!seen[k] && ++count && len < sizeof missing - 16)
                 len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%u", len ? ", " : "", k);
         if (count)
-            rc = fail(err, STK_E_ARG, "%s: cannot merge: %zu of %u parts missing or unfinished: %s", dir, count, n, missing);
+            rc = stk_error_set(err, STK_E_ARG, "%s: cannot merge: %zu of %u parts missing or unfinished: %s", dir, count, n, missing);
     }
     json_t **parts = rc ? NULL : calloc(n, sizeof *parts);
     for (unsigned k = 1; !rc && k <= n; k++)
         if (!(parts[k - 1] = load_part(dir, k, n)))
-            rc = fail(err, STK_E_MANIFEST, "%s: part %u of %u: unreadable pack-part file", dir, k, n);
+            rc = stk_error_set(err, STK_E_MANIFEST, "%s: part %u of %u: unreadable pack-part file", dir, k, n);
     if (!rc) rc = build_manifest(dir, n, parts, res, err);
     if (!rc) remove_part_files(dir, n);
     for (unsigned k = 0; parts && k < n; k++) json_decref(parts[k]);

@@ -13,57 +13,44 @@ struct stk_dataset {
     uint64_t *first; /* nshards + 1 prefix sums */
 };
 
-static int fail(stk_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(stk_error *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        err->code = code;
-    }
-    return code;
-}
-
 /* The shard must be the one the manifest describes. */
 static int agree(const stk_dataset *ds, size_t i, const stk_shard *sh, stk_error *err)
 {
     const stk_shard_entry *e = &ds->m->shards[i];
     const char *p = stk_shard_path(sh);
     if (stk_shard_records(sh) != e->records)
-        return fail(err, STK_E_MANIFEST, "%s: holds %llu records, the manifest says %llu", p,
+        return stk_error_set(err, STK_E_MANIFEST, "%s: holds %llu records, the manifest says %llu", p,
                     (unsigned long long)stk_shard_records(sh), (unsigned long long)e->records);
     if (stk_shard_file_size(sh) != e->file_size)
-        return fail(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu", p,
+        return stk_error_set(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu", p,
                     (unsigned long long)stk_shard_file_size(sh), (unsigned long long)e->file_size);
     if (stk_shard_index_hash(sh) != e->index_hash)
-        return fail(err, STK_E_MANIFEST,
+        return stk_error_set(err, STK_E_MANIFEST,
                     "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
                     p, (unsigned long long)stk_shard_index_hash(sh), (unsigned long long)e->index_hash);
     if (!stk_schema_equal(stk_shard_schema(sh), &ds->m->schema))
-        return fail(err, STK_E_MANIFEST, "%s: schema differs from the manifest's", p);
+        return stk_error_set(err, STK_E_MANIFEST, "%s: schema differs from the manifest's", p);
     return STK_OK;
 }
 
 stk_dataset *stk_dataset_open(const char *path, stk_error *err)
 {
-    if (!path) return fail(err, STK_E_ARG, "stk_dataset_open: NULL path"), NULL;
+    if (!path) return stk_error_set(err, STK_E_ARG, "stk_dataset_open: NULL path"), NULL;
     stk_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) return fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!ds) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     if (!(ds->m = stk_manifest_load(path, err)) || !(ds->dir = stk_dataset_dir(path, err))) goto fail;
     size_t n = ds->m->nshards;
     ds->shards = calloc(n ? n : 1, sizeof *ds->shards);
     ds->first = calloc(n + 1, sizeof *ds->first);
     if (!ds->shards || !ds->first) {
-        fail(err, STK_E_NOMEM, "out of memory");
+        stk_error_set(err, STK_E_NOMEM, "out of memory");
         goto fail;
     }
     for (size_t i = 0; i < n; i++) {
         size_t a = strlen(ds->dir), b = strlen(ds->m->shards[i].path);
         char *p = malloc(a + b + 2);
         if (!p) {
-            fail(err, STK_E_NOMEM, "out of memory");
+            stk_error_set(err, STK_E_NOMEM, "out of memory");
             goto fail;
         }
         snprintf(p, a + b + 2, "%s/%s", ds->dir, ds->m->shards[i].path);
@@ -108,7 +95,7 @@ int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uin
 {
     size_t n = ds->m->nshards;
     if (index >= ds->first[n])
-        return fail(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", ds->dir,
+        return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", ds->dir,
                     (unsigned long long)index, (unsigned long long)ds->first[n]);
     size_t lo = 0, hi = n; /* first[lo] <= index < first[hi] */
     while (hi - lo > 1) {

@@ -69,6 +69,10 @@ typedef struct {
 
 /* Short stable name of a status code, e.g. "checksum". Never NULL. */
 STK_API const char *stk_status_name(int code);
+/* Fill err (if non-NULL) with code and a printf-formatted line; returns code.
+ * For code built on this library that reports through stk_error too. */
+STK_API int stk_error_set(stk_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* --------------------------------------------------------------- schema */
 
