@@ -24,6 +24,7 @@ struct stk_dataset_writer {
 
 static int mkdirs(const char *dir, stk_error *err)
 {
+    if (!*dir) return stk_fail(err, STK_E_ARG, "dataset directory is an empty string");
     char *p = strdup(dir);
     if (!p) return stk_fail(err, STK_E_NOMEM, "out of memory");
     for (char *s = p + 1;; s++) {

@@ -39,15 +39,6 @@ int stk_error_set(stk_error *err, int code, const char *fmt, ...)
     return code;
 }
 
-int stk_fail(stk_error *err, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    set(err, code, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
 {
     if (!err) return code;

@@ -104,8 +104,9 @@ int stk_read_file(const char *path, size_t max, char **out, size_t *len, stk_err
     return STK_OK;
 }
 
-int stk_commit_file(const char *path, const void *buf, size_t len, stk_error *err)
+int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err)
 {
+    if (!path || (!buf && len)) return stk_fail(err, STK_E_ARG, "stk_file_commit: NULL argument");
     size_t n = strlen(path);
     char *tmp = malloc(n + 5);
     if (!tmp) return stk_fail(err, STK_E_NOMEM, "out of memory");
@@ -129,12 +130,6 @@ int stk_commit_file(const char *path, const void *buf, size_t len, stk_error *er
     else rc = stk_fsync_parent(path, err);
     free(tmp);
     return rc;
-}
-
-int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err)
-{
-    if (!path || (!buf && len)) return stk_fail(err, STK_E_ARG, "stk_file_commit: NULL argument");
-    return stk_commit_file(path, buf, len, err);
 }
 
 char *stk_path_join(const char *dir, const char *name)

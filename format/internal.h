@@ -122,7 +122,7 @@ static inline bool align_ok(uint64_t v, uint64_t a, uint64_t *r)
 /* ---------------------------------------------------------------- errors */
 
 /* Set err (if non-NULL) to code and a formatted message; returns code. */
-int stk_fail(stk_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define stk_fail stk_error_set
 /* Same, appending ": strerror(errno_value)". */
 int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -147,7 +147,7 @@ int stk_fsync_parent(const char *path, stk_error *err);
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
 int stk_read_file(const char *path, size_t max, char **out, size_t *len, stk_error *err);
 /* Write `len` bytes to `path` crash-safely: path.tmp, fsync, rename, fsync dir. */
-int stk_commit_file(const char *path, const void *buf, size_t len, stk_error *err);
+#define stk_commit_file stk_file_commit
 /* malloc'd "dir/name". */
 char *stk_path_join(const char *dir, const char *name);
 

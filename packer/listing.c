@@ -216,13 +216,22 @@ static int read_rows(FILE *f, const char *file, char sep, rows *r, char *msg, si
             continue;
         }
         if (r->n == r->cap) {
-            r->cap = r->cap ? 2 * r->cap : 1024;
-            r->path = realloc(r->path, r->cap * sizeof *r->path);
-            r->label = realloc(r->label, r->cap * sizeof *r->label);
-            if (!r->path || !r->label) { rc = say(msg, cap, "out of memory"); break; }
+            size_t c = r->cap ? 2 * r->cap : 1024;
+            char **np = realloc(r->path, c * sizeof *np);
+            if (np) r->path = np;
+            char **nl = np ? realloc(r->label, c * sizeof *nl) : NULL;
+            if (nl) r->label = nl;
+            if (!np || !nl) { rc = say(msg, cap, "out of memory"); break; }
+            r->cap = c;
         }
         r->path[r->n] = strdup(path);
-        r->label[r->n++] = strdup(label);
+        r->label[r->n] = strdup(label);
+        if (!r->path[r->n] || !r->label[r->n]) {
+            free(r->path[r->n]), free(r->label[r->n]);
+            rc = say(msg, cap, "out of memory");
+            break;
+        }
+        r->n++;
     }
     free(line);
     return rc;
@@ -272,6 +281,39 @@ static int load_file(const char *file, pk_listing *l, char *msg, size_t cap)
     return rc;
 }
 
+/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF):
+ * class names go into the manifest's JSON. */
+static bool utf8_ok(const unsigned char *s)
+{
+    while (*s) {
+        unsigned n = *s < 0x80 ? 0 : (*s & 0xe0) == 0xc0 ? 1 : (*s & 0xf0) == 0xe0 ? 2 : (*s & 0xf8) == 0xf0 ? 3 : 4;
+        if (n == 4 || (n == 1 && *s < 0xc2)) return false;
+        unsigned cp = n ? *s & (0x3f >> n) : *s;
+        for (unsigned k = 1; k <= n; k++) {
+            if ((s[k] & 0xc0) != 0x80) return false;
+            cp = cp << 6 | (s[k] & 0x3f);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+        s += n + 1;
+    }
+    return true;
+}
+
+/* What every listing must satisfy before anything is decoded. */
+static int check_listing(const char *input, const pk_listing *l, char *msg, size_t cap)
+{
+    for (size_t c = 0; c < l->nclasses; c++)
+        if (!utf8_ok((const unsigned char *)l->classes[c]))
+            return say(msg, cap, "%s: class name \"%.64s\" is not valid UTF-8 (rename it: class names go into the manifest)",
+                       input, l->classes[c]);
+    for (size_t i = 0; l->kind == PK_LIST_FILE && i < l->n; i++)
+        if (l->e[i].label < 0)
+            return say(msg, cap, "%s: entry %zu (%.200s): label %lld is negative", input, i + 1, l->e[i].path,
+                       (long long)l->e[i].label);
+    return 0;
+}
+
 int pk_listing_load(const char *input, pk_listing *l, char *msg, size_t cap)
 {
     memset(l, 0, sizeof *l);
@@ -289,6 +331,7 @@ int pk_listing_load(const char *input, pk_listing *l, char *msg, size_t cap)
         rc = load_file(input, l, msg, cap);
     }
     if (!rc && l->n == 0) rc = say(msg, cap, "%s: no input files", input);
+    if (!rc) rc = check_listing(input, l, msg, cap);
     if (rc) pk_listing_free(l);
     return rc;
 }

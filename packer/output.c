@@ -108,7 +108,6 @@ static void *committer(void *arg)
         stk_writer *w = o->queue[o->qhead];
         o->qhead = (o->qhead + 1) % PK_OUT_PENDING;
         o->qlen--;
-        o->busy = true;
         int failed = o->error;
         pthread_mutex_unlock(&o->lock);
         stk_error e;
@@ -120,7 +119,6 @@ static void *committer(void *arg)
         free(path);
         pthread_mutex_lock(&o->lock);
         if (rc && !o->error) o->error = rc, o->err = e;
-        o->busy = false;
         pthread_cond_broadcast(&o->cv);
     }
     pthread_mutex_unlock(&o->lock);

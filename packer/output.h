@@ -38,7 +38,6 @@ typedef struct {
     pthread_cond_t cv;
     stk_writer *queue[PK_OUT_PENDING];
     size_t qhead, qlen;
-    bool busy;               /* committing one now */
     char *open_tmp;          /* the open shard's temporary file, for writeback */
     int error;               /* sticky: a commit failed */
     stk_error err;

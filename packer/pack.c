@@ -305,8 +305,16 @@ static int consume(void *user, uint64_t i, const uint8_t *slot, const pk_result 
 
 static int ensure_dir(const char *dir)
 {
+    if (!*dir) {
+        fprintf(stderr, "pack: OUTDIR is an empty string\n");
+        return -1;
+    }
     char *p = strdup(dir);
-    for (char *s = p + 1; p; s++) {
+    if (!p) {
+        fprintf(stderr, "pack: out of memory\n");
+        return -1;
+    }
+    for (char *s = p + 1;; s++) {
         if (*s && *s != '/') continue;
         char c = *s;
         *s = 0;
@@ -482,8 +490,10 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
     return mr.skipped ? PACK_SKIPPED : PACK_OK;
 }
 
-/* Reproduce the reasons for inputs skipped before an interruption. A gap
- * that now decodes means the input changed: start the part over. */
+/* Reproduce the reasons for inputs skipped before an interruption, and say
+ * them again as a fresh run would. A gap that now decodes means the input
+ * changed: start the part over. Returns 0, -1 on error, 1 when --on-error
+ * fail meets one of them. */
 static int redo_gaps(run_t *r, const uint64_t *gaps, size_t n, bool *restart)
 {
     worker_t *w = worker_init(r);
@@ -493,7 +503,12 @@ static int redo_gaps(run_t *r, const uint64_t *gaps, size_t n, bool *restart)
         pk_result res;
         memset(&res, 0, sizeof res);
         produce(r, w, gaps[k], slot, &res);
-        if (res.status == 0) *restart = true;
+        if (res.status == 0) {
+            *restart = true;
+            break;
+        }
+        report_bad(r, gaps[k], res.msg);
+        if (r->o->fail_fast) rc = 1;
         else if (!add_skip(r, gaps[k], res.msg)) rc = -1;
     }
     if (w) worker_fini(w);
@@ -558,6 +573,11 @@ static int prepare(run_t *r, uint64_t params, uint64_t first, uint64_t end, uint
                 r->out.nshards, (unsigned long long)pk_out_records(&r->out), (unsigned long long)*next);
     rc = redo_gaps(r, gaps, ngaps, &restart);
     free(gaps);
+    if (rc == 1) { /* --on-error fail: the earlier run skipped a bad input */
+        pk_out_abort(&r->out, true);
+        remove_part(r, o);
+        return -1;
+    }
     if (rc == 0 && restart) { /* the input changed under the kept shards */
         pk_out_abort(&r->out, true);
         for (size_t i = 0; i < r->out.nshards; i++) free(r->out.shards[i].path);
@@ -606,9 +626,16 @@ static int run_pack(const opts *o)
     else snprintf(prefix, sizeof prefix, "part-%04u-of-%04u", o->part, o->parts);
     if (make_schema(o, &r.schema) || ensure_dir(o->out)) goto out;
     per_shard = records_per_shard(o, &r.schema);
-    if (!(pack_json = pack_params_json(&r, per_shard))) goto out;
+    if (per_shard > r.L.n) per_shard = r.L.n; /* no shard can hold more; every part computes the same */
+    if (!(pack_json = pack_params_json(&r, per_shard))) {
+        fprintf(stderr, "pack: out of memory\n");
+        goto out;
+    }
     params = params_hash(&r, pack_json);
-    if (pk_out_init(&r.out, o->out, prefix, &r.schema, per_shard, &r.err)) goto out;
+    if (pk_out_init(&r.out, o->out, prefix, &r.schema, per_shard, &r.err)) {
+        fprintf(stderr, "pack: %s\n", r.err.msg);
+        goto out;
+    }
     int prep = prepare(&r, params, first, end, &next);
     if (prep < 0) goto out;
     if (prep == 0) {
@@ -630,11 +657,13 @@ static int run_pack(const opts *o)
     }
     if (o->parts == 1) status = finish_merge(o, t0, &r);
     else {
-        status = r.nskips ? PACK_SKIPPED : PACK_OK;
+        uint64_t packed = r.packed, skipped = r.nskips, nshards = r.out.nshards;
+        if (prep == 1) pk_part_counts(o->out, o->part, o->parts, &packed, &skipped, &nshards); /* as the first run said */
+        status = skipped ? PACK_SKIPPED : PACK_OK;
         if (o->json)
-            printf("{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %zu, "
-                   "\"shards\": %zu, \"seconds\": %.3f}\n", o->part, o->parts, (unsigned long long)r.packed,
-                   r.nskips, r.out.nshards, tool_now() - t0);
+            printf("{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %llu, "
+                   "\"shards\": %llu, \"seconds\": %.3f}\n", o->part, o->parts, (unsigned long long)packed,
+                   (unsigned long long)skipped, (unsigned long long)nshards, tool_now() - t0);
         else if (!o->quiet)
             fprintf(stderr, prep == 1 ? "pack: part %u/%u was already complete; run `pack --merge %s` once all parts are done\n"
                                       : "pack: part %u/%u done; run `pack --merge %s` once all parts are done\n",

@@ -40,6 +40,19 @@ static uint64_t unhex(json_t *j)
 
 int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
 {
+    json_t *pack = json_loads(p->pack_json, 0, NULL);
+    if (!json_is_object(pack)) {
+        json_decref(pack);
+        return stk_error_set(err, STK_E_ARG, "pack parameters are not a JSON object");
+    }
+    for (size_t i = 0; i < p->nclasses; i++) { /* json_string refuses what is not UTF-8 */
+        json_t *s = json_string(p->classes[i]);
+        if (!s) {
+            json_decref(pack);
+            return stk_error_set(err, STK_E_ARG, "class name \"%.64s\" is not valid UTF-8", p->classes[i]);
+        }
+        json_decref(s);
+    }
     json_t *o = json_object(), *cls = json_array(), *sh = json_array();
     json_object_set_new(o, "part", json_integer(p->part));
     json_object_set_new(o, "parts", json_integer(p->parts));
@@ -50,7 +63,7 @@ int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
     json_object_set_new(o, "skipped", json_integer((json_int_t)p->skipped));
     for (size_t i = 0; i < p->nclasses; i++) json_array_append_new(cls, json_string(p->classes[i]));
     json_object_set_new(o, "classes", cls);
-    json_object_set_new(o, "pack", json_loads(p->pack_json, 0, NULL));
+    json_object_set_new(o, "pack", pack);
     for (size_t i = 0; i < p->nshards; i++) {
         const stk_shard_entry *e = &p->shards[i];
         json_t *s = json_object();
@@ -85,6 +98,16 @@ uint64_t pk_part_params(const char *dir, unsigned k, unsigned n)
     uint64_t v = j ? unhex(json_object_get(j, "params")) : 0;
     json_decref(j);
     return v;
+}
+
+void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped, uint64_t *nshards)
+{
+    json_t *j = load_part(dir, k, n);
+    if (!j) return;
+    *packed = (uint64_t)json_integer_value(json_object_get(j, "packed"));
+    *skipped = (uint64_t)json_integer_value(json_object_get(j, "skipped"));
+    *nshards = json_array_size(json_object_get(j, "shards"));
+    json_decref(j);
 }
 
 /* The N of the parts present in dir (0 if none, UINT32_MAX if they

@@ -34,6 +34,8 @@ char *pk_part_file(const char *dir, unsigned k, unsigned n, const char *suffix);
 int pk_part_commit(const char *dir, const pk_part *p, stk_error *err);
 /* Params hash recorded by a committed part, or 0 with no (readable) record. */
 uint64_t pk_part_params(const char *dir, unsigned k, unsigned n);
+/* Counts recorded by a committed part (left unchanged when unreadable). */
+void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped, uint64_t *nshards);
 
 typedef struct {
     uint64_t packed, skipped;

@@ -40,8 +40,11 @@ static void usage(FILE *f)
             "  -q, --quiet          no progress bar or summary line\n"
             "  -h, --help           this help\n"
             "  -V, --version        version\n\n"
-            "Exit status: 0 everything checked is intact, 1 problems found,\n"
-            "2 usage error or a PATH that cannot be read.\n");
+            "--file-hash needs a manifest (a dataset directory or manifest.json):\n"
+            "shard files named alone carry no whole-file hash to compare with.\n\n"
+            "Exit status: 0 everything checked is intact, 1 problems found (also a\n"
+            "shard or manifest that exists but cannot be opened or parsed), 2 usage\n"
+            "error or a PATH that does not exist.\n");
 }
 
 typedef struct {
@@ -57,7 +60,9 @@ typedef struct {
     uint64_t records, bytes;  /* as the shard says, kept for the report */
     const stk_shard_entry *entry;
     const stk_manifest *m;
-    atomic_uint_fast64_t listed; /* problems recorded for this shard */
+    atomic_uint_fast64_t listed; /* problems found in this shard */
+    size_t kept[MAX_LISTED_PER_SHARD]; /* indexes into checker.p: its first problems in */
+    size_t nkept;                      /* (record, field) order, whatever the threads did */
     atomic_size_t units_left;    /* --full: units not yet done; the last one closes sh */
 } target;
 
@@ -106,18 +111,36 @@ static void *grow(void *p, size_t *cap, size_t n, size_t elem)
     return q;
 }
 
-/* Record a problem (thread-safe). Listing is capped per shard; counting is not.
- * field_name is kept with the problem because the shard may be closed by the
- * time the report is printed. */
+static int cmp_problem(const void *a, const void *b);
+
+/* Record a problem (thread-safe). Each shard lists its MAX_LISTED_PER_SHARD
+ * smallest (record, field) problems, so the report does not depend on which
+ * thread found what first; counting is not capped. field_name is kept with
+ * the problem because the shard may be closed by the time it is printed. */
 static void add_field_problem(checker *c, size_t t, uint64_t record, int field, const char *field_name,
                               const char *msg)
 {
+    problem p = {t, field, record, field_name ? strdup(field_name) : NULL, strdup(msg)};
     pthread_mutex_lock(&c->lock);
     c->total_problems++;
-    bool list = t == SIZE_MAX || atomic_fetch_add(&c->t[t].listed, 1) < MAX_LISTED_PER_SHARD;
-    if (list) {
+    target *tg = t == SIZE_MAX ? NULL : &c->t[t];
+    if (tg) atomic_fetch_add(&tg->listed, 1);
+    if (!tg || tg->nkept < MAX_LISTED_PER_SHARD) {
         c->p = grow(c->p, &c->capp, c->np, sizeof *c->p);
-        c->p[c->np++] = (problem){t, field, record, field_name ? strdup(field_name) : NULL, strdup(msg)};
+        if (tg) tg->kept[tg->nkept++] = c->np;
+        c->p[c->np++] = p;
+    } else {
+        size_t worst = 0; /* the largest kept one makes room if the new one is smaller */
+        for (size_t k = 1; k < tg->nkept; k++)
+            if (cmp_problem(&c->p[tg->kept[k]], &c->p[tg->kept[worst]]) > 0) worst = k;
+        problem *w = &c->p[tg->kept[worst]];
+        if (cmp_problem(&p, w) < 0) {
+            problem old = *w;
+            *w = p;
+            p = old;
+        }
+        free(p.field_name);
+        free(p.msg);
     }
     pthread_mutex_unlock(&c->lock);
 }

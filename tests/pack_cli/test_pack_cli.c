@@ -623,6 +623,15 @@ START_TEST(kill_and_resume_gives_same_bytes)
         char mf[64];
         snprintf(mf, sizeof mf, "%s/manifest.json", name);
         ck_assert_msg(!exists(mf), "a killed pack left %s", mf);
+        if (t == 0) { /* resumed with --on-error fail: the inputs skipped before the kill now stop it */
+            ck_assert_int_eq(run("cp -r %s kfail", name), 0);
+            ck_assert_int_eq(run("'%s' -q --on-error fail --size 16 --records-per-shard 4 raw kfail", pack), 1);
+            ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "(--on-error fail: stopping)"));
+            ck_assert(!exists("kfail/manifest.json"));
+            char *kf = path_in("kfail");
+            ck_assert_uint_eq(committed_shards(kf), 0);
+            free(kf);
+        }
         /* the same command (-q and -j do not shape the output) */
         int rc = run("'%s' -j1 --size 16 --records-per-shard 4 raw %s", pack, name);
         char *err = slurp("err.txt");
@@ -808,6 +817,32 @@ END_TEST
 
 /* ------------------------------------------------------------ g. disk full */
 
+/* Refusals found in review: each asserts the documented behaviour. */
+START_TEST(review_refusals)
+{
+    setup_env();
+    json_decref(rawgen("-n 24 --classes 3 --min-side 40 --max-side 90 --broken", "raw"));
+    /* an empty OUTDIR string is a clear error, not a crash */
+    ck_assert_int_eq(run("'%s' -q --size 16 raw ''", pack), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "empty string"));
+    /* a negative label in a list file is refused before anything is decoded */
+    FILE *f = fopen(path_in("neg.csv"), "w");
+    ck_assert(f != NULL);
+    fprintf(f, "path,label\nraw/class000/img-00000000.jpg,-3\n");
+    fclose(f);
+    ck_assert_int_eq(run("'%s' -q --size 16 neg.csv dneg", pack), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "label -3 is negative"));
+    /* a class name that is not UTF-8 cannot go into the manifest */
+    ck_assert_int_eq(run("mkdir -p bad/$(printf 'caf\\351') && cp raw/class000/img-00000000.jpg bad/$(printf 'caf\\351')/"), 0);
+    ck_assert_int_eq(run("'%s' -q --size 16 bad dbad", pack), 1);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "not valid UTF-8"));
+    /* re-running a finished part reports what the first run found */
+    int first = run("'%s' -q --size 16 --part 1/2 raw dparts", pack);
+    ck_assert_int_eq(first, 3); /* the broken files of class000 fall into part 1 */
+    ck_assert_int_eq(run("'%s' -q --size 16 --part 1/2 raw dparts", pack), first);
+}
+END_TEST
+
 START_TEST(disk_full_fails_cleanly)
 {
     setup_env();
@@ -852,6 +887,7 @@ int main(void)
     tcase_add_test(tc, exit_codes_and_refusals);
     tcase_add_test(tc, list_file_inputs);
     tcase_add_test(tc, disk_full_fails_cleanly);
+    tcase_add_test(tc, review_refusals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -30,6 +30,12 @@ extern "C" {
 #  define STK_API
 #endif
 
+#if defined(__GNUC__)
+#  define STK_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#  define STK_PRINTF(fmt, args)
+#endif
+
 /* ---------------------------------------------------------------- versions */
 
 #define STK_VERSION_MAJOR 0
@@ -71,8 +77,7 @@ typedef struct {
 STK_API const char *stk_status_name(int code);
 /* Fill err (if non-NULL) with code and a printf-formatted line; returns code.
  * For code built on this library that reports through stk_error too. */
-STK_API int stk_error_set(stk_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+STK_API int stk_error_set(stk_error *err, int code, const char *fmt, ...) STK_PRINTF(3, 4);
 
 /* --------------------------------------------------------------- schema */
 
