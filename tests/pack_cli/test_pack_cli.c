@@ -89,6 +89,15 @@ static char *slurp_n(const char *rel, size_t *len)
 
 static char *slurp(const char *rel) { return slurp_n(rel, NULL); }
 
+/* Assert that the file `rel` (e.g. err.txt) contains `needle`. */
+static void expect_in(const char *rel, const char *needle)
+{
+    char *s = slurp(rel);
+    bool ok = strstr(s, needle) != NULL;
+    free(s);
+    ck_assert_msg(ok, "'%s' not found in %s", needle, rel);
+}
+
 /* Check's messages have a size limit: the first 1500 bytes of s, for a
  * message (a static copy; s is freed when it came from slurp). */
 static const char *clip_(char *s, bool owned)
@@ -626,7 +635,7 @@ START_TEST(kill_and_resume_gives_same_bytes)
         if (t == 0) { /* resumed with --on-error fail: the inputs skipped before the kill now stop it */
             ck_assert_int_eq(run("cp -r %s kfail", name), 0);
             ck_assert_int_eq(run("'%s' -q --on-error fail --size 16 --records-per-shard 4 raw kfail", pack), 1);
-            ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "(--on-error fail: stopping)"));
+            expect_in("err.txt", "(--on-error fail: stopping)");
             ck_assert(!exists("kfail/manifest.json"));
             char *kf = path_in("kfail");
             ck_assert_uint_eq(committed_shards(kf), 0);
@@ -824,18 +833,20 @@ START_TEST(review_refusals)
     json_decref(rawgen("-n 24 --classes 3 --min-side 40 --max-side 90 --broken", "raw"));
     /* an empty OUTDIR string is a clear error, not a crash */
     ck_assert_int_eq(run("'%s' -q --size 16 raw ''", pack), 1);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "empty string"));
+    expect_in("err.txt", "empty string");
     /* a negative label in a list file is refused before anything is decoded */
-    FILE *f = fopen(path_in("neg.csv"), "w");
+    char *neg = path_in("neg.csv");
+    FILE *f = fopen(neg, "w");
+    free(neg);
     ck_assert(f != NULL);
     fprintf(f, "path,label\nraw/class000/img-00000000.jpg,-3\n");
     fclose(f);
     ck_assert_int_eq(run("'%s' -q --size 16 neg.csv dneg", pack), 1);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "label -3 is negative"));
+    expect_in("err.txt", "label -3 is negative");
     /* a class name that is not UTF-8 cannot go into the manifest */
     ck_assert_int_eq(run("mkdir -p bad/$(printf 'caf\\351') && cp raw/class000/img-00000000.jpg bad/$(printf 'caf\\351')/"), 0);
     ck_assert_int_eq(run("'%s' -q --size 16 bad dbad", pack), 1);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "not valid UTF-8"));
+    expect_in("err.txt", "not valid UTF-8");
     /* re-running a finished part reports what the first run found */
     int first = run("'%s' -q --size 16 --part 1/2 raw dparts", pack);
     ck_assert_int_eq(first, 3); /* the broken files of class000 fall into part 1 */
