@@ -313,7 +313,16 @@ static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t 
 {
     int iw, ih, subsamp, cs, ncomp;
     if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &iw, &ih, &subsamp, &cs) == 0) {
-        if (iw <= 0 || ih <= 0) return fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %dx%d pixels", iw, ih);
+        /* TurboJPEG 2.1 also "succeeds" on a file cut before its frame header
+         * (libjpeg reads it as a tables-only stream) and then reports whatever
+         * the handle's fields held: trust only sizes the frame header confirms. */
+        uint32_t fw, fh;
+        if (jpeg_sof(data, len, &fw, &fh, &ncomp) != 0 || iw <= 0 || ih <= 0 || (uint32_t)iw != fw ||
+            (uint32_t)ih != fh) {
+            tjDestroy(d->tj);
+            d->tj = tjInitDecompress();
+            return fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: no complete frame header (truncated file?)");
+        }
         *w = (uint32_t)iw;
         *h = (uint32_t)ih;
         *cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;

@@ -599,7 +599,7 @@ static int finish_part(run_t *r, uint64_t params, uint64_t first, uint64_t end, 
     if (write_slice(r, ".listing.tsv", first, end, false) || write_slice(r, ".skipped.tsv", first, end, true)) return -1;
     pk_part part = {.part = r->o->part, .parts = r->o->parts, .params = params, .first = first, .end = end,
                     .packed = r->packed, .skipped = r->nskips, .nclasses = r->L.nclasses, .classes = r->L.classes,
-                    .pack_json = pack_json, .shards = r->out.shards, .nshards = r->out.nshards};
+                    .pack_json = pack_json, .schema = &r->schema, .shards = r->out.shards, .nshards = r->out.nshards};
     if (pk_part_commit(r->o->out, &part, &r->err)) {
         fprintf(stderr, "pack: %s\n", r->err.msg);
         return -1;

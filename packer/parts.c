@@ -25,89 +25,95 @@ char *pk_part_file(const char *dir, unsigned k, unsigned n, const char *suffix)
     return asprintf(&p, "%s/pack-part-%04u-of-%04u%s", dir, k, n, suffix) < 0 ? NULL : p;
 }
 
-static json_t *hexj(uint64_t v)
-{
-    char b[17];
-    snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
-    return json_string(b);
-}
-
 static uint64_t unhex(json_t *j)
 {
     const char *s = json_string_value(j);
-    return s && strlen(s) == 16 ? strtoull(s, NULL, 16) : 0;
+    return s && strlen(s) == 16 && strspn(s, "0123456789abcdef") == 16 ? strtoull(s, NULL, 16) : 0;
 }
 
+/* A part record is a manifest of the part's own shards, written and parsed by
+ * the format library (so it gets the manifest's strict checks), whose "pack"
+ * object also carries "part": {k, n, params, first, end, packed, skipped}. */
 int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
 {
+    for (size_t i = 0; i < p->nclasses; i++) { /* json_string refuses what is not UTF-8 */
+        json_t *s = json_string(p->classes[i]);
+        if (!s) return stk_error_set(err, STK_E_ARG, "class name \"%.64s\" is not valid UTF-8", p->classes[i]);
+        json_decref(s);
+    }
     json_t *pack = json_loads(p->pack_json, 0, NULL);
     if (!json_is_object(pack)) {
         json_decref(pack);
         return stk_error_set(err, STK_E_ARG, "pack parameters are not a JSON object");
     }
-    for (size_t i = 0; i < p->nclasses; i++) { /* json_string refuses what is not UTF-8 */
-        json_t *s = json_string(p->classes[i]);
-        if (!s) {
-            json_decref(pack);
-            return stk_error_set(err, STK_E_ARG, "class name \"%.64s\" is not valid UTF-8", p->classes[i]);
-        }
-        json_decref(s);
-    }
-    json_t *o = json_object(), *cls = json_array(), *sh = json_array();
-    json_object_set_new(o, "part", json_integer(p->part));
-    json_object_set_new(o, "parts", json_integer(p->parts));
-    json_object_set_new(o, "params", hexj(p->params));
-    json_object_set_new(o, "first", json_integer((json_int_t)p->first));
-    json_object_set_new(o, "end", json_integer((json_int_t)p->end));
-    json_object_set_new(o, "packed", json_integer((json_int_t)p->packed));
-    json_object_set_new(o, "skipped", json_integer((json_int_t)p->skipped));
-    for (size_t i = 0; i < p->nclasses; i++) json_array_append_new(cls, json_string(p->classes[i]));
-    json_object_set_new(o, "classes", cls);
-    json_object_set_new(o, "pack", pack);
-    for (size_t i = 0; i < p->nshards; i++) {
-        const stk_shard_entry *e = &p->shards[i];
-        json_t *s = json_object();
-        json_object_set_new(s, "path", json_string(e->path));
-        json_object_set_new(s, "records", json_integer((json_int_t)e->records));
-        json_object_set_new(s, "bytes", json_integer((json_int_t)e->file_size));
-        json_object_set_new(s, "xxh3", hexj(e->file_hash));
-        json_object_set_new(s, "index_xxh3", hexj(e->index_hash));
-        json_array_append_new(sh, s);
-    }
-    json_object_set_new(o, "shards", sh);
-    char *text = json_dumps(o, JSON_INDENT(1));
-    json_decref(o);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)p->params);
+    json_object_set_new(pack, "part", json_pack("{s:I, s:I, s:s, s:I, s:I, s:I, s:I}", "k", (json_int_t)p->part,
+                                                "n", (json_int_t)p->parts, "params", hex, "first", (json_int_t)p->first,
+                                                "end", (json_int_t)p->end, "packed", (json_int_t)p->packed,
+                                                "skipped", (json_int_t)p->skipped));
+    char *pack_json = json_dumps(pack, JSON_COMPACT);
+    json_decref(pack);
+    stk_manifest m;
+    memset(&m, 0, sizeof m);
+    m.version_major = STK_FORMAT_MAJOR;
+    m.version_minor = STK_FORMAT_MINOR;
+    m.schema = *p->schema;
+    m.nshards = p->nshards;
+    m.shards = (stk_shard_entry *)p->shards; /* read only by stk_manifest_to_json */
+    m.nclasses = p->nclasses;
+    m.classes = (char **)p->classes;
+    m.pack_json = pack_json;
+    char *text = pack_json ? stk_manifest_to_json(&m, err) : NULL;
     char *path = pk_part_file(dir, p->part, p->parts, ".json");
-    int rc = text && path ? stk_file_commit(path, text, strlen(text), err) : stk_error_set(err, STK_E_NOMEM, "out of memory");
+    int rc = text && path ? stk_file_commit(path, text, strlen(text), err)
+                          : (pack_json && !text) ? (err ? err->code : STK_E_ARG) : stk_error_set(err, STK_E_NOMEM, "out of memory");
     free(text);
     free(path);
+    free(pack_json);
     return rc;
 }
 
-static json_t *load_part(const char *dir, unsigned k, unsigned n)
+static stk_manifest *load_part(const char *dir, unsigned k, unsigned n, stk_error *err)
 {
     char *path = pk_part_file(dir, k, n, ".json");
-    json_t *j = path ? json_load_file(path, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    stk_manifest *m = path ? stk_manifest_load(path, err) : NULL;
     free(path);
-    return json_is_object(j) ? j : (json_decref(j), NULL);
+    return m;
+}
+
+/* The "pack" object of a part record and its "part" object (NULL if absent). */
+static json_t *part_pack(const stk_manifest *m, json_t **part)
+{
+    json_t *pack = json_loads(m->pack_json, 0, NULL);
+    *part = json_object_get(pack, "part");
+    if (!json_is_object(*part)) *part = NULL;
+    return pack;
 }
 
 uint64_t pk_part_params(const char *dir, unsigned k, unsigned n)
 {
-    json_t *j = load_part(dir, k, n);
-    uint64_t v = j ? unhex(json_object_get(j, "params")) : 0;
-    json_decref(j);
+    stk_manifest *m = load_part(dir, k, n, NULL);
+    if (!m) return 0;
+    json_t *part, *pack = part_pack(m, &part);
+    uint64_t v = part ? unhex(json_object_get(part, "params")) : 0;
+    json_decref(pack);
+    stk_manifest_free(m);
     return v;
 }
 
 void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped, uint64_t *nshards)
 {
-    json_t *j = load_part(dir, k, n);
-    if (!j) return;
-    *packed = (uint64_t)json_integer_value(json_object_get(j, "packed"));
-    *skipped = (uint64_t)json_integer_value(json_object_get(j, "skipped"));
-    *nshards = json_array_size(json_object_get(j, "shards"));
-    json_decref(j);
+    stk_manifest *m = load_part(dir, k, n, NULL);
+    if (!m) return;
+    json_t *part, *pack = part_pack(m, &part);
+    if (part) {
+        *packed = (uint64_t)json_integer_value(json_object_get(part, "packed"));
+        *skipped = (uint64_t)json_integer_value(json_object_get(part, "skipped"));
+        *nshards = m->nshards;
+    }
+    json_decref(pack);
+    stk_manifest_free(m);
 }
 
 /* The N of the parts present in dir (0 if none, UINT32_MAX if they
@@ -166,83 +172,79 @@ static int commit_concat(const char *dir, unsigned n, const char *suffix, const 
     return rc;
 }
 
-/* Check the part against part 1 and append its shards to the manifest. */
-static int take_part(stk_manifest *m, json_t *p, json_t *p1, unsigned k, const char *dir, stk_error *err)
+static bool same_classes(const stk_manifest *a, const stk_manifest *b)
 {
-    if (unhex(json_object_get(p, "params")) != unhex(json_object_get(p1, "params")) ||
-        !json_equal(json_object_get(p, "classes"), json_object_get(p1, "classes")))
+    if (a->nclasses != b->nclasses) return false;
+    for (size_t i = 0; i < a->nclasses; i++)
+        if (strcmp(a->classes[i], b->classes[i])) return false;
+    return true;
+}
+
+/* Check part k against part 1 and append its shards to `out`; each shard
+ * must still be the one the part committed (an O(1) open). */
+static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params, uint64_t params1, unsigned k,
+                     const char *dir, stk_error *err)
+{
+    if (params != params1 || !same_classes(pm, out) || !stk_schema_equal(&pm->schema, &out->schema))
         return stk_error_set(err, STK_E_MANIFEST, "%s: part %u was packed from another listing or with other flags than part 1", dir, k);
-    json_t *sh = json_object_get(p, "shards");
-    size_t n = json_array_size(sh);
-    stk_shard_entry *e = realloc(m->shards, (m->nshards + n + 1) * sizeof *e);
+    stk_shard_entry *e = realloc(out->shards, (out->nshards + pm->nshards + 1) * sizeof *e);
     if (!e) return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    m->shards = e;
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = json_array_get(sh, i);
-        stk_shard_entry *x = &m->shards[m->nshards];
-        x->path = strdup(json_string_value(json_object_get(s, "path")) ? json_string_value(json_object_get(s, "path")) : "");
-        x->records = (uint64_t)json_integer_value(json_object_get(s, "records"));
-        x->file_size = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
-        x->file_hash = unhex(json_object_get(s, "xxh3"));
-        x->index_hash = unhex(json_object_get(s, "index_xxh3"));
-        m->nshards++;
-        /* The shard must still be the one the part committed: O(1) check. */
+    out->shards = e;
+    for (size_t i = 0; i < pm->nshards; i++) {
+        stk_shard_entry *x = &out->shards[out->nshards];
+        *x = pm->shards[i];
         char *full = NULL;
+        if (!(x->path = strdup(pm->shards[i].path)) || asprintf(&full, "%s/%s", dir, x->path) < 0) {
+            free(x->path);
+            return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        }
+        out->nshards++;
         stk_error e2;
-        if (!x->path || asprintf(&full, "%s/%s", dir, x->path) < 0) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         stk_shard *s2 = stk_shard_open(full, &e2);
         int bad = !s2 || stk_shard_index_hash(s2) != x->index_hash || stk_shard_records(s2) != x->records;
         stk_shard_close(s2);
-        if (bad) {
-            int rc = s2 ? stk_error_set(err, STK_E_MANIFEST, "%s: differs from what part %u recorded; re-run that part", full, k)
-                        : stk_error_set(err, e2.code, "%s", e2.msg);
-            free(full);
-            return rc;
-        }
+        int rc = !bad ? STK_OK
+                 : s2 ? stk_error_set(err, STK_E_MANIFEST, "%s: differs from what part %u recorded; re-run that part", full, k)
+                      : stk_error_set(err, e2.code, "%s", e2.msg);
         free(full);
+        if (rc) return rc;
     }
     return STK_OK;
 }
 
-static int build_manifest(const char *dir, unsigned n, json_t **parts, pk_merge_result *res, stk_error *err)
+static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_merge_result *res, stk_error *err)
 {
     stk_manifest m;
     memset(&m, 0, sizeof m);
-    json_t *p1 = parts[0], *cls = json_object_get(p1, "classes"), *pack = json_deep_copy(json_object_get(p1, "pack"));
-    int rc = STK_OK;
+    m.version_major = STK_FORMAT_MAJOR;
+    m.version_minor = STK_FORMAT_MINOR;
+    m.schema = parts[0]->schema;
+    m.nclasses = parts[0]->nclasses;
+    m.classes = parts[0]->classes; /* borrowed */
+    json_t *part1, *pack = part_pack(parts[0], &part1);
+    uint64_t params1 = part1 ? unhex(json_object_get(part1, "params")) : 0;
+    int rc = part1 ? STK_OK : stk_error_set(err, STK_E_MANIFEST, "%s: part 1 record has no part information", dir);
     for (unsigned k = 1; k <= n && !rc; k++) {
-        rc = take_part(&m, parts[k - 1], p1, k, dir, err);
-        res->packed += (uint64_t)json_integer_value(json_object_get(parts[k - 1], "packed"));
-        res->skipped += (uint64_t)json_integer_value(json_object_get(parts[k - 1], "skipped"));
+        json_t *part, *pk = part_pack(parts[k - 1], &part);
+        uint64_t params = part ? unhex(json_object_get(part, "params")) : 0;
+        res->packed += (uint64_t)json_integer_value(json_object_get(part, "packed"));
+        res->skipped += (uint64_t)json_integer_value(json_object_get(part, "skipped"));
+        rc = take_part(&m, parts[k - 1], params, params1, k, dir, err);
+        json_decref(pk);
     }
-    m.nclasses = json_array_size(cls);
-    m.classes = calloc(m.nclasses + 1, sizeof *m.classes);
-    for (size_t i = 0; m.classes && i < m.nclasses; i++) m.classes[i] = (char *)json_string_value(json_array_get(cls, i));
-    json_object_set_new(pack, "packed", json_integer((json_int_t)res->packed));
-    json_object_set_new(pack, "skipped", json_integer((json_int_t)res->skipped));
-    m.pack_json = json_dumps(pack, JSON_COMPACT);
-    if (!rc && (!m.classes || !m.pack_json)) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
-    /* Schema: from the first shard (every part shares the flags). */
-    stk_shard *s0 = NULL;
-    if (!rc && m.nshards) {
-        char *full = NULL;
-        if (asprintf(&full, "%s/%s", dir, m.shards[0].path) >= 0) s0 = stk_shard_open(full, err);
-        free(full);
-        if (!s0) rc = err ? err->code : STK_E_IO;
-        else m.schema = *stk_shard_schema(s0);
-        stk_shard_close(s0);
-    } else if (!rc) {
-        rc = stk_error_set(err, STK_E_ARG, "%s: no records were packed (every input was skipped)", dir);
+    if (!rc && !m.nshards) rc = stk_error_set(err, STK_E_ARG, "%s: no records were packed (every input was skipped)", dir);
+    if (!rc) {
+        json_object_del(pack, "part");
+        json_object_set_new(pack, "packed", json_integer((json_int_t)res->packed));
+        json_object_set_new(pack, "skipped", json_integer((json_int_t)res->skipped));
+        if (!(m.pack_json = json_dumps(pack, JSON_COMPACT))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     }
     if (!rc) rc = commit_concat(dir, n, ".listing.tsv", "listing.tsv", "index\tlabel\tpath\n", err);
     if (!rc) rc = commit_concat(dir, n, ".skipped.tsv", "skipped.tsv", "path\treason\n", err);
-    m.version_major = STK_FORMAT_MAJOR;
-    m.version_minor = STK_FORMAT_MINOR;
     if (!rc) rc = stk_manifest_commit(&m, dir, err);
     res->nshards = m.nshards;
     for (size_t i = 0; i < m.nshards; i++) free(m.shards[i].path);
     free(m.shards);
-    free(m.classes);
     free(m.pack_json);
     json_decref(pack);
     return rc;
@@ -279,13 +281,13 @@ int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *er
         if (count)
             rc = stk_error_set(err, STK_E_ARG, "%s: cannot merge: %zu of %u parts missing or unfinished: %s", dir, count, n, missing);
     }
-    json_t **parts = rc ? NULL : calloc(n, sizeof *parts);
+    stk_manifest **parts = rc ? NULL : calloc(n, sizeof *parts);
+    if (!rc && !parts) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (unsigned k = 1; !rc && k <= n; k++)
-        if (!(parts[k - 1] = load_part(dir, k, n)))
-            rc = stk_error_set(err, STK_E_MANIFEST, "%s: part %u of %u: unreadable pack-part file", dir, k, n);
+        if (!(parts[k - 1] = load_part(dir, k, n, err))) rc = err ? err->code : STK_E_MANIFEST;
     if (!rc) rc = build_manifest(dir, n, parts, res, err);
     if (!rc) remove_part_files(dir, n);
-    for (unsigned k = 0; parts && k < n; k++) json_decref(parts[k]);
+    for (unsigned k = 0; parts && k < n; k++) stk_manifest_free(parts[k]);
     free(parts);
     free(seen);
     return rc;

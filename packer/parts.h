@@ -22,6 +22,7 @@ typedef struct {
     size_t nclasses;
     char *const *classes;
     const char *pack_json;  /* the manifest's "pack" object */
+    const stk_schema *schema;
     const stk_shard_entry *shards;
     size_t nshards;
 } pk_part;
