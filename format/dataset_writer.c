@@ -121,6 +121,12 @@ fail:
     return NULL;
 }
 
+/* File name of the shard being written: PREFIX-00000.stk, ... */
+static void shard_name(const stk_dataset_writer *dw, char *name, size_t cap)
+{
+    snprintf(name, cap, "%s-%05zu.stk", dw->prefix, dw->m.nshards);
+}
+
 static int close_shard(stk_dataset_writer *dw, stk_error *err)
 {
     if (!dw->cur) return STK_OK;
@@ -132,7 +138,7 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
         dw->cap = cap;
     }
     char name[64];
-    snprintf(name, sizeof name, "%s-%05zu.stk", dw->prefix, dw->m.nshards);
+    shard_name(dw, name, sizeof name);
     stk_shard_entry *e = &dw->m.shards[dw->m.nshards];
     memset(e, 0, sizeof *e);
     if (!(e->path = strdup(name))) return stk_fail(err, STK_E_NOMEM, "out of memory");
@@ -154,7 +160,7 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
 static int open_shard(stk_dataset_writer *dw, stk_error *err)
 {
     char name[64];
-    snprintf(name, sizeof name, "%s-%05zu.stk", dw->prefix, dw->m.nshards);
+    shard_name(dw, name, sizeof name);
     char *path = stk_path_join(dw->dir, name);
     if (!path) return stk_fail(err, STK_E_NOMEM, "out of memory");
     dw->cur = stk_writer_create(path, &dw->schema, err);

@@ -209,17 +209,24 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
     return stk_writer_append(o->cur, v, err);
 }
 
+void pk_out_remove_from(const pk_out *o, size_t k)
+{
+    for (;; k++) {
+        char *p = pk_out_shard_path(o, k);
+        bool gone = !p || access(p, F_OK) != 0;
+        if (!gone) unlink(p);
+        free(p);
+        if (gone) break;
+    }
+}
+
 void pk_out_abort(pk_out *o, bool remove_committed)
 {
     set_open_tmp(o, NULL);
     stk_writer_abort(o->cur);
     o->cur = NULL;
     drain(o, NULL); /* commits already handed over complete: they are whole shards */
-    for (size_t k = 0; remove_committed && k < o->nshards; k++) {
-        char *p = pk_out_shard_path(o, k);
-        if (p) unlink(p);
-        free(p);
-    }
+    if (remove_committed) pk_out_remove_from(o, 0);
 }
 
 void pk_out_free(pk_out *o)
@@ -305,14 +312,7 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
         if (!path) { rc = stk_error_set(err, STK_E_NOMEM, "out of memory"); break; }
         if (access(path, F_OK) != 0) { free(path); break; }
         if (check_kept(o, path, *next, end, src, &info, why, sizeof why) != 0) {
-            /* This shard and all later ones are redone. */
-            for (size_t j = k;; j++) {
-                char *p = pk_out_shard_path(o, j);
-                int gone = !p || access(p, F_OK) != 0;
-                if (!gone) unlink(p);
-                free(p);
-                if (gone) break;
-            }
+            pk_out_remove_from(o, k); /* this shard and all later ones are redone */
             if (note) note(user, why);
             free(path);
             break;

@@ -60,6 +60,8 @@ int pk_out_flush(pk_out *o, stk_error *err);
 /* Drop the open shard; with remove_committed also delete every committed one. */
 void pk_out_abort(pk_out *o, bool remove_committed);
 void pk_out_free(pk_out *o);
+/* Delete shard files k, k+1, ... up to the first that does not exist. */
+void pk_out_remove_from(const pk_out *o, size_t k);
 /* Records in committed shards. */
 uint64_t pk_out_records(const pk_out *o);
 /* malloc'd path of shard k. */

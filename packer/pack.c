@@ -347,19 +347,8 @@ static void remove_in(const char *dir, const char *name)
 /* Remove this part's files (shards, slices, record, state). */
 static void remove_part(const run_t *r, const opts *o)
 {
-    for (size_t k = 0;; k++) {
-        char *p = pk_out_shard_path(&r->out, k);
-        bool gone = !p || access(p, F_OK) != 0;
-        if (!gone) unlink(p);
-        free(p);
-        if (gone) break;
-    }
-    static const char *const sfx[] = {".json", ".listing.tsv", ".skipped.tsv", ".state", NULL};
-    for (const char *const *s = sfx; *s; s++) {
-        char *p = pk_part_file(o->out, o->part, o->parts, *s);
-        if (p) unlink(p);
-        free(p);
-    }
+    pk_out_remove_from(&r->out, 0);
+    pk_part_remove_files(o->out, o->part, o->parts);
 }
 
 /* ------------------------------------------------------------ slices */

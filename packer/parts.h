@@ -31,6 +31,8 @@ typedef struct {
 void pk_part_range(uint64_t total, unsigned k, unsigned n, uint64_t *first, uint64_t *end);
 /* "DIR/pack-part-000K-of-000N<suffix>", malloc'd. */
 char *pk_part_file(const char *dir, unsigned k, unsigned n, const char *suffix);
+/* Delete part k's record, TSV slices and state file (not its shards). */
+void pk_part_remove_files(const char *dir, unsigned k, unsigned n);
 /* Commit the part's JSON record (crash-safe). */
 int pk_part_commit(const char *dir, const pk_part *p, stk_error *err);
 /* Params hash recorded by a committed part, or 0 with no (readable) record. */
