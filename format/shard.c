@@ -23,6 +23,7 @@ struct stk_shard {
     bool owns_map;
     stk_layout L;
     uint64_t index_hash; /* as stored in the footer */
+    uint64_t dev, ino;   /* the file opened (0, 0 for memory) */
 };
 
 static int check_footer(stk_shard *sh, stk_error *err)
@@ -93,6 +94,8 @@ stk_shard *stk_shard_open(const char *path, stk_error *err)
         goto fail;
     }
     sh->size = (size_t)st.st_size;
+    sh->dev = (uint64_t)st.st_dev;
+    sh->ino = (uint64_t)st.st_ino;
     void *m = mmap(NULL, sh->size, PROT_READ, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
         stk_fail_errno(err, STK_E_IO, errno, "%s: mmap failed", path);
@@ -142,6 +145,11 @@ const stk_schema *stk_shard_schema(const stk_shard *sh) { return &sh->L.schema; 
 uint64_t stk_shard_records(const stk_shard *sh) { return sh->L.records; }
 uint64_t stk_shard_file_size(const stk_shard *sh) { return sh->L.file_size; }
 uint64_t stk_shard_index_hash(const stk_shard *sh) { return sh->index_hash; }
+void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino)
+{
+    *dev = sh->dev;
+    *ino = sh->ino;
+}
 void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor)
 {
     if (major) *major = sh->L.major;

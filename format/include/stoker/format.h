@@ -210,6 +210,9 @@ STK_API uint64_t stk_shard_file_size(const stk_shard *sh);
 STK_API void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor);
 /* The footer's stored hash over header + checksum table (not recomputed). */
 STK_API uint64_t stk_shard_index_hash(const stk_shard *sh);
+/* Device and inode of the file as opened (0, 0 for a shard in memory): with
+ * them a reader tells a file rewritten in place from one replaced by rename. */
+STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
 
 /* Start of tensor field f's region: record i's value is at
  * base + i * stk_field_stride(field). NULL for bytes fields or f out of range.

@@ -1,0 +1,75 @@
+/* reader/device.h - the backend seam of the upload path. Internal.
+ *
+ * The upload protocol (upload.c) is written once against these operations,
+ * which mirror the CUDA runtime's stream/event model:
+ *   - a stream runs its operations in order, asynchronously to the caller;
+ *   - event_record(e, s) marks "everything queued on s so far";
+ *   - stream_wait(s, e) makes s wait (not the caller) until the last record
+ *     of e made before the call has completed; an event never recorded is
+ *     complete;
+ *   - event_sync(e) blocks the caller the same way.
+ * A NULL stream is the default stream: CUDA's legacy stream 0, or for the
+ * host backend the calling thread itself (operations run at once).
+ *
+ * device_host.c implements it with threads and ordinary memory; device_cuda.c
+ * with the CUDA runtime. */
+#ifndef STK_READER_DEVICE_H
+#define STK_READER_DEVICE_H
+
+#include "stoker/reader.h"
+
+/* One transform launch: n samples of src u8 [H, W, C] (device memory) into
+ * dst (device memory), with per-sample boxes from params (device memory). */
+typedef struct {
+    int32_t x0, y0, w, h; /* crop box in the source image */
+    int32_t flip;         /* 1: mirror horizontally        */
+    int32_t pad[3];       /* 32 bytes per sample           */
+} stk_crop_box;
+
+typedef struct {
+    const uint8_t *src;
+    void *dst;
+    const stk_crop_box *boxes;
+    uint32_t n, H, W, C;
+    uint32_t out_h, out_w;
+    int dtype, layout;
+    float mean[4], inv_std[4];
+} stk_xform_job;
+
+typedef struct stk_backend stk_backend;
+struct stk_backend {
+    int kind; /* stk_device */
+    const char *name;
+    int (*host_alloc)(stk_backend *b, size_t n, void **p, stk_error *err);
+    void (*host_free)(stk_backend *b, void *p);
+    int (*dev_alloc)(stk_backend *b, size_t n, void **p, stk_error *err);
+    void (*dev_free)(stk_backend *b, void *p);
+    int (*stream_create)(stk_backend *b, void **s, stk_error *err);
+    void (*stream_destroy)(stk_backend *b, void *s); /* drains first */
+    int (*event_create)(stk_backend *b, void **e, int timing, stk_error *err);
+    void (*event_destroy)(stk_backend *b, void *e);
+    int (*copy_h2d)(stk_backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err);
+    int (*event_record)(stk_backend *b, void *e, void *s, stk_error *err);
+    int (*stream_wait)(stk_backend *b, void *s, void *e, stk_error *err);
+    int (*event_sync)(stk_backend *b, void *e, stk_error *err);
+    /* Seconds between two completed timing events (0 when unknown). */
+    double (*elapsed)(stk_backend *b, void *start, void *end);
+    int (*transform)(stk_backend *b, const stk_xform_job *job, void *s, stk_error *err);
+    void (*destroy)(stk_backend *b);
+};
+
+stk_backend *stk_backend_host_create(stk_error *err);
+/* NULL with STK_E_UNSUPPORTED when the build lacks CUDA or no device works. */
+stk_backend *stk_backend_cuda_create(int device, stk_error *err);
+
+/* The transform's CPU reference, used by the host backend: the same math as
+ * the CUDA kernel, sample by sample. */
+void stk_xform_host(const stk_xform_job *job);
+/* The crop box and flip of one sample: a pure function of the transform,
+ * the image size, seed, epoch and global record index. */
+void stk_xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
+                   uint64_t record, stk_crop_box *box);
+/* Output bytes per sample. */
+uint64_t stk_xform_out_bytes(const stk_transform *t, uint32_t C);
+
+#endif

@@ -1,0 +1,559 @@
+/* reader/reader.c - the batch engine: a ring of slots filled by persistent
+ * worker threads, handed out in stream order.
+ *
+ * The stream is numbered by a sequence s = epoch x batches_per_epoch + batch.
+ * Batch s lives in slot s % nslots. Three counters under one mutex say who
+ * owns what:
+ *
+ *     released <= consume <= claim
+ *     [released, consume)  the batch the caller holds (at most one)
+ *     [consume, claim)     being prepared by a worker, or ready
+ *     claim may advance while claim < released + nslots (a free slot)
+ *
+ * Workers prepare different batches at once and finish out of order; the
+ * caller waits for its own slot. A seek bumps `gen`: workers finishing a
+ * batch of an older generation throw it away. Nothing here depends on the
+ * thread count or timing: what a batch holds is a pure function of s
+ * (spec/ORDERS.md), so prefetch depth and threads change only speed. */
+/* madvise advice beyond POSIX: MADV_COLD, MADV_POPULATE_READ (Linux). */
+#define _GNU_SOURCE
+#include "reader_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+double stk__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void stk_reader_options_init(stk_reader_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch_size = 1;
+    o->order = STK_ORDER_SEQUENTIAL;
+    o->rank = -1;
+    o->world_size = -1;
+    o->tail = STK_TAIL_PAD;
+    o->verify = STK_VERIFY_OFF;
+    o->release_pages = -1;
+}
+
+/* ------------------------------------------------------------- workers */
+
+/* Tell the kernel consumed pages of [off, off+len) of a shard's mapping can
+ * go: whole pages only, never the header or a neighbour's partial page. */
+static void release_range(const uint8_t *base, uint64_t off, uint64_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)(base + off) + page - 1) & ~(page - 1);
+    uintptr_t b = ((uintptr_t)(base + off + len)) & ~(page - 1);
+    if (b <= a) return;
+#ifdef MADV_COLD
+    madvise((void *)a, b - a, MADV_COLD);
+#endif
+    madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Release the pages of global records [first, first+count) for every
+ * selected tensor field. Only a hint: a worker still copying from them just
+ * faults them back in from the page cache. */
+static void release_records(const stk_reader *r, uint64_t first, uint64_t count)
+{
+    while (count) {
+        size_t s;
+        uint64_t local;
+        if (stk_dataset_locate(r->ds, first, &s, &local, NULL)) return;
+        const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        uint64_t n = stk_shard_records(sh) - local;
+        if (n > count) n = count;
+        for (unsigned i = 0; i < r->nsel; i++) {
+            const uint8_t *base = stk_shard_field_base(sh, r->sel[i]);
+            if (base) release_range(base, local * r->sel_stride[i], n * r->sel_stride[i]);
+        }
+        first += n;
+        count -= n;
+    }
+}
+
+/* Called when seq s is claimed: batch s - nslots is done with for good. In
+ * sequential order that batch's records are released; in quasi order, the
+ * blocks of every window wholly before that batch's first position. */
+static void release_consumed(stk_reader *r, uint64_t s, uint64_t *win_epoch, uint64_t *win_next)
+{
+    if (!r->release || s < r->nslots) return;
+    uint64_t done = s - r->nslots;
+    uint64_t e = done / r->nbatches, j = done % r->nbatches;
+    uint64_t p0 = j * r->G + (uint64_t)r->o.rank * r->o.batch_size;
+    if (p0 >= r->N) return;
+    if (r->o.order == STK_ORDER_SEQUENTIAL) {
+        uint64_t n = r->o.batch_size;
+        if (p0 + n > r->N) n = r->N - p0;
+        release_records(r, p0, n);
+        return;
+    }
+    /* quasi: windows are G-independent runs of positions */
+    stk_epoch_order o;
+    stk_epoch_order_init(&o, STK_ORDER_QUASI, r->N, r->o.seed, e, r->K, r->Wq);
+    (void)stk_epoch_order_record(&o, p0); /* finds p0's window */
+    if (*win_epoch != e) {
+        *win_epoch = e;
+        *win_next = 0;
+    }
+    for (; *win_next < o.cur_w; (*win_next)++) {
+        uint64_t x0 = *win_next * r->Wq;
+        for (uint64_t x = x0; x < x0 + r->Wq && x < o.nb; x++) {
+            uint64_t b = stk_perm_fwd(&o.p, x);
+            release_records(r, b * r->K, b == o.nb - 1 ? o.Lz : r->K);
+        }
+    }
+}
+
+/* A shard rewritten in place under the mapping would SIGBUS the copy: check
+ * each shard a batch touches, once per batch, before touching it. A shard
+ * replaced by rename or deleted is fine: the mapping keeps the old inode. */
+static int check_shard(stk_reader *r, size_t s, stk_error *err)
+{
+    struct stat st;
+    const stk_shard *sh = stk_dataset_shard(r->ds, s);
+    if (stat(stk_shard_path(sh), &st) != 0) return STK_OK;
+    if (st.st_dev != r->shard_id[s].dev || st.st_ino != r->shard_id[s].ino) return STK_OK;
+    if ((uint64_t)st.st_size < stk_shard_file_size(sh))
+        return stk_error_set(err, STK_E_TRUNCATED,
+                             "%s: shrank from %llu to %llu bytes since it was opened (rewritten in place?)",
+                             stk_shard_path(sh), (unsigned long long)stk_shard_file_size(sh),
+                             (unsigned long long)st.st_size);
+    return STK_OK;
+}
+
+static int verify_value(stk_reader *r, const stk_shard *sh, unsigned f, uint64_t local,
+                        uint64_t global, const void *data, uint64_t size, stk_error *err)
+{
+    uint64_t want = stk_shard_stored_hash(sh, f, local), got = stk_hash(data, size);
+    if (want == got) return STK_OK;
+    return stk_error_set(err, STK_E_CHECKSUM,
+                         "%s: record %llu (dataset record %llu), field '%s': checksum mismatch "
+                         "(stored %016llx, computed %016llx)",
+                         stk_shard_path(sh), (unsigned long long)local, (unsigned long long)global,
+                         stk_dataset_schema(r->ds)->fields[f].name, (unsigned long long)want,
+                         (unsigned long long)got);
+}
+
+static int needs_verify(stk_reader *r, uint64_t rec)
+{
+    if (r->o.verify == STK_VERIFY_ALWAYS) return 1;
+    if (r->o.verify != STK_VERIFY_ONCE) return 0;
+    uint64_t bit = 1ULL << (rec & 63);
+    return !(__atomic_load_n(&r->verified_bits[rec >> 6], __ATOMIC_RELAXED) & bit);
+}
+
+static void mark_verified(stk_reader *r, uint64_t rec)
+{
+    if (r->o.verify == STK_VERIFY_ONCE)
+        __atomic_fetch_or(&r->verified_bits[rec >> 6], 1ULL << (rec & 63), __ATOMIC_RELAXED);
+}
+
+/* Batch s's first position in its epoch's order and its record count. */
+static uint32_t batch_span(const stk_reader *r, uint64_t s, uint64_t *p0)
+{
+    uint64_t j = s % r->nbatches;
+    *p0 = j * r->G + (uint64_t)r->o.rank * r->o.batch_size;
+    uint32_t n = r->o.batch_size;
+    if (r->o.tail == STK_TAIL_PARTIAL) n = *p0 >= r->N ? 0 : (uint32_t)(r->N - *p0 < n ? r->N - *p0 : n);
+    return n;
+}
+
+/* Records [i0, i1) of batch s into rec[]. */
+static void part_records(const stk_reader *r, stk_worker *w, uint64_t s, uint64_t p0, uint32_t i0, uint32_t i1,
+                         uint64_t *rec)
+{
+    uint64_t e = s / r->nbatches;
+    if (w->ord_epoch != e) {
+        stk_epoch_order_init(&w->ord, r->o.order, r->N, r->o.seed, e, r->K, r->Wq);
+        w->ord_epoch = e;
+    }
+    for (uint32_t i = i0; i < i1; i++) rec[i] = stk_epoch_order_record(&w->ord, (p0 + i) % r->N);
+}
+
+/* Whether batch (p0, n) is one run of records inside one shard, which the
+ * view can point at instead of copying: sequential order, no wrap, one
+ * shard. Pure, so every part of the batch decides alike. */
+static int zero_copy_shard(const stk_reader *r, uint64_t p0, uint32_t n, size_t *shard, uint64_t *local)
+{
+    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be) return 0; /* device path: staged */
+    if (p0 + n > r->N) return 0;                                          /* wraps around */
+    if (stk_dataset_locate(r->ds, p0, shard, local, NULL)) return 0;
+    return stk_dataset_shard_first(r->ds, *shard + 1) >= p0 + n;
+}
+
+/* Copy (or point at) every selected field of record `i` of the batch. */
+static int gather_one(stk_reader *r, stk_worker *w, stk_slot *sl, uint32_t i, int zc, uint64_t *heap,
+                      stk_error *err)
+{
+    uint64_t rec = sl->records[i], local;
+    size_t s;
+    int rc = stk_dataset_locate(r->ds, rec, &s, &local, err);
+    if (rc) return rc;
+    const stk_shard *sh = stk_dataset_shard(r->ds, s);
+    if (w->stamp[s] != w->batch_no) { /* first record of this shard in this part */
+        w->stamp[s] = w->batch_no;
+        if ((rc = check_shard(r, s, err))) return rc;
+    }
+    int verify = needs_verify(r, rec);
+    for (unsigned k = 0; k < r->nsel; k++) {
+        stk_batch_field *bf = &sl->fields[k];
+        const void *src;
+        uint64_t size;
+        if ((rc = stk_shard_value(sh, r->sel[k], local, &src, &size, err))) return rc;
+        if (bf->kind == STK_KIND_BYTES) {
+            stk_value *v = (stk_value *)&bf->values[i];
+            v->data = src;
+            v->size = size;
+            heap[k] += size;
+        } else if (!zc) {
+            uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * size;
+            memcpy(dst, src, size);
+            src = dst; /* verify what the caller will see */
+        }
+        if (verify && (rc = verify_value(r, sh, r->sel[k], local, rec, src, size, err))) return rc;
+    }
+    if (verify) {
+        mark_verified(r, rec);
+        w->verified++;
+    }
+    return STK_OK;
+}
+
+#define ADVISE_BELOW_BYTES_PER_S 1e9 /* memory copies run at 5-10 GB/s per core */
+#define ADVISE_RUN 16
+
+/* Readahead: ask for every record of [i0, i1) before copying any, so the
+ * reads of a cold batch are in flight together rather than one at a time. */
+static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0, uint32_t i1, int how)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (uint32_t i = i0; i < i1; i++) {
+        size_t s;
+        uint64_t local;
+        if (stk_dataset_locate(r->ds, rec[i], &s, &local, NULL)) return;
+        const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        uint32_t run = 1; /* extend over consecutive records of the same shard */
+        while (i + run < i1 && rec[i + run] == rec[i] + run && local + run < stk_shard_records(sh)) run++;
+        for (unsigned k = 0; k < r->nsel; k++) {
+            const uint8_t *base = stk_shard_field_base(sh, r->sel[k]);
+            if (!base) continue;
+            uintptr_t a = (uintptr_t)(base + local * r->sel_stride[k]) & ~(page - 1);
+            uintptr_t b = (uintptr_t)(base + (local + run) * r->sel_stride[k]);
+            madvise((void *)a, b - a, how);
+        }
+        i += run - 1;
+    }
+}
+
+/* Part 0 of a batch also fills in the view: where each field's data is. */
+static void setup_view(stk_reader *r, stk_slot *sl, uint32_t n, int zc, size_t shard, uint64_t local)
+{
+    sl->batch.epoch = sl->seq / r->nbatches;
+    sl->batch.index = sl->seq % r->nbatches;
+    sl->batch.size = n;
+    sl->batch.on_device = 0;
+    sl->batch.event = NULL;
+    const stk_shard *sh = zc ? stk_dataset_shard(r->ds, shard) : NULL;
+    for (unsigned k = 0; k < r->nsel; k++) {
+        stk_batch_field *bf = &sl->fields[k];
+        bf->shape[0] = n;
+        bf->zero_copy = zc && bf->kind == STK_KIND_TENSOR;
+        bf->data = bf->kind != STK_KIND_TENSOR ? NULL
+                   : zc ? (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * r->sel_stride[k]
+                        : sl->buf + r->sel_off[k];
+        if (bf->kind == STK_KIND_TENSOR) bf->nbytes = n * r->sel_stride[k]; /* bytes fields: summed by parts */
+    }
+}
+
+/* Prepare records [i0, i1) of the batch in slot sl (part `part`). Errors go
+ * to err; bytes-field sizes to heap[k] (the view's totals are summed under
+ * the lock when the part is done). */
+static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned part, uint64_t gen, uint64_t *heap,
+                         stk_error *err)
+{
+    w->batch_no++;
+    uint64_t p0, local = 0;
+    size_t shard = 0;
+    uint32_t n = batch_span(r, sl->seq, &p0);
+    uint32_t chunk = (n + r->parts - 1) / r->parts, i0 = part * chunk < n ? part * chunk : n;
+    uint32_t i1 = i0 + chunk < n ? i0 + chunk : n;
+    int zc = zero_copy_shard(r, p0, n, &shard, &local);
+    if (part == 0) setup_view(r, sl, n, zc, shard, local);
+    part_records(r, w, sl->seq, p0, i0, i1, sl->records);
+    if (zc && (err->code = check_shard(r, shard, err))) return;
+    if (zc && !r->has_bytes && r->o.verify == STK_VERIFY_OFF) {
+        /* The caller reads the map: fault it in here, off the caller's
+         * thread (that is the prefetch), or at least start the reads. */
+#ifdef MADV_POPULATE_READ
+        advise_records(r, sl->records, i0, i1, MADV_POPULATE_READ);
+#else
+        advise_records(r, sl->records, i0, i1, MADV_WILLNEED);
+#endif
+        return;
+    }
+    /* Readahead pays on storage (all of a part's reads in flight at once
+     * instead of one page fault at a time) but costs 10-20% when the records
+     * are already in the page cache (the kernel still walks every page). So
+     * advise only after a part that copied slower than memory does, and for
+     * the next ADVISE_RUN parts; a fast part is the cheap probe. */
+    if (r->advise && !zc && w->advise_left > 0) {
+        advise_records(r, sl->records, i0, i1, MADV_WILLNEED);
+        w->advise_left--;
+    }
+    double t0 = stk__now();
+    for (uint32_t i = i0; i < i1; i++) {
+        if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != gen) return; /* seek or close: abandon */
+        if (gather_one(r, w, sl, i, zc, heap, err)) return;
+    }
+    if (r->xf_sel >= 0) /* the transform's crop boxes travel with the batch */
+        for (uint32_t i = i0; i < i1; i++)
+            stk_xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[i],
+                          (stk_crop_box *)(sl->buf + r->boxes_off) + i);
+    double dt = stk__now() - t0, bytes = (double)(i1 - i0) * (double)(r->slot_stride_bytes);
+    if (!zc && dt > 0 && bytes / dt < ADVISE_BELOW_BYTES_PER_S) w->advise_left = ADVISE_RUN;
+}
+
+/* A part is done: merge its error (the lowest part's wins, so the message
+ * does not depend on timing) and, with the last part, hand the slot on. */
+static void finish_part(stk_reader *r, stk_slot *sl, unsigned part, uint64_t gen, const uint64_t *heap,
+                        const stk_error *err)
+{
+    if (err->code && (!sl->err.code || part < sl->err_part)) {
+        sl->err = *err;
+        sl->err_part = part;
+    }
+    for (unsigned k = 0; k < r->nsel; k++)
+        if (sl->fields[k].kind == STK_KIND_BYTES) sl->fields[k].nbytes += heap[k];
+    if (--sl->parts_left) return;
+    sl->state = r->gen != gen ? SLOT_FREE : r->be ? SLOT_GATHERED : SLOT_READY;
+    pthread_cond_broadcast(&r->ready_cv);
+}
+
+void *stk__worker_main(void *arg)
+{
+    stk_worker *w = arg;
+    stk_reader *r = w->r;
+    uint64_t win_epoch = UINT64_MAX, win_next = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        if (r->pausing || r->claim >= r->end_seq || r->claim >= r->released + r->nslots) {
+            r->idle++;
+            pthread_cond_wait(&r->work_cv, &r->mu);
+            r->idle--;
+            continue;
+        }
+        /* Claim the next part of the earliest unclaimed batch: the batch the
+         * consumer will want first gets all the threads first. */
+        uint64_t s = r->claim, gen = r->gen;
+        unsigned part = r->claim_part++;
+        if (r->claim_part == r->parts) {
+            r->claim++;
+            r->claim_part = 0;
+        }
+        stk_slot *sl = &r->slots[s % r->nslots];
+        if (part == 0) {
+            sl->seq = s;
+            sl->state = SLOT_BUSY;
+            sl->parts_left = r->parts;
+            sl->err.code = STK_OK;
+            sl->err.msg[0] = 0;
+            for (unsigned k = 0; k < r->nsel; k++) sl->fields[k].nbytes = 0;
+        }
+        r->active++;
+        if (r->claim_part && r->idle) pthread_cond_signal(&r->work_cv); /* more parts: another hand */
+        pthread_mutex_unlock(&r->mu);
+
+        stk_error err = {STK_OK, ""};
+        uint64_t heap[STK_MAX_FIELDS] = {0};
+        if (r->be) { /* the staging buffer's last upload must be over */
+            double h2d = stk__upload_reclaim(r, (unsigned)(s % r->nslots), NULL);
+            if (part == 0) w->h2d += h2d;
+        }
+        double t0 = stk__now();
+        if (r->release && part == 0) release_consumed(r, s, &win_epoch, &win_next);
+        prepare_part(r, w, sl, part, gen, heap, &err);
+        double dt = stk__now() - t0;
+
+        pthread_mutex_lock(&r->mu);
+        r->active--;
+        r->st_busy += dt;
+        r->st_h2d += w->h2d;
+        w->h2d = 0;
+        r->st_verified += w->verified;
+        w->verified = 0;
+        finish_part(r, sl, part, gen, heap, &err);
+        if (!r->active) pthread_cond_broadcast(&r->ready_cv); /* restart_at waits for that */
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- consumer */
+
+/* Hand the held slot back. Returns 1 when an idle worker should be woken
+ * (after unlocking: a woken worker must not find the mutex still held, and
+ * waking all of them for one slot only makes them fight over the cores). */
+static int release_locked(stk_reader *r)
+{
+    if (r->released >= r->consume) return 0;
+    if (r->be) stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
+    r->released = r->consume;
+    return r->idle > 0;
+}
+
+void stk_reader_release(stk_reader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int wake = release_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    if (wake) pthread_cond_signal(&r->work_cv);
+}
+
+const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
+{
+    stk_reader_release(r);
+    pthread_mutex_lock(&r->mu);
+    if (r->sticky.code) {
+        if (err) *err = r->sticky;
+        pthread_mutex_unlock(&r->mu);
+        return NULL;
+    }
+    if (r->consume >= r->end_seq) {
+        pthread_mutex_unlock(&r->mu);
+        stk_error_set(err, STK_OK, "end of stream");
+        return NULL;
+    }
+    stk_slot *sl = &r->slots[r->consume % r->nslots];
+    double t0 = stk__now();
+    if (r->st_start == 0) r->st_start = t0;
+    unsigned ready = 0;
+    for (unsigned i = 0; i < r->nslots; i++)
+        ready += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
+    r->st_ready_sum += ready;
+    while (!(sl->state == SLOT_READY && sl->seq == r->consume)) pthread_cond_wait(&r->ready_cv, &r->mu);
+    r->st_wait += stk__now() - t0;
+    r->consume++;
+    if (sl->err.code) {
+        r->sticky = sl->err;
+        if (err) *err = sl->err;
+        pthread_mutex_unlock(&r->mu);
+        return NULL;
+    }
+    if (r->be && stk__upload_acquire(r, (unsigned)((r->consume - 1) % r->nslots), &sl->err)) {
+        r->sticky = sl->err;
+        if (err) *err = sl->err;
+        pthread_mutex_unlock(&r->mu);
+        return NULL;
+    }
+    r->st_batches++;
+    r->st_samples += sl->batch.size;
+    for (unsigned k = 0; k < r->nsel; k++) r->st_bytes += sl->fields[k].nbytes;
+    r->st_zero_copy += r->nsel && sl->fields[0].zero_copy;
+    pthread_mutex_unlock(&r->mu);
+    if (err) err->code = STK_OK;
+    return &sl->batch;
+}
+
+/* Stop handing out work, wait for the workers to go idle, and restart the
+ * stream at sequence s. */
+static void restart_at(stk_reader *r, uint64_t s)
+{
+    pthread_mutex_lock(&r->mu);
+    __atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED);
+    r->pausing = 1; /* no new claims while the ring drains */
+    while (r->active) pthread_cond_wait(&r->ready_cv, &r->mu);
+    r->pausing = 0;
+    for (unsigned i = 0; i < r->nslots; i++) r->slots[i].state = SLOT_FREE;
+    r->claim = r->consume = r->released = r->next_copy = s;
+    r->claim_part = 0;
+    r->sticky.code = STK_OK;
+    r->sticky.msg[0] = 0;
+    pthread_cond_broadcast(&r->work_cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+int stk_reader_seek(stk_reader *r, uint64_t epoch, uint64_t batch, stk_error *err)
+{
+    if (batch >= r->nbatches)
+        return stk_error_set(err, STK_E_RANGE, "seek: batch %llu out of range (%llu batches per epoch)",
+                             (unsigned long long)batch, (unsigned long long)r->nbatches);
+    if (epoch > (UINT64_MAX - 1) / r->nbatches - 1)
+        return stk_error_set(err, STK_E_RANGE, "seek: epoch %llu out of range", (unsigned long long)epoch);
+    restart_at(r, epoch * r->nbatches + batch);
+    return STK_OK;
+}
+
+void stk_reader_set_epochs(stk_reader *r, uint64_t epochs)
+{
+    pthread_mutex_lock(&r->mu);
+    r->end_seq = epochs && epochs <= UINT64_MAX / r->nbatches ? epochs * r->nbatches : UINT64_MAX;
+    pthread_cond_broadcast(&r->work_cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t stk_reader_batches_per_epoch(const stk_reader *r) { return r->nbatches; }
+
+void stk_reader_position(const stk_reader *r, uint64_t *epoch, uint64_t *batch)
+{
+    stk_reader *m = (stk_reader *)r; /* the mutex only */
+    pthread_mutex_lock(&m->mu);
+    uint64_t s = r->consume;
+    pthread_mutex_unlock(&m->mu);
+    if (epoch) *epoch = s / r->nbatches;
+    if (batch) *batch = s % r->nbatches;
+}
+
+const stk_reader_options *stk_reader_get_options(const stk_reader *r) { return &r->o; }
+const stk_dataset *stk_reader_dataset(const stk_reader *r) { return r->ds; }
+uint64_t stk_reader_quasi_block_records(const stk_reader *r)
+{
+    return r->o.order == STK_ORDER_QUASI ? r->K : 0;
+}
+
+/* ------------------------------------------------------------- statistics */
+
+void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s)
+{
+    stk_reader *m = (stk_reader *)r;
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&m->mu);
+    s->batches = r->st_batches;
+    s->samples = r->st_samples;
+    s->bytes = r->st_bytes;
+    s->zero_copy_batches = r->st_zero_copy;
+    s->verified = r->st_verified;
+    s->wall_s = r->st_start ? stk__now() - r->st_start : 0;
+    s->wait_s = r->st_wait;
+    s->busy_s = r->st_busy;
+    s->mean_ready = r->st_batches ? r->st_ready_sum / (double)r->st_batches : 0;
+    s->h2d_s = r->st_h2d;
+    s->h2d_bytes = r->st_h2d_bytes;
+    pthread_mutex_unlock(&m->mu);
+    s->threads = r->o.threads;
+    s->prefetch = r->o.prefetch;
+    s->device = r->o.device;
+}
+
+void stk_reader_stats_reset(stk_reader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->st_batches = r->st_samples = r->st_bytes = r->st_zero_copy = r->st_verified = 0;
+    r->st_start = 0;
+    r->st_wait = r->st_busy = r->st_h2d = 0;
+    r->st_h2d_bytes = 0;
+    r->st_ready_sum = 0;
+    pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,123 @@
+/* reader/reader_impl.h - the reader's private structures, shared by the
+ * files of reader/ (open, engine, state, statistics). Not installed. */
+#ifndef STK_READER_IMPL_H
+#define STK_READER_IMPL_H
+
+#include "stoker/reader.h"
+#include "device.h"
+#include "order.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+/* FREE -> BUSY (a worker gathers) -> READY, or on the device path
+ * BUSY -> GATHERED (staged) -> READY (upload queued by the copy thread). */
+enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_GATHERED = 2, SLOT_READY = 3 };
+
+/* The device side of slot i (upload.c). */
+typedef struct {
+    void *dev, *dev_out;          /* device copy of the staged tensors; transform output */
+    void *ev_start, *ev_copied, *ev_ready, *ev_released;
+    int used;                     /* uploaded at least once (ev_copied recorded) */
+} stk_dslot;
+
+typedef struct {
+    uint64_t seq;                 /* the batch it holds or is being filled with */
+    int state;                    /* SLOT_* (under the reader's mutex) */
+    stk_error err;                /* set when preparing failed */
+    unsigned err_part;            /* the part err came from */
+    unsigned parts_left;          /* parts still being prepared (under mu) */
+    uint8_t *buf;                 /* gathered tensors, one region per field */
+    uint64_t *records;            /* batch_size global record indices */
+    stk_value *values;            /* batch_size per bytes field */
+    stk_batch batch;
+    stk_batch_field fields[STK_MAX_FIELDS];
+} stk_slot;
+
+typedef struct stk_reader stk_reader;
+
+typedef struct {
+    stk_reader *r;
+    pthread_t thread;
+    int started;
+    stk_epoch_order ord;          /* the epoch this worker computed last */
+    uint64_t ord_epoch;
+    uint64_t batch_no;            /* batches prepared, for stamp[] */
+    uint64_t *stamp;              /* per shard: batch_no that last checked it */
+    uint64_t verified;            /* records verified, not yet added to stats */
+    unsigned advise_left;         /* batches to read ahead for (reader.c, prepare) */
+    double h2d;                   /* upload seconds, not yet added to stats */
+} stk_worker;
+
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} stk_file_id;
+
+struct stk_reader {
+    const stk_dataset *ds;
+    stk_dataset *owned;           /* when opened by path */
+    stk_reader_options o;         /* resolved: defaults and environment applied */
+    char *fields_text;            /* o.fields points here */
+
+    unsigned nsel;                /* selected fields: schema index, stride, slot offset */
+    unsigned sel[STK_MAX_FIELDS];
+    uint64_t sel_stride[STK_MAX_FIELDS];
+    uint64_t sel_off[STK_MAX_FIELDS];
+    int has_bytes;
+
+    uint64_t N, G, nbatches, K;
+    uint32_t Wq;
+    int release, advise;
+    stk_file_id *shard_id;        /* per shard, to tell rewritten from replaced */
+    uint64_t *verified_bits;      /* STK_VERIFY_ONCE: one bit per record */
+
+    unsigned nslots;
+    uint64_t slot_bytes;
+    stk_slot *slots;
+    stk_worker *workers;
+
+    /* device path (upload.c); be == NULL for host batches */
+    stk_backend *be;
+    void *copy_stream;
+    stk_dslot *dslots;
+    pthread_t copier;
+    int copier_started;
+    uint64_t next_copy;           /* the next sequence the copy thread uploads */
+    stk_transform xf;             /* the transform (o.transform points here) */
+    int xf_sel;                   /* index into sel[] of the transformed field, -1: none */
+    stk_xform_job xf_job;         /* its shape and constants */
+    uint64_t xf_out_bytes;        /* per sample */
+    uint64_t boxes_off;           /* crop boxes' offset in a slot's buffer */
+    char device_note[STK_ERROR_MSG_MAX];
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, ready_cv;
+    uint64_t claim, consume, released, end_seq;
+    unsigned claim_part, parts;   /* batches are prepared in `parts` parts (one per thread) */
+    uint64_t slot_stride_bytes;   /* bytes of selected tensor fields per record */
+    uint64_t gen;                 /* bumped by seek; read unlocked by workers (atomics) */
+    unsigned active;
+    unsigned idle;                /* workers waiting for a free slot */
+    int stop, pausing;
+    stk_error sticky;
+
+    /* statistics, under mu */
+    double st_start, st_wait, st_busy, st_h2d;
+    uint64_t st_h2d_bytes;
+    uint64_t st_batches, st_samples, st_bytes, st_zero_copy, st_verified, st_ready_sum;
+};
+
+double stk__now(void);
+void *stk__worker_main(void *arg);
+
+/* upload.c */
+int stk__upload_backend(stk_reader *r, stk_error *err);
+int stk__upload_open(stk_reader *r, stk_error *err);
+void stk__upload_close(stk_reader *r);
+double stk__upload_reclaim(stk_reader *r, unsigned i, stk_error *err);
+void *stk__copier_main(void *arg);
+int stk__upload_acquire(stk_reader *r, unsigned i, stk_error *err);
+int stk__upload_release(stk_reader *r, unsigned i, stk_error *err);
+
+#endif

@@ -1,0 +1,417 @@
+/* reader/reader_open.c - options, memory plan, slots and workers: the
+ * reader's construction and teardown. Everything that can be refused is
+ * refused here, before a thread starts, with the option named. */
+#include "reader_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SLOT_ALIGN 4096 /* page-aligned slots: pinnable, DMA-friendly */
+#define FIELD_ALIGN 64
+
+/* Non-negative integer from the environment, -1 if absent; -2 if invalid. */
+static long env_int(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return (errno || *end || x < 0 || x > 1 << 24) ? -2 : x;
+}
+
+static int resolve_dist(stk_reader_options *o, stk_error *err)
+{
+    static const char *const rank_env[] = {"RANK", "SLURM_PROCID"};
+    static const char *const world_env[] = {"WORLD_SIZE", "SLURM_NTASKS"};
+    for (int i = 0; i < 2 && o->rank < 0; i++) {
+        long v = env_int(rank_env[i]);
+        if (v == -2) return stk_error_set(err, STK_E_ARG, "environment %s='%s' is not a rank", rank_env[i],
+                                          getenv(rank_env[i]));
+        if (v >= 0) o->rank = (int)v;
+    }
+    for (int i = 0; i < 2 && o->world_size < 0; i++) {
+        long v = env_int(world_env[i]);
+        if (v == -2 || v == 0)
+            return stk_error_set(err, STK_E_ARG, "environment %s='%s' is not a world size", world_env[i],
+                                 getenv(world_env[i]));
+        if (v > 0) o->world_size = (int)v;
+    }
+    if (o->rank < 0) o->rank = 0;
+    if (o->world_size < 0) o->world_size = 1;
+    if (o->world_size == 0) return stk_error_set(err, STK_E_ARG, "world_size must be at least 1");
+    if (o->rank >= o->world_size)
+        return stk_error_set(err, STK_E_ARG, "rank %d out of range for world size %d", o->rank, o->world_size);
+    return STK_OK;
+}
+
+static int resolve_options(stk_reader *r, const stk_reader_options *in, stk_error *err)
+{
+    stk_reader_options *o = &r->o;
+    if (in) *o = *in;
+    else stk_reader_options_init(o);
+    if (o->batch_size == 0) return stk_error_set(err, STK_E_ARG, "batch_size must be at least 1");
+    if (o->order < STK_ORDER_SEQUENTIAL || o->order > STK_ORDER_QUASI)
+        return stk_error_set(err, STK_E_ARG, "order %d unknown (sequential, shuffle or quasi)", o->order);
+    if (o->tail < STK_TAIL_PAD || o->tail > STK_TAIL_PARTIAL)
+        return stk_error_set(err, STK_E_ARG, "tail %d unknown (pad, drop or partial)", o->tail);
+    if (o->verify < STK_VERIFY_OFF || o->verify > STK_VERIFY_ALWAYS)
+        return stk_error_set(err, STK_E_ARG, "verify %d unknown (off, once or always)", o->verify);
+    int rc = resolve_dist(o, err);
+    if (rc) return rc;
+    if (o->threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
+    }
+    if (o->threads > 256) return stk_error_set(err, STK_E_ARG, "threads %u: at most 256", o->threads);
+    if (o->prefetch == 0) o->prefetch = 2 * o->threads < 2 ? 2 : 2 * o->threads;
+    if (o->prefetch > 4096) return stk_error_set(err, STK_E_ARG, "prefetch %u: at most 4096", o->prefetch);
+    if (o->quasi_block_bytes == 0) o->quasi_block_bytes = 4u << 20;
+    if (o->quasi_window == 0) o->quasi_window = 64;
+    if (o->fields && !(r->fields_text = strdup(o->fields)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    o->fields = r->fields_text;
+    r->G = (uint64_t)o->batch_size * (uint64_t)o->world_size;
+    return STK_OK;
+}
+
+static int add_field(stk_reader *r, int f, stk_error *err)
+{
+    for (unsigned i = 0; i < r->nsel; i++)
+        if (r->sel[i] == (unsigned)f)
+            return stk_error_set(err, STK_E_ARG, "field '%s' selected twice",
+                                 stk_dataset_schema(r->ds)->fields[f].name);
+    r->sel[r->nsel++] = (unsigned)f;
+    return STK_OK;
+}
+
+/* Parse "a,b,c" against the schema; keep schema order in the batch. */
+static int select_fields(stk_reader *r, stk_error *err)
+{
+    const stk_schema *sc = stk_dataset_schema(r->ds);
+    if (!r->o.fields) {
+        for (unsigned f = 0; f < sc->nfields; f++) r->sel[r->nsel++] = f;
+    } else {
+        const char *p = r->o.fields;
+        while (*p) {
+            const char *e = strchr(p, ',');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            char name[STK_NAME_MAX];
+            if (len == 0 || len >= sizeof name)
+                return stk_error_set(err, STK_E_ARG, "fields '%s': empty or overlong name", r->o.fields);
+            memcpy(name, p, len);
+            name[len] = 0;
+            int f = stk_schema_find(sc, name);
+            if (f < 0) return stk_error_set(err, STK_E_ARG, "fields: no field '%s' in this dataset", name);
+            int rc = add_field(r, f, err);
+            if (rc) return rc;
+            p += len + (e != NULL);
+        }
+        if (r->nsel == 0) return stk_error_set(err, STK_E_ARG, "fields: no field selected");
+        for (unsigned i = 1; i < r->nsel; i++) /* insertion sort: schema order */
+            for (unsigned j = i; j > 0 && r->sel[j - 1] > r->sel[j]; j--) {
+                unsigned t = r->sel[j];
+                r->sel[j] = r->sel[j - 1];
+                r->sel[j - 1] = t;
+            }
+    }
+    uint64_t off = 0;
+    for (unsigned i = 0; i < r->nsel; i++) {
+        const stk_field *fd = &sc->fields[r->sel[i]];
+        r->sel_stride[i] = stk_field_stride(fd);
+        r->has_bytes |= fd->kind == STK_KIND_BYTES;
+        r->sel_off[i] = off;
+        uint64_t sz = r->sel_stride[i] * r->o.batch_size;
+        if (r->sel_stride[i] && sz / r->sel_stride[i] != r->o.batch_size)
+            return stk_error_set(err, STK_E_ARG, "batch_size %u x field '%s': too large", r->o.batch_size,
+                                 fd->name);
+        off += (sz + FIELD_ALIGN - 1) & ~(uint64_t)(FIELD_ALIGN - 1);
+    }
+    r->slot_bytes = off;
+    for (unsigned i = 0; i < r->nsel; i++) r->slot_stride_bytes += r->sel_stride[i];
+    return STK_OK;
+}
+
+/* The transform: which field, its shape, and room for the crop boxes at the
+ * end of each slot's buffer. */
+static int plan_transform(stk_reader *r, stk_error *err)
+{
+    r->xf_sel = -1;
+    if (!r->o.transform) return STK_OK;
+    if (r->o.device == STK_DEVICE_NONE)
+        return stk_error_set(err, STK_E_ARG, "transform: needs a device (cuda or host)");
+    stk_transform *t = &r->xf;
+    *t = *r->o.transform;
+    r->o.transform = t;
+    const char *name = t->field ? t->field : "image";
+    const stk_schema *sc = stk_dataset_schema(r->ds);
+    int f = stk_schema_find(sc, name);
+    for (unsigned i = 0; i < r->nsel; i++)
+        if ((int)r->sel[i] == f) r->xf_sel = (int)i;
+    if (r->xf_sel < 0) return stk_error_set(err, STK_E_ARG, "transform: field '%s' is not among the fields read", name);
+    t->field = sc->fields[f].name;
+    const stk_field *fd = &sc->fields[f];
+    if (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[2] < 1 || fd->shape[2] > 4)
+        return stk_error_set(err, STK_E_ARG, "transform: field '%s' must be u8 [H, W, C] with C <= 4", name);
+    if (t->dtype != STK_DT_F32 && t->dtype != STK_DT_F16 && t->dtype != STK_DT_BF16)
+        return stk_error_set(err, STK_E_ARG, "transform: output dtype must be f32, f16 or bf16");
+    if (t->layout != STK_IMAGE_NCHW && t->layout != STK_IMAGE_NHWC)
+        return stk_error_set(err, STK_E_ARG, "transform: layout must be NCHW or NHWC");
+    if (t->crop < STK_CROP_NONE || t->crop > STK_CROP_RANDOM_RESIZED)
+        return stk_error_set(err, STK_E_ARG, "transform: crop %d unknown", t->crop);
+    if (t->crop == STK_CROP_RANDOM_RESIZED &&
+        !(t->scale_min > 0 && t->scale_min <= t->scale_max && t->scale_max <= 1 && t->ratio_min > 0 &&
+          t->ratio_min <= t->ratio_max))
+        return stk_error_set(err, STK_E_ARG, "transform: random-resized crop needs 0 < scale_min <= scale_max <= 1 "
+                                             "and 0 < ratio_min <= ratio_max");
+    if (!(t->flip_prob >= 0 && t->flip_prob <= 1)) return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
+    stk_xform_job *j = &r->xf_job;
+    j->H = (uint32_t)fd->shape[0];
+    j->W = (uint32_t)fd->shape[1];
+    j->C = (uint32_t)fd->shape[2];
+    if (!t->out_height) t->out_height = j->H;
+    if (!t->out_width) t->out_width = j->W;
+    if (t->out_height > 65535 || t->out_width > 65535) return stk_error_set(err, STK_E_ARG, "transform: output too large");
+    j->out_h = t->out_height;
+    j->out_w = t->out_width;
+    j->dtype = t->dtype;
+    j->layout = t->layout;
+    for (unsigned c = 0; c < 4; c++) {
+        if (c < j->C && !(t->std[c] > 0 || t->std[c] < 0))
+            return stk_error_set(err, STK_E_ARG, "transform: std[%u] must not be 0", c);
+        j->mean[c] = t->mean[c];
+        j->inv_std[c] = c < j->C ? 1.0f / t->std[c] : 1.0f;
+    }
+    r->xf_out_bytes = stk_xform_out_bytes(t, j->C);
+    r->boxes_off = r->slot_bytes;
+    r->slot_bytes += (uint64_t)r->o.batch_size * sizeof(stk_crop_box);
+    return STK_OK;
+}
+
+/* The order's shape: batches per epoch and, for quasi, records per block. */
+static int plan_stream(stk_reader *r, stk_error *err)
+{
+    r->N = stk_dataset_records(r->ds);
+    if (r->N == 0) return stk_error_set(err, STK_E_ARG, "the dataset has no records");
+    if (r->o.tail == STK_TAIL_DROP) {
+        r->nbatches = r->N / r->G;
+        if (r->nbatches == 0)
+            return stk_error_set(err, STK_E_ARG,
+                                 "tail drop: the dataset's %llu records are fewer than one global batch "
+                                 "(%u x %d ranks)", (unsigned long long)r->N, r->o.batch_size, r->o.world_size);
+    } else {
+        r->nbatches = (r->N - 1) / r->G + 1;
+    }
+    if (r->o.order == STK_ORDER_QUASI) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < stk_dataset_nshards(r->ds); i++)
+            total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
+        uint64_t avg = total / r->N ? total / r->N : 1;
+        r->K = r->o.quasi_block_bytes / avg ? r->o.quasi_block_bytes / avg : 1;
+        r->Wq = r->o.quasi_window;
+    }
+    r->end_seq = UINT64_MAX;
+    return STK_OK;
+}
+
+static int alloc_slots(stk_reader *r, stk_error *err)
+{
+    r->nslots = r->o.prefetch + 1;
+    uint64_t total = r->slot_bytes * r->nslots;
+    if (r->o.memory_budget && total > r->o.memory_budget)
+        return stk_error_set(err, STK_E_ARG,
+                             "memory budget %llu bytes is too small for %u slots x %llu bytes = %llu "
+                             "(lower prefetch, batch_size or the fields read)",
+                             (unsigned long long)r->o.memory_budget, r->nslots,
+                             (unsigned long long)r->slot_bytes, (unsigned long long)total);
+    if (!(r->slots = calloc(r->nslots, sizeof *r->slots))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    const stk_schema *sc = stk_dataset_schema(r->ds);
+    unsigned nbytesf = 0;
+    for (unsigned i = 0; i < r->nsel; i++) nbytesf += sc->fields[r->sel[i]].kind == STK_KIND_BYTES;
+    for (unsigned s = 0; s < r->nslots; s++) {
+        stk_slot *sl = &r->slots[s];
+        void *buf = NULL;
+        if (r->be) { /* pinned staging memory: what the copy engine reads */
+            if (r->be->host_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &buf, err)) return err ? err->code : STK_E_NOMEM;
+        } else if (r->slot_bytes && posix_memalign(&buf, SLOT_ALIGN, r->slot_bytes)) {
+            buf = NULL;
+        }
+        sl->buf = buf;
+        sl->records = malloc(sizeof *sl->records * r->o.batch_size);
+        sl->values = nbytesf ? malloc(sizeof *sl->values * r->o.batch_size * nbytesf) : NULL;
+        if ((r->slot_bytes && !sl->buf) || !sl->records || (nbytesf && !sl->values))
+            return stk_error_set(err, STK_E_NOMEM, "out of memory for %u slots of %llu bytes", r->nslots,
+                                 (unsigned long long)r->slot_bytes);
+        unsigned bi = 0;
+        for (unsigned k = 0; k < r->nsel; k++) {
+            const stk_field *fd = &sc->fields[r->sel[k]];
+            stk_batch_field *bf = &sl->fields[k];
+            bf->name = fd->name;
+            bf->kind = fd->kind;
+            bf->dtype = fd->dtype;
+            bf->ndim = 1 + fd->ndim;
+            for (unsigned d = 0; d < fd->ndim; d++) bf->shape[1 + d] = fd->shape[d];
+            if (fd->kind == STK_KIND_BYTES) bf->values = sl->values + (uint64_t)r->o.batch_size * bi++;
+            if ((int)k == r->xf_sel) { /* the view shows the transform's output */
+                const stk_xform_job *j = &r->xf_job;
+                bf->dtype = j->dtype;
+                bf->ndim = 4;
+                uint64_t nchw[3] = {j->C, j->out_h, j->out_w}, nhwc[3] = {j->out_h, j->out_w, j->C};
+                memcpy(bf->shape + 1, j->layout == STK_IMAGE_NCHW ? nchw : nhwc, sizeof nchw);
+            }
+        }
+        sl->batch.records = sl->records;
+        sl->batch.nfields = r->nsel;
+        sl->batch.fields = sl->fields;
+    }
+    return STK_OK;
+}
+
+static int remember_shards(stk_reader *r, stk_error *err)
+{
+    size_t n = stk_dataset_nshards(r->ds);
+    if (!(r->shard_id = calloc(n ? n : 1, sizeof *r->shard_id)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t dev, ino;
+        stk_shard_file_id(stk_dataset_shard(r->ds, i), &dev, &ino);
+        r->shard_id[i].dev = (dev_t)dev;
+        r->shard_id[i].ino = (ino_t)ino;
+    }
+    if (r->o.verify == STK_VERIFY_ONCE && !(r->verified_bits = calloc(r->N / 64 + 1, sizeof(uint64_t))))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory for the verified-records bitmap");
+    return STK_OK;
+}
+
+static int start_workers(stk_reader *r, stk_error *err)
+{
+    size_t nsh = stk_dataset_nshards(r->ds);
+    if (!(r->workers = calloc(r->o.threads, sizeof *r->workers)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    for (unsigned i = 0; i < r->o.threads; i++) {
+        stk_worker *w = &r->workers[i];
+        w->r = r;
+        w->ord_epoch = UINT64_MAX;
+        w->advise_left = 1; /* the first batch may be cold */
+        if (!(w->stamp = calloc(nsh ? nsh : 1, sizeof *w->stamp)))
+            return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        int e = pthread_create(&w->thread, NULL, stk__worker_main, w);
+        if (e) return stk_error_set(err, STK_E_IO, "cannot start worker thread: %s", strerror(e));
+        w->started = 1;
+    }
+    return STK_OK;
+}
+
+/* Releasing consumed pages costs a re-fault next epoch (half the speed of
+ * sequential reading from the page cache, measured): worth it only when the
+ * dataset cannot stay in memory anyway. */
+static int larger_than_ram(const stk_reader *r)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < stk_dataset_nshards(r->ds); i++) total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page / 2;
+}
+
+stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts, stk_error *err)
+{
+    if (!ds) return stk_error_set(err, STK_E_ARG, "stk_reader_open_dataset: NULL dataset"), NULL;
+    stk_reader *r = calloc(1, sizeof *r);
+    if (!r) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
+    r->ds = ds;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->work_cv, NULL);
+    pthread_cond_init(&r->ready_cv, NULL);
+    r->xf_sel = -1;
+    if (resolve_options(r, opts, err) || select_fields(r, err) || plan_transform(r, err) || plan_stream(r, err) ||
+        stk__upload_backend(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err))
+        goto fail;
+    r->release = (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
+                 (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
+    r->advise = 1;
+    /* Each batch is prepared by all threads at once, in one part each, so
+     * the batch the consumer waits for (the first one, above all) comes
+     * sooner; tiny batches stay whole. */
+    r->parts = r->o.batch_size >= 2 * r->o.threads ? r->o.threads : 1;
+    if (start_workers(r, err)) goto fail;
+    if (r->be) {
+        int e = pthread_create(&r->copier, NULL, stk__copier_main, r);
+        if (e) {
+            stk_error_set(err, STK_E_IO, "cannot start the copy thread: %s", strerror(e));
+            goto fail;
+        }
+        r->copier_started = 1;
+    }
+    return r;
+fail:
+    stk_reader_close(r);
+    return NULL;
+}
+
+stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts, stk_error *err)
+{
+    stk_dataset *ds = stk_dataset_open(path, err);
+    if (!ds) return NULL;
+    stk_reader *r = stk_reader_open_dataset(ds, opts, err);
+    if (!r) {
+        stk_dataset_close(ds);
+        return NULL;
+    }
+    r->owned = ds;
+    return r;
+}
+
+void stk_reader_close(stk_reader *r)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    if (r->be && r->released < r->consume) /* closing releases the batch held */
+        stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
+    r->stop = 1;
+    __atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED); /* abandon batches in flight */
+    pthread_cond_broadcast(&r->work_cv);
+    pthread_cond_broadcast(&r->ready_cv); /* the copy thread waits there */
+    pthread_mutex_unlock(&r->mu);
+    if (r->workers) {
+        for (unsigned i = 0; i < r->o.threads; i++) {
+            if (r->workers[i].started) pthread_join(r->workers[i].thread, NULL);
+            free(r->workers[i].stamp);
+        }
+        free(r->workers);
+    }
+    if (r->copier_started) pthread_join(r->copier, NULL);
+    /* Uploads still queued read the staging slots: drain them first. The
+     * caller's stream must still exist (it holds the last release events). */
+    stk_backend *be = r->be;
+    void (*host_free)(stk_backend *, void *) = be ? be->host_free : NULL;
+    if (r->slots && r->dslots)
+        for (unsigned s = 0; s < r->nslots && be; s++) {
+            if (r->dslots[s].used) be->event_sync(be, r->dslots[s].ev_copied, NULL);
+            /* and the consumer's stream must be done with the device buffers */
+            if (r->dslots[s].ev_released) be->event_sync(be, r->dslots[s].ev_released, NULL);
+        }
+    if (r->slots)
+        for (unsigned s = 0; s < r->nslots; s++) {
+            if (host_free) {
+                if (r->slots[s].buf) host_free(be, r->slots[s].buf);
+            } else {
+                free(r->slots[s].buf);
+            }
+            free(r->slots[s].records);
+            free(r->slots[s].values);
+        }
+    free(r->slots);
+    stk__upload_close(r);
+    free(r->shard_id);
+    free(r->verified_bits);
+    free(r->fields_text);
+    pthread_cond_destroy(&r->work_cv);
+    pthread_cond_destroy(&r->ready_cv);
+    pthread_mutex_destroy(&r->mu);
+    stk_dataset_close(r->owned);
+    free(r);
+}

@@ -1,0 +1,179 @@
+/* reader/transform.c - the image transform's parameters and its CPU
+ * implementation.
+ *
+ * Crop boxes follow torchvision's RandomResizedCrop.get_params step for step
+ * (ten tries of area and log-uniform aspect ratio, then the clamped central
+ * fallback), with a SplitMix64 stream keyed by (seed, epoch, record) instead
+ * of a global RNG, so a record gets the same box in the same epoch on any
+ * rank, thread or device. The pixel math here is the CUDA kernel's, line for
+ * line (transform_cuda.cu): half-pixel centres, edge clamping inside the box,
+ * bilinear weights in f32, then (v / 255 - mean) / std. */
+#include "device.h"
+#include "order.h"
+
+#include <math.h>
+#include <string.h>
+
+#define TAG_AUGMENT 0x73746b2d61756731ULL /* "stk-aug1" */
+
+void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
+{
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    memset(t, 0, sizeof *t);
+    t->dtype = STK_DT_F32;
+    t->layout = STK_IMAGE_NCHW;
+    for (int c = 0; c < 4; c++) {
+        t->mean[c] = c < 3 ? mean[c] : 0;
+        t->std[c] = c < 3 ? std[c] : 1;
+    }
+    t->crop = train ? STK_CROP_RANDOM_RESIZED : STK_CROP_CENTER;
+    t->out_height = t->out_width = size;
+    t->scale_min = 0.08f;
+    t->scale_max = 1.0f;
+    t->ratio_min = 3.0f / 4.0f;
+    t->ratio_max = 4.0f / 3.0f;
+    t->flip_prob = train ? 0.5f : 0.0f;
+}
+
+uint64_t stk_xform_out_bytes(const stk_transform *t, uint32_t C)
+{
+    return (uint64_t)t->out_height * t->out_width * C * stk_dtype_size(t->dtype);
+}
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r)
+{
+    r->s += 0x9e3779b97f4a7c15ULL;
+    return stk_mix64(r->s);
+}
+
+static double rng_uniform(rng *r, double lo, double hi)
+{
+    return lo + (hi - lo) * (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Inclusive [0, n]. */
+static int32_t rng_int(rng *r, int32_t n) { return (int32_t)(rng_next(r) % (uint64_t)(n + 1)); }
+
+static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W, stk_crop_box *b)
+{
+    double area = (double)H * W, lr0 = log(t->ratio_min), lr1 = log(t->ratio_max);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * rng_uniform(r, t->scale_min, t->scale_max);
+        double aspect = exp(rng_uniform(r, lr0, lr1));
+        int32_t w = (int32_t)lround(sqrt(target * aspect)), h = (int32_t)lround(sqrt(target / aspect));
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            b->y0 = rng_int(r, H - h);
+            b->x0 = rng_int(r, W - w);
+            b->w = w;
+            b->h = h;
+            return;
+        }
+    }
+    double in_ratio = (double)W / H;
+    int32_t w = W, h = H;
+    if (in_ratio < t->ratio_min) h = (int32_t)lround(w / (double)t->ratio_min);
+    else if (in_ratio > t->ratio_max) w = (int32_t)lround(h * (double)t->ratio_max);
+    b->y0 = (H - h) / 2;
+    b->x0 = (W - w) / 2;
+    b->w = w;
+    b->h = h;
+}
+
+void stk_xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
+                   uint64_t record, stk_crop_box *box)
+{
+    memset(box, 0, sizeof *box);
+    rng r = {stk_mix64(stk_order_key(seed, epoch, TAG_AUGMENT) ^ stk_mix64(record + 1))};
+    uint32_t oh = t->out_height ? t->out_height : H, ow = t->out_width ? t->out_width : W;
+    switch (t->crop) {
+    case STK_CROP_RANDOM_RESIZED: random_resized(t, &r, (int32_t)H, (int32_t)W, box); break;
+    case STK_CROP_CENTER:
+        box->h = (int32_t)(oh < H ? oh : H);
+        box->w = (int32_t)(ow < W ? ow : W);
+        box->y0 = ((int32_t)H - box->h) / 2;
+        box->x0 = ((int32_t)W - box->w) / 2;
+        break;
+    default:
+        box->w = (int32_t)W;
+        box->h = (int32_t)H;
+        break;
+    }
+    box->flip = t->flip_prob > 0 && rng_uniform(&r, 0, 1) < t->flip_prob;
+}
+
+/* f32 -> IEEE half, round to nearest even (what __float2half_rn does). */
+static uint16_t to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+    if (e == 0xff) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+    int32_t ne = (int32_t)e - 127 + 15;
+    if (ne >= 31) return (uint16_t)(sign | 0x7c00);
+    if (ne <= 0) { /* subnormal half (or zero) */
+        if (ne < -10) return (uint16_t)sign;
+        m |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - ne), half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)ne << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++; /* may carry into the exponent: correct */
+    return (uint16_t)half;
+}
+
+/* f32 -> bfloat16, round to nearest even (what __float2bfloat16_rn does). */
+static uint16_t to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7f800000) == 0x7f800000 && (x & 0x7fffff)) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+static void store(void *dst, uint64_t i, int dtype, float v)
+{
+    if (dtype == STK_DT_F32) ((float *)dst)[i] = v;
+    else if (dtype == STK_DT_F16) ((uint16_t *)dst)[i] = to_f16(v);
+    else ((uint16_t *)dst)[i] = to_bf16(v);
+}
+
+void stk_xform_host(const stk_xform_job *j)
+{
+    for (uint32_t n = 0; n < j->n; n++) {
+        const stk_crop_box *b = &j->boxes[n];
+        const uint8_t *img = j->src + (uint64_t)n * j->H * j->W * j->C;
+        float sx_scale = (float)b->w / (float)j->out_w, sy_scale = (float)b->h / (float)j->out_h;
+        for (uint32_t oy = 0; oy < j->out_h; oy++) {
+            float sy = ((float)oy + 0.5f) * sy_scale - 0.5f;
+            sy = sy < 0 ? 0 : sy > (float)(b->h - 1) ? (float)(b->h - 1) : sy;
+            int32_t y0 = (int32_t)sy, y1 = y0 + 1 < b->h ? y0 + 1 : y0;
+            float fy = sy - (float)y0;
+            for (uint32_t ox = 0; ox < j->out_w; ox++) {
+                uint32_t xs = b->flip ? j->out_w - 1 - ox : ox;
+                float sx = ((float)xs + 0.5f) * sx_scale - 0.5f;
+                sx = sx < 0 ? 0 : sx > (float)(b->w - 1) ? (float)(b->w - 1) : sx;
+                int32_t x0 = (int32_t)sx, x1 = x0 + 1 < b->w ? x0 + 1 : x0;
+                float fx = sx - (float)x0;
+                const uint8_t *r0 = img + ((uint64_t)(b->y0 + y0) * j->W + (uint64_t)b->x0) * j->C;
+                const uint8_t *r1 = img + ((uint64_t)(b->y0 + y1) * j->W + (uint64_t)b->x0) * j->C;
+                float gx = 1.0f - fx, gy = 1.0f - fy;
+                for (uint32_t c = 0; c < j->C; c++) {
+                    float top = (float)r0[(uint32_t)x0 * j->C + c] * gx + (float)r0[(uint32_t)x1 * j->C + c] * fx;
+                    float bot = (float)r1[(uint32_t)x0 * j->C + c] * gx + (float)r1[(uint32_t)x1 * j->C + c] * fx;
+                    float v = top * gy + bot * fy;
+                    v = (v * (1.0f / 255.0f) - j->mean[c]) * j->inv_std[c];
+                    uint64_t i = j->layout == STK_IMAGE_NCHW
+                                     ? (((uint64_t)n * j->C + c) * j->out_h + oy) * j->out_w + ox
+                                     : (((uint64_t)n * j->out_h + oy) * j->out_w + ox) * j->C + c;
+                    store(j->dst, i, j->dtype, v);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,396 @@
+/* shardread - read a dataset the way a trainer does and say how fast, and
+ * whether a trainer would wait for its data.
+ *
+ * It drives libstoker's reader (stoker/reader.h) with the options a trainer
+ * would pass, optionally sleeps a simulated step after each batch, and prints
+ * throughput, the reader's statistics and its verdict. --dump-order prints
+ * the records of every batch so orders can be checked from outside;
+ * --stop-after/--state-out/--state-in exercise resume across processes. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stoker/reader.h"
+
+enum { EXIT_DATA = 1 }; /* the data failed to read: checksum, I/O, truncation */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: shardread [OPTIONS] DATASET\n"
+            "Read a stoker dataset as a trainer would; print throughput, the reader's\n"
+            "statistics and whether a trainer would be input-bound.\n\n"
+            "  -b, --batch-size N      records per batch on this rank (default 256)\n"
+            "  -o, --order ORDER       sequential (default), shuffle or quasi\n"
+            "  -s, --seed S            seed of the shuffled orders (default 0)\n"
+            "  -e, --epochs E          epochs to read (default 1)\n"
+            "      --rank R            this rank (default: $RANK, $SLURM_PROCID, 0)\n"
+            "      --world-size W      ranks (default: $WORLD_SIZE, $SLURM_NTASKS, 1)\n"
+            "  -j, --threads T         worker threads (default: cores, at most 8)\n"
+            "  -p, --prefetch D        batches prepared ahead (default 2 x threads)\n"
+            "      --drop-last         same as --tail drop\n"
+            "      --tail POLICY       pad (default), drop or partial: the last global\n"
+            "                          batch of an epoch (spec/ORDERS.md)\n"
+            "  -f, --fields LIST       comma-separated fields to read (default all)\n"
+            "      --verify MODE       off (default), once or always: check record\n"
+            "                          checksums on read\n"
+            "      --memory-budget SIZE  refuse settings whose slots exceed SIZE\n"
+            "      --quasi-block SIZE  quasi: bytes of consecutive records per block (4M)\n"
+            "      --quasi-window N    quasi: blocks mixed together (64)\n"
+            "      --step-ms X         simulate a training step of X ms after each batch\n"
+            "      --step-busy         ... as a busy loop instead of a sleep\n"
+            "      --touch             read every byte of each batch (a consumer's work)\n"
+            "      --dump-order        print each batch's global record indices, one\n"
+            "                          line per batch (the summary goes to stderr)\n"
+            "      --stop-after N      stop after N batches\n"
+            "      --state-out FILE    save the reader's state at the end (resume point)\n"
+            "      --state-in FILE     start from a saved state\n"
+            "      --json              print the result as one JSON object (last line)\n"
+            "  -q, --quiet             no progress bar or summary\n"
+            "  -h, --help              this help\n"
+            "  -V, --version           version\n\n"
+            "Exit status: 0 read to the end, 1 the data failed (checksum mismatch,\n"
+            "truncated or unreadable shard: the message names shard and record),\n"
+            "2 usage error or a dataset that cannot be opened.\n");
+}
+
+typedef struct {
+    stk_reader_options ro;
+    uint64_t epochs, stop_after, step_us;
+    int step_busy, touch, dump, json, quiet;
+    const char *state_in, *state_out, *path;
+} opts;
+
+static int parse_enum(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+static const char *const ORDERS[] = {"sequential", "shuffle", "quasi"};
+static const char *const TAILS[] = {"pad", "drop", "partial"};
+static const char *const VERIFY[] = {"off", "once", "always"};
+
+static int bad(const char *opt, const char *val)
+{
+    fprintf(stderr, "shardread: invalid value '%s' for %s (see --help)\n", val, opt);
+    return EXIT_USAGE;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    enum { O_RANK = 256, O_WORLD, O_DROP, O_TAIL, O_VERIFY, O_BUDGET, O_QBLOCK, O_QWIN, O_STEP, O_BUSY,
+           O_TOUCH, O_DUMP, O_STOP, O_SOUT, O_SIN, O_JSON };
+    static const struct option lo[] = {
+        {"batch-size", 1, 0, 'b'}, {"order", 1, 0, 'o'}, {"seed", 1, 0, 's'}, {"epochs", 1, 0, 'e'},
+        {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD}, {"threads", 1, 0, 'j'},
+        {"prefetch", 1, 0, 'p'}, {"drop-last", 0, 0, O_DROP}, {"tail", 1, 0, O_TAIL},
+        {"fields", 1, 0, 'f'}, {"verify", 1, 0, O_VERIFY}, {"memory-budget", 1, 0, O_BUDGET},
+        {"quasi-block", 1, 0, O_QBLOCK}, {"quasi-window", 1, 0, O_QWIN}, {"step-ms", 1, 0, O_STEP},
+        {"step-busy", 0, 0, O_BUSY}, {"touch", 0, 0, O_TOUCH}, {"dump-order", 0, 0, O_DUMP},
+        {"stop-after", 1, 0, O_STOP}, {"state-out", 1, 0, O_SOUT}, {"state-in", 1, 0, O_SIN},
+        {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+        {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    stk_reader_options_init(&o->ro);
+    o->ro.batch_size = 256;
+    o->epochs = 1;
+    int c;
+    uint64_t v;
+    double d;
+    char *end;
+    while ((c = getopt_long(argc, argv, "b:o:s:e:j:p:f:qhV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            if (!tool_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--batch-size", optarg);
+            o->ro.batch_size = (uint32_t)v;
+            break;
+        case 'o':
+            if ((o->ro.order = parse_enum(optarg, ORDERS, 3)) < 0) return bad("--order", optarg);
+            break;
+        case 's':
+            if (!tool_parse_u64(optarg, &o->ro.seed)) return bad("--seed", optarg);
+            break;
+        case 'e':
+            if (!tool_parse_u64(optarg, &o->epochs) || o->epochs == 0) return bad("--epochs", optarg);
+            break;
+        case O_RANK:
+            if (!tool_parse_u64(optarg, &v) || v > 1 << 24) return bad("--rank", optarg);
+            o->ro.rank = (int)v;
+            break;
+        case O_WORLD:
+            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 1 << 24) return bad("--world-size", optarg);
+            o->ro.world_size = (int)v;
+            break;
+        case 'j':
+            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 256) return bad("--threads", optarg);
+            o->ro.threads = (unsigned)v;
+            break;
+        case 'p':
+            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 4096) return bad("--prefetch", optarg);
+            o->ro.prefetch = (unsigned)v;
+            break;
+        case O_DROP: o->ro.tail = STK_TAIL_DROP; break;
+        case O_TAIL:
+            if ((o->ro.tail = parse_enum(optarg, TAILS, 3)) < 0) return bad("--tail", optarg);
+            break;
+        case 'f': o->ro.fields = optarg; break;
+        case O_VERIFY:
+            if ((o->ro.verify = parse_enum(optarg, VERIFY, 3)) < 0) return bad("--verify", optarg);
+            break;
+        case O_BUDGET:
+            if (!tool_parse_size(optarg, &o->ro.memory_budget)) return bad("--memory-budget", optarg);
+            break;
+        case O_QBLOCK:
+            if (!tool_parse_size(optarg, &o->ro.quasi_block_bytes) || !o->ro.quasi_block_bytes)
+                return bad("--quasi-block", optarg);
+            break;
+        case O_QWIN:
+            if (!tool_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--quasi-window", optarg);
+            o->ro.quasi_window = (uint32_t)v;
+            break;
+        case O_STEP:
+            errno = 0;
+            d = strtod(optarg, &end);
+            if (errno || *end || !(d >= 0 && d <= 1e6)) return bad("--step-ms", optarg);
+            o->step_us = (uint64_t)(d * 1000 + 0.5);
+            break;
+        case O_BUSY: o->step_busy = 1; break;
+        case O_TOUCH: o->touch = 1; break;
+        case O_DUMP: o->dump = 1; break;
+        case O_STOP:
+            if (!tool_parse_u64(optarg, &o->stop_after) || !o->stop_after) return bad("--stop-after", optarg);
+            break;
+        case O_SOUT: o->state_out = optarg; break;
+        case O_SIN: o->state_in = optarg; break;
+        case O_JSON: o->json = 1; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': usage(stdout); exit(EXIT_OK);
+        case 'V': printf("shardread (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "shardread: expected one DATASET (see --help)\n");
+        return EXIT_USAGE;
+    }
+    o->path = argv[optind];
+    return EXIT_OK;
+}
+
+/* A simulated training step: the consumer's side of the wait/step split. */
+static void step(const opts *o)
+{
+    if (!o->step_us) return;
+    if (o->step_busy) {
+        double until = tool_now() + o->step_us * 1e-6;
+        while (tool_now() < until) {
+        }
+        return;
+    }
+    struct timespec ts = {(time_t)(o->step_us / 1000000), (long)(o->step_us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Read every byte once, as a consumer copying the batch out would. */
+static uint64_t touch(const stk_batch *b)
+{
+    uint64_t sum = 0;
+    for (unsigned k = 0; k < b->nfields; k++) {
+        const stk_batch_field *f = &b->fields[k];
+        if (f->data) {
+            const uint64_t *p = f->data;
+            for (uint64_t i = 0; i < f->nbytes / 8; i++) sum += p[i];
+        } else {
+            for (uint32_t i = 0; i < b->size; i++)
+                for (uint64_t j = 0; j < f->values[i].size; j++) sum += ((const uint8_t *)f->values[i].data)[j];
+        }
+    }
+    return sum;
+}
+
+static int load_state(stk_reader *r, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "shardread: %s: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    stk_reader_state st;
+    stk_error err;
+    if (stk_reader_state_parse(buf, n, &st, &err) || stk_reader_restore(r, &st, &err)) {
+        fprintf(stderr, "shardread: %s: %s\n", path, err.msg);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+static int save_state(const stk_reader *r, const char *path)
+{
+    stk_reader_state st;
+    char buf[1024];
+    stk_reader_save(r, &st);
+    size_t n = stk_reader_state_format(&st, buf, sizeof buf - 1);
+    buf[n++] = '\n';
+    stk_error err;
+    if (stk_file_commit(path, buf, n, &err)) {
+        fprintf(stderr, "shardread: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Mean distinct values of the integer scalar field `label` per batch of B
+ * over the first batches of epoch 0, for one order: how well batches mix. */
+static double mean_distinct(const stk_reader *r, int order, int lf, uint64_t B, uint64_t K, uint32_t W)
+{
+    const stk_dataset *ds = stk_reader_dataset(r);
+    const stk_reader_options *o = stk_reader_get_options(r);
+    uint64_t N = stk_dataset_records(ds), nb = N / B < 200 ? N / B : 200, total = 0;
+    int64_t *seen = malloc(sizeof *seen * B);
+    if (!seen || !nb) return free(seen), 0;
+    for (uint64_t j = 0; j < nb; j++) {
+        uint64_t distinct = 0;
+        for (uint64_t i = 0; i < B; i++) {
+            const void *p;
+            uint64_t sz;
+            uint64_t rec = stk_order_record(order, N, o->seed, 0, K, W, j * B + i);
+            if (stk_dataset_value(ds, (unsigned)lf, rec, &p, &sz, NULL)) continue;
+            int64_t v = 0;
+            memcpy(&v, p, sz < 8 ? sz : 8); /* little-endian integer of any width */
+            uint64_t k = 0;
+            while (k < distinct && seen[k] != v) k++;
+            if (k == distinct) seen[distinct++] = v;
+        }
+        total += distinct;
+    }
+    free(seen);
+    return (double)total / (double)nb;
+}
+
+static void shuffle_quality(const stk_reader *r, const opts *o, FILE *out)
+{
+    const stk_schema *sc = stk_dataset_schema(stk_reader_dataset(r));
+    int lf = stk_schema_find(sc, "label");
+    if (lf < 0 || sc->fields[lf].kind != STK_KIND_TENSOR || sc->fields[lf].ndim != 0 ||
+        sc->fields[lf].dtype > STK_DT_I64) {
+        fprintf(out, "shuffle quality: no integer 'label' field to measure it with\n");
+        return;
+    }
+    uint64_t B = o->ro.batch_size, K = stk_reader_quasi_block_records(r);
+    uint32_t W = stk_reader_get_options(r)->quasi_window;
+    double q = mean_distinct(r, STK_ORDER_QUASI, lf, B, K, W);
+    double s = mean_distinct(r, STK_ORDER_SHUFFLE, lf, B, 0, 0);
+    double l = mean_distinct(r, STK_ORDER_SEQUENTIAL, lf, B, 0, 0);
+    fprintf(out,
+            "shuffle quality: %.1f distinct labels per batch of %llu (full shuffle %.1f, sequential %.1f): "
+            "%.2f of a full shuffle; blocks of %llu records, window of %u blocks\n",
+            q, (unsigned long long)B, s, l, s > l ? (q - l) / (s - l) : 1.0, (unsigned long long)K, W);
+}
+
+static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s, int rc, const char *errmsg)
+{
+    char verdict[256];
+    stk_reader_verdict(s, verdict, sizeof verdict);
+    double sps = s->wall_s > 0 ? s->samples / s->wall_s : 0, gbs = s->wall_s > 0 ? s->bytes / s->wall_s / 1e9 : 0;
+    double wf = s->wall_s > 0 ? s->wait_s / s->wall_s : 0;
+    uint64_t e, b;
+    stk_reader_position(r, &e, &b);
+    if (!o->quiet) {
+        FILE *out = o->dump || o->json ? stderr : stdout;
+        fprintf(out,
+                "read %llu batches, %llu samples, %.3f GB in %.3f s: %.0f samples/s, %.3f GB/s "
+                "(%llu zero-copy batches, %llu records verified)\n",
+                (unsigned long long)s->batches, (unsigned long long)s->samples, s->bytes / 1e9, s->wall_s, sps, gbs,
+                (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified);
+        fprintf(out, "waited %.3f s (%.1f%%), workers busy %.3f s over %u threads, %.1f batches ready on average\n",
+                s->wait_s, wf * 100, s->busy_s, s->threads, s->mean_ready);
+        fprintf(out, "%s\n", verdict);
+        if (o->ro.order == STK_ORDER_QUASI) shuffle_quality(r, o, out);
+    }
+    if (o->json) {
+        printf("{\"ok\":%s,\"batches\":%llu,\"samples\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
+               "\"samples_per_s\":%.1f,\"gb_per_s\":%.4f,\"wait_fraction\":%.4f,\"wait_s\":%.6f,"
+               "\"busy_s\":%.6f,\"mean_ready\":%.2f,\"zero_copy_batches\":%llu,\"verified\":%llu,"
+               "\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"order\":\"%s\",\"next_epoch\":%llu,"
+               "\"next_batch\":%llu,\"verdict\":",
+               rc ? "false" : "true", (unsigned long long)s->batches, (unsigned long long)s->samples,
+               (unsigned long long)s->bytes, s->wall_s, sps, gbs, wf, s->wait_s, s->busy_s, s->mean_ready,
+               (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified, s->threads,
+               s->prefetch, o->ro.batch_size, ORDERS[o->ro.order], (unsigned long long)e,
+               (unsigned long long)b);
+        tool_json_string(stdout, verdict);
+        if (errmsg) {
+            printf(",\"error\":");
+            tool_json_string(stdout, errmsg);
+        }
+        printf("}\n");
+    }
+}
+
+static void dump(const stk_batch *b)
+{
+    for (uint32_t i = 0; i < b->size; i++) printf(i ? " %llu" : "%llu", (unsigned long long)b->records[i]);
+    putchar('\n');
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    stk_error err;
+    stk_reader *r = stk_reader_open(o.path, &o.ro, &err);
+    if (!r) {
+        fprintf(stderr, "shardread: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    if (o.state_in && (rc = load_state(r, o.state_in))) {
+        stk_reader_close(r);
+        return rc;
+    }
+    uint64_t e0, b0;
+    stk_reader_position(r, &e0, &b0);
+    stk_reader_set_epochs(r, e0 + o.epochs);
+    uint64_t total = (o.epochs * stk_reader_batches_per_epoch(r)) - b0;
+    if (o.stop_after && o.stop_after < total) total = o.stop_after;
+    tool_progress bar;
+    tool_progress_start_units(&bar, "read", "batches", total, o.quiet || o.dump);
+    uint64_t n = 0, sink = 0;
+    const char *errmsg = NULL;
+    while (n < total) {
+        const stk_batch *b = stk_reader_next(r, &err);
+        if (!b) {
+            if (err.code) {
+                tool_progress_clear(&bar);
+                fprintf(stderr, "shardread: %s\n", err.msg);
+                errmsg = err.msg;
+                rc = EXIT_DATA;
+            }
+            break;
+        }
+        if (o.dump) dump(b);
+        if (o.touch) sink += touch(b);
+        step(&o);
+        tool_progress_update(&bar, ++n, NULL);
+    }
+    stk_reader_release(r);
+    tool_progress_end(&bar);
+    if (sink == 1) fputc(' ', stderr); /* keep the touch loop from being optimised away */
+    stk_reader_stats st;
+    stk_reader_stats_get(r, &st);
+    if (!rc && o.state_out) rc = save_state(r, o.state_out);
+    report(r, &o, &st, rc, errmsg);
+    stk_reader_close(r);
+    return rc;
+}
