@@ -444,17 +444,18 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         ready += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
     r->st_ready_sum += ready;
     while (!(sl->state == SLOT_READY && sl->seq == r->consume)) pthread_cond_wait(&r->ready_cv, &r->mu);
-    r->st_wait += stk__now() - t0;
     r->consume++;
-    if (sl->err.code) {
-        r->sticky = sl->err;
-        if (err) *err = sl->err;
-        pthread_mutex_unlock(&r->mu);
-        return NULL;
-    }
-    if (r->be && stk__upload_acquire(r, (unsigned)((r->consume - 1) % r->nslots), &sl->err)) {
-        r->sticky = sl->err;
-        if (err) *err = sl->err;
+    stk_error e = sl->err;
+    pthread_mutex_unlock(&r->mu);
+    /* Device path: the consumer's stream waits for the upload (for the host
+     * backend without a stream, this thread does: part of the wait). */
+    if (!e.code && r->be) stk__upload_acquire(r, (unsigned)((r->consume - 1) % r->nslots), &e);
+    double t1 = stk__now();
+    pthread_mutex_lock(&r->mu);
+    r->st_wait += t1 - t0;
+    if (e.code) {
+        r->sticky = e;
+        if (err) *err = e;
         pthread_mutex_unlock(&r->mu);
         return NULL;
     }

@@ -191,3 +191,12 @@ int stk__upload_release(stk_reader *r, unsigned i, stk_error *err)
 {
     return r->be->event_record(r->be, r->dslots[i].ev_released, r->o.stream, err);
 }
+
+int stk_reader_synchronize(stk_reader *r, stk_error *err)
+{
+    pthread_mutex_lock(&r->mu);
+    int held = r->be && r->released < r->consume;
+    unsigned i = held ? (unsigned)((r->consume - 1) % r->nslots) : 0;
+    pthread_mutex_unlock(&r->mu);
+    return held ? r->be->event_sync(r->be, r->dslots[i].ev_ready, err) : STK_OK;
+}

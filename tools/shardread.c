@@ -42,6 +42,13 @@ static void usage(FILE *f)
             "      --memory-budget SIZE  refuse settings whose slots exceed SIZE\n"
             "      --quasi-block SIZE  quasi: bytes of consecutive records per block (4M)\n"
             "      --quasi-window N    quasi: blocks mixed together (64)\n"
+            "      --device DEV        none (default: host batches), host (the host\n"
+            "                          backend of the device protocol) or cuda[:N]\n"
+            "      --fallback          with --device cuda: use host batches when no\n"
+            "                          device is usable instead of failing\n"
+            "      --transform T       device-side image transform: imagenet-train[:SIZE]\n"
+            "                          (random-resized crop + flip) or imagenet-eval[:SIZE]\n"
+            "                          (centre crop), f32 NCHW, normalised (SIZE 224)\n"
             "      --step-ms X         simulate a training step of X ms after each batch\n"
             "      --step-busy         ... as a busy loop instead of a sleep\n"
             "      --touch             read every byte of each batch (a consumer's work)\n"
@@ -61,6 +68,7 @@ static void usage(FILE *f)
 
 typedef struct {
     stk_reader_options ro;
+    stk_transform xf;
     uint64_t epochs, stop_after, step_us;
     int step_busy, touch, dump, json, quiet;
     const char *state_in, *state_out, *path;
@@ -86,7 +94,7 @@ static int bad(const char *opt, const char *val)
 static int parse_args(int argc, char **argv, opts *o)
 {
     enum { O_RANK = 256, O_WORLD, O_DROP, O_TAIL, O_VERIFY, O_BUDGET, O_QBLOCK, O_QWIN, O_STEP, O_BUSY,
-           O_TOUCH, O_DUMP, O_STOP, O_SOUT, O_SIN, O_JSON };
+           O_TOUCH, O_DUMP, O_STOP, O_SOUT, O_SIN, O_JSON, O_DEVICE, O_FALLBACK, O_XFORM };
     static const struct option lo[] = {
         {"batch-size", 1, 0, 'b'}, {"order", 1, 0, 'o'}, {"seed", 1, 0, 's'}, {"epochs", 1, 0, 'e'},
         {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD}, {"threads", 1, 0, 'j'},
@@ -95,7 +103,8 @@ static int parse_args(int argc, char **argv, opts *o)
         {"quasi-block", 1, 0, O_QBLOCK}, {"quasi-window", 1, 0, O_QWIN}, {"step-ms", 1, 0, O_STEP},
         {"step-busy", 0, 0, O_BUSY}, {"touch", 0, 0, O_TOUCH}, {"dump-order", 0, 0, O_DUMP},
         {"stop-after", 1, 0, O_STOP}, {"state-out", 1, 0, O_SOUT}, {"state-in", 1, 0, O_SIN},
-        {"json", 0, 0, O_JSON}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+        {"json", 0, 0, O_JSON}, {"device", 1, 0, O_DEVICE}, {"fallback", 0, 0, O_FALLBACK},
+        {"transform", 1, 0, O_XFORM}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
@@ -170,6 +179,26 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_SOUT: o->state_out = optarg; break;
         case O_SIN: o->state_in = optarg; break;
         case O_JSON: o->json = 1; break;
+        case O_DEVICE:
+            if (!strcmp(optarg, "none")) o->ro.device = STK_DEVICE_NONE;
+            else if (!strcmp(optarg, "host")) o->ro.device = STK_DEVICE_HOST;
+            else if (!strncmp(optarg, "cuda", 4) && (!optarg[4] || (optarg[4] == ':' && tool_parse_u64(optarg + 5, &v) && v < 1024))) {
+                o->ro.device = STK_DEVICE_CUDA;
+                o->ro.device_index = optarg[4] ? (int)v : 0;
+            } else
+                return bad("--device", optarg);
+            break;
+        case O_FALLBACK: o->ro.device_fallback = 1; break;
+        case O_XFORM: {
+            int train = !strncmp(optarg, "imagenet-train", 14), eval = !strncmp(optarg, "imagenet-eval", 13);
+            const char *rest = optarg + (train ? 14 : eval ? 13 : 0);
+            v = 224;
+            if ((!train && !eval) || (*rest && (*rest != ':' || !tool_parse_u64(rest + 1, &v) || !v || v > 8192)))
+                return bad("--transform", optarg);
+            stk_transform_imagenet(&o->xf, train, (uint32_t)v);
+            o->ro.transform = &o->xf;
+            break;
+        }
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); exit(EXIT_OK);
         case 'V': printf("shardread (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
@@ -380,9 +409,13 @@ int main(int argc, char **argv)
             break;
         }
         if (o.dump) dump(b);
-        if (o.touch) sink += touch(b);
+        if (o.touch && (!b->on_device || o.ro.device == STK_DEVICE_HOST)) sink += touch(b);
         step(&o);
         tool_progress_update(&bar, ++n, NULL);
+    }
+    if (!rc && stk_reader_synchronize(r, &err)) { /* the last upload is part of the time */
+        fprintf(stderr, "shardread: %s\n", err.msg);
+        rc = EXIT_DATA;
     }
     stk_reader_release(r);
     tool_progress_end(&bar);

@@ -326,6 +326,11 @@ STK_API int stk_host_stream_launch(stk_host_stream *s, void (*fn)(void *), void 
 /* Block until everything queued so far has run. */
 STK_API void stk_host_stream_synchronize(stk_host_stream *s);
 
+/* Block the calling thread until the batch last returned by next is ready
+ * on the device (its upload and transform finished). For benchmarks and
+ * tools; a trainer lets its stream wait instead. A no-op for host batches. */
+STK_API int stk_reader_synchronize(stk_reader *r, stk_error *err);
+
 /* 1 when this build has the CUDA backend and a device is usable; otherwise 0
  * with the reason in err (e.g. "no CUDA device: ..."). */
 STK_API int stk_cuda_available(stk_error *err);
