@@ -18,6 +18,7 @@
 /* madvise advice beyond POSIX: MADV_COLD, MADV_POPULATE_READ (Linux). */
 #define _GNU_SOURCE
 #include "reader_impl.h"
+#include "trace.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -384,7 +385,9 @@ void *stk__worker_main(void *arg)
         }
         double t0 = stk__now();
         if (r->release && part == 0) release_consumed(r, s, &win_epoch, &win_next);
+        STK_TRACE_PUSH("stoker gather %llu.%u", (unsigned long long)s, part);
         prepare_part(r, w, sl, part, gen, heap, &err);
+        STK_TRACE_POP();
         double dt = stk__now() - t0;
 
         pthread_mutex_lock(&r->mu);
@@ -422,48 +425,73 @@ void stk_reader_release(stk_reader *r)
     if (wake) pthread_cond_signal(&r->work_cv);
 }
 
+static const stk_batch *fail_next(stk_reader *r, const stk_error *e, stk_error *err)
+{
+    r->sticky = *e;
+    if (err) *err = *e;
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* One lock section when the batch is ready: the median call must cost a few
+ * microseconds. The worker wake-up that the released slot allows is sent
+ * after unlocking (or before blocking, so that a worker can fill the slot
+ * we are about to wait for). */
 const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
 {
-    stk_reader_release(r);
     pthread_mutex_lock(&r->mu);
+    int wake = release_locked(r);
     if (r->sticky.code) {
-        if (err) *err = r->sticky;
-        pthread_mutex_unlock(&r->mu);
-        return NULL;
+        stk_error e = r->sticky;
+        if (wake) pthread_cond_signal(&r->work_cv);
+        return fail_next(r, &e, err);
     }
     if (r->consume >= r->end_seq) {
         pthread_mutex_unlock(&r->mu);
+        if (wake) pthread_cond_signal(&r->work_cv);
         stk_error_set(err, STK_OK, "end of stream");
         return NULL;
     }
     stk_slot *sl = &r->slots[r->consume % r->nslots];
     double t0 = stk__now();
     if (r->st_start == 0) r->st_start = t0;
-    unsigned ready = 0;
     for (unsigned i = 0; i < r->nslots; i++)
-        ready += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
-    r->st_ready_sum += ready;
-    while (!(sl->state == SLOT_READY && sl->seq == r->consume)) pthread_cond_wait(&r->ready_cv, &r->mu);
-    r->consume++;
+        r->st_ready_sum += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
+    if (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
+        STK_TRACE_PUSH("stoker wait %llu", (unsigned long long)r->consume);
+        while (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
+            if (wake) {
+                pthread_cond_signal(&r->work_cv);
+                wake = 0;
+            }
+            pthread_cond_wait(&r->ready_cv, &r->mu);
+        }
+        STK_TRACE_POP();
+    }
+    unsigned held = (unsigned)(r->consume++ % r->nslots);
     stk_error e = sl->err;
-    pthread_mutex_unlock(&r->mu);
-    /* Device path: the consumer's stream waits for the upload (for the host
-     * backend without a stream, this thread does: part of the wait). */
-    if (!e.code && r->be) stk__upload_acquire(r, (unsigned)((r->consume - 1) % r->nslots), &e);
-    double t1 = stk__now();
-    pthread_mutex_lock(&r->mu);
-    r->st_wait += t1 - t0;
     if (e.code) {
-        r->sticky = e;
-        if (err) *err = e;
-        pthread_mutex_unlock(&r->mu);
-        return NULL;
+        r->st_wait += stk__now() - t0;
+        if (wake) pthread_cond_signal(&r->work_cv);
+        return fail_next(r, &e, err);
     }
     r->st_batches++;
     r->st_samples += sl->batch.size;
     for (unsigned k = 0; k < r->nsel; k++) r->st_bytes += sl->fields[k].nbytes;
     r->st_zero_copy += r->nsel && sl->fields[0].zero_copy;
+    if (!r->be) r->st_wait += stk__now() - t0;
     pthread_mutex_unlock(&r->mu);
+    if (wake) pthread_cond_signal(&r->work_cv);
+    if (r->be) {
+        /* Device path: the consumer's stream waits for the upload (for the
+         * host backend without a stream, this thread does: part of the wait). */
+        stk__upload_acquire(r, held, &e);
+        double t1 = stk__now();
+        pthread_mutex_lock(&r->mu);
+        r->st_wait += t1 - t0;
+        if (e.code) return fail_next(r, &e, err);
+        pthread_mutex_unlock(&r->mu);
+    }
     if (err) err->code = STK_OK;
     return &sl->batch;
 }

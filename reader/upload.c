@@ -12,6 +12,7 @@
  * The copy thread uploads batches in stream order, so `ready` events complete
  * in order too. Nothing here blocks the consumer's CPU thread on the device. */
 #include "reader_impl.h"
+#include "trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,7 +164,9 @@ void *stk__copier_main(void *arg)
         stk_dslot *d = &r->dslots[r->next_copy % r->nslots];
         r->active++;
         pthread_mutex_unlock(&r->mu);
+        STK_TRACE_PUSH("stoker upload %llu", (unsigned long long)sl->seq);
         if (!sl->err.code) upload(r, sl, d, &bytes, &sl->err);
+        STK_TRACE_POP();
         pthread_mutex_lock(&r->mu);
         r->active--;
         r->st_h2d_bytes += bytes;

@@ -8,12 +8,14 @@
  * --stop-after/--state-out/--state-in exercise resume across processes. */
 #define _GNU_SOURCE
 #include "common.h"
+#include "sweep.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stoker/reader.h"
 
@@ -58,6 +60,14 @@ static void usage(FILE *f)
             "      --state-out FILE    save the reader's state at the end (resume point)\n"
             "      --state-in FILE     start from a saved state\n"
             "      --json              print the result as one JSON object (last line)\n"
+            "      --sweep             measure a grid of settings instead (a table, the knee:\n"
+            "                          the cheapest setting within 5%% of the best)\n"
+            "      --sweep-threads L   thread counts (default 1,2,4,... up to 2 x cores)\n"
+            "      --sweep-prefetch L  prefetch depths (default 1,2,4,8)\n"
+            "      --sweep-batch L     batch sizes (default: --batch-size)\n"
+            "      --sweep-seconds S   time per point (default 1)\n"
+            "      --csv FILE          write the sweep as CSV (header, one row per point)\n"
+            "      --plot FILE         write the sweep as an SVG chart\n"
             "  -q, --quiet             no progress bar or summary\n"
             "  -h, --help              this help\n"
             "  -V, --version           version\n\n"
@@ -72,6 +82,8 @@ typedef struct {
     uint64_t epochs, stop_after, step_us;
     int step_busy, touch, dump, json, quiet;
     const char *state_in, *state_out, *path;
+    int sweep;
+    sweep_opts so;
 } opts;
 
 static int parse_enum(const char *s, const char *const *names, int n)
@@ -94,7 +106,8 @@ static int bad(const char *opt, const char *val)
 static int parse_args(int argc, char **argv, opts *o)
 {
     enum { O_RANK = 256, O_WORLD, O_DROP, O_TAIL, O_VERIFY, O_BUDGET, O_QBLOCK, O_QWIN, O_STEP, O_BUSY,
-           O_TOUCH, O_DUMP, O_STOP, O_SOUT, O_SIN, O_JSON, O_DEVICE, O_FALLBACK, O_XFORM };
+           O_TOUCH, O_DUMP, O_STOP, O_SOUT, O_SIN, O_JSON, O_DEVICE, O_FALLBACK, O_XFORM, O_SWEEP, O_SW_T, O_SW_P,
+           O_SW_B, O_SW_S, O_CSV, O_PLOT };
     static const struct option lo[] = {
         {"batch-size", 1, 0, 'b'}, {"order", 1, 0, 'o'}, {"seed", 1, 0, 's'}, {"epochs", 1, 0, 'e'},
         {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD}, {"threads", 1, 0, 'j'},
@@ -104,7 +117,9 @@ static int parse_args(int argc, char **argv, opts *o)
         {"step-busy", 0, 0, O_BUSY}, {"touch", 0, 0, O_TOUCH}, {"dump-order", 0, 0, O_DUMP},
         {"stop-after", 1, 0, O_STOP}, {"state-out", 1, 0, O_SOUT}, {"state-in", 1, 0, O_SIN},
         {"json", 0, 0, O_JSON}, {"device", 1, 0, O_DEVICE}, {"fallback", 0, 0, O_FALLBACK},
-        {"transform", 1, 0, O_XFORM}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+        {"transform", 1, 0, O_XFORM}, {"sweep", 0, 0, O_SWEEP}, {"sweep-threads", 1, 0, O_SW_T},
+        {"sweep-prefetch", 1, 0, O_SW_P}, {"sweep-batch", 1, 0, O_SW_B}, {"sweep-seconds", 1, 0, O_SW_S},
+        {"csv", 1, 0, O_CSV}, {"plot", 1, 0, O_PLOT}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
@@ -189,6 +204,24 @@ static int parse_args(int argc, char **argv, opts *o)
                 return bad("--device", optarg);
             break;
         case O_FALLBACK: o->ro.device_fallback = 1; break;
+        case O_SWEEP: o->sweep = 1; break;
+        case O_SW_T:
+            if (!(o->so.nthreads = sweep_parse_list(optarg, o->so.threads))) return bad("--sweep-threads", optarg);
+            break;
+        case O_SW_P:
+            if (!(o->so.nprefetch = sweep_parse_list(optarg, o->so.prefetch))) return bad("--sweep-prefetch", optarg);
+            break;
+        case O_SW_B:
+            if (!(o->so.nbatch = sweep_parse_list(optarg, o->so.batch))) return bad("--sweep-batch", optarg);
+            break;
+        case O_SW_S:
+            errno = 0;
+            d = strtod(optarg, &end);
+            if (errno || *end || !(d > 0 && d <= 3600)) return bad("--sweep-seconds", optarg);
+            o->so.seconds = d;
+            break;
+        case O_CSV: o->so.csv = optarg; break;
+        case O_PLOT: o->so.plot = optarg; break;
         case O_XFORM: {
             int train = !strncmp(optarg, "imagenet-train", 14), eval = !strncmp(optarg, "imagenet-eval", 13);
             const char *rest = optarg + (train ? 14 : eval ? 13 : 0);
@@ -210,7 +243,43 @@ static int parse_args(int argc, char **argv, opts *o)
         return EXIT_USAGE;
     }
     o->path = argv[optind];
+    if (!o->sweep && (o->so.csv || o->so.plot || o->so.nthreads || o->so.nprefetch || o->so.nbatch)) {
+        fprintf(stderr, "shardread: --sweep-* options, --csv and --plot go with --sweep\n");
+        return EXIT_USAGE;
+    }
     return EXIT_OK;
+}
+
+/* Defaults of the grid: threads 1, 2, 4 ... up to twice the cores. */
+static void sweep_defaults(opts *o)
+{
+    sweep_opts *so = &o->so;
+    if (!so->nthreads) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        for (unsigned t = 1; t <= (unsigned)(cpus > 0 ? 2 * cpus : 2) && so->nthreads < SWEEP_MAX_VALUES; t *= 2)
+            so->threads[so->nthreads++] = t;
+    }
+    if (!so->nprefetch)
+        for (unsigned p = 1; p <= 8; p *= 2) so->prefetch[so->nprefetch++] = p;
+    if (!so->nbatch) so->batch[so->nbatch++] = o->ro.batch_size;
+    if (!so->seconds) so->seconds = 1;
+    so->step_us = o->step_us;
+    so->json = o->json;
+    so->quiet = o->quiet;
+}
+
+static int run_sweep(opts *o)
+{
+    sweep_defaults(o);
+    stk_error err;
+    stk_dataset *ds = stk_dataset_open(o->path, &err);
+    if (!ds) {
+        fprintf(stderr, "shardread: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    int rc = sweep_run(ds, &o->ro, &o->so);
+    stk_dataset_close(ds);
+    return rc;
 }
 
 /* A simulated training step: the consumer's side of the wait/step split. */
@@ -378,6 +447,7 @@ int main(int argc, char **argv)
     opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    if (o.sweep) return run_sweep(&o);
     stk_error err;
     stk_reader *r = stk_reader_open(o.path, &o.ro, &err);
     if (!r) {

@@ -1,0 +1,240 @@
+/* shardinfo - what a dataset holds: schema, counts, sizes, shards, how it
+ * was packed, the class histogram and the fingerprint. Reads the manifest and
+ * maps the shards (no verification: that is shardcheck's job); the
+ * histogram reads the integer scalar field `label` of every record. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stoker/reader.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: shardinfo [OPTIONS] DATASET\n"
+            "Describe a stoker dataset: schema, record and byte counts, shards, pack\n"
+            "parameters, class histogram and fingerprint.\n\n"
+            "      --shards        list every shard (default: the first and last 5)\n"
+            "      --no-histogram  skip the class histogram (it reads every label)\n"
+            "      --json          print one JSON object instead\n"
+            "  -h, --help          this help\n"
+            "  -V, --version       version\n\n"
+            "Exit status: 0 described, 1 the dataset cannot be opened (the message says\n"
+            "why), 2 usage error.\n");
+}
+
+typedef struct {
+    int all_shards, histogram, json;
+} opts;
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Counts per label value, as sorted (value, count) pairs; 0 pairs when the
+ * dataset has no integer scalar 'label' field. */
+typedef struct {
+    size_t n;
+    int64_t *value;
+    uint64_t *count;
+} histogram;
+
+static int label_field(const stk_schema *s)
+{
+    int f = stk_schema_find(s, "label");
+    if (f < 0 || s->fields[f].kind != STK_KIND_TENSOR || s->fields[f].ndim != 0 || s->fields[f].dtype > STK_DT_I64)
+        return -1;
+    return f;
+}
+
+static int64_t as_i64(const void *p, int dtype)
+{
+    switch (dtype) {
+    case STK_DT_U8: return *(const uint8_t *)p;
+    case STK_DT_I8: return *(const int8_t *)p;
+    case STK_DT_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case STK_DT_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case STK_DT_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case STK_DT_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    default: { int64_t v; memcpy(&v, p, 8); return v; }
+    }
+}
+
+static int make_histogram(const stk_dataset *ds, histogram *h)
+{
+    memset(h, 0, sizeof *h);
+    const stk_schema *s = stk_dataset_schema(ds);
+    int f = label_field(s);
+    uint64_t n = stk_dataset_records(ds);
+    if (f < 0 || n == 0) return 0;
+    int64_t *all = malloc(n * sizeof *all);
+    h->value = malloc(n * sizeof *h->value);
+    h->count = malloc(n * sizeof *h->count);
+    if (!all || !h->value || !h->count) {
+        free(all);
+        return -1;
+    }
+    uint64_t k = 0;
+    for (size_t i = 0; i < stk_dataset_nshards(ds); i++) { /* the labels are one column per shard */
+        const stk_shard *sh = stk_dataset_shard(ds, i);
+        const uint8_t *base = stk_shard_field_base(sh, (unsigned)f);
+        size_t stride = stk_dtype_size(s->fields[f].dtype);
+        for (uint64_t r = 0; r < stk_shard_records(sh); r++) all[k++] = as_i64(base + r * stride, s->fields[f].dtype);
+    }
+    qsort(all, n, sizeof *all, cmp_i64);
+    for (uint64_t i = 0; i < n; i++) {
+        if (h->n && h->value[h->n - 1] == all[i]) {
+            h->count[h->n - 1]++;
+        } else {
+            h->value[h->n] = all[i];
+            h->count[h->n++] = 1;
+        }
+    }
+    free(all);
+    return 0;
+}
+
+static const char *class_name(const stk_manifest *m, int64_t v)
+{
+    return v >= 0 && (uint64_t)v < m->nclasses ? m->classes[v] : NULL;
+}
+
+static uint64_t total_bytes(const stk_dataset *ds)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < stk_dataset_nshards(ds); i++) t += stk_shard_file_size(stk_dataset_shard(ds, i));
+    return t;
+}
+
+static void print_text(const char *path, const stk_dataset *ds, const histogram *h, const opts *o)
+{
+    const stk_manifest *m = stk_dataset_manifest(ds);
+    const stk_schema *s = stk_dataset_schema(ds);
+    uint64_t n = stk_dataset_records(ds), bytes = total_bytes(ds);
+    printf("dataset      %s\n", path);
+    printf("format       %u.%u, fingerprint %016llx\n", m->version_major, m->version_minor,
+           (unsigned long long)m->fingerprint);
+    printf("records      %llu in %zu shard%s, %.3f GB (%.0f bytes per record with overhead)\n", (unsigned long long)n,
+           stk_dataset_nshards(ds), stk_dataset_nshards(ds) == 1 ? "" : "s", bytes / 1e9, n ? (double)bytes / n : 0);
+    printf("fields\n");
+    for (unsigned f = 0; f < s->nfields; f++) {
+        char d[128];
+        stk_field_describe(&s->fields[f], d, sizeof d);
+        uint64_t st = stk_field_stride(&s->fields[f]);
+        if (st) printf("  %-40s %llu bytes per record\n", d, (unsigned long long)st);
+        else printf("  %-40s variable length\n", d);
+    }
+    printf("shards\n");
+    size_t ns = stk_dataset_nshards(ds);
+    for (size_t i = 0; i < ns; i++) {
+        if (!o->all_shards && ns > 10 && i == 5) {
+            printf("  ... %zu more (--shards lists them)\n", ns - 10);
+            i = ns - 5;
+        }
+        const stk_shard_entry *e = &m->shards[i];
+        printf("  %-28s %10llu records %12llu bytes  xxh3 %016llx\n", e->path, (unsigned long long)e->records,
+               (unsigned long long)e->file_size, (unsigned long long)e->file_hash);
+    }
+    printf("pack         %s\n", m->pack_json);
+    printf("classes      %zu\n", m->nclasses);
+    if (h->n) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t i = 0; i < h->n; i++) {
+            lo = h->count[i] < lo ? h->count[i] : lo;
+            hi = h->count[i] > hi ? h->count[i] : hi;
+        }
+        printf("histogram    %zu distinct labels, %llu to %llu records each\n", h->n, (unsigned long long)lo,
+               (unsigned long long)hi);
+        for (size_t i = 0; i < h->n; i++) {
+            if (h->n > 40 && i == 20) {
+                printf("  ... %zu more labels (--json lists all)\n", h->n - 40);
+                i = h->n - 20;
+            }
+            const char *c = class_name(m, h->value[i]);
+            printf("  %6lld %-24s %10llu\n", (long long)h->value[i], c ? c : "", (unsigned long long)h->count[i]);
+        }
+    }
+}
+
+static void print_json(const char *path, const stk_dataset *ds, const histogram *h)
+{
+    const stk_manifest *m = stk_dataset_manifest(ds);
+    const stk_schema *s = stk_dataset_schema(ds);
+    printf("{\"dataset\":");
+    tool_json_string(stdout, path);
+    printf(",\"format_version\":[%u,%u],\"fingerprint\":\"%016llx\",\"records\":%llu,\"bytes\":%llu,\"fields\":[",
+           m->version_major, m->version_minor, (unsigned long long)m->fingerprint,
+           (unsigned long long)stk_dataset_records(ds), (unsigned long long)total_bytes(ds));
+    for (unsigned f = 0; f < s->nfields; f++) {
+        const stk_field *fd = &s->fields[f];
+        printf("%s{\"name\":", f ? "," : "");
+        tool_json_string(stdout, fd->name);
+        printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[", fd->kind == STK_KIND_TENSOR ? "tensor" : "bytes",
+               stk_dtype_name(fd->dtype));
+        for (unsigned d = 0; d < fd->ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)fd->shape[d]);
+        printf("],\"bytes_per_record\":%llu}", (unsigned long long)stk_field_stride(fd));
+    }
+    printf("],\"shards\":[");
+    for (size_t i = 0; i < m->nshards; i++) {
+        printf("%s{\"path\":", i ? "," : "");
+        tool_json_string(stdout, m->shards[i].path);
+        printf(",\"records\":%llu,\"bytes\":%llu,\"xxh3\":\"%016llx\"}", (unsigned long long)m->shards[i].records,
+               (unsigned long long)m->shards[i].file_size, (unsigned long long)m->shards[i].file_hash);
+    }
+    printf("],\"pack\":%s,\"classes\":[", m->pack_json);
+    for (size_t i = 0; i < m->nclasses; i++) {
+        if (i) putchar(',');
+        tool_json_string(stdout, m->classes[i]);
+    }
+    printf("],\"histogram\":[");
+    for (size_t i = 0; i < h->n; i++)
+        printf("%s{\"label\":%lld,\"count\":%llu}", i ? "," : "", (long long)h->value[i], (unsigned long long)h->count[i]);
+    printf("]}\n");
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_SHARDS = 256, O_NOHIST, O_JSON };
+    static const struct option lo[] = {{"shards", 0, 0, O_SHARDS}, {"no-histogram", 0, 0, O_NOHIST},
+                                       {"json", 0, 0, O_JSON},     {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},     {0, 0, 0, 0}};
+    opts o = {0, 1, 0};
+    int c;
+    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+        switch (c) {
+        case O_SHARDS: o.all_shards = 1; break;
+        case O_NOHIST: o.histogram = 0; break;
+        case O_JSON: o.json = 1; break;
+        case 'h': usage(stdout); return EXIT_OK;
+        case 'V': printf("shardinfo (stoker) %s\n", STK_VERSION_STRING); return EXIT_OK;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "shardinfo: expected one DATASET (see --help)\n");
+        return EXIT_USAGE;
+    }
+    stk_error err;
+    stk_dataset *ds = stk_dataset_open(argv[optind], &err);
+    if (!ds) {
+        fprintf(stderr, "shardinfo: %s\n", err.msg);
+        return EXIT_PROBLEMS;
+    }
+    histogram h = {0, NULL, NULL};
+    if (o.histogram && make_histogram(ds, &h)) {
+        fprintf(stderr, "shardinfo: out of memory for the histogram\n");
+        stk_dataset_close(ds);
+        return EXIT_PROBLEMS;
+    }
+    if (o.json) print_json(argv[optind], ds, &h);
+    else print_text(argv[optind], ds, &h, &o);
+    free(h.value);
+    free(h.count);
+    stk_dataset_close(ds);
+    return EXIT_OK;
+}

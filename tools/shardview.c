@@ -1,0 +1,285 @@
+/* shardview - see what pack stored: a contact sheet of records (a grid of
+ * the stored images, each with its label drawn under it), or one record.
+ *
+ * The sheet's geometry is fixed so that machines can read it too (--json
+ * prints it, and the tests check every cell's pixels): CELL_PAD pixels of
+ * background around each image, LABEL_H pixels of label strip under it when
+ * --label is given, cells left to right, top to bottom. Labels are drawn as
+ * numbers with a built-in 3x5 digit font; --json (and the legend it prints)
+ * maps every cell to its record, label and class name. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <getopt.h>
+#include <spng.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "stoker/reader.h"
+
+#define CELL_PAD 2
+#define GLYPH_SCALE 2
+#define LABEL_H (5 * GLYPH_SCALE + 4)
+#define BACKGROUND 24
+#define INK 235
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: shardview [OPTIONS] DATASET --out FILE\n"
+            "Write a contact sheet of a dataset's stored images (FILE.jpg or FILE.png),\n"
+            "or one record's image with --record.\n\n"
+            "  -o, --out FILE        output image: .jpg/.jpeg (TurboJPEG) or .png (libspng)\n"
+            "  -n, --records N       the first N records (default 64)\n"
+            "      --random N        N records drawn at random (without repeats)\n"
+            "      --seed S          seed for --random (default 0)\n"
+            "      --first I         start at record I (with --records)\n"
+            "      --record I        only record I, at its stored size\n"
+            "      --label           draw each record's label under it\n"
+            "      --field NAME      the image field, u8 [H, W, 1|3|4] (default image)\n"
+            "      --columns C       cells per row (default: a square-ish grid)\n"
+            "      --quality Q       JPEG quality (default 90)\n"
+            "      --json            print the sheet's geometry and cells as JSON\n"
+            "  -h, --help            this help\n"
+            "  -V, --version         version\n\n"
+            "Exit status: 0 written, 1 the dataset or output failed (the message says\n"
+            "why), 2 usage error.\n");
+}
+
+typedef struct {
+    const char *out, *field, *path;
+    uint64_t n, first, seed, record;
+    int random, one, label, json, quality;
+    unsigned columns;
+} opts;
+
+/* 3x5 digits and '-', one row of 3 bits per byte. */
+static const uint8_t DIGITS[11][5] = {
+    {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1}, {7, 4, 7, 1, 7},
+    {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}, {0, 0, 7, 0, 0},
+};
+
+static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsigned y, long long v)
+{
+    char s[32];
+    int len = snprintf(s, sizeof s, "%lld", v);
+    for (int k = 0; k < len; k++) {
+        const uint8_t *g = DIGITS[s[k] == '-' ? 10 : s[k] - '0'];
+        for (unsigned r = 0; r < 5 * GLYPH_SCALE; r++)
+            for (unsigned c = 0; c < 3 * GLYPH_SCALE; c++) {
+                unsigned px = x + (unsigned)k * 4 * GLYPH_SCALE + c, py = y + r;
+                if (px >= W || py >= H || !(g[r / GLYPH_SCALE] & (4 >> (c / GLYPH_SCALE)))) continue;
+                memset(img + ((size_t)py * W + px) * 3, INK, 3);
+            }
+    }
+}
+
+/* Copy a u8 [h, w, ch] value into the RGB canvas at (x, y). */
+static void blit(uint8_t *dst, unsigned W, const uint8_t *src, unsigned w, unsigned h, unsigned ch, unsigned x,
+                 unsigned y)
+{
+    for (unsigned r = 0; r < h; r++)
+        for (unsigned c = 0; c < w; c++) {
+            const uint8_t *p = src + ((size_t)r * w + c) * ch;
+            uint8_t *q = dst + ((size_t)(y + r) * W + x + c) * 3;
+            q[0] = p[0];
+            q[1] = ch >= 3 ? p[1] : p[0];
+            q[2] = ch >= 3 ? p[2] : p[0];
+        }
+}
+
+static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigned H, int quality)
+{
+    const char *dot = strrchr(path, '.');
+    int png = dot && (!strcasecmp(dot, ".png"));
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    char msg[256] = "";
+    if (png) {
+        spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+        struct spng_ihdr ihdr = {.width = W, .height = H, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+        int e = ctx ? 0 : SPNG_EMEM;
+        if (!e) e = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+        if (!e) e = spng_set_ihdr(ctx, &ihdr);
+        if (!e) e = spng_encode_image(ctx, rgb, (size_t)W * H * 3, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+        if (!e) buf = spng_get_png_buffer(ctx, &len, &e);
+        if (e) snprintf(msg, sizeof msg, "PNG encoding failed: %s", spng_strerror(e));
+        spng_ctx_free(ctx);
+    } else {
+        tjhandle tj = tjInitCompress();
+        unsigned long size = 0;
+        if (!tj || tjCompress2(tj, rgb, (int)W, 0, (int)H, TJPF_RGB, &buf, &size, TJSAMP_444, quality, 0) != 0)
+            snprintf(msg, sizeof msg, "JPEG encoding failed: %s", tj ? tjGetErrorStr2(tj) : "no TurboJPEG handle");
+        len = size;
+        if (tj) tjDestroy(tj);
+    }
+    stk_error err;
+    int rc = msg[0] ? 1 : stk_file_commit(path, buf, len, &err) ? 1 : 0;
+    if (msg[0]) fprintf(stderr, "shardview: %s: %s\n", path, msg);
+    else if (rc) fprintf(stderr, "shardview: %s\n", err.msg);
+    if (png) free(buf);
+    else tjFree(buf);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    enum { O_RANDOM = 256, O_SEED, O_FIRST, O_RECORD, O_LABEL, O_FIELD, O_COLS, O_QUALITY, O_JSON };
+    static const struct option lo[] = {
+        {"out", 1, 0, 'o'},         {"records", 1, 0, 'n'},       {"random", 1, 0, O_RANDOM},
+        {"seed", 1, 0, O_SEED},     {"first", 1, 0, O_FIRST},     {"record", 1, 0, O_RECORD},
+        {"label", 0, 0, O_LABEL},   {"field", 1, 0, O_FIELD},     {"columns", 1, 0, O_COLS},
+        {"quality", 1, 0, O_QUALITY}, {"json", 0, 0, O_JSON},     {"help", 0, 0, 'h'},
+        {"version", 0, 0, 'V'},     {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->n = 64;
+    o->field = "image";
+    o->quality = 90;
+    int c;
+    uint64_t v;
+    while ((c = getopt_long(argc, argv, "o:n:hV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'o': o->out = optarg; break;
+        case 'n':
+        case O_RANDOM:
+            if (!tool_parse_u64(optarg, &o->n) || !o->n || o->n > 100000) goto bad;
+            o->random = c == O_RANDOM;
+            break;
+        case O_SEED: if (!tool_parse_u64(optarg, &o->seed)) goto bad; break;
+        case O_FIRST: if (!tool_parse_u64(optarg, &o->first)) goto bad; break;
+        case O_RECORD:
+            if (!tool_parse_u64(optarg, &o->record)) goto bad;
+            o->one = 1;
+            break;
+        case O_LABEL: o->label = 1; break;
+        case O_FIELD: o->field = optarg; break;
+        case O_COLS:
+            if (!tool_parse_u64(optarg, &v) || !v || v > 1000) goto bad;
+            o->columns = (unsigned)v;
+            break;
+        case O_QUALITY:
+            if (!tool_parse_u64(optarg, &v) || !v || v > 100) goto bad;
+            o->quality = (int)v;
+            break;
+        case O_JSON: o->json = 1; break;
+        case 'h': usage(stdout); exit(EXIT_OK);
+        case 'V': printf("shardview (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind + 1 != argc || !o->out) {
+        fprintf(stderr, "shardview: expected DATASET and --out FILE (see --help)\n");
+        return EXIT_USAGE;
+    }
+    o->path = argv[optind];
+    return EXIT_OK;
+bad:
+    fprintf(stderr, "shardview: invalid value '%s' (see --help)\n", optarg);
+    return EXIT_USAGE;
+}
+
+/* The records to show: the first n from `first`, n distinct at random (a
+ * shuffled epoch's first n: stoker's own permutation), or one. */
+static uint64_t pick(const opts *o, uint64_t N, uint64_t i)
+{
+    if (o->one) return o->record;
+    if (o->random) return stk_order_record(STK_ORDER_SHUFFLE, N, o->seed, 0, 0, 0, i);
+    return o->first + i;
+}
+
+static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec)
+{
+    const void *p;
+    uint64_t size;
+    int64_t v = 0;
+    if (lf < 0 || stk_dataset_value(ds, (unsigned)lf, rec, &p, &size, NULL)) return 0;
+    memcpy(&v, p, size < 8 ? size : 8);
+    int dt = stk_dataset_schema(ds)->fields[lf].dtype; /* sign-extend the narrow signed types */
+    if (dt == STK_DT_I8) v = (int8_t)v;
+    else if (dt == STK_DT_I16) v = (int16_t)v;
+    else if (dt == STK_DT_I32) v = (int32_t)v;
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    stk_error err;
+    stk_dataset *ds = stk_dataset_open(o.path, &err);
+    if (!ds) {
+        fprintf(stderr, "shardview: %s\n", err.msg);
+        return EXIT_PROBLEMS;
+    }
+    const stk_schema *sc = stk_dataset_schema(ds);
+    const stk_manifest *m = stk_dataset_manifest(ds);
+    int f = stk_schema_find(sc, o.field), lf = stk_schema_find(sc, "label");
+    if (lf >= 0 && (sc->fields[lf].kind != STK_KIND_TENSOR || sc->fields[lf].ndim || sc->fields[lf].dtype > STK_DT_I64)) lf = -1;
+    const stk_field *fd = f >= 0 ? &sc->fields[f] : NULL;
+    if (!fd || fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 ||
+        (fd->shape[2] != 1 && fd->shape[2] != 3 && fd->shape[2] != 4)) {
+        fprintf(stderr, "shardview: %s: no u8 [H, W, 1|3|4] field '%s'\n", o.path, o.field);
+        stk_dataset_close(ds);
+        return EXIT_PROBLEMS;
+    }
+    unsigned h = (unsigned)fd->shape[0], w = (unsigned)fd->shape[1], ch = (unsigned)fd->shape[2];
+    uint64_t N = stk_dataset_records(ds), n = o.one ? 1 : o.n;
+    if (!o.one && !o.random && o.first < N && n > N - o.first) n = N - o.first;
+    if (o.random && n > N) n = N;
+    if ((o.one && o.record >= N) || (!o.one && o.first >= N)) {
+        fprintf(stderr, "shardview: %s: record %llu out of range (%llu records)\n", o.path,
+                (unsigned long long)(o.one ? o.record : o.first), (unsigned long long)N);
+        stk_dataset_close(ds);
+        return EXIT_PROBLEMS;
+    }
+    unsigned cols = o.one ? 1 : o.columns ? o.columns : 1, pad = o.one ? 0 : CELL_PAD;
+    while (!o.one && !o.columns && (uint64_t)cols * cols < n) cols++;
+    if (cols > n) cols = (unsigned)n;
+    unsigned rows = (unsigned)((n + cols - 1) / cols), lab = o.label && !o.one ? LABEL_H : 0;
+    unsigned cw = w + 2 * pad, chh = h + 2 * pad + lab, W = cols * cw, H = rows * chh;
+    uint8_t *rgb = malloc((size_t)W * H * 3);
+    if (!rgb || (uint64_t)W * H > 400000000ULL) {
+        fprintf(stderr, "shardview: a %ux%u sheet is too large: fewer --records or --columns\n", W, H);
+        free(rgb);
+        stk_dataset_close(ds);
+        return EXIT_USAGE;
+    }
+    memset(rgb, BACKGROUND, (size_t)W * H * 3);
+    if (o.json) {
+        printf("{\"out\":");
+        tool_json_string(stdout, o.out);
+        printf(",\"width\":%u,\"height\":%u,\"columns\":%u,\"rows\":%u,\"cell_width\":%u,\"cell_height\":%u,"
+               "\"pad\":%u,\"cells\":[", W, H, cols, rows, cw, chh, pad);
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t rec = pick(&o, N, i);
+        const void *p;
+        uint64_t size;
+        if (stk_dataset_value(ds, (unsigned)f, rec, &p, &size, &err)) {
+            fprintf(stderr, "shardview: %s\n", err.msg);
+            rc = EXIT_PROBLEMS;
+            break;
+        }
+        unsigned x = (unsigned)(i % cols) * cw + pad, y = (unsigned)(i / cols) * chh + pad;
+        blit(rgb, W, p, w, h, ch, x, y);
+        int64_t label = label_of(ds, lf, rec);
+        if (lab && lf >= 0) draw_number(rgb, W, H, x + 1, y + h + 2, label);
+        if (o.json) {
+            const char *cls = lf >= 0 && label >= 0 && (uint64_t)label < m->nclasses ? m->classes[label] : NULL;
+            printf("%s{\"record\":%llu,\"x\":%u,\"y\":%u", i ? "," : "", (unsigned long long)rec, x, y);
+            if (lf >= 0) printf(",\"label\":%lld", (long long)label);
+            if (cls) {
+                printf(",\"class\":");
+                tool_json_string(stdout, cls);
+            }
+            putchar('}');
+        }
+    }
+    if (o.json) printf("]}\n");
+    if (!rc && write_image(o.out, rgb, W, H, o.quality)) rc = EXIT_PROBLEMS;
+    free(rgb);
+    stk_dataset_close(ds);
+    return rc;
+}
