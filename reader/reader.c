@@ -407,14 +407,17 @@ void *stk__worker_main(void *arg)
 /* ------------------------------------------------------------- consumer */
 
 /* Hand the held slot back. Returns 1 when an idle worker should be woken
- * (after unlocking: a woken worker must not find the mutex still held, and
- * waking all of them for one slot only makes them fight over the cores). */
+ * (after unlocking: a woken worker must not find the mutex still held).
+ * Workers are woken once half the ring is free rather than for every slot:
+ * a wake-up is a system call on the consumer's thread, and the ring stays
+ * half full meanwhile. A consumer about to block wakes them regardless. */
 static int release_locked(stk_reader *r)
 {
     if (r->released >= r->consume) return 0;
     if (r->be) stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
     r->released = r->consume;
-    return r->idle > 0;
+    uint64_t free_slots = r->released + r->nslots - r->claim, enough = r->nslots / 2 ? r->nslots / 2 : 1;
+    return r->idle > 0 && (free_slots >= enough || r->claim_part);
 }
 
 void stk_reader_release(stk_reader *r)
@@ -460,8 +463,8 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     if (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
         STK_TRACE_PUSH("stoker wait %llu", (unsigned long long)r->consume);
         while (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
-            if (wake) {
-                pthread_cond_signal(&r->work_cv);
+            if (r->idle && r->claim < r->released + r->nslots && r->claim < r->end_seq) {
+                pthread_cond_signal(&r->work_cv); /* about to block: no batching of wake-ups */
                 wake = 0;
             }
             pthread_cond_wait(&r->ready_cv, &r->mu);
