@@ -19,35 +19,17 @@ Usage: /usr/bin/python3 torch_imagefolder.py DIR [--size 256] [--workers 0,1,2]
        [--batch 256] [--seconds 15] [--warmup W] [--seed 0]
 """
 import argparse
+import os
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from loader_timing import take_rate  # noqa: E402  (bench/loader_timing.py)
 
 import torch
 import torchvision
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms as T
-
-
-def measure(loader, warmup, seconds):
-    it = iter(loader)
-
-    def take():
-        nonlocal it
-        try:
-            return next(it)
-        except StopIteration:
-            it = iter(loader)
-            return next(it)
-
-    for _ in range(warmup):
-        take()
-    images = 0
-    t0 = time.perf_counter()
-    while True:
-        x, _ = take()
-        images += x.shape[0]
-        el = time.perf_counter() - t0
-        if el >= seconds:
-            return images, el, x
 
 
 def main():
@@ -75,7 +57,7 @@ def main():
         g.manual_seed(a.seed)
         kw = dict(persistent_workers=True) if w > 0 else {}
         loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=w, generator=g, **kw)
-        imgs, el, x = measure(loader, a.warmup if a.warmup >= 0 else max(1, w), a.seconds)
+        imgs, el, x = take_rate(loader, a.warmup if a.warmup >= 0 else max(1, w), a.seconds)
         del loader
         assert x.dtype == torch.uint8 and tuple(x.shape[1:]) == (3, a.size, a.size), (x.dtype, x.shape)
         rate = imgs / el

@@ -29,6 +29,11 @@ Usage: /usr/bin/python3 torch_memmap.py IMAGES.npy [--labels LABELS.npy] [--work
        [--variants item,batched] [--batch 256] [--seconds 8] [--warmup 4] [--seed 0]
 """
 import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from loader_timing import take_rate  # noqa: E402  (bench/loader_timing.py)
 import sys
 import time
 
@@ -104,30 +109,6 @@ def loader_for(variant, images, labels, workers, batch, seed):
     return DataLoader(ds, sampler=sampler, batch_size=None, **kw)
 
 
-def measure(loader, warmup, seconds):
-    """Batches across epochs: untimed warm-up, then at least `seconds`."""
-    it = iter(loader)
-
-    def take():
-        nonlocal it
-        try:
-            return next(it)
-        except StopIteration:
-            it = iter(loader)  # the next epoch (persistent workers stay up)
-            return next(it)
-
-    for _ in range(warmup):
-        take()
-    images = 0
-    t0 = time.perf_counter()
-    while True:
-        x, y = take()
-        images += x.shape[0]
-        el = time.perf_counter() - t0
-        if el >= seconds:
-            return images, el, x
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("images")
@@ -153,7 +134,7 @@ def main():
         for w in (int(x) for x in a.workers.split(",")):
             warm(a.images)
             loader = loader_for(v, a.images, labels, w, a.batch, a.seed)
-            imgs, el, x = measure(loader, a.warmup, a.seconds)
+            imgs, el, x = take_rate(loader, a.warmup, a.seconds)
             del loader
             if x.dtype != torch.uint8:
                 sys.exit(f"torch_memmap: batches are {x.dtype}, not uint8")

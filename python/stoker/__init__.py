@@ -1,0 +1,732 @@
+"""stoker: batches from packed datasets, for Python and PyTorch.
+
+    import stoker
+    reader = stoker.Reader("data/train", batch_size=256, order="shuffle", seed=1234,
+                           fields="image,label", output="torch")
+    for epoch in range(90):
+        reader.set_epoch(epoch)
+        for batch in reader:                      # one epoch, len(reader) batches
+            x, y = batch["image"], batch["label"]   # [B, H, W, 3] uint8, [B] int64
+            ...
+
+A thin ctypes binding of libstoker (stoker/reader.h): the reader's worker
+threads, the order, ranks, resume and the device upload are the C library's;
+this module turns each batch into arrays without copying them.
+
+Lifetime of a batch. Arrays and tensors of a batch are views of memory the
+reader owns (a slot of its ring, or the mapped shard itself for sequential
+batches inside one shard). They are valid until the reader's next batch is
+taken (the next step of the loop), or seek/set_epoch/load_state_dict/close.
+After that the memory is reused for a later batch: an old view then shows
+other records, silently. Keep what you need past the step with copy=True
+(every batch owned), or `.copy()` (numpy) / `.clone()` (torch). Looking up a
+field in an expired batch (`batch["image"]`) raises ExpiredBatchError. A
+view holds a reference to the C reader, so after close() the reader is freed
+when the last view goes: a stale view shows wrong records, never unmapped memory.
+Views are read-only: numpy arrays are flagged so; torch has no read-only
+tensors, and writing into a tensor of a zero-copy batch (memory mapped
+read-only) crashes the process with SIGSEGV.
+Reader(debug=True) catches use after expiry: every batch is copied into
+buffers that are filled with 0xFF bytes when the batch expires (NaN in float
+fields, -1 in signed integers, the maximum in unsigned ones; numpy arrays are
+then read-only), on top of the ExpiredBatchError above; on CUDA it also checks
+that the current stream is the one the reader was opened with.
+"""
+import ctypes
+import json
+import os
+import sys
+import atexit
+import importlib
+import threading
+import weakref
+
+import numpy as np
+
+from . import _lib as L
+
+__version__ = "0.1.0"
+library_path = L.path
+
+__all__ = ["Reader", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
+           "cuda_available", "library_path", "__version__"]
+
+_NP = {L.DT_U8: "|u1", L.DT_I8: "|i1", L.DT_U16: "<u2", L.DT_I16: "<i2", L.DT_U32: "<u4", L.DT_I32: "<i4",
+       L.DT_U64: "<u8", L.DT_I64: "<i8", L.DT_F16: "<f2", L.DT_BF16: "<u2", L.DT_F32: "<f4", L.DT_F64: "<f8"}
+_NP = {k: np.dtype(v) for k, v in _NP.items()}
+
+
+class Error(Exception):
+    """An error reported by libstoker. str(e) is the library's message, unchanged;
+    `code` is its stk_status and `status` the status's short name ("checksum", "io", ...)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.status = L.stk_status_name(code).decode()
+
+
+class ArgumentError(Error, ValueError):
+    """libstoker refused an argument or option (STK_E_ARG, STK_E_RANGE)."""
+
+
+class ExpiredBatchError(RuntimeError):
+    """A field of a batch was looked up after the batch's memory went back to the reader."""
+
+
+def _raise(err):
+    code, msg = err.code, err.msg.decode("utf-8", "replace")
+    cls = ArgumentError if code in (L.STK_E_ARG, L.STK_E_RANGE) else Error
+    raise cls(code, msg)
+
+
+def cuda_available():
+    """(True, "") when this libstoker has the CUDA backend and a usable device, else (False, reason)."""
+    err = L.Error_()
+    ok = L.stk_cuda_available(ctypes.byref(err))
+    return bool(ok), "" if ok else err.msg.decode("utf-8", "replace")
+
+
+class Transform:
+    """The reader's per-sample image transform (stk_transform), run on the device
+    (CUDA) or by the host backend: u8 HWC in; (x / 255 - mean) / std out, as
+    `dtype` in `layout`, with an optional crop resized bilinearly to `size` and a
+    horizontal flip. Crop boxes and flips depend on (seed, epoch, record) only.
+
+    field     the u8 [H, W, C] field (default "image")
+    dtype     "float32", "float16" or "bfloat16"
+    layout    "NCHW" or "NHWC"
+    mean, std per channel in [0, 1] units (up to 4 values)
+    crop      "none" (whole image resized), "center" or "random_resized"
+    size      output (height, width) or one int; None: the input's size
+    scale, ratio  random_resized: area fraction and aspect ratio ranges
+    flip_prob horizontal flip probability
+    """
+
+    def __init__(self, field="image", dtype="float32", layout="NCHW", mean=(0.0, 0.0, 0.0),
+                 std=(1.0, 1.0, 1.0), crop="none", size=None, scale=(0.08, 1.0),
+                 ratio=(3 / 4, 4 / 3), flip_prob=0.0):
+        if dtype not in L.XFORM_DTYPES:
+            raise ValueError(f"transform dtype {dtype!r}: one of {', '.join(L.XFORM_DTYPES)}")
+        if layout not in L.LAYOUTS:
+            raise ValueError(f"transform layout {layout!r}: NCHW or NHWC")
+        if crop not in L.CROPS:
+            raise ValueError(f"transform crop {crop!r}: one of {', '.join(L.CROPS)}")
+        if len(mean) > 4 or len(std) > 4 or len(mean) != len(std):
+            raise ValueError("transform mean and std: the same number of values, at most 4")
+        if size is not None:
+            size = (size, size) if isinstance(size, int) else tuple(size)
+            if len(size) != 2:
+                raise ValueError("transform size: an int or (height, width)")
+        self.field, self.dtype, self.layout = field, dtype, layout
+        self.mean, self.std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+        self.crop, self.size = crop, size
+        self.scale, self.ratio, self.flip_prob = tuple(scale), tuple(ratio), float(flip_prob)
+
+    @classmethod
+    def imagenet(cls, train, size=224):
+        """torchvision's ImageNet recipe, as stk_transform_imagenet: train =
+        RandomResizedCrop(size) + RandomHorizontalFlip + Normalize; eval =
+        CenterCrop(size) + Normalize; float32, NCHW."""
+        t = L.padded(L.Transform)
+        L.stk_transform_imagenet(ctypes.addressof(t), 1 if train else 0, size)
+        inv = {v: k for k, v in L.CROPS.items()}
+        return cls(dtype="float32", layout="NCHW", mean=tuple(t.mean)[:3], std=tuple(t.std)[:3],
+                   crop=inv[t.crop], size=(t.out_height, t.out_width), scale=(t.scale_min, t.scale_max),
+                   ratio=(t.ratio_min, t.ratio_max), flip_prob=t.flip_prob)
+
+    def _c(self):
+        t = L.padded(L.Transform)
+        L.stk_transform_imagenet(ctypes.addressof(t), 0, 0)  # defaults for any field this binding does not know
+        t._field = self.field.encode()
+        t.field = t._field
+        t.dtype = L.XFORM_DTYPES[self.dtype]
+        t.layout = L.LAYOUTS[self.layout]
+        for c in range(4):
+            t.mean[c] = self.mean[c] if c < len(self.mean) else 0.0
+            t.std[c] = self.std[c] if c < len(self.std) else 1.0
+        t.crop = L.CROPS[self.crop]
+        t.out_height, t.out_width = self.size if self.size else (0, 0)
+        t.scale_min, t.scale_max = self.scale
+        t.ratio_min, t.ratio_max = self.ratio
+        t.flip_prob = self.flip_prob
+        return t
+
+    def __repr__(self):
+        return (f"Transform(field={self.field!r}, dtype={self.dtype!r}, layout={self.layout!r}, mean={self.mean}, "
+                f"std={self.std}, crop={self.crop!r}, size={self.size}, scale={self.scale}, ratio={self.ratio}, "
+                f"flip_prob={self.flip_prob})")
+
+
+class _Lease:
+    """What a batch's views depend on: valid until the reader moves on."""
+    __slots__ = ("valid", "epoch", "index", "poison")
+
+    def __init__(self, epoch, index):
+        self.valid, self.epoch, self.index, self.poison = True, epoch, index, []
+
+    def expire(self):
+        if not self.valid:
+            return
+        self.valid = False
+        for fill in self.poison:
+            fill()
+        self.poison = []
+
+
+class Batch(dict):
+    """One batch: a dict of field name -> array (numpy) or tensor (torch), plus
+    `epoch`, `index` (the batch's index within its epoch), `size` (records),
+    `records` (their global indices, an owned numpy uint64 array),
+    `data_ptrs` (field -> address of the data the reader handed out) and
+    `zero_copy` (the tensors point into the mapped shard). Bytes fields are
+    lists of `bytes`. Unless the reader was opened with copy=True, the arrays
+    are views valid until the reader's next batch (see the module doc);
+    looking a field up after that raises ExpiredBatchError."""
+    __slots__ = ("epoch", "index", "size", "records", "data_ptrs", "zero_copy", "_lease")
+
+    def _check(self):
+        lease = self._lease
+        if lease is not None and not lease.valid:
+            raise ExpiredBatchError(
+                f"batch {lease.index} of epoch {lease.epoch} has expired: its memory went back to the reader when "
+                "the next batch was taken (or at seek/set_epoch/load_state_dict/close); keep copies of what you need "
+                "past a step (Reader(copy=True), array.copy(), tensor.clone())")
+
+    @property
+    def valid(self):
+        return self._lease is None or self._lease.valid
+
+    def __getitem__(self, key):
+        self._check()
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        self._check()
+        return dict.get(self, key, default)
+
+    def values(self):
+        self._check()
+        return dict.values(self)
+
+    def items(self):
+        self._check()
+        return dict.items(self)
+
+    def __repr__(self):
+        state = "" if self.valid else ", expired"
+        return f"<stoker.Batch epoch {self.epoch} batch {self.index}, {self.size} records, fields {list(self)}{state}>"
+
+
+def _device_arg(device, want_transform):
+    """(stk_device, index, torch device or None) from device=... ."""
+    if device is None or device == "cpu":
+        return (L.DEVICE_HOST if want_transform else L.DEVICE_NONE), 0, None
+    if device == "host":
+        return L.DEVICE_HOST, 0, None
+    s = str(device)
+    if s == "cuda" or s.startswith("cuda:"):
+        index = getattr(device, "index", None)
+        if index is None and ":" in s:
+            try:
+                index = int(s.split(":", 1)[1])
+            except ValueError:
+                raise ValueError(f"device {device!r}: cuda, cuda:N, cpu or host") from None
+        if index is None:
+            import torch
+            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return L.DEVICE_CUDA, index, s
+    raise ValueError(f"device {device!r}: cpu, host, cuda or cuda:N")
+
+
+def _dist_rank_world():
+    """Rank and world size of an initialised torch.distributed group, else None."""
+    if "torch" not in sys.modules:  # nobody initialised a process group without importing torch
+        return None
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:  # a half-configured torch must not stop the reader from opening
+        return None
+    return None
+
+
+class Reader:
+    """Batches of a packed dataset for one rank, from libstoker's worker threads.
+
+    path          a dataset directory or its manifest.json
+    batch_size    records per batch on this rank
+    order         "sequential", "shuffle" or "quasi" (spec/ORDERS.md); shuffle=True is order="shuffle"
+    seed          seed of the shuffled orders
+    rank, world_size  None: from torch.distributed when a process group is
+                  initialised, else $RANK/$WORLD_SIZE, $SLURM_PROCID/$SLURM_NTASKS, else 0/1
+    threads       worker threads (0: online CPUs, at most 8); prefetch: batches prepared ahead (0: 2 x threads)
+    drop_last     True: drop the incomplete last global batch (tail="drop")
+    tail          "pad" (default: wrap around, as DistributedSampler), "drop", or
+                  "partial" (a short last batch, DataLoader's drop_last=False)
+    fields        names to read (list or comma-separated string); None: all
+    device        None/"cpu": host arrays; "cuda"/"cuda:N"/torch.device: device
+                  tensors, uploaded by the reader, the current torch stream made
+                  to wait for each batch (no host sync); "host": the device
+                  protocol on the CPU (what a transform on the CPU runs on; a
+                  transform with device cpu uses it)
+    transform     a stoker.Transform (needs a device; on cpu the host backend)
+    output        "numpy" or "torch" (default: torch on CUDA, numpy otherwise)
+    copy          True: every batch's arrays are owned copies (valid forever)
+    debug         True: catch views used after they expired (see the module doc)
+    verify        "off", "once" or "always": check record checksums on read
+    memory_budget, quasi_block_bytes, quasi_window, release_pages, device_fallback:
+                  as in stk_reader_options
+    stream        CUDA: the stream batches are consumed on (torch.cuda.Stream or
+                  a cudaStream_t as int); default: torch's current stream at open
+
+    Iterating yields the batches from the current position to the end of its
+    epoch (len(reader) batches from an epoch's start), as Batch dicts; the next
+    iteration continues with the next epoch. Errors from libstoker raise
+    stoker.Error with the library's message.
+    """
+
+    def __init__(self, path, batch_size=256, order="sequential", seed=0, rank=None, world_size=None,
+                 threads=0, prefetch=0, drop_last=False, fields=None, device=None, transform=None,
+                 output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
+                 memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
+                 device_fallback=False, stream=None):
+        self._r = None
+        self._h = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._lease = None
+        if shuffle is not None:
+            order = "shuffle" if shuffle else order
+        if order not in L.ORDERS:
+            raise ValueError(f"order {order!r}: sequential, shuffle or quasi")
+        if tail is None:
+            tail = "drop" if drop_last else "pad"
+        elif drop_last and tail != "drop":
+            raise ValueError(f"drop_last=True contradicts tail={tail!r}")
+        if tail not in L.TAILS:
+            raise ValueError(f"tail {tail!r}: pad, drop or partial")
+        if verify not in L.VERIFY:
+            raise ValueError(f"verify {verify!r}: off, once or always")
+        if transform is not None and not isinstance(transform, Transform):
+            raise TypeError("transform: a stoker.Transform")
+        if not isinstance(batch_size, int) or not 1 <= batch_size < 2 ** 32:
+            raise ValueError(f"batch_size {batch_size!r}: an int >= 1")
+        dev, dev_index, torch_dev = _device_arg(device, transform is not None)
+        if output is None:
+            output = "torch" if dev == L.DEVICE_CUDA else "numpy"
+        if output not in ("numpy", "torch"):
+            raise ValueError(f"output {output!r}: numpy or torch")
+        if dev == L.DEVICE_CUDA and output != "torch":
+            raise ValueError("device cuda yields torch tensors: output='torch'")
+        if output == "torch":
+            importlib.import_module("torch")  # fail here, not at the first batch
+        if rank is None and world_size is None:
+            rw = _dist_rank_world()
+            if rw:
+                rank, world_size = rw
+        if isinstance(fields, (list, tuple)):
+            fields = ",".join(fields)
+
+        o = L.padded(L.Options)
+        L.stk_reader_options_init(ctypes.addressof(o))
+        o.batch_size = batch_size
+        o.order = L.ORDERS[order]
+        o.seed = int(seed) & (2 ** 64 - 1)
+        o.rank = -1 if rank is None else int(rank)
+        o.world_size = -1 if world_size is None else int(world_size)
+        o.threads, o.prefetch = int(threads), int(prefetch)
+        o.tail, o.verify = L.TAILS[tail], L.VERIFY[verify]
+        self._fields_c = fields.encode() if fields is not None else None
+        o.fields = self._fields_c
+        o.memory_budget, o.quasi_block_bytes, o.quasi_window = int(memory_budget), int(quasi_block_bytes), int(quasi_window)
+        o.release_pages = int(release_pages)
+        o.device, o.device_index, o.device_fallback = dev, dev_index, 1 if device_fallback else 0
+        self._stream_handle = None
+        if dev == L.DEVICE_CUDA:
+            import torch
+            if stream is None and torch.cuda.is_available():
+                stream = torch.cuda.current_stream(dev_index)
+            handle = getattr(stream, "cuda_stream", stream)
+            self._stream_handle = int(handle) if handle is not None else 0
+            o.stream = self._stream_handle or None
+        elif stream is not None:
+            raise ValueError("stream: only for device cuda")
+        if transform is not None:
+            self._xform_c = transform._c()
+            o.transform = ctypes.cast(ctypes.addressof(self._xform_c), ctypes.POINTER(L.Transform))
+
+        err = L.Error_()
+        r = L.stk_reader_open(os.fsencode(path), ctypes.addressof(o), ctypes.byref(err))
+        if not r:
+            _raise(err)
+        self._r = r
+        self._h = _Handle(r)
+        _open_readers.add(self)
+        eff = L.stk_reader_get_options(r).contents
+        self.path = os.fspath(path)
+        self.batch_size, self.rank, self.world_size = eff.batch_size, eff.rank, eff.world_size
+        self.threads, self.prefetch = eff.threads, eff.prefetch
+        self.order, self.seed, self.tail, self.verify = order, o.seed, tail, verify
+        self.device = L.DEVICE_NAMES.get(eff.device, str(eff.device))  # after any fallback
+        self.num_records = L.stk_dataset_records(L.stk_reader_dataset(r))
+        self._nbatches = L.stk_reader_batches_per_epoch(r)
+        self._torch = output == "torch"
+        self._cuda = eff.device == L.DEVICE_CUDA
+        self._torch_device = None
+        if self._cuda:
+            import torch
+            self._torch_device = torch.device("cuda", eff.device_index)
+        self.output, self.copy, self.debug = output, bool(copy), bool(debug)
+        self._epoch, self._batch = self.position()
+
+    # ------------------------------------------------------------ plumbing
+    def _handle(self):
+        if self._r is None:
+            raise ValueError("stoker.Reader: the reader is closed")
+        if os.getpid() != self._pid:
+            raise RuntimeError("stoker.Reader: used in a forked child; its worker threads live in the parent "
+                               "(open a reader in each process)")
+        return self._r
+
+    def _expire(self):
+        if self._lease is not None:
+            self._lease.expire()
+            self._lease = None
+
+    def close(self):
+        """Close the reader: stop the workers, unmap the dataset, free the slots. Batches
+        expire. When arrays or tensors of this reader are still referenced, the C reader
+        is closed when the last of them goes (so a view never points at unmapped memory)."""
+        if self._r is None:
+            return
+        with self._lock:
+            self._expire()
+            self._r = None
+            self._h = None  # the last reference, unless a view holds one
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------ iteration
+    def __len__(self):
+        """Batches per epoch on this rank (the same on every rank)."""
+        self._handle()
+        return self._nbatches
+
+    def __iter__(self):
+        while True:
+            b = self.next_batch()
+            if b is None:
+                return
+            yield b
+            if b.index + 1 >= self._nbatches:
+                return
+
+    def next_batch(self):
+        """The next batch of the endless stream (it crosses epochs), or None at the
+        end of the stream set with set_epochs(). Expires the batch before."""
+        r = self._handle()
+        with self._lock:
+            self._expire()
+            err = L.Error_()
+            p = L.stk_reader_next(r, ctypes.byref(err))
+            if not p:
+                if err.code:
+                    _raise(err)
+                return None
+            b = p.contents
+            out = self._wrap(b)
+            self._epoch, self._batch = b.epoch, b.index + 1
+            if self._batch == self._nbatches:
+                self._epoch, self._batch = self._epoch + 1, 0
+            return out
+
+    def _wrap(self, b):
+        out = Batch()
+        out.epoch, out.index, out.size = b.epoch, b.index, b.size
+        n = b.size
+        out.records = (np.frombuffer((ctypes.c_char * (8 * n)).from_address(b.records), np.uint64).copy()
+                       if n else np.empty(0, np.uint64))
+        lease = None if self.copy else _Lease(b.epoch, b.index)
+        out._lease = lease
+        out.data_ptrs = {}
+        out.zero_copy = False
+        on_device = self._cuda and b.on_device
+        if on_device and self.debug:
+            import torch
+            cur = torch.cuda.current_stream(self._torch_device).cuda_stream
+            if int(cur) != self._stream_handle:
+                raise RuntimeError(f"stoker.Reader(debug=True): the current CUDA stream ({cur:#x}) is not the "
+                                   f"stream the reader was opened with ({self._stream_handle:#x}): the batch "
+                                   "is only ordered on the latter")
+        for k in range(b.nfields):
+            f = b.fields[k]
+            name = f.name.decode()
+            if f.kind == L.STK_KIND_BYTES:
+                vals = f.values
+                out[name] = [ctypes.string_at(vals[i].data, vals[i].size) if vals[i].size else b""
+                             for i in range(n)]
+                continue
+            shape = tuple(f.shape[d] for d in range(f.ndim))
+            out.data_ptrs[name] = f.data or 0
+            out.zero_copy = out.zero_copy or bool(f.zero_copy)
+            if on_device:
+                out[name] = self._cuda_field(f, shape, lease)
+            else:
+                out[name] = self._host_field(f, shape, lease)
+        if lease is not None:
+            self._lease = lease
+        return out
+
+    def _host_field(self, f, shape, lease):
+        dt = _NP[f.dtype]
+        if f.data and f.nbytes:
+            mem = (ctypes.c_char * f.nbytes).from_address(f.data)
+            mem._reader = self._h  # the C reader (mapping, slots) outlives every view: stale, never dangling
+            view = np.frombuffer(mem, dt).reshape(shape)
+        else:
+            view = np.empty(shape, dt)
+        if self.copy or self.debug:
+            raw = np.empty(view.nbytes, np.uint8)  # owned
+            arr = raw.view(dt).reshape(shape)
+            arr[...] = view
+            if self.debug and lease is not None:
+                lease.poison.append(_poison_host(raw, arr))
+            view = arr
+        if not self._torch:
+            view.flags.writeable = False
+            return view
+        import torch
+        if f.dtype in (L.DT_U16, L.DT_U32):  # no such torch dtypes (1.13): widen, exactly
+            wide = view.astype(np.int32 if f.dtype == L.DT_U16 else np.int64)
+            if self.debug and lease is not None:
+                lease.poison.append(_poison_host(wide.reshape(-1).view(np.uint8), None))
+            return torch.from_numpy(wide)
+        if f.dtype == L.DT_U64:  # reinterpreted: exact below 2^63
+            return torch.from_numpy(view.view(np.int64))
+        if f.dtype == L.DT_BF16:
+            return torch.from_numpy(view.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(view)
+
+    def _cuda_field(self, f, shape, lease):
+        import torch
+        tdt = _TORCH_CUDA.get(f.dtype)
+        if f.data and f.nbytes:
+            typestr = _CAI_TYPESTR[f.dtype]
+            mem = _CudaMemory(f.data, shape, typestr, self._h)
+            t = torch.as_tensor(mem, device=self._torch_device)
+            if f.dtype == L.DT_BF16:
+                t = t.view(torch.bfloat16)
+        else:
+            t = torch.empty(shape, dtype=torch.int16 if f.dtype == L.DT_BF16 else tdt, device=self._torch_device)
+            if f.dtype == L.DT_BF16:
+                t = t.view(torch.bfloat16)
+        if f.dtype in (L.DT_U16, L.DT_U32):  # read as signed, widened exactly on the device
+            t = t.to(torch.int32 if f.dtype == L.DT_U16 else torch.int64)
+            t = t & (0xFFFF if f.dtype == L.DT_U16 else 0xFFFFFFFF)
+        if self.copy or self.debug:
+            if self.debug and lease is not None:
+                raw = torch.empty(t.numel() * t.element_size(), dtype=torch.uint8, device=t.device)
+                own = raw.view(t.dtype).view(t.shape)
+                own.copy_(t)
+                lease.poison.append(lambda raw=raw: raw.fill_(0xFF))
+                return own
+            return t.clone()
+        return t
+
+    # ------------------------------------------------------------ positions
+    def position(self):
+        """(epoch, batch) of the batch the next step returns."""
+        e, b = ctypes.c_uint64(), ctypes.c_uint64()
+        L.stk_reader_position(self._handle(), ctypes.byref(e), ctypes.byref(b))
+        return e.value, b.value
+
+    def seek(self, epoch, batch=0):
+        """The next batch will be `batch` of `epoch`. Expires the current batch."""
+        r = self._handle()
+        with self._lock:
+            self._expire()
+            err = L.Error_()
+            if L.stk_reader_seek(r, int(epoch), int(batch), ctypes.byref(err)):
+                _raise(err)
+            self._epoch, self._batch = int(epoch), int(batch)
+
+    def set_epoch(self, epoch):
+        """PyTorch's set_epoch: go to the start of `epoch`, unless the reader is
+        already in that epoch (at its start, or mid-epoch after load_state_dict),
+        so that `for e in range(start, n): reader.set_epoch(e); for b in reader: ...`
+        resumes where a saved state left off. seek(epoch, 0) always restarts."""
+        self._handle()
+        if int(epoch) != self._epoch:
+            self.seek(epoch, 0)
+
+    def set_epochs(self, epochs):
+        """End the stream after `epochs` epochs (0: endless, the default); next_batch() then returns None."""
+        L.stk_reader_set_epochs(self._handle(), int(epochs))
+
+    def state_dict(self):
+        """The position (the batch the next step returns) and what defines the stream,
+        as the JSON object of stk_reader_state_format (spec/ORDERS.md, "State"):
+        plain ints and strings, for torch.save or json; `shardread --state-in` reads it too."""
+        r = self._handle()
+        st = L.padded(L.State)
+        with self._lock:
+            L.stk_reader_save(r, ctypes.addressof(st))
+        buf = ctypes.create_string_buffer(256)
+        n = L.stk_reader_state_format(ctypes.addressof(st), buf, len(buf))
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            L.stk_reader_state_format(ctypes.addressof(st), buf, len(buf))
+        return json.loads(buf.value.decode())
+
+    def load_state_dict(self, state):
+        """Continue from a state_dict() (a dict or its JSON text) of a reader over the same
+        dataset, order, seed, global batch (batch_size x world_size) and tail; rank and
+        world size may differ. Refusals raise ArgumentError with libstoker's message."""
+        r = self._handle()
+        text = state if isinstance(state, str) else json.dumps(state, separators=(",", ":"))
+        data = text.encode()
+        st = L.padded(L.State)
+        err = L.Error_()
+        if L.stk_reader_state_parse(data, len(data), ctypes.addressof(st), ctypes.byref(err)):
+            _raise(err)
+        with self._lock:
+            self._expire()
+            if L.stk_reader_restore(r, ctypes.addressof(st), ctypes.byref(err)):
+                _raise(err)
+            self._epoch, self._batch = st.epoch, st.batch
+
+    # ------------------------------------------------------------ statistics
+    def _stats_c(self):
+        s = L.padded(L.Stats)
+        L.stk_reader_stats_get(self._handle(), ctypes.addressof(s))
+        return s
+
+    def stats(self):
+        """The reader's statistics since open or reset_stats(), as a dict: the fields of
+        stk_reader_stats plus samples_per_s, gb_per_s, wait_fraction and verdict."""
+        s = self._stats_c()
+        d = {name: getattr(s, name) for name, _ in L.Stats._fields_}
+        d["device"] = L.DEVICE_NAMES.get(s.device, str(s.device))
+        wall = s.wall_s
+        d["samples_per_s"] = s.samples / wall if wall > 0 else 0.0
+        d["gb_per_s"] = s.bytes / wall / 1e9 if wall > 0 else 0.0
+        d["wait_fraction"] = s.wait_s / wall if wall > 0 else 0.0
+        d["verdict"] = self._verdict(s)
+        return d
+
+    def _verdict(self, s):
+        buf = ctypes.create_string_buffer(512)
+        n = L.stk_reader_verdict(ctypes.addressof(s), buf, len(buf))
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            L.stk_reader_verdict(ctypes.addressof(s), buf, len(buf))
+        return buf.value.decode()
+
+    def verdict(self):
+        """One line: "input-bound: 37% of wall time spent waiting for data (threads=2; try 4)" or "not input-bound: ..."."""
+        return self._verdict(self._stats_c())
+
+    def reset_stats(self):
+        L.stk_reader_stats_reset(self._handle())
+
+    @property
+    def classes(self):
+        """The dataset's class names (the manifest's "classes"; label i is classes[i]), or []."""
+        p = self.path if os.path.isfile(self.path) else os.path.join(self.path, "manifest.json")
+        with open(p, "rb") as f:
+            return list(json.load(f).get("classes") or [])
+
+    def __repr__(self):
+        state = "closed" if self._r is None else f"at epoch {self._epoch} batch {self._batch}"
+        return (f"<stoker.Reader {self.path!r} batch_size={self.batch_size} order={self.order} "
+                f"rank {self.rank}/{self.world_size} device={self.device} output={self.output}, {state}>")
+
+
+_open_readers = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    """Stop the workers of readers still open at exit, while the interpreter is whole."""
+    for r in list(_open_readers):
+        try:
+            r.close()
+        except Exception:
+            pass
+
+
+def _poison_host(raw, arr):
+    def fill():
+        raw.fill(0xFF)
+        if arr is not None:
+            arr.flags.writeable = False
+    return fill
+
+
+class _Handle:
+    """Owns the C reader: stk_reader_close runs when the Reader is closed and no view
+    (which holds a reference to this) remains."""
+    __slots__ = ("r", "pid")
+
+    def __init__(self, r):
+        self.r, self.pid = r, os.getpid()
+
+    def __del__(self):
+        r, self.r = self.r, None
+        if r and os.getpid() == self.pid and L is not None:  # a forked child has no workers to join
+            L.stk_reader_close(r)
+
+
+class _CudaMemory:
+    """Device memory of a batch field, for torch.as_tensor (__cuda_array_interface__
+    version 2: no stream key, so torch does not synchronise; next() already made
+    the consumer's stream wait for the batch's event). torch keeps this object
+    alive as long as the tensor, and nothing calls back into Python."""
+    __slots__ = ("__cuda_array_interface__", "_reader")
+
+    def __init__(self, ptr, shape, typestr, reader):
+        self._reader = reader  # the device buffers live while a tensor does
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "version": 2, "strides": None}
+
+
+_CAI_TYPESTR = {L.DT_U8: "|u1", L.DT_I8: "|i1", L.DT_U16: "<i2", L.DT_I16: "<i2", L.DT_U32: "<i4",
+                L.DT_I32: "<i4", L.DT_U64: "<i8", L.DT_I64: "<i8", L.DT_F16: "<f2", L.DT_BF16: "<i2",
+                L.DT_F32: "<f4", L.DT_F64: "<f8"}
+
+
+def _torch_cuda_dtypes():
+    try:
+        import torch
+    except ImportError:
+        return {}
+    return {L.DT_U8: torch.uint8, L.DT_I8: torch.int8, L.DT_U16: torch.int16, L.DT_I16: torch.int16,
+            L.DT_U32: torch.int32, L.DT_I32: torch.int32, L.DT_U64: torch.int64, L.DT_I64: torch.int64,
+            L.DT_F16: torch.float16, L.DT_BF16: torch.bfloat16, L.DT_F32: torch.float32, L.DT_F64: torch.float64}
+
+
+class _LazyTorchDtypes(dict):
+    def __missing__(self, key):
+        self.update(_torch_cuda_dtypes())
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+_TORCH_CUDA = _LazyTorchDtypes()

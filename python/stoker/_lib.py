@@ -1,0 +1,159 @@
+"""ctypes mirror of stoker/reader.h and the loader of libstoker.
+
+Only this module knows the C layouts. Structs the library fills or reads
+whole (options, transform, state, statistics) are allocated with spare room
+behind them, so a later libstoker that appends fields to them writes into
+that room instead of past the end of a Python object; the binding then only
+reads and sets the fields it knows.
+"""
+import ctypes
+import ctypes.util
+import os
+
+c_u8, c_u16, c_u32, c_u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
+c_int, c_uint, c_float, c_double = ctypes.c_int, ctypes.c_uint, ctypes.c_float, ctypes.c_double
+c_char_p, c_void_p, c_size_t = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t
+
+STK_MAX_DIMS = 6
+STK_ERROR_MSG_MAX = 512
+SPARE = 1024  # bytes of room behind structs the library fills or copies
+
+# stk_status
+STK_OK, STK_E_ARG, STK_E_IO, STK_E_NOMEM, STK_E_FORMAT, STK_E_VERSION = 0, 1, 2, 3, 4, 5
+STK_E_TRUNCATED, STK_E_CHECKSUM, STK_E_MANIFEST, STK_E_EXISTS, STK_E_RANGE, STK_E_UNSUPPORTED = 6, 7, 8, 9, 10, 11
+# stk_kind
+STK_KIND_TENSOR, STK_KIND_BYTES = 1, 2
+# stk_dtype
+DT_U8, DT_I8, DT_U16, DT_I16, DT_U32, DT_I32, DT_U64, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(1, 13)
+ORDERS = {"sequential": 0, "shuffle": 1, "quasi": 2}
+TAILS = {"pad": 0, "drop": 1, "partial": 2}
+VERIFY = {"off": 0, "once": 1, "always": 2}
+DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
+DEVICE_NAMES = {DEVICE_NONE: "none", DEVICE_HOST: "host", DEVICE_CUDA: "cuda"}
+LAYOUTS = {"NCHW": 0, "NHWC": 1}
+CROPS = {"none": 0, "center": 1, "random_resized": 2}
+XFORM_DTYPES = {"float32": DT_F32, "float16": DT_F16, "bfloat16": DT_BF16}
+
+
+class Error_(ctypes.Structure):
+    _fields_ = [("code", c_int), ("msg", ctypes.c_char * STK_ERROR_MSG_MAX)]
+
+
+class Value(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("size", c_u64)]
+
+
+class Transform(ctypes.Structure):
+    _fields_ = [("field", c_char_p), ("dtype", c_int), ("layout", c_int),
+                ("mean", c_float * 4), ("std", c_float * 4), ("crop", c_int),
+                ("out_height", c_u32), ("out_width", c_u32),
+                ("scale_min", c_float), ("scale_max", c_float),
+                ("ratio_min", c_float), ("ratio_max", c_float), ("flip_prob", c_float)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("batch_size", c_u32), ("order", c_int), ("seed", c_u64),
+                ("rank", c_int), ("world_size", c_int), ("threads", c_uint), ("prefetch", c_uint),
+                ("tail", c_int), ("verify", c_int), ("fields", c_char_p),
+                ("memory_budget", c_u64), ("quasi_block_bytes", c_u64), ("quasi_window", c_u32),
+                ("release_pages", c_int), ("device", c_int), ("device_index", c_int),
+                ("device_fallback", c_int), ("stream", c_void_p),
+                ("transform", ctypes.POINTER(Transform))]
+
+
+class BatchField(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("kind", c_int), ("dtype", c_int), ("ndim", c_uint),
+                ("shape", c_u64 * (STK_MAX_DIMS + 1)), ("data", c_void_p),
+                ("values", ctypes.POINTER(Value)), ("nbytes", c_u64), ("zero_copy", c_int)]
+
+
+class Batch(ctypes.Structure):
+    _fields_ = [("epoch", c_u64), ("index", c_u64), ("size", c_u32),
+                ("records", c_void_p), ("nfields", c_uint),
+                ("fields", ctypes.POINTER(BatchField)), ("on_device", c_int), ("event", c_void_p)]
+
+
+class State(ctypes.Structure):
+    _fields_ = [("fingerprint", c_u64), ("order", c_int), ("seed", c_u64), ("global_batch", c_u64),
+                ("tail", c_int), ("quasi_block_records", c_u64), ("quasi_window", c_u32),
+                ("epoch", c_u64), ("batch", c_u64)]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("batches", c_u64), ("samples", c_u64), ("bytes", c_u64),
+                ("zero_copy_batches", c_u64), ("verified", c_u64),
+                ("wall_s", c_double), ("wait_s", c_double), ("busy_s", c_double),
+                ("mean_ready", c_double), ("threads", c_uint), ("prefetch", c_uint),
+                ("device", c_int), ("h2d_s", c_double), ("h2d_bytes", c_u64)]
+
+
+def padded(struct_type):
+    """A zeroed struct with SPARE bytes of room behind it (see the module doc)."""
+    buf = ctypes.create_string_buffer(ctypes.sizeof(struct_type) + SPARE)
+    obj = struct_type.from_buffer(buf)
+    obj._keep = buf  # the buffer lives as long as the struct view
+    return obj
+
+
+def _candidates():
+    """Where libstoker may be, in the order tried."""
+    env = os.environ.get("STOKER_LIB")
+    if env:
+        return [("$STOKER_LIB", env)]
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [("bundled with the package", os.path.join(here, "_lib", "libstoker.so"))]
+    found = ctypes.util.find_library("stoker")
+    if found:
+        out.append(("installed (ld.so cache)", found))
+    out.append(("installed (dynamic loader path)", "libstoker.so.0"))
+    return out
+
+
+def _load():
+    tried = []
+    for where, path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path} ({where}: no such file)")
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append(f"{path} ({where}: {e})")
+    raise ImportError("stoker: cannot load libstoker; tried " + "; ".join(tried) +
+                      ". Install the package with `pip install ./python` from a built tree, or set STOKER_LIB "
+                      "to build/reader/libstoker.so")
+
+
+lib, path = _load()
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+P = ctypes.POINTER
+stk_status_name = _fn("stk_status_name", c_char_p, c_int)
+stk_reader_options_init = _fn("stk_reader_options_init", None, c_void_p)
+stk_reader_open = _fn("stk_reader_open", c_void_p, c_char_p, c_void_p, P(Error_))
+stk_reader_close = _fn("stk_reader_close", None, c_void_p)
+stk_reader_next = _fn("stk_reader_next", P(Batch), c_void_p, P(Error_))
+stk_reader_release = _fn("stk_reader_release", None, c_void_p)
+stk_reader_set_epochs = _fn("stk_reader_set_epochs", None, c_void_p, c_u64)
+stk_reader_batches_per_epoch = _fn("stk_reader_batches_per_epoch", c_u64, c_void_p)
+stk_reader_position = _fn("stk_reader_position", None, c_void_p, P(c_u64), P(c_u64))
+stk_reader_seek = _fn("stk_reader_seek", c_int, c_void_p, c_u64, c_u64, P(Error_))
+stk_reader_save = _fn("stk_reader_save", None, c_void_p, c_void_p)
+stk_reader_restore = _fn("stk_reader_restore", c_int, c_void_p, c_void_p, P(Error_))
+stk_reader_state_format = _fn("stk_reader_state_format", c_size_t, c_void_p, c_char_p, c_size_t)
+stk_reader_state_parse = _fn("stk_reader_state_parse", c_int, c_char_p, c_size_t, c_void_p, P(Error_))
+stk_reader_stats_get = _fn("stk_reader_stats_get", None, c_void_p, c_void_p)
+stk_reader_stats_reset = _fn("stk_reader_stats_reset", None, c_void_p)
+stk_reader_verdict = _fn("stk_reader_verdict", c_int, c_void_p, c_char_p, c_size_t)
+stk_reader_get_options = _fn("stk_reader_get_options", P(Options), c_void_p)
+stk_reader_dataset = _fn("stk_reader_dataset", c_void_p, c_void_p)
+stk_dataset_records = _fn("stk_dataset_records", c_u64, c_void_p)
+stk_transform_imagenet = _fn("stk_transform_imagenet", None, c_void_p, c_int, c_u32)
+stk_cuda_available = _fn("stk_cuda_available", c_int, P(Error_))
