@@ -8,12 +8,25 @@
  * bytes per record. Put your largest tensor field first.
  *
  * Everything goes to PATH.tmp, which is fsynced and renamed to PATH only when
- * complete, so PATH is either absent, the previous file, or a complete shard. */
+ * complete, so PATH is either absent, the previous file, or a complete shard.
+ *
+ * Streaming (stk_writer_expect): a caller that knows how many records a shard
+ * will get (a packer does: all its shards but the last are full) says so
+ * before the first append. The header is then known up front, so the
+ * whole-file XXH3 is computed while the data goes out, in file order, and
+ * finish need not read the file back (which, at the end of a pack, is a pass
+ * over up to a gigabyte nobody can overlap). Field 0 then goes through three
+ * 4 MiB staging buffers to an I/O thread that hashes and writes them, with
+ * O_DIRECT where the file system takes it: no page-cache copy, no writeback
+ * later, no dirty gigabyte for the final fsync, and the appending thread
+ * never waits for the disk. If the count turns out different, finish falls
+ * back to reading the file back. */
 #define _GNU_SOURCE
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -21,6 +34,12 @@
 
 #define DIRECT_BUF (4u << 20)
 #define DIRECT_BIG (64u << 10)
+/* Streaming: staging buffers of STREAM_BUF bytes (a multiple of any block
+ * size O_DIRECT asks for), STREAM_NBUF of them: one being filled, the rest
+ * queued or being written. */
+#define STREAM_BUF ((size_t)4 << 20)
+#define STREAM_NBUF 3
+#define STREAM_ALIGN 4096u
 
 typedef struct {
     uint8_t *p;
@@ -42,6 +61,27 @@ static bool buf_reserve(buf_t *b, size_t extra)
     return true;
 }
 
+/* The streaming state (see the top of the file). The appending thread fills
+ * buf[fill]; full buffers go to the I/O thread in order; qlen counts those
+ * queued or being written, qhead the oldest of them. */
+typedef struct {
+    pthread_t thread;
+    bool thread_on, quit, abandon;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    uint8_t *buf[STREAM_NBUF];
+    size_t len[STREAM_NBUF];  /* data bytes in each buffer               */
+    uint64_t off[STREAM_NBUF]; /* file offset of each buffer              */
+    unsigned fill, qhead, qlen;
+    int dfd;                  /* O_DIRECT descriptor, or -1: buffered   */
+    int err;                  /* sticky: a write failed (with e)         */
+    stk_error e;
+    stk_hasher *fh;           /* whole-file hash, fed in file order      */
+    uint64_t expect;          /* the record count the header was made for */
+    uint8_t *hdr;             /* that header                              */
+    size_t hdr_len;
+} stream_t;
+
 struct stk_writer {
     stk_schema schema;
     char *path, *tmp;
@@ -54,11 +94,16 @@ struct stk_writer {
     buf_t spool[STK_MAX_FIELDS]; /* tensor values or bytes heaps   */
     buf_t offsets[STK_MAX_FIELDS]; /* bytes fields: u64 offsets    */
     buf_t cksum;            /* u64 per record per field            */
+    stream_t *st;           /* streaming, or NULL                  */
 };
+
+static void stream_stop(stream_t *st, bool abandon);
+static void stream_free(stream_t *st);
 
 static void writer_free(stk_writer *w)
 {
     if (!w) return;
+    if (w->st) stream_stop(w->st, true), stream_free(w->st);
     if (w->fd >= 0) close(w->fd);
     free(w->direct_buf.p);
     for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->spool[i].p), free(w->offsets[i].p);
@@ -144,6 +189,212 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
     return STK_OK;
 }
 
+/* ------------------------------------------------------------ streaming */
+
+static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk_layout *L,
+                         stk_error *err);
+
+/* Write one full (or, last, padded) staging buffer. O_DIRECT wants aligned
+ * lengths: the last buffer is padded with zeros to STREAM_ALIGN, which only
+ * covers the zero gap before the next region (regions are page-aligned). */
+static int stream_write(stk_writer *w, stream_t *st, unsigned b, stk_error *err)
+{
+    size_t len = st->len[b];
+    if (st->dfd >= 0) {
+        size_t padded = (len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
+        ssize_t n;
+        do n = pwrite(st->dfd, st->buf[b], padded, (off_t)st->off[b]);
+        while (n < 0 && errno == EINTR);
+        if (n >= (ssize_t)len) return STK_OK; /* the zero padding need not land */
+        if (n > 0) /* cut short (a file size limit, a full disk): the rest says why */
+            return stk_pwrite_all(w->fd, st->buf[b] + n, len - (size_t)n, st->off[b] + (uint64_t)n, w->tmp, err);
+        if (n < 0 && errno != EINVAL)
+            return stk_fail_errno(err, STK_E_IO, errno, "%s: write at offset %llu failed", w->tmp,
+                                  (unsigned long long)st->off[b]);
+        /* EINVAL: the file system opened O_DIRECT but will not do it here
+         * (it wants larger alignment, ...); 0: nothing written, no reason
+         * given. Buffered from now on, which reports any real error. */
+        close(st->dfd);
+        st->dfd = -1;
+    }
+    return stk_pwrite_all(w->fd, st->buf[b], len, st->off[b], w->tmp, err);
+}
+
+static void *stream_thread(void *arg)
+{
+    stk_writer *w = arg;
+    stream_t *st = w->st;
+    pthread_mutex_lock(&st->lock);
+    for (;;) {
+        while (!st->qlen && !st->quit) pthread_cond_wait(&st->cv, &st->lock);
+        if (!st->qlen || st->abandon) break;
+        unsigned b = st->qhead;
+        bool skip = st->err != 0;
+        pthread_mutex_unlock(&st->lock);
+        stk_error e;
+        int rc = STK_OK;
+        if (!skip) {
+            stk_hasher_update(st->fh, st->buf[b], st->len[b]);
+            rc = stream_write(w, st, b, &e);
+        }
+        pthread_mutex_lock(&st->lock);
+        if (rc && !st->err) st->err = rc, st->e = e;
+        st->qhead = (st->qhead + 1) % STREAM_NBUF;
+        st->qlen--;
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+/* Wait for the I/O thread to finish what is queued (or, abandon, to drop
+ * it) and end it. */
+static void stream_stop(stream_t *st, bool abandon)
+{
+    if (!st->thread_on) return;
+    pthread_mutex_lock(&st->lock);
+    st->quit = true;
+    st->abandon = abandon;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->lock);
+    pthread_join(st->thread, NULL);
+    st->thread_on = false;
+}
+
+static void stream_free(stream_t *st)
+{
+    for (unsigned b = 0; b < STREAM_NBUF; b++) free(st->buf[b]);
+    if (st->dfd >= 0) close(st->dfd);
+    stk_hasher_free(st->fh);
+    free(st->hdr);
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+/* Hand buf[fill] to the I/O thread and start filling the next one, waiting
+ * while every buffer is queued. Returns the sticky I/O error, if any. */
+static int stream_submit(stk_writer *w, stk_error *err)
+{
+    stream_t *st = w->st;
+    uint64_t next_off = st->off[st->fill] + st->len[st->fill];
+    pthread_mutex_lock(&st->lock);
+    if (st->len[st->fill]) {
+        st->qlen++;
+        pthread_cond_broadcast(&st->cv);
+        st->fill = (st->fill + 1) % STREAM_NBUF;
+    }
+    while (st->qlen == STREAM_NBUF && !st->err) pthread_cond_wait(&st->cv, &st->lock);
+    int rc = st->err;
+    if (rc) stk_fail(err, rc, "%s", st->e.msg);
+    pthread_mutex_unlock(&st->lock);
+    st->len[st->fill] = 0;
+    st->off[st->fill] = next_off;
+    return rc;
+}
+
+/* Field 0 of one record into the staging buffers. */
+static int stream_append(stk_writer *w, const uint8_t *p, size_t n, stk_error *err)
+{
+    stream_t *st = w->st;
+    while (n) {
+        if (st->len[st->fill] == STREAM_BUF) {
+            int rc = stream_submit(w, err);
+            if (rc) return w->failed = rc;
+        }
+        size_t k = STREAM_BUF - st->len[st->fill];
+        if (k > n) k = n;
+        memcpy(st->buf[st->fill] + st->len[st->fill], p, k);
+        st->len[st->fill] += k;
+        p += k;
+        n -= k;
+    }
+    return STK_OK;
+}
+
+/* Queue the partly filled buffer (zero-padded for O_DIRECT), wait for all
+ * writes, end the thread. */
+static int stream_drain(stk_writer *w, stk_error *err)
+{
+    stream_t *st = w->st;
+    size_t len = st->len[st->fill];
+    size_t padded = (len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
+    memset(st->buf[st->fill] + len, 0, padded - len);
+    uint64_t end = st->off[st->fill] + len;
+    int rc = stream_submit(w, err);
+    stream_stop(st, false);
+    if (!rc && st->err) rc = stk_fail(err, st->err, "%s", st->e.msg);
+    if (rc) w->failed = rc;
+    w->direct_off = end;
+    return rc;
+}
+
+int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
+{
+    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_expect: NULL writer");
+    if (w->records || w->st || !w->direct || records == 0) return STK_OK; /* too late, or nothing to gain */
+    for (uint32_t f = 0; f < w->schema.nfields; f++)
+        if (w->schema.fields[f].kind != STK_KIND_TENSOR) return STK_OK; /* heap sizes unknown up front */
+    stk_layout L;
+    int rc = make_layout_n(w, records, NULL, &L, err);
+    if (rc) return rc;
+    stream_t *st = calloc(1, sizeof *st);
+    if (!st) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    st->dfd = -1;
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    bool ok = (st->fh = stk_hasher_new()) && (st->hdr = calloc(1, L.header_size));
+    for (unsigned b = 0; ok && b < STREAM_NBUF; b++)
+        ok = posix_memalign((void **)&st->buf[b], STREAM_ALIGN, STREAM_BUF) == 0;
+    if (!ok) {
+        stream_free(st);
+        return stk_fail(err, STK_E_NOMEM, "%s: out of memory for write buffers", w->path);
+    }
+    st->expect = records;
+    st->hdr_len = L.header_size;
+    stk_layout_encode(&L, st->hdr);
+    /* The file starts with the header and zeros up to field 0's region. */
+    static const uint8_t zeros[STK_ALIGN];
+    stk_hasher_update(st->fh, st->hdr, st->hdr_len);
+    for (uint64_t at = st->hdr_len; at < L.region[0].data_off;) {
+        size_t k = (size_t)(L.region[0].data_off - at < sizeof zeros ? L.region[0].data_off - at : sizeof zeros);
+        stk_hasher_update(st->fh, zeros, k);
+        at += k;
+    }
+    st->off[0] = L.region[0].data_off;
+#ifdef O_DIRECT
+    st->dfd = open(w->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC); /* -1: buffered writes */
+#endif
+    w->st = st;
+    if (pthread_create(&st->thread, NULL, stream_thread, w) != 0) {
+        w->st = NULL;
+        stream_free(st);
+        return stk_fail(err, STK_E_NOMEM, "%s: cannot start the write thread", w->path);
+    }
+    st->thread_on = true;
+    return STK_OK;
+}
+
+/* The whole-file hash of a streamed shard: everything after field 0's data
+ * (the other regions, checksum table, footer and the zero gaps between them)
+ * is in memory; lay it out as in the file and hash it after the data. */
+static int stream_hash_tail(stk_writer *w, const stk_layout *L, const uint8_t *foot, uint64_t *out,
+                            stk_error *err)
+{
+    uint64_t from = L->region[0].data_off + L->region[0].data_len;
+    size_t n = (size_t)(L->file_size - from);
+    uint8_t *t = calloc(1, n ? n : 1);
+    if (!t) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    for (uint32_t f = 1; f < w->schema.nfields; f++)
+        memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
+    memcpy(t + (L->cksum_off - from), w->cksum.p, w->cksum.len);
+    memcpy(t + n - STK_FOOTER_SIZE, foot, STK_FOOTER_SIZE);
+    stk_hasher_update(w->st->fh, t, n);
+    *out = stk_hasher_digest(w->st->fh);
+    free(t);
+    return STK_OK;
+}
+
 int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
 {
     if (!w || !v) return stk_fail(err, STK_E_ARG, "stk_writer_append: NULL argument");
@@ -151,7 +402,9 @@ int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
     int rc = prepare(w, v, err);
     if (rc) return rc;
     const stk_schema *s = &w->schema;
-    if (w->direct) {
+    if (w->st) {
+        if ((rc = stream_append(w, v[0].data, (size_t)v[0].size, err))) return rc;
+    } else if (w->direct) {
         /* Flush first so that a failure leaves this record unwritten. Values
          * of 64 KiB and more (images) go straight from the caller's buffer:
          * copying them into ours first would only add a memcpy per record. */
@@ -185,11 +438,12 @@ uint64_t stk_writer_records(const stk_writer *w) { return w ? w->records : 0; }
 
 /* Fill in lengths and place every region, as if `extra` (may be NULL) were
  * appended too. */
-static int make_layout(const stk_writer *w, const stk_value *extra, stk_layout *L, stk_error *err)
+static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk_layout *L,
+                         stk_error *err)
 {
     memset(L, 0, sizeof *L);
     L->schema = w->schema;
-    L->records = w->records + (extra != NULL);
+    L->records = records;
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
         stk_region *r = &L->region[f];
         const stk_field *fd = &w->schema.fields[f];
@@ -203,6 +457,11 @@ static int make_layout(const stk_writer *w, const stk_value *extra, stk_layout *
         }
     }
     return stk_layout_place(L, err);
+}
+
+static int make_layout(const stk_writer *w, const stk_value *extra, stk_layout *L, stk_error *err)
+{
+    return make_layout_n(w, w->records + (extra != NULL), extra, L, err);
 }
 
 uint64_t stk_writer_bytes(const stk_writer *w)
@@ -247,6 +506,7 @@ static int hash_file(stk_writer *w, uint64_t size, uint64_t *out, stk_error *err
 static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, stk_error *err)
 {
     int rc;
+    if (w->st && (rc = stream_drain(w, err))) return rc;
     if ((rc = flush_direct(w, err))) return rc;
     if ((rc = make_layout(w, NULL, L, err))) return rc;
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
@@ -263,6 +523,9 @@ static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, s
     uint8_t *hdr = calloc(1, L->header_size);
     if (!hdr) return stk_fail(err, STK_E_NOMEM, "out of memory");
     stk_layout_encode(L, hdr);
+    /* The streamed hash holds when the header is the one it started with. */
+    bool streamed = w->st && w->records == w->st->expect && w->st->hdr_len == L->header_size &&
+                    memcmp(w->st->hdr, hdr, L->header_size) == 0;
     stk_hasher *h = stk_hasher_new();
     uint8_t foot[STK_FOOTER_SIZE] = {0};
     if (!h) rc = stk_fail(err, STK_E_NOMEM, "out of memory");
@@ -277,13 +540,14 @@ static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, s
     }
     if (!rc) rc = stk_pwrite_all(w->fd, w->cksum.p, w->cksum.len, L->cksum_off, w->tmp, err);
     if (!rc) rc = stk_pwrite_all(w->fd, foot, sizeof foot, L->file_size - STK_FOOTER_SIZE, w->tmp, err);
+    if (!rc && streamed) rc = stream_hash_tail(w, L, foot, &info->file_hash, err);
     stk_hasher_free(h);
     free(hdr);
     /* Gaps never written are holes and read as the zero padding the format requires. */
     if (!rc && ftruncate(w->fd, (off_t)L->file_size) != 0)
         rc = stk_fail_errno(err, STK_E_IO, errno, "%s: ftruncate failed", w->tmp);
     if (!rc && fsync(w->fd) != 0) rc = stk_fail_errno(err, STK_E_IO, errno, "%s: fsync failed", w->tmp);
-    if (!rc) rc = hash_file(w, L->file_size, &info->file_hash, err);
+    if (!rc && !streamed) rc = hash_file(w, L->file_size, &info->file_hash, err);
     info->records = w->records;
     info->file_size = L->file_size;
     return rc;

@@ -199,6 +199,18 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
         char *path = pk_out_shard_path(o, o->opened);
         if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
+        /* Every shard is full but the last, which gets what is left of the
+         * listing unless inputs are skipped: then the guess is wrong and the
+         * writer reads that one shard back to hash it. */
+        uint64_t src = 0, left = 0;
+        if (o->source_field >= 0 && v[o->source_field].size == 8) memcpy(&src, v[o->source_field].data, 8);
+        left = o->end > src ? o->end - src : 0;
+        if (o->cur && (rc = stk_writer_expect(o->cur, left < o->per_shard ? left : o->per_shard, err))) {
+            stk_writer_abort(o->cur);
+            o->cur = NULL;
+            free(path);
+            return rc;
+        }
         char *tmp = NULL;
         if (o->cur && asprintf(&tmp, "%s.tmp", path) >= 0) set_open_tmp(o, tmp); /* stk_writer_create's name */
         free(path);
@@ -298,6 +310,7 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
                   void (*note)(void *, const char *), void *user, stk_error *err)
 {
     *next = first;
+    o->end = end;
     *gaps = NULL;
     *ngaps = 0;
     remove_temps(o);

@@ -27,6 +27,7 @@ typedef struct {
     stk_schema schema;
     int source_field;        /* index of the u64 `source` field */
     uint64_t per_shard;
+    uint64_t end;            /* the listing index this part ends at (pk_out_resume) */
     stk_writer *cur;
     stk_shard_entry *shards; /* committed, in order */
     size_t nshards, cap;

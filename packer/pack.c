@@ -629,8 +629,14 @@ static int run_pack(const opts *o)
     if (prep < 0) goto out;
     if (prep == 0) {
         tool_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
-        pk_pipeline pl = {.threads = o->threads, .window = 4 * (size_t)o->threads + 4,
-                          .slot_bytes = (size_t)o->img.size * o->img.size * 3, .first = next, .end = end,
+        /* A few images per thread; twice as many when images are small (up
+         * to 1 MiB: 4 MiB per thread at most), so that the consumer can be
+         * woken once per several images (pipeline.c) without the workers
+         * running out of slots. */
+        size_t slot = (size_t)o->img.size * o->img.size * 3;
+        size_t window = (slot <= ((size_t)1 << 20) ? 8 : 4) * ((size_t)o->threads + 1);
+        pk_pipeline pl = {.threads = o->threads, .window = window,
+                          .slot_bytes = slot, .first = next, .end = end,
                           .user = &r, .thread_init = worker_init, .thread_fini = worker_fini,
                           .produce = produce, .consume = consume};
         int prc = pk_pipeline_run(&pl);

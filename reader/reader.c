@@ -121,7 +121,7 @@ static void release_consumed(stk_reader *r, uint64_t s, uint64_t *win_epoch, uin
 /* A shard rewritten in place under the mapping would SIGBUS the copy: check
  * each shard a batch touches, once per batch, before touching it. A shard
  * replaced by rename or deleted is fine: the mapping keeps the old inode. */
-static int check_shard(stk_reader *r, size_t s, stk_error *err)
+static int check_shard(stk_reader *r, size_t s, uint64_t local, stk_error *err)
 {
     struct stat st;
     const stk_shard *sh = stk_dataset_shard(r->ds, s);
@@ -129,8 +129,9 @@ static int check_shard(stk_reader *r, size_t s, stk_error *err)
     if (st.st_dev != r->shard_id[s].dev || st.st_ino != r->shard_id[s].ino) return STK_OK;
     if ((uint64_t)st.st_size < stk_shard_file_size(sh))
         return stk_error_set(err, STK_E_TRUNCATED,
-                             "%s: shrank from %llu to %llu bytes since it was opened (rewritten in place?)",
-                             stk_shard_path(sh), (unsigned long long)stk_shard_file_size(sh),
+                             "%s: record %llu: the shard shrank from %llu to %llu bytes since it was opened "
+                             "(rewritten in place?)",
+                             stk_shard_path(sh), (unsigned long long)local, (unsigned long long)stk_shard_file_size(sh),
                              (unsigned long long)st.st_size);
     return STK_OK;
 }
@@ -206,7 +207,7 @@ static int gather_one(stk_reader *r, stk_worker *w, stk_slot *sl, uint32_t i, in
     const stk_shard *sh = stk_dataset_shard(r->ds, s);
     if (w->stamp[s] != w->batch_no) { /* first record of this shard in this part */
         w->stamp[s] = w->batch_no;
-        if ((rc = check_shard(r, s, err))) return rc;
+        if ((rc = check_shard(r, s, local, err))) return rc;
     }
     int verify = needs_verify(r, rec);
     for (unsigned k = 0; k < r->nsel; k++) {
@@ -289,12 +290,12 @@ static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned pa
     uint64_t p0, local = 0;
     size_t shard = 0;
     uint32_t n = batch_span(r, sl->seq, &p0);
-    uint32_t chunk = (n + r->parts - 1) / r->parts, i0 = part * chunk < n ? part * chunk : n;
-    uint32_t i1 = i0 + chunk < n ? i0 + chunk : n;
+    uint64_t chunk = ((uint64_t)n + r->parts - 1) / r->parts;
+    uint32_t i0 = (uint32_t)(part * chunk < n ? part * chunk : n), i1 = (uint32_t)(i0 + chunk < n ? i0 + chunk : n);
     int zc = zero_copy_shard(r, p0, n, &shard, &local);
     if (part == 0) setup_view(r, sl, n, zc, shard, local);
     part_records(r, w, sl->seq, p0, i0, i1, sl->records);
-    if (zc && (err->code = check_shard(r, shard, err))) return;
+    if (zc && (err->code = check_shard(r, shard, local + i0, err))) return;
     if (zc && !r->has_bytes && r->o.verify == STK_VERIFY_OFF) {
         /* The caller reads the map: fault it in here, off the caller's
          * thread (that is the prefetch), or at least start the reads. */
@@ -379,14 +380,14 @@ void *stk__worker_main(void *arg)
 
         stk_error err = {STK_OK, ""};
         uint64_t heap[STK_MAX_FIELDS] = {0};
-        if (r->be) { /* the staging buffer's last upload must be over */
-            double h2d = stk__upload_reclaim(r, (unsigned)(s % r->nslots), NULL);
+        if (r->be) { /* the staging buffer's last upload must be over; a device fault surfaces here */
+            double h2d = stk__upload_reclaim(r, (unsigned)(s % r->nslots), &err);
             if (part == 0) w->h2d += h2d;
         }
         double t0 = stk__now();
         if (r->release && part == 0) release_consumed(r, s, &win_epoch, &win_next);
         STK_TRACE_PUSH("stoker gather %llu.%u", (unsigned long long)s, part);
-        prepare_part(r, w, sl, part, gen, heap, &err);
+        if (!err.code) prepare_part(r, w, sl, part, gen, heap, &err);
         STK_TRACE_POP();
         double dt = stk__now() - t0;
 
@@ -414,7 +415,9 @@ void *stk__worker_main(void *arg)
 static int release_locked(stk_reader *r)
 {
     if (r->released >= r->consume) return 0;
-    if (r->be) stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
+    stk_error e = {STK_OK, ""};
+    if (r->be && stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), &e) && !r->sticky.code)
+        r->sticky = e; /* the buffer must not be reused on an unmarked stream: stop here */
     r->released = r->consume;
     uint64_t free_slots = r->released + r->nslots - r->claim, enough = r->nslots / 2 ? r->nslots / 2 : 1;
     return r->idle > 0 && (free_slots >= enough || r->claim_part);
@@ -481,7 +484,11 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     r->st_batches++;
     r->st_samples += sl->batch.size;
     for (unsigned k = 0; k < r->nsel; k++) r->st_bytes += sl->fields[k].nbytes;
-    r->st_zero_copy += r->nsel && sl->fields[0].zero_copy;
+    for (unsigned k = 0; k < r->nsel; k++)
+        if (sl->fields[k].zero_copy) {
+            r->st_zero_copy++;
+            break;
+        }
     if (!r->be) r->st_wait += stk__now() - t0;
     pthread_mutex_unlock(&r->mu);
     if (wake) pthread_cond_signal(&r->work_cv);
@@ -495,7 +502,10 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         if (e.code) return fail_next(r, &e, err);
         pthread_mutex_unlock(&r->mu);
     }
-    if (err) err->code = STK_OK;
+    if (err) {
+        err->code = STK_OK;
+        err->msg[0] = 0;
+    }
     return &sl->batch;
 }
 
@@ -508,6 +518,9 @@ static void restart_at(stk_reader *r, uint64_t s)
     r->pausing = 1; /* no new claims while the ring drains */
     while (r->active) pthread_cond_wait(&r->ready_cv, &r->mu);
     r->pausing = 0;
+    /* The batch the caller holds is released here: on the device path its
+     * buffer may be refilled only after the caller's stream has passed this. */
+    if (r->be && r->released < r->consume) stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
     for (unsigned i = 0; i < r->nslots; i++) r->slots[i].state = SLOT_FREE;
     r->claim = r->consume = r->released = r->next_copy = s;
     r->claim_part = 0;
@@ -522,7 +535,9 @@ int stk_reader_seek(stk_reader *r, uint64_t epoch, uint64_t batch, stk_error *er
     if (batch >= r->nbatches)
         return stk_error_set(err, STK_E_RANGE, "seek: batch %llu out of range (%llu batches per epoch)",
                              (unsigned long long)batch, (unsigned long long)r->nbatches);
-    if (epoch > (UINT64_MAX - 1) / r->nbatches - 1)
+    /* positions stay below 2^63 (what a saved state holds), so that the ring's
+     * arithmetic (sequence + slots) cannot wrap */
+    if (epoch >= ((uint64_t)INT64_MAX - r->nslots) / r->nbatches)
         return stk_error_set(err, STK_E_RANGE, "seek: epoch %llu out of range", (unsigned long long)epoch);
     restart_at(r, epoch * r->nbatches + batch);
     return STK_OK;

@@ -114,6 +114,7 @@ void *stk__worker_main(void *arg);
 /* upload.c */
 int stk__upload_backend(stk_reader *r, stk_error *err);
 int stk__upload_open(stk_reader *r, stk_error *err);
+void stk__upload_drain(stk_reader *r);
 void stk__upload_close(stk_reader *r);
 double stk__upload_reclaim(stk_reader *r, unsigned i, stk_error *err);
 void *stk__copier_main(void *arg);

@@ -126,7 +126,9 @@ static int select_fields(stk_reader *r, stk_error *err)
         r->has_bytes |= fd->kind == STK_KIND_BYTES;
         r->sel_off[i] = off;
         uint64_t sz = r->sel_stride[i] * r->o.batch_size;
-        if (r->sel_stride[i] && sz / r->sel_stride[i] != r->o.batch_size)
+        /* strides are below 2^40 (the format's cap) and batch_size below
+         * 2^32; 2^48 bytes per field per slot keeps every sum below 2^64 */
+        if ((r->sel_stride[i] && sz / r->sel_stride[i] != r->o.batch_size) || sz > (1ULL << 48))
             return stk_error_set(err, STK_E_ARG, "batch_size %u x field '%s': too large", r->o.batch_size,
                                  fd->name);
         off += (sz + FIELD_ALIGN - 1) & ~(uint64_t)(FIELD_ALIGN - 1);
@@ -170,6 +172,8 @@ static int plan_transform(stk_reader *r, stk_error *err)
                                              "and 0 < ratio_min <= ratio_max");
     if (!(t->flip_prob >= 0 && t->flip_prob <= 1)) return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
     stk_xform_job *j = &r->xf_job;
+    if (fd->shape[0] > 65535 || fd->shape[1] > 65535)
+        return stk_error_set(err, STK_E_ARG, "transform: field '%s' is larger than 65535 x 65535", name);
     j->H = (uint32_t)fd->shape[0];
     j->W = (uint32_t)fd->shape[1];
     j->C = (uint32_t)fd->shape[2];
@@ -186,7 +190,10 @@ static int plan_transform(stk_reader *r, stk_error *err)
         j->mean[c] = t->mean[c];
         j->inv_std[c] = c < j->C ? 1.0f / t->std[c] : 1.0f;
     }
-    r->xf_out_bytes = stk_xform_out_bytes(t, j->C);
+    r->xf_out_bytes = stk_xform_out_bytes(t, j->C); /* < 2^36: 65535^2 x 4 channels x 4 bytes */
+    if (r->xf_out_bytes * r->o.batch_size > (1ULL << 48))
+        return stk_error_set(err, STK_E_ARG, "transform: %u x %u outputs x batch_size %u: too large", t->out_height,
+                             t->out_width, r->o.batch_size);
     r->boxes_off = r->slot_bytes;
     r->slot_bytes += (uint64_t)r->o.batch_size * sizeof(stk_crop_box);
     return STK_OK;
@@ -218,16 +225,30 @@ static int plan_stream(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
+/* Host memory per slot: the gathered tensors (staging on the device path),
+ * the record indices and bytes-field values, and for the host backend the
+ * "device" copy and the transform's output too (ordinary memory there). */
+static uint64_t host_bytes_per_slot(const stk_reader *r)
+{
+    const stk_schema *sc = stk_dataset_schema(r->ds);
+    uint64_t b = r->slot_bytes + 8ull * r->o.batch_size;
+    for (unsigned i = 0; i < r->nsel; i++)
+        if (sc->fields[r->sel[i]].kind == STK_KIND_BYTES) b += sizeof(stk_value) * (uint64_t)r->o.batch_size;
+    if (r->be && r->be->kind == STK_DEVICE_HOST)
+        b += r->slot_bytes + (r->xf_sel >= 0 ? r->xf_out_bytes * r->o.batch_size : 0);
+    return b;
+}
+
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
-    uint64_t total = r->slot_bytes * r->nslots;
+    uint64_t per = host_bytes_per_slot(r), total = per * r->nslots; /* < 2^62: see select_fields */
     if (r->o.memory_budget && total > r->o.memory_budget)
         return stk_error_set(err, STK_E_ARG,
                              "memory budget %llu bytes is too small for %u slots x %llu bytes = %llu "
                              "(lower prefetch, batch_size or the fields read)",
-                             (unsigned long long)r->o.memory_budget, r->nslots,
-                             (unsigned long long)r->slot_bytes, (unsigned long long)total);
+                             (unsigned long long)r->o.memory_budget, r->nslots, (unsigned long long)per,
+                             (unsigned long long)total);
     if (!(r->slots = calloc(r->nslots, sizeof *r->slots))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_schema *sc = stk_dataset_schema(r->ds);
     unsigned nbytesf = 0;
@@ -388,6 +409,7 @@ void stk_reader_close(stk_reader *r)
      * caller's stream must still exist (it holds the last release events). */
     stk_backend *be = r->be;
     void (*host_free)(stk_backend *, void *) = be ? be->host_free : NULL;
+    stk__upload_drain(r); /* queued uploads read the staging slots: finish them first */
     if (r->slots && r->dslots)
         for (unsigned s = 0; s < r->nslots && be; s++) {
             if (r->dslots[s].used) be->event_sync(be, r->dslots[s].ev_copied, NULL);

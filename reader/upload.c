@@ -48,6 +48,7 @@ int stk__upload_backend(stk_reader *r, stk_error *err)
              * without one, plain host batches are the cheaper stand-in. */
             snprintf(r->device_note, sizeof r->device_note, "fell back to %s: %.400s",
                      r->xf_sel >= 0 ? "the host backend" : "host batches", why.msg);
+            o->stream = NULL; /* a cudaStream_t means nothing to the host backend: the caller's thread */
             if (r->xf_sel < 0) {
                 o->device = STK_DEVICE_NONE;
                 return STK_OK;
@@ -79,10 +80,17 @@ int stk__upload_open(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
+/* Run everything queued on the copy stream, then drop it. */
+void stk__upload_drain(stk_reader *r)
+{
+    if (r->be && r->copy_stream) r->be->stream_destroy(r->be, r->copy_stream);
+    if (r->be) r->copy_stream = NULL;
+}
+
 void stk__upload_close(stk_reader *r)
 {
     if (!r->be) return;
-    if (r->copy_stream) r->be->stream_destroy(r->be, r->copy_stream); /* drains queued uploads */
+    stk__upload_drain(r);
     if (r->dslots)
         for (unsigned i = 0; i < r->nslots; i++) {
             stk_dslot *d = &r->dslots[i];
@@ -114,6 +122,10 @@ static int upload(stk_reader *r, stk_slot *sl, stk_dslot *d, uint64_t *bytes, st
     void *cs = r->copy_stream;
     uint32_t n = sl->batch.size;
     int rc;
+    /* From the first queued operation on, the staging buffer is in use:
+     * reclaim and close must wait for ev_copied, even if a later enqueue
+     * fails (nothing is recorded then, and they wait for the last record). */
+    d->used = 1;
     if ((rc = be->stream_wait(be, cs, d->ev_released, err)) || (rc = be->event_record(be, d->ev_start, cs, err)))
         return rc;
     for (unsigned k = 0; k < r->nsel; k++) {
@@ -132,7 +144,6 @@ static int upload(stk_reader *r, stk_slot *sl, stk_dslot *d, uint64_t *bytes, st
         *bytes += len;
     }
     if ((rc = be->event_record(be, d->ev_copied, cs, err))) return rc;
-    d->used = 1;
     if (r->xf_sel >= 0) {
         stk_batch_field *bf = &sl->fields[r->xf_sel];
         stk_xform_job job = r->xf_job;
@@ -165,7 +176,12 @@ void *stk__copier_main(void *arg)
         r->active++;
         pthread_mutex_unlock(&r->mu);
         STK_TRACE_PUSH("stoker upload %llu", (unsigned long long)sl->seq);
-        if (!sl->err.code) upload(r, sl, d, &bytes, &sl->err);
+        if (!sl->err.code && upload(r, sl, d, &bytes, &sl->err)) { /* name the batch */
+            char what[STK_ERROR_MSG_MAX];
+            snprintf(what, sizeof what, "%s", sl->err.msg);
+            stk_error_set(&sl->err, sl->err.code, "epoch %llu, batch %llu: %.400s",
+                          (unsigned long long)sl->batch.epoch, (unsigned long long)sl->batch.index, what);
+        }
         STK_TRACE_POP();
         pthread_mutex_lock(&r->mu);
         r->active--;
@@ -203,3 +219,5 @@ int stk_reader_synchronize(stk_reader *r, stk_error *err)
     pthread_mutex_unlock(&r->mu);
     return held ? r->be->event_sync(r->be, r->dslots[i].ev_ready, err) : STK_OK;
 }
+
+const char *stk_reader_device_note(const stk_reader *r) { return r->device_note; }

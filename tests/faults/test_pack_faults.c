@@ -92,6 +92,8 @@ START_TEST(test_kill_at_random_moments)
         int rc = run("'%s' -q -j 2 --size 32 --records-per-shard 16 raw out", pack_bin());
         ck_assert_msg(rc == 0, "trial %u (killed after %.3f s): re-run exited %d: %s", t, at, rc, slurp("err.txt"));
         ck_assert_msg(run("diff -r ref out") == 0, "trial %u (killed after %.3f s): resumed output differs", t, at);
+        /* the manifest's whole-file hashes (computed while writing) match the files */
+        ck_assert_int_eq(run("'%s/shardcheck' -q --file-hash out", tools), 0);
         survived++;
     }
     printf("RESULT pack_kill_trials %u survived of %u (%u killed mid-run, the rest had finished)\n", survived, n, mid);
@@ -115,6 +117,8 @@ START_TEST(test_inputs_vanish)
     char *sk = strdup(slurp("out/skipped.tsv"));
     ck_assert_msg(strstr(sk, "gone.jpg") && strstr(sk, "dir.jpg"), "skipped.tsv: %s", sk);
     ck_assert_int_eq(count_lines(sk), 1 + 2); /* header + two */
+    /* a short last shard (inputs skipped): its hash was computed by reading it back */
+    ck_assert_int_eq(run("'%s/shardcheck' -q --file-hash out", tools), 0);
     free(sk);
     /* removed during the run: packed (read before) or skipped (read after), never lost */
     ck_assert_int_eq(run("'%s/rawgen' -q -n 400 --classes 2 --min-side 64 --max-side 96 big", tools), 0);

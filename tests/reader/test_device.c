@@ -193,6 +193,41 @@ START_TEST(test_buffer_not_reused_before_release_event)
 }
 END_TEST
 
+/* seek (and restore) release the batch the caller holds: its device buffer
+ * must survive until the caller's stream has passed that point, even though
+ * the ring refills at once. */
+START_TEST(test_seek_releases_held_batch_on_stream)
+{
+    char dir[TU_PATH];
+    make(dir, sizeof dir, "seek-held", 64, 64);
+    stk_host_stream *s = stk_host_stream_create(NULL);
+    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    stk_reader *r = open_dev(dir, 8, STK_ORDER_SHUFFLE, 2, 1, s); /* 2 slots */
+    stk_error err;
+    failures = 0;
+    const stk_batch *b = stk_reader_next(r, &err);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(stk_host_stream_launch(s, gate_wait, &g, NULL), 0);
+    queue_check(s, b, 0); /* runs after the gate opens */
+    ck_assert_int_eq(stk_reader_seek(r, 3, 0, &err), 0);
+    /* both slots refill (their uploads queue behind the release, which sits
+     * behind the gate: the CPU gets them, the copies wait) */
+    for (int i = 0; i < 2; i++) ck_assert_ptr_nonnull(stk_reader_next(r, &err));
+    usleep(30000);
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    stk_reader_close(r);
+    stk_host_stream_destroy(s);
+    ck_assert_int_eq(__atomic_load_n(&failures, __ATOMIC_RELAXED), 0);
+    /* positions stay below 2^63 batches */
+    r = open_dev(dir, 8, STK_ORDER_SHUFFLE, 1, 1, NULL);
+    ck_assert_int_eq(stk_reader_seek(r, UINT64_MAX / 2, 0, &err), STK_E_RANGE);
+    stk_reader_close(r);
+}
+END_TEST
+
 /* Close while uploads are queued behind a slow consumer, or before any
  * batch was taken: no hang, no leak, no race (ASan/TSan builds run this). */
 static void slow(void *arg)
@@ -436,6 +471,26 @@ START_TEST(test_cuda_unavailable_falls_back)
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);
     ck_assert_int_eq(st.device, STK_DEVICE_NONE);
+    ck_assert_msg(strstr(stk_reader_device_note(r), "fell back to host batches: no CUDA device") != NULL, "%s",
+                  stk_reader_device_note(r));
+    stk_reader_close(r);
+    /* with a transform: the host backend, and the CUDA stream handle is not
+     * mistaken for a host stream */
+    static uint8_t not_a_host_stream[4096];
+    stk_transform t;
+    stk_transform_imagenet(&t, 0, 4);
+    char img[TU_PATH];
+    make_ramp(img, sizeof img, 8);
+    o.transform = &t;
+    o.stream = not_a_host_stream;
+    r = stk_reader_open(img, &o, &err);
+    ck_assert_msg(r != NULL, "%s", err.msg);
+    b = stk_reader_next(r, &err);
+    ck_assert_ptr_nonnull(b);
+    ck_assert(b->on_device);
+    stk_reader_stats_get(r, &st);
+    ck_assert_int_eq(st.device, STK_DEVICE_HOST);
+    ck_assert(strstr(stk_reader_device_note(r), "fell back to the host backend") != NULL);
     stk_reader_close(r);
 }
 END_TEST
@@ -447,6 +502,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_batches_intact_under_random_delays);
     tcase_add_test(tc, test_buffer_not_reused_before_release_event);
+    tcase_add_test(tc, test_seek_releases_held_batch_on_stream);
     tcase_add_test(tc, test_shutdown_mid_copy);
     tcase_add_test(tc, test_transform_center_crop);
     tcase_add_test(tc, test_transform_random_resized);

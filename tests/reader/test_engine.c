@@ -293,11 +293,13 @@ START_TEST(test_memory_budget_and_bad_options)
     o.batch_size = 10;
     o.prefetch = 3;
     o.world_size = 1;
-    o.memory_budget = 4 * 10 * 30 - 1; /* 4 slots x 10 x (30 image + 4 label) bytes, 64-aligned: too small */
+    /* per slot: image 10 x 30 bytes (64-aligned: 320) + label 10 x 4 (64) + record
+     * indices 10 x 8 + the text field's 10 values x 16 = 624 bytes; 4 slots */
+    o.memory_budget = 4 * 624 - 1;
     ck_assert_ptr_null(stk_reader_open(dir, &o, &err));
     tu_assert_error(&err, STK_E_ARG, "memory budget");
-    ck_assert(strstr(err.msg, "4 slots") != NULL);
-    o.memory_budget = 4 * 512;
+    ck_assert(strstr(err.msg, "4 slots x 624 bytes = 2496") != NULL);
+    o.memory_budget = 4 * 624;
     stk_reader *r = stk_reader_open(dir, &o, &err);
     ck_assert_msg(r != NULL, "%s", err.msg);
     stk_reader_close(r);

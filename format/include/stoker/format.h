@@ -169,6 +169,13 @@ typedef struct {
  * replaced at that moment. */
 STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema,
                                       stk_error *err);
+/* Optional, before the first append: the shard will most likely hold
+ * `records` records. The header is then known up front, so the writer
+ * computes the whole-file hash as the data goes out (no read-back at finish)
+ * and writes field 0 from a thread of its own, with O_DIRECT where the file
+ * system takes it. A different final count stays correct: finish then reads
+ * the file back, as without this call. */
+STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
 /* Append one record: values[f] for every field f of the schema. On error the
  * writer is unchanged and may still be aborted (or the error ignored). */
 STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);

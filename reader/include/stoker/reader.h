@@ -72,9 +72,11 @@ STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
  * constant. It does not grow with the dataset otherwise: orders are computed
  * per position, never stored. `memory_budget` is checked at open.
  *
- * Errors: a checksum mismatch, a shard that shrank or vanished since open, or
- * a failed read surfaces at the next call of stk_reader_next as an error that
- * names the shard and record. Errors are sticky: later calls repeat it.
+ * Errors: a checksum mismatch, a shard rewritten shorter in place since open,
+ * or a failed upload surfaces at the next call of stk_reader_next as an error
+ * that names the shard and record (or the batch). Errors are sticky: later
+ * calls repeat it until a seek or restore. A shard deleted or replaced by
+ * rename keeps being read from the file that was opened.
  * Shards must be replaced by rename, never rewritten in place: a mapped file
  * truncated in place between the reader's size check and its copy raises
  * SIGBUS, which a library cannot catch without owning the process's signals.
@@ -153,7 +155,9 @@ typedef struct {
     int tail;                 /* stk_tail                                     */
     int verify;               /* stk_verify                                   */
     const char *fields;       /* comma-separated field names; NULL: all       */
-    uint64_t memory_budget;   /* bytes of slots allowed; 0: no limit          */
+    uint64_t memory_budget;   /* host bytes the slots may take (staging, record
+                                 indices, bytes-field values; with the host
+                                 backend its buffers too); 0: no limit        */
     uint64_t quasi_block_bytes; /* quasi: block size in bytes; 0: 4 MiB       */
     uint32_t quasi_window;    /* quasi: blocks mixed together; 0: 64          */
     int release_pages;        /* sequential/quasi: drop consumed pages from the
@@ -167,7 +171,8 @@ typedef struct {
                                  (stats.device says which), 0 fail at open     */
     void *stream;             /* the consumer's stream: a cudaStream_t (CUDA) or
                                  an stk_host_stream * (host backend); NULL: the
-                                 default stream (CUDA) / the calling thread     */
+                                 default stream (CUDA) / the calling thread. It
+                                 must outlive the reader (close waits on it)  */
     const struct stk_transform *transform; /* device-side image transform; NULL:
                                  none (copied for the reader's lifetime)       */
 } stk_reader_options;
@@ -273,7 +278,8 @@ STK_API uint64_t stk_reader_batches_per_epoch(const stk_reader *r);
 /* Epoch and batch index of the batch the next call of next returns. */
 STK_API void stk_reader_position(const stk_reader *r, uint64_t *epoch, uint64_t *batch);
 /* Jump: the next batch will be `batch` of `epoch` (set_epoch in PyTorch terms
- * is seek(e, 0)). Discards prepared batches. */
+ * is seek(e, 0)). Releases the batch held, discards prepared batches and
+ * clears a sticky error. Positions stay below 2^63 batches. */
 STK_API int stk_reader_seek(stk_reader *r, uint64_t epoch, uint64_t batch, stk_error *err);
 
 /* Save the position (what next would return next) / restore it, checking that
@@ -310,7 +316,8 @@ STK_API uint64_t stk_reader_quasi_block_records(const stk_reader *r);
  * batch is released (the next call of next, or stk_reader_release), an event
  * is recorded on the consumer's stream, and the copy stream waits for it
  * before it overwrites that device buffer: a buffer is reused only after the
- * consumer's work queued before the release has finished with it. A staging
+ * consumer's work queued before the release has finished with it (release
+ * points: next, stk_reader_release, seek/restore, close). A staging
  * slot is refilled only after its upload completed. Every batch is staged on
  * this path (no zero-copy): the upload reads pinned memory.
  *
@@ -330,6 +337,10 @@ STK_API void stk_host_stream_synchronize(stk_host_stream *s);
  * on the device (its upload and transform finished). For benchmarks and
  * tools; a trainer lets its stream wait instead. A no-op for host batches. */
 STK_API int stk_reader_synchronize(stk_reader *r, stk_error *err);
+
+/* Why the device path is not what opts.device asked for (a CUDA fallback),
+ * or "" when it is. */
+STK_API const char *stk_reader_device_note(const stk_reader *r);
 
 /* 1 when this build has the CUDA backend and a device is usable; otherwise 0
  * with the reason in err (e.g. "no CUDA device: ..."). */
