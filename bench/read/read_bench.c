@@ -125,19 +125,24 @@ static int parse_args(int argc, char **argv, args_t *a)
     return 0;
 }
 
+static void reader_options(const args_t *a, int order, stk_reader_options *o)
+{
+    stk_reader_options_init(o);
+    o->batch_size = a->batch;
+    o->order = order;
+    o->seed = a->seed;
+    o->threads = a->threads;
+    o->prefetch = a->prefetch;
+    o->fields = a->fields;
+    o->release_pages = a->release;
+    o->rank = 0;          /* a benchmark of one process, whatever the environment says */
+    o->world_size = 1;
+}
+
 static stk_reader *open_reader(const args_t *a, int order, stk_error *err)
 {
     stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = a->batch;
-    o.order = order;
-    o.seed = a->seed;
-    o.threads = a->threads;
-    o.prefetch = a->prefetch;
-    o.fields = a->fields;
-    o.release_pages = a->release;
-    o.rank = 0;          /* a benchmark of one process, whatever the environment says */
-    o.world_size = 1;
+    reader_options(a, order, &o);
     return stk_reader_open(a->path, &o, err);
 }
 
@@ -445,15 +450,7 @@ static int cmd_open(const args_t *a)
     for (unsigned k = 0; k < a->repeats; k++) {
         stk_error err;
         stk_reader_options o;
-        stk_reader_options_init(&o);
-        o.batch_size = a->batch;
-        o.order = order;
-        o.seed = a->seed;
-        o.threads = a->threads;
-        o.prefetch = a->prefetch;
-        o.fields = a->fields;
-        o.rank = 0;
-        o.world_size = 1;
+        reader_options(a, order, &o);
         double t0 = now();
         stk_dataset *ds = stk_dataset_open(a->path, &err);
         double t1 = now();

@@ -20,12 +20,10 @@
 #define SEED 21
 #define CK(expr) ck_assert_msg((expr) == cudaSuccess, "%s failed", #expr)
 
+/* A scratch dataset of n standard records in shards of `per`. */
 static void make(char *dir, size_t cap, const char *name, uint64_t n, uint64_t per)
 {
-    tu_scratch(dir, cap, name);
-    stk_dataset_options o = {0};
-    o.records_per_shard = per;
-    tu_write_std_dataset(dir, SEED, n, &o);
+    tu_scratch_std_dataset(dir, cap, name, SEED, n, per);
 }
 
 static void CUDART_CB dawdle(void *arg)

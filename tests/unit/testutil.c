@@ -250,6 +250,14 @@ void tu_write_std_dataset(const char *dir, uint64_t seed, uint64_t n, const stk_
     ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
 }
 
+void tu_scratch_std_dataset(char *dir, size_t cap, const char *name, uint64_t seed, uint64_t n, uint64_t per)
+{
+    tu_scratch(dir, cap, name);
+    stk_dataset_options o = {0};
+    o.records_per_shard = per;
+    tu_write_std_dataset(dir, seed, n, &o);
+}
+
 /* ------------------------------------------------------- header surgery */
 
 uint32_t tu_header_size(const uint8_t *file) { return rd32(file + H_HEADER_SIZE); }

@@ -81,6 +81,9 @@ void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_
 void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first);
 /* Write records [0, n) of seed as a dataset in dir. */
 void tu_write_std_dataset(const char *dir, uint64_t seed, uint64_t n, const stk_dataset_options *o);
+/* A fresh scratch directory `name` (tu_scratch) holding records [0, n) of
+ * seed in shards of `per` records. */
+void tu_scratch_std_dataset(char *dir, size_t cap, const char *name, uint64_t seed, uint64_t n, uint64_t per);
 
 /* ------------------------------------------------------- header surgery */
 
