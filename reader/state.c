@@ -159,6 +159,20 @@ int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st, s
     return rc;
 }
 
+size_t stk_reader_sizeof(const char *type)
+{
+    static const struct {
+        const char *name;
+        size_t size;
+    } t[] = {{"stk_reader_options", sizeof(stk_reader_options)}, {"stk_batch", sizeof(stk_batch)},
+             {"stk_batch_field", sizeof(stk_batch_field)},       {"stk_reader_state", sizeof(stk_reader_state)},
+             {"stk_reader_stats", sizeof(stk_reader_stats)},     {"stk_transform", sizeof(stk_transform)},
+             {"stk_error", sizeof(stk_error)},                   {"stk_value", sizeof(stk_value)}};
+    for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
+        if (strcmp(type, t[i].name) == 0) return t[i].size;
+    return 0;
+}
+
 /* ------------------------------------------------------------- verdict */
 
 int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap)

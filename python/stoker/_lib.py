@@ -135,6 +135,26 @@ def _fn(name, restype, *argtypes):
 
 
 P = ctypes.POINTER
+
+
+def _check_abi():
+    """The structs above mirror stoker/reader.h: refuse a libstoker whose
+    structs have other sizes (a binding from another release) instead of
+    reading fields at the wrong offsets."""
+    if not hasattr(lib, "stk_reader_sizeof"):
+        return  # an older libstoker: nothing to ask
+    sizeof = _fn("stk_reader_sizeof", c_size_t, c_char_p)
+    mirrors = {"stk_error": Error_, "stk_value": Value, "stk_transform": Transform, "stk_reader_options": Options,
+               "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
+               "stk_reader_stats": Stats}
+    for name, cls in mirrors.items():
+        theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
+        if theirs and theirs != ours:
+            raise ImportError(f"stoker: {path}: {name} is {theirs} bytes there, {ours} in this binding: "
+                              "install the binding and the library from the same tree")
+
+
+_check_abi()
 stk_status_name = _fn("stk_status_name", c_char_p, c_int)
 stk_reader_options_init = _fn("stk_reader_options_init", None, c_void_p)
 stk_reader_open = _fn("stk_reader_open", c_void_p, c_char_p, c_void_p, P(Error_))

@@ -346,6 +346,12 @@ STK_API const char *stk_reader_device_note(const stk_reader *r);
  * with the reason in err (e.g. "no CUDA device: ..."). */
 STK_API int stk_cuda_available(stk_error *err);
 
+/* sizeof of a public struct by name ("stk_reader_options", "stk_batch",
+ * "stk_batch_field", "stk_reader_state", "stk_reader_stats", "stk_transform",
+ * "stk_error", "stk_value"), 0 for another name: lets bindings that mirror
+ * these structs (python/stoker) check them against the library they load. */
+STK_API size_t stk_reader_sizeof(const char *type);
+
 /* The order itself, as pure functions (spec/ORDERS.md), for tools and tests:
  * the global record at position p (0 <= p < records) of epoch e. */
 STK_API uint64_t stk_order_record(int order, uint64_t records, uint64_t seed, uint64_t epoch,
