@@ -132,17 +132,21 @@ START_TEST(test_stats_sane)
     ck_assert_uint_eq(s.bytes, bytes);
     ck_assert(s.wall_s >= 0.022 && s.wait_s >= 0 && s.wait_s < s.wall_s);
     ck_assert(s.busy_s > 0);
-    ck_assert(s.mean_ready > 0.5); /* with 2 ms steps the ring is mostly full */
+    ck_assert(s.mean_ready >= 0 && s.mean_ready <= 4); /* how full the ring was: timing, so only bounds */
     ck_assert_uint_eq(s.threads, 2);
     ck_assert_uint_eq(s.prefetch, 4);
     char v[256];
-    stk_reader_verdict(&s, v, sizeof v);
-    ck_assert_msg(strstr(v, "not input-bound") == v, "%s", v);
+    ck_assert_int_gt(stk_reader_verdict(&s, v, sizeof v), 0);
+    ck_assert_msg(strstr(v, "input-bound: ") != NULL, "%s", v); /* either verdict: it depends on timing */
     stk_reader_stats_reset(r);
     stk_reader_stats_get(r, &s);
     ck_assert_uint_eq(s.batches, 0);
     stk_reader_close(r);
 
+    /* the verdicts themselves, from fixed figures (no timing) */
+    stk_reader_stats q = {.batches = 10, .samples = 100, .wall_s = 1, .wait_s = 0.02, .busy_s = 0.3, .threads = 2};
+    stk_reader_verdict(&q, v, sizeof v);
+    ck_assert_msg(strcmp(v, "not input-bound: 2% of wall time spent waiting for data (threads=2)") == 0, "%s", v);
     /* a verdict for a starved consumer names the wait and a way out */
     stk_reader_stats t = {.batches = 10, .samples = 100, .wall_s = 1, .wait_s = 0.37, .busy_s = 0.3, .threads = 2};
     stk_reader_verdict(&t, v, sizeof v);
