@@ -17,6 +17,8 @@ struct stk_dataset_writer {
     char *prefix;
     stk_schema schema;
     uint64_t records_per_shard, shard_bytes;
+    int zstd_level;
+    uint64_t zstd_block_bytes;
     stk_writer *cur;          /* open shard, or NULL */
     stk_manifest m;           /* shards committed so far, classes, pack */
     size_t cap;
@@ -108,6 +110,8 @@ stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema 
     dw->m.version_minor = STK_FORMAT_MINOR;
     dw->records_per_shard = o ? o->records_per_shard : 0;
     dw->shard_bytes = o ? o->shard_bytes : 0;
+    dw->zstd_level = o ? o->zstd_level : 0;
+    dw->zstd_block_bytes = o ? o->zstd_block_bytes : 0;
     dw->dir = strdup(dir);
     dw->prefix = strdup(prefix);
     if (!dw->dir || !dw->prefix) {
@@ -165,6 +169,11 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
     if (!path) return stk_fail(err, STK_E_NOMEM, "out of memory");
     dw->cur = stk_writer_create(path, &dw->schema, err);
     free(path);
+    if (dw->cur && stk_schema_minor(&dw->schema) &&
+        stk_writer_compression(dw->cur, UINT32_MAX, dw->zstd_level, dw->zstd_block_bytes, err)) {
+        stk_writer_abort(dw->cur);
+        dw->cur = NULL;
+    }
     return dw->cur ? STK_OK : (err ? err->code : STK_E_IO);
 }
 

@@ -49,12 +49,34 @@ static inline uint64_t stk_header_size(uint32_t nfields)
 
 /* Where each region of one field lies. For tensor fields data is the values;
  * for bytes fields data is the (records + 1) u64 offsets column and heap the
- * concatenated values. */
+ * concatenated values. A compressed field's data region is [the offsets
+ * column, bytes fields only][u64 nblocks][(nblocks + 1) x (u64 first record,
+ * u64 frame offset)] and its heap the zstd frames (spec/FORMAT.md 4.12). */
 typedef struct {
     uint64_t stride;
     uint64_t data_off, data_len;
     uint64_t heap_off, heap_len;
 } stk_region;
+
+static inline bool stk_field_compressed(const stk_field *f) { return f->codec != STK_CODEC_NONE; }
+
+/* Bytes before a compressed field's block table in its data region. */
+static inline uint64_t stk_block_table_at(const stk_field *f, uint64_t records)
+{
+    return f->kind == STK_KIND_BYTES ? (records + 1) * 8 : 0;
+}
+
+/* Largest uncompressed block a reader must hold (1 GiB). */
+#define STK_BLOCK_RAW_MAX ((uint64_t)1 << 30)
+
+/* The minor version a shard of this schema is written with: 1 when a field
+ * is compressed, else 0, so files without the 1.1 feature stay 1.0. */
+static inline unsigned stk_schema_minor(const stk_schema *s)
+{
+    for (uint32_t i = 0; i < s->nfields; i++)
+        if (stk_field_compressed(&s->fields[i])) return 1;
+    return 0;
+}
 
 /* Everything the header says, decoded and validated. */
 typedef struct {

@@ -115,6 +115,29 @@ static int check_region(const stk_layout *L, uint64_t off, uint64_t len, const c
     return STK_OK;
 }
 
+/* A compressed field: stride as uncompressed, a data region that holds the
+ * offsets column (bytes fields) and a block table of whole entries, frames in
+ * the heap. The table's contents are checked at open (shard.c), where the
+ * mapped bytes are at hand. */
+static int check_compressed(const stk_layout *L, const stk_field *f, const stk_region *r, const char *name,
+                            stk_error *err)
+{
+    if (L->minor < 1)
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': codec zstd needs format 1.1, the file says %u.%u", name,
+                        f->name, L->major, L->minor);
+    uint64_t stride = f->kind == STK_KIND_TENSOR ? stk_field_stride(f) : 8, base = 0;
+    if (r->stride != stride)
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': stride %llu, expected %llu", name, f->name,
+                        (unsigned long long)r->stride, (unsigned long long)stride);
+    if (f->kind == STK_KIND_BYTES && (!add_ok(L->records, 1, &base) || !mul_ok(base, 8, &base)))
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets column overflows", name, f->name);
+    if (r->data_len < base + 8 + 16 || (r->data_len - base - 8) % 16)
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': compressed data region of %llu bytes does not hold "
+                        "%sa block table", name, f->name, (unsigned long long)r->data_len,
+                        f->kind == STK_KIND_BYTES ? "the offsets column and " : "");
+    return check_region(L, r->heap_off, r->heap_len, name, f->name, "frames", err);
+}
+
 static int check_fields(const stk_layout *L, const char *name, stk_error *err)
 {
     int rc = stk_schema_validate(&L->schema, err);
@@ -128,7 +151,9 @@ static int check_fields(const stk_layout *L, const char *name, stk_error *err)
         const stk_field *f = &L->schema.fields[i];
         const stk_region *r = &L->region[i];
         uint64_t want_len;
-        if (f->kind == STK_KIND_TENSOR) {
+        if (stk_field_compressed(f)) {
+            if ((rc = check_compressed(L, f, r, name, err))) return rc;
+        } else if (f->kind == STK_KIND_TENSOR) {
             if (r->stride != stk_field_stride(f))
                 return stk_fail(err, STK_E_FORMAT, "%s: field '%s': stride %llu does not match its shape (%llu)",
                                 name, f->name, (unsigned long long)r->stride,
@@ -157,7 +182,7 @@ static int check_overlaps(const stk_layout *L, const char *name, stk_error *err)
     unsigned n = 0;
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
         off[n] = L->region[i].data_off, len[n++] = L->region[i].data_len;
-        if (L->schema.fields[i].kind == STK_KIND_BYTES)
+        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk_field_compressed(&L->schema.fields[i]))
             off[n] = L->region[i].heap_off, len[n++] = L->region[i].heap_len;
     }
     for (unsigned a = 0; a < n; a++)
@@ -199,7 +224,7 @@ void stk_layout_encode(const stk_layout *L, uint8_t *b)
     memset(b, 0, hs);
     memcpy(b + H_MAGIC, STK_SHARD_MAGIC, 8);
     wr16(b + H_MAJOR, STK_FORMAT_MAJOR);
-    wr16(b + H_MINOR, STK_FORMAT_MINOR);
+    wr16(b + H_MINOR, (uint16_t)stk_schema_minor(&L->schema));
     wr32(b + H_HEADER_SIZE, (uint32_t)hs);
     wr32(b + H_FLAGS, 0);
     wr32(b + H_NFIELDS, nf);
@@ -234,6 +259,7 @@ uint64_t stk_shard_size_for(const stk_schema *s, uint64_t records)
     stk_layout L;
     memset(&L, 0, sizeof L);
     L.schema = *s;
+    for (uint32_t f = 0; f < s->nfields; f++) L.schema.fields[f].codec = STK_CODEC_NONE; /* an upper bound */
     L.records = records;
     for (uint32_t f = 0; f < s->nfields; f++) {
         stk_region *r = &L.region[f];
@@ -258,7 +284,7 @@ int stk_layout_place(stk_layout *L, stk_error *err)
         stk_region *r = &L->region[i];
         r->data_off = off;
         if (!add_ok(off, r->data_len, &off) || !align_ok(off, a, &off)) goto overflow;
-        if (L->schema.fields[i].kind == STK_KIND_BYTES) {
+        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk_field_compressed(&L->schema.fields[i])) {
             r->heap_off = off;
             if (!add_ok(off, r->heap_len, &off) || !align_ok(off, a, &off)) goto overflow;
         }

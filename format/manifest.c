@@ -18,6 +18,7 @@ typedef struct {
     const char *name;    /* file name for messages */
     stk_error *err;
     bool lenient;        /* newer minor version: ignore unknown keys */
+    unsigned minor;      /* the manifest's minor version */
 } ctx;
 
 static int mfail(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -88,10 +89,11 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
     if (!stk_name_is_valid(name)) return mfail(c, "%s: invalid field name \"%.40s\"", where, name);
     memset(f, 0, sizeof *f);
     strcpy(f->name, name);
-    if (strcmp(codec, "none") != 0)
+    if (strcmp(codec, "none") == 0) f->codec = STK_CODEC_NONE;
+    else if (strcmp(codec, "zstd") == 0) f->codec = STK_CODEC_ZSTD;
+    else
         return stk_fail(c->err, STK_E_UNSUPPORTED, "%s: %s: codec \"%.32s\" is not supported by this build",
                         c->name, where, codec);
-    f->codec = STK_CODEC_NONE;
     if (strcmp(kind, "bytes") == 0) {
         if (json_object_get(j, "dtype") || json_object_get(j, "shape"))
             return mfail(c, "%s: a bytes field has no dtype or shape", where);
@@ -134,6 +136,8 @@ static int parse_schema(ctx *c, json_t *arr, stk_schema *s)
     }
     stk_error e;
     if (stk_schema_validate(s, &e)) return mfail(c, "%s", e.msg);
+    if (stk_schema_minor(s) > c->minor)
+        return mfail(c, "compressed (zstd) fields need format_version [1, 1], the manifest says [1, %u]", c->minor);
     return STK_OK;
 }
 
@@ -238,6 +242,7 @@ static int parse_version(ctx *c, json_t *root, stk_manifest *m)
                         c->name, m->version_major, m->version_minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR,
                         STK_FORMAT_MINOR);
     c->lenient = m->version_minor > STK_FORMAT_MINOR;
+    c->minor = m->version_minor;
     return STK_OK;
 }
 
@@ -271,7 +276,7 @@ static int parse_root(ctx *c, json_t *root, stk_manifest *m)
 
 stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name, stk_error *err)
 {
-    ctx c = {name ? name : "<manifest>", err, false};
+    ctx c = {name ? name : "<manifest>", err, false, 0};
     if (!text) return stk_fail(err, STK_E_ARG, "%s: NULL text", c.name), NULL;
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -372,7 +377,7 @@ static json_t *field_json(const stk_field *f)
         for (unsigned d = 0; d < f->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)f->shape[d]));
         json_object_set_new(o, "shape", shape);
     }
-    json_object_set_new(o, "codec", json_string("none"));
+    json_object_set_new(o, "codec", json_string(f->codec == STK_CODEC_ZSTD ? "zstd" : "none"));
     return o;
 }
 
@@ -382,7 +387,7 @@ static json_t *manifest_json(const stk_manifest *m, json_t *pack)
            *shards = json_array();
     json_object_set_new(root, "format", json_string(FORMAT_TAG));
     json_array_append_new(ver, json_integer(STK_FORMAT_MAJOR));
-    json_array_append_new(ver, json_integer(STK_FORMAT_MINOR));
+    json_array_append_new(ver, json_integer(stk_schema_minor(&m->schema))); /* 1.0 unless compressed */
     json_object_set_new(root, "format_version", ver);
     json_object_set_new(root, "record_count", json_integer((json_int_t)m->record_count));
     json_object_set_new(root, "fingerprint", hex(m->fingerprint));

@@ -115,7 +115,7 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
         for (uint32_t j = 0; j < i; j++)
             if (strncmp(s->fields[j].name, f->name, STK_NAME_MAX) == 0)
                 return stk_fail(err, STK_E_FORMAT, "schema: field name '%s' repeated", f->name);
-        if (f->codec != STK_CODEC_NONE)
+        if (f->codec != STK_CODEC_NONE && f->codec != STK_CODEC_ZSTD)
             return stk_fail(err, STK_E_UNSUPPORTED,
                             "schema: field '%s' uses codec %u, which this build does not support",
                             f->name, f->codec);
@@ -147,13 +147,23 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
 
 void stk_field_describe(const stk_field *f, char *buf, size_t cap)
 {
+    const char *z = f->codec == STK_CODEC_ZSTD ? " zstd" : "";
     if (f->kind == STK_KIND_BYTES) {
-        snprintf(buf, cap, "%s bytes", f->name);
+        snprintf(buf, cap, "%s bytes%s", f->name, z);
         return;
     }
     const char *dt = stk_dtype_name(f->dtype);
     int n = snprintf(buf, cap, "%s %s[", f->name, dt ? dt : "?");
     for (unsigned d = 0; d < f->ndim && d < STK_MAX_DIMS && n >= 0 && (size_t)n < cap; d++)
         n += snprintf(buf + n, cap - (size_t)n, "%s%llu", d ? "," : "", (unsigned long long)f->shape[d]);
-    if (n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+    if (n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]%s", z);
+}
+
+int stk_schema_set_codec(stk_schema *s, unsigned f, int codec, stk_error *err)
+{
+    if (!s || f >= s->nfields) return stk_fail(err, STK_E_RANGE, "schema: field %u out of range", f);
+    if (codec != STK_CODEC_NONE && codec != STK_CODEC_ZSTD)
+        return stk_fail(err, STK_E_UNSUPPORTED, "schema: codec %d unknown (none or zstd)", codec);
+    s->fields[f].codec = (uint8_t)codec;
+    return STK_OK;
 }

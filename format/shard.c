@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 struct stk_shard {
     char *path;
@@ -44,10 +45,46 @@ static int check_footer(stk_shard *sh, stk_error *err)
 
 /* The first and last entries of every offsets column bound the heap: two
  * reads per bytes field, so the heap is known to be covered exactly. */
+/* A compressed field's block table (spec 4.12), entry k = (first record,
+ * frame offset): starts at (0, 0), ends at (records, heap_len), records
+ * strictly increase (no empty block), offsets strictly increase (no empty
+ * frame), and no block's tensor values exceed STK_BLOCK_RAW_MAX. O(blocks):
+ * 16 bytes per (typically 1 MiB) block. */
+static int check_blocks(const stk_shard *sh, uint32_t f, stk_error *err)
+{
+    const stk_field *fd = &sh->L.schema.fields[f];
+    const stk_region *r = &sh->L.region[f];
+    const uint8_t *t = sh->map + r->data_off + stk_block_table_at(fd, sh->L.records);
+    uint64_t nb = rd64(t), room = (r->data_len - stk_block_table_at(fd, sh->L.records) - 8) / 16;
+    if (nb + 1 != room || (nb == 0) != (sh->L.records == 0))
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': block table says %llu blocks, its region holds %llu",
+                        sh->path, fd->name, (unsigned long long)nb, (unsigned long long)(room ? room - 1 : 0));
+    for (uint64_t k = 0; k <= nb; k++) {
+        uint64_t rs = rd64(t + 8 + 16 * k), fo = rd64(t + 16 + 16 * k);
+        uint64_t prs = k ? rd64(t + 8 + 16 * (k - 1)) : 0, pfo = k ? rd64(t + 16 + 16 * (k - 1)) : 0;
+        bool ok = k == 0 ? rs == 0 && fo == 0 : rs > prs && fo > pfo;
+        if (ok && k == nb) ok = rs == sh->L.records && fo == r->heap_len;
+        if (ok && k && fd->kind == STK_KIND_TENSOR) ok = (rs - prs) <= STK_BLOCK_RAW_MAX / r->stride;
+        if (!ok)
+            return stk_fail(err, STK_E_FORMAT, "%s: field '%s': block table entry %llu (record %llu, frame offset "
+                            "%llu) is out of order or out of bounds", sh->path, fd->name, (unsigned long long)k,
+                            (unsigned long long)rs, (unsigned long long)fo);
+    }
+    return STK_OK;
+}
+
 static int check_heaps(const stk_shard *sh, stk_error *err)
 {
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
         const stk_region *r = &sh->L.region[f];
+        if (stk_field_compressed(&sh->L.schema.fields[f])) {
+            int rc = check_blocks(sh, f, err);
+            if (rc) return rc;
+            if (sh->L.schema.fields[f].kind == STK_KIND_BYTES && rd64(sh->map + r->data_off) != 0)
+                return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets column does not start at 0", sh->path,
+                                sh->L.schema.fields[f].name);
+            continue;
+        }
         if (sh->L.schema.fields[f].kind != STK_KIND_BYTES) continue;
         const uint8_t *col = sh->map + r->data_off;
         if (rd64(col) != 0 || rd64(col + 8 * sh->L.records) != r->heap_len)
@@ -173,6 +210,10 @@ static int locate(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t **d
                   char *what, size_t cap)
 {
     const stk_region *r = &sh->L.region[f];
+    if (stk_field_compressed(&sh->L.schema.fields[f])) {
+        snprintf(what, cap, "the field is compressed (zstd): read it by blocks or through the reader");
+        return STK_E_UNSUPPORTED;
+    }
     if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
         *data = sh->map + r->data_off + i * r->stride;
         *size = r->stride;
@@ -245,6 +286,7 @@ static void prefetch(const stk_shard *sh, uint64_t first, uint64_t n)
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
         const stk_region *r = &sh->L.region[f];
         uint64_t off, len;
+        if (stk_field_compressed(&sh->L.schema.fields[f])) continue; /* blocks are read whole */
         if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
             off = r->data_off + first * r->stride, len = n * r->stride;
         } else { /* the heap span is not known without reading offsets: take the column */
@@ -253,6 +295,174 @@ static void prefetch(const stk_shard *sh, uint64_t first, uint64_t n)
         uintptr_t a = (uintptr_t)(sh->map + off) & ~(page - 1);
         madvise((void *)a, (size_t)((uintptr_t)(sh->map + off) - a + len), MADV_WILLNEED);
     }
+}
+
+/* ------------------------------------------------------ compressed fields */
+
+static const uint8_t *block_table(const stk_shard *sh, unsigned f)
+{
+    return sh->map + sh->L.region[f].data_off + stk_block_table_at(&sh->L.schema.fields[f], sh->L.records);
+}
+
+static int need_compressed(const stk_shard *sh, unsigned f, stk_error *err)
+{
+    if (f >= sh->L.schema.nfields)
+        return stk_fail(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f, sh->L.schema.nfields);
+    if (!stk_field_compressed(&sh->L.schema.fields[f]))
+        return stk_fail(err, STK_E_ARG, "%s: field '%s' is not compressed", sh->path, sh->L.schema.fields[f].name);
+    return STK_OK;
+}
+
+uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f)
+{
+    if (f >= sh->L.schema.nfields || !stk_field_compressed(&sh->L.schema.fields[f])) return 0;
+    return rd64(block_table(sh, f));
+}
+
+int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block, stk_error *err)
+{
+    int rc = need_compressed(sh, f, err);
+    if (rc) return rc;
+    if (i >= sh->L.records)
+        return stk_fail(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
+                        (unsigned long long)i, (unsigned long long)sh->L.records);
+    const uint8_t *t = block_table(sh, f) + 8;
+    uint64_t lo = 0, hi = rd64(t - 8); /* first[lo] <= i < first[hi] (checked at open) */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (rd64(t + 16 * mid) <= i) lo = mid;
+        else hi = mid;
+    }
+    *block = lo;
+    return STK_OK;
+}
+
+/* Uncompressed size of block b: tensors count x stride; bytes fields the
+ * span of the offsets column, checked against its neighbours here. */
+static int raw_size(const stk_shard *sh, unsigned f, uint64_t first, uint64_t end, uint64_t *raw, stk_error *err)
+{
+    const stk_field *fd = &sh->L.schema.fields[f];
+    if (fd->kind == STK_KIND_TENSOR) {
+        *raw = (end - first) * sh->L.region[f].stride; /* <= STK_BLOCK_RAW_MAX: checked at open */
+        return STK_OK;
+    }
+    const uint8_t *col = sh->map + sh->L.region[f].data_off;
+    uint64_t a = rd64(col + 8 * first), b = rd64(col + 8 * end);
+    if (b < a || b - a > STK_BLOCK_RAW_MAX)
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets %llu..%llu of records %llu..%llu are not a "
+                        "block of at most 1 GiB", sh->path, fd->name, (unsigned long long)a, (unsigned long long)b,
+                        (unsigned long long)first, (unsigned long long)end);
+    *raw = b - a;
+    return STK_OK;
+}
+
+int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *first, uint64_t *count,
+                         uint64_t *raw_bytes, uint64_t *packed_bytes, stk_error *err)
+{
+    int rc = need_compressed(sh, f, err);
+    if (rc) return rc;
+    const uint8_t *t = block_table(sh, f);
+    if (block >= rd64(t))
+        return stk_fail(err, STK_E_RANGE, "%s: field '%s': block %llu out of range (%llu blocks)", sh->path,
+                        sh->L.schema.fields[f].name, (unsigned long long)block, (unsigned long long)rd64(t));
+    uint64_t a = rd64(t + 8 + 16 * block), b = rd64(t + 8 + 16 * (block + 1)), raw = 0;
+    if ((rc = raw_size(sh, f, a, b, &raw, err))) return rc;
+    if (first) *first = a;
+    if (count) *count = b - a;
+    if (raw_bytes) *raw_bytes = raw;
+    if (packed_bytes) *packed_bytes = rd64(t + 16 + 16 * (block + 1)) - rd64(t + 16 + 16 * block);
+    return STK_OK;
+}
+
+int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap, stk_error *err)
+{
+    uint64_t first, count, raw, packed;
+    int rc = stk_shard_block_info(sh, f, block, &first, &count, &raw, &packed, err);
+    if (rc) return rc;
+    if (cap < raw)
+        return stk_fail(err, STK_E_ARG, "%s: block %llu needs %llu bytes, %llu given", sh->path,
+                        (unsigned long long)block, (unsigned long long)raw, (unsigned long long)cap);
+    const uint8_t *t = block_table(sh, f);
+    const uint8_t *src = sh->map + sh->L.region[f].heap_off + rd64(t + 16 + 16 * block);
+    size_t got = ZSTD_decompress(dst, (size_t)raw, src, (size_t)packed);
+    if (ZSTD_isError(got) || got != raw)
+        return stk_fail(err, STK_E_FORMAT, "%s: field '%s', block %llu (records %llu..%llu): the zstd frame %s",
+                        sh->path, sh->L.schema.fields[f].name, (unsigned long long)block, (unsigned long long)first,
+                        (unsigned long long)(first + count - 1),
+                        ZSTD_isError(got) ? ZSTD_getErrorName(got) : "decompresses to a different size");
+    return STK_OK;
+}
+
+int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,
+                          const void **data, uint64_t *size, stk_error *err)
+{
+    uint64_t first, count;
+    int rc = stk_shard_block_info(sh, f, block, &first, &count, NULL, NULL, err);
+    if (rc) return rc;
+    if (i < first || i - first >= count)
+        return stk_fail(err, STK_E_RANGE, "%s: record %llu is not in block %llu", sh->path, (unsigned long long)i,
+                        (unsigned long long)block);
+    if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
+        *size = sh->L.region[f].stride;
+        *data = (const uint8_t *)raw + (i - first) * *size;
+        return STK_OK;
+    }
+    const uint8_t *col = sh->map + sh->L.region[f].data_off;
+    uint64_t base = rd64(col + 8 * first), a = rd64(col + 8 * i), b = rd64(col + 8 * (i + 1));
+    if (a < base || b < a || b > rd64(col + 8 * (first + count)))
+        return stk_fail(err, STK_E_FORMAT, "%s: record %llu, field '%s': offsets [%llu, %llu) are not an increasing "
+                        "range inside its block", sh->path, (unsigned long long)i, sh->L.schema.fields[f].name,
+                        (unsigned long long)a, (unsigned long long)b);
+    *data = (const uint8_t *)raw + (a - base);
+    *size = b - a;
+    return STK_OK;
+}
+
+/* Verify records [first, end) of compressed field f block by block: every
+ * block touching the range is decompressed once. */
+static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, uint64_t end, stk_problem_fn fn,
+                              void *user)
+{
+    if (first >= end) return 0;
+    uint64_t problems = 0, b0, b1, cap = 0;
+    void *raw = NULL;
+    if (stk_shard_block_find(sh, f, first, &b0, NULL) || stk_shard_block_find(sh, f, end - 1, &b1, NULL)) return 0;
+    for (uint64_t b = b0; b <= b1; b++) {
+        stk_error e;
+        uint64_t bf, bn, rb;
+        int rc = stk_shard_block_info(sh, f, b, &bf, &bn, &rb, NULL, &e);
+        if (!rc && rb > cap) {
+            free(raw);
+            cap = rb;
+            if (!(raw = malloc(cap ? cap : 1))) rc = stk_error_set(&e, STK_E_NOMEM, "out of memory for block %llu",
+                                                                (unsigned long long)b);
+        }
+        if (!rc) rc = stk_shard_block_read(sh, f, b, raw, cap, &e);
+        uint64_t lo = bf > first ? bf : first, hi = bf + bn < end ? bf + bn : end;
+        if (rc) { /* one problem for the block, at its first record in range */
+            problems++;
+            if (fn) fn(user, sh, lo, (int)f, rc, strstr(e.msg, "block") ? strstr(e.msg, "block") : e.msg);
+            continue;
+        }
+        for (uint64_t i = lo; i < hi; i++) {
+            const void *p;
+            uint64_t size;
+            char what[200];
+            if ((rc = stk_shard_block_value(sh, f, b, raw, i, &p, &size, &e))) {
+                snprintf(what, sizeof what, "%.190s", e.msg);
+            } else {
+                uint64_t want = stk_shard_stored_hash(sh, f, i), got = stk_hash(p, (size_t)size);
+                if (got == want) continue;
+                rc = STK_E_CHECKSUM;
+                snprintf(what, sizeof what, "checksum mismatch in block %llu (stored %016llx, computed %016llx)",
+                         (unsigned long long)b, (unsigned long long)want, (unsigned long long)got);
+            }
+            problems++;
+            if (fn) fn(user, sh, i, (int)f, rc, what);
+        }
+    }
+    free(raw);
+    return problems;
 }
 
 uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t count,
@@ -273,6 +483,7 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
         if (cend < end) prefetch(sh, cend, end - cend < chunk ? end - cend : chunk);
         for (uint64_t i = c; i < cend; i++)
             for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
+                if (stk_field_compressed(&sh->L.schema.fields[f])) continue; /* below, by blocks */
                 const uint8_t *p;
                 uint64_t size;
                 char what[200];
@@ -288,6 +499,8 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
                 if (fn) fn(user, sh, i, (int)f, rc, what);
             }
     }
+    for (uint32_t f = 0; f < sh->L.schema.nfields; f++)
+        if (stk_field_compressed(&sh->L.schema.fields[f])) problems += verify_blocks(sh, f, first, end, fn, user);
     return problems;
 }
 
@@ -306,7 +519,7 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
     s[n++] = (span){0, sh->L.header_size};
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
         s[n++] = (span){sh->L.region[f].data_off, sh->L.region[f].data_len};
-        if (sh->L.schema.fields[f].kind == STK_KIND_BYTES)
+        if (sh->L.schema.fields[f].kind == STK_KIND_BYTES || stk_field_compressed(&sh->L.schema.fields[f]))
             s[n++] = (span){sh->L.region[f].heap_off, sh->L.region[f].heap_len};
     }
     s[n++] = (span){sh->L.cksum_off, sh->L.file_size - sh->L.cksum_off}; /* table + footer */

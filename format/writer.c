@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #define DIRECT_BUF (4u << 20)
 #define DIRECT_BIG (64u << 10)
@@ -95,10 +96,19 @@ struct stk_writer {
     buf_t offsets[STK_MAX_FIELDS]; /* bytes fields: u64 offsets    */
     buf_t cksum;            /* u64 per record per field            */
     stream_t *st;           /* streaming, or NULL                  */
+    /* compressed fields (spec 4.12): values gather in raw[f] until a block
+     * is full, then go to spool[f] as one zstd frame; table[f] holds the
+     * (first record, frame offset) entries so far, starting with (0, 0) */
+    ZSTD_CCtx *cctx;
+    int level[STK_MAX_FIELDS];
+    uint64_t block_bytes[STK_MAX_FIELDS];
+    buf_t raw[STK_MAX_FIELDS], table[STK_MAX_FIELDS];
+    uint64_t block_first[STK_MAX_FIELDS], raw_total[STK_MAX_FIELDS];
 };
 
 static void stream_stop(stream_t *st, bool abandon);
 static void stream_free(stream_t *st);
+static int close_block(stk_writer *w, uint32_t f, stk_error *err);
 
 static void writer_free(stk_writer *w)
 {
@@ -108,6 +118,8 @@ static void writer_free(stk_writer *w)
     free(w->direct_buf.p);
     for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->spool[i].p), free(w->offsets[i].p);
     free(w->cksum.p);
+    for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->raw[i].p), free(w->table[i].p);
+    ZSTD_freeCCtx(w->cctx);
     free(w->path);
     free(w->tmp);
     free(w);
@@ -134,7 +146,16 @@ stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_er
         wr64(w->offsets[f].p, 0);
         w->offsets[f].len = 8;
     }
-    w->direct = schema->fields[0].kind == STK_KIND_TENSOR;
+    for (uint32_t f = 0; f < schema->nfields; f++) {
+        if (!stk_field_compressed(&schema->fields[f])) continue;
+        w->level[f] = 3;
+        w->block_bytes[f] = (uint64_t)1 << 20;
+        if (!buf_reserve(&w->table[f], 16)) goto nomem;
+        memset(w->table[f].p, 0, 16); /* entry 0: record 0 at frame offset 0 */
+        w->table[f].len = 16;
+        if (!w->cctx && !(w->cctx = ZSTD_createCCtx())) goto nomem;
+    }
+    w->direct = schema->fields[0].kind == STK_KIND_TENSOR && !stk_field_compressed(&schema->fields[0]);
     align_ok(stk_header_size(schema->nfields), STK_ALIGN, &w->direct_off);
     if (w->direct && !buf_reserve(&w->direct_buf, DIRECT_BUF)) goto nomem;
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -180,7 +201,8 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
         if (v[f].size > SIZE_MAX / 4)
             return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': value too large", w->path,
                             (unsigned long long)w->records, fd->name);
-        bool ok = (f == 0 && w->direct) || buf_reserve(&w->spool[f], (size_t)v[f].size);
+        buf_t *dst = stk_field_compressed(fd) ? &w->raw[f] : &w->spool[f];
+        bool ok = (f == 0 && w->direct) || buf_reserve(dst, (size_t)v[f].size);
         if (ok && fd->kind == STK_KIND_BYTES) ok = buf_reserve(&w->offsets[f], 8);
         if (!ok) return stk_fail(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path, fd->name);
     }
@@ -334,7 +356,8 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_expect: NULL writer");
     if (w->records || w->st || !w->direct || records == 0) return STK_OK; /* too late, or nothing to gain */
     for (uint32_t f = 0; f < w->schema.nfields; f++)
-        if (w->schema.fields[f].kind != STK_KIND_TENSOR) return STK_OK; /* heap sizes unknown up front */
+        if (w->schema.fields[f].kind != STK_KIND_TENSOR || stk_field_compressed(&w->schema.fields[f]))
+            return STK_OK; /* heap or frame sizes unknown up front */
     stk_layout L;
     int rc = make_layout_n(w, records, NULL, &L, err);
     if (rc) return rc;
@@ -423,21 +446,74 @@ int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
         wr64(w->cksum.p + w->cksum.len, stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size));
         w->cksum.len += 8;
         if (f == 0 && w->direct) continue;
-        if (v[f].size) memcpy(w->spool[f].p + w->spool[f].len, v[f].data, (size_t)v[f].size);
-        w->spool[f].len += (size_t)v[f].size;
+        bool z = stk_field_compressed(&s->fields[f]);
+        buf_t *dst = z ? &w->raw[f] : &w->spool[f];
+        if (v[f].size) memcpy(dst->p + dst->len, v[f].data, (size_t)v[f].size);
+        dst->len += (size_t)v[f].size;
+        w->raw_total[f] += z ? v[f].size : 0;
         if (s->fields[f].kind == STK_KIND_BYTES) {
-            wr64(w->offsets[f].p + w->offsets[f].len, w->spool[f].len);
+            wr64(w->offsets[f].p + w->offsets[f].len, z ? w->raw_total[f] : w->spool[f].len);
             w->offsets[f].len += 8;
         }
     }
     w->records++;
+    for (uint32_t f = 0; f < s->nfields; f++)
+        if (stk_field_compressed(&s->fields[f]) && w->raw[f].len >= w->block_bytes[f] &&
+            (rc = close_block(w, f, err)))
+            return w->failed = rc; /* the record is in: a writer that cannot compress is done */
+    return STK_OK;
+}
+
+int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err)
+{
+    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_compression: NULL writer");
+    if (w->records) return stk_fail(err, STK_E_ARG, "%s: compression is set before the first record", w->path);
+    if (level < 0 || level > ZSTD_maxCLevel())
+        return stk_fail(err, STK_E_ARG, "%s: zstd level %d out of range (1..%d)", w->path, level, ZSTD_maxCLevel());
+    if (block_bytes > STK_BLOCK_RAW_MAX / 2)
+        return stk_fail(err, STK_E_ARG, "%s: block size %llu over %llu", w->path, (unsigned long long)block_bytes,
+                        (unsigned long long)(STK_BLOCK_RAW_MAX / 2));
+    for (uint32_t i = 0; i < w->schema.nfields; i++) {
+        if (f != UINT32_MAX && i != f) continue;
+        if (!stk_field_compressed(&w->schema.fields[i])) {
+            if (f == UINT32_MAX) continue;
+            return stk_fail(err, STK_E_ARG, "%s: field '%s' is not compressed", w->path, w->schema.fields[i].name);
+        }
+        w->level[i] = level ? level : 3;
+        w->block_bytes[i] = block_bytes ? block_bytes : (uint64_t)1 << 20;
+    }
+    if (f != UINT32_MAX && f >= w->schema.nfields)
+        return stk_fail(err, STK_E_RANGE, "%s: field %u out of range", w->path, f);
     return STK_OK;
 }
 
 uint64_t stk_writer_records(const stk_writer *w) { return w ? w->records : 0; }
 
+/* Compress the pending records of field f into one frame. Single-threaded
+ * with a fixed level: the same records give the same bytes anywhere. */
+static int close_block(stk_writer *w, uint32_t f, stk_error *err)
+{
+    buf_t *raw = &w->raw[f], *out = &w->spool[f];
+    size_t bound = ZSTD_compressBound(raw->len);
+    if (!buf_reserve(out, bound) || !buf_reserve(&w->table[f], 16))
+        return stk_fail(err, STK_E_NOMEM, "%s: out of memory compressing field '%s'", w->path,
+                        w->schema.fields[f].name);
+    size_t n = ZSTD_compressCCtx(w->cctx, out->p + out->len, bound, raw->p, raw->len, w->level[f]);
+    if (ZSTD_isError(n))
+        return stk_fail(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path, w->schema.fields[f].name,
+                        ZSTD_getErrorName(n));
+    out->len += n;
+    raw->len = 0;
+    wr64(w->table[f].p + w->table[f].len, w->records);      /* the next block's first record */
+    wr64(w->table[f].p + w->table[f].len + 8, out->len);    /* and its frame's offset        */
+    w->table[f].len += 16;
+    w->block_first[f] = w->records;
+    return STK_OK;
+}
+
 /* Fill in lengths and place every region, as if `extra` (may be NULL) were
- * appended too. */
+ * appended too. Pending compressed records count uncompressed (and one more
+ * table entry): an estimate until finish closes the last blocks. */
 static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk_layout *L,
                          stk_error *err)
 {
@@ -447,7 +523,12 @@ static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value 
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
         stk_region *r = &L->region[f];
         const stk_field *fd = &w->schema.fields[f];
-        if (fd->kind == STK_KIND_TENSOR) {
+        if (stk_field_compressed(fd)) {
+            bool pending = w->records > w->block_first[f] || extra;
+            r->stride = fd->kind == STK_KIND_TENSOR ? stk_field_stride(fd) : 8;
+            r->data_len = stk_block_table_at(fd, L->records) + 8 + w->table[f].len + (pending ? 16 : 0);
+            r->heap_len = w->spool[f].len + w->raw[f].len + (extra ? extra[f].size : 0);
+        } else if (fd->kind == STK_KIND_TENSOR) {
             r->stride = stk_field_stride(fd);
             r->data_len = L->records * r->stride;
         } else {
@@ -508,10 +589,26 @@ static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, s
     int rc;
     if (w->st && (rc = stream_drain(w, err))) return rc;
     if ((rc = flush_direct(w, err))) return rc;
+    for (uint32_t f = 0; f < w->schema.nfields; f++) /* the last, partial blocks */
+        if (stk_field_compressed(&w->schema.fields[f]) && w->records > w->block_first[f] &&
+            (rc = close_block(w, f, err)))
+            return rc;
     if ((rc = make_layout(w, NULL, L, err))) return rc;
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
         const stk_region *r = &L->region[f];
-        if (w->schema.fields[f].kind == STK_KIND_BYTES) {
+        if (stk_field_compressed(&w->schema.fields[f])) {
+            uint64_t at = r->data_off, nb = w->table[f].len / 16 - 1;
+            uint8_t n8[8];
+            wr64(n8, nb);
+            if (w->schema.fields[f].kind == STK_KIND_BYTES &&
+                (rc = stk_pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, at, w->tmp, err)))
+                return rc;
+            at += stk_block_table_at(&w->schema.fields[f], w->records);
+            if ((rc = stk_pwrite_all(w->fd, n8, 8, at, w->tmp, err)) ||
+                (rc = stk_pwrite_all(w->fd, w->table[f].p, w->table[f].len, at + 8, w->tmp, err)) ||
+                (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
+                return rc;
+        } else if (w->schema.fields[f].kind == STK_KIND_BYTES) {
             if ((rc = stk_pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, r->data_off, w->tmp, err)) ||
                 (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
                 return rc;

@@ -247,6 +247,10 @@ static int parse_args(int argc, char **argv, opts *o)
         fprintf(stderr, "shardread: --sweep-* options, --csv and --plot go with --sweep\n");
         return EXIT_USAGE;
     }
+    if (o->sweep && (o->dump || o->stop_after || o->state_in || o->state_out || o->touch)) {
+        fprintf(stderr, "shardread: --dump-order, --stop-after, --state-in/out and --touch do not go with --sweep\n");
+        return EXIT_USAGE;
+    }
     return EXIT_OK;
 }
 
@@ -264,6 +268,7 @@ static void sweep_defaults(opts *o)
     if (!so->nbatch) so->batch[so->nbatch++] = o->ro.batch_size;
     if (!so->seconds) so->seconds = 1;
     so->step_us = o->step_us;
+    so->step_busy = o->step_busy;
     so->json = o->json;
     so->quiet = o->quiet;
 }
@@ -420,12 +425,13 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         printf("{\"ok\":%s,\"batches\":%llu,\"samples\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
                "\"samples_per_s\":%.1f,\"gb_per_s\":%.4f,\"wait_fraction\":%.4f,\"wait_s\":%.6f,"
                "\"busy_s\":%.6f,\"mean_ready\":%.2f,\"zero_copy_batches\":%llu,\"verified\":%llu,"
-               "\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"order\":\"%s\",\"next_epoch\":%llu,"
+               "\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"device\":\"%s\",\"order\":\"%s\",\"next_epoch\":%llu,"
                "\"next_batch\":%llu,\"verdict\":",
                rc ? "false" : "true", (unsigned long long)s->batches, (unsigned long long)s->samples,
                (unsigned long long)s->bytes, s->wall_s, sps, gbs, wf, s->wait_s, s->busy_s, s->mean_ready,
                (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified, s->threads,
-               s->prefetch, o->ro.batch_size, ORDERS[o->ro.order], (unsigned long long)e,
+               s->prefetch, o->ro.batch_size, s->device == STK_DEVICE_CUDA ? "cuda" : s->device == STK_DEVICE_HOST ? "host" : "none",
+               ORDERS[o->ro.order], (unsigned long long)e,
                (unsigned long long)b);
         tool_json_string(stdout, verdict);
         if (errmsg) {
@@ -458,10 +464,12 @@ int main(int argc, char **argv)
         stk_reader_close(r);
         return rc;
     }
-    uint64_t e0, b0;
+    uint64_t e0, b0, bpe = stk_reader_batches_per_epoch(r);
     stk_reader_position(r, &e0, &b0);
+    if (o.epochs > (UINT64_MAX - e0) / 2 / bpe) o.epochs = (UINT64_MAX - e0) / 2 / bpe; /* "forever" */
     stk_reader_set_epochs(r, e0 + o.epochs);
-    uint64_t total = (o.epochs * stk_reader_batches_per_epoch(r)) - b0;
+    uint64_t total = (o.epochs * bpe) - b0;
+    if (!o.quiet && *stk_reader_device_note(r)) fprintf(stderr, "shardread: %s\n", stk_reader_device_note(r));
     if (o.stop_after && o.stop_after < total) total = o.stop_after;
     tool_progress bar;
     tool_progress_start_units(&bar, "read", "batches", total, o.quiet || o.dump);

@@ -60,7 +60,7 @@ static const uint8_t DIGITS[11][5] = {
     {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}, {0, 0, 7, 0, 0},
 };
 
-static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsigned y, long long v)
+static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsigned y, unsigned xmax, long long v)
 {
     char s[32];
     int len = snprintf(s, sizeof s, "%lld", v);
@@ -69,7 +69,7 @@ static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsign
         for (unsigned r = 0; r < 5 * GLYPH_SCALE; r++)
             for (unsigned c = 0; c < 3 * GLYPH_SCALE; c++) {
                 unsigned px = x + (unsigned)k * 4 * GLYPH_SCALE + c, py = y + r;
-                if (px >= W || py >= H || !(g[r / GLYPH_SCALE] & (4 >> (c / GLYPH_SCALE)))) continue;
+                if (px >= W || px >= xmax || py >= H || !(g[r / GLYPH_SCALE] & (4 >> (c / GLYPH_SCALE)))) continue;
                 memset(img + ((size_t)py * W + px) * 3, INK, 3);
             }
     }
@@ -224,37 +224,42 @@ int main(int argc, char **argv)
         stk_dataset_close(ds);
         return EXIT_PROBLEMS;
     }
-    unsigned h = (unsigned)fd->shape[0], w = (unsigned)fd->shape[1], ch = (unsigned)fd->shape[2];
+    /* Geometry in 64 bits, refused before any allocation when too large
+     * (and above what JPEG can hold: 65,500 pixels a side). */
+    uint64_t h = fd->shape[0], w = fd->shape[1], ch = fd->shape[2];
     uint64_t N = stk_dataset_records(ds), n = o.one ? 1 : o.n;
     if (!o.one && !o.random && o.first < N && n > N - o.first) n = N - o.first;
     if (o.random && n > N) n = N;
-    if ((o.one && o.record >= N) || (!o.one && o.first >= N)) {
+    if ((o.one && o.record >= N) || (!o.one && !o.random && o.first >= N)) {
         fprintf(stderr, "shardview: %s: record %llu out of range (%llu records)\n", o.path,
                 (unsigned long long)(o.one ? o.record : o.first), (unsigned long long)N);
         stk_dataset_close(ds);
         return EXIT_PROBLEMS;
     }
-    unsigned cols = o.one ? 1 : o.columns ? o.columns : 1, pad = o.one ? 0 : CELL_PAD;
-    while (!o.one && !o.columns && (uint64_t)cols * cols < n) cols++;
-    if (cols > n) cols = (unsigned)n;
-    unsigned rows = (unsigned)((n + cols - 1) / cols), lab = o.label && !o.one ? LABEL_H : 0;
-    unsigned cw = w + 2 * pad, chh = h + 2 * pad + lab, W = cols * cw, H = rows * chh;
-    uint8_t *rgb = malloc((size_t)W * H * 3);
-    if (!rgb || (uint64_t)W * H > 400000000ULL) {
-        fprintf(stderr, "shardview: a %ux%u sheet is too large: fewer --records or --columns\n", W, H);
-        free(rgb);
+    uint64_t cols = o.one ? 1 : o.columns ? o.columns : 1, pad = o.one ? 0 : CELL_PAD;
+    while (!o.one && !o.columns && cols * cols < n) cols++;
+    if (cols > n) cols = n;
+    uint64_t rows = (n + cols - 1) / cols, lab = o.label && !o.one ? LABEL_H : 0;
+    uint64_t cw = w + 2 * pad, chh = h + 2 * pad + lab, W = cols * cw, H = rows * chh;
+    if (W > 65500 || H > 65500 || W * H > 400000000ULL) {
+        fprintf(stderr, "shardview: a %llux%llu sheet is too large (at most 65500 a side, 400 megapixels): fewer "
+                "--records or --columns\n", (unsigned long long)W, (unsigned long long)H);
         stk_dataset_close(ds);
         return EXIT_USAGE;
     }
-    memset(rgb, BACKGROUND, (size_t)W * H * 3);
-    if (o.json) {
-        printf("{\"out\":");
-        tool_json_string(stdout, o.out);
-        printf(",\"width\":%u,\"height\":%u,\"columns\":%u,\"rows\":%u,\"cell_width\":%u,\"cell_height\":%u,"
-               "\"pad\":%u,\"cells\":[", W, H, cols, rows, cw, chh, pad);
+    uint8_t *rgb = malloc((size_t)(W * H * 3));
+    int64_t *labels = malloc(sizeof *labels * n);
+    uint64_t *recs = malloc(sizeof *recs * n);
+    if (!rgb || !labels || !recs) {
+        fprintf(stderr, "shardview: out of memory for a %llux%llu sheet\n", (unsigned long long)W,
+                (unsigned long long)H);
+        free(rgb), free(labels), free(recs);
+        stk_dataset_close(ds);
+        return EXIT_PROBLEMS;
     }
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t rec = pick(&o, N, i);
+    memset(rgb, BACKGROUND, (size_t)(W * H * 3));
+    for (uint64_t i = 0; i < n && !rc; i++) {
+        uint64_t rec = recs[i] = pick(&o, N, i);
         const void *p;
         uint64_t size;
         if (stk_dataset_value(ds, (unsigned)f, rec, &p, &size, &err)) {
@@ -262,23 +267,36 @@ int main(int argc, char **argv)
             rc = EXIT_PROBLEMS;
             break;
         }
-        unsigned x = (unsigned)(i % cols) * cw + pad, y = (unsigned)(i / cols) * chh + pad;
-        blit(rgb, W, p, w, h, ch, x, y);
-        int64_t label = label_of(ds, lf, rec);
-        if (lab && lf >= 0) draw_number(rgb, W, H, x + 1, y + h + 2, label);
-        if (o.json) {
-            const char *cls = lf >= 0 && label >= 0 && (uint64_t)label < m->nclasses ? m->classes[label] : NULL;
-            printf("%s{\"record\":%llu,\"x\":%u,\"y\":%u", i ? "," : "", (unsigned long long)rec, x, y);
-            if (lf >= 0) printf(",\"label\":%lld", (long long)label);
+        unsigned x = (unsigned)((i % cols) * cw + pad), y = (unsigned)((i / cols) * chh + pad);
+        blit(rgb, (unsigned)W, p, (unsigned)w, (unsigned)h, (unsigned)ch, x, y);
+        labels[i] = label_of(ds, lf, rec);
+        /* drawn inside its own cell only: a long label is cut, not spilled */
+        if (lab && lf >= 0) draw_number(rgb, (unsigned)W, (unsigned)H, x + 1, y + (unsigned)h + 2, x + (unsigned)w,
+                                        labels[i]);
+    }
+    if (!rc && write_image(o.out, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = EXIT_PROBLEMS;
+    if (!rc && o.json) { /* only for a sheet that was written */
+        printf("{\"out\":");
+        tool_json_string(stdout, o.out);
+        printf(",\"width\":%llu,\"height\":%llu,\"columns\":%llu,\"rows\":%llu,\"cell_width\":%llu,"
+               "\"cell_height\":%llu,\"pad\":%llu,\"cells\":[", (unsigned long long)W, (unsigned long long)H,
+               (unsigned long long)cols, (unsigned long long)rows, (unsigned long long)cw, (unsigned long long)chh,
+               (unsigned long long)pad);
+        for (uint64_t i = 0; i < n; i++) {
+            const char *cls = lf >= 0 && labels[i] >= 0 && (uint64_t)labels[i] < m->nclasses ? m->classes[labels[i]] : NULL;
+            printf("%s{\"record\":%llu,\"x\":%llu,\"y\":%llu", i ? "," : "", (unsigned long long)recs[i],
+                   (unsigned long long)((i % cols) * cw + pad), (unsigned long long)((i / cols) * chh + pad));
+            if (lf >= 0) printf(",\"label\":%lld", (long long)labels[i]);
             if (cls) {
                 printf(",\"class\":");
                 tool_json_string(stdout, cls);
             }
             putchar('}');
         }
+        printf("]}\n");
     }
-    if (o.json) printf("]}\n");
-    if (!rc && write_image(o.out, rgb, W, H, o.quality)) rc = EXIT_PROBLEMS;
+    free(labels);
+    free(recs);
     free(rgb);
     stk_dataset_close(ds);
     return rc;

@@ -24,15 +24,27 @@ typedef struct {
     int ok, knee;
 } point;
 
+/* Sorted and without repeats, so that the table and the chart's lines run
+ * in order of the setting. */
 unsigned sweep_parse_list(const char *s, unsigned *out)
 {
     unsigned n = 0;
     while (*s) {
         char *end;
         errno = 0;
+        if (*s < '0' || *s > '9') return 0; /* no sign, no blank */
         unsigned long v = strtoul(s, &end, 10);
-        if (errno || end == s || v == 0 || v > 1u << 20 || n == SWEEP_MAX_VALUES || (*end && *end != ',')) return 0;
-        out[n++] = (unsigned)v;
+        if (errno || end == s || v == 0 || v > 1u << 20 || n == SWEEP_MAX_VALUES || (*end && *end != ',') ||
+            (*end == ',' && !end[1]))
+            return 0;
+        unsigned k = n++;
+        while (k > 0 && out[k - 1] > v) out[k] = out[k - 1], k--;
+        if (k > 0 && out[k - 1] == v) { /* a repeat: undo the shift */
+            for (unsigned j = k; j + 1 < n; j++) out[j] = out[j + 1];
+            n--;
+        } else {
+            out[k] = (unsigned)v;
+        }
         s = *end ? end + 1 : end;
     }
     return n;
@@ -49,9 +61,15 @@ static double rss_anon_mib(void)
     return kb / 1024;
 }
 
-static void sleep_us(uint64_t us)
+static void step(const sweep_opts *so)
 {
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    if (so->step_busy) { /* a compute-bound step holds a core, as a CPU trainer would */
+        double until = tool_now() + so->step_us * 1e-6;
+        while (tool_now() < until) {
+        }
+        return;
+    }
+    struct timespec ts = {(time_t)(so->step_us / 1000000), (long)(so->step_us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
@@ -80,7 +98,7 @@ static int measure(const stk_dataset *ds, const stk_reader_options *base, const 
     uint64_t n = 0;
     while (b && tool_now() - t0 < so->seconds) {
         if (!(b = stk_reader_next(r, &err))) break;
-        if (so->step_us) sleep_us(so->step_us);
+        if (so->step_us) step(so);
         if (++n % 8 == 0) {
             double m = rss_anon_mib();
             peak = m > peak ? m : peak;

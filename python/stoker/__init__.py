@@ -34,6 +34,7 @@ that the current stream is the one the reader was opened with.
 """
 import ctypes
 import json
+import operator
 import os
 import sys
 import atexit
@@ -220,6 +221,8 @@ class Batch(dict):
 
 def _device_arg(device, want_transform):
     """(stk_device, index, torch device or None) from device=... ."""
+    if getattr(device, "type", None) == "cpu":  # torch.device("cpu")
+        device = "cpu"
     if device is None or device == "cpu":
         return (L.DEVICE_HOST if want_transform else L.DEVICE_NONE), 0, None
     if device == "host":
@@ -311,7 +314,11 @@ class Reader:
             raise ValueError(f"verify {verify!r}: off, once or always")
         if transform is not None and not isinstance(transform, Transform):
             raise TypeError("transform: a stoker.Transform")
-        if not isinstance(batch_size, int) or not 1 <= batch_size < 2 ** 32:
+        try:
+            batch_size = operator.index(batch_size)  # numpy and torch integers too
+        except TypeError:
+            raise ValueError(f"batch_size {batch_size!r}: an int >= 1") from None
+        if not 1 <= batch_size < 2 ** 32:
             raise ValueError(f"batch_size {batch_size!r}: an int >= 1")
         dev, dev_index, torch_dev = _device_arg(device, transform is not None)
         if output is None:
@@ -349,6 +356,7 @@ class Reader:
             if stream is None and torch.cuda.is_available():
                 stream = torch.cuda.current_stream(dev_index)
             handle = getattr(stream, "cuda_stream", stream)
+            self._stream_obj = stream  # the stream must outlive the C reader (close waits on it)
             self._stream_handle = int(handle) if handle is not None else 0
             o.stream = self._stream_handle or None
         elif stream is not None:
@@ -362,7 +370,7 @@ class Reader:
         if not r:
             _raise(err)
         self._r = r
-        self._h = _Handle(r)
+        self._h = _Handle(r, getattr(self, "_stream_obj", None))
         _open_readers.add(self)
         eff = L.stk_reader_get_options(r).contents
         self.path = os.fspath(path)
@@ -383,12 +391,16 @@ class Reader:
 
     # ------------------------------------------------------------ plumbing
     def _handle(self):
-        if self._r is None:
+        """The C reader's owner, for one call: the caller keeps it in a local for the
+        duration, so a close() from another thread cannot free the C reader under the
+        call (it is freed when the last reference goes)."""
+        h = self._h
+        if h is None or self._r is None:
             raise ValueError("stoker.Reader: the reader is closed")
         if os.getpid() != self._pid:
             raise RuntimeError("stoker.Reader: used in a forked child; its worker threads live in the parent "
                                "(open a reader in each process)")
-        return self._r
+        return h
 
     def _expire(self):
         if self._lease is not None:
@@ -436,8 +448,11 @@ class Reader:
     def next_batch(self):
         """The next batch of the endless stream (it crosses epochs), or None at the
         end of the stream set with set_epochs(). Expires the batch before."""
-        r = self._handle()
+        h = self._handle()  # noqa: F841 (keeps the C reader alive during the call)
+        r = h.r
         with self._lock:
+            if self._h is not h:  # closed by another thread while this one waited for the lock
+                raise ValueError("stoker.Reader: the reader is closed")
             self._expire()
             err = L.Error_()
             p = L.stk_reader_next(r, ctypes.byref(err))
@@ -549,12 +564,14 @@ class Reader:
     def position(self):
         """(epoch, batch) of the batch the next step returns."""
         e, b = ctypes.c_uint64(), ctypes.c_uint64()
-        L.stk_reader_position(self._handle(), ctypes.byref(e), ctypes.byref(b))
+        h = self._handle()
+        L.stk_reader_position(h.r, ctypes.byref(e), ctypes.byref(b))
         return e.value, b.value
 
     def seek(self, epoch, batch=0):
         """The next batch will be `batch` of `epoch`. Expires the current batch."""
-        r = self._handle()
+        h = self._handle()  # noqa: F841 (keeps the C reader alive during the call)
+        r = h.r
         with self._lock:
             self._expire()
             err = L.Error_()
@@ -573,13 +590,15 @@ class Reader:
 
     def set_epochs(self, epochs):
         """End the stream after `epochs` epochs (0: endless, the default); next_batch() then returns None."""
-        L.stk_reader_set_epochs(self._handle(), int(epochs))
+        h = self._handle()
+        L.stk_reader_set_epochs(h.r, int(epochs))
 
     def state_dict(self):
         """The position (the batch the next step returns) and what defines the stream,
         as the JSON object of stk_reader_state_format (spec/ORDERS.md, "State"):
         plain ints and strings, for torch.save or json; `shardread --state-in` reads it too."""
-        r = self._handle()
+        h = self._handle()  # noqa: F841 (keeps the C reader alive during the call)
+        r = h.r
         st = L.padded(L.State)
         with self._lock:
             L.stk_reader_save(r, ctypes.addressof(st))
@@ -594,7 +613,8 @@ class Reader:
         """Continue from a state_dict() (a dict or its JSON text) of a reader over the same
         dataset, order, seed, global batch (batch_size x world_size) and tail; rank and
         world size may differ. Refusals raise ArgumentError with libstoker's message."""
-        r = self._handle()
+        h = self._handle()  # noqa: F841 (keeps the C reader alive during the call)
+        r = h.r
         text = state if isinstance(state, str) else json.dumps(state, separators=(",", ":"))
         data = text.encode()
         st = L.padded(L.State)
@@ -610,7 +630,8 @@ class Reader:
     # ------------------------------------------------------------ statistics
     def _stats_c(self):
         s = L.padded(L.Stats)
-        L.stk_reader_stats_get(self._handle(), ctypes.addressof(s))
+        h = self._handle()
+        L.stk_reader_stats_get(h.r, ctypes.addressof(s))
         return s
 
     def stats(self):
@@ -639,7 +660,8 @@ class Reader:
         return self._verdict(self._stats_c())
 
     def reset_stats(self):
-        L.stk_reader_stats_reset(self._handle())
+        h = self._handle()
+        L.stk_reader_stats_reset(h.r)
 
     @property
     def classes(self):
@@ -678,10 +700,11 @@ def _poison_host(raw, arr):
 class _Handle:
     """Owns the C reader: stk_reader_close runs when the Reader is closed and no view
     (which holds a reference to this) remains."""
-    __slots__ = ("r", "pid")
+    __slots__ = ("r", "pid", "keep")
 
-    def __init__(self, r):
+    def __init__(self, r, keep=None):
         self.r, self.pid = r, os.getpid()
+        self.keep = keep  # the consumer's CUDA stream: it must outlive the C reader
 
     def __del__(self):
         r, self.r = self.r, None

@@ -142,7 +142,8 @@ static const header_case CASES[] = {
     {"dtype 13", DESC(1, D_DTYPE), 1, SET, 13, STK_E_UNSUPPORTED, "field 'label': dtype 13 is not supported"},
     {"dtype wider", DESC(0, D_DTYPE), 1, SET, STK_DT_F32, STK_E_FORMAT, "field 'image': stride 30 does not match its shape (60)"},
     {"dtype of bytes", DESC(2, D_DTYPE), 1, SET, STK_DT_I8, STK_E_FORMAT, "bytes field 'text' must have dtype u8"},
-    {"codec", DESC(0, D_CODEC), 1, SET, 1, STK_E_UNSUPPORTED, "field 'image' uses codec 1"},
+    {"codec", DESC(0, D_CODEC), 1, SET, 2, STK_E_UNSUPPORTED, "field 'image' uses codec 2"},
+    {"zstd in a 1.0 file", DESC(0, D_CODEC), 1, SET, 1, STK_E_FORMAT, "codec zstd needs format 1.1, the file says 1.0"},
     {"codec of bytes", DESC(2, D_CODEC), 1, SET, 200, STK_E_UNSUPPORTED, "field 'text' uses codec 200"},
     {"ndim 7", DESC(0, D_NDIM), 1, SET, 7, STK_E_FORMAT, "field 'image': 7 dimensions (at most 6)"},
     {"ndim 1", DESC(0, D_NDIM), 1, SET, 1, STK_E_FORMAT, "field 'image': shape entry 1 set beyond ndim"},
@@ -282,7 +283,7 @@ START_TEST(version_from_file)
     memset(b + H_NFIELDS, 0xff, 4); /* a v2 header may say anything after the version */
     tu_write(path, b, len);
     ck_assert_ptr_null(stk_shard_open(path, &e));
-    tu_assert_error(&e, STK_E_VERSION, "unsupported format version 2.7 (this build reads 1.x, up to 1.0)");
+    tu_assert_error(&e, STK_E_VERSION, "unsupported format version 2.7 (this build reads 1.x, up to 1.1)");
     ck_assert_ptr_nonnull(strstr(e.msg, "v2.stk"));
     free(b);
 }

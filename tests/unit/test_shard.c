@@ -78,7 +78,7 @@ static stk_shard_info round_trip(const char *dir, const char *name, const stk_sc
     unsigned major = 99, minor = 99;
     stk_shard_version(sh, &major, &minor);
     ck_assert_uint_eq(major, STK_FORMAT_MAJOR);
-    ck_assert_uint_eq(minor, STK_FORMAT_MINOR);
+    ck_assert_uint_eq(minor, 0); /* 1.1 only when a field is compressed (test_zstd) */
 
     for (unsigned f = 0; f < nf; f++) {
         const stk_field *fd = &schema->fields[f];

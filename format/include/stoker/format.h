@@ -47,7 +47,7 @@ extern "C" {
  * Files of another major version are refused with STK_E_VERSION. Files of a
  * later minor version are read when they use no feature this build lacks. */
 #define STK_FORMAT_MAJOR 1
-#define STK_FORMAT_MINOR 0
+#define STK_FORMAT_MINOR 1 /* 1.1: compressed (zstd) fields; files without any stay 1.0 */
 
 /* ------------------------------------------------------------------ errors */
 
@@ -92,7 +92,11 @@ typedef enum {
     STK_KIND_BYTES = 2   /* variable-length byte string per record             */
 } stk_kind;
 
-typedef enum { STK_CODEC_NONE = 0 } stk_codec;
+typedef enum {
+    STK_CODEC_NONE = 0, /* values stored as they are                          */
+    STK_CODEC_ZSTD = 1  /* values in independently compressed blocks of
+                           consecutive records (format 1.1)                  */
+} stk_codec;
 
 #define STK_NAME_MAX 32   /* field name bytes including the terminating NUL */
 #define STK_MAX_DIMS 6
@@ -127,6 +131,8 @@ STK_API int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype,
                                   stk_error *err);
 /* Append a variable-length bytes field. */
 STK_API int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err);
+/* Store field f compressed (STK_CODEC_ZSTD) or not (STK_CODEC_NONE). */
+STK_API int stk_schema_set_codec(stk_schema *s, unsigned f, int codec, stk_error *err);
 /* Check names, kinds, dtypes, shapes and sizes. */
 STK_API int stk_schema_validate(const stk_schema *s, stk_error *err);
 /* 1 when both schemas declare the same fields in the same order, else 0. */
@@ -176,6 +182,12 @@ STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema
  * system takes it. A different final count stays correct: finish then reads
  * the file back, as without this call. */
 STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
+/* Compressed fields: zstd `level` (1..19; 0: 3) and the target uncompressed
+ * size of a block (0: 1 MiB; a block closes at the first record that reaches
+ * it) for field f, or for every compressed field when f is UINT32_MAX.
+ * Before the first append. Blocks are compressed one by one with a fixed
+ * level: the bytes do not depend on threads or timing. */
+STK_API int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err);
 /* Append one record: values[f] for every field f of the schema. On error the
  * writer is unchanged and may still be aborted (or the error ignored). */
 STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
@@ -190,7 +202,9 @@ STK_API uint64_t stk_writer_bytes(const stk_writer *w);
 STK_API int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err);
 /* Size in bytes of a shard of `records` records of this schema, with every
  * bytes field empty; 0 on overflow or an invalid schema. For fixed-size
- * schemas this is exact: a packer uses it to fit whole records to a size. */
+ * schemas this is exact: a packer uses it to fit whole records to a size.
+ * With compressed fields it counts them uncompressed (an upper bound but for
+ * a few bytes per block of incompressible data). */
 STK_API uint64_t stk_shard_size_for(const stk_schema *schema, uint64_t records);
 /* Discard everything written; remove the temporary file; free. NULL is a no-op. */
 STK_API void stk_writer_abort(stk_writer *w);
@@ -228,9 +242,30 @@ STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino
 STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
 
 /* Value of field f of record i (tensor or bytes), bounds-checked, with the
- * variable-length offsets validated. The pointer lives until close. */
+ * variable-length offsets validated. The pointer lives until close. A
+ * compressed field has no value in the map: STK_E_UNSUPPORTED (use the block
+ * calls below, or the reader). */
 STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i,
                             const void **data, uint64_t *size, stk_error *err);
+
+/* Compressed fields (codec STK_CODEC_ZSTD) hold their values in blocks of
+ * consecutive records, each an independent zstd frame. Blocks of field f:
+ * 0 for an uncompressed field. */
+STK_API uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f);
+/* The block holding record i of a compressed field. */
+STK_API int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block, stk_error *err);
+/* Block b: its first record and record count, its size decompressed and
+ * compressed. */
+STK_API int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *first,
+                                 uint64_t *count, uint64_t *raw_bytes, uint64_t *packed_bytes, stk_error *err);
+/* Decompress block b into dst (at least raw_bytes of room). A frame that does
+ * not decompress to exactly raw_bytes is STK_E_FORMAT, naming shard, field and
+ * block. */
+STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
+                                 stk_error *err);
+/* Record i's value inside `raw`, block b decompressed by stk_shard_block_read. */
+STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,
+                                  const void **data, uint64_t *size, stk_error *err);
 
 /* Stored XXH3-64 of field f of record i. */
 STK_API uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i);
@@ -321,6 +356,8 @@ typedef struct {
     size_t nclasses;
     const char *const *classes;
     const char *pack_json;      /* a JSON object stored as "pack"; NULL for {} */
+    int zstd_level;             /* compressed fields: zstd level (0: 3)         */
+    uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)      */
 } stk_dataset_options;
 
 /* Create (or reuse) directory `dir` and start a dataset there. Refuses with
