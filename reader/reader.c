@@ -190,15 +190,56 @@ static void part_records(const stk_reader *r, stk_worker *w, uint64_t s, uint64_
  * shard. Pure, so every part of the batch decides alike. */
 static int zero_copy_shard(const stk_reader *r, uint64_t p0, uint32_t n, size_t *shard, uint64_t *local)
 {
-    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be) return 0; /* device path: staged */
+    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be || r->has_compressed) return 0; /* staged */
     if (p0 + n > r->N) return 0;                                          /* wraps around */
     if (stk_dataset_locate(r->ds, p0, shard, local, NULL)) return 0;
     return stk_dataset_shard_first(r->ds, *shard + 1) >= p0 + n;
 }
 
+/* Append n bytes to the part's heap; the value records its offset for now
+ * (the buffer may move) and gets its pointer when the part is done. */
+static int zheap_put(stk_zheap *h, const void *src, uint64_t n, stk_value *v, stk_error *err)
+{
+    if (h->len + n > h->cap) {
+        uint64_t cap = h->cap ? h->cap : 4096;
+        while (cap < h->len + n) cap *= 2;
+        uint8_t *p = realloc(h->p, cap);
+        if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory for the values of a compressed field");
+        h->p = p;
+        h->cap = cap;
+    }
+    if (n) memcpy(h->p + h->len, src, n);
+    v->data = (const void *)(uintptr_t)h->len;
+    v->size = n;
+    h->len += n;
+    return STK_OK;
+}
+
+/* The value of selected field k of record (s, local): from the map, or
+ * copied out of its decompressed block (the shared cache, blockcache.c)
+ * into dst (tensors) or the part's heap (bytes values). */
+static int compressed_value(stk_reader *r, size_t s, unsigned k, uint64_t local, uint8_t *dst, stk_zheap *zh,
+                            stk_value *v, stk_error *err)
+{
+    const stk_shard *sh = stk_dataset_shard(r->ds, s);
+    unsigned f = r->sel[k];
+    uint64_t b, size;
+    stk_zentry *e;
+    const uint8_t *raw;
+    const void *src;
+    int rc = stk_shard_block_find(sh, f, local, &b, err);
+    if (rc || (rc = stk__zcache_get(r->zcache, r->ds, s, f, b, &e, &raw, err))) return rc;
+    if (!(rc = stk_shard_block_value(sh, f, b, raw, local, &src, &size, err))) {
+        if (dst) memcpy(dst, src, size);
+        else rc = zheap_put(zh, src, size, v, err);
+    }
+    stk__zcache_put(r->zcache, e);
+    return rc;
+}
+
 /* Copy (or point at) every selected field of record `i` of the batch. */
 static int gather_one(stk_reader *r, stk_worker *w, stk_slot *sl, uint32_t i, int zc, uint64_t *heap,
-                      stk_error *err)
+                      stk_zheap *zh, stk_error *err)
 {
     uint64_t rec = sl->records[i], local;
     size_t s;
@@ -214,16 +255,25 @@ static int gather_one(stk_reader *r, stk_worker *w, stk_slot *sl, uint32_t i, in
         stk_batch_field *bf = &sl->fields[k];
         const void *src;
         uint64_t size;
-        if ((rc = stk_shard_value(sh, r->sel[k], local, &src, &size, err))) return rc;
-        if (bf->kind == STK_KIND_BYTES) {
-            stk_value *v = (stk_value *)&bf->values[i];
-            v->data = src;
-            v->size = size;
-            heap[k] += size;
-        } else if (!zc) {
-            uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * size;
-            memcpy(dst, src, size);
-            src = dst; /* verify what the caller will see */
+        if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec) { /* out of a shared decompressed block */
+            stk_value *v = bf->kind == STK_KIND_BYTES ? (stk_value *)&bf->values[i] : NULL;
+            uint8_t *dst = v ? NULL : sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k];
+            if ((rc = compressed_value(r, s, k, local, dst, zh, v, err))) return rc;
+            src = v ? (const void *)(zh->p + (uintptr_t)v->data) : dst;
+            size = v ? v->size : r->sel_stride[k];
+            if (v) heap[k] += size;
+        } else {
+            if ((rc = stk_shard_value(sh, r->sel[k], local, &src, &size, err))) return rc;
+            if (bf->kind == STK_KIND_BYTES) {
+                stk_value *v = (stk_value *)&bf->values[i];
+                v->data = src;
+                v->size = size;
+                heap[k] += size;
+            } else if (!zc) {
+                uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * size;
+                memcpy(dst, src, size);
+                src = dst; /* verify what the caller will see */
+            }
         }
         if (verify && (rc = verify_value(r, sh, r->sel[k], local, rec, src, size, err))) return rc;
     }
@@ -316,10 +366,19 @@ static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned pa
         w->advise_left--;
     }
     double t0 = stk__now();
+    stk_zheap *zh = sl->zheap ? &sl->zheap[part] : NULL;
+    if (zh) zh->len = 0;
     for (uint32_t i = i0; i < i1; i++) {
         if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != gen) return; /* seek or close: abandon */
-        if (gather_one(r, w, sl, i, zc, heap, err)) return;
+        if (gather_one(r, w, sl, i, zc, heap, zh, err)) return;
     }
+    if (zh) /* the part's heap stops moving: offsets become pointers */
+        for (unsigned k = 0; k < r->nsel; k++)
+            if (sl->fields[k].kind == STK_KIND_BYTES && stk_dataset_schema(r->ds)->fields[r->sel[k]].codec)
+                for (uint32_t i = i0; i < i1; i++) {
+                    stk_value *v = (stk_value *)&sl->fields[k].values[i];
+                    v->data = zh->p + (uintptr_t)v->data;
+                }
     if (r->xf_sel >= 0) /* the transform's crop boxes travel with the batch */
         for (uint32_t i = i0; i < i1; i++)
             stk_xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[i],

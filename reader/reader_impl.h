@@ -21,6 +21,24 @@ typedef struct {
     int used;                     /* uploaded at least once (ev_copied recorded) */
 } stk_dslot;
 
+/* Decompressed blocks of compressed fields, shared and bounded (blockcache.c). */
+typedef struct stk_zcache stk_zcache;
+typedef struct stk_zentry stk_zentry;
+stk_zcache *stk__zcache_new(uint64_t cap);
+void stk__zcache_free(stk_zcache *c);
+/* Block `block` of field f of shard s, decompressed, pinned until put. */
+int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk_zentry **e,
+                    const uint8_t **raw, stk_error *err);
+void stk__zcache_put(stk_zcache *c, stk_zentry *e);
+void stk__zcache_stats(stk_zcache *c, uint64_t *decompressed, uint64_t *hits);
+
+/* Bytes values of compressed fields, copied out of the blocks: one buffer per
+ * part, so parts never share one while they grow it. */
+typedef struct {
+    uint8_t *p;
+    uint64_t len, cap;
+} stk_zheap;
+
 typedef struct {
     uint64_t seq;                 /* the batch it holds or is being filled with */
     int state;                    /* SLOT_* (under the reader's mutex) */
@@ -32,6 +50,7 @@ typedef struct {
     stk_value *values;            /* batch_size per bytes field */
     stk_batch batch;
     stk_batch_field fields[STK_MAX_FIELDS];
+    stk_zheap *zheap;             /* [parts] when a compressed bytes field is read */
 } stk_slot;
 
 typedef struct stk_reader stk_reader;
@@ -65,6 +84,10 @@ struct stk_reader {
     uint64_t sel_stride[STK_MAX_FIELDS];
     uint64_t sel_off[STK_MAX_FIELDS];
     int has_bytes;
+    int has_compressed;           /* a selected field is compressed: no zero-copy */
+    int zbytes;                   /* a selected bytes field is compressed: slots get zheaps */
+    stk_zcache *zcache;           /* when a selected field is compressed */
+    uint64_t zcache_bytes;
 
     uint64_t N, G, nbatches, K;
     uint32_t Wq;

@@ -124,6 +124,8 @@ static int select_fields(stk_reader *r, stk_error *err)
         const stk_field *fd = &sc->fields[r->sel[i]];
         r->sel_stride[i] = stk_field_stride(fd);
         r->has_bytes |= fd->kind == STK_KIND_BYTES;
+        r->has_compressed |= fd->codec != STK_CODEC_NONE;
+        r->zbytes |= fd->codec != STK_CODEC_NONE && fd->kind == STK_KIND_BYTES;
         r->sel_off[i] = off;
         uint64_t sz = r->sel_stride[i] * r->o.batch_size;
         /* strides are below 2^40 (the format's cap) and batch_size below
@@ -239,10 +241,28 @@ static uint64_t host_bytes_per_slot(const stk_reader *r)
     return b;
 }
 
+/* The block cache's size: a quasi window's worth (so each block of the
+ * window is decompressed once), else a few blocks per worker. */
+static int plan_block_cache(stk_reader *r, stk_error *err)
+{
+    if (!r->has_compressed) return STK_OK;
+    uint64_t cap = r->o.block_cache_bytes;
+    if (!cap) {
+        cap = ((uint64_t)r->o.threads + 1) << 22;
+        if (r->o.order == STK_ORDER_QUASI) {
+            uint64_t win = (uint64_t)r->o.quasi_window * r->o.quasi_block_bytes;
+            if (win > cap) cap = win < (1ULL << 30) ? win : 1ULL << 30;
+        }
+    }
+    r->zcache_bytes = cap;
+    if (!(r->zcache = stk__zcache_new(cap))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    return STK_OK;
+}
+
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
-    uint64_t per = host_bytes_per_slot(r), total = per * r->nslots; /* < 2^62: see select_fields */
+    uint64_t per = host_bytes_per_slot(r), total = per * r->nslots + r->zcache_bytes; /* < 2^62: see select_fields */
     if (r->o.memory_budget && total > r->o.memory_budget)
         return stk_error_set(err, STK_E_ARG,
                              "memory budget %llu bytes is too small for %u slots x %llu bytes = %llu "
@@ -263,6 +283,8 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         }
         sl->buf = buf;
         sl->records = malloc(sizeof *sl->records * r->o.batch_size);
+        if (r->zbytes && !(sl->zheap = calloc(r->o.threads, sizeof *sl->zheap)))
+            return stk_error_set(err, STK_E_NOMEM, "out of memory");
         sl->values = nbytesf ? malloc(sizeof *sl->values * r->o.batch_size * nbytesf) : NULL;
         if ((r->slot_bytes && !sl->buf) || !sl->records || (nbytesf && !sl->values))
             return stk_error_set(err, STK_E_NOMEM, "out of memory for %u slots of %llu bytes", r->nslots,
@@ -349,7 +371,7 @@ stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_opti
     pthread_cond_init(&r->ready_cv, NULL);
     r->xf_sel = -1;
     if (resolve_options(r, opts, err) || select_fields(r, err) || plan_transform(r, err) || plan_stream(r, err) ||
-        stk__upload_backend(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err))
+        stk__upload_backend(r, err) || plan_block_cache(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err))
         goto fail;
     r->release = (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
@@ -425,11 +447,14 @@ void stk_reader_close(stk_reader *r)
             }
             free(r->slots[s].records);
             free(r->slots[s].values);
+            for (unsigned p = 0; r->slots[s].zheap && p < r->o.threads; p++) free(r->slots[s].zheap[p].p);
+            free(r->slots[s].zheap);
         }
     free(r->slots);
     stk__upload_close(r);
     free(r->shard_id);
     free(r->verified_bits);
+    stk__zcache_free(r->zcache);
     free(r->fields_text);
     pthread_cond_destroy(&r->work_cv);
     pthread_cond_destroy(&r->ready_cv);

@@ -26,6 +26,9 @@ static void usage(FILE *f)
             "                            suffixes K, M, G)\n"
             "      --seed S              content seed (default 0)\n"
             "      --captions            add a variable-length bytes field 'caption'\n"
+            "      --compress zstd[:L]   store image and caption compressed (zstd level L,\n"
+            "                            default 3; format 1.1)\n"
+            "      --block-size BYTES    uncompressed bytes per compressed block (1M)\n"
             "      --force               replace a dataset already in OUTDIR\n"
             "      --json                print the result as one JSON object\n"
             "  -q, --quiet               no progress bar or summary\n"
@@ -35,7 +38,8 @@ static void usage(FILE *f)
 }
 
 typedef struct {
-    uint64_t records, size, classes, per_shard, shard_bytes, seed;
+    uint64_t records, size, classes, per_shard, shard_bytes, seed, block;
+    int zstd; /* 0: none, else the level */
     bool captions, force, json, quiet;
     const char *out;
 } opts;
@@ -46,6 +50,7 @@ static int parse(int argc, char **argv, opts *o)
         {"records", 1, 0, 'n'}, {"size", 1, 0, 's'}, {"classes", 1, 0, 'c'},
         {"records-per-shard", 1, 0, 'r'}, {"shard-size", 1, 0, 'b'}, {"seed", 1, 0, 'e'},
         {"captions", 0, 0, 'C'}, {"force", 0, 0, 'f'}, {"json", 0, 0, 'j'}, {"quiet", 0, 0, 'q'},
+        {"compress", 1, 0, 'z'}, {"block-size", 1, 0, 'k'},
         {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
     *o = (opts){.records = 1000, .size = 64, .classes = 10, .shard_bytes = 64u << 20};
     int c, li = -1;
@@ -59,6 +64,15 @@ static int parse(int argc, char **argv, opts *o)
         case 'b': ok = tool_parse_size(optarg, &o->shard_bytes); break;
         case 'e': ok = tool_parse_u64(optarg, &o->seed); break;
         case 'C': o->captions = true; break;
+        case 'z': {
+            uint64_t lv = 3;
+            ok = !strncmp(optarg, "zstd", 4) && (!optarg[4] || (optarg[4] == ':' && tool_parse_u64(optarg + 5, &lv) &&
+                                                                 lv >= 1 && lv <= 19));
+            if (!strcmp(optarg, "none")) ok = true, lv = 0;
+            o->zstd = (int)lv;
+            break;
+        }
+        case 'k': ok = tool_parse_size(optarg, &o->block) && o->block > 0; break;
         case 'f': o->force = true; break;
         case 'j': o->json = true; break;
         case 'q': o->quiet = true; break;
@@ -123,7 +137,9 @@ int main(int argc, char **argv)
     uint64_t shape[3] = {o.size, o.size, 3};
     if (stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, shape, &err) ||
         stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &err) ||
-        (o.captions && stk_schema_add_bytes(&s, "caption", &err))) {
+        (o.captions && stk_schema_add_bytes(&s, "caption", &err)) ||
+        (o.zstd && stk_schema_set_codec(&s, 0, STK_CODEC_ZSTD, &err)) ||
+        (o.zstd && o.captions && stk_schema_set_codec(&s, 2, STK_CODEC_ZSTD, &err))) {
         fprintf(stderr, "shardgen: %s\n", err.msg);
         return EXIT_USAGE;
     }
@@ -133,7 +149,8 @@ int main(int argc, char **argv)
              (unsigned long long)o.seed, (unsigned long long)o.size);
     stk_dataset_options dopt = {.records_per_shard = o.per_shard, .shard_bytes = o.shard_bytes,
                                 .force = o.force, .nclasses = (size_t)o.classes,
-                                .classes = (const char *const *)names, .pack_json = pack};
+                                .classes = (const char *const *)names, .pack_json = pack,
+                                .zstd_level = o.zstd, .zstd_block_bytes = o.block};
     uint8_t *img = malloc((size_t)(o.size * o.size * 3));
     if (!names || !img) {
         fprintf(stderr, "shardgen: out of memory\n");

@@ -80,11 +80,26 @@ static int make_histogram(const stk_dataset *ds, histogram *h)
         return -1;
     }
     uint64_t k = 0;
+    size_t stride = stk_dtype_size(s->fields[f].dtype);
     for (size_t i = 0; i < stk_dataset_nshards(ds); i++) { /* the labels are one column per shard */
         const stk_shard *sh = stk_dataset_shard(ds, i);
         const uint8_t *base = stk_shard_field_base(sh, (unsigned)f);
-        size_t stride = stk_dtype_size(s->fields[f].dtype);
-        for (uint64_t r = 0; r < stk_shard_records(sh); r++) all[k++] = as_i64(base + r * stride, s->fields[f].dtype);
+        if (base) {
+            for (uint64_t r = 0; r < stk_shard_records(sh); r++) all[k++] = as_i64(base + r * stride, s->fields[f].dtype);
+            continue;
+        }
+        for (uint64_t b = 0; b < stk_shard_nblocks(sh, (unsigned)f); b++) { /* compressed: block by block */
+            uint64_t count, raw;
+            uint8_t *buf = NULL;
+            if (stk_shard_block_info(sh, (unsigned)f, b, NULL, &count, &raw, NULL, NULL) || !(buf = malloc(raw + 1)) ||
+                stk_shard_block_read(sh, (unsigned)f, b, buf, raw, NULL)) {
+                free(buf);
+                free(all);
+                return -1;
+            }
+            for (uint64_t r = 0; r < count; r++) all[k++] = as_i64(buf + r * stride, s->fields[f].dtype);
+            free(buf);
+        }
     }
     qsort(all, n, sizeof *all, cmp_i64);
     for (uint64_t i = 0; i < n; i++) {
@@ -227,7 +242,8 @@ int main(int argc, char **argv)
     }
     histogram h = {0, NULL, NULL};
     if (o.histogram && make_histogram(ds, &h)) /* 24 bytes per record: a billion records may not fit */
-        fprintf(stderr, "shardinfo: not enough memory for the class histogram; described without it\n");
+        fprintf(stderr, "shardinfo: the class histogram could not be made (memory, or a corrupt label block); "
+                        "described without it\n");
     if (o.json) print_json(argv[optind], ds, &h);
     else print_text(argv[optind], ds, &h, &o);
     free(h.value);

@@ -188,12 +188,42 @@ static uint64_t pick(const opts *o, uint64_t N, uint64_t i)
     return o->first + i;
 }
 
-static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec)
+/* A record's value, also of a compressed field: its block is decompressed
+ * into *buf (kept while the next record is in the same block). */
+typedef struct {
+    size_t shard;
+    unsigned field;
+    uint64_t block;
+    uint8_t *raw;
+    int valid;
+} blockbuf;
+
+static int value_of(const stk_dataset *ds, unsigned f, uint64_t rec, blockbuf *bb, const void **p, uint64_t *size,
+                    stk_error *err)
+{
+    if (!stk_dataset_schema(ds)->fields[f].codec) return stk_dataset_value(ds, f, rec, p, size, err);
+    size_t s;
+    uint64_t local, b, raw;
+    int rc = stk_dataset_locate(ds, rec, &s, &local, err);
+    const stk_shard *sh = stk_dataset_shard(ds, s);
+    if (!rc) rc = stk_shard_block_find(sh, f, local, &b, err);
+    if (!rc && !(bb->valid && bb->shard == s && bb->field == f && bb->block == b)) {
+        bb->valid = 0;
+        free(bb->raw);
+        rc = stk_shard_block_info(sh, f, b, NULL, NULL, &raw, NULL, err);
+        if (!rc && !(bb->raw = malloc(raw + 1))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+        if (!rc) rc = stk_shard_block_read(sh, f, b, bb->raw, raw, err);
+        if (!rc) *bb = (blockbuf){s, f, b, bb->raw, 1};
+    }
+    return rc ? rc : stk_shard_block_value(sh, f, b, bb->raw, local, p, size, err);
+}
+
+static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec, blockbuf *bb)
 {
     const void *p;
     uint64_t size;
     int64_t v = 0;
-    if (lf < 0 || stk_dataset_value(ds, (unsigned)lf, rec, &p, &size, NULL)) return 0;
+    if (lf < 0 || value_of(ds, (unsigned)lf, rec, bb, &p, &size, NULL)) return 0;
     memcpy(&v, p, size < 8 ? size : 8);
     int dt = stk_dataset_schema(ds)->fields[lf].dtype; /* sign-extend the narrow signed types */
     if (dt == STK_DT_I8) v = (int8_t)v;
@@ -258,18 +288,19 @@ int main(int argc, char **argv)
         return EXIT_PROBLEMS;
     }
     memset(rgb, BACKGROUND, (size_t)(W * H * 3));
+    blockbuf ib = {0, 0, 0, NULL, 0}, lb = {0, 0, 0, NULL, 0}; /* image and label blocks (compressed fields) */
     for (uint64_t i = 0; i < n && !rc; i++) {
         uint64_t rec = recs[i] = pick(&o, N, i);
         const void *p;
         uint64_t size;
-        if (stk_dataset_value(ds, (unsigned)f, rec, &p, &size, &err)) {
+        if (value_of(ds, (unsigned)f, rec, &ib, &p, &size, &err)) {
             fprintf(stderr, "shardview: %s\n", err.msg);
             rc = EXIT_PROBLEMS;
             break;
         }
         unsigned x = (unsigned)((i % cols) * cw + pad), y = (unsigned)((i / cols) * chh + pad);
         blit(rgb, (unsigned)W, p, (unsigned)w, (unsigned)h, (unsigned)ch, x, y);
-        labels[i] = label_of(ds, lf, rec);
+        labels[i] = label_of(ds, lf, rec, &lb);
         /* drawn inside its own cell only: a long label is cut, not spilled */
         if (lab && lf >= 0) draw_number(rgb, (unsigned)W, (unsigned)H, x + 1, y + (unsigned)h + 2, x + (unsigned)w,
                                         labels[i]);
@@ -297,6 +328,8 @@ int main(int argc, char **argv)
     }
     free(labels);
     free(recs);
+    free(ib.raw);
+    free(lb.raw);
     free(rgb);
     stk_dataset_close(ds);
     return rc;

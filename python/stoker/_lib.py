@@ -58,7 +58,7 @@ class Options(ctypes.Structure):
                 ("memory_budget", c_u64), ("quasi_block_bytes", c_u64), ("quasi_window", c_u32),
                 ("release_pages", c_int), ("device", c_int), ("device_index", c_int),
                 ("device_fallback", c_int), ("stream", c_void_p),
-                ("transform", ctypes.POINTER(Transform))]
+                ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64)]
 
 
 class BatchField(ctypes.Structure):

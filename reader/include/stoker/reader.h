@@ -68,8 +68,16 @@ STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
  *
  * Memory: anonymous memory is the slots ((prefetch + 1) x batch bytes of the
  * selected tensor fields, plus B pointers per bytes field and B record
- * indices), one bit per record when verify is STK_VERIFY_ONCE, and a small
- * constant. It does not grow with the dataset otherwise: orders are computed
+ * indices), one bit per record when verify is STK_VERIFY_ONCE, the block
+ * cache when a selected field is compressed, and a small constant.
+ *
+ * Compressed fields (format 1.1, codec zstd) are read by whole blocks of
+ * consecutive records, decompressed once into a cache shared by the workers:
+ * sequential order decompresses each block once, quasi order too when the
+ * cache holds its window (the default). A shuffled read of a dataset larger
+ * than the cache decompresses a whole block for nearly every record (block
+ * bytes / record bytes times the work): use quasi order, or small blocks
+ * (pack --block-size), for shuffled reads of compressed data. It does not grow with the dataset otherwise: orders are computed
  * per position, never stored. `memory_budget` is checked at open.
  *
  * Errors: a checksum mismatch, a shard rewritten shorter in place since open,
@@ -175,6 +183,10 @@ typedef struct {
                                  must outlive the reader (close waits on it)  */
     const struct stk_transform *transform; /* device-side image transform; NULL:
                                  none (copied for the reader's lifetime)       */
+    uint64_t block_cache_bytes; /* compressed fields: decompressed blocks kept,
+                                 shared by the workers; 0: auto (the quasi
+                                 window, quasi_window x quasi_block_bytes up
+                                 to 1 GiB; else 4 MiB per thread + 4 MiB)     */
 } stk_reader_options;
 
 /* Fill opts with the defaults above (batch_size 1, sequential, seed 0,

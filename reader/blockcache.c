@@ -1,0 +1,163 @@
+/* reader/blockcache.c - decompressed blocks of compressed fields, shared by
+ * the workers of one reader and bounded in bytes.
+ *
+ * A worker that needs a record of a compressed field takes the block that
+ * holds it: from the cache when another worker (or an earlier batch)
+ * decompressed it, else it decompresses it itself while others wanting the
+ * same block wait for it rather than decompress it again. So sequential
+ * order decompresses each block once, and quasi order does too when the
+ * cache holds its window (the default size, see reader_open.c). Entries in
+ * use are pinned; the least recently used unpinned ones go when the cache
+ * would exceed its size. A full cache of pinned blocks is allowed to grow
+ * past the bound rather than stall (at most one block per worker). */
+#include "reader_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct stk_zentry {
+    struct stk_zentry *next;
+    size_t shard;
+    unsigned field;
+    uint64_t block, stamp;
+    uint8_t *raw;
+    uint64_t size;
+    unsigned refs;
+    int ready;       /* 0 while its decompression runs */
+    stk_error err;   /* when the decompression failed (ready, raw NULL) */
+};
+
+struct stk_zcache {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    stk_zentry *head;
+    uint64_t bytes, cap, clock;
+    uint64_t decompressed, hits; /* statistics */
+};
+
+stk_zcache *stk__zcache_new(uint64_t cap)
+{
+    stk_zcache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->cap = cap;
+    return c;
+}
+
+void stk__zcache_free(stk_zcache *c)
+{
+    if (!c) return;
+    for (stk_zentry *e = c->head, *n; e; e = n) {
+        n = e->next;
+        free(e->raw);
+        free(e);
+    }
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* Drop unpinned entries, oldest first, until `need` more bytes fit. */
+static void make_room(stk_zcache *c, uint64_t need)
+{
+    while (c->bytes + need > c->cap) {
+        stk_zentry **victim = NULL;
+        for (stk_zentry **p = &c->head; *p; p = &(*p)->next)
+            if (!(*p)->refs && (*p)->ready && (!victim || (*p)->stamp < (*victim)->stamp)) victim = p;
+        if (!victim) return; /* everything pinned: grow past the bound */
+        stk_zentry *e = *victim;
+        *victim = e->next;
+        c->bytes -= e->size;
+        free(e->raw);
+        free(e);
+    }
+}
+
+int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk_zentry **out,
+                    const uint8_t **raw, stk_error *err)
+{
+    pthread_mutex_lock(&c->mu);
+    for (stk_zentry *e = c->head; e; e = e->next) {
+        if (e->shard != s || e->field != f || e->block != block) continue;
+        e->refs++;
+        while (!e->ready) pthread_cond_wait(&c->cv, &c->mu);
+        e->stamp = ++c->clock;
+        c->hits++;
+        int rc = e->raw ? STK_OK : e->err.code;
+        if (rc && err) *err = e->err;
+        pthread_mutex_unlock(&c->mu);
+        if (rc) {
+            stk__zcache_put(c, e);
+            return rc;
+        }
+        *out = e;
+        *raw = e->raw;
+        return STK_OK;
+    }
+    const stk_shard *sh = stk_dataset_shard(ds, s);
+    uint64_t size = 0;
+    int rc = stk_shard_block_info(sh, f, block, NULL, NULL, &size, NULL, err);
+    stk_zentry *e = rc ? NULL : calloc(1, sizeof *e);
+    if (!rc && !e) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (rc) {
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    make_room(c, size);
+    *e = (stk_zentry){c->head, s, f, block, ++c->clock, NULL, size, 1, 0, {STK_OK, ""}};
+    c->head = e;
+    c->bytes += size;
+    c->decompressed++;
+    pthread_mutex_unlock(&c->mu);
+
+    stk_error local = {STK_OK, ""};
+    uint8_t *buf = malloc(size ? size : 1);
+    rc = buf ? stk_shard_block_read(sh, f, block, buf, size, &local)
+             : stk_error_set(&local, STK_E_NOMEM, "out of memory for a %llu-byte block", (unsigned long long)size);
+    if (rc) {
+        free(buf);
+        buf = NULL;
+    }
+    pthread_mutex_lock(&c->mu);
+    e->raw = buf;
+    e->err = local;
+    e->ready = 1;
+    if (rc) { /* not kept: the next reader of this block tries again (and fails the same way) */
+        c->bytes -= e->size;
+        e->size = 0;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (rc) {
+        if (err) *err = local;
+        stk__zcache_put(c, e);
+        return rc;
+    }
+    *out = e;
+    *raw = buf;
+    return STK_OK;
+}
+
+void stk__zcache_put(stk_zcache *c, stk_zentry *e)
+{
+    pthread_mutex_lock(&c->mu);
+    e->refs--;
+    if (!e->refs && !e->raw) { /* a failed entry: remove it */
+        for (stk_zentry **p = &c->head; *p; p = &(*p)->next)
+            if (*p == e) {
+                *p = e->next;
+                free(e);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void stk__zcache_stats(stk_zcache *c, uint64_t *decompressed, uint64_t *hits)
+{
+    pthread_mutex_lock(&c->mu);
+    *decompressed = c->decompressed;
+    *hits = c->hits;
+    pthread_mutex_unlock(&c->mu);
+}
