@@ -195,7 +195,9 @@ void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor)
 
 const void *stk_shard_field_base(const stk_shard *sh, unsigned f)
 {
-    if (f >= sh->L.schema.nfields || sh->L.schema.fields[f].kind != STK_KIND_TENSOR) return NULL;
+    if (f >= sh->L.schema.nfields || sh->L.schema.fields[f].kind != STK_KIND_TENSOR ||
+        stk_field_compressed(&sh->L.schema.fields[f]))
+        return NULL;
     return sh->map + sh->L.region[f].data_off;
 }
 

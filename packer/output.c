@@ -199,6 +199,13 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
         char *path = pk_out_shard_path(o, o->opened);
         if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
+        for (uint32_t f = 0; o->cur && f < o->schema.nfields; f++)
+            if (o->schema.fields[f].codec && (rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err))) {
+                stk_writer_abort(o->cur);
+                o->cur = NULL;
+                free(path);
+                return rc;
+            }
         /* Every shard is full but the last, which gets what is left of the
          * listing unless inputs are skipped: then the guess is wrong and the
          * writer reads that one shard back to hash it. */

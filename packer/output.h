@@ -40,6 +40,8 @@ typedef struct {
     stk_writer *queue[PK_OUT_PENDING];
     size_t qhead, qlen;
     char *open_tmp;          /* the open shard's temporary file, for writeback */
+    int zlevel[STK_MAX_FIELDS]; /* compressed fields: zstd level per field */
+    uint64_t zblock;         /* compressed fields: block size (0: the writer's) */
     int error;               /* sticky: a commit failed */
     stk_error err;
 } pk_out;

@@ -44,6 +44,10 @@ static void usage(FILE *f)
         "      --on-error MODE     skip (default): report bad files and go on;\n"
         "                          fail: stop at the first bad file, keep nothing\n"
         "      --max-pixels N      refuse images larger than N pixels (default 100000000)\n"
+        "      --compress SPEC     none (default), zstd[:LEVEL] for every field, or per\n"
+        "                          field: image=none,label=zstd:9 (fields image, label,\n"
+        "                          orig_size, source; LEVEL 1..19, default 3; format 1.1)\n"
+        "      --block-size BYTES  uncompressed bytes per compressed block (default 1M)\n"
         "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
         "      --merge             write the manifest once every part is in OUTDIR\n"
         "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
@@ -63,9 +67,52 @@ typedef struct {
     pk_params img;
     unsigned threads, part, parts;
     uint64_t shard_size, per_shard;
+    int zstd[4];            /* per field (image, label, orig_size, source): 0 raw, else the level */
+    uint64_t block_bytes;
     bool fail_fast, merge, force, json, quiet;
     const char *input, *out;
 } opts;
+
+static const char *const FIELDS[4] = {"image", "label", "orig_size", "source"};
+
+/* "none" / "zstd[:L]" into a level (0: none). */
+static bool parse_codec(const char *s, size_t len, int *level)
+{
+    unsigned v = 3;
+    char tail;
+    if (len == 4 && !strncmp(s, "none", 4)) return *level = 0, true;
+    if (len < 4 || strncmp(s, "zstd", 4)) return false;
+    if (len > 4) {
+        char buf[16];
+        if (s[4] != ':' || len - 5 >= sizeof buf) return false;
+        memcpy(buf, s + 5, len - 5);
+        buf[len - 5] = 0;
+        if (sscanf(buf, "%u%c", &v, &tail) != 1 || v < 1 || v > 19) return false;
+    }
+    *level = (int)v;
+    return true;
+}
+
+/* --compress none | zstd[:L] | field=codec,field=codec... */
+static bool parse_compress(const char *s, int zstd[4])
+{
+    if (!strchr(s, '=')) {
+        int l;
+        if (!parse_codec(s, strlen(s), &l)) return false;
+        for (int f = 0; f < 4; f++) zstd[f] = l;
+        return true;
+    }
+    while (*s) {
+        const char *eq = strchr(s, '='), *end = strchr(s, ',');
+        if (!end) end = s + strlen(s);
+        if (!eq || eq > end) return false;
+        int f = 0;
+        while (f < 4 && (strlen(FIELDS[f]) != (size_t)(eq - s) || strncmp(FIELDS[f], s, (size_t)(eq - s)))) f++;
+        if (f == 4 || !parse_codec(eq + 1, (size_t)(end - eq - 1), &zstd[f])) return false;
+        s = *end ? end + 1 : end;
+    }
+    return true;
+}
 
 static bool parse_part(const char *s, unsigned *k, unsigned *n)
 {
@@ -97,7 +144,8 @@ static int parse(int argc, char **argv, opts *o)
         {"size", 1, 0, 's'}, {"resize", 1, 0, 'R'}, {"fill", 1, 0, 'F'}, {"threads", 1, 0, 'j'},
         {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'}, {"on-error", 1, 0, 'E'},
         {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'}, {"merge", 0, 0, 'M'}, {"force", 0, 0, 'f'},
-        {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+        {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+        {"compress", 1, 0, 'Z'}, {"block-size", 1, 0, 'Q'}, {0, 0, 0, 0}};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                 .threads = ncpu > 0 ? (unsigned)ncpu : 1, .part = 1, .parts = 1, .shard_size = (uint64_t)1 << 30};
@@ -116,6 +164,8 @@ static int parse(int argc, char **argv, opts *o)
         case 'P': ok = tool_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0; break;
         case 'K': ok = parse_part(optarg, &o->part, &o->parts); break;
         case 'M': o->merge = true; break;
+        case 'Z': ok = parse_compress(optarg, o->zstd); break;
+        case 'Q': ok = tool_parse_size(optarg, &o->block_bytes) && o->block_bytes > 0 && o->block_bytes <= (1u << 29); break;
         case 'f': o->force = true; break;
         case 'J': o->json = true; break;
         case 'q': o->quiet = true; break;
@@ -406,10 +456,12 @@ static char *pack_params_json(const run_t *r, uint64_t per_shard)
     if (asprintf(&s,
                  "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "
                  "\"fill\": [%u, %u, %u], \"max_pixels\": %llu, \"records_per_shard\": %llu, \"listed\": %zu, "
-                 "\"parts\": %u, \"listing\": \"listing.tsv\", \"skipped_list\": \"skipped.tsv\"}",
+                 "\"parts\": %u, \"compress\": [%d, %d, %d, %d], \"block_bytes\": %llu, "
+                 "\"listing\": \"listing.tsv\", \"skipped_list\": \"skipped.tsv\"}",
                  STK_VERSION_STRING, r->L.kind == PK_LIST_IMAGEFOLDER ? "imagefolder" : "list", p->size,
                  modes[p->mode], p->fill[0], p->fill[1], p->fill[2], (unsigned long long)p->max_pixels,
-                 (unsigned long long)per_shard, r->L.n, r->o->parts) < 0)
+                 (unsigned long long)per_shard, r->L.n, r->o->parts, r->o->zstd[0], r->o->zstd[1], r->o->zstd[2],
+                 r->o->zstd[3], (unsigned long long)r->o->block_bytes) < 0)
         return NULL;
     return s;
 }
@@ -454,6 +506,8 @@ static int make_schema(const opts *o, stk_schema *s)
         fprintf(stderr, "pack: %s\n", err.msg);
         return -1;
     }
+    for (unsigned f = 0; f < 4; f++)
+        if (o->zstd[f]) stk_schema_set_codec(s, f, STK_CODEC_ZSTD, NULL);
     return 0;
 }
 
@@ -630,6 +684,8 @@ static int run_pack(const opts *o)
         fprintf(stderr, "pack: %s\n", r.err.msg);
         goto out;
     }
+    for (unsigned f = 0; f < 4; f++) r.out.zlevel[f] = o->zstd[f];
+    r.out.zblock = o->block_bytes;
     int prep = prepare(&r, params, first, end, &next);
     if (prep < 0) goto out;
     if (prep == 0) {

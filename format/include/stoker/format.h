@@ -236,7 +236,8 @@ STK_API uint64_t stk_shard_index_hash(const stk_shard *sh);
 STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
 
 /* Start of tensor field f's region: record i's value is at
- * base + i * stk_field_stride(field). NULL for bytes fields or f out of range.
+ * base + i * stk_field_stride(field). NULL for bytes fields, compressed
+ * fields or f out of range.
  * Consecutive records form one contiguous tensor: this is what zero-copy
  * batches are cut from. The pointer lives until stk_shard_close. */
 STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
