@@ -432,6 +432,56 @@ START_TEST(test_state_text_rejects_junk)
 }
 END_TEST
 
+/* Compressed image and text fields: every order, several thread counts and
+ * verify always; the bytes equal the records, nothing is zero-copy. */
+START_TEST(test_compressed_fields)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, "zstd-read");
+    stk_schema sc;
+    tu_std_schema(&sc);
+    ck_assert_int_eq(stk_schema_set_codec(&sc, TU_IMAGE, STK_CODEC_ZSTD, NULL), 0);
+    ck_assert_int_eq(stk_schema_set_codec(&sc, TU_TEXT, STK_CODEC_ZSTD, NULL), 0);
+    stk_dataset_options o = {0};
+    o.records_per_shard = 70;
+    o.zstd_block_bytes = 200; /* a few records per block */
+    stk_error err;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &o, &err);
+    ck_assert_ptr_nonnull(dw);
+    for (uint64_t i = 0; i < 180; i++) {
+        tu_record rec;
+        tu_std_record(&rec, SEED, i);
+        ck_assert_int_eq(stk_dataset_writer_append(dw, rec.v, &err), 0);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &err) == 0, "%s", err.msg);
+    for (int order = STK_ORDER_SEQUENTIAL; order <= STK_ORDER_QUASI; order++)
+        for (unsigned threads = 1; threads <= 3; threads++) {
+            stk_reader_options ro;
+            stk_reader_options_init(&ro);
+            ro.batch_size = 16;
+            ro.order = order;
+            ro.threads = threads;
+            ro.world_size = 1;
+            ro.verify = STK_VERIFY_ALWAYS;
+            ro.quasi_block_bytes = 512;
+            stk_reader *r = stk_reader_open(dir, &ro, &err);
+            ck_assert_msg(r != NULL, "%s", err.msg);
+            stk_reader_set_epochs(r, 2);
+            const stk_batch *b;
+            while ((b = stk_reader_next(r, &err))) {
+                ck_assert_int_eq(b->fields[TU_IMAGE].zero_copy, 0);
+                check_batch(b);
+            }
+            ck_assert_msg(err.code == STK_OK, "%s", err.msg);
+            stk_reader_stats st;
+            stk_reader_stats_get(r, &st);
+            ck_assert_uint_eq(st.samples, 2 * 12 * 16);
+            ck_assert_uint_eq(st.verified, st.samples);
+            stk_reader_close(r);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("reader engine");
@@ -448,6 +498,7 @@ int main(void)
     tcase_add_test(tc, test_field_selection);
     tcase_add_test(tc, test_seek_and_close_under_load);
     tcase_add_test(tc, test_state_text_rejects_junk);
+    tcase_add_test(tc, test_compressed_fields);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
