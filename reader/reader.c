@@ -218,23 +218,37 @@ static int zheap_put(stk_zheap *h, const void *src, uint64_t n, stk_value *v, st
 /* The value of selected field k of record (s, local): from the map, or
  * copied out of its decompressed block (the shared cache, blockcache.c)
  * into dst (tensors) or the part's heap (bytes values). */
-static int compressed_value(stk_reader *r, size_t s, unsigned k, uint64_t local, uint8_t *dst, stk_zheap *zh,
-                            stk_value *v, stk_error *err)
+static int compressed_value(stk_reader *r, stk_worker *w, size_t s, unsigned k, uint64_t local, uint8_t *dst,
+                            stk_zheap *zh, stk_value *v, stk_error *err)
 {
     const stk_shard *sh = stk_dataset_shard(r->ds, s);
     unsigned f = r->sel[k];
     uint64_t b, size;
-    stk_zentry *e;
-    const uint8_t *raw;
     const void *src;
     int rc = stk_shard_block_find(sh, f, local, &b, err);
-    if (rc || (rc = stk__zcache_get(r->zcache, r->ds, s, f, b, &e, &raw, err))) return rc;
-    if (!(rc = stk_shard_block_value(sh, f, b, raw, local, &src, &size, err))) {
+    if (rc) return rc;
+    if (!w->pin[k] || w->pin_shard[k] != s || w->pin_block[k] != b) { /* another block: swap the pin */
+        if (w->pin[k]) stk__zcache_put(r->zcache, w->pin[k]);
+        w->pin[k] = NULL;
+        if ((rc = stk__zcache_get(r->zcache, r->ds, s, f, b, &w->pin[k], &w->pin_raw[k], err))) return rc;
+        w->pin_shard[k] = s;
+        w->pin_block[k] = b;
+    }
+    if (!(rc = stk_shard_block_value(sh, f, b, w->pin_raw[k], local, &src, &size, err))) {
         if (dst) memcpy(dst, src, size);
         else rc = zheap_put(zh, src, size, v, err);
     }
-    stk__zcache_put(r->zcache, e);
     return rc;
+}
+
+/* A part is over: let the cache evict the blocks this worker held. */
+static void unpin_blocks(stk_reader *r, stk_worker *w)
+{
+    for (unsigned k = 0; k < r->nsel; k++)
+        if (w->pin[k]) {
+            stk__zcache_put(r->zcache, w->pin[k]);
+            w->pin[k] = NULL;
+        }
 }
 
 /* Copy (or point at) every selected field of record `i` of the batch. */
@@ -258,7 +272,7 @@ static int gather_one(stk_reader *r, stk_worker *w, stk_slot *sl, uint32_t i, in
         if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec) { /* out of a shared decompressed block */
             stk_value *v = bf->kind == STK_KIND_BYTES ? (stk_value *)&bf->values[i] : NULL;
             uint8_t *dst = v ? NULL : sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k];
-            if ((rc = compressed_value(r, s, k, local, dst, zh, v, err))) return rc;
+            if ((rc = compressed_value(r, w, s, k, local, dst, zh, v, err))) return rc;
             src = v ? (const void *)(zh->p + (uintptr_t)v->data) : dst;
             size = v ? v->size : r->sel_stride[k];
             if (v) heap[k] += size;
@@ -447,6 +461,7 @@ void *stk__worker_main(void *arg)
         if (r->release && part == 0) release_consumed(r, s, &win_epoch, &win_next);
         STK_TRACE_PUSH("stoker gather %llu.%u", (unsigned long long)s, part);
         if (!err.code) prepare_part(r, w, sl, part, gen, heap, &err);
+        if (r->zcache) unpin_blocks(r, w);
         STK_TRACE_POP();
         double dt = stk__now() - t0;
 

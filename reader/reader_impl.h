@@ -66,6 +66,12 @@ typedef struct {
     uint64_t verified;            /* records verified, not yet added to stats */
     unsigned advise_left;         /* batches to read ahead for (reader.c, prepare) */
     double h2d;                   /* upload seconds, not yet added to stats */
+    /* compressed fields: the block in use per selected field, pinned in the
+     * cache while this worker's records stay in it (reader.c) */
+    stk_zentry *pin[STK_MAX_FIELDS];
+    const uint8_t *pin_raw[STK_MAX_FIELDS];
+    size_t pin_shard[STK_MAX_FIELDS];
+    uint64_t pin_block[STK_MAX_FIELDS];
 } stk_worker;
 
 typedef struct {

@@ -250,7 +250,13 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
     if (!cap) {
         cap = ((uint64_t)r->o.threads + 1) << 22;
         if (r->o.order == STK_ORDER_QUASI) {
-            uint64_t win = (uint64_t)r->o.quasi_window * r->o.quasi_block_bytes;
+            /* the window's records, uncompressed: K counts records by their stored (compressed)
+             * size, so the window holds more raw bytes than quasi_block_bytes x quasi_window */
+            uint64_t raw = 0;
+            const stk_schema *sc = stk_dataset_schema(r->ds);
+            for (unsigned i = 0; i < r->nsel; i++)
+                if (sc->fields[r->sel[i]].codec) raw += r->sel_stride[i] ? r->sel_stride[i] : 1024;
+            uint64_t win = (uint64_t)r->Wq * r->K * raw + ((uint64_t)r->o.threads + 1) * (2ULL << 20);
             if (win > cap) cap = win < (1ULL << 30) ? win : 1ULL << 30;
         }
     }
