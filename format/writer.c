@@ -23,6 +23,7 @@
  * back to reading the file back. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "zpool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,6 +105,10 @@ struct stk_writer {
     uint64_t block_bytes[STK_MAX_FIELDS];
     buf_t raw[STK_MAX_FIELDS], table[STK_MAX_FIELDS];
     uint64_t block_first[STK_MAX_FIELDS], raw_total[STK_MAX_FIELDS];
+    /* with compression threads (zpool.c): blocks submitted, not yet taken back */
+    unsigned zthreads;
+    stk_zpool *pool;
+    uint64_t zpending_raw[STK_MAX_FIELDS], zpending_n[STK_MAX_FIELDS];
 };
 
 static void stream_stop(stream_t *st, bool abandon);
@@ -119,6 +124,7 @@ static void writer_free(stk_writer *w)
     for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->spool[i].p), free(w->offsets[i].p);
     free(w->cksum.p);
     for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->raw[i].p), free(w->table[i].p);
+    stk__zpool_free(w->pool);
     ZSTD_freeCCtx(w->cctx);
     free(w->path);
     free(w->tmp);
@@ -489,10 +495,74 @@ int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_
 
 uint64_t stk_writer_records(const stk_writer *w) { return w ? w->records : 0; }
 
+int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err)
+{
+    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_threads: NULL writer");
+    if (w->records) return stk_fail(err, STK_E_ARG, "%s: threads are set before the first record", w->path);
+    w->zthreads = threads > 64 ? 64 : threads;
+    return STK_OK;
+}
+
+/* A frame back from the pool, in block order: append it and its table entry. */
+static int take_frame(stk_writer *w, const stk_zframe *z, stk_error *err)
+{
+    uint32_t f = z->field;
+    int rc = STK_OK;
+    if (z->err)
+        rc = z->err == STK_E_NOMEM ? stk_fail(err, STK_E_NOMEM, "%s: out of memory compressing", w->path)
+                                   : stk_fail(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path,
+                                              w->schema.fields[f].name, ZSTD_getErrorName(z->zerr));
+    else if (!buf_reserve(&w->spool[f], z->len) || !buf_reserve(&w->table[f], 16))
+        rc = stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+    if (!rc) {
+        memcpy(w->spool[f].p + w->spool[f].len, z->frame, z->len);
+        w->spool[f].len += z->len;
+        wr64(w->table[f].p + w->table[f].len, z->next_first);
+        wr64(w->table[f].p + w->table[f].len + 8, w->spool[f].len);
+        w->table[f].len += 16;
+    }
+    w->zpending_raw[f] -= z->raw_len;
+    w->zpending_n[f]--;
+    free(z->frame);
+    return rc;
+}
+
+/* Take back every finished frame at the front of the queue; with `all`, wait
+ * for every one; else wait only while too many blocks are in flight. */
+static int drain_pool(stk_writer *w, bool all, stk_error *err)
+{
+    stk_zframe z;
+    int rc = STK_OK;
+    while (w->pool) {
+        bool must = all ? stk__zpool_pending(w->pool) > 0 : stk__zpool_pending(w->pool) > 2u * w->zthreads;
+        if (!stk__zpool_take(w->pool, must, &z)) break;
+        int r2 = take_frame(w, &z, err);
+        if (!rc) rc = r2;
+    }
+    return rc;
+}
+
 /* Compress the pending records of field f into one frame. Single-threaded
- * with a fixed level: the same records give the same bytes anywhere. */
+ * with a fixed level: the same records give the same bytes anywhere. With
+ * compression threads the block goes to the pool and its frame comes back
+ * later, in order (drain_pool). */
 static int close_block(stk_writer *w, uint32_t f, stk_error *err)
 {
+    if (w->zthreads > 1) {
+        if (!w->pool && !(w->pool = stk__zpool_new(w->zthreads)))
+            return stk_fail(err, STK_E_NOMEM, "%s: cannot start compression threads", w->path);
+        buf_t *raw = &w->raw[f];
+        uint8_t *p = raw->p ? raw->p : malloc(1);
+        if (!p || stk__zpool_submit(w->pool, f, p, raw->len, w->level[f], w->records)) {
+            if (!raw->p) free(p);
+            return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+        }
+        w->zpending_raw[f] += raw->len;
+        w->zpending_n[f]++;
+        *raw = (buf_t){NULL, 0, 0}; /* the pool owns that buffer now */
+        w->block_first[f] = w->records;
+        return drain_pool(w, false, err);
+    }
     buf_t *raw = &w->raw[f], *out = &w->spool[f];
     size_t bound = ZSTD_compressBound(raw->len);
     if (!buf_reserve(out, bound) || !buf_reserve(&w->table[f], 16))
@@ -526,8 +596,9 @@ static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value 
         if (stk_field_compressed(fd)) {
             bool pending = w->records > w->block_first[f] || extra;
             r->stride = fd->kind == STK_KIND_TENSOR ? stk_field_stride(fd) : 8;
-            r->data_len = stk_block_table_at(fd, L->records) + 8 + w->table[f].len + (pending ? 16 : 0);
-            r->heap_len = w->spool[f].len + w->raw[f].len + (extra ? extra[f].size : 0);
+            r->data_len = stk_block_table_at(fd, L->records) + 8 + w->table[f].len + (pending ? 16 : 0) +
+                          16 * w->zpending_n[f];
+            r->heap_len = w->spool[f].len + w->raw[f].len + w->zpending_raw[f] + (extra ? extra[f].size : 0);
         } else if (fd->kind == STK_KIND_TENSOR) {
             r->stride = stk_field_stride(fd);
             r->data_len = L->records * r->stride;
@@ -593,6 +664,7 @@ static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, s
         if (stk_field_compressed(&w->schema.fields[f]) && w->records > w->block_first[f] &&
             (rc = close_block(w, f, err)))
             return rc;
+    if ((rc = drain_pool(w, true, err))) return rc;
     if ((rc = make_layout(w, NULL, L, err))) return rc;
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
         const stk_region *r = &L->region[f];

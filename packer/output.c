@@ -200,7 +200,8 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
         if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
         for (uint32_t f = 0; o->cur && f < o->schema.nfields; f++)
-            if (o->schema.fields[f].codec && (rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err))) {
+            if (o->schema.fields[f].codec && ((rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err)) ||
+                                              (rc = stk_writer_threads(o->cur, o->zthreads, err)))) {
                 stk_writer_abort(o->cur);
                 o->cur = NULL;
                 free(path);

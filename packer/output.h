@@ -42,6 +42,7 @@ typedef struct {
     char *open_tmp;          /* the open shard's temporary file, for writeback */
     int zlevel[STK_MAX_FIELDS]; /* compressed fields: zstd level per field */
     uint64_t zblock;         /* compressed fields: block size (0: the writer's) */
+    unsigned zthreads;       /* compressed fields: compression threads */
     int error;               /* sticky: a commit failed */
     stk_error err;
 } pk_out;

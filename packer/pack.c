@@ -686,6 +686,7 @@ static int run_pack(const opts *o)
     }
     for (unsigned f = 0; f < 4; f++) r.out.zlevel[f] = o->zstd[f];
     r.out.zblock = o->block_bytes;
+    r.out.zthreads = o->threads; /* blocks compressed in parallel, placed in order: the same bytes */
     int prep = prepare(&r, params, first, end, &next);
     if (prep < 0) goto out;
     if (prep == 0) {

@@ -44,7 +44,7 @@ static void make_rec(rec *r, uint64_t i)
     r->v[3] = (stk_value){r->meta, ml};
 }
 
-static void write_shard(const char *path, uint64_t n, uint64_t block_bytes, int level)
+static void write_shard_threads(const char *path, uint64_t n, uint64_t block_bytes, int level, unsigned threads)
 {
     stk_schema s;
     schema(&s);
@@ -52,12 +52,18 @@ static void write_shard(const char *path, uint64_t n, uint64_t block_bytes, int 
     stk_writer *w = stk_writer_create(path, &s, &err);
     ck_assert_msg(w != NULL, "%s", err.msg);
     ck_assert_int_eq(stk_writer_compression(w, UINT32_MAX, level, block_bytes, &err), 0);
+    ck_assert_int_eq(stk_writer_threads(w, threads, &err), 0);
     for (uint64_t i = 0; i < n; i++) {
         rec r;
         make_rec(&r, i);
         ck_assert_msg(stk_writer_append(w, r.v, &err) == 0, "%s", err.msg);
     }
     ck_assert_msg(stk_writer_finish(w, NULL, &err) == 0, "%s", err.msg);
+}
+
+static void write_shard(const char *path, uint64_t n, uint64_t block_bytes, int level)
+{
+    write_shard_threads(path, n, block_bytes, level, 1);
 }
 
 /* Every value of every record, compressed or not, equals what was written. */
@@ -114,7 +120,7 @@ START_TEST(test_round_trip_every_block_size)
     for (size_t c = 0; c < 4; c++)
         for (size_t b = 0; b < 4; b++) {
             snprintf(path, sizeof path, "%s/s-%zu-%zu.stk", dir, c, b);
-            write_shard(path, counts[c], blocks[b], 1 + (int)b * 3);
+            write_shard_threads(path, counts[c], blocks[b], 1 + (int)b * 3, (unsigned)(1 + c % 3));
             stk_error err;
             stk_shard *sh = stk_shard_open(path, &err);
             ck_assert_msg(sh != NULL, "%s", err.msg);
@@ -137,7 +143,7 @@ START_TEST(test_deterministic_and_smaller)
     tu_join(a, sizeof a, dir, "a.stk");
     tu_join(b, sizeof b, dir, "b.stk");
     write_shard(a, 500, 4096, 3);
-    write_shard(b, 500, 4096, 3);
+    write_shard_threads(b, 500, 4096, 3, 4); /* four compression threads: the same bytes */
     size_t la, lb;
     uint8_t *x = tu_read(a, &la), *y = tu_read(b, &lb);
     ck_assert_uint_eq(la, lb);

@@ -188,6 +188,10 @@ STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
  * Before the first append. Blocks are compressed one by one with a fixed
  * level: the bytes do not depend on threads or timing. */
 STK_API int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err);
+/* Compress blocks on `threads` threads (0 or 1: on the appending thread, the
+ * default). Frames are compressed independently and placed in block order,
+ * so the shard's bytes do not depend on the number. Before the first append. */
+STK_API int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err);
 /* Append one record: values[f] for every field f of the schema. On error the
  * writer is unchanged and may still be aborted (or the error ignored). */
 STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
