@@ -420,6 +420,39 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
     return STK_OK;
 }
 
+int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c, const void **data,
+                       uint64_t *size, stk_error *err)
+{
+    if (f >= sh->L.schema.nfields || !stk_field_compressed(&sh->L.schema.fields[f]))
+        return stk_shard_value(sh, f, i, data, size, err);
+    uint64_t b, raw;
+    int rc = stk_shard_block_find(sh, f, i, &b, err);
+    if (rc) return rc;
+    if (!(c->valid && c->shard == sh && c->field == f && c->block == b)) {
+        c->valid = 0;
+        if ((rc = stk_shard_block_info(sh, f, b, NULL, NULL, &raw, NULL, err))) return rc;
+        if (raw + 1 > c->cap) {
+            uint8_t *p = realloc(c->raw, raw + 1);
+            if (!p) return stk_fail(err, STK_E_NOMEM, "out of memory for a %llu-byte block", (unsigned long long)raw);
+            c->raw = p;
+            c->cap = raw + 1;
+        }
+        if ((rc = stk_shard_block_read(sh, f, b, c->raw, c->cap, err))) return rc;
+        c->shard = sh;
+        c->field = f;
+        c->block = b;
+        c->valid = 1;
+    }
+    return stk_shard_block_value(sh, f, b, c->raw, i, data, size, err);
+}
+
+void stk_block_cursor_free(stk_block_cursor *c)
+{
+    if (!c) return;
+    free(c->raw);
+    memset(c, 0, sizeof *c);
+}
+
 /* Verify records [first, end) of compressed field f block by block: every
  * block touching the range is decompressed once. */
 static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, uint64_t end, stk_problem_fn fn,

@@ -32,7 +32,6 @@ struct stk_zcache {
     pthread_cond_t cv;
     stk_zentry *head;
     uint64_t bytes, cap, clock;
-    uint64_t decompressed, hits; /* statistics */
 };
 
 stk_zcache *stk__zcache_new(uint64_t cap)
@@ -83,7 +82,6 @@ int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, 
         e->refs++;
         while (!e->ready) pthread_cond_wait(&c->cv, &c->mu);
         e->stamp = ++c->clock;
-        c->hits++;
         int rc = e->raw ? STK_OK : e->err.code;
         if (rc && err) *err = e->err;
         pthread_mutex_unlock(&c->mu);
@@ -108,7 +106,6 @@ int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, 
     *e = (stk_zentry){c->head, s, f, block, ++c->clock, NULL, size, 1, 0, {STK_OK, ""}};
     c->head = e;
     c->bytes += size;
-    c->decompressed++;
     pthread_mutex_unlock(&c->mu);
 
     stk_error local = {STK_OK, ""};
@@ -151,13 +148,5 @@ void stk__zcache_put(stk_zcache *c, stk_zentry *e)
                 break;
             }
     }
-    pthread_mutex_unlock(&c->mu);
-}
-
-void stk__zcache_stats(stk_zcache *c, uint64_t *decompressed, uint64_t *hits)
-{
-    pthread_mutex_lock(&c->mu);
-    *decompressed = c->decompressed;
-    *hits = c->hits;
     pthread_mutex_unlock(&c->mu);
 }

@@ -375,7 +375,7 @@ static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned pa
      * are already in the page cache (the kernel still walks every page). So
      * advise only after a part that copied slower than memory does, and for
      * the next ADVISE_RUN parts; a fast part is the cheap probe. */
-    if (r->advise && !zc && w->advise_left > 0) {
+    if (!zc && w->advise_left > 0) {
         advise_records(r, sl->records, i0, i1, MADV_WILLNEED);
         w->advise_left--;
     }

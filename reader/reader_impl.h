@@ -30,7 +30,6 @@ void stk__zcache_free(stk_zcache *c);
 int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk_zentry **e,
                     const uint8_t **raw, stk_error *err);
 void stk__zcache_put(stk_zcache *c, stk_zentry *e);
-void stk__zcache_stats(stk_zcache *c, uint64_t *decompressed, uint64_t *hits);
 
 /* Bytes values of compressed fields, copied out of the blocks: one buffer per
  * part, so parts never share one while they grow it. */
@@ -97,7 +96,7 @@ struct stk_reader {
 
     uint64_t N, G, nbatches, K;
     uint32_t Wq;
-    int release, advise;
+    int release;
     stk_file_id *shard_id;        /* per shard, to tell rewritten from replaced */
     uint64_t *verified_bits;      /* STK_VERIFY_ONCE: one bit per record */
 

@@ -381,7 +381,6 @@ stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_opti
         goto fail;
     r->release = (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
-    r->advise = 1;
     /* Each batch is prepared by all threads at once, in one part each, so
      * the batch the consumer waits for (the first one, above all) comes
      * sooner; tiny batches stay whole. */

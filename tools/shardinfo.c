@@ -80,27 +80,21 @@ static int make_histogram(const stk_dataset *ds, histogram *h)
         return -1;
     }
     uint64_t k = 0;
-    size_t stride = stk_dtype_size(s->fields[f].dtype);
-    for (size_t i = 0; i < stk_dataset_nshards(ds); i++) { /* the labels are one column per shard */
+    stk_block_cursor bc = {0}; /* a compressed label column is read block by block */
+    for (size_t i = 0; i < stk_dataset_nshards(ds); i++) {
         const stk_shard *sh = stk_dataset_shard(ds, i);
-        const uint8_t *base = stk_shard_field_base(sh, (unsigned)f);
-        if (base) {
-            for (uint64_t r = 0; r < stk_shard_records(sh); r++) all[k++] = as_i64(base + r * stride, s->fields[f].dtype);
-            continue;
-        }
-        for (uint64_t b = 0; b < stk_shard_nblocks(sh, (unsigned)f); b++) { /* compressed: block by block */
-            uint64_t count, raw;
-            uint8_t *buf = NULL;
-            if (stk_shard_block_info(sh, (unsigned)f, b, NULL, &count, &raw, NULL, NULL) || !(buf = malloc(raw + 1)) ||
-                stk_shard_block_read(sh, (unsigned)f, b, buf, raw, NULL)) {
-                free(buf);
+        for (uint64_t r = 0; r < stk_shard_records(sh); r++) {
+            const void *p;
+            uint64_t size;
+            if (stk_shard_value_at(sh, (unsigned)f, r, &bc, &p, &size, NULL)) {
+                stk_block_cursor_free(&bc);
                 free(all);
                 return -1;
             }
-            for (uint64_t r = 0; r < count; r++) all[k++] = as_i64(buf + r * stride, s->fields[f].dtype);
-            free(buf);
+            all[k++] = as_i64(p, s->fields[f].dtype);
         }
     }
+    stk_block_cursor_free(&bc);
     qsort(all, n, sizeof *all, cmp_i64);
     for (uint64_t i = 0; i < n; i++) {
         if (h->n && h->value[h->n - 1] == all[i]) {

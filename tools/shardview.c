@@ -188,37 +188,17 @@ static uint64_t pick(const opts *o, uint64_t N, uint64_t i)
     return o->first + i;
 }
 
-/* A record's value, also of a compressed field: its block is decompressed
- * into *buf (kept while the next record is in the same block). */
-typedef struct {
-    size_t shard;
-    unsigned field;
-    uint64_t block;
-    uint8_t *raw;
-    int valid;
-} blockbuf;
-
-static int value_of(const stk_dataset *ds, unsigned f, uint64_t rec, blockbuf *bb, const void **p, uint64_t *size,
-                    stk_error *err)
+/* A record's value, also of a compressed field (through the cursor). */
+static int value_of(const stk_dataset *ds, unsigned f, uint64_t rec, stk_block_cursor *bc, const void **p,
+                    uint64_t *size, stk_error *err)
 {
-    if (!stk_dataset_schema(ds)->fields[f].codec) return stk_dataset_value(ds, f, rec, p, size, err);
     size_t s;
-    uint64_t local, b, raw;
+    uint64_t local;
     int rc = stk_dataset_locate(ds, rec, &s, &local, err);
-    const stk_shard *sh = stk_dataset_shard(ds, s);
-    if (!rc) rc = stk_shard_block_find(sh, f, local, &b, err);
-    if (!rc && !(bb->valid && bb->shard == s && bb->field == f && bb->block == b)) {
-        bb->valid = 0;
-        free(bb->raw);
-        rc = stk_shard_block_info(sh, f, b, NULL, NULL, &raw, NULL, err);
-        if (!rc && !(bb->raw = malloc(raw + 1))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
-        if (!rc) rc = stk_shard_block_read(sh, f, b, bb->raw, raw, err);
-        if (!rc) *bb = (blockbuf){s, f, b, bb->raw, 1};
-    }
-    return rc ? rc : stk_shard_block_value(sh, f, b, bb->raw, local, p, size, err);
+    return rc ? rc : stk_shard_value_at(stk_dataset_shard(ds, s), f, local, bc, p, size, err);
 }
 
-static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec, blockbuf *bb)
+static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec, stk_block_cursor *bb)
 {
     const void *p;
     uint64_t size;
@@ -288,7 +268,7 @@ int main(int argc, char **argv)
         return EXIT_PROBLEMS;
     }
     memset(rgb, BACKGROUND, (size_t)(W * H * 3));
-    blockbuf ib = {0, 0, 0, NULL, 0}, lb = {0, 0, 0, NULL, 0}; /* image and label blocks (compressed fields) */
+    stk_block_cursor ib = {0}, lb = {0}; /* image and label blocks (compressed fields) */
     for (uint64_t i = 0; i < n && !rc; i++) {
         uint64_t rec = recs[i] = pick(&o, N, i);
         const void *p;
@@ -328,8 +308,8 @@ int main(int argc, char **argv)
     }
     free(labels);
     free(recs);
-    free(ib.raw);
-    free(lb.raw);
+    stk_block_cursor_free(&ib);
+    stk_block_cursor_free(&lb);
     free(rgb);
     stk_dataset_close(ds);
     return rc;

@@ -27,38 +27,19 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "cli_util.h"
 #include "stoker/reader.h"
 
-static char tmp[1024], tools[1024], pack[1024];
+static char pack[1100]; /* tools + "/../packer/pack" */
 
-static void setup_env(void)
+/* cli_util's scratch directory and tools, plus the pack binary. */
+static void setup_pack(void)
 {
-    const char *t = getenv("STK_TEST_TMP"), *b = getenv("STK_TOOLS"), *p = getenv("STK_PACK");
-    ck_assert_msg(t && b, "STK_TEST_TMP and STK_TOOLS must be set (run through ctest)");
-    snprintf(tmp, sizeof tmp, "%s", t);
-    snprintf(tools, sizeof tools, "%s", b);
+    setup_env();
+    const char *p = getenv("STK_PACK");
     if (p && *p) snprintf(pack, sizeof pack, "%s", p);
-    else snprintf(pack, sizeof pack, "%s/../packer/pack", b);
+    else snprintf(pack, sizeof pack, "%s/../packer/pack", tools);
     ck_assert_msg(access(pack, X_OK) == 0, "pack not found at %s (set STK_PACK)", pack);
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", tmp, tmp);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-/* Run a shell command line in tmp; returns its exit status; stdout and
- * stderr are saved in out.txt and err.txt. */
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char line[4096], cmd[6000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s >out.txt 2>err.txt", tmp, line);
-    int st = system(cmd);
-    ck_assert_msg(WIFEXITED(st), "command did not exit: %s", line);
-    return WEXITSTATUS(st);
 }
 
 static char *path_in(const char *rel)
@@ -87,12 +68,12 @@ static char *slurp_n(const char *rel, size_t *len)
     return buf;
 }
 
-static char *slurp(const char *rel) { return slurp_n(rel, NULL); }
+static char *slurp_own(const char *rel) { return slurp_n(rel, NULL); }
 
 /* Assert that the file `rel` (e.g. err.txt) contains `needle`. */
 static void expect_in(const char *rel, const char *needle)
 {
-    char *s = slurp(rel);
+    char *s = slurp_own(rel);
     bool ok = strstr(s, needle) != NULL;
     free(s);
     ck_assert_msg(ok, "'%s' not found in %s", needle, rel);
@@ -119,13 +100,6 @@ static bool exists(const char *rel)
     bool e = access(p, F_OK) == 0;
     free(p);
     return e;
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
 }
 
 static int count_substr(const char *s, const char *needle)
@@ -155,7 +129,7 @@ typedef struct {
 
 static lines_t read_lines(const char *rel, bool header)
 {
-    lines_t L = {slurp(rel), NULL, 0};
+    lines_t L = {slurp_own(rel), NULL, 0};
     size_t cap = (size_t)count_lines(L.text) + 1;
     L.line = calloc(cap, sizeof *L.line);
     ck_assert(L.line != NULL);
@@ -179,10 +153,10 @@ static void free_lines(lines_t *L)
 static json_t *rawgen(const char *args, const char *dir)
 {
     int rc = run("'%s/rawgen' --json %s %s", tools, args, dir);
-    char *err = slurp("err.txt");
+    char *err = slurp_own("err.txt");
     ck_assert_msg(rc == 0, "rawgen %s failed (%d): %s", args, rc, clip(err));
     free(err);
-    char *out = slurp("out.txt");
+    char *out = slurp_own("out.txt");
     json_error_t je;
     json_t *j = json_loads(out, 0, &je);
     ck_assert_msg(j != NULL, "rawgen --json output does not parse: %s", je.text);
@@ -256,18 +230,18 @@ static uint8_t *decode_jpeg(const char *rel, int *w, int *h)
 
 START_TEST(help_version_and_rawgen)
 {
-    setup_env();
+    setup_pack();
     ck_assert_int_eq(run("'%s' --help", pack), 0);
-    char *s = slurp("out.txt");
+    char *s = slurp_own("out.txt");
     ck_assert_ptr_nonnull(strstr(s, "Exit status"));
     free(s);
     ck_assert_int_eq(run("'%s' --version", pack), 0);
-    s = slurp("out.txt");
+    s = slurp_own("out.txt");
     ck_assert_ptr_nonnull(strstr(s, "pack (stoker)"));
     free(s);
     /* rawgen: documented exit codes, byte-identical output for the same flags */
     ck_assert_int_eq(run("'%s/rawgen' --help", tools), 0);
-    s = slurp("out.txt");
+    s = slurp_own("out.txt");
     ck_assert_ptr_nonnull(strstr(s, "Exit status"));
     free(s);
     ck_assert_int_eq(run("'%s/rawgen' --bogus x", tools), 2);
@@ -282,7 +256,7 @@ START_TEST(help_version_and_rawgen)
     json_decref(j);
     ck_assert_int_eq(run("diff -r a b"), 0);
     ck_assert_int_eq(run("'%s/rawgen' -q -n 3 a", tools), 1); /* not empty */
-    s = slurp("err.txt");
+    s = slurp_own("err.txt");
     ck_assert_ptr_nonnull(strstr(s, "--force"));
     free(s);
     ck_assert_int_eq(run("'%s/rawgen' -q -n 3 --force a && test $(find a -type f | wc -l) = 3", tools), 0);
@@ -302,13 +276,13 @@ static bool any_of(const char *s, const char *const *needles)
 
 START_TEST(variants_packed_broken_skipped)
 {
-    setup_env();
+    setup_pack();
     json_t *j = rawgen("-n 40 --classes 3 --min-side 64 --max-side 160 --variants --broken", "raw");
     json_t *variants = json_object_get(j, "variant_files"), *broken = json_object_get(j, "broken_files");
     size_t nfiles = (size_t)json_integer_value(json_object_get(j, "files"));
     ck_assert_int_eq(json_array_size(broken), 10);
     ck_assert_int_eq(run("'%s' -q --size 32 --records-per-shard 16 -j2 raw ds", pack), 3);
-    char *err = slurp("err.txt");
+    char *err = slurp_own("err.txt");
     lines_t skipped = read_lines("ds/skipped.tsv", true), listing = read_lines("ds/listing.tsv", true);
     ck_assert_int_eq(skipped.n, json_array_size(broken));
     ck_assert_int_eq(listing.n, nfiles);
@@ -387,7 +361,7 @@ END_TEST
  * file (TurboJPEG 2.1 does after a failed header read) fails this. */
 START_TEST(bad_input_does_not_poison_next)
 {
-    setup_env();
+    setup_pack();
     json_t *j = rawgen("-n 12 --classes 1 --min-side 40 --max-side 90 --broken", "raw");
     json_t *broken = json_object_get(j, "broken_files");
     ck_assert_int_eq(run("sh -c \"cd raw && find . -name 'img-*.jpg' | sed 's#^./##' | sort > ../good.txt\""), 0);
@@ -483,7 +457,7 @@ static double mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n)
 
 START_TEST(pixels_match_reference)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 24 --classes 3 --min-side 64 --max-side 160 --seed 5", "raw"));
     const uint32_t N = 48;
     ck_assert_int_eq(run("'%s' -q --size 48 -j2 raw ds", pack), 0);
@@ -561,14 +535,14 @@ END_TEST
 
 START_TEST(threads_give_identical_bytes)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 60 --classes 4 --min-side 40 --max-side 120 --variants --broken", "raw"));
     ck_assert_int_eq(run("'%s' -q -j1 --size 32 --records-per-shard 7 raw a", pack), 3);
     ck_assert_int_eq(run("'%s' -q -j2 --size 32 --records-per-shard 7 raw b", pack), 3);
     ck_assert_int_eq(run("'%s' -q -j5 --size 32 --records-per-shard 7 raw c", pack), 3);
     ck_assert(exists("a/manifest.json") && exists("a/listing.tsv") && exists("a/skipped.tsv"));
-    ck_assert_msg(run("diff -r a b") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp("out.txt")));
-    ck_assert_msg(run("diff -r a c") == 0, "-j1 and -j5 differ:\n%s", clipf(slurp("out.txt")));
+    ck_assert_msg(run("diff -r a b") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
+    ck_assert_msg(run("diff -r a c") == 0, "-j1 and -j5 differ:\n%s", clipf(slurp_own("out.txt")));
 }
 END_TEST
 
@@ -589,7 +563,7 @@ static size_t committed_shards(const char *dir)
 
 START_TEST(kill_and_resume_gives_same_bytes)
 {
-    setup_env();
+    setup_pack();
     /* 600 inputs (10 of them broken, at the start of each class: the resume
      * must reproduce their reasons) into 4-record shards: ~150 commits */
     json_decref(rawgen("-n 590 --classes 3 --min-side 24 --max-side 64 --broken", "raw"));
@@ -643,12 +617,12 @@ START_TEST(kill_and_resume_gives_same_bytes)
         }
         /* the same command (-q and -j do not shape the output) */
         int rc = run("'%s' -j1 --size 16 --records-per-shard 4 raw %s", pack, name);
-        char *err = slurp("err.txt");
+        char *err = slurp_own("err.txt");
         ck_assert_msg(rc == 3, "re-run after kill at %zu shards: exit %d:\n%s", kill_at[t], rc, clip(err));
         ck_assert_msg(strstr(err, "resuming: kept"), "the re-run did not keep the committed shards:\n%s", clip(err));
         free(err);
         ck_assert_msg(run("diff -r ref %s", name) == 0, "resumed run (killed at %zu shards) differs:\n%s", kill_at[t],
-                      clipf(slurp("out.txt")));
+                      clipf(slurp_own("out.txt")));
         free(dir);
     }
 }
@@ -658,14 +632,14 @@ END_TEST
 
 START_TEST(parts_merge_equals_plain_pack)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 80 --classes 4 --min-side 40 --max-side 100 --variants --broken", "raw"));
     const char *flags = "-q --size 24 --records-per-shard 8";
     int rc;
     rc = run("'%s' %s --part 3/3 raw parts", pack, flags);
     ck_assert_msg(rc == 0 || rc == 3, "part 3/3: exit %d", rc);
     ck_assert_int_ne(run("'%s' -q --merge parts", pack), 0);
-    char *err = slurp("err.txt");
+    char *err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "missing") && strstr(err, ": 1, 2"), "merge must name parts 1 and 2:\n%s", clip(err));
     free(err);
     ck_assert(!exists("parts/manifest.json"));
@@ -674,7 +648,7 @@ START_TEST(parts_merge_equals_plain_pack)
     rc = run("'%s' %s --part 3/3 raw parts", pack, flags); /* again: already complete */
     ck_assert_msg(rc == 0 || rc == 3, "part 3/3 again: exit %d", rc);
     ck_assert_int_ne(run("'%s' -q --merge parts", pack), 0);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "missing") && strstr(err, ": 2"), "merge must name part 2:\n%s", clip(err));
     ck_assert_msg(!strstr(err, ": 1, 2") && !strstr(err, "3\n"), "merge names a part that is there:\n%s", clip(err));
     free(err);
@@ -682,7 +656,7 @@ START_TEST(parts_merge_equals_plain_pack)
     rc = run("'%s' %s --part 2/3 raw parts", pack, flags);
     ck_assert_msg(rc == 0 || rc == 3, "part 2/3: exit %d", rc);
     rc = run("'%s' -q --merge parts", pack);
-    ck_assert_msg(rc == 3, "merge of all parts (with skipped files): exit %d: %s", rc, clipf(slurp("err.txt")));
+    ck_assert_msg(rc == 3, "merge of all parts (with skipped files): exit %d: %s", rc, clipf(slurp_own("err.txt")));
     ck_assert_int_eq(run("'%s/shardcheck' --full parts", tools), 0);
 
     ck_assert_int_eq(run("'%s' %s raw plain", pack, flags), 3);
@@ -709,12 +683,12 @@ END_TEST
 
 START_TEST(exit_codes_and_refusals)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 12 --classes 3 --min-side 40 --max-side 80", "raw"));
     /* usage errors: 2 */
     ck_assert_int_eq(run("'%s' --bogus raw o", pack), 2);
     ck_assert_int_eq(run("'%s' --size 0 raw o", pack), 2);
-    char *err = slurp("err.txt");
+    char *err = slurp_own("err.txt");
     ck_assert_ptr_nonnull(strstr(err, "--size"));
     free(err);
     ck_assert_int_eq(run("'%s' --part 4/3 raw o", pack), 2);
@@ -727,22 +701,22 @@ START_TEST(exit_codes_and_refusals)
     ck_assert(!exists("o"));
     /* empty and missing inputs: 1, naming the input */
     ck_assert_int_eq(run("mkdir empty && '%s' -q empty o", pack), 1);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "empty") && count_lines(err) == 1, "%s", clip(err));
     free(err);
     ck_assert_int_eq(run("mkdir -p hollow/cat hollow/dog && '%s' -q hollow o", pack), 1);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "hollow") && strstr(err, "no input files"), "%s", clip(err));
     free(err);
     ck_assert_int_eq(run("'%s' -q nowhere o", pack), 1);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "nowhere") && strstr(err, "No such file"), "%s", clip(err));
     free(err);
     ck_assert(!exists("o/manifest.json"));
     /* an OUTDIR holding a dataset is refused, and replaced with --force */
     ck_assert_int_eq(run("'%s' -q --size 16 raw ds", pack), 0);
     ck_assert_int_eq(run("'%s' -q --size 16 raw ds", pack), 1);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "--force"), "%s", clip(err));
     free(err);
     ck_assert_int_eq(run("'%s' -q --size 20 --force raw ds", pack), 0);
@@ -753,7 +727,7 @@ START_TEST(exit_codes_and_refusals)
     /* --on-error fail: 1, nothing left that looks like a dataset */
     json_decref(rawgen("-n 30 --classes 3 --min-side 40 --max-side 80 --broken", "bad"));
     ck_assert_int_eq(run("'%s' -q --size 16 --records-per-shard 2 --on-error fail bad failed", pack), 1);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "--on-error fail"), "%s", clip(err));
     free(err);
     ck_assert(!exists("failed/manifest.json"));
@@ -763,7 +737,7 @@ END_TEST
 
 START_TEST(list_file_inputs)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 12 --classes 3 --min-side 40 --max-side 90", "raw"));
     /* the JPEGs, in an order of our own (reverse), class names as labels */
     ck_assert_int_eq(run("sh -c \"cd raw && find . -name '*.jpg' | sed 's#^./##' | sort -r > ../files.txt\""), 0);
@@ -786,7 +760,7 @@ START_TEST(list_file_inputs)
     for (int kind = 0; kind < 2; kind++) {
         const char *in = kind ? "list.tsv" : "list.csv", *out = kind ? "dtsv" : "dcsv";
         int rc = run("'%s' -q --size 16 -j2 %s %s", pack, in, out);
-        ck_assert_msg(rc == 0, "%s: exit %d: %s", in, rc, clipf(slurp("err.txt")));
+        ck_assert_msg(rc == 0, "%s: exit %d: %s", in, rc, clipf(slurp_own("err.txt")));
         stk_dataset *ds = open_ds(out);
         const stk_manifest *m = stk_dataset_manifest(ds);
         ck_assert_uint_eq(stk_dataset_records(ds), files.n);
@@ -829,7 +803,7 @@ END_TEST
 /* Refusals found in review: each asserts the documented behaviour. */
 START_TEST(review_refusals)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 24 --classes 3 --min-side 40 --max-side 90 --broken", "raw"));
     /* an empty OUTDIR string is a clear error, not a crash */
     ck_assert_int_eq(run("'%s' -q --size 16 raw ''", pack), 1);
@@ -856,13 +830,13 @@ END_TEST
 
 START_TEST(disk_full_fails_cleanly)
 {
-    setup_env();
+    setup_pack();
     json_decref(rawgen("-n 40 --classes 2 --min-side 40 --max-side 80", "raw"));
     /* RLIMIT_FSIZE of 64 blocks (32 KiB in dash's 512-byte units; a shard of
      * 64 records of 32x32x3 is ~200 KiB): write() fails with EFBIG once
      * SIGXFSZ is ignored (an ignored signal stays ignored across exec). */
     int rc = run("sh -c \"trap '' XFSZ; ulimit -f 64; exec '%s' -q --size 32 --records-per-shard 64 raw full\"", pack);
-    char *err = slurp("err.txt");
+    char *err = slurp_own("err.txt");
     ck_assert_msg(rc == 1, "exit %d, want 1:\n%s", rc, clip(err));
     ck_assert_msg(strstr(err, "full/shard-") && strstr(err, "File too large"), "the error must name the file and the cause:\n%s",
                   clip(err));
@@ -872,7 +846,7 @@ START_TEST(disk_full_fails_cleanly)
      * does not fit, the shards (2 records of 8x8x3, ~20 KiB) do */
     json_decref(rawgen("-n 1500 --classes 2 --min-side 8 --max-side 16", "many"));
     rc = run("sh -c \"trap '' XFSZ; ulimit -f 64; exec '%s' -q --size 8 --records-per-shard 2 many full2\"", pack);
-    err = slurp("err.txt");
+    err = slurp_own("err.txt");
     ck_assert_msg(rc == 1, "exit %d, want 1:\n%s", rc, clip(err));
     ck_assert_msg(strstr(err, "full2/") && strstr(err, "File too large"), "the error must name the file and the cause:\n%s", clip(err));
     free(err);

@@ -11,21 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expect.h"
 #include "ref_order.h"
 
-/* ck_assert_* records its location through a pipe on every call (even when
- * it passes), which costs a write(2) per check in the hot loops: these check
- * first and involve Check only on failure. */
-#define expect(cond, ...)                                                                        \
-    do {                                                                                          \
-        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                   \
-    } while (0)
-#define expect_eq(a, b)                                                                          \
-    do {                                                                                          \
-        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                          \
-        if (a_ != b_) ck_abort_msg("%s == %llu, expected %s == %llu", #a, (unsigned long long)a_, #b, \
-                                   (unsigned long long)b_);                                       \
-    } while (0)
 
 static const uint64_t NS[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 32, 33, 64, 97, 100, 127, 128, 257, 1000, 1024};
 #define NN (sizeof NS / sizeof NS[0])

@@ -272,6 +272,23 @@ STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block
 STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,
                                   const void **data, uint64_t *size, stk_error *err);
 
+/* Any field's value, compressed or not, for readers that go record by
+ * record (tools): uncompressed values point into the map as with
+ * stk_shard_value; a compressed value points into the cursor's decompressed
+ * block, valid until the next call with this cursor or stk_block_cursor_free.
+ * Consecutive records of one block decompress it once. Zero-initialise. */
+typedef struct {
+    const stk_shard *shard;
+    unsigned field;
+    uint64_t block;
+    uint8_t *raw;
+    uint64_t cap;
+    int valid;
+} stk_block_cursor;
+STK_API int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c,
+                               const void **data, uint64_t *size, stk_error *err);
+STK_API void stk_block_cursor_free(stk_block_cursor *c);
+
 /* Stored XXH3-64 of field f of record i. */
 STK_API uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i);
 
