@@ -15,12 +15,14 @@
  * before the first append. The header is then known up front, so the
  * whole-file XXH3 is computed while the data goes out, in file order, and
  * finish need not read the file back (which, at the end of a pack, is a pass
- * over up to a gigabyte nobody can overlap). Field 0 then goes through three
- * 4 MiB staging buffers to an I/O thread that hashes and writes them, with
- * O_DIRECT where the file system takes it: no page-cache copy, no writeback
- * later, no dirty gigabyte for the final fsync, and the appending thread
- * never waits for the disk. If the count turns out different, finish falls
- * back to reading the file back. */
+ * over up to a gigabyte nobody can overlap). Field 0 then goes to an I/O
+ * thread that hashes and writes it, with O_DIRECT where the file system takes
+ * it: no page-cache copy, no writeback later, no dirty gigabyte for the final
+ * fsync, and the appending thread never waits for the disk. Values are copied
+ * into 4 MiB staging buffers, or, lent (stk_writer_append_lent), written from
+ * the caller's memory: a packer's appending thread then does no per-byte work
+ * at all. If the count turns out different, finish falls back to reading the
+ * file back. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "zpool.h"
@@ -31,16 +33,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #define DIRECT_BUF (4u << 20)
 #define DIRECT_BIG (64u << 10)
-/* Streaming: staging buffers of STREAM_BUF bytes (a multiple of any block
- * size O_DIRECT asks for), STREAM_NBUF of them: one being filled, the rest
- * queued or being written. */
+/* Streaming: field 0 goes to the I/O thread as a queue of chunks in file
+ * order. A chunk is either a staging buffer of STREAM_BUF bytes (values
+ * copied into it; STREAM_NBUF of them, allocated on first use) or a lent
+ * value (stk_writer_append_lent), written from the caller's memory. The
+ * thread writes up to STREAM_BATCH bytes per pwritev and sleeps until that
+ * much is queued, so it wakes once per few megabytes, not once per record;
+ * the appender waits while STK_WRITER_LENT_MAX bytes are queued or being
+ * written. Sizes are multiples of any block size O_DIRECT asks for. */
 #define STREAM_BUF ((size_t)4 << 20)
 #define STREAM_NBUF 3
+#define STREAM_BATCH ((size_t)4 << 20)
+#define STREAM_QMAX ((size_t)STK_WRITER_LENT_MAX)
+#define STREAM_QCAP 512u /* chunks queued at most              */
+/* A partial batch is written once it has waited this long: a caller lending
+ * from fewer buffers than a batch would otherwise wait for them for ever. */
+#define STREAM_LINGER_MS 20
+#define STREAM_IOV 256u  /* chunks per write at most (IOV_MAX: 1024) */
 #define STREAM_ALIGN 4096u
 
 typedef struct {
@@ -63,24 +79,42 @@ static bool buf_reserve(buf_t *b, size_t extra)
     return true;
 }
 
+/* One piece of field 0 on its way to the file. */
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+    int buf;               /* staging buffer index, or -1: lent */
+    stk_lent_done_fn done; /* lent: whom to give p back to     */
+    void *ctx;
+} chunk_t;
+
 /* The streaming state (see the top of the file). The appending thread fills
- * buf[fill]; full buffers go to the I/O thread in order; qlen counts those
- * queued or being written, qhead the oldest of them. */
+ * staging buffer `fill` and queues chunks at the tail of q; the I/O thread
+ * takes runs from the head, hashes and writes them, and releases them. Every
+ * chunk starts at a multiple of STREAM_ALIGN (lent ones are taken only
+ * there, with aligned lengths; staging buffers start where one ends), so the
+ * whole stream can go out with O_DIRECT. */
 typedef struct {
     pthread_t thread;
     bool thread_on, quit, abandon;
     pthread_mutex_t lock;
-    pthread_cond_t cv;
+    pthread_cond_t cv_work;  /* the I/O thread waits for a batch */
+    pthread_cond_t cv_room;  /* the appender waits for room       */
     uint8_t *buf[STREAM_NBUF];
-    size_t len[STREAM_NBUF];  /* data bytes in each buffer               */
-    uint64_t off[STREAM_NBUF]; /* file offset of each buffer              */
-    unsigned fill, qhead, qlen;
-    int dfd;                  /* O_DIRECT descriptor, or -1: buffered   */
-    int err;                  /* sticky: a write failed (with e)         */
+    bool busy[STREAM_NBUF];  /* queued or being written           */
+    int fill;                /* staging buffer being filled, or -1 */
+    size_t fill_len;
+    uint64_t off;            /* file offset of the next byte appended */
+    chunk_t q[STREAM_QCAP];
+    unsigned qhead, qlen;
+    size_t qbytes;           /* bytes queued or being written     */
+    uint64_t qoff;           /* file offset of q[qhead]           */
+    int dfd;                 /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
+    int err;                 /* sticky: a write failed (with e)   */
     stk_error e;
-    stk_hasher *fh;           /* whole-file hash, fed in file order      */
-    uint64_t expect;          /* the record count the header was made for */
-    uint8_t *hdr;             /* that header                              */
+    stk_hasher *fh;          /* whole-file hash, fed in file order */
+    uint64_t expect;         /* the record count the header was made for */
+    uint8_t *hdr;            /* that header                        */
     size_t hdr_len;
 } stream_t;
 
@@ -222,71 +256,129 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
 static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk_layout *L,
                          stk_error *err);
 
-/* Write one full (or, last, padded) staging buffer. O_DIRECT wants aligned
- * lengths: the last buffer is padded with zeros to STREAM_ALIGN, which only
- * covers the zero gap before the next region (regions are page-aligned). */
-static int stream_write(stk_writer *w, stream_t *st, unsigned b, stk_error *err)
+/* Write n chunks that lie back to back from file offset off. With O_DIRECT
+ * all of them in one pwritev; the last chunk of a shard is a staging buffer
+ * zero-padded to STREAM_ALIGN (the padding only covers the zero gap before
+ * the next region, which is page-aligned). A short direct write (a file size
+ * limit, a full disk) is finished buffered, which says why it fails;
+ * EINVAL (the file system opened O_DIRECT but will not do it here) or
+ * nothing written switches to buffered writes for good. */
+static int stream_write(stk_writer *w, stream_t *st, const chunk_t *c, unsigned n, uint64_t off,
+                        stk_error *err)
 {
-    size_t len = st->len[b];
+    size_t total = 0, done = 0;
+    for (unsigned i = 0; i < n; i++) total += c[i].len;
     if (st->dfd >= 0) {
-        size_t padded = (len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
-        ssize_t n;
-        do n = pwrite(st->dfd, st->buf[b], padded, (off_t)st->off[b]);
-        while (n < 0 && errno == EINTR);
-        if (n >= (ssize_t)len) return STK_OK; /* the zero padding need not land */
-        if (n > 0) /* cut short (a file size limit, a full disk): the rest says why */
-            return stk_pwrite_all(w->fd, st->buf[b] + n, len - (size_t)n, st->off[b] + (uint64_t)n, w->tmp, err);
-        if (n < 0 && errno != EINVAL)
+        struct iovec iov[STREAM_IOV];
+        for (unsigned i = 0; i < n; i++) {
+            size_t len = c[i].len;
+            if (i == n - 1 && c[i].buf >= 0) len = (len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
+            iov[i] = (struct iovec){(void *)(uintptr_t)c[i].p, len};
+        }
+        ssize_t r;
+        do r = pwritev(st->dfd, iov, (int)n, (off_t)off);
+        while (r < 0 && errno == EINTR);
+        if (r >= (ssize_t)total) return STK_OK; /* the zero padding need not land */
+        if (r < 0 && errno != EINVAL)
             return stk_fail_errno(err, STK_E_IO, errno, "%s: write at offset %llu failed", w->tmp,
-                                  (unsigned long long)st->off[b]);
-        /* EINVAL: the file system opened O_DIRECT but will not do it here
-         * (it wants larger alignment, ...); 0: nothing written, no reason
-         * given. Buffered from now on, which reports any real error. */
-        close(st->dfd);
-        st->dfd = -1;
+                                  (unsigned long long)off);
+        if (r > 0) done = (size_t)r;
+        else close(st->dfd), st->dfd = -1;
     }
-    return stk_pwrite_all(w->fd, st->buf[b], len, st->off[b], w->tmp, err);
+    for (unsigned i = 0; i < n; off += c[i].len, i++) {
+        if (done >= c[i].len) {
+            done -= c[i].len;
+            continue;
+        }
+        int rc = stk_pwrite_all(w->fd, c[i].p + done, c[i].len - done, off + done, w->tmp, err);
+        if (rc) return rc;
+        done = 0;
+    }
+    return STK_OK;
+}
+
+/* Give lent chunks back to their owners (outside the lock: the callbacks are
+ * the caller's code). */
+static void give_back(const chunk_t *c, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (c[i].buf < 0 && c[i].done) c[i].done(c[i].ctx, c[i].p);
+}
+
+/* pthread_cond_timedwait for ms milliseconds on a CLOCK_MONOTONIC condition. */
+static int wait_ms(pthread_cond_t *cv, pthread_mutex_t *m, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return pthread_cond_timedwait(cv, m, &ts);
 }
 
 static void *stream_thread(void *arg)
 {
     stk_writer *w = arg;
     stream_t *st = w->st;
+    chunk_t run[STREAM_IOV];
     pthread_mutex_lock(&st->lock);
     for (;;) {
-        while (!st->qlen && !st->quit) pthread_cond_wait(&st->cv, &st->lock);
-        if (!st->qlen || st->abandon) break;
-        unsigned b = st->qhead;
+        while (!st->quit && st->qbytes < STREAM_BATCH && st->qlen < STREAM_QCAP) {
+            if (!st->qlen) {
+                pthread_cond_wait(&st->cv_work, &st->lock);
+            } else if (wait_ms(&st->cv_work, &st->lock, STREAM_LINGER_MS) == ETIMEDOUT) {
+                break; /* a partial batch: a caller short of buffers waits for these */
+            }
+        }
+        if (st->abandon || !st->qlen) break; /* what is left of an abandoned queue: stream_stop */
+        /* A run from the head: at least one chunk, at most a batch. */
+        unsigned n = 0;
+        size_t bytes = 0;
+        while (n < st->qlen && n < STREAM_IOV) {
+            const chunk_t *c = &st->q[(st->qhead + n) % STREAM_QCAP];
+            if (n && bytes + c->len > STREAM_BATCH) break;
+            run[n++] = *c;
+            bytes += c->len;
+        }
+        uint64_t off = st->qoff;
         bool skip = st->err != 0;
         pthread_mutex_unlock(&st->lock);
         stk_error e;
         int rc = STK_OK;
         if (!skip) {
-            stk_hasher_update(st->fh, st->buf[b], st->len[b]);
-            rc = stream_write(w, st, b, &e);
+            for (unsigned i = 0; i < n; i++) stk_hasher_update(st->fh, run[i].p, run[i].len);
+            rc = stream_write(w, st, run, n, off, &e);
         }
         pthread_mutex_lock(&st->lock);
         if (rc && !st->err) st->err = rc, st->e = e;
-        st->qhead = (st->qhead + 1) % STREAM_NBUF;
-        st->qlen--;
-        pthread_cond_broadcast(&st->cv);
+        for (unsigned i = 0; i < n; i++)
+            if (run[i].buf >= 0) st->busy[run[i].buf] = false;
+        st->qhead = (st->qhead + n) % STREAM_QCAP;
+        st->qlen -= n;
+        st->qbytes -= bytes;
+        st->qoff += bytes;
+        pthread_cond_broadcast(&st->cv_room);
+        pthread_mutex_unlock(&st->lock);
+        give_back(run, n);
+        pthread_mutex_lock(&st->lock);
     }
     pthread_mutex_unlock(&st->lock);
     return NULL;
 }
 
-/* Wait for the I/O thread to finish what is queued (or, abandon, to drop
- * it) and end it. */
+/* Wait for the I/O thread to write what is queued (or, abandon, to drop
+ * it) and end it. Dropped lent chunks go back to their owners. */
 static void stream_stop(stream_t *st, bool abandon)
 {
     if (!st->thread_on) return;
     pthread_mutex_lock(&st->lock);
     st->quit = true;
     st->abandon = abandon;
-    pthread_cond_broadcast(&st->cv);
+    pthread_cond_broadcast(&st->cv_work);
     pthread_mutex_unlock(&st->lock);
     pthread_join(st->thread, NULL);
     st->thread_on = false;
+    for (; st->qlen; st->qlen--, st->qhead = (st->qhead + 1) % STREAM_QCAP) give_back(&st->q[st->qhead], 1);
 }
 
 static void stream_free(stream_t *st)
@@ -295,49 +387,108 @@ static void stream_free(stream_t *st)
     if (st->dfd >= 0) close(st->dfd);
     stk_hasher_free(st->fh);
     free(st->hdr);
-    pthread_cond_destroy(&st->cv);
+    pthread_cond_destroy(&st->cv_room);
+    pthread_cond_destroy(&st->cv_work);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
-/* Hand buf[fill] to the I/O thread and start filling the next one, waiting
- * while every buffer is queued. Returns the sticky I/O error, if any. */
-static int stream_submit(stk_writer *w, stk_error *err)
+/* Queue chunk c at the tail, waiting while the queue is full. Returns the
+ * sticky I/O error, if any; c is then not queued. Under st->lock. */
+static int stream_push_locked(stream_t *st, const chunk_t *c, stk_error *err)
 {
-    stream_t *st = w->st;
-    uint64_t next_off = st->off[st->fill] + st->len[st->fill];
-    pthread_mutex_lock(&st->lock);
-    if (st->len[st->fill]) {
-        st->qlen++;
-        pthread_cond_broadcast(&st->cv);
-        st->fill = (st->fill + 1) % STREAM_NBUF;
+    while ((st->qbytes >= STREAM_QMAX || st->qlen == STREAM_QCAP) && !st->err) {
+        pthread_cond_signal(&st->cv_work);
+        pthread_cond_wait(&st->cv_room, &st->lock);
     }
-    while (st->qlen == STREAM_NBUF && !st->err) pthread_cond_wait(&st->cv, &st->lock);
-    int rc = st->err;
-    if (rc) stk_fail(err, rc, "%s", st->e.msg);
-    pthread_mutex_unlock(&st->lock);
-    st->len[st->fill] = 0;
-    st->off[st->fill] = next_off;
-    return rc;
+    if (st->err) return stk_fail(err, st->err, "%s", st->e.msg);
+    st->q[(st->qhead + st->qlen) % STREAM_QCAP] = *c;
+    st->qlen++;
+    st->qbytes += c->len;
+    st->off += c->buf >= 0 ? 0 : c->len; /* staging bytes were counted as they were copied */
+    if (st->qbytes >= STREAM_BATCH || st->qlen == STREAM_QCAP) pthread_cond_signal(&st->cv_work);
+    return STK_OK;
 }
 
-/* Field 0 of one record into the staging buffers. */
-static int stream_append(stk_writer *w, const uint8_t *p, size_t n, stk_error *err)
+/* Queue the staging buffer being filled, if it holds anything. */
+static int stream_push_fill(stk_writer *w, stk_error *err)
 {
     stream_t *st = w->st;
+    if (st->fill < 0 || !st->fill_len) return STK_OK;
+    chunk_t c = {st->buf[st->fill], st->fill_len, st->fill, NULL, NULL};
+    pthread_mutex_lock(&st->lock);
+    st->busy[st->fill] = true;
+    int rc = stream_push_locked(st, &c, err);
+    pthread_mutex_unlock(&st->lock);
+    st->fill = -1;
+    st->fill_len = 0;
+    return rc ? (w->failed = rc) : STK_OK;
+}
+
+/* A free staging buffer to fill (allocated on first use), waiting while
+ * every one is queued. */
+static int stream_take_buf(stk_writer *w, stk_error *err)
+{
+    stream_t *st = w->st;
+    int rc = STK_OK;
+    pthread_mutex_lock(&st->lock);
+    for (;;) {
+        for (int b = 0; b < STREAM_NBUF && st->fill < 0; b++)
+            if (!st->busy[b]) st->fill = b;
+        if (st->fill >= 0 || st->err) break;
+        pthread_cond_signal(&st->cv_work);
+        pthread_cond_wait(&st->cv_room, &st->lock);
+    }
+    if (st->err) rc = stk_fail(err, st->err, "%s", st->e.msg);
+    pthread_mutex_unlock(&st->lock);
+    if (!rc && !st->buf[st->fill] &&
+        posix_memalign((void **)&st->buf[st->fill], STREAM_ALIGN, STREAM_BUF) != 0) {
+        st->buf[st->fill] = NULL;
+        st->fill = -1;
+        rc = stk_fail(err, STK_E_NOMEM, "%s: out of memory for write buffers", w->path);
+    }
+    st->fill_len = 0;
+    return rc ? (w->failed = rc) : STK_OK;
+}
+
+/* Field 0 of one record copied into the staging buffers. */
+static int stream_copy(stk_writer *w, const uint8_t *p, size_t n, stk_error *err)
+{
+    stream_t *st = w->st;
+    int rc;
     while (n) {
-        if (st->len[st->fill] == STREAM_BUF) {
-            int rc = stream_submit(w, err);
-            if (rc) return w->failed = rc;
-        }
-        size_t k = STREAM_BUF - st->len[st->fill];
+        if (st->fill < 0 && (rc = stream_take_buf(w, err))) return rc;
+        size_t k = STREAM_BUF - st->fill_len;
         if (k > n) k = n;
-        memcpy(st->buf[st->fill] + st->len[st->fill], p, k);
-        st->len[st->fill] += k;
+        memcpy(st->buf[st->fill] + st->fill_len, p, k);
+        st->fill_len += k;
+        st->off += k;
         p += k;
         n -= k;
+        if (st->fill_len == STREAM_BUF && (rc = stream_push_fill(w, err))) return rc;
     }
     return STK_OK;
+}
+
+/* Whether field 0's value p[0 .. n) can go to the file from where it is:
+ * it starts and ends on STREAM_ALIGN, and so does its place in the file. */
+static bool stream_can_lend(const stream_t *st, const void *p, size_t n)
+{
+    return n && (uintptr_t)p % STREAM_ALIGN == 0 && n % STREAM_ALIGN == 0 && st->off % STREAM_ALIGN == 0;
+}
+
+/* Field 0 of one record queued by reference (stream_can_lend holds). */
+static int stream_lend(stk_writer *w, const uint8_t *p, size_t n, stk_lent_done_fn done, void *ctx,
+                       stk_error *err)
+{
+    stream_t *st = w->st;
+    int rc = stream_push_fill(w, err); /* what was copied before goes first */
+    if (rc) return rc;
+    chunk_t c = {p, n, -1, done, ctx};
+    pthread_mutex_lock(&st->lock);
+    rc = stream_push_locked(st, &c, err);
+    pthread_mutex_unlock(&st->lock);
+    return rc ? (w->failed = rc) : STK_OK;
 }
 
 /* Queue the partly filled buffer (zero-padded for O_DIRECT), wait for all
@@ -345,15 +496,15 @@ static int stream_append(stk_writer *w, const uint8_t *p, size_t n, stk_error *e
 static int stream_drain(stk_writer *w, stk_error *err)
 {
     stream_t *st = w->st;
-    size_t len = st->len[st->fill];
-    size_t padded = (len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
-    memset(st->buf[st->fill] + len, 0, padded - len);
-    uint64_t end = st->off[st->fill] + len;
-    int rc = stream_submit(w, err);
+    if (st->fill >= 0) {
+        size_t padded = (st->fill_len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
+        memset(st->buf[st->fill] + st->fill_len, 0, padded - st->fill_len);
+    }
+    int rc = stream_push_fill(w, err);
     stream_stop(st, false);
     if (!rc && st->err) rc = stk_fail(err, st->err, "%s", st->e.msg);
     if (rc) w->failed = rc;
-    w->direct_off = end;
+    w->direct_off = st->off;
     return rc;
 }
 
@@ -370,14 +521,17 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     stream_t *st = calloc(1, sizeof *st);
     if (!st) return stk_fail(err, STK_E_NOMEM, "out of memory");
     st->dfd = -1;
+    st->fill = -1;
     pthread_mutex_init(&st->lock, NULL);
-    pthread_cond_init(&st->cv, NULL);
-    bool ok = (st->fh = stk_hasher_new()) && (st->hdr = calloc(1, L.header_size));
-    for (unsigned b = 0; ok && b < STREAM_NBUF; b++)
-        ok = posix_memalign((void **)&st->buf[b], STREAM_ALIGN, STREAM_BUF) == 0;
-    if (!ok) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->cv_work, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&st->cv_room, NULL);
+    if (!(st->fh = stk_hasher_new()) || !(st->hdr = calloc(1, L.header_size))) {
         stream_free(st);
-        return stk_fail(err, STK_E_NOMEM, "%s: out of memory for write buffers", w->path);
+        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
     }
     st->expect = records;
     st->hdr_len = L.header_size;
@@ -390,7 +544,7 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
         stk_hasher_update(st->fh, zeros, k);
         at += k;
     }
-    st->off[0] = L.region[0].data_off;
+    st->off = st->qoff = L.region[0].data_off;
 #ifdef O_DIRECT
     st->dfd = open(w->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC); /* -1: buffered writes */
 #endif
@@ -403,6 +557,7 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     st->thread_on = true;
     return STK_OK;
 }
+
 
 /* The whole-file hash of a streamed shard: everything after field 0's data
  * (the other regions, checksum table, footer and the zero gaps between them)
@@ -424,32 +579,48 @@ static int stream_hash_tail(stk_writer *w, const stk_layout *L, const uint8_t *f
     return STK_OK;
 }
 
-int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
+/* Field 0 of a checked record, by whichever path the writer takes; *lent
+ * says whether the writer kept v0's memory (it then gives it back later). */
+static int append_field0(stk_writer *w, const stk_value *v0, stk_lent_done_fn done, void *ctx, bool *lent,
+                         stk_error *err)
+{
+    int rc;
+    size_t n = (size_t)v0->size;
+    if (w->st) {
+        if (done && stream_can_lend(w->st, v0->data, n)) {
+            rc = stream_lend(w, v0->data, n, done, ctx, err);
+            *lent = rc == STK_OK;
+            return rc;
+        }
+        return stream_copy(w, v0->data, n, err);
+    }
+    /* Flush first so that a failure leaves this record unwritten. Values of
+     * 64 KiB and more (images) go straight from the caller's buffer: copying
+     * them into ours first would only add a memcpy per record. */
+    bool big = n >= DIRECT_BIG;
+    if ((big || w->direct_buf.len + n > DIRECT_BUF) && (rc = flush_direct(w, err))) return rc;
+    if (big) {
+        if ((rc = stk_pwrite_all(w->fd, v0->data, n, w->direct_off, w->tmp, err))) return w->failed = rc;
+        w->direct_off += n;
+    } else {
+        memcpy(w->direct_buf.p + w->direct_buf.len, v0->data, n);
+        w->direct_buf.len += n;
+    }
+    return STK_OK;
+}
+
+static int append(stk_writer *w, const stk_value *v, const uint64_t *hash0, stk_lent_done_fn done, void *ctx,
+                  bool *lent, stk_error *err)
 {
     if (!w || !v) return stk_fail(err, STK_E_ARG, "stk_writer_append: NULL argument");
     if (w->failed) return stk_fail(err, w->failed, "%s: an earlier write failed", w->path);
     int rc = prepare(w, v, err);
     if (rc) return rc;
     const stk_schema *s = &w->schema;
-    if (w->st) {
-        if ((rc = stream_append(w, v[0].data, (size_t)v[0].size, err))) return rc;
-    } else if (w->direct) {
-        /* Flush first so that a failure leaves this record unwritten. Values
-         * of 64 KiB and more (images) go straight from the caller's buffer:
-         * copying them into ours first would only add a memcpy per record. */
-        bool big = v[0].size >= DIRECT_BIG;
-        if ((big || w->direct_buf.len + v[0].size > DIRECT_BUF) && (rc = flush_direct(w, err))) return rc;
-        if (big) {
-            if ((rc = stk_pwrite_all(w->fd, v[0].data, (size_t)v[0].size, w->direct_off, w->tmp, err)))
-                return w->failed = rc;
-            w->direct_off += v[0].size;
-        } else {
-            memcpy(w->direct_buf.p + w->direct_buf.len, v[0].data, (size_t)v[0].size);
-            w->direct_buf.len += (size_t)v[0].size;
-        }
-    }
+    if (w->direct && (rc = append_field0(w, &v[0], done, ctx, lent, err))) return rc;
     for (uint32_t f = 0; f < s->nfields; f++) {
-        wr64(w->cksum.p + w->cksum.len, stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size));
+        uint64_t h = f == 0 && hash0 ? *hash0 : stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size);
+        wr64(w->cksum.p + w->cksum.len, h);
         w->cksum.len += 8;
         if (f == 0 && w->direct) continue;
         bool z = stk_field_compressed(&s->fields[f]);
@@ -468,6 +639,21 @@ int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
             (rc = close_block(w, f, err)))
             return w->failed = rc; /* the record is in: a writer that cannot compress is done */
     return STK_OK;
+}
+
+int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
+{
+    bool lent = false;
+    return append(w, v, NULL, NULL, NULL, &lent, err);
+}
+
+int stk_writer_append_lent(stk_writer *w, const stk_value *v, const uint64_t *hash0, stk_lent_done_fn done,
+                           void *ctx, stk_error *err)
+{
+    bool lent = false;
+    int rc = append(w, v, hash0, done, ctx, &lent, err);
+    if (!lent && done && v) done(ctx, v[0].data);
+    return rc;
 }
 
 int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err)

@@ -186,7 +186,9 @@ int pk_out_flush(pk_out *o, stk_error *err)
     return rc ? rc : rc2;
 }
 
-int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
+/* The writer for the next record: the open one, or a new shard when it is
+ * full or none is open. */
+static int open_for(pk_out *o, const stk_value *v, stk_error *err)
 {
     int rc;
     if (o->cur && stk_writer_records(o->cur) >= o->per_shard && (rc = submit(o, err))) return rc;
@@ -226,7 +228,18 @@ int pk_out_append(pk_out *o, const stk_value *v, stk_error *err)
         o->opened++;
         if ((rc = ensure_thread(o, err))) return rc;
     }
-    return stk_writer_append(o->cur, v, err);
+    return STK_OK;
+}
+
+int pk_out_append(pk_out *o, const stk_value *v, const uint64_t *hash0, stk_lent_done_fn done, void *ctx,
+                  stk_error *err)
+{
+    int rc = open_for(o, v, err);
+    if (rc) {
+        if (done) done(ctx, v[0].data);
+        return rc;
+    }
+    return stk_writer_append_lent(o->cur, v, hash0, done, ctx, err);
 }
 
 void pk_out_remove_from(const pk_out *o, size_t k)

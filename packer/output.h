@@ -58,7 +58,12 @@ int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema
  * are removed. `note` (may be NULL) hears one line per dropped shard. */
 int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint64_t **gaps,
                   size_t *ngaps, void (*note)(void *, const char *), void *user, stk_error *err);
-int pk_out_append(pk_out *o, const stk_value *values, stk_error *err);
+/* Append one record, lending values[0] to the shard writer
+ * (stk_writer_append_lent, with hash0 its checksum or NULL): done(ctx,
+ * values[0].data) is called exactly once, on every path, when the bytes are
+ * no longer needed. */
+int pk_out_append(pk_out *o, const stk_value *values, const uint64_t *hash0, stk_lent_done_fn done, void *ctx,
+                  stk_error *err);
 /* Commit the open shard, if any, and wait for every pending commit. */
 int pk_out_flush(pk_out *o, stk_error *err);
 /* Drop the open shard; with remove_committed also delete every committed one. */

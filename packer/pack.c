@@ -208,6 +208,7 @@ typedef struct {
     stk_error err;
     int fatal;          /* a write failed: stop */
     bool failed_input;  /* --on-error fail hit a bad file */
+    pk_pool *pool;      /* image buffers: the pipeline's slots and those lent to the writer */
 } run_t;
 
 typedef struct {
@@ -300,6 +301,9 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
     if (n < 0) return;
     res->in_bytes = (uint64_t)n;
     res->status = pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
+    /* The record's checksum, here, while the image is in this core's cache
+     * and in parallel, not on the one thread that puts records in order. */
+    if (res->status == PK_OK) res->hash = stk_hash(slot, (size_t)r->o->img.size * r->o->img.size * 3);
 }
 
 static bool add_skip(run_t *r, uint64_t index, const char *reason)
@@ -326,7 +330,7 @@ static void report_bad(run_t *r, uint64_t i, const char *msg)
     free(path);
 }
 
-static int consume(void *user, uint64_t i, const uint8_t *slot, const pk_result *res)
+static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
 {
     run_t *r = user;
     r->done++;
@@ -340,14 +344,21 @@ static int consume(void *user, uint64_t i, const uint8_t *slot, const pk_result 
         uint32_t size[2] = {res->w, res->h};
         uint64_t source = i;
         uint64_t img = (uint64_t)r->o->img.size * r->o->img.size * 3;
-        stk_value v[4] = {{slot, img}, {&label, 8}, {size, 8}, {&source, 8}};
-        if ((r->fatal = pk_out_append(&r->out, v, &r->err))) return 1;
+        /* The image is lent to the writer, which writes it from this very
+         * buffer and puts it back in the pool; the pipeline gets another. */
+        uint8_t *px = *slot;
+        *slot = pk_pool_get(r->pool);
+        stk_value v[4] = {{px, img}, {&label, 8}, {size, 8}, {&source, 8}};
+        if ((r->fatal = pk_out_append(&r->out, v, &res->hash, pk_pool_done, r->pool, &r->err))) return 1;
         r->packed++;
     }
-    char extra[96];
-    double el = tool_now() - r->bar.start;
-    snprintf(extra, sizeof extra, "%.1f MB/s, %zu skipped", el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0, r->nskips);
-    tool_progress_update(&r->bar, r->done, extra);
+    if (tool_progress_due(&r->bar, r->done)) {
+        char extra[96];
+        double el = tool_now() - r->bar.start;
+        snprintf(extra, sizeof extra, "%.1f MB/s, %zu skipped", el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0,
+                 r->nskips);
+        tool_progress_update(&r->bar, r->done, extra);
+    }
     return 0;
 }
 
@@ -697,11 +708,16 @@ static int run_pack(const opts *o)
          * running out of slots. */
         size_t slot = (size_t)o->img.size * o->img.size * 3;
         size_t window = (slot <= ((size_t)1 << 20) ? 8 : 4) * ((size_t)o->threads + 1);
+        /* Beyond the window, what the writers hold: the open shard's and the
+         * one being committed at a shard boundary (fewer would only make the
+         * consumer wait for the disk, never deadlock). */
+        size_t lent = (size_t)((STK_WRITER_LENT_MAX + slot - 1) / slot) + 1;
+        r.pool = pk_pool_new(window + 2 * lent, slot);
         pk_pipeline pl = {.threads = o->threads, .window = window,
-                          .slot_bytes = slot, .first = next, .end = end,
+                          .pool = r.pool, .first = next, .end = end,
                           .user = &r, .thread_init = worker_init, .thread_fini = worker_fini,
                           .produce = produce, .consume = consume};
-        int prc = pk_pipeline_run(&pl);
+        int prc = r.pool ? pk_pipeline_run(&pl) : -1;
         tool_progress_end(&r.bar);
         if (prc < 0) fprintf(stderr, "pack: cannot start %u threads or allocate the slots\n", o->threads);
         if (r.fatal) fprintf(stderr, "pack: %s\n", r.err.msg);
@@ -730,7 +746,8 @@ out:
     for (size_t i = 0; i < r.nskips; i++) free(r.skips[i].reason);
     free(r.skips);
     free(pack_json);
-    pk_out_free(&r.out);
+    pk_out_free(&r.out); /* the writers have given every lent image back */
+    pk_pool_free(r.pool);
     pk_listing_free(&r.L);
     return status;
 }

@@ -17,7 +17,7 @@
 
 typedef struct {
     const pk_pipeline *p;
-    uint8_t *slots;
+    uint8_t **slots;
     pk_result *res;
     bool *ready;
     pthread_mutex_t lock;
@@ -62,7 +62,7 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&r->lock);
         pk_result *res = &r->res[s];
         memset(res, 0, sizeof *res);
-        p->produce(p->user, state, i, r->slots + s * p->slot_bytes, res);
+        p->produce(p->user, state, i, r->slots[s], res);
         pthread_mutex_lock(&r->lock);
         r->ready[s] = true;
         if (r->consumer_waiting && enough_ready(r)) pthread_cond_signal(&r->cv_ready);
@@ -87,7 +87,7 @@ static int consume_all(run_t *r)
         bool failed = r->init_failed;
         pthread_mutex_unlock(&r->lock);
         if (failed) return -1;
-        rc = p->consume(p->user, i, r->slots + s * p->slot_bytes, &r->res[s]);
+        rc = p->consume(p->user, i, &r->slots[s], &r->res[s]);
         pthread_mutex_lock(&r->lock);
         r->ready[s] = false;
         r->consumed = i + 1;
@@ -108,13 +108,14 @@ int pk_pipeline_run(const pk_pipeline *p)
     /* Half the window: the workers still have the other half to fill while
      * the consumer catches up. */
     r.batch = p->window / 2 ? p->window / 2 : 1;
-    r.slots = malloc(p->window * p->slot_bytes);
+    r.slots = calloc(p->window, sizeof *r.slots);
     r.res = calloc(p->window, sizeof *r.res);
     r.ready = calloc(p->window, sizeof *r.ready);
     pthread_t *th = calloc(p->threads, sizeof *th);
     int rc = -1;
     unsigned started = 0;
-    if (r.slots && r.res && r.ready && th) {
+    if (r.slots && r.res && r.ready && th && pk_pool_free_count(p->pool) >= p->window) {
+        for (size_t k = 0; k < p->window; k++) r.slots[k] = pk_pool_get(p->pool);
         pthread_mutex_init(&r.lock, NULL);
         pthread_cond_init(&r.cv_ready, NULL);
         pthread_cond_init(&r.cv_free, NULL);
@@ -129,6 +130,7 @@ int pk_pipeline_run(const pk_pipeline *p)
         pthread_cond_destroy(&r.cv_free);
         pthread_cond_destroy(&r.cv_ready);
         pthread_mutex_destroy(&r.lock);
+        for (size_t k = 0; k < p->window; k++) pk_pool_put(p->pool, r.slots[k]);
     }
     free(th);
     free(r.ready);

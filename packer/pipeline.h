@@ -5,24 +5,32 @@
  * order. A worker takes item i only once item i - window has been consumed,
  * so memory is window x slot_bytes whatever the input size, and a slow item
  * holds back at most `window` others. Output order never depends on the
- * thread count, which is what makes packing reproducible. */
+ * thread count, which is what makes packing reproducible.
+ *
+ * Slot buffers come from a pool (pool.h): the pipeline holds `window` of
+ * them, and the consumer may keep the one it is handed, replacing it with
+ * another from the pool, so that a result goes on (to the disk) without a
+ * copy. */
 #ifndef STOKER_PACKER_PIPELINE_H
 #define STOKER_PACKER_PIPELINE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h"
+
 typedef struct {
     int status;        /* 0 ok, else the producer's error code */
     uint32_t w, h;     /* producer-defined extras (image size here) */
     uint64_t in_bytes; /* input bytes read for this item */
+    uint64_t hash;     /* producer-defined: the result's checksum here */
     char msg[320];     /* one line when status != 0 */
 } pk_result;
 
 typedef struct {
     unsigned threads;  /* worker threads (>= 1) */
     size_t window;     /* slots in flight (>= threads) */
-    size_t slot_bytes;
+    pk_pool *pool;     /* at least `window` buffers: the slots */
     uint64_t first, end;
     void *user;
     /* Per-thread state (e.g. a decoder); may return NULL only on failure. */
@@ -30,12 +38,15 @@ typedef struct {
     void (*thread_fini)(void *state);
     /* Fill slot for item i and res. Runs on worker threads, concurrently. */
     void (*produce)(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res);
-    /* Take item i (in order, on the calling thread). Nonzero stops the run. */
-    int (*consume)(void *user, uint64_t i, const uint8_t *slot, const pk_result *res);
+    /* Take item i (in order, on the calling thread). Nonzero stops the run.
+     * It may keep *slot's buffer for itself by storing another buffer of the
+     * pool in *slot. */
+    int (*consume)(void *user, uint64_t i, uint8_t **slot, const pk_result *res);
 } pk_pipeline;
 
 /* Returns 0 when every item was consumed, the consumer's nonzero value when
- * it stopped the run, or -1 when threads or memory could not be had. */
+ * it stopped the run, or -1 when threads or memory could not be had. The
+ * slot buffers go back to the pool at the end. */
 int pk_pipeline_run(const pk_pipeline *p);
 
 #endif

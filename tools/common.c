@@ -101,6 +101,11 @@ static void fmt_count(const tool_progress *p, char *b, size_t n, double v, bool 
     if (rate) strncat(b, "/s", n - strlen(b) - 1);
 }
 
+bool tool_progress_due(const tool_progress *p, uint64_t done)
+{
+    return p->enabled && (done >= p->total || tool_now() - p->last >= 0.1);
+}
+
 void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
 {
     if (!p->enabled) return;

@@ -36,6 +36,9 @@ void tool_progress_start_units(tool_progress *p, const char *label, const char *
 /* Clear the bar's line (before printing a message under it). */
 void tool_progress_clear(const tool_progress *p);
 void tool_progress_update(tool_progress *p, uint64_t done_bytes, const char *extra);
+/* Whether an update with `done` would draw now (the bar redraws at most ten
+ * times a second): callers skip formatting `extra` when it would not. */
+bool tool_progress_due(const tool_progress *p, uint64_t done);
 void tool_progress_end(tool_progress *p);
 
 #endif

@@ -195,6 +195,33 @@ STK_API int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err);
 /* Append one record: values[f] for every field f of the schema. On error the
  * writer is unchanged and may still be aborted (or the error ignored). */
 STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
+/* Called by a writer when it no longer needs a value it was lent
+ * (stk_writer_append_lent), with that value's data pointer. It may run on
+ * the writer's I/O thread: it must be thread-safe and must not call back
+ * into the writer. */
+typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
+/* A streaming writer holds at most this many bytes of lent values (plus
+ * one value) that it has not given back yet. It writes them in batches of a
+ * few MiB, or once they have waited 20 ms, so lending from a pool of any size
+ * makes progress; a pool with this much beyond the caller's own never waits
+ * for the disk's batching. */
+#define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
+/* stk_writer_append without copying field 0: the writer may keep
+ * values[0].data and write the bytes from there, later, on its I/O thread,
+ * so that a packer's images go to the disk without a copy. It calls
+ * done(ctx, values[0].data) exactly once when it no longer reads them:
+ * later, or before returning when it copied them after all, also when the
+ * call fails, and at the latest in stk_writer_finish or stk_writer_abort.
+ * Until then the caller must not change or free them. The bytes are taken by
+ * reference only by a streaming writer (stk_writer_expect) and only when
+ * data and size are multiples of 4096, as is the value's place in the file
+ * (a tensor of whole pages; O_DIRECT needs that); otherwise they are copied,
+ * as stk_writer_append does.
+ * hash0: NULL, or &stk_hash(values[0].data, values[0].size), computed by the
+ * caller where the bytes were hot; it is stored as the record's checksum as
+ * given, unchecked (a wrong one makes every later verification fail). */
+STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const uint64_t *hash0,
+                                   stk_lent_done_fn done, void *ctx, stk_error *err);
 /* Records appended so far, and the bytes the shard would have if finished now. */
 STK_API uint64_t stk_writer_records(const stk_writer *w);
 STK_API uint64_t stk_writer_bytes(const stk_writer *w);
