@@ -12,6 +12,7 @@
 #include <turbojpeg.h>
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,13 @@ struct pk_decoder {
     size_t cap;
     pk_resizer *rs;
 };
+
+/* What a decode leaves for render(): RGB pixels, or a JPEG's planes. */
+typedef struct {
+    bool planar;
+    pk_rgb_view rgb;
+    pk_ycc_view ycc;
+} decoded;
 
 /* ------------------------------------------------------------- plumbing */
 
@@ -309,7 +317,7 @@ static int jpeg_sof(const uint8_t *d, size_t len, uint32_t *w, uint32_t *h, int 
 /* Source dimensions and whether the JPEG has 4 components (CMYK or YCCK:
  * both decode to CMYK). */
 static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t *w, uint32_t *h,
-                       int *cmyk, char *msg, size_t cap)
+                       int *cmyk, int *subsamp_out, int *cs_out, char *msg, size_t cap)
 {
     int iw, ih, subsamp, cs, ncomp;
     if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &iw, &ih, &subsamp, &cs) == 0) {
@@ -326,6 +334,8 @@ static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t 
         *w = (uint32_t)iw;
         *h = (uint32_t)ih;
         *cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+        *subsamp_out = subsamp;
+        *cs_out = cs;
         return PK_OK;
     }
     /* TurboJPEG 2.1 also refuses the header of JPEGs whose sampling factors
@@ -338,13 +348,54 @@ static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t 
     return PK_OK;
 }
 
-static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
-                       pk_rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
+/* Whether a JPEG decodes to its planes and is resampled there
+ * (pk_resize_ycc) rather than decoded to RGB first: YCbCr or grayscale with
+ * the chroma layouts TurboJPEG names and libjpeg fancy-upsamples by 2 or 1
+ * per axis, decoded at full size, and actually resampled (an image kept at
+ * its own size goes the RGB way, and equals TurboJPEG's RGB decode). */
+static bool jpeg_planar(int subsamp, int cs, int den, const pk_layout *l, uint32_t w, uint32_t h,
+                        const pk_params *p)
 {
-    int cmyk = 0;
+    if (p->resample_rgb || den != 1 || (l->resized_w == w && l->resized_h == h)) return false;
+    if (cs == TJCS_GRAY) return subsamp == TJSAMP_GRAY;
+    return cs == TJCS_YCbCr && (subsamp == TJSAMP_444 || subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ||
+                                subsamp == TJSAMP_440);
+}
+
+/* Decode to planes, each row 16 readable bytes longer than its samples and
+ * 32 spare bytes at the end (what pk_resize_ycc's loads may touch). */
+static int jpeg_decode_planes(pk_decoder *d, const uint8_t *data, size_t len, int subsamp, uint32_t w,
+                              uint32_t h, pk_ycc_view *y, char *msg, size_t cap)
+{
+    int np = subsamp == TJSAMP_GRAY ? 1 : 3, stride[3] = {0, 0, 0};
+    size_t at[3], total = 0;
+    for (int c = 0; c < np; c++) {
+        int pw = tjPlaneWidth(c, (int)w, subsamp), ph = tjPlaneHeight(c, (int)h, subsamp);
+        stride[c] = (pw + 16 + 31) & ~31;
+        at[c] = total;
+        total += (size_t)stride[c] * (size_t)ph;
+    }
+    int rc = grow(d, total + 32, msg, cap);
+    if (rc != PK_OK) return rc;
+    unsigned char *planes[3] = {d->pix + at[0], np == 3 ? d->pix + at[1] : NULL, np == 3 ? d->pix + at[2] : NULL};
+    if (tjDecompressToYUVPlanes(d->tj, data, (unsigned long)len, planes, (int)w, stride, (int)h, PK_TJ_FLAGS) != 0)
+        return jpeg_fail(d, msg, cap);
+    memset(d->pix + total, 0, 32);
+    *y = (pk_ycc_view){{planes[0], planes[1], planes[2]},
+                       {(size_t)stride[0], (size_t)stride[1], (size_t)stride[2]},
+                       w, h,
+                       subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ? 2u : 1u,
+                       subsamp == TJSAMP_440 || subsamp == TJSAMP_420 ? 2u : 1u};
+    return PK_OK;
+}
+
+static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
+                       decoded *out, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
+{
+    int cmyk = 0, subsamp = -1, cs = -1;
     if (!d->tj && !(d->tj = tjInitDecompress()))
         return fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
-    int rc = jpeg_header(d, data, len, ow, oh, &cmyk, msg, cap);
+    int rc = jpeg_header(d, data, len, ow, oh, &cmyk, &subsamp, &cs, msg, cap);
     if (rc == PK_OK) rc = check_pixels(*ow, *oh, p, msg, cap);
     if (rc != PK_OK) return rc;
     if (!d->tj && !(d->tj = tjInitDecompress()))
@@ -352,6 +403,9 @@ static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_
     pk_layout l;
     pk_layout_compute(p, *ow, *oh, &l);
     tjscalingfactor sf = {1, jpeg_denominator(d, *ow, *oh, &l)};
+    out->planar = !cmyk && jpeg_planar(subsamp, cs, sf.denom, &l, *ow, *oh, p);
+    if (out->planar) return jpeg_decode_planes(d, data, len, subsamp, *ow, *oh, &out->ycc, msg, cap);
+    pk_rgb_view *v = &out->rgb;
     int sw = TJSCALED((int)*ow, sf), sh = TJSCALED((int)*oh, sf);
     if ((rc = grow(d, (size_t)sw * (size_t)sh * (cmyk ? 4 : 3), msg, cap)) != PK_OK) return rc;
     if (tjDecompress2(d->tj, data, (unsigned long)len, d->pix, sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB,
@@ -396,8 +450,10 @@ static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len
 }
 
 static int png_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
-                      pk_rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
+                      decoded *out, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
+    pk_rgb_view *v = &out->rgb;
+    out->planar = false;
     spng_ctx *ctx = spng_ctx_new(0);
     if (!ctx) return fail(msg, cap, PK_E_NOMEM, "out of memory decoding PNG");
     int rc = png_run(d, ctx, data, len, p, v, ow, oh, msg, cap);
@@ -417,7 +473,7 @@ static void fill_rect(uint8_t *out, size_t stride, uint32_t x, uint32_t y, uint3
 }
 
 /* Resize the decoded view into its place in out; pad around it in fit mode. */
-static int render(pk_decoder *d, const pk_rgb_view *v, uint32_t ow, uint32_t oh, const pk_params *p,
+static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, const pk_params *p,
                   uint8_t *out, char *msg, size_t cap)
 {
     pk_layout l;
@@ -425,9 +481,10 @@ static int render(pk_decoder *d, const pk_rgb_view *v, uint32_t ow, uint32_t oh,
     uint32_t n = p->size;
     size_t stride = 3 * (size_t)n;
     pk_rect win = {l.crop_x, l.crop_y, l.w, l.h};
-    if (pk_resize(d->rs, v, l.resized_w, l.resized_h, &win,
-                  out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x, stride) != 0)
-        return fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", v->w, v->h,
+    uint8_t *at = out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x;
+    if ((v->planar ? pk_resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
+                   : pk_resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, at, stride)) != 0)
+        return fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
                     (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
     if (l.w == n && l.h == n) return PK_OK;
     fill_rect(out, stride, 0, 0, n, l.pad_y, p->fill);                         /* top */
@@ -453,7 +510,7 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
                uint32_t *orig_w, uint32_t *orig_h, char *msg, size_t msgcap)
 {
     uint32_t ow = 0, oh = 0;
-    pk_rgb_view v;
+    decoded v;
     int rc = check_args(d, data, len, p, out, msg, msgcap);
     if (rc == PK_OK && len == 0) rc = fail(msg, msgcap, PK_E_EMPTY, "empty file");
     if (rc == PK_OK) {

@@ -55,6 +55,9 @@ typedef struct {
     uint64_t max_pixels;   /* refuse sources with more pixels (from the header,
                               before any pixel memory is allocated); 0: no limit */
     uint8_t fill[3];       /* RGB of the padding in PK_RESIZE_FIT (default 0,0,0)  */
+    int resample_rgb;      /* 1: resample JPEGs after an RGB decode, as Pillow
+                              does; 0 (default): on their YCbCr planes where
+                              that applies (pk_resize_ycc), which is faster   */
 } pk_params;
 
 /* size as given, PK_RESIZE_SHORTER, PK_DEFAULT_MAX_PIXELS, black fill. */

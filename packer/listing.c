@@ -63,6 +63,20 @@ static char *join(const char *a, const char *b)
     return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
 }
 
+/* Whether entry de (at path) is a directory, following symlinks as
+ * torchvision's os.walk(followlinks=True) does. The entry's type from
+ * readdir settles it without a stat for plain files and directories: a
+ * stat per file was a quarter of a million-file listing's time. */
+static bool is_dir(const struct dirent *de, const char *path)
+{
+#ifdef DT_DIR
+    if (de->d_type == DT_DIR) return true;
+    if (de->d_type == DT_REG) return false;
+#endif
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 /* Walk root/rel recursively; every non-directory entry is an item. */
 static int walk(const char *root, const char *rel, int64_t label, int depth, items *it, char *msg, size_t cap)
 {
@@ -78,9 +92,8 @@ static int walk(const char *root, const char *rel, int64_t label, int depth, ite
     while (!rc && (de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         char *sub = join(rel, de->d_name), *path = join(full, de->d_name);
-        struct stat st;
         if (!sub || !path) rc = say(msg, cap, "out of memory");
-        else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        else if (is_dir(de, path)) {
             rc = depth >= MAX_DEPTH ? say(msg, cap, "%s: directories nested deeper than %d (a symlink loop?)", path, MAX_DEPTH)
                                     : walk(root, sub, label, depth + 1, it, msg, cap);
         } else if (!push(it, rel, de->d_name, label)) {
@@ -116,9 +129,8 @@ static int load_folder(const char *root, pk_listing *l, char *msg, size_t cap)
     while (!rc && (de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         char *path = join(root, de->d_name);
-        struct stat st;
         if (!path) rc = say(msg, cap, "out of memory");
-        else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        else if (is_dir(de, path)) {
             if (l->nclasses == ccap) {
                 ccap = ccap ? 2 * ccap : 64;
                 char **c = realloc(l->classes, ccap * sizeof *c);

@@ -68,6 +68,38 @@ void pk_resizer_force_scalar(pk_resizer *r, int on);
 int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h,
               const pk_rect *win, uint8_t *dst, size_t dst_stride);
 
+/* Fractional bits the vertical pass of pk_resize_ycc keeps for the colour
+ * conversion (so that samples are rounded once, at the end, not twice). */
+#define PK_PLANE_FRAC 6
+
+/* A JPEG's decoded planes before colour conversion (TurboJPEG's
+ * tjDecompressToYUVPlanes): Y (w x h) and, unless grayscale, Cb and Cr,
+ * each subsampled by sub_x, sub_y (1 or 2) into ceil(w / sub_x) x
+ * ceil(h / sub_y) samples. Every row must be readable 16 bytes past its last
+ * sample, the last row included (the SIMD kernels load 16 bytes at a time;
+ * what they read there is multiplied by zero). */
+typedef struct {
+    const uint8_t *data[3]; /* Y, Cb, Cr; data[1] == NULL: grayscale */
+    size_t stride[3];
+    uint32_t w, h;
+    unsigned sub_x, sub_y;
+} pk_ycc_view;
+
+/* pk_resize for a JPEG's planes, to RGB: what TurboJPEG's RGB decode (fancy
+ * upsampling of the chroma, then colour conversion as libjpeg does it)
+ * followed by pk_resize would give, in one pass over the stored planes. All
+ * steps before the colour conversion are linear, so each plane is resampled
+ * on its own at its own resolution: the upsampling triangle and the resize
+ * filter are composed into one table per axis, the sums are kept with
+ * PK_PLANE_FRAC more bits, and the conversion runs at the output size.
+ * Against the RGB route the result differs by rounding (within one level
+ * nearly everywhere) and where the RGB route clamps a colour outside the
+ * RGB cube before resizing instead of after. Same contract as pk_resize
+ * otherwise, except that every axis is filtered (even one whose size does
+ * not change: chroma still needs upsampling). */
+int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h,
+                  const pk_rect *win, uint8_t *dst, size_t dst_stride);
+
 #ifdef __cplusplus
 }
 #endif

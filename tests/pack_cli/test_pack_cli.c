@@ -531,6 +531,37 @@ START_TEST(pixels_match_reference)
 }
 END_TEST
 
+/* --resample-space rgb resamples after an RGB decode (as Pillow), the
+ * default on the JPEG's planes: both verify, say which in the manifest, and
+ * stay close (rawgen's noise is saturated enough to exercise the clamping
+ * difference, which keeps the mean under half a level). */
+START_TEST(resample_space_rgb_and_ycc)
+{
+    setup_pack();
+    json_decref(rawgen("-n 16 --classes 2 --min-side 64 --max-side 160 --seed 9", "raw"));
+    ck_assert_int_eq(run("'%s' -q --size 48 raw y", pack), 0);
+    ck_assert_int_eq(run("'%s' -q --size 48 --resample-space rgb raw r", pack), 0);
+    ck_assert_int_eq(run("'%s' -q --size 48 --resample-space RGB raw bad", pack), 2);
+    char *my = slurp_own("y/manifest.json"), *mr = slurp_own("r/manifest.json");
+    ck_assert_msg(strstr(my, "\"resample_space\": \"ycc\"") && strstr(mr, "\"resample_space\": \"rgb\""),
+                  "manifests do not say the resample space");
+    free(my);
+    free(mr);
+    stk_dataset *a = open_ds("y"), *b = open_ds("r");
+    ck_assert_uint_eq(stk_dataset_records(a), stk_dataset_records(b));
+    int differ = 0;
+    for (uint64_t i = 0; i < stk_dataset_records(a); i++) {
+        rec_t x = record(a, i, 48), y = record(b, i, 48);
+        double mad = mean_abs_diff(x.image, y.image, 48 * 48 * 3);
+        ck_assert_msg(mad <= 0.5, "record %llu: ycc and rgb routes differ by %.2f levels on average", (unsigned long long)i, mad);
+        differ += memcmp(x.image, y.image, 48 * 48 * 3) != 0;
+    }
+    ck_assert_msg(differ > 0, "the two routes gave identical images: was --resample-space ignored?");
+    stk_dataset_close(a);
+    stk_dataset_close(b);
+}
+END_TEST
+
 /* ------------------------------------------------------------ c. -j1 == -j2 */
 
 START_TEST(threads_give_identical_bytes)
@@ -866,6 +897,7 @@ int main(void)
     tcase_add_test(tc, variants_packed_broken_skipped);
     tcase_add_test(tc, bad_input_does_not_poison_next);
     tcase_add_test(tc, pixels_match_reference);
+    tcase_add_test(tc, resample_space_rgb_and_ycc);
     tcase_add_test(tc, threads_give_identical_bytes);
     tcase_add_test(tc, kill_and_resume_gives_same_bytes);
     tcase_add_test(tc, parts_merge_equals_plain_pack);

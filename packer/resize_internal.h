@@ -1,0 +1,96 @@
+/* packer/resize_internal.h - what resize.c (weights, tables, passes) and
+ * resize_kernels.c (the inner loops, scalar and AVX2) share. Not for other
+ * files: the public interface is resize.h. */
+#ifndef STOKER_PACKER_RESIZE_INTERNAL_H
+#define STOKER_PACKER_RESIZE_INTERNAL_H
+
+#include "resize.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* PK_NO_SIMD builds the portable kernels only, as on other architectures. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(PK_NO_SIMD)
+#  define PK_HAVE_AVX2 1
+#endif
+
+#define PK_ONE (1 << PK_RESIZE_BITS)
+#define PK_HALF (1 << (PK_RESIZE_BITS - 1))
+
+/* The RGB horizontal SIMD kernel works on two rows and groups of 4 outputs
+ * at a time, and per output on chunks of 4 taps: one 16-byte load (5 RGB
+ * pixels) per row and chunk. */
+#define PK_GROUP 4
+#define PK_CHUNK_TAPS 4
+#define PK_LOAD_BYTES 16
+/* int16 weights per output and chunk: 2 vectors of 16 (see widen). */
+#define PK_CHUNK_I16 32
+/* Bytes the horizontal SIMD kernels may write past the end of a row. */
+#define PK_H_ROOM 16
+/* The plane horizontal SIMD kernel: groups of 8 outputs, 4 per 128-bit
+ * lane, each lane one 16-byte load; per pair of taps a byte shuffle and a
+ * multiply-add. A group qualifies when its 4 outputs per lane and all their
+ * taps fit in those 16 bytes. */
+#define PK_PGROUP 8
+#define PK_PPAIRS_MAX 4
+
+/* How a table's source relates to the axis it resamples. */
+enum {
+    PK_AXIS_PLAIN = 0, /* the source is the axis itself                       */
+    PK_AXIS_FANCY2 = 1 /* a 2:1 subsampled (chroma) axis, as if first upsampled
+                          by libjpeg's "fancy" triangle (3/4, 1/4 of the two
+                          nearest samples, edges repeated) to `full` samples  */
+};
+/* The horizontal SIMD layout a table carries. */
+enum { PK_LAYOUT_NONE = 0, PK_LAYOUT_RGB = 1, PK_LAYOUT_PLANE = 2 };
+
+/* Weight table of one axis for the outputs [first, first + count). */
+typedef struct {
+    uint32_t in, full, count; /* key, with kind, layout, out and first; count 0: empty */
+    uint8_t kind, layout;
+    uint64_t out, first;
+    uint64_t used;      /* resizer tick of the last use, for eviction */
+    uint32_t taps;      /* row length of coef: the most taps any output uses */
+    uint32_t *start;    /* count: first source index */
+    uint32_t *len;      /* count: taps used (the rest of the row is zero) */
+    int16_t *coef;      /* count x taps */
+    /* PK_LAYOUT_RGB */
+    uint32_t chunks;    /* ceil(taps / PK_CHUNK_TAPS) */
+    uint32_t nsimd;     /* outputs [0, nsimd) run the SIMD kernel */
+    size_t *off;        /* count: 3 * start, the byte offset in a row */
+    int16_t *wide;      /* nsimd x chunks x PK_CHUNK_I16 */
+    /* PK_LAYOUT_PLANE: per group of PK_PGROUP outputs and pair of taps, a
+     * 32-byte shuffle and 16 int16 weights; gok[g]: group g qualifies */
+    uint32_t pairs, ngroups;
+    uint8_t *gmask;
+    int16_t *gw;
+    uint8_t *gok;
+    void *mem;
+    size_t cap;
+} pk_axis;
+
+/* Scalar kernels (every build). RGB rows: bytes in, bytes out. */
+void pk__h_row_scalar(const pk_axis *a, const uint8_t *src, uint8_t *dst, uint32_t from, uint32_t to);
+void pk__v_row_scalar(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t bytes,
+                      int32_t *acc, uint8_t *dst);
+/* Planes: bytes in, int16 with PK_PLANE_FRAC fractional bits out; then
+ * int16 in and out, the fractional bits kept. */
+void pk__h_plane_scalar(const pk_axis *a, const uint8_t *src, int16_t *dst, uint32_t from, uint32_t to);
+void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
+                        int32_t *acc, int16_t *dst);
+
+#ifdef PK_HAVE_AVX2
+/* Outputs [0, a->nsimd) of RGB rows s0 and s0 + stride into d0 and d1 (stride
+ * 0 and d1 == d0 for one row); writes up to PK_H_ROOM bytes past each. */
+void pk__h_rgb_avx2(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1);
+/* Every qualifying group of one plane row; src is readable 16 bytes past
+ * any output's start. Writes 8 values per group. */
+void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst);
+/* Bytes [0, bytes & ~31) / values [0, count & ~15) of one output row;
+ * return how many were done. */
+size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes, uint8_t *dst);
+size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
+#endif
+
+#endif
