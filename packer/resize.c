@@ -502,43 +502,64 @@ static int ycc_tables(pk_resizer *r, const pk_ycc_view *src, unsigned p, uint64_
     return *v ? 0 : -1;
 }
 
+/* One plane's horizontal pass, run lazily: source rows go through the
+ * horizontal filter only when the vertical pass first needs them, into a
+ * ring of `ring` rows (at least the most taps of any vertical output). The
+ * vertical pass's rows never reach back further than that (its spans only
+ * move forward), so the intermediate image is a few rows in L1, not a
+ * third of a megabyte through L2. */
+typedef struct {
+    const pk_axis *h, *v;
+    const uint8_t *src;
+    size_t stride;
+    int16_t *ring;
+    uint32_t nring, next; /* next: the first source row not yet filtered */
+} plane_run;
+
+static void plane_rows(const pk_resizer *r, plane_run *pr, uint32_t j, size_t pitch, const int16_t **rows)
+{
+    uint32_t end = pr->v->start[j] + pr->v->len[j];
+    if (pr->next < pr->v->start[j]) pr->next = pr->v->start[j]; /* rows no output reads */
+    for (; pr->next < end; pr->next++)
+        h_pass_plane(r, pr->h, pr->src + (size_t)pr->next * pr->stride, pr->stride, 1,
+                     pr->ring + (size_t)(pr->next % pr->nring) * pitch, pitch);
+    for (uint32_t t = 0; t < pr->v->len[j]; t++)
+        rows[t] = pr->ring + (size_t)((pr->v->start[j] + t) % pr->nring) * pitch;
+}
+
 int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
                   uint8_t *dst, size_t dst_stride)
 {
     const unsigned np = src->data[1] ? 3 : 1;
-    const pk_axis *h[3], *v[3];
-    /* int16 rows, 32-byte aligned lengths */
-    size_t pitch = ((size_t)win->w + 15) & ~(size_t)15, rows = 0, at[3];
+    plane_run pr[3];
+    /* int16 rows of whole 32-byte vectors */
+    size_t pitch = ((size_t)win->w + 15) & ~(size_t)15, rows = 0;
+    uint32_t most = 0;
     for (unsigned p = 0; p < np; p++) {
-        if (p == 2) h[2] = h[1], v[2] = v[1];
-        else if (ycc_tables(r, src, p, out_w, out_h, win, &h[p], &v[p]) != 0) return -1;
-        at[p] = rows;
-        rows += v[p]->start[v[p]->count - 1] + v[p]->len[v[p]->count - 1] - v[p]->start[0];
+        if (p == 2) pr[2].h = pr[1].h, pr[2].v = pr[1].v;
+        else if (ycc_tables(r, src, p, out_w, out_h, win, &pr[p].h, &pr[p].v) != 0) return -1;
+        pr[p].src = src->data[p];
+        pr[p].stride = src->stride[p];
+        pr[p].nring = pr[p].v->taps;
+        pr[p].next = 0;
+        rows += pr[p].nring;
+        most = pr[p].v->taps > most ? pr[p].v->taps : most;
     }
     if (reserve((void **)&r->tmp, &r->tmp_cap, rows * pitch * sizeof(int16_t)) != 0 ||
         reserve((void **)&r->acc, &r->acc_cap, pitch * sizeof *r->acc) != 0 ||
         reserve((void **)&r->rows16, &r->rows16_cap, 3 * pitch * sizeof *r->rows16) != 0)
         return -1;
-    int16_t *mid = (int16_t *)(void *)r->tmp;
-    /* Horizontal: each plane's rows that its vertical pass reads. */
-    for (unsigned p = 0; p < np; p++) {
-        uint32_t row0 = v[p]->start[0], n = v[p]->start[v[p]->count - 1] + v[p]->len[v[p]->count - 1] - row0;
-        h_pass_plane(r, h[p], src->data[p] + (size_t)row0 * src->stride[p], src->stride[p], n, mid + at[p] * pitch,
-                     pitch);
-    }
-    /* Vertical, one output row of every plane at a time, converted at once
-     * while the three rows are in L1. */
+    for (unsigned p = 0, at = 0; p < np; at += pr[p].nring, p++) pr[p].ring = (int16_t *)(void *)r->tmp + (size_t)at * pitch;
     const int16_t *stack_rows[V_ROWS_ON_STACK];
     const int16_t **rp = stack_rows;
-    uint32_t most = v[0]->taps > v[np - 1]->taps ? v[0]->taps : v[np - 1]->taps;
     if (most > V_ROWS_ON_STACK && !(rp = malloc(most * sizeof *rp))) return -1;
     int16_t *row[3] = {r->rows16, r->rows16 + pitch, r->rows16 + 2 * pitch};
+    /* One output row of every plane at a time, converted at once while the
+     * three rows are in L1. */
     for (uint32_t j = 0; j < win->h; j++) {
         for (unsigned p = 0; p < np; p++) {
-            const pk_axis *a = v[p];
-            const int16_t *base = mid + at[p] * pitch;
-            for (uint32_t t = 0; t < a->len[j]; t++) rp[t] = base + (size_t)(a->start[j] + t - a->start[0]) * pitch;
-            v_row16(r, rp, a->coef + (size_t)j * a->taps, a->len[j], win->w, row[p]);
+            plane_rows(r, &pr[p], j, pitch, rp);
+            v_row16(r, rp, pr[p].v->coef + (size_t)j * pr[p].v->taps, pr[p].v->len[j], win->w, row[p]);
         }
         pk_ycc_row(r->simd, row[0], np == 3 ? row[1] : NULL, np == 3 ? row[2] : NULL, dst + j * dst_stride,
                    win->w);

@@ -5,6 +5,9 @@
  * that keeps the shorter side >= N, else 1/1: libjpeg-turbo 2.1's fast
  * scaling paths), with no resize and no writing. Files are loaded into
  * memory first; whole passes repeat until --seconds have elapsed.
+ * --planes decodes the way pack does by default (--resample-space ycc):
+ * full-size YCbCr and grayscale JPEGs to their planes (tjDecompressToYUVPlanes:
+ * no chroma upsampling, no colour conversion), the others to RGB as above.
  * Prints: images/s, source MP/s, and "RESULT decode_limit <img/s>". */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -75,14 +78,17 @@ static void walk(set_t *s, const char *dir, size_t max)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: decode_limit DIR [--size N] [--seconds S] [--max-images N]\n");
+        fprintf(stderr, "usage: decode_limit DIR [--size N] [--seconds S] [--max-images N] [--planes]\n");
         return 2;
     }
-    int size = 256;
+    int size = 256, planes = 0;
     double secs = 3;
     size_t max = 100000;
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--planes")) planes = 1;
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--size")) size = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--planes")) i--;
+        else if (!strcmp(argv[i], "--size")) size = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seconds")) secs = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--max-images")) max = (size_t)atoll(argv[i + 1]);
     }
@@ -105,14 +111,23 @@ int main(int argc, char **argv)
             while (den < 8 && (shorter + 2 * den - 1) / (2 * den) >= size) den *= 2; /* ceil(short / 2den) >= N */
             int sw = (w + den - 1) / den, sh = (h + den - 1) / den;
             if ((size_t)sw * sh * 3 > cap) cap = (size_t)sw * sh * 3, out = realloc(out, cap);
-            tjDecompress2(tj, s.f[i].data, s.f[i].size, out, sw, 0, sh, TJPF_RGB, 0);
+            int ycc = (cs == TJCS_YCbCr && (sub == TJSAMP_444 || sub == TJSAMP_422 || sub == TJSAMP_420 ||
+                                            sub == TJSAMP_440)) || (cs == TJCS_GRAY && sub == TJSAMP_GRAY);
+            if (planes && den == 1 && ycc) {
+                unsigned char *pl[3] = {out, NULL, NULL};
+                for (int c = 1; c < 3 && sub != TJSAMP_GRAY; c++)
+                    pl[c] = pl[c - 1] + (size_t)tjPlaneWidth(c - 1, w, sub) * (size_t)tjPlaneHeight(c - 1, h, sub);
+                tjDecompressToYUVPlanes(tj, s.f[i].data, s.f[i].size, pl, w, NULL, h, 0);
+            } else {
+                tjDecompress2(tj, s.f[i].data, s.f[i].size, out, sw, 0, sh, TJPF_RGB, 0);
+            }
             src_px += (double)w * h;
             done++;
         }
         el = now() - t0;
     }
-    printf("decode_limit: %zu JPEG files, %zu decodes in %.2f s at the DCT scale for --size %d: %.0f images/s, %.1f source MP/s\n",
-           s.n, done, el, size, (double)done / el, src_px / el / 1e6);
+    printf("decode_limit: %zu JPEG files, %zu decodes%s in %.2f s at the DCT scale for --size %d: %.0f images/s, %.1f source MP/s\n",
+           s.n, done, planes ? " (to planes where pack does)" : "", el, size, (double)done / el, src_px / el / 1e6);
     printf("RESULT decode_limit %.1f\n", (double)done / el);
     tjDestroy(tj);
     free(out);
