@@ -406,7 +406,9 @@ static int stream_push_locked(stream_t *st, const chunk_t *c, stk_error *err)
     st->qlen++;
     st->qbytes += c->len;
     st->off += c->buf >= 0 ? 0 : c->len; /* staging bytes were counted as they were copied */
-    if (st->qbytes >= STREAM_BATCH || st->qlen == STREAM_QCAP) pthread_cond_signal(&st->cv_work);
+    /* A full batch, or the first chunk (the thread then waits at most
+     * STREAM_LINGER_MS for the rest of the batch instead of for ever). */
+    if (st->qbytes >= STREAM_BATCH || st->qlen == STREAM_QCAP || st->qlen == 1) pthread_cond_signal(&st->cv_work);
     return STK_OK;
 }
 

@@ -15,7 +15,11 @@
  * (1/2, 1/4, 1/8 only: libjpeg-turbo's other factors are slower than a full
  * decode), then resized from there; the geometry is always computed from
  * the full-size dimensions, so the output frames the same region as a full
- * decode would.
+ * decode would. A YCbCr or grayscale JPEG decoded at full size is resampled
+ * on its planes (pk_resize_ycc: the chroma upsampling folded into the
+ * filter, the colour conversion at the output size), unless resample_rgb
+ * asks for the RGB route: the same pixels but for rounding and for colours
+ * outside the RGB cube, which Pillow clamps before resizing and this after.
  *
  * Like Pillow's convert("RGB"): alpha is dropped (not composited), PNG
  * gamma and ICC profiles are ignored, CMYK is converted with Pillow's formula

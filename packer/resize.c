@@ -227,13 +227,17 @@ static void weights(pk_axis *a, uint32_t i, double scale, double support, uint32
     double *w = a->mem, *c = w + fmost;
     uint32_t lo, n;
     full_weights(a->full, scale, support, a->first + i, w, &lo, &n);
-    if (a->kind == PK_AXIS_FANCY2) {
+    if (a->kind != PK_AXIS_PLAIN) {
         memset(c, 0, a->len[i] * sizeof *c);
         for (uint32_t t = 0; t < n; t++) {
             uint32_t j = lo + t, c0 = j / 2;
             uint32_t nb = j % 2 == 0 ? (c0 ? c0 - 1 : 0) : (c0 + 1 < a->in ? c0 + 1 : a->in - 1);
-            c[c0 - a->start[i]] += 0.75 * w[t];
-            c[nb - a->start[i]] += 0.25 * w[t];
+            if (a->kind == PK_AXIS_BOX2) {
+                c[c0 - a->start[i]] += w[t];
+            } else {
+                c[c0 - a->start[i]] += 0.75 * w[t];
+                c[nb - a->start[i]] += 0.25 * w[t];
+            }
         }
         w = c;
     }
@@ -254,7 +258,7 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     /* Pillow's bound on the taps of any output, and never more than full */
     double bound = ceil(support) * 2 + 1;
     uint32_t fmost = bound < (double)full ? (uint32_t)bound : full, most = fmost;
-    if (kind == PK_AXIS_FANCY2) most = fmost / 2 + 3 < in ? fmost / 2 + 3 : in;
+    if (kind != PK_AXIS_PLAIN) most = fmost / 2 + 3 < in ? fmost / 2 + 3 : in;
     bool rgb = layout == PK_LAYOUT_RGB && (most + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS <= H_CHUNKS_MAX;
     bool plane = layout == PK_LAYOUT_PLANE && (most + 1) / 2 <= PK_PPAIRS_MAX;
     a->count = 0;
@@ -269,7 +273,7 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     for (uint32_t i = 0; i < count; i++) {
         uint32_t lo, n;
         span(full, scale, support, first + i, &lo, &n);
-        if (kind == PK_AXIS_FANCY2) span2(in, lo, n, &lo, &n);
+        if (kind != PK_AXIS_PLAIN) span2(in, lo, n, &lo, &n);
         a->start[i] = lo;
         a->len[i] = n;
         a->off[i] = 3 * (size_t)lo;
@@ -488,17 +492,20 @@ int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t ou
     return 0;
 }
 
-/* The tables of plane p of src (chroma planes share theirs). */
+/* The tables of plane p of src (chroma planes share theirs). libjpeg
+ * upsamples 2:1 chroma with its triangle, but for chroma at most two samples
+ * wide it repeats samples instead (jdsample.c: h2v1 and h2v2 "fancy" only
+ * when downsampled_width > 2; h1v2 always): so do the tables. */
 static int ycc_tables(pk_resizer *r, const pk_ycc_view *src, unsigned p, uint64_t out_w, uint64_t out_h,
                       const pk_rect *win, const pk_axis **h, const pk_axis **v)
 {
     bool sx = p && src->sub_x == 2, sy = p && src->sub_y == 2;
     uint32_t in_w = sx ? (src->w + 1) / 2 : src->w, in_h = sy ? (src->h + 1) / 2 : src->h;
-    *h = axis_get(r, 0, in_w, src->w, sx ? PK_AXIS_FANCY2 : PK_AXIS_PLAIN, out_w, win->x, win->w,
-                  PK_LAYOUT_PLANE);
-    *v = *h ? axis_get(r, 1, in_h, src->h, sy ? PK_AXIS_FANCY2 : PK_AXIS_PLAIN, out_h, win->y, win->h,
-                       PK_LAYOUT_NONE)
-            : NULL;
+    int narrow = sx && in_w <= 2;
+    int kx = !sx ? PK_AXIS_PLAIN : narrow ? PK_AXIS_BOX2 : PK_AXIS_FANCY2;
+    int ky = !sy ? PK_AXIS_PLAIN : narrow ? PK_AXIS_BOX2 : PK_AXIS_FANCY2;
+    *h = axis_get(r, 0, in_w, src->w, kx, out_w, win->x, win->w, PK_LAYOUT_PLANE);
+    *v = *h ? axis_get(r, 1, in_h, src->h, ky, out_h, win->y, win->h, PK_LAYOUT_NONE) : NULL;
     return *v ? 0 : -1;
 }
 

@@ -38,9 +38,12 @@
 /* How a table's source relates to the axis it resamples. */
 enum {
     PK_AXIS_PLAIN = 0, /* the source is the axis itself                       */
-    PK_AXIS_FANCY2 = 1 /* a 2:1 subsampled (chroma) axis, as if first upsampled
-                          by libjpeg's "fancy" triangle (3/4, 1/4 of the two
-                          nearest samples, edges repeated) to `full` samples  */
+    PK_AXIS_FANCY2 = 1, /* a 2:1 subsampled (chroma) axis, as if first upsampled
+                           by libjpeg's "fancy" triangle (3/4, 1/4 of the two
+                           nearest samples, edges repeated) to `full` samples */
+    PK_AXIS_BOX2 = 2    /* the same, upsampled by repeating each sample: what
+                           libjpeg does instead for 2:1 chroma of at most two
+                           samples across                                     */
 };
 /* The horizontal SIMD layout a table carries. */
 enum { PK_LAYOUT_NONE = 0, PK_LAYOUT_RGB = 1, PK_LAYOUT_PLANE = 2 };

@@ -738,10 +738,13 @@ END_TEST
 /* ---------------------------------------------- resampling on the planes */
 
 /* libjpeg's fancy upsampling of one 2:1 axis, in double: full sample j is
- * 3/4 of chroma sample j / 2 and 1/4 of its other neighbour (edges repeat). */
-static double fancy_at(const double *c, uint32_t n, uint32_t j, size_t step)
+ * 3/4 of chroma sample j / 2 and 1/4 of its other neighbour (edges repeat);
+ * with `box`, just sample j / 2 (what libjpeg does for chroma at most two
+ * samples wide). */
+static double fancy_at(const double *c, uint32_t n, uint32_t j, size_t step, int box)
 {
     uint32_t c0 = j / 2, nb = j % 2 == 0 ? (c0 ? c0 - 1 : 0) : (c0 + 1 < n ? c0 + 1 : n - 1);
+    if (box) return c[(size_t)c0 * step];
     return 0.75 * c[(size_t)c0 * step] + 0.25 * c[(size_t)nb * step];
 }
 
@@ -760,10 +763,10 @@ static double *ref_planes_rgb(const uint8_t *y, const uint8_t *cb, const uint8_t
         for (size_t i = 0; i < (size_t)cw * ch; i++) c[i] = src[k][i];
         for (uint32_t r = 0; r < ch; r++)
             for (uint32_t x = 0; x < w; x++)
-                mid[(size_t)r * w + x] = sx == 2 ? fancy_at(c + (size_t)r * cw, cw, x, 1) : c[(size_t)r * cw + x];
+                mid[(size_t)r * w + x] = sx == 2 ? fancy_at(c + (size_t)r * cw, cw, x, 1, cw <= 2) : c[(size_t)r * cw + x];
         for (uint32_t yy = 0; yy < h; yy++)
             for (uint32_t x = 0; x < w; x++)
-                up[k][(size_t)yy * w + x] = sy == 2 ? fancy_at(mid + x, ch, yy, w) : mid[(size_t)yy * w + x];
+                up[k][(size_t)yy * w + x] = sy == 2 ? fancy_at(mid + x, ch, yy, w, sx == 2 && cw <= 2) : mid[(size_t)yy * w + x];
         free(c);
         free(mid);
     }
@@ -896,6 +899,7 @@ START_TEST(ycc_resize_matches_reference)
         {97, 61, 40, 25},  {97, 61, 150, 90}, {97, 61, 97, 61}, {97, 61, 96, 60}, {96, 64, 48, 32},
         {61, 97, 31, 47},  {33, 21, 13, 7},   {200, 9, 70, 3},  {7, 1, 3, 4},     {1, 1, 5, 3},
         {640, 480, 256, 192}, {500, 375, 341, 256}, {375, 500, 256, 341}, {1200, 8, 64, 8},
+        {3, 2, 24, 16}, {4, 40, 8, 80}, {2, 7, 9, 9}, {5, 5, 16, 16},
     };
     for (size_t s = 0; s < sizeof subs / sizeof subs[0]; s++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -938,6 +942,24 @@ START_TEST(jpeg_planar_close_to_rgb_route)
         free(jpg);
     }
     image_free(&im);
+    /* tiny and odd sizes: chroma planes of one or two samples */
+    static const uint32_t tiny[][2] = {{1, 1}, {3, 2}, {2, 5}, {17, 9}};
+    for (size_t t = 0; t < sizeof tiny / sizeof tiny[0]; t++) {
+        image sm = synth(tiny[t][0], tiny[t][1], GRADIENT, 4);
+        for (size_t i = 0; i < (size_t)sm.w * sm.h * 3; i++) sm.px[i] = (uint8_t)(60 + sm.px[i] / 2);
+        size_t len;
+        uint8_t *jpg = jpeg_encode(sm.px, sm.w, sm.h, TJPF_RGB, TJSAMP_420, 92, 0, &len);
+        uint32_t ow, oh;
+        pk_params a = params(16, PK_RESIZE_SHORTER), b = a;
+        b.resample_rgb = 1;
+        uint8_t *x = process_ok(d, jpg, len, &a, &ow, &oh), *y = process_ok(d, jpg, len, &b, &ow, &oh);
+        for (size_t i = 0; i < 16 * 16 * 3; i++)
+            ck_assert_msg(abs(x[i] - y[i]) <= 2, "%ux%u: byte %zu is %d, RGB route %d", sm.w, sm.h, i, x[i], y[i]);
+        free(x);
+        free(y);
+        free(jpg);
+        image_free(&sm);
+    }
     pk_decoder_free(d);
 }
 END_TEST
