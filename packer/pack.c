@@ -294,6 +294,21 @@ static int64_t read_input(worker_t *w, const char *path, pk_result *res)
     return (int64_t)n;
 }
 
+/* Start reading item i's file into the page cache (pipeline prefetch): an
+ * open, an fadvise and a close, a few microseconds against a decode's
+ * several hundred. Failures are ignored: read_input reports them when the
+ * item is produced. */
+static void prefetch(void *user, uint64_t i)
+{
+    run_t *r = user;
+    char *path = r->L.e[i].label < 0 ? NULL : pk_listing_path(&r->L, (size_t)i);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
+    free(path);
+    if (fd < 0) return;
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    close(fd);
+}
+
 static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res)
 {
     run_t *r = user;
@@ -725,7 +740,8 @@ static int run_pack(const opts *o)
         pk_pipeline pl = {.threads = o->threads, .window = window,
                           .pool = r.pool, .first = next, .end = end,
                           .user = &r, .thread_init = worker_init, .thread_fini = worker_fini,
-                          .produce = produce, .consume = consume};
+                          .produce = produce, .consume = consume,
+                          .prefetch = prefetch, .ahead = 2 * window};
         int prc = r.pool ? pk_pipeline_run(&pl) : -1;
         tool_progress_end(&r.bar);
         if (prc < 0) fprintf(stderr, "pack: cannot start %u threads or allocate the slots\n", o->threads);

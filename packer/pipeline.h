@@ -42,6 +42,12 @@ typedef struct {
      * It may keep *slot's buffer for itself by storing another buffer of the
      * pool in *slot. */
     int (*consume)(void *user, uint64_t i, uint8_t **slot, const pk_result *res);
+    /* Optional: announce that item i will be produced soon (start reading
+     * its input). Called on worker threads, concurrently, once per item in
+     * [first, end), `ahead` items before the item is taken (the first
+     * `ahead` items before the workers start). Must not fail the run. */
+    void (*prefetch)(void *user, uint64_t i);
+    uint64_t ahead;
 } pk_pipeline;
 
 /* Returns 0 when every item was consumed, the consumer's nonzero value when

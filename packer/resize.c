@@ -32,15 +32,21 @@
  * about 32). Its weight table is 16 times the plain one; past this the
  * scalar kernel runs, so that an absurd strip cannot blow up memory. */
 #define H_CHUNKS_MAX 16
-/* Weight tables kept per axis: images of common sizes (500x375, 375x500,
- * 500x333, ...) then find theirs already built. Real photo sets have a long
- * tail of sizes (709 different ones in 2,000 images of the 10k bench set):
- * 8 slots missed often enough that building tables cost about 2% of a
- * decode; 64 (about 2 MB per thread) keep most of the head. */
-#define AXIS_CACHE 64
+/* Weight tables kept per axis, in AXIS_SETS sets of AXIS_WAYS (a table's
+ * key picks its set; the least recently used way of the set is rebuilt on
+ * a miss). Real photo sets have a long tail of sizes, and a centre crop's
+ * tables depend on both dimensions: the 10k bench set has 1,422 sizes, and
+ * each needs a luma and a chroma table per axis. With 64 tables per axis,
+ * building tables was 3.5% of pack's decoding thread (an LRU of 64 missed
+ * 60% of lookups); 1,024 tables miss about 17%. Tables are built on first
+ * use, so memory follows the sizes seen: about 12 KiB a horizontal and
+ * 6 KiB a vertical table at --size 256, 18 MiB per thread at most. */
+#define AXIS_WAYS 8
+#define AXIS_SETS 128
+#define AXIS_CACHE (AXIS_WAYS * AXIS_SETS)
 
-/* A cached table's key, kept apart from the tables so that a lookup scans
- * 2.5 KiB, not 64 tables' worth of cache lines (measured: 3% of a decode). */
+/* A cached table's key, kept apart from the tables so that a lookup reads
+ * one set's keys (8 x 40 bytes), not the tables' cache lines. */
 typedef struct {
     uint64_t out, first, used; /* used: resizer tick of the last use */
     uint32_t in, full, count;  /* count 0: empty slot */
@@ -50,8 +56,8 @@ typedef struct {
 struct pk_resizer {
     int simd;           /* AVX2 kernels usable */
     uint64_t tick;
-    pk_axis h[AXIS_CACHE], v[AXIS_CACHE];
-    axis_key hk[AXIS_CACHE], vk[AXIS_CACHE];
+    pk_axis *h, *v;     /* AXIS_CACHE tables per axis, set after set */
+    axis_key *hk, *vk;
     uint8_t *tmp;       /* horizontal pass output: the rows the vertical pass reads */
     size_t tmp_cap;
     int32_t *acc;       /* scalar vertical accumulators, one per output byte */
@@ -155,6 +161,7 @@ static void widen(pk_axis *a)
  * runs the scalar kernel. */
 static void plane_layout(pk_axis *a)
 {
+    a->nbad = 0;
     for (uint32_t g = 0; g < a->ngroups; g++) {
         bool ok = true;
         for (uint32_t p = 0; p < a->pairs; p++) {
@@ -172,6 +179,7 @@ static void plane_layout(pk_axis *a)
             }
         }
         a->gok[g] = ok;
+        a->nbad += !ok;
     }
 }
 
@@ -300,16 +308,29 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     return 0;
 }
 
+/* The set a key belongs to: a multiplicative hash of its fields. */
+static size_t axis_set(uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first, uint32_t count,
+                       int layout)
+{
+    uint64_t x = (uint64_t)in * 0x9e3779b97f4a7c15u;
+    x = (x ^ full ^ (uint64_t)kind << 32 ^ (uint64_t)layout << 40) * 0xff51afd7ed558ccdu;
+    x = (x ^ out) * 0xc4ceb9fe1a85ec53u;
+    x = (x ^ first ^ (uint64_t)count << 32) * 0x9e3779b97f4a7c15u;
+    return (size_t)(x >> 32) % AXIS_SETS;
+}
+
 /* The table for this key from the cache (slots/keys: r->h/hk or r->v/vk),
- * built on a miss in the least recently used slot. NULL when out of memory. */
+ * built on a miss in the least recently used way of its set. NULL when out
+ * of memory. */
 static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_t full, int kind, uint64_t out,
                                uint64_t first, uint32_t count, int layout)
 {
-    pk_axis *slots = vertical ? r->v : r->h;
-    axis_key *keys = vertical ? r->vk : r->hk;
+    size_t base = axis_set(in, full, kind, out, first, count, layout) * AXIS_WAYS;
+    pk_axis *slots = (vertical ? r->v : r->h) + base;
+    axis_key *keys = (vertical ? r->vk : r->hk) + base;
     size_t victim = 0;
     r->tick++;
-    for (size_t i = 0; i < AXIS_CACHE; i++) {
+    for (size_t i = 0; i < AXIS_WAYS; i++) {
         axis_key *k = &keys[i];
         if (k->count == count && k->in == in && k->full == full && k->kind == kind && k->out == out &&
             k->first == first && k->layout == layout) {
@@ -366,7 +387,7 @@ static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *s
 #ifdef PK_HAVE_AVX2
         if (simd) {
             pk__h_plane_avx2(a, s, d);
-            for (uint32_t g = 0; g < a->ngroups; g++)
+            for (uint32_t g = 0; a->nbad && g < a->ngroups; g++)
                 if (!a->gok[g]) pk__h_plane_scalar(a, s, d, g * PK_PGROUP, (g + 1) * PK_PGROUP);
             from = a->ngroups * PK_PGROUP;
         }
@@ -426,6 +447,14 @@ pk_resizer *pk_resizer_new(void)
 {
     pk_resizer *r = calloc(1, sizeof *r);
     if (!r) return NULL;
+    r->h = calloc(AXIS_CACHE, sizeof *r->h);
+    r->v = calloc(AXIS_CACHE, sizeof *r->v);
+    r->hk = calloc(AXIS_CACHE, sizeof *r->hk);
+    r->vk = calloc(AXIS_CACHE, sizeof *r->vk);
+    if (!r->h || !r->v || !r->hk || !r->vk) {
+        pk_resizer_free(r);
+        return NULL;
+    }
 #ifdef PK_HAVE_AVX2
     r->simd = __builtin_cpu_supports("avx2");
 #endif
@@ -435,10 +464,14 @@ pk_resizer *pk_resizer_new(void)
 void pk_resizer_free(pk_resizer *r)
 {
     if (!r) return;
-    for (int i = 0; i < AXIS_CACHE; i++) {
-        free(r->h[i].mem);
-        free(r->v[i].mem);
+    for (size_t i = 0; i < AXIS_CACHE; i++) {
+        if (r->h) free(r->h[i].mem);
+        if (r->v) free(r->v[i].mem);
     }
+    free(r->h);
+    free(r->v);
+    free(r->hk);
+    free(r->vk);
     free(r->tmp);
     free(r->acc);
     free(r->rows16);
@@ -511,7 +544,8 @@ static int ycc_tables(pk_resizer *r, const pk_ycc_view *src, unsigned p, uint64_
 
 /* One plane's horizontal pass, run lazily: source rows go through the
  * horizontal filter only when the vertical pass first needs them, into a
- * ring of `ring` rows (at least the most taps of any vertical output). The
+ * ring of rows (a power of two, at least the most taps of any vertical
+ * output, so that a row's place is a mask, not a division). The
  * vertical pass's rows never reach back further than that (its spans only
  * move forward), so the intermediate image is a few rows in L1, not a
  * third of a megabyte through L2. */
@@ -520,7 +554,7 @@ typedef struct {
     const uint8_t *src;
     size_t stride;
     int16_t *ring;
-    uint32_t nring, next; /* next: the first source row not yet filtered */
+    uint32_t mask, next; /* mask: ring rows - 1; next: the first source row not yet filtered */
 } plane_run;
 
 static void plane_rows(const pk_resizer *r, plane_run *pr, uint32_t j, size_t pitch, const int16_t **rows)
@@ -529,9 +563,9 @@ static void plane_rows(const pk_resizer *r, plane_run *pr, uint32_t j, size_t pi
     if (pr->next < pr->v->start[j]) pr->next = pr->v->start[j]; /* rows no output reads */
     for (; pr->next < end; pr->next++)
         h_pass_plane(r, pr->h, pr->src + (size_t)pr->next * pr->stride, pr->stride, 1,
-                     pr->ring + (size_t)(pr->next % pr->nring) * pitch, pitch);
-    for (uint32_t t = 0; t < pr->v->len[j]; t++)
-        rows[t] = pr->ring + (size_t)((pr->v->start[j] + t) % pr->nring) * pitch;
+                     pr->ring + (size_t)(pr->next & pr->mask) * pitch, pitch);
+    for (uint32_t t = 0, at = pr->v->start[j]; t < pr->v->len[j]; t++, at++)
+        rows[t] = pr->ring + (size_t)(at & pr->mask) * pitch;
 }
 
 int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
@@ -547,16 +581,19 @@ int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_
         else if (ycc_tables(r, src, p, out_w, out_h, win, &pr[p].h, &pr[p].v) != 0) return -1;
         pr[p].src = src->data[p];
         pr[p].stride = src->stride[p];
-        pr[p].nring = pr[p].v->taps;
+        uint32_t nring = 1;
+        while (nring < pr[p].v->taps) nring *= 2;
+        pr[p].mask = nring - 1;
         pr[p].next = 0;
-        rows += pr[p].nring;
+        rows += nring;
         most = pr[p].v->taps > most ? pr[p].v->taps : most;
     }
     if (reserve((void **)&r->tmp, &r->tmp_cap, rows * pitch * sizeof(int16_t)) != 0 ||
         reserve((void **)&r->acc, &r->acc_cap, pitch * sizeof *r->acc) != 0 ||
         reserve((void **)&r->rows16, &r->rows16_cap, 3 * pitch * sizeof *r->rows16) != 0)
         return -1;
-    for (unsigned p = 0, at = 0; p < np; at += pr[p].nring, p++) pr[p].ring = (int16_t *)(void *)r->tmp + (size_t)at * pitch;
+    for (unsigned p = 0, at = 0; p < np; at += pr[p].mask + 1, p++)
+        pr[p].ring = (int16_t *)(void *)r->tmp + (size_t)at * pitch;
     const int16_t *stack_rows[V_ROWS_ON_STACK];
     const int16_t **rp = stack_rows;
     if (most > V_ROWS_ON_STACK && !(rp = malloc(most * sizeof *rp))) return -1;

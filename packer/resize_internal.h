@@ -69,6 +69,7 @@ typedef struct {
     uint8_t *gmask;
     int16_t *gw;
     uint8_t *gok;
+    uint32_t nbad;      /* groups that do not qualify (run scalar) */
     void *mem;
     size_t cap;
 } pk_axis;

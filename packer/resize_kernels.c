@@ -313,23 +313,48 @@ h_plane_group(const uint8_t *s0, const uint8_t *s1, const __m256i *m, const __m2
     return _mm256_srai_epi32(acc, PK_RESIZE_BITS - PK_PLANE_FRAC);
 }
 
+/* 8 int32 sums (lane L: outputs 4L .. 4L+3) to 8 int16 in output order: the
+ * pack leaves lane L's four in its low 64 bits, the permute puts both lanes'
+ * side by side. */
+PK_AVX2 static inline __attribute__((always_inline)) __m128i h_plane_one(__m256i v)
+{
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    v = _mm256_packs_epi32(v, v);
+    v = _mm256_min_epi16(_mm256_max_epi16(v, _mm256_setzero_si256()), _mm256_set1_epi16(MAX16));
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(v, order));
+}
+
+/* Groups two at a time where both qualify: one pack, clamp and 64-bit
+ * permute for 16 outputs (the pack interleaves the two groups' lanes as
+ * g0.lo, g1.lo, g0.hi, g1.hi; the permute restores g0.lo, g0.hi, g1.lo,
+ * g1.hi), which halves the shuffle-port work besides the multiply-adds.
+ * The table's fields are read into locals first: the stores may alias
+ * anything, and the compiler would reload them for every group. */
 PK_AVX2 static inline __attribute__((always_inline)) void
 h_plane_body(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t pairs)
 {
     const __m256i *m = (const __m256i *)(const void *)a->gmask;
     const __m256i *w = (const __m256i *)(const void *)a->gw;
-    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    const uint32_t *start = a->start, ngroups = a->ngroups;
+    const uint8_t *gok = a->gok;
     const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi16(MAX16);
-    for (uint32_t g = 0; g < a->ngroups; g++, m += pairs, w += pairs) {
-        if (!a->gok[g]) continue;
-        const uint32_t *st = a->start + (size_t)g * PK_PGROUP;
-        __m256i v = h_plane_group(src + st[0], src + st[4], m, w, pairs);
-        /* 8 sums -> 8 int16 in order: the pack leaves lane L's four in its
-         * low 64 bits, the permute puts both lanes' side by side */
-        v = _mm256_packs_epi32(v, v);
-        v = _mm256_min_epi16(_mm256_max_epi16(v, zero), top);
-        v = _mm256_permutevar8x32_epi32(v, order);
-        _mm_storeu_si128((__m128i *)(void *)(dst + (size_t)g * PK_PGROUP), _mm256_castsi256_si128(v));
+    uint32_t g = 0;
+    while (g < ngroups) {
+        const uint32_t *st = start + (size_t)g * PK_PGROUP;
+        if (g + 1 < ngroups && gok[g] && gok[g + 1]) {
+            __m256i v0 = h_plane_group(src + st[0], src + st[4], m, w, pairs);
+            __m256i v1 = h_plane_group(src + st[8], src + st[12], m + pairs, w + pairs, pairs);
+            __m256i v = _mm256_packs_epi32(v0, v1);
+            v = _mm256_min_epi16(_mm256_max_epi16(v, zero), top);
+            v = _mm256_permute4x64_epi64(v, 0xd8);
+            _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_PGROUP), v);
+            g += 2, m += 2 * pairs, w += 2 * pairs;
+            continue;
+        }
+        if (gok[g])
+            _mm_storeu_si128((__m128i *)(void *)(dst + (size_t)g * PK_PGROUP),
+                             h_plane_one(h_plane_group(src + st[0], src + st[4], m, w, pairs)));
+        g++, m += pairs, w += pairs;
     }
 }
 

@@ -43,18 +43,21 @@ static void ycc_plain(const int16_t *y, const int16_t *cb, const int16_t *cr, ui
 #  define HAVE_YCC_AVX2 1
 #  define AVX2 __attribute__((target("avx2")))
 
-/* The same integers, 16 pixels at a time. libjpeg's constants do not fit the
- * 16-bit multiply-add, so each is split into a multiple of 2^16 (which
- * commutes with the shift) and a 16-bit rest:
+/* The same integers, 16 pixels at a time. libjpeg's constants do not fit a
+ * 16-bit multiply, so each is split into a multiple of 2^16 (which commutes
+ * with the shift) and a 16-bit rest:
  *   (91881 v + 2^15) >> 16                = v  + ((26345 v + 2^15) >> 16)
  *   (116130 u + 2^15) >> 16               = 2u + ((-14942 u + 2^15) >> 16)
  *   (-22554 u - 46802 v + 2^15) >> 16     = -v + ((-22554 u + 18734 v + 2^15) >> 16)
- * and 2^15 rides in the multiply-add as 2 x 16384. */
-AVX2 static inline __attribute__((always_inline)) __m256i madd_shift(__m256i a, __m256i b, __m256i k)
+ * A rest of one product, (k x + 2^15) >> 16, is the high half of k x plus
+ * one when bit 15 of the low half is set (round_hi): two multiplies and two
+ * arithmetic operations, none on the shuffle port, which the interleaving
+ * into RGB keeps busy. G's two products go through a multiply-add of (u, v)
+ * pairs instead, with 2^15 added apart. */
+AVX2 static inline __attribute__((always_inline)) __m256i round_hi(__m256i x, __m256i k)
 {
-    __m256i lo = _mm256_srai_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), k), 16);
-    __m256i hi = _mm256_srai_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), k), 16);
-    return _mm256_packs_epi32(lo, hi); /* the in-lane unpacks and pack undo each other */
+    __m256i hi = _mm256_mulhi_epi16(x, k), lo = _mm256_mullo_epi16(x, k);
+    return _mm256_sub_epi16(hi, _mm256_srai_epi16(lo, 15)); /* lo < 0 as int16: bit 15 set */
 }
 
 /* 16 R, G or B values with PK_PLANE_FRAC fractional bits to bytes 0..255
@@ -86,16 +89,15 @@ AVX2 static void ycc_avx2(const int16_t *y, const int16_t *cb, const int16_t *cr
         __m128i m[3][3];
         for (int o = 0; o < 3; o++)
             for (int c = 0; c < 3; c++) m[o][c] = _mm_loadu_si128((const __m128i *)(const void *)rgb_masks[3 * o + c]);
-        const __m256i mid = _mm256_set1_epi16(MID), two = _mm256_set1_epi16(2);
-        const __m256i kr = _mm256_set1_epi32((int32_t)(26345u | (16384u << 16)));
-        const __m256i kb = _mm256_set1_epi32((int32_t)((uint16_t)-14942 | (16384u << 16)));
+        const __m256i mid = _mm256_set1_epi16(MID);
+        const __m256i kr = _mm256_set1_epi16(26345), kb = _mm256_set1_epi16(-14942);
         const __m256i kg = _mm256_set1_epi32((int32_t)((uint16_t)-22554 | (18734u << 16)));
         for (; i + 16 <= n; i += 16) {
             __m256i yy = _mm256_loadu_si256((const __m256i *)(const void *)(y + i));
             __m256i u = _mm256_sub_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(cb + i)), mid);
             __m256i v = _mm256_sub_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(cr + i)), mid);
-            __m256i r = _mm256_add_epi16(_mm256_add_epi16(yy, v), madd_shift(v, two, kr));
-            __m256i b = _mm256_add_epi16(_mm256_add_epi16(yy, _mm256_add_epi16(u, u)), madd_shift(u, two, kb));
+            __m256i r = _mm256_add_epi16(_mm256_add_epi16(yy, v), round_hi(v, kr));
+            __m256i b = _mm256_add_epi16(_mm256_add_epi16(yy, _mm256_add_epi16(u, u)), round_hi(u, kb));
             /* G: the (u, v) pairs, then 2^15 added apart (no third slot) */
             __m256i lo = _mm256_madd_epi16(_mm256_unpacklo_epi16(u, v), kg);
             __m256i hi = _mm256_madd_epi16(_mm256_unpackhi_epi16(u, v), kg);

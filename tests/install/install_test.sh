@@ -29,7 +29,11 @@ cc -std=c11 -Wall -Werror "$src/examples/read_dataset.c" $flags -Wl,-rpath,"$lib
   fail "consumer did not build with pkg-config ($flags)"
 out=$("$work/read_pc" "$work/ds") || fail "pkg-config consumer failed: $out"
 grep -q "64 records" <<<"$out" || fail "pkg-config consumer printed: $out"
-ldd "$work/read_pc" | grep -q "$libdir/libstoker.so" || fail "consumer not linked to the installed libstoker.so"
+# ldd's output is captured first: `ldd | grep -q` under pipefail fails at random
+# when grep exits on its match before ldd has written everything (SIGPIPE).
+deps=$(ldd "$work/read_pc") || fail "ldd $work/read_pc failed"
+grep -qF "$libdir/libstoker.so" <<<"$deps" ||
+  fail "consumer not linked to the installed libstoker.so ($libdir); ldd says: $(grep stoker <<<"$deps")"
 
 # 2. find_package(stoker), shared and static
 cmake -S "$src/tests/install/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \

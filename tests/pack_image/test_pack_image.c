@@ -1266,6 +1266,33 @@ START_TEST(resize_cache_reuse)
 }
 END_TEST
 
+START_TEST(resize_cache_evicts)
+{
+    /* More distinct tables than the cache holds (1,024 per axis, in sets of
+     * 8): every set evicts, and a table rebuilt after its eviction (the
+     * second round) gives the same bytes as a fresh resizer's. */
+    pk_resizer *shared = pk_resizer_new();
+    image im = synth(90, 70, DETAIL, 19);
+    pk_rgb_view v = {im.px, 90, 70, 270};
+    const uint32_t dh = 3, most = 1300;
+    uint8_t *a = xmalloc((size_t)most * dh * 3), *b = xmalloc((size_t)most * dh * 3);
+    for (int round = 0; round < 2; round++)
+        for (uint32_t dw = 1; dw <= most; dw += round ? 97 : 1) {
+            pk_rect all = {0, 0, dw, dh};
+            pk_resizer *fresh = pk_resizer_new();
+            ck_assert_ptr_nonnull(fresh);
+            ck_assert_int_eq(pk_resize(shared, &v, dw, dh, &all, a, (size_t)dw * 3), 0);
+            ck_assert_int_eq(pk_resize(fresh, &v, dw, dh, &all, b, (size_t)dw * 3), 0);
+            ck_assert_msg(memcmp(a, b, (size_t)dw * dh * 3) == 0, "%ux%u differs (round %d)", dw, dh, round);
+            pk_resizer_free(fresh);
+        }
+    free(a);
+    free(b);
+    image_free(&im);
+    pk_resizer_free(shared);
+}
+END_TEST
+
 /* ============================================================ geometry */
 
 START_TEST(layout_numbers)
@@ -1510,6 +1537,7 @@ int main(void)
     tcase_add_test(tc, resize_matches_reference);
     tcase_add_test(tc, resize_wide_strips);
     tcase_add_test(tc, resize_cache_reuse);
+    tcase_add_test(tc, resize_cache_evicts);
     tcase_add_test(tc, ycc_resize_matches_reference);
     tcase_add_test(tc, layout_numbers);
     tcase_add_test(tc, process_shorter_crops);
