@@ -295,9 +295,12 @@ static int64_t read_input(worker_t *w, const char *path, pk_result *res)
 }
 
 /* Start reading item i's file into the page cache (pipeline prefetch): an
- * open, an fadvise and a close, a few microseconds against a decode's
- * several hundred. Failures are ignored: read_input reports them when the
- * item is produced. */
+ * open, an fadvise and a close, 2 us here against a decode's several
+ * hundred. Failures are ignored: read_input reports them when the item is
+ * produced. At most the first PREFETCH_BYTES: a rare huge file's decode
+ * takes long enough to hide the rest, and two windows of them must not
+ * flood the page cache. */
+#define PREFETCH_BYTES ((off_t)16 << 20)
 static void prefetch(void *user, uint64_t i)
 {
     run_t *r = user;
@@ -305,7 +308,7 @@ static void prefetch(void *user, uint64_t i)
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
     free(path);
     if (fd < 0) return;
-    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    (void)posix_fadvise(fd, 0, PREFETCH_BYTES, POSIX_FADV_WILLNEED);
     close(fd);
 }
 
