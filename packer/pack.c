@@ -308,7 +308,9 @@ static void prefetch(void *user, uint64_t i)
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
     free(path);
     if (fd < 0) return;
-    (void)posix_fadvise(fd, 0, PREFETCH_BYTES, POSIX_FADV_WILLNEED);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) /* not a device's readahead for an input refused anyway */
+        (void)posix_fadvise(fd, 0, PREFETCH_BYTES, POSIX_FADV_WILLNEED);
     close(fd);
 }
 

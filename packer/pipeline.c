@@ -126,7 +126,9 @@ int pk_pipeline_run(const pk_pipeline *p)
         pthread_mutex_init(&r.lock, NULL);
         pthread_cond_init(&r.cv_ready, NULL);
         pthread_cond_init(&r.cv_free, NULL);
-        /* The items no worker announces: the first `ahead`. */
+        /* The items no worker announces: the first `ahead` (2 us each when
+         * the files are cached; on cold storage the workers would wait
+         * for the first files anyway). */
         for (uint64_t i = p->first; p->prefetch && i < p->end && i - p->first < p->ahead; i++)
             p->prefetch(p->user, i);
         for (; started < p->threads; started++)

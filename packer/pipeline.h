@@ -43,9 +43,11 @@ typedef struct {
      * pool in *slot. */
     int (*consume)(void *user, uint64_t i, uint8_t **slot, const pk_result *res);
     /* Optional: announce that item i will be produced soon (start reading
-     * its input). Called on worker threads, concurrently, once per item in
-     * [first, end), `ahead` items before the item is taken (the first
-     * `ahead` items before the workers start). Must not fail the run. */
+     * its input). When `ahead` > 0, called once per item in [first, end):
+     * for the first `ahead` items on the calling thread before the workers
+     * start, for the others on the worker that takes the item `ahead`
+     * places earlier, concurrently. With `ahead` >= window every item is
+     * announced before a worker takes it. Must not fail the run. */
     void (*prefetch)(void *user, uint64_t i);
     uint64_t ahead;
 } pk_pipeline;

@@ -40,10 +40,21 @@
  * building tables was 3.5% of pack's decoding thread (an LRU of 64 missed
  * 60% of lookups); 1,024 tables miss about 17%. Tables are built on first
  * use, so memory follows the sizes seen: about 12 KiB a horizontal and
- * 6 KiB a vertical table at --size 256, 18 MiB per thread at most. */
+ * 6 KiB a vertical plane table at --size 256, 18 MiB per thread for a full
+ * cache. An RGB table of a large downscale is far bigger (4000 -> 256:
+ * 150 KiB, its SIMD layout holding 4 taps per chunk and output), so the
+ * cached tables' memory is held under AXIS_BUDGET: past it, the next resize
+ * starts with an empty cache (never in the middle of one, whose tables are
+ * in use). A resize adds at most 4 tables, so a thread holds at most the
+ * budget and 4 tables. AXIS_SETS is a power of two (the set is a mask of the
+ * key's hash); tests can fold every key into set 0, where keys that differ
+ * in one field alone meet. */
 #define AXIS_WAYS 8
 #define AXIS_SETS 128
 #define AXIS_CACHE (AXIS_WAYS * AXIS_SETS)
+#define AXIS_BUDGET ((size_t)48 << 20)
+_Static_assert(AXIS_WAYS >= 2, "pk_resize_ycc holds its luma tables while it looks up the chroma ones");
+_Static_assert((AXIS_SETS & (AXIS_SETS - 1)) == 0, "the set is a mask of the hash");
 
 /* A cached table's key, kept apart from the tables so that a lookup reads
  * one set's keys (8 x 40 bytes), not the tables' cache lines. */
@@ -58,6 +69,9 @@ struct pk_resizer {
     uint64_t tick;
     pk_axis *h, *v;     /* AXIS_CACHE tables per axis, set after set */
     axis_key *hk, *vk;
+    size_t held;        /* bytes the cached tables hold (their mem's capacity) */
+    size_t set_mask;    /* AXIS_SETS - 1; tests: 0 (one set) */
+    unsigned test_bad;  /* tests: every test_bad-th plane group runs scalar (0: off) */
     uint8_t *tmp;       /* horizontal pass output: the rows the vertical pass reads */
     size_t tmp_cap;
     int32_t *acc;       /* scalar vertical accumulators, one per output byte */
@@ -308,15 +322,23 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     return 0;
 }
 
+/* Tests: make every k-th group of a plane table (from the first) run the
+ * scalar kernel, a path real tables reach only at extreme scales. */
+static void test_disqualify(pk_axis *a, unsigned k)
+{
+    for (uint32_t g = 0; g < a->ngroups; g += k)
+        if (a->gok[g]) a->gok[g] = 0, a->nbad++;
+}
+
 /* The set a key belongs to: a multiplicative hash of its fields. */
-static size_t axis_set(uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first, uint32_t count,
-                       int layout)
+static size_t axis_set(const pk_resizer *r, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
+                       uint32_t count, int layout)
 {
     uint64_t x = (uint64_t)in * 0x9e3779b97f4a7c15u;
     x = (x ^ full ^ (uint64_t)kind << 32 ^ (uint64_t)layout << 40) * 0xff51afd7ed558ccdu;
     x = (x ^ out) * 0xc4ceb9fe1a85ec53u;
     x = (x ^ first ^ (uint64_t)count << 32) * 0x9e3779b97f4a7c15u;
-    return (size_t)(x >> 32) % AXIS_SETS;
+    return (size_t)(x >> 32) & r->set_mask;
 }
 
 /* The table for this key from the cache (slots/keys: r->h/hk or r->v/vk),
@@ -325,7 +347,7 @@ static size_t axis_set(uint32_t in, uint32_t full, int kind, uint64_t out, uint6
 static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_t full, int kind, uint64_t out,
                                uint64_t first, uint32_t count, int layout)
 {
-    size_t base = axis_set(in, full, kind, out, first, count, layout) * AXIS_WAYS;
+    size_t base = axis_set(r, in, full, kind, out, first, count, layout) * AXIS_WAYS;
     pk_axis *slots = (vertical ? r->v : r->h) + base;
     axis_key *keys = (vertical ? r->vk : r->hk) + base;
     size_t victim = 0;
@@ -340,9 +362,29 @@ static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_
         if (k->used < keys[victim].used) victim = i;
     }
     keys[victim].count = 0;
-    if (axis_build(&slots[victim], in, full, kind, out, first, count, layout) != 0) return NULL;
+    pk_axis *a = &slots[victim];
+    r->held -= a->cap;
+    int rc = axis_build(a, in, full, kind, out, first, count, layout);
+    r->held += a->cap;
+    if (rc != 0) return NULL;
+    if (r->test_bad && a->ngroups) test_disqualify(a, r->test_bad);
     keys[victim] = (axis_key){out, first, r->tick, in, full, count, (uint8_t)kind, (uint8_t)layout};
-    return &slots[victim];
+    return a;
+}
+
+/* Empty the cache when its tables hold more than the budget (at the start
+ * of a resize: no table is in use then). */
+static void axis_trim(pk_resizer *r)
+{
+    if (r->held <= AXIS_BUDGET) return;
+    for (size_t i = 0; i < AXIS_CACHE; i++) {
+        free(r->h[i].mem);
+        free(r->v[i].mem);
+        r->h[i] = (pk_axis){0};
+        r->v[i] = (pk_axis){0};
+        r->hk[i].count = r->vk[i].count = 0;
+    }
+    r->held = 0;
 }
 
 /* ----------------------------------------------------------------- passes */
@@ -451,6 +493,7 @@ pk_resizer *pk_resizer_new(void)
     r->v = calloc(AXIS_CACHE, sizeof *r->v);
     r->hk = calloc(AXIS_CACHE, sizeof *r->hk);
     r->vk = calloc(AXIS_CACHE, sizeof *r->vk);
+    r->set_mask = AXIS_SETS - 1;
     if (!r->h || !r->v || !r->hk || !r->vk) {
         pk_resizer_free(r);
         return NULL;
@@ -487,6 +530,12 @@ void pk_resizer_force_scalar(pk_resizer *r, int on)
 #endif
 }
 
+void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every) { r->test_bad = every; }
+
+void pk__resizer_test_one_set(pk_resizer *r) { r->set_mask = 0; }
+
+size_t pk__resizer_held(const pk_resizer *r) { return r->held; }
+
 /* Neither axis changes: copy the window. */
 static void copy_window(const pk_rgb_view *src, const pk_rect *win, uint8_t *dst, size_t dst_stride)
 {
@@ -501,6 +550,7 @@ int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t ou
     int need_h = out_w != src->w, need_v = out_h != src->h;
     size_t bytes = 3 * (size_t)win->w;
     const pk_axis *h = NULL, *v = NULL;
+    axis_trim(r);
     if (!need_h && !need_v) {
         copy_window(src, win, dst, dst_stride);
         return 0;
@@ -576,6 +626,7 @@ int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_
     /* int16 rows of whole 32-byte vectors */
     size_t pitch = ((size_t)win->w + 15) & ~(size_t)15, rows = 0;
     uint32_t most = 0;
+    axis_trim(r);
     for (unsigned p = 0; p < np; p++) {
         if (p == 2) pr[2].h = pr[1].h, pr[2].v = pr[1].v;
         else if (ycc_tables(r, src, p, out_w, out_h, win, &pr[p].h, &pr[p].v) != 0) return -1;

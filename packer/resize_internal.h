@@ -84,6 +84,14 @@ void pk__h_plane_scalar(const pk_axis *a, const uint8_t *src, int16_t *dst, uint
 void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
                         int32_t *acc, int16_t *dst);
 
+/* Test seams (tests/pack_image), on a fresh resizer: make every `every`-th
+ * group of the plane tables it builds run the scalar kernel (0: off); put
+ * every table key in one set of the cache (8 ways); the bytes the cached
+ * tables hold. */
+void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every);
+void pk__resizer_test_one_set(pk_resizer *r);
+size_t pk__resizer_held(const pk_resizer *r);
+
 #ifdef PK_HAVE_AVX2
 /* Outputs [0, a->nsimd) of RGB rows s0 and s0 + stride into d0 and d1 (stride
  * 0 and d1 == d0 for one row); writes up to PK_H_ROOM bytes past each. */

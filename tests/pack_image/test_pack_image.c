@@ -17,6 +17,7 @@
  */
 #include "image.h"
 #include "resize.h"
+#include "resize_internal.h" /* test seams */
 
 #include <check.h>
 #include <errno.h>
@@ -1241,6 +1242,27 @@ START_TEST(resize_wide_strips)
 }
 END_TEST
 
+/* Window `win` of v resized to dw x dh (ycc: of the planes yv) by a used
+ * resizer equals a fresh resizer's result. */
+static void expect_as_fresh(pk_resizer *used, const pk_rgb_view *v, const pk_ycc_view *yv, uint64_t dw, uint64_t dh,
+                            const pk_rect *win, int round)
+{
+    size_t n = (size_t)win->w * win->h * 3, stride = (size_t)win->w * 3;
+    uint8_t *a = xmalloc(n), *b = xmalloc(n);
+    pk_resizer *fresh = pk_resizer_new();
+    ck_assert_ptr_nonnull(fresh);
+    ck_assert_int_eq(yv ? pk_resize_ycc(used, yv, dw, dh, win, a, stride) : pk_resize(used, v, dw, dh, win, a, stride),
+                     0);
+    ck_assert_int_eq(yv ? pk_resize_ycc(fresh, yv, dw, dh, win, b, stride) : pk_resize(fresh, v, dw, dh, win, b, stride),
+                     0);
+    ck_assert_msg(memcmp(a, b, n) == 0, "%s %llux%llu window %llu+%u, %llu+%u differs with a used resizer (round %d)",
+                  yv ? "planes" : "rgb", (unsigned long long)dw, (unsigned long long)dh, (unsigned long long)win->x,
+                  win->w, (unsigned long long)win->y, win->h, round);
+    pk_resizer_free(fresh);
+    free(a);
+    free(b);
+}
+
 START_TEST(resize_cache_reuse)
 {
     /* one resizer across changing sizes gives what a fresh one gives */
@@ -1250,16 +1272,8 @@ START_TEST(resize_cache_reuse)
     static const uint32_t sizes[][2] = {{40, 30}, {41, 30}, {40, 31}, {64, 64}, {40, 30}, {12, 50}, {41, 30}};
     for (int round = 0; round < 3; round++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-            uint32_t dw = sizes[i][0], dh = sizes[i][1];
-            pk_rect all = {0, 0, dw, dh};
-            uint8_t *a = xmalloc((size_t)dw * dh * 3), *b = xmalloc((size_t)dw * dh * 3);
-            pk_resizer *fresh = pk_resizer_new();
-            ck_assert_int_eq(pk_resize(shared, &v, dw, dh, &all, a, (size_t)dw * 3), 0);
-            ck_assert_int_eq(pk_resize(fresh, &v, dw, dh, &all, b, (size_t)dw * 3), 0);
-            ck_assert_msg(memcmp(a, b, (size_t)dw * dh * 3) == 0, "%ux%u differs with a used resizer", dw, dh);
-            pk_resizer_free(fresh);
-            free(a);
-            free(b);
+            pk_rect all = {0, 0, sizes[i][0], sizes[i][1]};
+            expect_as_fresh(shared, &v, NULL, sizes[i][0], sizes[i][1], &all, round);
         }
     image_free(&im);
     pk_resizer_free(shared);
@@ -1268,28 +1282,116 @@ END_TEST
 
 START_TEST(resize_cache_evicts)
 {
-    /* More distinct tables than the cache holds (1,024 per axis, in sets of
-     * 8): every set evicts, and a table rebuilt after its eviction (the
-     * second round) gives the same bytes as a fresh resizer's. */
-    pk_resizer *shared = pk_resizer_new();
+    /* More keys than the cache holds (1,024 tables per axis in 128 sets of
+     * 8), among them keys that differ only in the window's offset or only
+     * in its width, in turn; the second round comes back to keys evicted
+     * meanwhile. RGB and planes. Then all over again with every key in one
+     * set, where keys that differ in one field meet: a lookup that ignored
+     * the window's offset or width, the output size, the source size of a
+     * chroma axis or its kind of upsampling would hand back the wrong table
+     * (checked by breaking each comparison in turn). (`in` never differs
+     * alone, and a table of the wrong SIMD layout only runs the scalar
+     * kernel on the same weights.) */
     image im = synth(90, 70, DETAIL, 19);
     pk_rgb_view v = {im.px, 90, 70, 270};
-    const uint32_t dh = 3, most = 1300;
-    uint8_t *a = xmalloc((size_t)most * dh * 3), *b = xmalloc((size_t)most * dh * 3);
-    for (int round = 0; round < 2; round++)
-        for (uint32_t dw = 1; dw <= most; dw += round ? 97 : 1) {
-            pk_rect all = {0, 0, dw, dh};
-            pk_resizer *fresh = pk_resizer_new();
-            ck_assert_ptr_nonnull(fresh);
-            ck_assert_int_eq(pk_resize(shared, &v, dw, dh, &all, a, (size_t)dw * 3), 0);
-            ck_assert_int_eq(pk_resize(fresh, &v, dw, dh, &all, b, (size_t)dw * 3), 0);
-            ck_assert_msg(memcmp(a, b, (size_t)dw * dh * 3) == 0, "%ux%u differs (round %d)", dw, dh, round);
-            pk_resizer_free(fresh);
+    planes p = make_planes(90, 70, 2, 2, 0, 77);
+    /* chroma 3 wide from 5 and from 6 (keys that differ in `full` alone);
+     * chroma 2 wide, which libjpeg repeats instead of interpolating, and 45
+     * wide over the same 35 rows (keys that differ in `kind` alone) */
+    planes q[4] = {make_planes(5, 70, 2, 2, 0, 78), make_planes(6, 70, 2, 2, 0, 79), make_planes(3, 70, 2, 2, 0, 80),
+                   p};
+    pk_resizer *shared = NULL;
+    for (int round = 0; round < 4; round++) {
+        if (round % 2 == 0) {
+            pk_resizer_free(shared);
+            shared = pk_resizer_new();
+            if (round) pk__resizer_test_one_set(shared);
         }
-    free(a);
-    free(b);
-    image_free(&im);
+        for (uint32_t dw = 1; dw <= 1300; dw += round % 2 ? 97 : 1) {
+            pk_rect all = {0, 0, dw, 3};
+            expect_as_fresh(shared, &v, NULL, dw, 3, &all, round);
+        }
+        for (uint32_t w = 1; w <= 40; w++) { /* keys that differ in the output size alone, in turn */
+            pk_rect win = {0, 0, w, 3};
+            expect_as_fresh(shared, &v, NULL, w, 3, &win, round);
+            expect_as_fresh(shared, &v, NULL, 600, 9, &win, round);
+            expect_as_fresh(shared, NULL, &p.v, w + 1, 3, &win, round);
+            expect_as_fresh(shared, NULL, &p.v, 600, 9, &win, round);
+        }
+        for (unsigned i = 0; i < 12; i++) { /* upscaled, mid-axis: the tables differ in most outputs */
+            pk_rect win = {297, 0, 4, 3};
+            expect_as_fresh(shared, NULL, &q[i % 4].v, 600, 200, &win, round);
+        }
+        for (uint32_t k = 0; k < 600; k += round % 2 ? 37 : 1) {
+            /* inside 600 x 9: offsets (x, y) with the same width in turn, then
+             * widths with the same offset */
+            pk_rect win = k < 300 ? (pk_rect){k % 3 * 100, k % 3, 1 + k / 3 * 2, 2}
+                                  : (pk_rect){(k - 300) / 2, 5, 1 + (k % 2), 2};
+            expect_as_fresh(shared, &v, NULL, 600, 9, &win, round);
+            expect_as_fresh(shared, NULL, &p.v, 600, 9, &win, round);
+        }
+    }
     pk_resizer_free(shared);
+    for (int i = 0; i < 3; i++) free(q[i].mem);
+    free(p.mem);
+    image_free(&im);
+}
+END_TEST
+
+START_TEST(resize_cache_budget)
+{
+    /* RGB tables of large downscales are big (their SIMD layout holds 4
+     * taps per chunk and output): 300 of them would hold about 45 MiB. The
+     * cache keeps under its budget (48 MiB, then at most a resize's 4 more
+     * tables) and the results stay those of a fresh resizer. */
+    const uint32_t w = 4000, h = 4;
+    image im = synth(w, h, DETAIL, 23);
+    pk_resizer *r = pk_resizer_new();
+    size_t most = 0;
+    for (uint32_t k = 0; k < 700; k++) {
+        pk_rgb_view v = {im.px, w - k, h, (size_t)w * 3};
+        pk_rect all = {0, 0, 256, 2};
+        uint8_t out[256 * 2 * 3];
+        ck_assert_int_eq(pk_resize(r, &v, 256, 2, &all, out, sizeof out / 2), 0);
+        size_t held = pk__resizer_held(r);
+        most = held > most ? held : most;
+        ck_assert_msg(held <= ((size_t)48 << 20) + 4 * ((size_t)1 << 20), "tables hold %zu bytes", held);
+        if (k % 100 == 99) expect_as_fresh(r, &v, NULL, 256, 2, &all, (int)k);
+    }
+    ck_assert_msg(most > ((size_t)40 << 20), "the cache never came near its budget (%zu bytes)", most);
+    pk_resizer_free(r);
+    image_free(&im);
+}
+END_TEST
+
+START_TEST(ycc_scalar_groups_in_simd)
+{
+    /* Plane groups whose taps reach past their 16-byte loads run the scalar
+     * kernel between SIMD ones; real tables have them only at extreme
+     * scales, so the test seam makes every k-th group such a group (the
+     * first, odd and even ones, neighbours of pairs). Bytes equal the
+     * all-scalar run's. */
+    static const uint32_t sizes[][4] = {{97, 61, 40, 25}, {500, 375, 341, 256}, {375, 500, 256, 341}, {61, 97, 150, 90}};
+    for (unsigned every = 1; every <= 3; every++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (unsigned sub = 1; sub <= 2; sub++) {
+                uint32_t w = sizes[i][0], h = sizes[i][1], dw = sizes[i][2], dh = sizes[i][3];
+                planes p = make_planes(w, h, sub, sub, 0, w + h + every);
+                pk_resizer *bad = pk_resizer_new(), *scalar = pk_resizer_new();
+                pk__resizer_test_bad_groups(bad, every);
+                pk_resizer_force_scalar(scalar, 1);
+                pk_rect all = {0, 0, dw, dh};
+                uint8_t *a = xmalloc((size_t)dw * dh * 3), *b = xmalloc((size_t)dw * dh * 3);
+                ck_assert_int_eq(pk_resize_ycc(bad, &p.v, dw, dh, &all, a, (size_t)dw * 3), 0);
+                ck_assert_int_eq(pk_resize_ycc(scalar, &p.v, dw, dh, &all, b, (size_t)dw * 3), 0);
+                ck_assert_msg(memcmp(a, b, (size_t)dw * dh * 3) == 0, "%ux%u sub %u -> %ux%u, every %u: differs",
+                              w, h, sub, dw, dh, every);
+                free(a);
+                free(b);
+                pk_resizer_free(bad);
+                pk_resizer_free(scalar);
+                free(p.mem);
+            }
 }
 END_TEST
 
@@ -1538,6 +1640,8 @@ int main(void)
     tcase_add_test(tc, resize_wide_strips);
     tcase_add_test(tc, resize_cache_reuse);
     tcase_add_test(tc, resize_cache_evicts);
+    tcase_add_test(tc, resize_cache_budget);
+    tcase_add_test(tc, ycc_scalar_groups_in_simd);
     tcase_add_test(tc, ycc_resize_matches_reference);
     tcase_add_test(tc, layout_numbers);
     tcase_add_test(tc, process_shorter_crops);
