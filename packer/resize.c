@@ -372,19 +372,24 @@ static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_
     return a;
 }
 
+/* Free every cached table and leave the cache empty (arrays that a failed
+ * pk_resizer_new left NULL are skipped). */
+static void axis_free_all(pk_resizer *r)
+{
+    for (size_t i = 0; i < AXIS_CACHE; i++) {
+        if (r->h) free(r->h[i].mem), r->h[i] = (pk_axis){0};
+        if (r->v) free(r->v[i].mem), r->v[i] = (pk_axis){0};
+        if (r->hk) r->hk[i].count = 0;
+        if (r->vk) r->vk[i].count = 0;
+    }
+    r->held = 0;
+}
+
 /* Empty the cache when its tables hold more than the budget (at the start
  * of a resize: no table is in use then). */
 static void axis_trim(pk_resizer *r)
 {
-    if (r->held <= AXIS_BUDGET) return;
-    for (size_t i = 0; i < AXIS_CACHE; i++) {
-        free(r->h[i].mem);
-        free(r->v[i].mem);
-        r->h[i] = (pk_axis){0};
-        r->v[i] = (pk_axis){0};
-        r->hk[i].count = r->vk[i].count = 0;
-    }
-    r->held = 0;
+    if (r->held > AXIS_BUDGET) axis_free_all(r);
 }
 
 /* ----------------------------------------------------------------- passes */
@@ -507,10 +512,7 @@ pk_resizer *pk_resizer_new(void)
 void pk_resizer_free(pk_resizer *r)
 {
     if (!r) return;
-    for (size_t i = 0; i < AXIS_CACHE; i++) {
-        if (r->h) free(r->h[i].mem);
-        if (r->v) free(r->v[i].mem);
-    }
+    axis_free_all(r);
     free(r->h);
     free(r->v);
     free(r->hk);

@@ -258,6 +258,12 @@ PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint
 #endif /* PK_HAVE_AVX2 */
 
 #ifdef PK_HAVE_AVX2
+/* 16 plane values to 0 .. MAX16, as clamp16 does one. */
+PK_AVX2 static inline __attribute__((always_inline)) __m256i clamp16_avx2(__m256i v)
+{
+    return _mm256_min_epi16(_mm256_max_epi16(v, _mm256_setzero_si256()), _mm256_set1_epi16(MAX16));
+}
+
 /* Outputs [0, count & ~15) of one output row from int16 rows, 16 at a
  * time: two rows' values interleaved into (a, b) pairs and multiply-added
  * against the pair of row weights; the in-lane unpacks and the final pack
@@ -265,8 +271,7 @@ PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint
 PK_AVX2 static inline __attribute__((always_inline)) size_t
 v_body16(const int16_t *const *rows, const __m256i *w, const uint32_t pairs, size_t count, int16_t *dst)
 {
-    const __m256i zero = _mm256_setzero_si256(), half = _mm256_set1_epi32(PK_HALF);
-    const __m256i top = _mm256_set1_epi16(MAX16);
+    const __m256i half = _mm256_set1_epi32(PK_HALF);
     size_t i = 0;
     for (; i + 16 <= count; i += 16) {
         __m256i lo = half, hi = half;
@@ -277,8 +282,7 @@ v_body16(const int16_t *const *rows, const __m256i *w, const uint32_t pairs, siz
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x, y), w[p]));
         }
         __m256i v = _mm256_packs_epi32(_mm256_srai_epi32(lo, PK_RESIZE_BITS), _mm256_srai_epi32(hi, PK_RESIZE_BITS));
-        v = _mm256_min_epi16(_mm256_max_epi16(v, zero), top);
-        _mm256_storeu_si256((__m256i *)(void *)(dst + i), v);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), clamp16_avx2(v));
     }
     return i;
 }
@@ -319,8 +323,7 @@ h_plane_group(const uint8_t *s0, const uint8_t *s1, const __m256i *m, const __m2
 PK_AVX2 static inline __attribute__((always_inline)) __m128i h_plane_one(__m256i v)
 {
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-    v = _mm256_packs_epi32(v, v);
-    v = _mm256_min_epi16(_mm256_max_epi16(v, _mm256_setzero_si256()), _mm256_set1_epi16(MAX16));
+    v = clamp16_avx2(_mm256_packs_epi32(v, v));
     return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(v, order));
 }
 
@@ -337,16 +340,13 @@ h_plane_body(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t 
     const __m256i *w = (const __m256i *)(const void *)a->gw;
     const uint32_t *start = a->start, ngroups = a->ngroups;
     const uint8_t *gok = a->gok;
-    const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi16(MAX16);
     uint32_t g = 0;
     while (g < ngroups) {
         const uint32_t *st = start + (size_t)g * PK_PGROUP;
         if (g + 1 < ngroups && gok[g] && gok[g + 1]) {
             __m256i v0 = h_plane_group(src + st[0], src + st[4], m, w, pairs);
             __m256i v1 = h_plane_group(src + st[8], src + st[12], m + pairs, w + pairs, pairs);
-            __m256i v = _mm256_packs_epi32(v0, v1);
-            v = _mm256_min_epi16(_mm256_max_epi16(v, zero), top);
-            v = _mm256_permute4x64_epi64(v, 0xd8);
+            __m256i v = _mm256_permute4x64_epi64(clamp16_avx2(_mm256_packs_epi32(v0, v1)), 0xd8);
             _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_PGROUP), v);
             g += 2, m += 2 * pairs, w += 2 * pairs;
             continue;
