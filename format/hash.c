@@ -9,14 +9,33 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "hash_blocks.h"
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(STK_HAVE_AVX2_HASH)
 uint64_t stk__hash_avx2(const void *data, size_t len);
 void stk__hasher_update_avx2(XXH3_state_t *st, const void *data, size_t len);
+uint64_t stk__hb_value_avx2(const uint8_t *p, size_t len, uint64_t *sums);
+void stk__hb_blocks_avx2(uint64_t *acc, const uint8_t *p, size_t n);
+void stk__hb_sums_avx2(uint64_t *acc, const uint64_t *sums, size_t n);
+uint64_t stk__hb_final_avx2(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev, uint64_t total);
 #endif
+
+_Static_assert(STK_HASH_BLOCK == HB_BLOCK, "the public block size is XXH3's");
+
+/* Whether the AVX2 kernels run (unless a test asks for the baseline ones). */
+static int use_avx2(int baseline)
+{
+#if defined(STK_HAVE_AVX2_HASH)
+    return !baseline && __builtin_cpu_supports("avx2");
+#else
+    (void)baseline;
+    return 0;
+#endif
+}
 
 uint64_t stk_hash(const void *data, size_t len)
 {
@@ -51,3 +70,126 @@ void stk_hasher_update(stk_hasher *h, const void *data, size_t len)
 }
 uint64_t stk_hasher_digest(const stk_hasher *h) { return XXH3_64bits_digest(&h->st); }
 void stk_hasher_free(stk_hasher *h) { free(h); }
+
+/* ------------------------------------------------- hashing by blocks */
+
+uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int baseline)
+{
+    if (len == 0 || len % HB_BLOCK || !sums) return stk_hash(data, len);
+#if defined(STK_HAVE_AVX2_HASH)
+    if (use_avx2(baseline)) return stk__hb_value_avx2(data, len, sums);
+#endif
+    (void)baseline;
+    return hb_value(data, len, sums);
+}
+
+uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums)
+{
+    return stk__hash_blocks_isa(data, len, sums, 0);
+}
+
+/* The file hash (internal.h). Bytes gather in buf until a whole block is
+ * there AND more input follows (XXH3 treats the block that holds the last
+ * byte differently); prev keeps the 64 bytes before buf, which the last
+ * stripe reads when the final block is shorter than a stripe. */
+struct stk_fhash {
+    XXH_ALIGN(64) uint64_t acc[8];
+    uint8_t buf[HB_BLOCK];
+    uint8_t prev[HB_STRIPE];
+    size_t buffered;
+    uint64_t total;
+    int avx2;
+};
+
+static void fh_blocks(stk_fhash *h, const uint8_t *p, size_t n)
+{
+#if defined(STK_HAVE_AVX2_HASH)
+    if (h->avx2) {
+        stk__hb_blocks_avx2(h->acc, p, n);
+        return;
+    }
+#endif
+    hb_blocks(h->acc, p, n);
+}
+
+static void fh_sums(stk_fhash *h, const uint64_t *sums, size_t n)
+{
+#if defined(STK_HAVE_AVX2_HASH)
+    if (h->avx2) {
+        stk__hb_sums_avx2(h->acc, sums, n);
+        return;
+    }
+#endif
+    hb_sums(h->acc, sums, n);
+}
+
+stk_fhash *stk__fhash_new(int baseline)
+{
+    XXH_ALIGN(64) static const uint64_t init[8] = XXH3_INIT_ACC;
+    stk_fhash *h = aligned_alloc(64, (sizeof(stk_fhash) + 63) & ~(size_t)63);
+    if (!h) return NULL;
+    memcpy(h->acc, init, sizeof init);
+    h->buffered = 0;
+    h->total = 0;
+    h->avx2 = use_avx2(baseline);
+    return h;
+}
+
+/* The full buffered block, now that more input follows. */
+static void fh_flush(stk_fhash *h)
+{
+    fh_blocks(h, h->buf, 1);
+    memcpy(h->prev, h->buf + HB_BLOCK - HB_STRIPE, HB_STRIPE);
+    h->buffered = 0;
+}
+
+void stk__fhash_update(stk_fhash *h, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len) {
+        if (h->buffered == HB_BLOCK) fh_flush(h);
+        if (h->buffered == 0 && len > HB_BLOCK) { /* whole blocks straight from the input */
+            size_t n = (len - 1) / HB_BLOCK;
+            fh_blocks(h, p, n);
+            memcpy(h->prev, p + n * HB_BLOCK - HB_STRIPE, HB_STRIPE);
+            p += n * HB_BLOCK;
+            len -= n * HB_BLOCK;
+            h->total += n * HB_BLOCK;
+        }
+        size_t k = HB_BLOCK - h->buffered < len ? HB_BLOCK - h->buffered : len;
+        memcpy(h->buf + h->buffered, p, k);
+        h->buffered += k;
+        h->total += k;
+        p += k;
+        len -= k;
+    }
+}
+
+void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, size_t len)
+{
+    if (!len) return;
+    if (!sums || len % HB_BLOCK || h->total % HB_BLOCK) { /* not on block boundaries: the bytes */
+        stk__fhash_update(h, data, len);
+        return;
+    }
+    const uint8_t *p = data;
+    size_t n = len / HB_BLOCK;
+    if (h->buffered == HB_BLOCK) fh_flush(h);
+    fh_sums(h, sums, n - 1);
+    /* The last block waits in buf like any other: it may end the input. */
+    if (n >= 2) memcpy(h->prev, p + (n - 1) * HB_BLOCK - HB_STRIPE, HB_STRIPE);
+    memcpy(h->buf, p + (n - 1) * HB_BLOCK, HB_BLOCK);
+    h->buffered = HB_BLOCK;
+    h->total += len;
+}
+
+uint64_t stk__fhash_digest(const stk_fhash *h)
+{
+    if (h->total <= HB_BLOCK) return stk_hash(h->buf, (size_t)h->total); /* nothing mixed yet */
+#if defined(STK_HAVE_AVX2_HASH)
+    if (h->avx2) return stk__hb_final_avx2(h->acc, h->buf, h->buffered, h->prev, h->total);
+#endif
+    return hb_final(h->acc, h->buf, h->buffered, h->prev, h->total);
+}
+
+void stk__fhash_free(stk_fhash *h) { free(h); }

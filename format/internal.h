@@ -158,6 +158,24 @@ void stk_hasher_update(stk_hasher *h, const void *data, size_t len);
 uint64_t stk_hasher_digest(const stk_hasher *h);
 void stk_hasher_free(stk_hasher *h);
 
+/* The whole-file hash of a streamed shard (writer.c): XXH3-64 of what is fed
+ * in order, where a value whose bytes were already hashed by stk_hash_blocks
+ * can be fed as its block sums (absorb) instead of being read again. It
+ * equals XXH3_64bits over the same bytes (hash_blocks.h says why that
+ * works). baseline: use the portable kernels even where AVX2 is present
+ * (tests). NULL when out of memory. */
+typedef struct stk_fhash stk_fhash;
+stk_fhash *stk__fhash_new(int baseline);
+void stk__fhash_update(stk_fhash *h, const void *data, size_t len);
+/* data[0 .. len) with its sums (stk_hash_blocks); read from data: one block
+ * (the last, which may end the input) and a stripe. Where the stream or the
+ * value is not on a block boundary, or sums is NULL, the bytes are hashed. */
+void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, size_t len);
+uint64_t stk__fhash_digest(const stk_fhash *h);
+void stk__fhash_free(stk_fhash *h);
+/* stk_hash_blocks, with the portable kernels when baseline (tests). */
+uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int baseline);
+
 /* ----------------------------------------------------------- files */
 
 /* write()/pwrite() everything or fail with a message naming `path`. */

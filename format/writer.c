@@ -86,6 +86,7 @@ typedef struct {
     int buf;               /* staging buffer index, or -1: lent */
     stk_lent_done_fn done; /* lent: whom to give p back to     */
     void *ctx;
+    const uint64_t *sums;  /* lent: NULL, or p's block sums (stk_hash_blocks) */
 } chunk_t;
 
 /* The streaming state (see the top of the file). The appending thread fills
@@ -112,7 +113,7 @@ typedef struct {
     int dfd;                 /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
     int err;                 /* sticky: a write failed (with e)   */
     stk_error e;
-    stk_hasher *fh;          /* whole-file hash, fed in file order */
+    stk_fhash *fh;           /* whole-file hash, fed in file order */
     uint64_t expect;         /* the record count the header was made for */
     uint8_t *hdr;            /* that header                        */
     size_t hdr_len;
@@ -346,7 +347,9 @@ static void *stream_thread(void *arg)
         stk_error e;
         int rc = STK_OK;
         if (!skip) {
-            for (unsigned i = 0; i < n; i++) stk_hasher_update(st->fh, run[i].p, run[i].len);
+            /* A lent value that comes with its block sums is not read
+             * again (hash_blocks.h): 64 bytes a kilobyte, and one block. */
+            for (unsigned i = 0; i < n; i++) stk__fhash_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
             rc = stream_write(w, st, run, n, off, &e);
         }
         pthread_mutex_lock(&st->lock);
@@ -385,7 +388,7 @@ static void stream_free(stream_t *st)
 {
     for (unsigned b = 0; b < STREAM_NBUF; b++) free(st->buf[b]);
     if (st->dfd >= 0) close(st->dfd);
-    stk_hasher_free(st->fh);
+    stk__fhash_free(st->fh);
     free(st->hdr);
     pthread_cond_destroy(&st->cv_room);
     pthread_cond_destroy(&st->cv_work);
@@ -417,7 +420,7 @@ static int stream_push_fill(stk_writer *w, stk_error *err)
 {
     stream_t *st = w->st;
     if (st->fill < 0 || !st->fill_len) return STK_OK;
-    chunk_t c = {st->buf[st->fill], st->fill_len, st->fill, NULL, NULL};
+    chunk_t c = {st->buf[st->fill], st->fill_len, st->fill, NULL, NULL, NULL};
     pthread_mutex_lock(&st->lock);
     st->busy[st->fill] = true;
     int rc = stream_push_locked(st, &c, err);
@@ -480,13 +483,13 @@ static bool stream_can_lend(const stream_t *st, const void *p, size_t n)
 }
 
 /* Field 0 of one record queued by reference (stream_can_lend holds). */
-static int stream_lend(stk_writer *w, const uint8_t *p, size_t n, stk_lent_done_fn done, void *ctx,
-                       stk_error *err)
+static int stream_lend(stk_writer *w, const uint8_t *p, size_t n, const uint64_t *sums, stk_lent_done_fn done,
+                       void *ctx, stk_error *err)
 {
     stream_t *st = w->st;
     int rc = stream_push_fill(w, err); /* what was copied before goes first */
     if (rc) return rc;
-    chunk_t c = {p, n, -1, done, ctx};
+    chunk_t c = {p, n, -1, done, ctx, sums};
     pthread_mutex_lock(&st->lock);
     rc = stream_push_locked(st, &c, err);
     pthread_mutex_unlock(&st->lock);
@@ -531,7 +534,7 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     pthread_cond_init(&st->cv_work, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&st->cv_room, NULL);
-    if (!(st->fh = stk_hasher_new()) || !(st->hdr = calloc(1, L.header_size))) {
+    if (!(st->fh = stk__fhash_new(0)) || !(st->hdr = calloc(1, L.header_size))) {
         stream_free(st);
         return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
     }
@@ -540,10 +543,10 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     stk_layout_encode(&L, st->hdr);
     /* The file starts with the header and zeros up to field 0's region. */
     static const uint8_t zeros[STK_ALIGN];
-    stk_hasher_update(st->fh, st->hdr, st->hdr_len);
+    stk__fhash_update(st->fh, st->hdr, st->hdr_len);
     for (uint64_t at = st->hdr_len; at < L.region[0].data_off;) {
         size_t k = (size_t)(L.region[0].data_off - at < sizeof zeros ? L.region[0].data_off - at : sizeof zeros);
-        stk_hasher_update(st->fh, zeros, k);
+        stk__fhash_update(st->fh, zeros, k);
         at += k;
     }
     st->off = st->qoff = L.region[0].data_off;
@@ -575,22 +578,22 @@ static int stream_hash_tail(stk_writer *w, const stk_layout *L, const uint8_t *f
         memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
     memcpy(t + (L->cksum_off - from), w->cksum.p, w->cksum.len);
     memcpy(t + n - STK_FOOTER_SIZE, foot, STK_FOOTER_SIZE);
-    stk_hasher_update(w->st->fh, t, n);
-    *out = stk_hasher_digest(w->st->fh);
+    stk__fhash_update(w->st->fh, t, n);
+    *out = stk__fhash_digest(w->st->fh);
     free(t);
     return STK_OK;
 }
 
 /* Field 0 of a checked record, by whichever path the writer takes; *lent
  * says whether the writer kept v0's memory (it then gives it back later). */
-static int append_field0(stk_writer *w, const stk_value *v0, stk_lent_done_fn done, void *ctx, bool *lent,
-                         stk_error *err)
+static int append_field0(stk_writer *w, const stk_value *v0, const stk_prehash *pre, stk_lent_done_fn done,
+                         void *ctx, bool *lent, stk_error *err)
 {
     int rc;
     size_t n = (size_t)v0->size;
     if (w->st) {
         if (done && stream_can_lend(w->st, v0->data, n)) {
-            rc = stream_lend(w, v0->data, n, done, ctx, err);
+            rc = stream_lend(w, v0->data, n, pre ? pre->sums : NULL, done, ctx, err);
             *lent = rc == STK_OK;
             return rc;
         }
@@ -611,7 +614,7 @@ static int append_field0(stk_writer *w, const stk_value *v0, stk_lent_done_fn do
     return STK_OK;
 }
 
-static int append(stk_writer *w, const stk_value *v, const uint64_t *hash0, stk_lent_done_fn done, void *ctx,
+static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk_lent_done_fn done, void *ctx,
                   bool *lent, stk_error *err)
 {
     if (!w || !v) return stk_fail(err, STK_E_ARG, "stk_writer_append: NULL argument");
@@ -619,9 +622,9 @@ static int append(stk_writer *w, const stk_value *v, const uint64_t *hash0, stk_
     int rc = prepare(w, v, err);
     if (rc) return rc;
     const stk_schema *s = &w->schema;
-    if (w->direct && (rc = append_field0(w, &v[0], done, ctx, lent, err))) return rc;
+    if (w->direct && (rc = append_field0(w, &v[0], pre, done, ctx, lent, err))) return rc;
     for (uint32_t f = 0; f < s->nfields; f++) {
-        uint64_t h = f == 0 && hash0 ? *hash0 : stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size);
+        uint64_t h = f == 0 && pre ? pre->hash : stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size);
         wr64(w->cksum.p + w->cksum.len, h);
         w->cksum.len += 8;
         if (f == 0 && w->direct) continue;
@@ -649,11 +652,11 @@ int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
     return append(w, v, NULL, NULL, NULL, &lent, err);
 }
 
-int stk_writer_append_lent(stk_writer *w, const stk_value *v, const uint64_t *hash0, stk_lent_done_fn done,
+int stk_writer_append_lent(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk_lent_done_fn done,
                            void *ctx, stk_error *err)
 {
     bool lent = false;
-    int rc = append(w, v, hash0, done, ctx, &lent, err);
+    int rc = append(w, v, pre, done, ctx, &lent, err);
     if (!lent && done && v) done(ctx, v[0].data);
     return rc;
 }

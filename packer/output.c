@@ -231,7 +231,7 @@ static int open_for(pk_out *o, const stk_value *v, stk_error *err)
     return STK_OK;
 }
 
-int pk_out_append(pk_out *o, const stk_value *v, const uint64_t *hash0, stk_lent_done_fn done, void *ctx,
+int pk_out_append(pk_out *o, const stk_value *v, const stk_prehash *pre, stk_lent_done_fn done, void *ctx,
                   stk_error *err)
 {
     int rc = open_for(o, v, err);
@@ -239,7 +239,7 @@ int pk_out_append(pk_out *o, const stk_value *v, const uint64_t *hash0, stk_lent
         if (done) done(ctx, v[0].data);
         return rc;
     }
-    return stk_writer_append_lent(o->cur, v, hash0, done, ctx, err);
+    return stk_writer_append_lent(o->cur, v, pre, done, ctx, err);
 }
 
 void pk_out_remove_from(const pk_out *o, size_t k)

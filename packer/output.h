@@ -59,10 +59,10 @@ int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema
 int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint64_t **gaps,
                   size_t *ngaps, void (*note)(void *, const char *), void *user, stk_error *err);
 /* Append one record, lending values[0] to the shard writer
- * (stk_writer_append_lent, with hash0 its checksum or NULL): done(ctx,
+ * (stk_writer_append_lent, with pre its checksum and block sums, or NULL): done(ctx,
  * values[0].data) is called exactly once, on every path, when the bytes are
  * no longer needed. */
-int pk_out_append(pk_out *o, const stk_value *values, const uint64_t *hash0, stk_lent_done_fn done, void *ctx,
+int pk_out_append(pk_out *o, const stk_value *values, const stk_prehash *pre, stk_lent_done_fn done, void *ctx,
                   stk_error *err);
 /* Commit the open shard, if any, and wait for every pending commit. */
 int pk_out_flush(pk_out *o, stk_error *err);

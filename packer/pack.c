@@ -314,6 +314,22 @@ static void prefetch(void *user, uint64_t i)
     close(fd);
 }
 
+static size_t image_bytes(const opts *o) { return (size_t)o->img.size * o->img.size * 3; }
+
+/* A slot holds an image and, when the image is whole blocks of XXH3
+ * (--size a multiple of 32), its block sums (stk_hash_blocks): they go to
+ * the writer with the image and come back to the pool with it. */
+static uint64_t *block_sums(uint8_t *slot, size_t img)
+{
+    return img % STK_HASH_BLOCK ? NULL : (uint64_t *)(void *)(slot + img);
+}
+
+static size_t slot_bytes(const opts *o)
+{
+    size_t img = image_bytes(o);
+    return img + (img % STK_HASH_BLOCK ? 0 : img / STK_HASH_BLOCK * 8 * sizeof(uint64_t));
+}
+
 static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res)
 {
     run_t *r = user;
@@ -330,8 +346,12 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
     res->in_bytes = (uint64_t)n;
     res->status = pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
     /* The record's checksum, here, while the image is in this core's cache
-     * and in parallel, not on the one thread that puts records in order. */
-    if (res->status == PK_OK) res->hash = stk_hash(slot, (size_t)r->o->img.size * r->o->img.size * 3);
+     * and in parallel, not on the one thread that puts records in order;
+     * with it the block sums the writer's whole-file hash takes instead of
+     * reading the image again from this core's cache (they live in the
+     * slot, after the image: see slot_bytes). */
+    size_t img = image_bytes(r->o);
+    if (res->status == PK_OK) res->hash = stk_hash_blocks(slot, img, block_sums(slot, img));
 }
 
 static bool add_skip(run_t *r, uint64_t index, const char *reason)
@@ -377,7 +397,8 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
         uint8_t *px = *slot;
         *slot = pk_pool_get(r->pool);
         stk_value v[4] = {{px, img}, {&label, 8}, {size, 8}, {&source, 8}};
-        if ((r->fatal = pk_out_append(&r->out, v, &res->hash, pk_pool_done, r->pool, &r->err))) return 1;
+        stk_prehash pre = {res->hash, block_sums(px, (size_t)img)};
+        if ((r->fatal = pk_out_append(&r->out, v, &pre, pk_pool_done, r->pool, &r->err))) return 1;
         r->packed++;
     }
     if (tool_progress_due(&r->bar, r->done)) {
@@ -735,7 +756,7 @@ static int run_pack(const opts *o)
          * to 1 MiB: 4 MiB per thread at most), so that the consumer can be
          * woken once per several images (pipeline.c) without the workers
          * running out of slots. */
-        size_t slot = (size_t)o->img.size * o->img.size * 3;
+        size_t slot = slot_bytes(o);
         size_t window = (slot <= ((size_t)1 << 20) ? 8 : 4) * ((size_t)o->threads + 1);
         /* Beyond the window, what the writers hold: the open shard's and the
          * one being committed at a shard boundary (fewer would only make the

@@ -4,7 +4,8 @@
  * a mix, buffered or O_DIRECT) the shard is byte for byte the one a plain
  * writer makes; every lent value is given back exactly once, never read
  * after that (buffers are poisoned when they come back), also on abort and
- * on a failing disk; hash0 is stored as given. */
+ * on a failing disk; a given checksum is stored as given, and given block
+ * sums (stk_hash_blocks) are what the whole-file hash is made from. */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -92,7 +93,7 @@ static void pool_done(void *ctx, const void *data)
         p->errors++;
     } else {
         p->out[i] = false;
-        memset(p->buf[i], 0xA5, p->bytes + 1);
+        memset(p->buf[i], 0xA5, p->bytes + 4096); /* the block sums too */
         p->free_idx[p->nfree++] = i;
         p->returned++;
         pthread_cond_signal(&p->cv);
@@ -148,8 +149,12 @@ static stk_shard_info write_shard(const char *path, uint64_t side, uint64_t n, u
         if (mode == 1) {
             ck_assert_msg(stk_writer_append(w, v, &e) == STK_OK, "%s", e.msg);
         } else {
-            uint64_t h = stk_hash(img, bytes);
-            ck_assert_msg(stk_writer_append_lent(w, v, i % 2 ? &h : NULL, pool_done, pool, &e) == STK_OK, "%s",
+            /* no checksum, the checksum alone, or with the block sums (in
+             * the lent buffer after the image, given back with it) */
+            uint64_t *sums = (uint64_t *)(void *)(img - (mode == 2) + bytes + 64);
+            stk_prehash pre = {stk_hash(img, bytes), NULL};
+            if (i % 4 >= 2) pre.hash = stk_hash_blocks(img, bytes, sums), pre.sums = sums;
+            ck_assert_msg(stk_writer_append_lent(w, v, i % 4 ? &pre : NULL, pool_done, pool, &e) == STK_OK, "%s",
                           e.msg);
         }
     }
@@ -307,10 +312,10 @@ START_TEST(abort_gives_everything_back)
 }
 END_TEST
 
-START_TEST(hash0_is_stored_as_given)
+START_TEST(given_checksum_is_stored_as_given)
 {
     char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "hash0");
+    tu_scratch(dir, sizeof dir, "given");
     tu_join(path, sizeof path, dir, "h.stk");
     stk_schema s;
     stk_error e;
@@ -326,7 +331,8 @@ START_TEST(hash0_is_stored_as_given)
         fill_record(pool.buf[b], image_bytes(64), &label, i);
         given[i] = stk_hash(pool.buf[b], image_bytes(64)) ^ (i == 3 ? 1 : 0); /* record 3: wrong */
         stk_value v[2] = {{pool.buf[b], image_bytes(64)}, {&label, 8}};
-        ck_assert_int_eq(stk_writer_append_lent(w, v, &given[i], pool_done, &pool, &e), STK_OK);
+        stk_prehash pre = {given[i], NULL};
+        ck_assert_int_eq(stk_writer_append_lent(w, v, &pre, pool_done, &pool, &e), STK_OK);
     }
     stk_shard_info info;
     ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_OK);
@@ -337,6 +343,47 @@ START_TEST(hash0_is_stored_as_given)
     ck_assert_uint_eq(stk_shard_verify_records(sh, 3, 1, NULL, NULL), 1);
     ck_assert_uint_eq(stk_shard_verify_records(sh, 4, 4, NULL, NULL), 0);
     stk_shard_close(sh);
+    pool_fini(&pool);
+}
+END_TEST
+
+/* The whole-file hash of lent values comes from their block sums: a wrong
+ * sum gives a file hash that the bytes on disk do not have (everything else
+ * verifies), so the sums are really used and not just accepted. */
+START_TEST(block_sums_make_the_file_hash)
+{
+    char dir[TU_PATH], path[TU_PATH];
+    tu_scratch(dir, sizeof dir, "sums");
+    tu_join(path, sizeof path, dir, "s.stk");
+    stk_schema s;
+    stk_error e;
+    schema_for(&s, 64);
+    pool_t pool;
+    pool_init(&pool, 16, image_bytes(64));
+    for (int wrong = 0; wrong < 2; wrong++) {
+        stk_writer *w = stk_writer_create(path, &s, &e);
+        ck_assert_int_eq(stk_writer_expect(w, 8, &e), STK_OK);
+        for (uint64_t i = 0; i < 8; i++) {
+            unsigned b = pool_get(&pool);
+            int64_t label;
+            fill_record(pool.buf[b], image_bytes(64), &label, i);
+            uint64_t *sums = (uint64_t *)(void *)(pool.buf[b] + image_bytes(64));
+            stk_prehash pre = {stk_hash_blocks(pool.buf[b], image_bytes(64), sums), sums};
+            if (wrong && i == 5) sums[8 * 3 + 1] ^= 4; /* record 5, block 3, lane 1 */
+            stk_value v[2] = {{pool.buf[b], image_bytes(64)}, {&label, 8}};
+            ck_assert_int_eq(stk_writer_append_lent(w, v, &pre, pool_done, &pool, &e), STK_OK);
+        }
+        stk_shard_info info;
+        ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_OK);
+        stk_shard *sh = stk_shard_open(path, &e);
+        ck_assert_msg(sh != NULL, "%s", e.msg);
+        ck_assert_uint_eq(stk_shard_verify_records(sh, 0, 8, NULL, NULL), 0);
+        ck_assert_int_eq(stk_shard_verify_index(sh, info.index_hash, &e), STK_OK);
+        if (wrong) ck_assert_uint_ne(stk_shard_file_hash(sh), info.file_hash);
+        else ck_assert_uint_eq(stk_shard_file_hash(sh), info.file_hash);
+        stk_shard_close(sh);
+    }
+    ck_assert_uint_eq(pool_outstanding(&pool), 0);
     pool_fini(&pool);
 }
 END_TEST
@@ -402,7 +449,8 @@ int main(void)
     tcase_add_test(t, buffered_file_system);
     tcase_add_test(t, unaligned_values_are_copied_at_once);
     tcase_add_test(t, abort_gives_everything_back);
-    tcase_add_test(t, hash0_is_stored_as_given);
+    tcase_add_test(t, given_checksum_is_stored_as_given);
+    tcase_add_test(t, block_sums_make_the_file_hash);
     tcase_add_test(t, failing_disk_gives_everything_back);
     suite_add_tcase(s, t);
     return tu_run(s);

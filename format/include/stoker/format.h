@@ -151,6 +151,17 @@ STK_API void stk_field_describe(const stk_field *f, char *buf, size_t cap);
  * widest vector unit of the running CPU (AVX2 where present). */
 STK_API uint64_t stk_hash(const void *data, size_t len);
 
+/* XXH3 consumes long inputs in blocks of this many bytes. */
+#define STK_HASH_BLOCK 1024u
+/* stk_hash(data, len), and for a len that is a non-zero multiple of
+ * STK_HASH_BLOCK also each block's contribution to XXH3's accumulators:
+ * 8 u64 per block, len / STK_HASH_BLOCK * 8 of them into sums. For other
+ * lengths, or a NULL sums, sums is untouched. A streaming writer that is
+ * given them (stk_writer_append_lent) folds the value into its whole-file
+ * hash without reading the bytes again: for a packer, the bytes are hashed
+ * once, on the thread that made them, instead of twice. */
+STK_API uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums);
+
 /* ------------------------------------------------------------ shard writer */
 
 typedef struct stk_writer stk_writer;
@@ -217,10 +228,19 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * data and size are multiples of 4096, as is the value's place in the file
  * (a tensor of whole pages; O_DIRECT needs that); otherwise they are copied,
  * as stk_writer_append does.
- * hash0: NULL, or &stk_hash(values[0].data, values[0].size), computed by the
- * caller where the bytes were hot; it is stored as the record's checksum as
- * given, unchecked (a wrong one makes every later verification fail). */
-STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const uint64_t *hash0,
+ * pre: NULL, or values[0]'s checksum computed by the caller where the bytes
+ * were hot (pre->hash = stk_hash_blocks(data, size, sums) or stk_hash); it
+ * is stored as the record's checksum as given, unchecked (a wrong one makes
+ * every later verification fail). pre->sums, when not NULL, are the block
+ * sums stk_hash_blocks gave: a writer that takes the bytes by reference
+ * then adds the value to its whole-file hash from them instead of reading
+ * the bytes; like the bytes, they must stay unchanged until done() (wrong
+ * ones give a wrong whole-file hash, which shardcheck --file-hash reports). */
+typedef struct {
+    uint64_t hash;
+    const uint64_t *sums;
+} stk_prehash;
+STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const stk_prehash *pre,
                                    stk_lent_done_fn done, void *ctx, stk_error *err);
 /* Records appended so far, and the bytes the shard would have if finished now. */
 STK_API uint64_t stk_writer_records(const stk_writer *w);

@@ -1,0 +1,190 @@
+/* tests/unit/test_hash_blocks.c - XXH3 taken apart at its blocks
+ * (format/hash_blocks.h): stk_hash_blocks and the writer's file hash
+ * (stk__fhash) give exactly what libxxhash's XXH3_64bits gives, with the
+ * AVX2 kernels and with the portable ones, however the input is cut into
+ * updates and whichever values arrive as block sums instead of bytes. The
+ * reference is the system libxxhash, not the copy inlined in the format
+ * library. */
+#include "testutil.h"
+
+#include "internal.h"
+
+#include <stdlib.h>
+#include <xxhash.h>
+
+#define BLK STK_HASH_BLOCK
+
+/* Deterministic bytes that are not periodic within a block. */
+static uint8_t *bytes(size_t n, uint64_t seed)
+{
+    uint8_t *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        p[i] = (uint8_t)(x >> 24);
+    }
+    return p;
+}
+
+/* Whole-block values: the value's hash is XXH3's, and the sums are each
+ * block's own (checked independently: the sums of a block do not depend on
+ * what surrounds it, so hashing the block alone, as a 2-block value with a
+ * fixed second block, must reproduce them). */
+START_TEST(value_hash_and_sums)
+{
+    static const size_t blocks[] = {1, 2, 3, 15, 16, 17, 147, 192};
+    for (int base = 0; base < 2; base++)
+        for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++) {
+            size_t len = blocks[k] * BLK;
+            uint8_t *p = bytes(len, len + (size_t)base);
+            uint64_t *sums = malloc(len / BLK * 8 * sizeof *sums);
+            ck_assert_uint_eq(stk__hash_blocks_isa(p, len, sums, base), XXH3_64bits(p, len));
+            uint8_t pair[2 * BLK];
+            uint64_t two[16];
+            memset(pair + BLK, 0x5a, BLK);
+            for (size_t b = 0; b < len / BLK; b += 7) {
+                memcpy(pair, p + b * BLK, BLK);
+                stk__hash_blocks_isa(pair, sizeof pair, two, base);
+                ck_assert_msg(memcmp(two, sums + 8 * b, 64) == 0, "block %zu of %zu: sums differ", b, len / BLK);
+            }
+            free(sums);
+            free(p);
+        }
+}
+END_TEST
+
+/* Lengths that are not whole blocks, and NULL sums: plain stk_hash, sums
+ * untouched. */
+START_TEST(other_lengths_hash_plainly)
+{
+    static const size_t lens[] = {0, 1, 63, 240, 241, 1023, 1025, 5000};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        uint8_t *p = bytes(lens[k], lens[k]);
+        uint64_t sums[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+        ck_assert_uint_eq(stk_hash_blocks(p, lens[k], sums), XXH3_64bits(p, lens[k]));
+        for (int l = 0; l < 8; l++) ck_assert_uint_eq(sums[l], 7);
+        free(p);
+    }
+    uint8_t *p = bytes(4 * BLK, 1);
+    ck_assert_uint_eq(stk_hash_blocks(p, 4 * BLK, NULL), XXH3_64bits(p, 4 * BLK));
+    free(p);
+}
+END_TEST
+
+/* Feed data[0 .. len) to a file hash in pieces: plain updates of sizes from
+ * `cuts` (cycled), and at block-aligned places every third time a run of
+ * whole blocks as sums. */
+static uint64_t fed(const uint8_t *data, size_t len, const size_t *cuts, size_t ncuts, int base, int absorb)
+{
+    stk_fhash *h = stk__fhash_new(base);
+    ck_assert_ptr_nonnull(h);
+    size_t at = 0, k = 0;
+    while (at < len) {
+        size_t n = cuts[k++ % ncuts];
+        if (n > len - at) n = len - at;
+        if (absorb && at % BLK == 0 && k % 3 == 0 && len - at >= BLK) {
+            size_t nb = (len - at) / BLK < 5 ? (len - at) / BLK : 5;
+            uint64_t *sums = malloc(nb * 64);
+            stk_hash_blocks(data + at, nb * BLK, sums);
+            stk__fhash_absorb(h, data + at, sums, nb * BLK);
+            free(sums);
+            at += nb * BLK;
+            continue;
+        }
+        stk__fhash_update(h, data + at, n);
+        at += n;
+    }
+    uint64_t v = stk__fhash_digest(h);
+    stk__fhash_free(h);
+    return v;
+}
+
+START_TEST(file_hash_any_split)
+{
+    /* around the short/long boundary (240), a block, two, and a tail of
+     * fewer than 64 bytes after whole blocks (the last stripe reaches back
+     * into the previous block) */
+    static const size_t lens[] = {0,        1,           200,         240,          241,       1000,
+                                  BLK - 1,  BLK,         BLK + 1,     BLK + 63,     BLK + 64,  2 * BLK,
+                                  2 * BLK + 5, 3 * BLK - 64, 7 * BLK,  10 * BLK + 17, 50 * BLK + 900};
+    static const size_t cut_sets[][4] = {{1 << 30, 1 << 30, 1 << 30, 1 << 30}, /* one update */
+                                         {BLK, BLK, BLK, BLK},
+                                         {1, 7, 64, 1000},
+                                         {BLK - 1, 2, BLK + 1, 3 * BLK},
+                                         {64, 64, 64, 64}};
+    for (int base = 0; base < 2; base++)
+        for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+            uint8_t *p = bytes(lens[k], 3 * lens[k] + 1);
+            uint64_t want = XXH3_64bits(p, lens[k]);
+            for (size_t c = 0; c < sizeof cut_sets / sizeof *cut_sets; c++)
+                for (int absorb = 0; absorb < 2; absorb++)
+                    ck_assert_msg(fed(p, lens[k], cut_sets[c], 4, base, absorb) == want,
+                                  "len %zu, cuts %zu, absorb %d, baseline %d", lens[k], c, absorb, base);
+            free(p);
+        }
+}
+END_TEST
+
+/* The writer's shape: a header, zeros to a 4 KiB boundary, lent images as
+ * sums, a tail of the other regions; the last value may also end the input. */
+START_TEST(file_hash_like_a_shard)
+{
+    size_t img = 192 * BLK, n = 9, len = 4096 + n * img + 333;
+    uint8_t *p = bytes(len, 42);
+    uint64_t *sums = malloc(img / BLK * 64);
+    for (int base = 0; base < 2; base++)
+        for (int tail = 0; tail < 2; tail++) {
+            size_t total = tail ? len : 4096 + n * img;
+            stk_fhash *h = stk__fhash_new(base);
+            stk__fhash_update(h, p, 300);
+            stk__fhash_update(h, p + 300, 4096 - 300);
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t *v = p + 4096 + i * img;
+                ck_assert_uint_eq(stk_hash_blocks(v, img, sums), XXH3_64bits(v, img));
+                stk__fhash_absorb(h, v, sums, img);
+            }
+            if (tail) stk__fhash_update(h, p + total - 333, 333);
+            ck_assert_uint_eq(stk__fhash_digest(h), XXH3_64bits(p, total));
+            stk__fhash_free(h);
+        }
+    free(sums);
+    free(p);
+}
+END_TEST
+
+/* Absorbing really uses the sums (a wrong one changes the hash) and falls
+ * back to the bytes off block boundaries (a wrong one then does not). */
+START_TEST(sums_are_used_on_boundaries_only)
+{
+    size_t img = 8 * BLK;
+    uint8_t *p = bytes(3 * img + 100, 9);
+    uint64_t sums[8 * 8];
+    for (int off = 0; off < 2; off++) {
+        stk_hash_blocks(p + 100, img, sums);
+        sums[8 * 2 + 5] += 1; /* block 2, lane 5 */
+        stk_fhash *h = stk__fhash_new(0);
+        stk__fhash_update(h, p, off ? 100 : 0);
+        stk__fhash_absorb(h, p + 100, sums, img);
+        stk__fhash_update(h, p + 100 + img, 77);
+        uint64_t got = stk__fhash_digest(h), want = XXH3_64bits(off ? p : p + 100, (off ? 100 : 0) + img + 77);
+        if (off) ck_assert_uint_eq(got, want);
+        else ck_assert_uint_ne(got, want);
+        stk__fhash_free(h);
+    }
+    free(p);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hash_blocks");
+    TCase *t = tcase_create("core");
+    tcase_add_test(t, value_hash_and_sums);
+    tcase_add_test(t, other_lengths_hash_plainly);
+    tcase_add_test(t, file_hash_any_split);
+    tcase_add_test(t, file_hash_like_a_shard);
+    tcase_add_test(t, sums_are_used_on_boundaries_only);
+    suite_add_tcase(s, t);
+    return tu_run(s);
+}
