@@ -21,8 +21,10 @@
  * fsync, and the appending thread never waits for the disk. Values are copied
  * into 4 MiB staging buffers, or, lent (stk_writer_append_lent), written from
  * the caller's memory: a packer's appending thread then does no per-byte work
- * at all. If the count turns out different, finish falls back to reading the
- * file back. */
+ * at all. A lent value may come with its XXH3 block sums (stk_hash_blocks,
+ * computed where it was made); the I/O thread then folds those into the file
+ * hash and never reads the value's bytes (hash_blocks.h). If the count turns
+ * out different, finish falls back to reading the file back. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "zpool.h"
