@@ -459,7 +459,8 @@ static void v_row16(pk_resizer *r, const int16_t *const *rows, const int16_t *k,
 {
     size_t done = 0;
 #ifdef PK_HAVE_AVX2
-    if (r->simd) done = pk__v_row16_avx2(rows, k, n, count, dst);
+    if (r->simd >= 2) done = pk__v_row16_avx512(rows, k, n, count, dst);
+    else if (r->simd) done = pk__v_row16_avx2(rows, k, n, count, dst);
 #endif
     if (done < count) pk__v_row16_scalar(rows, k, n, done, count, r->acc, dst);
 }
@@ -490,6 +491,15 @@ static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mi
 
 /* -------------------------------------------------------------- public API */
 
+#ifdef PK_HAVE_AVX2
+/* 0: scalar kernels; 1: AVX2; 2: AVX2, and AVX-512BW where a kernel has it. */
+static int simd_level(void)
+{
+    if (!__builtin_cpu_supports("avx2")) return 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 2 : 1;
+}
+#endif
+
 pk_resizer *pk_resizer_new(void)
 {
     pk_resizer *r = calloc(1, sizeof *r);
@@ -504,7 +514,7 @@ pk_resizer *pk_resizer_new(void)
         return NULL;
     }
 #ifdef PK_HAVE_AVX2
-    r->simd = __builtin_cpu_supports("avx2");
+    r->simd = simd_level();
 #endif
     return r;
 }
@@ -528,13 +538,23 @@ void pk_resizer_force_scalar(pk_resizer *r, int on)
     (void)on; /* unused without SIMD kernels */
     r->simd = 0;
 #ifdef PK_HAVE_AVX2
-    if (!on) r->simd = __builtin_cpu_supports("avx2");
+    if (!on) r->simd = simd_level();
 #endif
 }
 
 void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every) { r->test_bad = every; }
 
 void pk__resizer_test_one_set(pk_resizer *r) { r->set_mask = 0; }
+
+int pk__resizer_test_simd(pk_resizer *r, int level)
+{
+    int have = 0;
+#ifdef PK_HAVE_AVX2
+    have = simd_level();
+#endif
+    r->simd = level < have ? level : have;
+    return r->simd;
+}
 
 size_t pk__resizer_held(const pk_resizer *r) { return r->held; }
 

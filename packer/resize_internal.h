@@ -91,6 +91,10 @@ void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n
 void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every);
 void pk__resizer_test_one_set(pk_resizer *r);
 size_t pk__resizer_held(const pk_resizer *r);
+/* Tests: run kernels of at most this level (0 scalar, 1 AVX2, 2 AVX-512BW
+ * where a kernel has it), as far as the CPU has them; returns the level in
+ * effect. */
+int pk__resizer_test_simd(pk_resizer *r, int level);
 
 #ifdef PK_HAVE_AVX2
 /* Outputs [0, a->nsimd) of RGB rows s0 and s0 + stride into d0 and d1 (stride
@@ -103,6 +107,8 @@ void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst);
  * return how many were done. */
 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes, uint8_t *dst);
 size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
+/* pk__v_row16_avx2 with AVX-512BW (32 values a turn). */
+size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
 #endif
 
 #endif

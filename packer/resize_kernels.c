@@ -1,7 +1,8 @@
 /* packer/resize_kernels.c - the inner loops of resize.c: scalar C for
- * every build, AVX2 on x86-64 (picked at run time by resize.c). Scalar and
- * SIMD kernels compute the same integer sums and round the same way, so they
- * give identical bytes; tests compare them.
+ * every build, AVX2 on x86-64, and AVX-512BW for the plane vertical pass
+ * (picked at run time by resize.c). Scalar and SIMD kernels compute the same
+ * integer sums and round the same way, so they give identical bytes; tests
+ * compare every level the CPU has with the scalar one.
  *
  * RGB rows (pk_resize):
  *   horizontal: two source rows at a time, one per 128-bit lane, so each
@@ -23,7 +24,13 @@
  * precomputed byte shuffle builds the 16-bit (tap, tap) pairs of all 4,
  * which one multiply-add sums: 8 outputs per shuffle and multiply-add. Both
  * passes keep PK_PLANE_FRAC more bits (int16): samples are rounded once, by
- * the colour conversion at the end. */
+ * the colour conversion at the end.
+ *
+ * AVX-512: the plane vertical pass with 512-bit vectors made pack -j1 3.5-4%
+ * faster on a Xeon with AVX-512 (interleaved runs over the 10k bench set). The
+ * horizontal plane kernel with two groups per 512-bit vector (four 16-byte
+ * loads, the second group's shuffles inserted from memory, one saturating
+ * narrow) measured 1.7% slower than the AVX2 one and is not kept. */
 #include "resize_internal.h"
 
 #ifdef PK_HAVE_AVX2
@@ -300,6 +307,40 @@ PK_AVX2 size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, ui
     case 3: return v_body16(pr, w, 3, count, dst);
     default: return v_body16(pr, w, pairs, count, dst);
     }
+}
+
+#define PK_AVX512 __attribute__((target("avx2,avx512f,avx512bw")))
+
+/* v_body16 with 512-bit vectors: 32 values a turn (the in-lane unpacks and
+ * the pack still undo each other, lane by lane); the last 16 with AVX2. */
+PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
+                                    int16_t *dst)
+{
+    __m256i w[V_PAIRS_MAX];
+    const int16_t *pr[2 * V_PAIRS_MAX];
+    const uint32_t pairs = v_pairs((const void *const *)rows, k, n, w, (const void **)pr);
+    if (!pairs) return 0;
+    __m512i w5[V_PAIRS_MAX];
+    for (uint32_t p = 0; p < pairs; p++) w5[p] = _mm512_broadcastd_epi32(_mm256_castsi256_si128(w[p]));
+    const __m512i half = _mm512_set1_epi32(PK_HALF), zero = _mm512_setzero_si512(), top = _mm512_set1_epi16(MAX16);
+    size_t i = 0;
+    for (; i + 32 <= count; i += 32) {
+        __m512i lo = half, hi = half;
+        for (uint32_t p = 0; p < pairs; p++) {
+            __m512i x = _mm512_loadu_si512((const void *)(pr[2 * p] + i));
+            __m512i y = _mm512_loadu_si512((const void *)(pr[2 * p + 1] + i));
+            lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(x, y), w5[p]));
+            hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(x, y), w5[p]));
+        }
+        __m512i v = _mm512_packs_epi32(_mm512_srai_epi32(lo, PK_RESIZE_BITS), _mm512_srai_epi32(hi, PK_RESIZE_BITS));
+        _mm512_storeu_si512((void *)(dst + i), _mm512_min_epi16(_mm512_max_epi16(v, zero), top));
+    }
+    if (i + 16 <= count) {
+        const int16_t *pr2[2 * V_PAIRS_MAX];
+        for (uint32_t t = 0; t < 2 * pairs; t++) pr2[t] = pr[t] + i;
+        i += v_body16(pr2, w, pairs, 16, dst + i);
+    }
+    return i;
 }
 
 /* One group of 8 plane outputs: lane L holds outputs 4L .. 4L+3, loaded

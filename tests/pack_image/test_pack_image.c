@@ -18,6 +18,7 @@
 #include "image.h"
 #include "resize.h"
 #include "resize_internal.h" /* test seams */
+#include "ycc.h"
 
 #include <check.h>
 #include <errno.h>
@@ -858,14 +859,18 @@ static void check_ycc(pk_resizer *r, uint32_t w, uint32_t h, unsigned sx, unsign
     double *ref = ref_resize_d(rgb, w, h, dw, dh);
     pk_rect all = {0, 0, dw, dh};
     uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
-    pk_resizer_force_scalar(r, 0);
-    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
-    pk_resizer_force_scalar(r, 1);
-    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
-    pk_resizer_force_scalar(r, 0);
     char what[96];
     snprintf(what, sizeof what, "planes %ux%u sub %ux%u%s -> %ux%u", w, h, sx, sy, gray ? " gray" : "", dw, dh);
-    ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD and scalar differ", what);
+    ck_assert_int_eq(pk__resizer_test_simd(r, 0), 0);
+    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
+    /* every vector level the CPU has (AVX2, AVX-512BW) against the scalar kernels */
+    for (int level = 1; level <= 2 && pk__resizer_test_simd(r, level) == level; level++) {
+        ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+        ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD level %d and scalar differ", what,
+                      level);
+    }
+    pk_resizer_force_scalar(r, 0);
+    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
     /* Every byte within one level of the exact result: the samples are
      * rounded once, at the end (weights are 14-bit, which moves a value by
      * far less than a level). */
@@ -962,6 +967,39 @@ START_TEST(jpeg_planar_close_to_rgb_route)
         image_free(&sm);
     }
     pk_decoder_free(d);
+}
+END_TEST
+
+/* The colour conversion at every vector level the CPU has (AVX2; AVX-512
+ * VBMI, 32 pixels a turn) gives the scalar bytes, for every length (the
+ * vector loops' tails), random samples over the whole range the resize
+ * passes give (0 .. 255 << PK_PLANE_FRAC), and the extremes, where R, G or
+ * B leave 0..255 and must clamp. */
+START_TEST(ycc_row_levels_agree)
+{
+    enum { N = 200 };
+    int16_t y[N], cb[N], cr[N];
+    uint8_t want[3 * N], got[3 * N];
+    uint64_t seed = 99;
+    const int16_t top = 255 << PK_PLANE_FRAC;
+    for (int i = 0; i < N; i++) {
+        y[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        cb[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        cr[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        if (i % 7 == 0) cb[i] = i % 2 ? top : 0, cr[i] = i % 3 ? 0 : top, y[i] = i % 5 ? top : 0;
+    }
+    int levels = __builtin_cpu_supports("avx2") ? 2 : 0;
+    for (int gray = 0; gray < 2; gray++)
+        for (size_t n = 0; n <= N; n += n < 70 ? 1 : 13) {
+            pk_ycc_row(0, y, gray ? NULL : cb, gray ? NULL : cr, want, n);
+            for (int level = 1; level <= levels; level++) {
+                memset(got, 0xEE, sizeof got);
+                pk_ycc_row(level, y, gray ? NULL : cb, gray ? NULL : cr, got, n);
+                ck_assert_msg(memcmp(got, want, 3 * n) == 0, "level %d, %zu pixels%s: differs from scalar", level, n,
+                              gray ? " (gray)" : "");
+                ck_assert_msg(n == N || got[3 * n] == 0xEE, "level %d wrote past %zu pixels", level, n);
+            }
+        }
 }
 END_TEST
 
@@ -1636,6 +1674,7 @@ int main(void)
     tcase_add_test(tc, process_fit_pads);
     tcase_add_test(tc, process_stretch);
     tcase_add_test(tc, decoder_reuse_matches_fresh);
+    tcase_add_test(tc, ycc_row_levels_agree);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
