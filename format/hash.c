@@ -2,48 +2,35 @@
  *
  * Why not just link libxxhash: Debian's shared build runs XXH3 at about
  * 17 GB/s on 150 KB records (SSE2), the same code inlined with AVX2 at about
- * 42 GB/s. Checksums are on the read path, so we compile XXH3 inline twice
- * (here with the baseline ISA, in hash_avx2.c with -mavx2) and pick per call.
- * __builtin_cpu_supports reads a flag libgcc sets at start-up: no state of
- * ours, and cheap enough to test on every call. */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+ * 42 GB/s and with AVX-512 at about 53. Checksums are on the read path, so
+ * XXH3 is compiled inline three times (here with the baseline ISA, in
+ * hash_avx2.c and hash_avx512.c; hash_isa.h) and a table of kernels is
+ * picked per call. */
+#define HASH_ISA_TABLE hash_base
+#include "hash_isa.h"
 
-#include "hash_blocks.h"
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(STK_HAVE_AVX2_HASH)
-uint64_t stk__hash_avx2(const void *data, size_t len);
-void stk__hasher_update_avx2(XXH3_state_t *st, const void *data, size_t len);
-uint64_t stk__hb_value_avx2(const uint8_t *p, size_t len, uint64_t *sums);
-void stk__hb_blocks_avx2(uint64_t *acc, const uint8_t *p, size_t n);
-void stk__hb_sums_avx2(uint64_t *acc, const uint64_t *sums, size_t n);
-uint64_t stk__hb_final_avx2(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev, uint64_t total);
-#endif
-
 _Static_assert(STK_HASH_BLOCK == HB_BLOCK, "the public block size is XXH3's");
 
-/* Whether the AVX2 kernels run (unless a test asks for the baseline ones). */
-static int use_avx2(int baseline)
+/* The widest kernels this CPU runs, up to level cap (STK_HASH_ISA_*: tests
+ * ask for narrower ones). */
+static const stk_hash_isa *isa(int cap)
 {
-#if defined(STK_HAVE_AVX2_HASH)
-    return !baseline && __builtin_cpu_supports("avx2");
-#else
-    (void)baseline;
-    return 0;
+#if defined(STK_HAVE_AVX512_HASH)
+    if (cap >= STK_HASH_ISA_AVX512 && __builtin_cpu_supports("avx512f")) return &stk__hash_avx512;
 #endif
+#if defined(STK_HAVE_AVX2_HASH)
+    if (cap >= STK_HASH_ISA_AVX2 && __builtin_cpu_supports("avx2")) return &stk__hash_avx2;
+#endif
+    (void)cap;
+    return &hash_base;
 }
 
-uint64_t stk_hash(const void *data, size_t len)
-{
-#if defined(STK_HAVE_AVX2_HASH)
-    if (__builtin_cpu_supports("avx2")) return stk__hash_avx2(data, len);
-#endif
-    return XXH3_64bits(data, len);
-}
+uint64_t stk_hash(const void *data, size_t len) { return isa(STK_HASH_ISA_BEST)->hash(data, len); }
 
 /* The streaming hasher hashes whole files and checksum tables; pack runs it
  * over every shard it writes, so its update is dispatched like stk_hash. XXH3
@@ -59,33 +46,22 @@ stk_hasher *stk_hasher_new(void)
 }
 void stk_hasher_update(stk_hasher *h, const void *data, size_t len)
 {
-    if (!len) return;
-#if defined(STK_HAVE_AVX2_HASH)
-    if (__builtin_cpu_supports("avx2")) {
-        stk__hasher_update_avx2(&h->st, data, len);
-        return;
-    }
-#endif
-    XXH3_64bits_update(&h->st, data, len);
+    if (len) isa(STK_HASH_ISA_BEST)->update(&h->st, data, len);
 }
 uint64_t stk_hasher_digest(const stk_hasher *h) { return XXH3_64bits_digest(&h->st); }
 void stk_hasher_free(stk_hasher *h) { free(h); }
 
 /* ------------------------------------------------- hashing by blocks */
 
-uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int baseline)
+uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int cap)
 {
     if (len == 0 || len % HB_BLOCK || !sums) return stk_hash(data, len);
-#if defined(STK_HAVE_AVX2_HASH)
-    if (use_avx2(baseline)) return stk__hb_value_avx2(data, len, sums);
-#endif
-    (void)baseline;
-    return hb_value(data, len, sums);
+    return isa(cap)->value(data, len, sums);
 }
 
 uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums)
 {
-    return stk__hash_blocks_isa(data, len, sums, 0);
+    return stk__hash_blocks_isa(data, len, sums, STK_HASH_ISA_BEST);
 }
 
 /* The file hash (internal.h). Bytes gather in buf until a whole block is
@@ -98,32 +74,13 @@ struct stk_fhash {
     uint8_t prev[HB_STRIPE];
     size_t buffered;
     uint64_t total;
-    int avx2;
+    const stk_hash_isa *isa;
 };
 
-static void fh_blocks(stk_fhash *h, const uint8_t *p, size_t n)
-{
-#if defined(STK_HAVE_AVX2_HASH)
-    if (h->avx2) {
-        stk__hb_blocks_avx2(h->acc, p, n);
-        return;
-    }
-#endif
-    hb_blocks(h->acc, p, n);
-}
+static void fh_blocks(stk_fhash *h, const uint8_t *p, size_t n) { h->isa->blocks(h->acc, p, n); }
+static void fh_sums(stk_fhash *h, const uint64_t *sums, size_t n) { h->isa->sums(h->acc, sums, n); }
 
-static void fh_sums(stk_fhash *h, const uint64_t *sums, size_t n)
-{
-#if defined(STK_HAVE_AVX2_HASH)
-    if (h->avx2) {
-        stk__hb_sums_avx2(h->acc, sums, n);
-        return;
-    }
-#endif
-    hb_sums(h->acc, sums, n);
-}
-
-stk_fhash *stk__fhash_new(int baseline)
+stk_fhash *stk__fhash_new(int cap)
 {
     XXH_ALIGN(64) static const uint64_t init[8] = XXH3_INIT_ACC;
     stk_fhash *h = aligned_alloc(64, (sizeof(stk_fhash) + 63) & ~(size_t)63);
@@ -131,7 +88,7 @@ stk_fhash *stk__fhash_new(int baseline)
     memcpy(h->acc, init, sizeof init);
     h->buffered = 0;
     h->total = 0;
-    h->avx2 = use_avx2(baseline);
+    h->isa = isa(cap);
     return h;
 }
 
@@ -186,10 +143,7 @@ void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, siz
 uint64_t stk__fhash_digest(const stk_fhash *h)
 {
     if (h->total <= HB_BLOCK) return stk_hash(h->buf, (size_t)h->total); /* nothing mixed yet */
-#if defined(STK_HAVE_AVX2_HASH)
-    if (h->avx2) return stk__hb_final_avx2(h->acc, h->buf, h->buffered, h->prev, h->total);
-#endif
-    return hb_final(h->acc, h->buf, h->buffered, h->prev, h->total);
+    return h->isa->final(h->acc, h->buf, h->buffered, h->prev, h->total);
 }
 
 void stk__fhash_free(stk_fhash *h) { free(h); }

@@ -1,8 +1,9 @@
 /* format/hash_blocks.h - XXH3-64 taken apart at its 1024-byte blocks.
  *
- * Included by hash.c and hash_avx2.c after <xxhash.h> with XXH_INLINE_ALL,
- * so that XXH3_accumulate_512 and XXH3_scrambleAcc are the vector kernels
- * of that translation unit; everything here is static.
+ * Included through hash_isa.h (after <xxhash.h> with XXH_INLINE_ALL) by
+ * hash.c, hash_avx2.c and hash_avx512.c, so that XXH3_accumulate_512 and
+ * XXH3_scrambleAcc are the vector kernels of that translation unit;
+ * everything here is static.
  *
  * Why: a packer hashes every image twice, once as the record's checksum
  * (on the decoding thread, the bytes in its cache) and once as part of the
@@ -18,8 +19,9 @@
  * which is 64 bytes per kilobyte instead of the kilobyte. The value is the
  * same to the bit: tests compare it with XXH3_64bits on many lengths and
  * splits. Cost, for a 196,608-byte image in L2: the value's hash and sums
- * 6.2 us against XXH3_64bits' 5.0 us on the thread that made it; folding
- * the sums into the file hash about 4 us instead of about 17 us.
+ * 6.2 us against XXH3_64bits' 5.0 us on the thread that made it (AVX2;
+ * 4.6 and 3.6 us with AVX-512); folding the sums into the file hash about
+ * 4 us instead of about 17 us.
  *
  * Only xxHash's own kernels, secret and final merge are used; the loops are
  * XXH3_hashLong_internal_loop's. */

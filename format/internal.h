@@ -162,10 +162,11 @@ void stk_hasher_free(stk_hasher *h);
  * in order, where a value whose bytes were already hashed by stk_hash_blocks
  * can be fed as its block sums (absorb) instead of being read again. It
  * equals XXH3_64bits over the same bytes (hash_blocks.h says why that
- * works). baseline: use the portable kernels even where AVX2 is present
- * (tests). NULL when out of memory. */
+ * works). cap: the widest kernels to use, STK_HASH_ISA_BEST but in tests,
+ * which compare every level the CPU has. NULL when out of memory. */
+enum { STK_HASH_ISA_BASE = 0, STK_HASH_ISA_AVX2 = 1, STK_HASH_ISA_AVX512 = 2, STK_HASH_ISA_BEST = 2 };
 typedef struct stk_fhash stk_fhash;
-stk_fhash *stk__fhash_new(int baseline);
+stk_fhash *stk__fhash_new(int cap);
 void stk__fhash_update(stk_fhash *h, const void *data, size_t len);
 /* data[0 .. len) with its sums (stk_hash_blocks); read from data: one block
  * (the last, which may end the input) and a stripe. Where the stream or the
@@ -173,8 +174,8 @@ void stk__fhash_update(stk_fhash *h, const void *data, size_t len);
 void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, size_t len);
 uint64_t stk__fhash_digest(const stk_fhash *h);
 void stk__fhash_free(stk_fhash *h);
-/* stk_hash_blocks, with the portable kernels when baseline (tests). */
-uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int baseline);
+/* stk_hash_blocks with kernels up to level cap (tests). */
+uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int cap);
 
 /* ----------------------------------------------------------- files */
 

@@ -536,7 +536,7 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     pthread_cond_init(&st->cv_work, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&st->cv_room, NULL);
-    if (!(st->fh = stk__fhash_new(0)) || !(st->hdr = calloc(1, L.header_size))) {
+    if (!(st->fh = stk__fhash_new(STK_HASH_ISA_BEST)) || !(st->hdr = calloc(1, L.header_size))) {
         stream_free(st);
         return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
     }

@@ -1,7 +1,7 @@
 /* tests/unit/test_hash_blocks.c - XXH3 taken apart at its blocks
  * (format/hash_blocks.h): stk_hash_blocks and the writer's file hash
  * (stk__fhash) give exactly what libxxhash's XXH3_64bits gives, with the
- * AVX2 kernels and with the portable ones, however the input is cut into
+ * portable, AVX2 and AVX-512 kernels (those the CPU has), however the input is cut into
  * updates and whichever values arrive as block sums instead of bytes. The
  * reference is the system libxxhash, not the copy inlined in the format
  * library. */
@@ -34,18 +34,18 @@ static uint8_t *bytes(size_t n, uint64_t seed)
 START_TEST(value_hash_and_sums)
 {
     static const size_t blocks[] = {1, 2, 3, 15, 16, 17, 147, 192};
-    for (int base = 0; base < 2; base++)
+    for (int level = STK_HASH_ISA_BASE; level <= STK_HASH_ISA_AVX512; level++)
         for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++) {
             size_t len = blocks[k] * BLK;
-            uint8_t *p = bytes(len, len + (size_t)base);
+            uint8_t *p = bytes(len, len + (size_t)level);
             uint64_t *sums = malloc(len / BLK * 8 * sizeof *sums);
-            ck_assert_uint_eq(stk__hash_blocks_isa(p, len, sums, base), XXH3_64bits(p, len));
+            ck_assert_uint_eq(stk__hash_blocks_isa(p, len, sums, level), XXH3_64bits(p, len));
             uint8_t pair[2 * BLK];
             uint64_t two[16];
             memset(pair + BLK, 0x5a, BLK);
             for (size_t b = 0; b < len / BLK; b += 7) {
                 memcpy(pair, p + b * BLK, BLK);
-                stk__hash_blocks_isa(pair, sizeof pair, two, base);
+                stk__hash_blocks_isa(pair, sizeof pair, two, level);
                 ck_assert_msg(memcmp(two, sums + 8 * b, 64) == 0, "block %zu of %zu: sums differ", b, len / BLK);
             }
             free(sums);
@@ -75,9 +75,9 @@ END_TEST
 /* Feed data[0 .. len) to a file hash in pieces: plain updates of sizes from
  * `cuts` (cycled), and at block-aligned places every third time a run of
  * whole blocks as sums. */
-static uint64_t fed(const uint8_t *data, size_t len, const size_t *cuts, size_t ncuts, int base, int absorb)
+static uint64_t fed(const uint8_t *data, size_t len, const size_t *cuts, size_t ncuts, int level, int absorb)
 {
-    stk_fhash *h = stk__fhash_new(base);
+    stk_fhash *h = stk__fhash_new(level);
     ck_assert_ptr_nonnull(h);
     size_t at = 0, k = 0;
     while (at < len) {
@@ -113,14 +113,14 @@ START_TEST(file_hash_any_split)
                                          {1, 7, 64, 1000},
                                          {BLK - 1, 2, BLK + 1, 3 * BLK},
                                          {64, 64, 64, 64}};
-    for (int base = 0; base < 2; base++)
+    for (int level = STK_HASH_ISA_BASE; level <= STK_HASH_ISA_AVX512; level++)
         for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
             uint8_t *p = bytes(lens[k], 3 * lens[k] + 1);
             uint64_t want = XXH3_64bits(p, lens[k]);
             for (size_t c = 0; c < sizeof cut_sets / sizeof *cut_sets; c++)
                 for (int absorb = 0; absorb < 2; absorb++)
-                    ck_assert_msg(fed(p, lens[k], cut_sets[c], 4, base, absorb) == want,
-                                  "len %zu, cuts %zu, absorb %d, baseline %d", lens[k], c, absorb, base);
+                    ck_assert_msg(fed(p, lens[k], cut_sets[c], 4, level, absorb) == want,
+                                  "len %zu, cuts %zu, absorb %d, level %d", lens[k], c, absorb, level);
             free(p);
         }
 }
@@ -133,10 +133,10 @@ START_TEST(file_hash_like_a_shard)
     size_t img = 192 * BLK, n = 9, len = 4096 + n * img + 333;
     uint8_t *p = bytes(len, 42);
     uint64_t *sums = malloc(img / BLK * 64);
-    for (int base = 0; base < 2; base++)
+    for (int level = STK_HASH_ISA_BASE; level <= STK_HASH_ISA_AVX512; level++)
         for (int tail = 0; tail < 2; tail++) {
             size_t total = tail ? len : 4096 + n * img;
-            stk_fhash *h = stk__fhash_new(base);
+            stk_fhash *h = stk__fhash_new(level);
             stk__fhash_update(h, p, 300);
             stk__fhash_update(h, p + 300, 4096 - 300);
             for (size_t i = 0; i < n; i++) {
@@ -163,7 +163,7 @@ START_TEST(sums_are_used_on_boundaries_only)
     for (int off = 0; off < 2; off++) {
         stk_hash_blocks(p + 100, img, sums);
         sums[8 * 2 + 5] += 1; /* block 2, lane 5 */
-        stk_fhash *h = stk__fhash_new(0);
+        stk_fhash *h = stk__fhash_new(STK_HASH_ISA_BEST);
         stk__fhash_update(h, p, off ? 100 : 0);
         stk__fhash_absorb(h, p + 100, sums, img);
         stk__fhash_update(h, p + 100 + img, 77);
