@@ -6,7 +6,7 @@
  * XXH3 is compiled inline three times (here with the baseline ISA, in
  * hash_avx2.c and hash_avx512.c; hash_isa.h) and a table of kernels is
  * picked per call. */
-#define HASH_ISA_TABLE hash_base
+#define HASH_ISA_TABLE stk__hash_base
 #include "hash_isa.h"
 
 #include "internal.h"
@@ -27,15 +27,15 @@ static const stk_hash_isa *isa(int cap)
     if (cap >= STK_HASH_ISA_AVX2 && __builtin_cpu_supports("avx2")) return &stk__hash_avx2;
 #endif
     (void)cap;
-    return &hash_base;
+    return &stk__hash_base;
 }
 
 uint64_t stk_hash(const void *data, size_t len) { return isa(STK_HASH_ISA_BEST)->hash(data, len); }
 
-/* The streaming hasher hashes whole files and checksum tables; pack runs it
- * over every shard it writes, so its update is dispatched like stk_hash. XXH3
- * with the same seed and secret gives the same value whatever the vector
- * unit. */
+/* The streaming hasher hashes whole files (shardcheck --file-hash, a
+ * writer's read-back) and index hashes, so its update is dispatched like
+ * stk_hash. XXH3 with the same seed and secret gives the same value whatever
+ * the vector unit. */
 struct stk_hasher { XXH3_state_t st; };
 
 stk_hasher *stk_hasher_new(void)

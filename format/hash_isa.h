@@ -26,7 +26,7 @@ typedef struct {
     uint64_t (*final)(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev, uint64_t total);
 } stk_hash_isa;
 
-extern const stk_hash_isa stk__hash_avx2, stk__hash_avx512;
+extern const stk_hash_isa stk__hash_base, stk__hash_avx2, stk__hash_avx512;
 
 #ifdef HASH_ISA_TABLE
 static uint64_t isa_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }

@@ -151,7 +151,7 @@ int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, .
 
 /* ------------------------------------------------------------- hashing */
 
-/* Streaming XXH3-64 (through libxxhash; only used on cold paths). */
+/* Streaming XXH3-64 (xxHash inlined and dispatched like stk_hash: hash.c). */
 typedef struct stk_hasher stk_hasher;
 stk_hasher *stk_hasher_new(void);
 void stk_hasher_update(stk_hasher *h, const void *data, size_t len);

@@ -316,18 +316,22 @@ static void prefetch(void *user, uint64_t i)
 
 static size_t image_bytes(const opts *o) { return (size_t)o->img.size * o->img.size * 3; }
 
-/* A slot holds an image and, when the image is whole blocks of XXH3
- * (--size a multiple of 32), its block sums (stk_hash_blocks): they go to
- * the writer with the image and come back to the pool with it. */
+/* A slot holds an image and, when the writer takes it by reference (whole
+ * pages: --size a multiple of 64, as stk_writer_append_lent says), its
+ * XXH3 block sums (stk_hash_blocks): they go to the writer with the image
+ * and come back to the pool with it. Other images are copied by the writer,
+ * which hashes the copy; sums would be computed for nothing. */
+#define LEND_ALIGN 4096u
 static uint64_t *block_sums(uint8_t *slot, size_t img)
 {
-    return img % STK_HASH_BLOCK ? NULL : (uint64_t *)(void *)(slot + img);
+    return img % LEND_ALIGN ? NULL : (uint64_t *)(void *)(slot + img);
 }
 
 static size_t slot_bytes(const opts *o)
 {
     size_t img = image_bytes(o);
-    return img + (img % STK_HASH_BLOCK ? 0 : img / STK_HASH_BLOCK * 8 * sizeof(uint64_t));
+    _Static_assert(LEND_ALIGN % STK_HASH_BLOCK == 0, "a lent image is whole XXH3 blocks");
+    return img + (img % LEND_ALIGN ? 0 : img / STK_HASH_BLOCK * 8 * sizeof(uint64_t));
 }
 
 static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res)
@@ -761,7 +765,7 @@ static int run_pack(const opts *o)
         /* Beyond the window, what the writers hold: the open shard's and the
          * one being committed at a shard boundary (fewer would only make the
          * consumer wait for the disk, never deadlock). */
-        size_t lent = (size_t)((STK_WRITER_LENT_MAX + slot - 1) / slot) + 1;
+        size_t img = image_bytes(o), lent = (size_t)((STK_WRITER_LENT_MAX + img - 1) / img) + 1;
         r.pool = pk_pool_new(window + 2 * lent, slot);
         pk_pipeline pl = {.threads = o->threads, .window = window,
                           .pool = r.pool, .first = next, .end = end,

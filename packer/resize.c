@@ -65,7 +65,7 @@ typedef struct {
 } axis_key;
 
 struct pk_resizer {
-    int simd;           /* AVX2 kernels usable */
+    int simd;           /* kernels: 0 scalar, 1 AVX2, 2 also AVX-512 (simd_level) */
     uint64_t tick;
     pk_axis *h, *v;     /* AXIS_CACHE tables per axis, set after set */
     axis_key *hk, *vk;

@@ -148,7 +148,7 @@ STK_API void stk_field_describe(const stk_field *f, char *buf, size_t cap);
 /* ---------------------------------------------------------------- hashing */
 
 /* XXH3-64 with seed 0: the checksum used everywhere in the format. Uses the
- * widest vector unit of the running CPU (AVX2 where present). */
+ * widest vector unit of the running CPU (AVX-512 or AVX2 where present). */
 STK_API uint64_t stk_hash(const void *data, size_t len);
 
 /* XXH3 consumes long inputs in blocks of this many bytes. */
