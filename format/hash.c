@@ -21,7 +21,11 @@ _Static_assert(STK_HASH_BLOCK == HB_BLOCK, "the public block size is XXH3's");
 static const stk_hash_isa *isa(int cap)
 {
 #if defined(STK_HAVE_AVX512_HASH)
-    if (cap >= STK_HASH_ISA_AVX512 && __builtin_cpu_supports("avx512f")) return &stk__hash_avx512;
+    /* VBMI marks the CPUs whose clock 512-bit multiplies do not pull down
+     * (Ice Lake, Sapphire Rapids, Zen 4 and later; not Skylake-SP or Cascade
+     * Lake): packers hash between AVX2 decodes. */
+    if (cap >= STK_HASH_ISA_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vbmi"))
+        return &stk__hash_avx512;
 #endif
 #if defined(STK_HAVE_AVX2_HASH)
     if (cap >= STK_HASH_ISA_AVX2 && __builtin_cpu_supports("avx2")) return &stk__hash_avx2;

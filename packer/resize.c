@@ -492,11 +492,18 @@ static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mi
 /* -------------------------------------------------------------- public API */
 
 #ifdef PK_HAVE_AVX2
-/* 0: scalar kernels; 1: AVX2; 2: AVX2, and AVX-512BW where a kernel has it. */
+/* 0: scalar kernels; 1: AVX2; 2: AVX2, and AVX-512BW where a kernel has it.
+ * AVX-512 only where the CPU also has VBMI (Ice Lake, Sapphire Rapids, Zen 4
+ * and later): on Skylake-SP and Cascade Lake, which lack it, 512-bit
+ * multiplies lower the core's clock for everything around them, TurboJPEG's
+ * AVX2 decode included, which would cost more than the kernels save. */
 static int simd_level(void)
 {
     if (!__builtin_cpu_supports("avx2")) return 0;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 2 : 1;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vbmi")
+               ? 2
+               : 1;
 }
 #endif
 
