@@ -36,25 +36,6 @@ static const stk_hash_isa *isa(int cap)
 
 uint64_t stk_hash(const void *data, size_t len) { return isa(STK_HASH_ISA_BEST)->hash(data, len); }
 
-/* The streaming hasher hashes whole files (shardcheck --file-hash, a
- * writer's read-back) and index hashes, so its update is dispatched like
- * stk_hash. XXH3 with the same seed and secret gives the same value whatever
- * the vector unit. */
-struct stk_hasher { XXH3_state_t st; };
-
-stk_hasher *stk_hasher_new(void)
-{
-    stk_hasher *h = aligned_alloc(64, (sizeof(stk_hasher) + 63) & ~(size_t)63);
-    if (h) XXH3_64bits_reset(&h->st);
-    return h;
-}
-void stk_hasher_update(stk_hasher *h, const void *data, size_t len)
-{
-    if (len) isa(STK_HASH_ISA_BEST)->update(&h->st, data, len);
-}
-uint64_t stk_hasher_digest(const stk_hasher *h) { return XXH3_64bits_digest(&h->st); }
-void stk_hasher_free(stk_hasher *h) { free(h); }
-
 /* ------------------------------------------------- hashing by blocks */
 
 uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int cap)
@@ -68,11 +49,13 @@ uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums)
     return stk__hash_blocks_isa(data, len, sums, STK_HASH_ISA_BEST);
 }
 
-/* The file hash (internal.h). Bytes gather in buf until a whole block is
- * there AND more input follows (XXH3 treats the block that holds the last
- * byte differently); prev keeps the 64 bytes before buf, which the last
- * stripe reads when the final block is shorter than a stripe. */
-struct stk_fhash {
+/* The streaming hasher (internal.h): whole files (shardcheck --file-hash, a
+ * writer's read-back, a streamed shard), index hashes, fingerprints. Bytes
+ * gather in buf until a whole block is there AND more input follows (XXH3
+ * treats the block that holds the last byte differently); prev keeps the 64
+ * bytes before buf, which the last stripe reads when the final block is
+ * shorter than a stripe. */
+struct stk_hasher {
     XXH_ALIGN(64) uint64_t acc[8];
     uint8_t buf[HB_BLOCK];
     uint8_t prev[HB_STRIPE];
@@ -81,13 +64,10 @@ struct stk_fhash {
     const stk_hash_isa *isa;
 };
 
-static void fh_blocks(stk_fhash *h, const uint8_t *p, size_t n) { h->isa->blocks(h->acc, p, n); }
-static void fh_sums(stk_fhash *h, const uint64_t *sums, size_t n) { h->isa->sums(h->acc, sums, n); }
-
-stk_fhash *stk__fhash_new(int cap)
+stk_hasher *stk__hasher_new_isa(int cap)
 {
     XXH_ALIGN(64) static const uint64_t init[8] = XXH3_INIT_ACC;
-    stk_fhash *h = aligned_alloc(64, (sizeof(stk_fhash) + 63) & ~(size_t)63);
+    stk_hasher *h = aligned_alloc(64, (sizeof(stk_hasher) + 63) & ~(size_t)63);
     if (!h) return NULL;
     memcpy(h->acc, init, sizeof init);
     h->buffered = 0;
@@ -96,22 +76,24 @@ stk_fhash *stk__fhash_new(int cap)
     return h;
 }
 
+stk_hasher *stk_hasher_new(void) { return stk__hasher_new_isa(STK_HASH_ISA_BEST); }
+
 /* The full buffered block, now that more input follows. */
-static void fh_flush(stk_fhash *h)
+static void flush_block(stk_hasher *h)
 {
-    fh_blocks(h, h->buf, 1);
+    h->isa->blocks(h->acc, h->buf, 1);
     memcpy(h->prev, h->buf + HB_BLOCK - HB_STRIPE, HB_STRIPE);
     h->buffered = 0;
 }
 
-void stk__fhash_update(stk_fhash *h, const void *data, size_t len)
+void stk_hasher_update(stk_hasher *h, const void *data, size_t len)
 {
     const uint8_t *p = data;
     while (len) {
-        if (h->buffered == HB_BLOCK) fh_flush(h);
+        if (h->buffered == HB_BLOCK) flush_block(h);
         if (h->buffered == 0 && len > HB_BLOCK) { /* whole blocks straight from the input */
             size_t n = (len - 1) / HB_BLOCK;
-            fh_blocks(h, p, n);
+            h->isa->blocks(h->acc, p, n);
             memcpy(h->prev, p + n * HB_BLOCK - HB_STRIPE, HB_STRIPE);
             p += n * HB_BLOCK;
             len -= n * HB_BLOCK;
@@ -126,17 +108,17 @@ void stk__fhash_update(stk_fhash *h, const void *data, size_t len)
     }
 }
 
-void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, size_t len)
+void stk_hasher_absorb(stk_hasher *h, const void *data, const uint64_t *sums, size_t len)
 {
     if (!len) return;
     if (!sums || len % HB_BLOCK || h->total % HB_BLOCK) { /* not on block boundaries: the bytes */
-        stk__fhash_update(h, data, len);
+        stk_hasher_update(h, data, len);
         return;
     }
     const uint8_t *p = data;
     size_t n = len / HB_BLOCK;
-    if (h->buffered == HB_BLOCK) fh_flush(h);
-    fh_sums(h, sums, n - 1);
+    if (h->buffered == HB_BLOCK) flush_block(h);
+    h->isa->sums(h->acc, sums, n - 1);
     /* The last block waits in buf like any other: it may end the input. */
     if (n >= 2) memcpy(h->prev, p + (n - 1) * HB_BLOCK - HB_STRIPE, HB_STRIPE);
     memcpy(h->buf, p + (n - 1) * HB_BLOCK, HB_BLOCK);
@@ -144,10 +126,10 @@ void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, siz
     h->total += len;
 }
 
-uint64_t stk__fhash_digest(const stk_fhash *h)
+uint64_t stk_hasher_digest(const stk_hasher *h)
 {
     if (h->total <= HB_BLOCK) return stk_hash(h->buf, (size_t)h->total); /* nothing mixed yet */
     return h->isa->final(h->acc, h->buf, h->buffered, h->prev, h->total);
 }
 
-void stk__fhash_free(stk_fhash *h) { free(h); }
+void stk_hasher_free(stk_hasher *h) { free(h); }

@@ -19,7 +19,6 @@
 
 typedef struct {
     uint64_t (*hash)(const void *data, size_t len);
-    void (*update)(XXH3_state_t *st, const void *data, size_t len);
     uint64_t (*value)(const uint8_t *p, size_t len, uint64_t *sums);
     void (*blocks)(uint64_t *acc, const uint8_t *p, size_t n);
     void (*sums)(uint64_t *acc, const uint64_t *sums, size_t n);
@@ -30,9 +29,6 @@ extern const stk_hash_isa stk__hash_base, stk__hash_avx2, stk__hash_avx512;
 
 #ifdef HASH_ISA_TABLE
 static uint64_t isa_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
-/* The streaming state's layout is the one xxhash.h defines for every
- * translation unit. */
-static void isa_update(XXH3_state_t *st, const void *data, size_t len) { XXH3_64bits_update(st, data, len); }
 static uint64_t isa_value(const uint8_t *p, size_t len, uint64_t *sums) { return hb_value(p, len, sums); }
 static void isa_blocks(uint64_t *acc, const uint8_t *p, size_t n) { hb_blocks(acc, p, n); }
 static void isa_sums(uint64_t *acc, const uint64_t *sums, size_t n) { hb_sums(acc, sums, n); }
@@ -40,7 +36,7 @@ static uint64_t isa_final(const uint64_t *acc, const uint8_t *last, size_t n, co
 {
     return hb_final(acc, last, n, prev, total);
 }
-const stk_hash_isa HASH_ISA_TABLE = {isa_hash, isa_update, isa_value, isa_blocks, isa_sums, isa_final};
+const stk_hash_isa HASH_ISA_TABLE = {isa_hash, isa_value, isa_blocks, isa_sums, isa_final};
 #endif
 
 #endif

@@ -151,30 +151,26 @@ int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, .
 
 /* ------------------------------------------------------------- hashing */
 
-/* Streaming XXH3-64 (xxHash inlined and dispatched like stk_hash: hash.c). */
+/* Streaming XXH3-64 (hash.c): what is fed in order hashes as XXH3_64bits
+ * over the same bytes would. A value whose bytes were already hashed by
+ * stk_hash_blocks can be fed as its block sums (absorb) instead of being
+ * read again (hash_blocks.h says why that works): the streamed shard's
+ * whole-file hash takes a packer's images that way. NULL when out of
+ * memory. */
 typedef struct stk_hasher stk_hasher;
 stk_hasher *stk_hasher_new(void);
 void stk_hasher_update(stk_hasher *h, const void *data, size_t len);
-uint64_t stk_hasher_digest(const stk_hasher *h);
-void stk_hasher_free(stk_hasher *h);
-
-/* The whole-file hash of a streamed shard (writer.c): XXH3-64 of what is fed
- * in order, where a value whose bytes were already hashed by stk_hash_blocks
- * can be fed as its block sums (absorb) instead of being read again. It
- * equals XXH3_64bits over the same bytes (hash_blocks.h says why that
- * works). cap: the widest kernels to use, STK_HASH_ISA_BEST but in tests,
- * which compare every level the CPU has. NULL when out of memory. */
-enum { STK_HASH_ISA_BASE = 0, STK_HASH_ISA_AVX2 = 1, STK_HASH_ISA_AVX512 = 2, STK_HASH_ISA_BEST = 2 };
-typedef struct stk_fhash stk_fhash;
-stk_fhash *stk__fhash_new(int cap);
-void stk__fhash_update(stk_fhash *h, const void *data, size_t len);
 /* data[0 .. len) with its sums (stk_hash_blocks); read from data: one block
  * (the last, which may end the input) and a stripe. Where the stream or the
  * value is not on a block boundary, or sums is NULL, the bytes are hashed. */
-void stk__fhash_absorb(stk_fhash *h, const void *data, const uint64_t *sums, size_t len);
-uint64_t stk__fhash_digest(const stk_fhash *h);
-void stk__fhash_free(stk_fhash *h);
-/* stk_hash_blocks with kernels up to level cap (tests). */
+void stk_hasher_absorb(stk_hasher *h, const void *data, const uint64_t *sums, size_t len);
+uint64_t stk_hasher_digest(const stk_hasher *h);
+void stk_hasher_free(stk_hasher *h);
+
+/* Tests: the kernels of level at most cap (every level the CPU has is
+ * compared with libxxhash); the rest use STK_HASH_ISA_BEST. */
+enum { STK_HASH_ISA_BASE = 0, STK_HASH_ISA_AVX2 = 1, STK_HASH_ISA_AVX512 = 2, STK_HASH_ISA_BEST = 2 };
+stk_hasher *stk__hasher_new_isa(int cap);
 uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int cap);
 
 /* ----------------------------------------------------------- files */

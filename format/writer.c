@@ -59,7 +59,7 @@
  * from fewer buffers than a batch would otherwise wait for them for ever. */
 #define STREAM_LINGER_MS 20
 #define STREAM_IOV 256u  /* chunks per write at most (IOV_MAX: 1024) */
-#define STREAM_ALIGN 4096u
+#define STREAM_ALIGN STK_WRITER_LEND_ALIGN
 
 typedef struct {
     uint8_t *p;
@@ -115,7 +115,7 @@ typedef struct {
     int dfd;                 /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
     int err;                 /* sticky: a write failed (with e)   */
     stk_error e;
-    stk_fhash *fh;           /* whole-file hash, fed in file order */
+    stk_hasher *fh;          /* whole-file hash, fed in file order */
     uint64_t expect;         /* the record count the header was made for */
     uint8_t *hdr;            /* that header                        */
     size_t hdr_len;
@@ -351,7 +351,7 @@ static void *stream_thread(void *arg)
         if (!skip) {
             /* A lent value that comes with its block sums is not read
              * again (hash_blocks.h): 64 bytes a kilobyte, and one block. */
-            for (unsigned i = 0; i < n; i++) stk__fhash_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
+            for (unsigned i = 0; i < n; i++) stk_hasher_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
             rc = stream_write(w, st, run, n, off, &e);
         }
         pthread_mutex_lock(&st->lock);
@@ -390,7 +390,7 @@ static void stream_free(stream_t *st)
 {
     for (unsigned b = 0; b < STREAM_NBUF; b++) free(st->buf[b]);
     if (st->dfd >= 0) close(st->dfd);
-    stk__fhash_free(st->fh);
+    stk_hasher_free(st->fh);
     free(st->hdr);
     pthread_cond_destroy(&st->cv_room);
     pthread_cond_destroy(&st->cv_work);
@@ -536,7 +536,7 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     pthread_cond_init(&st->cv_work, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&st->cv_room, NULL);
-    if (!(st->fh = stk__fhash_new(STK_HASH_ISA_BEST)) || !(st->hdr = calloc(1, L.header_size))) {
+    if (!(st->fh = stk_hasher_new()) || !(st->hdr = calloc(1, L.header_size))) {
         stream_free(st);
         return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
     }
@@ -545,10 +545,10 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     stk_layout_encode(&L, st->hdr);
     /* The file starts with the header and zeros up to field 0's region. */
     static const uint8_t zeros[STK_ALIGN];
-    stk__fhash_update(st->fh, st->hdr, st->hdr_len);
+    stk_hasher_update(st->fh, st->hdr, st->hdr_len);
     for (uint64_t at = st->hdr_len; at < L.region[0].data_off;) {
         size_t k = (size_t)(L.region[0].data_off - at < sizeof zeros ? L.region[0].data_off - at : sizeof zeros);
-        stk__fhash_update(st->fh, zeros, k);
+        stk_hasher_update(st->fh, zeros, k);
         at += k;
     }
     st->off = st->qoff = L.region[0].data_off;
@@ -580,8 +580,8 @@ static int stream_hash_tail(stk_writer *w, const stk_layout *L, const uint8_t *f
         memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
     memcpy(t + (L->cksum_off - from), w->cksum.p, w->cksum.len);
     memcpy(t + n - STK_FOOTER_SIZE, foot, STK_FOOTER_SIZE);
-    stk__fhash_update(w->st->fh, t, n);
-    *out = stk__fhash_digest(w->st->fh);
+    stk_hasher_update(w->st->fh, t, n);
+    *out = stk_hasher_digest(w->st->fh);
     free(t);
     return STK_OK;
 }

@@ -317,21 +317,22 @@ static void prefetch(void *user, uint64_t i)
 static size_t image_bytes(const opts *o) { return (size_t)o->img.size * o->img.size * 3; }
 
 /* A slot holds an image and, when the writer takes it by reference (whole
- * pages: --size a multiple of 64, as stk_writer_append_lent says), its
- * XXH3 block sums (stk_hash_blocks): they go to the writer with the image
- * and come back to the pool with it. Other images are copied by the writer,
- * which hashes the copy; sums would be computed for nothing. */
-#define LEND_ALIGN 4096u
+ * pages: --size a multiple of 64, STK_WRITER_LEND_ALIGN), its XXH3 block
+ * sums (stk_hash_blocks): they go to the writer with the image and come
+ * back to the pool with it. Other images are copied by the writer, which
+ * hashes the copy; sums would be computed for nothing. */
+_Static_assert(STK_WRITER_LEND_ALIGN % STK_HASH_BLOCK == 0, "a lent image is whole XXH3 blocks");
+static bool lent_whole(size_t img) { return img % STK_WRITER_LEND_ALIGN == 0; }
+
 static uint64_t *block_sums(uint8_t *slot, size_t img)
 {
-    return img % LEND_ALIGN ? NULL : (uint64_t *)(void *)(slot + img);
+    return lent_whole(img) ? (uint64_t *)(void *)(slot + img) : NULL;
 }
 
 static size_t slot_bytes(const opts *o)
 {
     size_t img = image_bytes(o);
-    _Static_assert(LEND_ALIGN % STK_HASH_BLOCK == 0, "a lent image is whole XXH3 blocks");
-    return img + (img % LEND_ALIGN ? 0 : img / STK_HASH_BLOCK * 8 * sizeof(uint64_t));
+    return img + (lent_whole(img) ? img / STK_HASH_BLOCK * 8 * sizeof(uint64_t) : 0);
 }
 
 static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res)

@@ -540,19 +540,14 @@ void pk_resizer_free(pk_resizer *r)
     free(r);
 }
 
-void pk_resizer_force_scalar(pk_resizer *r, int on)
-{
-    (void)on; /* unused without SIMD kernels */
-    r->simd = 0;
-#ifdef PK_HAVE_AVX2
-    if (!on) r->simd = simd_level();
-#endif
-}
+void pk_resizer_force_scalar(pk_resizer *r, int on) { pk__resizer_test_simd(r, on ? 0 : 2); }
 
 void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every) { r->test_bad = every; }
 
 void pk__resizer_test_one_set(pk_resizer *r) { r->set_mask = 0; }
 
+/* Kernels of at most `level` as far as the CPU has them (the one place
+ * r->simd is set after pk_resizer_new). */
 int pk__resizer_test_simd(pk_resizer *r, int level)
 {
     int have = 0;

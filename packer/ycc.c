@@ -182,7 +182,7 @@ AVX512 static void ycc_avx512(const int16_t *y, const int16_t *cb, const int16_t
 void pk_ycc_row(int simd, const int16_t *y, const int16_t *cb, const int16_t *cr, uint8_t *rgb, size_t n)
 {
 #ifdef HAVE_YCC_AVX2
-    if (simd >= 2 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi")) {
+    if (simd >= 2) {
         ycc_avx512(y, cb, cr, rgb, n);
         return;
     }

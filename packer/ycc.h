@@ -12,8 +12,9 @@
 #include <stdint.h>
 
 /* n pixels from planar y, cb, cr (cb and cr NULL: grayscale, R = G = B = Y)
- * to interleaved rgb. simd: 0 scalar, 1 AVX2, 2 also AVX-512 (VBMI) where
- * the CPU has it (the bytes are the same). */
+ * to interleaved rgb. simd: a pk_resizer's kernel level (resize_internal.h):
+ * 0 scalar, 1 AVX2, 2 also AVX-512BW and VBMI, which the CPU must have (the
+ * bytes are the same). */
 void pk_ycc_row(int simd, const int16_t *y, const int16_t *cb, const int16_t *cr, uint8_t *rgb, size_t n);
 
 #endif

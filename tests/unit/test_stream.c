@@ -312,30 +312,63 @@ START_TEST(abort_gives_everything_back)
 }
 END_TEST
 
+/* How a record's checksum is given to the writer: pre from record i's
+ * image (n bytes), with room for its block sums at sums. */
+typedef void (*prehash_fn)(uint64_t i, const uint8_t *img, size_t n, uint64_t *sums, stk_prehash *pre);
+
+/* Eight records of 64 x 64 images lent to a streaming writer at path, each
+ * with the checksum `how` gives (kept in given[i]); the writer's info. */
+static stk_shard_info lend_eight(const char *path, pool_t *pool, prehash_fn how, uint64_t given[8])
+{
+    stk_schema s;
+    stk_error e;
+    schema_for(&s, 64);
+    stk_writer *w = stk_writer_create(path, &s, &e);
+    ck_assert_msg(w != NULL, "%s", e.msg);
+    ck_assert_int_eq(stk_writer_expect(w, 8, &e), STK_OK);
+    for (uint64_t i = 0; i < 8; i++) {
+        unsigned b = pool_get(pool);
+        int64_t label;
+        fill_record(pool->buf[b], image_bytes(64), &label, i);
+        stk_prehash pre;
+        how(i, pool->buf[b], image_bytes(64), (uint64_t *)(void *)(pool->buf[b] + image_bytes(64)), &pre);
+        given[i] = pre.hash;
+        stk_value v[2] = {{pool->buf[b], image_bytes(64)}, {&label, 8}};
+        ck_assert_int_eq(stk_writer_append_lent(w, v, &pre, pool_done, pool, &e), STK_OK);
+    }
+    stk_shard_info info;
+    ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_OK);
+    return info;
+}
+
+static void hash_wrong_at_3(uint64_t i, const uint8_t *img, size_t n, uint64_t *sums, stk_prehash *pre)
+{
+    (void)sums;
+    *pre = (stk_prehash){stk_hash(img, n) ^ (i == 3 ? 1 : 0), NULL}; /* record 3: wrong */
+}
+
+static void sums_right(uint64_t i, const uint8_t *img, size_t n, uint64_t *sums, stk_prehash *pre)
+{
+    (void)i;
+    *pre = (stk_prehash){stk_hash_blocks(img, n, sums), sums};
+}
+
+static void sums_wrong_at_5(uint64_t i, const uint8_t *img, size_t n, uint64_t *sums, stk_prehash *pre)
+{
+    sums_right(i, img, n, sums, pre);
+    if (i == 5) sums[8 * 3 + 1] ^= 4; /* record 5, block 3, lane 1 */
+}
+
 START_TEST(given_checksum_is_stored_as_given)
 {
     char dir[TU_PATH], path[TU_PATH];
     tu_scratch(dir, sizeof dir, "given");
     tu_join(path, sizeof path, dir, "h.stk");
-    stk_schema s;
     stk_error e;
-    schema_for(&s, 64);
     pool_t pool;
     pool_init(&pool, 16, image_bytes(64));
-    stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_int_eq(stk_writer_expect(w, 8, &e), STK_OK);
     uint64_t given[8];
-    for (uint64_t i = 0; i < 8; i++) {
-        unsigned b = pool_get(&pool);
-        int64_t label;
-        fill_record(pool.buf[b], image_bytes(64), &label, i);
-        given[i] = stk_hash(pool.buf[b], image_bytes(64)) ^ (i == 3 ? 1 : 0); /* record 3: wrong */
-        stk_value v[2] = {{pool.buf[b], image_bytes(64)}, {&label, 8}};
-        stk_prehash pre = {given[i], NULL};
-        ck_assert_int_eq(stk_writer_append_lent(w, v, &pre, pool_done, &pool, &e), STK_OK);
-    }
-    stk_shard_info info;
-    ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_OK);
+    lend_eight(path, &pool, hash_wrong_at_3, given);
     stk_shard *sh = stk_shard_open(path, &e);
     ck_assert_msg(sh != NULL, "%s", e.msg);
     for (uint64_t i = 0; i < 8; i++) ck_assert_uint_eq(stk_shard_stored_hash(sh, 0, i), given[i]);
@@ -355,26 +388,12 @@ START_TEST(block_sums_make_the_file_hash)
     char dir[TU_PATH], path[TU_PATH];
     tu_scratch(dir, sizeof dir, "sums");
     tu_join(path, sizeof path, dir, "s.stk");
-    stk_schema s;
     stk_error e;
-    schema_for(&s, 64);
     pool_t pool;
     pool_init(&pool, 16, image_bytes(64));
     for (int wrong = 0; wrong < 2; wrong++) {
-        stk_writer *w = stk_writer_create(path, &s, &e);
-        ck_assert_int_eq(stk_writer_expect(w, 8, &e), STK_OK);
-        for (uint64_t i = 0; i < 8; i++) {
-            unsigned b = pool_get(&pool);
-            int64_t label;
-            fill_record(pool.buf[b], image_bytes(64), &label, i);
-            uint64_t *sums = (uint64_t *)(void *)(pool.buf[b] + image_bytes(64));
-            stk_prehash pre = {stk_hash_blocks(pool.buf[b], image_bytes(64), sums), sums};
-            if (wrong && i == 5) sums[8 * 3 + 1] ^= 4; /* record 5, block 3, lane 1 */
-            stk_value v[2] = {{pool.buf[b], image_bytes(64)}, {&label, 8}};
-            ck_assert_int_eq(stk_writer_append_lent(w, v, &pre, pool_done, &pool, &e), STK_OK);
-        }
-        stk_shard_info info;
-        ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_OK);
+        uint64_t given[8];
+        stk_shard_info info = lend_eight(path, &pool, wrong ? sums_wrong_at_5 : sums_right, given);
         stk_shard *sh = stk_shard_open(path, &e);
         ck_assert_msg(sh != NULL, "%s", e.msg);
         ck_assert_uint_eq(stk_shard_verify_records(sh, 0, 8, NULL, NULL), 0);

@@ -217,6 +217,9 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * makes progress; a pool with this much beyond the caller's own never waits
  * for the disk's batching. */
 #define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
+/* A lent value is taken by reference only when its address, its size and
+ * its place in the file are multiples of this (whole pages: O_DIRECT). */
+#define STK_WRITER_LEND_ALIGN 4096u
 /* stk_writer_append without copying field 0: the writer may keep
  * values[0].data and write the bytes from there, later, on its I/O thread,
  * so that a packer's images go to the disk without a copy. It calls
@@ -225,9 +228,9 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * call fails, and at the latest in stk_writer_finish or stk_writer_abort.
  * Until then the caller must not change or free them. The bytes are taken by
  * reference only by a streaming writer (stk_writer_expect) and only when
- * data and size are multiples of 4096, as is the value's place in the file
- * (a tensor of whole pages; O_DIRECT needs that); otherwise they are copied,
- * as stk_writer_append does.
+ * data and size are multiples of STK_WRITER_LEND_ALIGN, as is the value's
+ * place in the file (a tensor of whole pages; O_DIRECT needs that);
+ * otherwise they are copied, as stk_writer_append does.
  * pre: NULL, or values[0]'s checksum computed by the caller where the bytes
  * were hot (pre->hash = stk_hash_blocks(data, size, sums) or stk_hash); it
  * is stored as the record's checksum as given, unchecked (a wrong one makes
