@@ -757,10 +757,10 @@ static int run_pack(const opts *o)
     if (prep < 0) goto out;
     if (prep == 0) {
         tool_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
-        /* A few images per thread; twice as many when images are small (up
-         * to 1 MiB: 4 MiB per thread at most), so that the consumer can be
-         * woken once per several images (pipeline.c) without the workers
-         * running out of slots. */
+        /* A few images per thread, twice as many when images are small (up
+         * to 1 MiB: 4 MiB per thread at most): the workers stop only when
+         * the oldest unconsumed image is a window behind, so one slow file
+         * (a large progressive JPEG) does not idle the others. */
         size_t slot = slot_bytes(o);
         size_t window = (slot <= ((size_t)1 << 20) ? 8 : 4) * ((size_t)o->threads + 1);
         /* Beyond the window, what the writers hold: the open shard's and the

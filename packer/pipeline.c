@@ -1,13 +1,16 @@
 /* packer/pipeline.c - see pipeline.h.
  *
- * Wake-ups are rationed. On a virtual machine waking a thread that sleeps on
- * another vCPU costs an inter-processor interrupt and two exits to the
- * hypervisor, several microseconds each side; a wake-up per image (the first
- * version) was about 1.5% of the decoding thread's time. So the consumer, once
- * asleep, is only woken when `batch` items in a row are ready for it (or the
- * last ones are), and the workers only when one of them is actually waiting
- * for a free slot. The window is large enough that the workers never run
- * dry meanwhile.
+ * There is no consumer thread. The worker that finishes the next item in
+ * order consumes it, and every item after it that is ready, before it takes
+ * new work; the others go on producing meanwhile. A consumer thread of its
+ * own (the first versions) had to be woken for its share: on a virtual
+ * machine each wake-up on a busy vCPU is an inter-processor interrupt, two
+ * exits to the hypervisor and a decoder preempted, about 1,700 of them in a
+ * 10,000-image -j2 run even when woken only once per half a window; and
+ * whatever it did ran on a core of its own when there were spare ones (-j1
+ * on two cores), so that -j1 measured more than one thread's work. Now -jN
+ * is N threads' worth of everything but the writer's I/O, and a worker that
+ * consumes finds the item's result in its own cache half of the time.
  *
  * Inputs are announced (prefetch) `ahead` items before they are taken, by
  * the worker taking the item that many places earlier: their reads are then
@@ -27,23 +30,36 @@ typedef struct {
     pk_result *res;
     bool *ready;
     pthread_mutex_t lock;
-    pthread_cond_t cv_ready, cv_free;
+    pthread_cond_t cv_free, cv_done;
     uint64_t next_take, consumed; /* next item to hand out; next item to consume */
-    uint64_t batch;               /* ready items in a row that wake the consumer */
-    bool consumer_waiting;
+    bool consuming;               /* a worker is consuming (one at a time, in order) */
     unsigned free_waiters;        /* workers asleep on cv_free */
-    bool stop, init_failed;
+    int rc;                       /* the consumer's nonzero value, or -1: a worker could not start */
+    bool stop;
 } run_t;
 
-/* Whether the sleeping consumer has enough to do: `batch` items in a row
- * from the next one (fewer at the end of the input) are ready. Under lock. */
-static bool enough_ready(const run_t *r)
+/* Consume every ready item from the next one on, unless another worker is
+ * already at it (it will see the items this one made ready before it gives
+ * the turn up: both look under the lock). Under lock; drops it around each
+ * consume call. */
+static void consume_ready(run_t *r)
 {
     const pk_pipeline *p = r->p;
-    uint64_t need = p->end - r->consumed < r->batch ? p->end - r->consumed : r->batch;
-    for (uint64_t k = 0; k < need; k++)
-        if (!r->ready[(r->consumed + k) % p->window]) return false;
-    return true;
+    if (r->consuming) return;
+    r->consuming = true;
+    while (!r->stop && r->consumed < p->end && r->ready[r->consumed % p->window]) {
+        uint64_t i = r->consumed;
+        size_t s = (size_t)(i % p->window);
+        pthread_mutex_unlock(&r->lock);
+        int rc = p->consume(p->user, i, &r->slots[s], &r->res[s]);
+        pthread_mutex_lock(&r->lock);
+        r->ready[s] = false;
+        r->consumed = i + 1;
+        if (rc && !r->rc) r->rc = rc, r->stop = true;
+        if (r->free_waiters || r->stop) pthread_cond_broadcast(&r->cv_free);
+    }
+    r->consuming = false;
+    if (r->stop || r->consumed == p->end) pthread_cond_signal(&r->cv_done);
 }
 
 static void *worker(void *arg)
@@ -53,8 +69,10 @@ static void *worker(void *arg)
     void *state = p->thread_init ? p->thread_init(p->user) : NULL;
     pthread_mutex_lock(&r->lock);
     if (p->thread_init && !state) {
-        r->init_failed = r->stop = true;
-        pthread_cond_broadcast(&r->cv_ready);
+        if (!r->rc) r->rc = -1;
+        r->stop = true;
+        pthread_cond_broadcast(&r->cv_free);
+        pthread_cond_signal(&r->cv_done);
     }
     for (;;) {
         while (!r->stop && r->next_take < p->end && r->next_take >= r->consumed + p->window) {
@@ -72,37 +90,11 @@ static void *worker(void *arg)
         p->produce(p->user, state, i, r->slots[s], res);
         pthread_mutex_lock(&r->lock);
         r->ready[s] = true;
-        if (r->consumer_waiting && enough_ready(r)) pthread_cond_signal(&r->cv_ready);
+        if (i == r->consumed) consume_ready(r);
     }
     pthread_mutex_unlock(&r->lock);
     if (state && p->thread_fini) p->thread_fini(state);
     return NULL;
-}
-
-static int consume_all(run_t *r)
-{
-    const pk_pipeline *p = r->p;
-    int rc = 0;
-    for (uint64_t i = p->first; i < p->end && !rc; i++) {
-        size_t s = (size_t)(i % p->window);
-        pthread_mutex_lock(&r->lock);
-        if (!r->ready[s] && !r->init_failed) {
-            r->consumer_waiting = true;
-            while (!enough_ready(r) && !r->init_failed) pthread_cond_wait(&r->cv_ready, &r->lock);
-            r->consumer_waiting = false;
-        }
-        bool failed = r->init_failed;
-        pthread_mutex_unlock(&r->lock);
-        if (failed) return -1;
-        rc = p->consume(p->user, i, &r->slots[s], &r->res[s]);
-        pthread_mutex_lock(&r->lock);
-        r->ready[s] = false;
-        r->consumed = i + 1;
-        if (rc) r->stop = true;
-        if (r->free_waiters || rc) pthread_cond_broadcast(&r->cv_free);
-        pthread_mutex_unlock(&r->lock);
-    }
-    return rc;
 }
 
 int pk_pipeline_run(const pk_pipeline *p)
@@ -112,9 +104,6 @@ int pk_pipeline_run(const pk_pipeline *p)
     memset(&r, 0, sizeof r);
     r.p = p;
     r.next_take = r.consumed = p->first;
-    /* Half the window: the workers still have the other half to fill while
-     * the consumer catches up. */
-    r.batch = p->window / 2 ? p->window / 2 : 1;
     r.slots = calloc(p->window, sizeof *r.slots);
     r.res = calloc(p->window, sizeof *r.res);
     r.ready = calloc(p->window, sizeof *r.ready);
@@ -124,8 +113,8 @@ int pk_pipeline_run(const pk_pipeline *p)
     if (r.slots && r.res && r.ready && th && pk_pool_free_count(p->pool) >= p->window) {
         for (size_t k = 0; k < p->window; k++) r.slots[k] = pk_pool_get(p->pool);
         pthread_mutex_init(&r.lock, NULL);
-        pthread_cond_init(&r.cv_ready, NULL);
         pthread_cond_init(&r.cv_free, NULL);
+        pthread_cond_init(&r.cv_done, NULL);
         /* The items no worker announces: the first `ahead` (2 us each when
          * the files are cached; on cold storage the workers would wait
          * for the first files anyway). */
@@ -133,14 +122,16 @@ int pk_pipeline_run(const pk_pipeline *p)
             p->prefetch(p->user, i);
         for (; started < p->threads; started++)
             if (pthread_create(&th[started], NULL, worker, &r) != 0) break;
-        rc = started ? consume_all(&r) : -1;
         pthread_mutex_lock(&r.lock);
+        if (!started) r.rc = -1, r.stop = true;
+        while (!r.stop && r.consumed < p->end) pthread_cond_wait(&r.cv_done, &r.lock);
         r.stop = true;
         pthread_cond_broadcast(&r.cv_free);
         pthread_mutex_unlock(&r.lock);
         for (unsigned k = 0; k < started; k++) pthread_join(th[k], NULL);
+        rc = r.rc;
+        pthread_cond_destroy(&r.cv_done);
         pthread_cond_destroy(&r.cv_free);
-        pthread_cond_destroy(&r.cv_ready);
         pthread_mutex_destroy(&r.lock);
         for (size_t k = 0; k < p->window; k++) pk_pool_put(p->pool, r.slots[k]);
     }

@@ -1,8 +1,10 @@
 /* packer/pipeline.h - an ordered parallel map with bounded memory.
  *
  * Worker threads produce items [first, end) into a ring of `window` slots
- * (item i uses slot i % window); the calling thread consumes them strictly in
- * order. A worker takes item i only once item i - window has been consumed,
+ * (item i uses slot i % window) and consume them strictly in order, one at a
+ * time: the worker that finishes the next item consumes it and whatever
+ * follows it ready, then goes back to producing; the calling thread only
+ * waits. A worker takes item i only once item i - window has been consumed,
  * so memory is window x slot_bytes whatever the input size, and a slow item
  * holds back at most `window` others. Output order never depends on the
  * thread count, which is what makes packing reproducible.
@@ -38,9 +40,11 @@ typedef struct {
     void (*thread_fini)(void *state);
     /* Fill slot for item i and res. Runs on worker threads, concurrently. */
     void (*produce)(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res);
-    /* Take item i (in order, on the calling thread). Nonzero stops the run.
-     * It may keep *slot's buffer for itself by storing another buffer of the
-     * pool in *slot. */
+    /* Take item i: in order and never two at once, on one of the worker
+     * threads (which one varies; each call happens after the previous one
+     * returned, through the pipeline's lock, so the consumer's own state
+     * needs no lock). Nonzero stops the run. It may keep *slot's buffer for
+     * itself by storing another buffer of the pool in *slot. */
     int (*consume)(void *user, uint64_t i, uint8_t **slot, const pk_result *res);
     /* Optional: announce that item i will be produced soon (start reading
      * its input). When `ahead` > 0, called once per item in [first, end):

@@ -266,8 +266,13 @@ def test_statistics_and_verdict(ds):
         assert s["bytes"] == n * (8 * 8 * 3 + 8)
         assert s["threads"] == 2 and s["prefetch"] == 3 and s["device"] == "none"
         assert s["wall_s"] > 0 and 0 <= s["wait_fraction"] <= 1
+        # The verdict of one snapshot follows from that snapshot's wait fraction
+        # (10% is the line). verdict() takes a later snapshot: wall time has
+        # grown, so only its form is compared (a run waiting close to 10% may
+        # sit on either side by then).
+        assert s["verdict"].startswith("input-bound:" if s["wait_fraction"] >= 0.10 else "not input-bound:")
+        assert f"{int(s['wait_fraction'] * 100 + 0.5)}% of wall time" in s["verdict"]
         v = r.verdict()
-        assert v == s["verdict"] or v.split(":")[0] == s["verdict"].split(":")[0]
         assert v.startswith(("input-bound:", "not input-bound:")) and "threads=2" in v
         r.reset_stats()
         assert r.stats()["batches"] == 0
