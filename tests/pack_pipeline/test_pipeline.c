@@ -6,8 +6,10 @@
  * workers finish out of order); a buffer the consumer keeps is never written
  * again until it goes back to the pool; a consumer's stop ends the run with
  * its value; every item is announced (prefetch) exactly once, before a
- * worker takes it when `ahead` is at least the window. Also run under
- * ThreadSanitizer (label threads). */
+ * worker takes it when `ahead` is at least the window; consume runs on
+ * the workers, one call at a time; a worker that cannot start (thread_init)
+ * ends the run with -1 and no hang. Also run under ThreadSanitizer (label
+ * threads). */
 #include "pipeline.h"
 #include "pool.h"
 
@@ -36,6 +38,10 @@ typedef struct {
     uint64_t held_item[HELD];
     unsigned nheld;
     int bad;               /* consumer-side failures (asserted on the main thread) */
+    atomic_int inside;     /* consume calls running now (never more than one) */
+    atomic_int overlaps;   /* times a consume call found another one running */
+    atomic_int inits, finis;
+    int fail_init;         /* thread_init's call number that fails (1-based; 0: none; -1: all) */
 } ctx_t;
 
 static void pattern(uint64_t i, uint8_t *out)
@@ -80,19 +86,38 @@ static void release_oldest(ctx_t *c)
     c->nheld--;
 }
 
+/* Runs on whichever worker finished the next item: in order, never two at
+ * once (checked here without a lock: the state below has none). */
 static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
 {
     ctx_t *c = user;
+    if (atomic_fetch_add(&c->inside, 1) != 0) atomic_fetch_add(&c->overlaps, 1);
     if (i != c->next || res->hash != i || !has_pattern(i, *slot)) c->bad++;
     c->next = i + 1;
-    if (c->stop_at && i == c->stop_at) return 7;
-    if (c->keep) {
+    int rc = 0;
+    if (c->stop_at && i == c->stop_at) {
+        rc = 7;
+    } else if (c->keep) {
         if (c->nheld == HELD) release_oldest(c);
         c->held[c->nheld] = *slot;
         c->held_item[c->nheld++] = i;
         *slot = pk_pool_get(c->pool);
     }
-    return 0;
+    atomic_fetch_sub(&c->inside, 1);
+    return rc;
+}
+
+static void *thread_init(void *user)
+{
+    ctx_t *c = user;
+    int k = atomic_fetch_add(&c->inits, 1) + 1;
+    return c->fail_init == -1 || k == c->fail_init ? NULL : c;
+}
+
+static void thread_fini(void *state)
+{
+    ctx_t *c = state;
+    atomic_fetch_add(&c->finis, 1);
 }
 
 static void prefetch(void *user, uint64_t i)
@@ -117,7 +142,8 @@ static int run(ctx_t *c, unsigned threads, size_t window, uint64_t ahead, bool w
     ck_assert_ptr_nonnull(c->pool);
     pk_pipeline p = {.threads = threads, .window = window, .pool = c->pool, .first = c->first,
                      .end = c->end, .user = c, .produce = produce, .consume = consume,
-                     .prefetch = with_prefetch ? prefetch : NULL, .ahead = ahead};
+                     .prefetch = with_prefetch ? prefetch : NULL, .ahead = ahead,
+                     .thread_init = c->fail_init ? thread_init : NULL, .thread_fini = thread_fini};
     int rc = pk_pipeline_run(&p);
     while (c->nheld) release_oldest(c);
     ck_assert_uint_eq(pk_pool_free_count(c->pool), window + HELD + 1); /* every buffer back */
@@ -137,6 +163,7 @@ START_TEST(in_order_and_intact)
                 ck_assert_int_eq(run(c, threads[t], window, 0, false), 0);
                 ck_assert_msg(c->bad == 0, "%d bad items (threads %u, window %zu, keep %d)", c->bad, threads[t],
                               window, keep);
+                ck_assert_int_eq(atomic_load(&c->overlaps), 0);
                 ck_assert_uint_eq(c->next, 407);
                 for (uint64_t i = 0; i < MAX_ITEMS; i++)
                     ck_assert_int_eq(atomic_load(&c->produced[i]), i >= 7 && i < 407);
@@ -156,6 +183,53 @@ START_TEST(consumer_stop_ends_the_run)
     for (uint64_t i = 0; i < 1000; i++) produced += atomic_load(&c->produced[i]);
     ck_assert_int_le(produced, 100 + 12); /* items < consumed + window: at most 112 (0 .. 111) */
     free(c);
+}
+END_TEST
+
+START_TEST(consumer_stop_at_the_edges)
+{
+    /* one thread and a one-slot window; a stop at the very last item */
+    ctx_t *c = ctx_new(0, 50);
+    c->stop_at = 20;
+    ck_assert_int_eq(run(c, 1, 1, 0, false), 7);
+    ck_assert_uint_eq(c->next, 21);
+    free(c);
+    c = ctx_new(3, 60);
+    c->stop_at = 59;
+    ck_assert_int_eq(run(c, 4, 9, 0, false), 7);
+    ck_assert_uint_eq(c->next, 60);
+    ck_assert_int_eq(c->bad, 0);
+    ck_assert_int_eq(atomic_load(&c->overlaps), 0);
+    free(c);
+}
+END_TEST
+
+START_TEST(nothing_to_do)
+{
+    ctx_t *c = ctx_new(40, 40);
+    ck_assert_int_eq(run(c, 3, 6, 6, true), 0);
+    ck_assert_uint_eq(c->next, 40); /* consume never called */
+    for (uint64_t i = 0; i < MAX_ITEMS; i++) ck_assert_int_eq(atomic_load(&c->produced[i]), 0);
+    free(c);
+}
+END_TEST
+
+/* A worker whose thread_init fails ends the run with -1 (pack: "cannot start
+ * N threads"), whatever the others did meanwhile, without hanging; every
+ * state that was made is finished. */
+START_TEST(worker_init_failure)
+{
+    static const int fail[] = {1, 2, 3, -1};
+    for (size_t f = 0; f < 4; f++) {
+        ctx_t *c = ctx_new(0, 500);
+        c->fail_init = fail[f];
+        ck_assert_int_eq(run(c, 3, 9, 0, false), -1);
+        int ok = atomic_load(&c->inits) - (fail[f] == -1 ? atomic_load(&c->inits) : 1);
+        ck_assert_int_eq(atomic_load(&c->finis), ok);
+        ck_assert_int_eq(c->bad, 0); /* what was consumed before the stop was in order */
+        ck_assert_int_eq(atomic_load(&c->overlaps), 0);
+        free(c);
+    }
 }
 END_TEST
 
@@ -206,6 +280,9 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, in_order_and_intact);
     tcase_add_test(tc, consumer_stop_ends_the_run);
+    tcase_add_test(tc, consumer_stop_at_the_edges);
+    tcase_add_test(tc, nothing_to_do);
+    tcase_add_test(tc, worker_init_failure);
     tcase_add_test(tc, prefetch_announces_each_item_once);
     tcase_add_test(tc, bad_arguments_refused);
     suite_add_tcase(s, tc);
