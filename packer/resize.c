@@ -66,6 +66,7 @@ typedef struct {
 
 struct pk_resizer {
     int simd;           /* kernels: 0 scalar, 1 AVX2, 2 also AVX-512 (simd_level) */
+    bool xlayout;       /* the CPU has level 2: plane tables also carry the VBMI layout */
     uint64_t tick;
     pk_axis *h, *v;     /* AXIS_CACHE tables per axis, set after set */
     axis_key *hk, *vk;
@@ -197,22 +198,62 @@ static void plane_layout(pk_axis *a)
     }
 }
 
+/* The plane layout for AVX-512 VBMI (pk__h_plane_vbmi): per group of 16
+ * outputs and pair of taps p, a permute taking for output q the bytes
+ * (d_q + 2p, d_q + 2p + 1) of the group's 64-byte load into its two int16
+ * slots (the odd bytes are zeroed by the kernel's mask), d_q being the
+ * output's start less the group's first start, and the matching
+ * (w_2p, w_2p+1) pairs; xload masks the load to the row's `in` bytes (a
+ * masked load does not fault on the bytes it leaves out). */
+static void plane_xlayout(pk_axis *a)
+{
+    a->nxbad = 0;
+    for (uint32_t g = 0; g < a->nxgroups; g++) {
+        uint32_t base = a->start[g * PK_XGROUP];
+        bool ok = true;
+        for (uint32_t p = 0; p < a->pairs; p++) {
+            uint8_t *m = a->xperm + ((size_t)g * a->pairs + p) * PK_XLOAD;
+            int16_t *w = a->xw + ((size_t)g * a->pairs + p) * 2 * PK_XGROUP;
+            for (uint32_t q = 0; q < PK_XGROUP; q++) {
+                uint32_t i = g * PK_XGROUP + q, d = a->start[i] - base + 2 * p;
+                ok = ok && d + 1 < PK_XLOAD;
+                const int16_t *c = a->coef + (size_t)i * a->taps;
+                m[4 * q] = (uint8_t)(d & 63), m[4 * q + 1] = 0, m[4 * q + 2] = (uint8_t)((d + 1) & 63), m[4 * q + 3] = 0;
+                w[2 * q] = 2 * p < a->taps ? c[2 * p] : 0;
+                w[2 * q + 1] = 2 * p + 1 < a->taps ? c[2 * p + 1] : 0;
+            }
+        }
+        uint32_t room = a->in - base;
+        a->xload[g] = room >= PK_XLOAD ? ~(uint64_t)0 : ((uint64_t)1 << room) - 1;
+        a->xok[g] = ok;
+        a->nxbad += !ok;
+    }
+}
+
 /* Carve the table's arrays for count outputs of up to `taps` taps, and
  * `scratch` doubles, out of one allocation, largest alignment first. rgb,
  * plane: with that SIMD layout. */
-static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, uint32_t scratch, bool rgb, bool plane)
+static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, uint32_t scratch, bool rgb, bool plane, bool xl)
 {
     uint32_t chunks = rgb ? (taps + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS : 0;
     uint32_t groups = plane ? count / PK_PGROUP : 0, pairs = (taps + 1) / 2;
-    size_t n_w = ((size_t)scratch * sizeof(double) + 31) & ~(size_t)31;
+    uint32_t xgroups = plane && xl ? count / PK_XGROUP : 0;
+    size_t n_w = ((size_t)scratch * sizeof(double) + 63) & ~(size_t)63;
+    size_t n_xp = (size_t)xgroups * pairs * PK_XLOAD, n_xw = (size_t)xgroups * pairs * 2 * PK_XGROUP * sizeof(int16_t);
+    size_t n_xl = (size_t)xgroups * sizeof(uint64_t);
     size_t n_gm = (size_t)groups * pairs * 32, n_gw = (size_t)groups * pairs * 16 * sizeof(int16_t);
     size_t n_off = (size_t)count * sizeof(size_t);
     size_t n_wide = (size_t)count * chunks * PK_CHUNK_I16 * sizeof(int16_t);
     size_t n_idx = (size_t)count * sizeof(uint32_t);
     size_t n_coef = (size_t)count * taps * sizeof(int16_t);
-    if (reserve(&a->mem, &a->cap, n_w + n_gm + n_gw + n_off + n_wide + 2 * n_idx + n_coef + groups) != 0)
+    if (reserve(&a->mem, &a->cap, n_w + n_xp + n_xw + n_xl + n_gm + n_gw + n_off + n_wide + 2 * n_idx + n_coef +
+                                      groups + xgroups) != 0)
         return -1;
     char *m = (char *)a->mem + n_w;
+    a->xperm = (uint8_t *)m;
+    a->xw = (int16_t *)(void *)(m + n_xp);
+    a->xload = (uint64_t *)(void *)(m + n_xp + n_xw);
+    m += n_xp + n_xw + n_xl;
     a->gmask = (uint8_t *)m;
     a->gw = (int16_t *)(void *)(m + n_gm);
     a->off = (size_t *)(void *)(m + n_gm + n_gw);
@@ -221,7 +262,9 @@ static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, uint32_t scratc
     a->len = a->start + count;
     a->coef = (int16_t *)(void *)(a->len + count);
     a->gok = (uint8_t *)(a->coef + (size_t)count * taps);
+    a->xok = a->gok + groups;
     a->ngroups = groups;
+    a->nxgroups = xgroups;
     a->pairs = pairs;
     return 0;
 }
@@ -273,7 +316,7 @@ static void weights(pk_axis *a, uint32_t i, double scale, double support, uint32
  * PK_AXIS_FANCY2) to `out`, with the SIMD layout asked for where its limits
  * allow. */
 static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
-                      uint32_t count, int layout)
+                      uint32_t count, int layout, bool xl)
 {
     double scale = (double)full / (double)out;
     double support = scale < 1.0 ? 1.0 : scale; /* the triangle's radius is 1 */
@@ -284,7 +327,7 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     bool rgb = layout == PK_LAYOUT_RGB && (most + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS <= H_CHUNKS_MAX;
     bool plane = layout == PK_LAYOUT_PLANE && (most + 1) / 2 <= PK_PPAIRS_MAX;
     a->count = 0;
-    if (axis_alloc(a, count, most, fmost + most, rgb, plane) != 0) return -1;
+    if (axis_alloc(a, count, most, fmost + most, rgb, plane, xl) != 0) return -1;
     a->in = in;
     a->full = full;
     a->kind = (uint8_t)kind;
@@ -317,6 +360,7 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     if (plane) {
         a->pairs = (a->taps + 1) / 2;
         plane_layout(a);
+        plane_xlayout(a);
     }
     a->count = count;
     return 0;
@@ -328,6 +372,8 @@ static void test_disqualify(pk_axis *a, unsigned k)
 {
     for (uint32_t g = 0; g < a->ngroups; g += k)
         if (a->gok[g]) a->gok[g] = 0, a->nbad++;
+    for (uint32_t g = 0; g < a->nxgroups; g += k)
+        if (a->xok[g]) a->xok[g] = 0, a->nxbad++;
 }
 
 /* The set a key belongs to: a multiplicative hash of its fields. */
@@ -364,10 +410,10 @@ static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_
     keys[victim].count = 0;
     pk_axis *a = &slots[victim];
     r->held -= a->cap;
-    int rc = axis_build(a, in, full, kind, out, first, count, layout);
+    int rc = axis_build(a, in, full, kind, out, first, count, layout, r->xlayout);
     r->held += a->cap;
     if (rc != 0) return NULL;
-    if (r->test_bad && a->ngroups) test_disqualify(a, r->test_bad);
+    if (r->test_bad && (a->ngroups || a->nxgroups)) test_disqualify(a, r->test_bad);
     keys[victim] = (axis_key){out, first, r->tick, in, full, count, (uint8_t)kind, (uint8_t)layout};
     return a;
 }
@@ -432,7 +478,12 @@ static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *s
         int16_t *d = dst + (size_t)y * pitch;
         uint32_t from = 0;
 #ifdef PK_HAVE_AVX2
-        if (simd) {
+        if (simd && r->simd >= 2 && a->nxgroups) {
+            pk__h_plane_vbmi(a, s, d);
+            for (uint32_t g = 0; a->nxbad && g < a->nxgroups; g++)
+                if (!a->xok[g]) pk__h_plane_scalar(a, s, d, g * PK_XGROUP, (g + 1) * PK_XGROUP);
+            from = a->nxgroups * PK_XGROUP;
+        } else if (simd) {
             pk__h_plane_avx2(a, s, d);
             for (uint32_t g = 0; a->nbad && g < a->ngroups; g++)
                 if (!a->gok[g]) pk__h_plane_scalar(a, s, d, g * PK_PGROUP, (g + 1) * PK_PGROUP);
@@ -492,7 +543,7 @@ static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mi
 /* -------------------------------------------------------------- public API */
 
 #ifdef PK_HAVE_AVX2
-/* 0: scalar kernels; 1: AVX2; 2: AVX2, and AVX-512BW where a kernel has it.
+/* 0: scalar kernels; 1: AVX2; 2: AVX2, and AVX-512 (BW, VBMI) where a kernel has it.
  * AVX-512 only where the CPU also has VBMI (Ice Lake, Sapphire Rapids, Zen 4
  * and later): on Skylake-SP and Cascade Lake, which lack it, 512-bit
  * multiplies lower the core's clock for everything around them, TurboJPEG's
@@ -522,6 +573,7 @@ pk_resizer *pk_resizer_new(void)
     }
 #ifdef PK_HAVE_AVX2
     r->simd = simd_level();
+    r->xlayout = r->simd == 2;
 #endif
     return r;
 }

@@ -34,6 +34,10 @@
  * taps fit in those 16 bytes. */
 #define PK_PGROUP 8
 #define PK_PPAIRS_MAX 4
+/* The same with AVX-512 VBMI: groups of 16 outputs from one 64-byte load;
+ * per pair of taps one cross-lane byte permute and one multiply-add. */
+#define PK_XGROUP 16
+#define PK_XLOAD 64
 
 /* How a table's source relates to the axis it resamples. */
 enum {
@@ -70,6 +74,15 @@ typedef struct {
     int16_t *gw;
     uint8_t *gok;
     uint32_t nbad;      /* groups that do not qualify (run scalar) */
+    /* PK_LAYOUT_PLANE where the CPU has AVX-512 VBMI: per group of PK_XGROUP
+     * outputs, the bytes of its 64-byte load that lie in the row (xload, a
+     * mask), and per pair of taps a 64-byte permute and 32 int16 weights;
+     * xok[g]: group g qualifies */
+    uint32_t nxgroups, nxbad;
+    uint8_t *xperm;
+    int16_t *xw;
+    uint64_t *xload;
+    uint8_t *xok;
     void *mem;
     size_t cap;
 } pk_axis;
@@ -91,7 +104,7 @@ void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n
 void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every);
 void pk__resizer_test_one_set(pk_resizer *r);
 size_t pk__resizer_held(const pk_resizer *r);
-/* Tests: run kernels of at most this level (0 scalar, 1 AVX2, 2 AVX-512BW
+/* Tests: run kernels of at most this level (0 scalar, 1 AVX2, 2 AVX-512BW/VBMI
  * where a kernel has it), as far as the CPU has them; returns the level in
  * effect. */
 int pk__resizer_test_simd(pk_resizer *r, int level);
@@ -107,6 +120,9 @@ void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst);
  * return how many were done. */
 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes, uint8_t *dst);
 size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
+/* pk__h_plane_avx2 with AVX-512 VBMI, from the table's x layout: every
+ * qualifying group of 16; reads only the row's own bytes. */
+void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst);
 /* pk__v_row16_avx2 with AVX-512BW (32 values a turn). */
 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
 #endif

@@ -408,4 +408,45 @@ PK_AVX2 void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst
     default: h_plane_body(a, src, dst, a->pairs); break;
     }
 }
+
+#define PK_VBMI __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
+
+/* 16 outputs per 64-byte load: `vpermb` reaches any byte of it, so one
+ * permute per pair of taps builds all 16 outputs' pairs (the AVX2 kernel
+ * needs a 16-byte load per 4 outputs, an insert per 8 and a shuffle per 8
+ * and pair, all on the shuffle port), and the sums come out in output
+ * order: no permute after the pack. The zero high bytes of each pair come
+ * from the permute's mask, not from the index. */
+PK_VBMI static inline __attribute__((always_inline)) void
+h_plane_xbody(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t pairs)
+{
+    const __m512i *m = (const __m512i *)(const void *)a->xperm;
+    const __m512i *w = (const __m512i *)(const void *)a->xw;
+    const uint32_t *start = a->start, n = a->nxgroups;
+    const uint64_t *load = a->xload;
+    const uint8_t *ok = a->xok;
+    const __m512i half = _mm512_set1_epi32(FRAC_HALF);
+    const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi16(MAX16);
+    const __mmask64 lo_bytes = 0x5555555555555555u;
+    for (uint32_t g = 0; g < n; g++, m += pairs, w += pairs) {
+        if (!ok[g]) continue;
+        __m512i px = _mm512_maskz_loadu_epi8(load[g], src + start[(size_t)g * PK_XGROUP]);
+        __m512i acc = half;
+        for (uint32_t p = 0; p < pairs; p++)
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_permutexvar_epi8(lo_bytes, _mm512_loadu_si512(m + p), px),
+                                                          _mm512_loadu_si512(w + p)));
+        __m256i v = _mm512_cvtsepi32_epi16(_mm512_srai_epi32(acc, PK_RESIZE_BITS - PK_PLANE_FRAC));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_XGROUP), _mm256_min_epi16(_mm256_max_epi16(v, zero), top));
+    }
+}
+
+PK_VBMI void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst)
+{
+    switch (a->pairs) {
+    case 1: h_plane_xbody(a, src, dst, 1); break;
+    case 2: h_plane_xbody(a, src, dst, 2); break;
+    case 3: h_plane_xbody(a, src, dst, 3); break;
+    default: h_plane_xbody(a, src, dst, a->pairs); break;
+    }
+}
 #endif /* PK_HAVE_AVX2 */
