@@ -58,9 +58,10 @@ typedef struct {
 
 /* Returns 0 when every item was consumed, the consumer's nonzero value when
  * it stopped the run, or -1 when threads or memory could not be had: no
- * thread started, or a worker's thread_init failed (then always -1, even if
- * the other workers had finished every item meanwhile: the result does not
- * depend on timing). The slot buffers go back to the pool at the end. */
+ * thread started, or a worker's thread_init failed before the consumer had
+ * stopped the run (then -1 even if the other workers had finished every
+ * item meanwhile: the result does not depend on how far they got). The slot
+ * buffers go back to the pool at the end. */
 int pk_pipeline_run(const pk_pipeline *p);
 
 #endif
