@@ -606,7 +606,7 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
 static int redo_gaps(run_t *r, const uint64_t *gaps, size_t n, bool *restart)
 {
     worker_t *w = worker_init(r);
-    uint8_t *slot = malloc((size_t)r->o->img.size * r->o->img.size * 3);
+    uint8_t *slot = malloc(slot_bytes(r->o)); /* the image, and its block sums after it (produce) */
     int rc = w && slot ? 0 : -1;
     for (size_t k = 0; !rc && k < n && !*restart; k++) {
         pk_result res;
