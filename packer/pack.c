@@ -396,13 +396,13 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
         int64_t label = r->L.e[i].label;
         uint32_t size[2] = {res->w, res->h};
         uint64_t source = i;
-        uint64_t img = (uint64_t)r->o->img.size * r->o->img.size * 3;
+        size_t img = image_bytes(r->o);
         /* The image is lent to the writer, which writes it from this very
          * buffer and puts it back in the pool; the pipeline gets another. */
         uint8_t *px = *slot;
         *slot = pk_pool_get(r->pool);
         stk_value v[4] = {{px, img}, {&label, 8}, {size, 8}, {&source, 8}};
-        stk_prehash pre = {res->hash, block_sums(px, (size_t)img)};
+        stk_prehash pre = {res->hash, block_sums(px, img)};
         if ((r->fatal = pk_out_append(&r->out, v, &pre, pk_pool_done, r->pool, &r->err))) return 1;
         r->packed++;
     }

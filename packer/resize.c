@@ -463,35 +463,31 @@ static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, si
 }
 
 /* The same for one plane, into int16 rows `pitch` values apart: the
- * qualifying groups by SIMD, the rest scalar. */
+ * qualifying groups by SIMD (the VBMI layout's groups of 16 where the
+ * resizer runs level 2 and the table has them, else the AVX2 layout's of
+ * 8), the groups that do not qualify and the outputs after the last group
+ * scalar. */
 static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *src, size_t stride, uint32_t n,
                          int16_t *dst, size_t pitch)
 {
-    bool simd = false;
+    void (*kernel)(const pk_axis *, const uint8_t *, int16_t *) = NULL;
+    const uint8_t *ok = NULL;
+    uint32_t groups = 0, size = 0, bad = 0;
 #ifdef PK_HAVE_AVX2
-    simd = r->simd && a->ngroups;
+    if (r->simd >= 2 && a->nxgroups)
+        kernel = pk__h_plane_vbmi, ok = a->xok, groups = a->nxgroups, size = PK_XGROUP, bad = a->nxbad;
+    else if (r->simd && a->ngroups)
+        kernel = pk__h_plane_avx2, ok = a->gok, groups = a->ngroups, size = PK_PGROUP, bad = a->nbad;
 #else
     (void)r;
 #endif
     for (uint32_t y = 0; y < n; y++) {
         const uint8_t *s = src + (size_t)y * stride;
         int16_t *d = dst + (size_t)y * pitch;
-        uint32_t from = 0;
-#ifdef PK_HAVE_AVX2
-        if (simd && r->simd >= 2 && a->nxgroups) {
-            pk__h_plane_vbmi(a, s, d);
-            for (uint32_t g = 0; a->nxbad && g < a->nxgroups; g++)
-                if (!a->xok[g]) pk__h_plane_scalar(a, s, d, g * PK_XGROUP, (g + 1) * PK_XGROUP);
-            from = a->nxgroups * PK_XGROUP;
-        } else if (simd) {
-            pk__h_plane_avx2(a, s, d);
-            for (uint32_t g = 0; a->nbad && g < a->ngroups; g++)
-                if (!a->gok[g]) pk__h_plane_scalar(a, s, d, g * PK_PGROUP, (g + 1) * PK_PGROUP);
-            from = a->ngroups * PK_PGROUP;
-        }
-#endif
-        (void)simd;
-        pk__h_plane_scalar(a, s, d, from, a->count);
+        if (kernel) kernel(a, s, d);
+        for (uint32_t g = 0; bad && g < groups; g++)
+            if (!ok[g]) pk__h_plane_scalar(a, s, d, g * size, (g + 1) * size);
+        pk__h_plane_scalar(a, s, d, groups * size, a->count);
     }
 }
 
