@@ -26,15 +26,15 @@ struct stk_dataset_writer {
 
 static int mkdirs(const char *dir, stk_error *err)
 {
-    if (!*dir) return stk_fail(err, STK_E_ARG, "dataset directory is an empty string");
+    if (!*dir) return stk_error_set(err, STK_E_ARG, "dataset directory is an empty string");
     char *p = strdup(dir);
-    if (!p) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (char *s = p + 1;; s++) {
         if (*s != '/' && *s) continue;
         char c = *s;
         *s = 0;
         if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            int rc = stk_fail_errno(err, STK_E_IO, errno, "%s: cannot create directory", p);
+            int rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot create directory", p);
             free(p);
             return rc;
         }
@@ -43,7 +43,7 @@ static int mkdirs(const char *dir, stk_error *err)
     free(p);
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return stk_fail(err, STK_E_IO, "%s: not a directory", dir);
+        return stk_error_set(err, STK_E_IO, "%s: not a directory", dir);
     return STK_OK;
 }
 
@@ -63,17 +63,17 @@ static void dw_free(stk_dataset_writer *dw)
 
 static int remove_old_manifest(const char *dir, int force, stk_error *err)
 {
-    char *mp = stk_path_join(dir, STK_MANIFEST_NAME);
-    if (!mp) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    char *mp = stk__path_join(dir, STK_MANIFEST_NAME);
+    if (!mp) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     int rc = STK_OK;
     if (access(mp, F_OK) == 0) {
         if (!force)
-            rc = stk_fail(err, STK_E_EXISTS, "%s: directory already holds a dataset (%s); refusing to replace it",
+            rc = stk_error_set(err, STK_E_EXISTS, "%s: directory already holds a dataset (%s); refusing to replace it",
                           dir, STK_MANIFEST_NAME);
         else if (unlink(mp) != 0)
-            rc = stk_fail_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
+            rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
         else
-            rc = stk_fsync_parent(mp, err);
+            rc = stk__fsync_parent(mp, err);
     }
     free(mp);
     return rc;
@@ -83,12 +83,12 @@ static int copy_meta(stk_dataset_writer *dw, const stk_dataset_options *o, stk_e
 {
     if (o && stk__manifest_check_meta(o->classes, o->nclasses, o->pack_json, err)) return err ? err->code : STK_E_ARG;
     dw->m.pack_json = strdup(o && o->pack_json ? o->pack_json : "{}");
-    if (!dw->m.pack_json) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!dw->m.pack_json) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (!o || !o->nclasses) return STK_OK;
-    if (!(dw->m.classes = calloc(o->nclasses, sizeof(char *)))) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!(dw->m.classes = calloc(o->nclasses, sizeof(char *)))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (size_t i = 0; i < o->nclasses; i++) {
-        if (!o->classes[i] || !*o->classes[i]) return stk_fail(err, STK_E_ARG, "class %zu has an empty name", i);
-        if (!(dw->m.classes[i] = strdup(o->classes[i]))) return stk_fail(err, STK_E_NOMEM, "out of memory");
+        if (!o->classes[i] || !*o->classes[i]) return stk_error_set(err, STK_E_ARG, "class %zu has an empty name", i);
+        if (!(dw->m.classes[i] = strdup(o->classes[i]))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         dw->m.nclasses = i + 1;
     }
     return STK_OK;
@@ -97,13 +97,13 @@ static int copy_meta(stk_dataset_writer *dw, const stk_dataset_options *o, stk_e
 stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
                                               const stk_dataset_options *o, stk_error *err)
 {
-    if (!dir || !schema) return stk_fail(err, STK_E_ARG, "stk_dataset_writer_create: NULL argument"), NULL;
+    if (!dir || !schema) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_create: NULL argument"), NULL;
     if (stk_schema_validate(schema, err)) return NULL;
     const char *prefix = o && o->prefix ? o->prefix : "shard";
-    if (!stk_name_is_valid(prefix))
-        return stk_fail(err, STK_E_ARG, "shard prefix '%.40s' must be 1-31 characters of [A-Za-z0-9_.-]", prefix), NULL;
+    if (!stk__name_is_valid(prefix))
+        return stk_error_set(err, STK_E_ARG, "shard prefix '%.40s' must be 1-31 characters of [A-Za-z0-9_.-]", prefix), NULL;
     stk_dataset_writer *dw = calloc(1, sizeof *dw);
-    if (!dw) return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!dw) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     dw->schema = *schema;
     dw->m.schema = *schema;
     dw->m.version_major = STK_FORMAT_MAJOR;
@@ -115,7 +115,7 @@ stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema 
     dw->dir = strdup(dir);
     dw->prefix = strdup(prefix);
     if (!dw->dir || !dw->prefix) {
-        stk_fail(err, STK_E_NOMEM, "out of memory");
+        stk_error_set(err, STK_E_NOMEM, "out of memory");
         goto fail;
     }
     if (copy_meta(dw, o, err) || mkdirs(dir, err) || remove_old_manifest(dir, o && o->force, err)) goto fail;
@@ -137,7 +137,7 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
     if (dw->m.nshards == dw->cap) {
         size_t cap = dw->cap ? 2 * dw->cap : 16;
         stk_shard_entry *s = realloc(dw->m.shards, cap * sizeof *s);
-        if (!s) return stk_fail(err, STK_E_NOMEM, "out of memory");
+        if (!s) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         dw->m.shards = s;
         dw->cap = cap;
     }
@@ -145,7 +145,7 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
     shard_name(dw, name, sizeof name);
     stk_shard_entry *e = &dw->m.shards[dw->m.nshards];
     memset(e, 0, sizeof *e);
-    if (!(e->path = strdup(name))) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!(e->path = strdup(name))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     stk_shard_info info;
     int rc = stk_writer_finish(dw->cur, &info, err);
     dw->cur = NULL;
@@ -165,11 +165,11 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
 {
     char name[64];
     shard_name(dw, name, sizeof name);
-    char *path = stk_path_join(dw->dir, name);
-    if (!path) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    char *path = stk__path_join(dw->dir, name);
+    if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     dw->cur = stk_writer_create(path, &dw->schema, err);
     free(path);
-    if (dw->cur && stk_schema_minor(&dw->schema) &&
+    if (dw->cur && stk__schema_minor(&dw->schema) &&
         stk_writer_compression(dw->cur, UINT32_MAX, dw->zstd_level, dw->zstd_block_bytes, err)) {
         stk_writer_abort(dw->cur);
         dw->cur = NULL;
@@ -179,7 +179,7 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
 
 int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *v, stk_error *err)
 {
-    if (!dw || !v) return stk_fail(err, STK_E_ARG, "stk_dataset_writer_append: NULL argument");
+    if (!dw || !v) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_append: NULL argument");
     int rc;
     if (dw->cur && stk_writer_records(dw->cur) > 0) {
         bool full = dw->records_per_shard && stk_writer_records(dw->cur) >= dw->records_per_shard;
@@ -192,7 +192,7 @@ int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *v, stk_er
 
 int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)
 {
-    if (!dw) return stk_fail(err, STK_E_ARG, "stk_dataset_writer_finish: NULL writer");
+    if (!dw) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_finish: NULL writer");
     int rc = close_shard(dw, err);
     if (!rc) rc = stk_manifest_commit(&dw->m, dw->dir, err);
     dw_free(dw);

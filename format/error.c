@@ -39,7 +39,7 @@ int stk_error_set(stk_error *err, int code, const char *fmt, ...)
     return code;
 }
 
-int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
+int stk__error_set_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
 {
     if (!err) return code;
     va_list ap;

@@ -18,16 +18,16 @@ _Static_assert(STK_HASH_BLOCK == HB_BLOCK, "the public block size is XXH3's");
 
 /* The widest kernels this CPU runs, up to level cap (STK_HASH_ISA_*: tests
  * ask for narrower ones). */
-static const stk_hash_isa *isa(int cap)
+static const stk__hash_isa *isa(int cap)
 {
-#if defined(STK_HAVE_AVX512_HASH)
+#if defined(STOKER_HAVE_AVX512_HASH)
     /* VBMI marks the CPUs whose clock 512-bit multiplies do not pull down
      * (Ice Lake, Sapphire Rapids, Zen 4 and later; not Skylake-SP or Cascade
      * Lake): packers hash between AVX2 decodes. */
     if (cap >= STK_HASH_ISA_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vbmi"))
         return &stk__hash_avx512;
 #endif
-#if defined(STK_HAVE_AVX2_HASH)
+#if defined(STOKER_HAVE_AVX2_HASH)
     if (cap >= STK_HASH_ISA_AVX2 && __builtin_cpu_supports("avx2")) return &stk__hash_avx2;
 #endif
     (void)cap;
@@ -55,19 +55,19 @@ uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums)
  * treats the block that holds the last byte differently); prev keeps the 64
  * bytes before buf, which the last stripe reads when the final block is
  * shorter than a stripe. */
-struct stk_hasher {
+struct stk__hasher {
     XXH_ALIGN(64) uint64_t acc[8];
     uint8_t buf[HB_BLOCK];
     uint8_t prev[HB_STRIPE];
     size_t buffered;
     uint64_t total;
-    const stk_hash_isa *isa;
+    const stk__hash_isa *isa;
 };
 
-stk_hasher *stk__hasher_new_isa(int cap)
+stk__hasher *stk__hasher_new_isa(int cap)
 {
     XXH_ALIGN(64) static const uint64_t init[8] = XXH3_INIT_ACC;
-    stk_hasher *h = aligned_alloc(64, (sizeof(stk_hasher) + 63) & ~(size_t)63);
+    stk__hasher *h = aligned_alloc(64, (sizeof(stk__hasher) + 63) & ~(size_t)63);
     if (!h) return NULL;
     memcpy(h->acc, init, sizeof init);
     h->buffered = 0;
@@ -76,17 +76,17 @@ stk_hasher *stk__hasher_new_isa(int cap)
     return h;
 }
 
-stk_hasher *stk_hasher_new(void) { return stk__hasher_new_isa(STK_HASH_ISA_BEST); }
+stk__hasher *stk__hasher_new(void) { return stk__hasher_new_isa(STK_HASH_ISA_BEST); }
 
 /* The full buffered block, now that more input follows. */
-static void flush_block(stk_hasher *h)
+static void flush_block(stk__hasher *h)
 {
     h->isa->blocks(h->acc, h->buf, 1);
     memcpy(h->prev, h->buf + HB_BLOCK - HB_STRIPE, HB_STRIPE);
     h->buffered = 0;
 }
 
-void stk_hasher_update(stk_hasher *h, const void *data, size_t len)
+void stk__hasher_update(stk__hasher *h, const void *data, size_t len)
 {
     const uint8_t *p = data;
     while (len) {
@@ -108,11 +108,11 @@ void stk_hasher_update(stk_hasher *h, const void *data, size_t len)
     }
 }
 
-void stk_hasher_absorb(stk_hasher *h, const void *data, const uint64_t *sums, size_t len)
+void stk__hasher_absorb(stk__hasher *h, const void *data, const uint64_t *sums, size_t len)
 {
     if (!len) return;
     if (!sums || len % HB_BLOCK || h->total % HB_BLOCK) { /* not on block boundaries: the bytes */
-        stk_hasher_update(h, data, len);
+        stk__hasher_update(h, data, len);
         return;
     }
     const uint8_t *p = data;
@@ -126,10 +126,10 @@ void stk_hasher_absorb(stk_hasher *h, const void *data, const uint64_t *sums, si
     h->total += len;
 }
 
-uint64_t stk_hasher_digest(const stk_hasher *h)
+uint64_t stk__hasher_digest(const stk__hasher *h)
 {
     if (h->total <= HB_BLOCK) return stk_hash(h->buf, (size_t)h->total); /* nothing mixed yet */
     return h->isa->final(h->acc, h->buf, h->buffered, h->prev, h->total);
 }
 
-void stk_hasher_free(stk_hasher *h) { free(h); }
+void stk__hasher_free(stk__hasher *h) { free(h); }

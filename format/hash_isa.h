@@ -23,9 +23,9 @@ typedef struct {
     void (*blocks)(uint64_t *acc, const uint8_t *p, size_t n);
     void (*sums)(uint64_t *acc, const uint64_t *sums, size_t n);
     uint64_t (*final)(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev, uint64_t total);
-} stk_hash_isa;
+} stk__hash_isa;
 
-extern const stk_hash_isa stk__hash_base, stk__hash_avx2, stk__hash_avx512;
+extern const stk__hash_isa stk__hash_base, stk__hash_avx2, stk__hash_avx512;
 
 #ifdef HASH_ISA_TABLE
 static uint64_t isa_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
@@ -36,7 +36,7 @@ static uint64_t isa_final(const uint64_t *acc, const uint8_t *last, size_t n, co
 {
     return hb_final(acc, last, n, prev, total);
 }
-const stk_hash_isa HASH_ISA_TABLE = {isa_hash, isa_value, isa_blocks, isa_sums, isa_final};
+const stk__hash_isa HASH_ISA_TABLE = {isa_hash, isa_value, isa_blocks, isa_sums, isa_final};
 #endif
 
 #endif

@@ -42,7 +42,7 @@ enum {
 /* Footer offsets (relative to file_size - 32). */
 enum { F_INDEX_HASH = 0, F_FILE_SIZE = 8, F_RESERVED = 16, F_MAGIC = 24 };
 
-static inline uint64_t stk_header_size(uint32_t nfields)
+static inline uint64_t stk__header_size(uint32_t nfields)
 {
     return STK_HEADER_FIXED + (uint64_t)nfields * STK_FIELD_DESC + 8u; /* + header hash */
 }
@@ -56,12 +56,12 @@ typedef struct {
     uint64_t stride;
     uint64_t data_off, data_len;
     uint64_t heap_off, heap_len;
-} stk_region;
+} stk__region;
 
-static inline bool stk_field_compressed(const stk_field *f) { return f->codec != STK_CODEC_NONE; }
+static inline bool stk__field_compressed(const stk_field *f) { return f->codec != STK_CODEC_NONE; }
 
 /* Bytes before a compressed field's block table in its data region. */
-static inline uint64_t stk_block_table_at(const stk_field *f, uint64_t records)
+static inline uint64_t stk__block_table_at(const stk_field *f, uint64_t records)
 {
     return f->kind == STK_KIND_BYTES ? (records + 1) * 8 : 0;
 }
@@ -71,10 +71,10 @@ static inline uint64_t stk_block_table_at(const stk_field *f, uint64_t records)
 
 /* The minor version a shard of this schema is written with: 1 when a field
  * is compressed, else 0, so files without the 1.1 feature stay 1.0. */
-static inline unsigned stk_schema_minor(const stk_schema *s)
+static inline unsigned stk__schema_minor(const stk_schema *s)
 {
     for (uint32_t i = 0; i < s->nfields; i++)
-        if (stk_field_compressed(&s->fields[i])) return 1;
+        if (stk__field_compressed(&s->fields[i])) return 1;
     return 0;
 }
 
@@ -87,19 +87,19 @@ typedef struct {
     uint64_t file_size;
     uint64_t cksum_off, cksum_len;
     stk_schema schema;
-    stk_region region[STK_MAX_FIELDS];
-} stk_layout;
+    stk__region region[STK_MAX_FIELDS];
+} stk__layout;
 
 /* Decode and validate a header from `buf` (at least `len` bytes of the start
  * of a file whose real size is `file_size`). Pure: no I/O. */
-int stk_layout_decode(const uint8_t *buf, size_t len, uint64_t file_size,
-                      const char *name, stk_layout *out, stk_error *err);
+int stk__layout_decode(const uint8_t *buf, size_t len, uint64_t file_size,
+                      const char *name, stk__layout *out, stk_error *err);
 /* Encode a header (header_size bytes, header hash included) into buf. */
-void stk_layout_encode(const stk_layout *lay, uint8_t *buf);
+void stk__layout_encode(const stk__layout *lay, uint8_t *buf);
 /* Compute the canonical layout of a shard with this schema and these region
  * sizes (regions in field order, each aligned; checksum table; footer).
  * data_len/heap_len/stride must be filled in; fills in the offsets. */
-int stk_layout_place(stk_layout *lay, stk_error *err);
+int stk__layout_place(stk__layout *lay, stk_error *err);
 
 /* File size the shard would have after appending `v` (UINT64_MAX on
  * overflow): lets the dataset writer cut shards at an exact byte limit. */
@@ -143,10 +143,8 @@ static inline bool align_ok(uint64_t v, uint64_t a, uint64_t *r)
 
 /* ---------------------------------------------------------------- errors */
 
-/* Set err (if non-NULL) to code and a formatted message; returns code. */
-#define stk_fail stk_error_set
-/* Same, appending ": strerror(errno_value)". */
-int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
+/* stk_error_set (stoker/format.h), appending ": strerror(errno_value)". */
+int stk__error_set_errno(stk_error *err, int code, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* ------------------------------------------------------------- hashing */
@@ -157,40 +155,38 @@ int stk_fail_errno(stk_error *err, int code, int errno_value, const char *fmt, .
  * read again (hash_blocks.h says why that works): the streamed shard's
  * whole-file hash takes a packer's images that way. NULL when out of
  * memory. */
-typedef struct stk_hasher stk_hasher;
-stk_hasher *stk_hasher_new(void);
-void stk_hasher_update(stk_hasher *h, const void *data, size_t len);
+typedef struct stk__hasher stk__hasher;
+stk__hasher *stk__hasher_new(void);
+void stk__hasher_update(stk__hasher *h, const void *data, size_t len);
 /* data[0 .. len) with its sums (stk_hash_blocks); read from data: one block
  * (the last, which may end the input) and a stripe. Where the stream or the
  * value is not on a block boundary, or sums is NULL, the bytes are hashed. */
-void stk_hasher_absorb(stk_hasher *h, const void *data, const uint64_t *sums, size_t len);
-uint64_t stk_hasher_digest(const stk_hasher *h);
-void stk_hasher_free(stk_hasher *h);
+void stk__hasher_absorb(stk__hasher *h, const void *data, const uint64_t *sums, size_t len);
+uint64_t stk__hasher_digest(const stk__hasher *h);
+void stk__hasher_free(stk__hasher *h);
 
 /* Tests: the kernels of level at most cap (every level the CPU has is
  * compared with libxxhash); the rest use STK_HASH_ISA_BEST. */
 enum { STK_HASH_ISA_BASE = 0, STK_HASH_ISA_AVX2 = 1, STK_HASH_ISA_AVX512 = 2, STK_HASH_ISA_BEST = 2 };
-stk_hasher *stk__hasher_new_isa(int cap);
+stk__hasher *stk__hasher_new_isa(int cap);
 uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int cap);
 
 /* ----------------------------------------------------------- files */
 
 /* write()/pwrite() everything or fail with a message naming `path`. */
-int stk_write_all(int fd, const void *buf, size_t len, const char *path, stk_error *err);
-int stk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path,
+int stk__write_all(int fd, const void *buf, size_t len, const char *path, stk_error *err);
+int stk__pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path,
                    stk_error *err);
 /* fsync the directory that holds `path` (so a rename in it is durable). */
-int stk_fsync_parent(const char *path, stk_error *err);
+int stk__fsync_parent(const char *path, stk_error *err);
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
-int stk_read_file(const char *path, size_t max, char **out, size_t *len, stk_error *err);
-/* Write `len` bytes to `path` crash-safely: path.tmp, fsync, rename, fsync dir. */
-#define stk_commit_file stk_file_commit
+int stk__read_file(const char *path, size_t max, char **out, size_t *len, stk_error *err);
 /* malloc'd "dir/name". */
-char *stk_path_join(const char *dir, const char *name);
+char *stk__path_join(const char *dir, const char *name);
 
 /* A shard path inside a manifest: relative, '/'-separated, components of
  * [A-Za-z0-9._-] that are neither "." nor "..", at most 4096 bytes. */
-bool stk_path_is_safe(const char *p);
-bool stk_name_is_valid(const char *name);
+bool stk__path_is_safe(const char *p);
+bool stk__name_is_valid(const char *name);
 
 #endif

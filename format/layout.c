@@ -10,48 +10,48 @@
 
 static int bad(stk_error *err, const char *name, const char *what, unsigned long long a)
 {
-    return stk_fail(err, STK_E_FORMAT, "%s: %s (%llu)", name, what, a);
+    return stk_error_set(err, STK_E_FORMAT, "%s: %s (%llu)", name, what, a);
 }
 
 static int decode_fixed(const uint8_t *b, size_t len, uint64_t file_size, const char *name,
-                        stk_layout *L, stk_error *err)
+                        stk__layout *L, stk_error *err)
 {
     if (file_size < STK_HEADER_FIXED || len < STK_HEADER_FIXED)
-        return stk_fail(err, STK_E_TRUNCATED,
+        return stk_error_set(err, STK_E_TRUNCATED,
                         "%s: file is %llu bytes, shorter than the %u-byte shard header", name,
                         (unsigned long long)file_size, STK_HEADER_FIXED);
     if (memcmp(b + H_MAGIC, STK_SHARD_MAGIC, 8) != 0)
-        return stk_fail(err, STK_E_FORMAT, "%s: not a stoker shard (bad magic)", name);
+        return stk_error_set(err, STK_E_FORMAT, "%s: not a stoker shard (bad magic)", name);
     L->major = rd16(b + H_MAJOR);
     L->minor = rd16(b + H_MINOR);
     if (L->major != STK_FORMAT_MAJOR)
-        return stk_fail(err, STK_E_VERSION,
+        return stk_error_set(err, STK_E_VERSION,
                         "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
                         name, L->major, L->minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR, STK_FORMAT_MINOR);
     uint32_t nf = rd32(b + H_NFIELDS);
     if (nf == 0 || nf > STK_MAX_FIELDS)
-        return stk_fail(err, STK_E_FORMAT, "%s: header declares %u fields (1 to %d allowed)", name,
+        return stk_error_set(err, STK_E_FORMAT, "%s: header declares %u fields (1 to %d allowed)", name,
                         nf, STK_MAX_FIELDS);
     L->header_size = rd32(b + H_HEADER_SIZE);
-    uint64_t want = stk_header_size(nf);
+    uint64_t want = stk__header_size(nf);
     /* A later minor version may grow the header; this one must match exactly. */
     bool exact = L->minor <= STK_FORMAT_MINOR;
     if ((exact && L->header_size != want) || L->header_size < want || L->header_size % 8 ||
         L->header_size > STK_HEADER_MAX)
-        return stk_fail(err, STK_E_FORMAT, "%s: header size %u does not fit %u fields (expected %llu)",
+        return stk_error_set(err, STK_E_FORMAT, "%s: header size %u does not fit %u fields (expected %llu)",
                         name, L->header_size, nf, (unsigned long long)want);
     if (file_size < L->header_size || len < L->header_size)
-        return stk_fail(err, STK_E_TRUNCATED, "%s: file is %llu bytes, shorter than its %u-byte header",
+        return stk_error_set(err, STK_E_TRUNCATED, "%s: file is %llu bytes, shorter than its %u-byte header",
                         name, (unsigned long long)file_size, L->header_size);
     uint64_t stored = rd64(b + L->header_size - 8);
     uint64_t got = stk_hash(b, L->header_size - 8);
     if (stored != got)
-        return stk_fail(err, STK_E_CHECKSUM,
+        return stk_error_set(err, STK_E_CHECKSUM,
                         "%s: header checksum mismatch (stored %016llx, computed %016llx)", name,
                         (unsigned long long)stored, (unsigned long long)got);
     uint32_t flags = rd32(b + H_FLAGS);
     if (flags)
-        return stk_fail(err, STK_E_UNSUPPORTED, "%s: header flags 0x%x unknown to this build", name, flags);
+        return stk_error_set(err, STK_E_UNSUPPORTED, "%s: header flags 0x%x unknown to this build", name, flags);
     L->schema.nfields = nf;
     L->records = rd64(b + H_RECORDS);
     L->file_size = rd64(b + H_FILE_SIZE);
@@ -61,38 +61,38 @@ static int decode_fixed(const uint8_t *b, size_t len, uint64_t file_size, const 
     if (L->alignment < STK_ALIGN || L->alignment > STK_ALIGN_MAX || (L->alignment & (L->alignment - 1)))
         return bad(err, name, "region alignment is not a power of two from 4096 to 2^30", L->alignment);
     if (rd32(b + H_ALGO) != STK_HASH_XXH3_64)
-        return stk_fail(err, STK_E_UNSUPPORTED, "%s: checksum algorithm %u unknown to this build", name,
+        return stk_error_set(err, STK_E_UNSUPPORTED, "%s: checksum algorithm %u unknown to this build", name,
                         rd32(b + H_ALGO));
     if (L->file_size != file_size) {
         if (file_size < L->file_size)
-            return stk_fail(err, STK_E_TRUNCATED,
+            return stk_error_set(err, STK_E_TRUNCATED,
                             "%s: truncated: file is %llu bytes, header says %llu (%llu missing)", name,
                             (unsigned long long)file_size, (unsigned long long)L->file_size,
                             (unsigned long long)(L->file_size - file_size));
-        return stk_fail(err, STK_E_FORMAT, "%s: file is %llu bytes, header says %llu (%llu extra)",
+        return stk_error_set(err, STK_E_FORMAT, "%s: file is %llu bytes, header says %llu (%llu extra)",
                         name, (unsigned long long)file_size, (unsigned long long)L->file_size,
                         (unsigned long long)(file_size - L->file_size));
     }
     return STK_OK;
 }
 
-static int decode_field(const uint8_t *d, unsigned i, const char *name, stk_layout *L, stk_error *err)
+static int decode_field(const uint8_t *d, unsigned i, const char *name, stk__layout *L, stk_error *err)
 {
     stk_field *f = &L->schema.fields[i];
-    stk_region *r = &L->region[i];
+    stk__region *r = &L->region[i];
     memset(f, 0, sizeof *f);
     if (memchr(d + D_NAME, 0, STK_NAME_MAX) == NULL)
-        return stk_fail(err, STK_E_FORMAT, "%s: field %u: name is not NUL-terminated", name, i);
+        return stk_error_set(err, STK_E_FORMAT, "%s: field %u: name is not NUL-terminated", name, i);
     memcpy(f->name, d + D_NAME, STK_NAME_MAX);
     size_t nl = strlen(f->name);
     for (size_t k = nl; k < STK_NAME_MAX; k++)
-        if (d[D_NAME + k]) return stk_fail(err, STK_E_FORMAT, "%s: field %u: bytes after the name are not zero", name, i);
+        if (d[D_NAME + k]) return stk_error_set(err, STK_E_FORMAT, "%s: field %u: bytes after the name are not zero", name, i);
     f->kind = d[D_KIND];
     f->dtype = d[D_DTYPE];
     f->codec = d[D_CODEC];
     f->ndim = d[D_NDIM];
     if (rd32(d + D_RESERVED))
-        return stk_fail(err, STK_E_FORMAT, "%s: field %u: reserved bytes are not zero", name, i);
+        return stk_error_set(err, STK_E_FORMAT, "%s: field %u: reserved bytes are not zero", name, i);
     for (unsigned k = 0; k < STK_MAX_DIMS; k++) f->shape[k] = rd64(d + D_SHAPE + 8 * k);
     r->stride = rd64(d + D_STRIDE);
     r->data_off = rd64(d + D_DATA_OFF);
@@ -104,12 +104,12 @@ static int decode_field(const uint8_t *d, unsigned i, const char *name, stk_layo
 
 /* Region [off, off+len) must be aligned, after the header and before the
  * checksum table. */
-static int check_region(const stk_layout *L, uint64_t off, uint64_t len, const char *name,
+static int check_region(const stk__layout *L, uint64_t off, uint64_t len, const char *name,
                         const char *field, const char *what, stk_error *err)
 {
     uint64_t end;
     if (off % L->alignment || off < L->header_size || !add_ok(off, len, &end) || end > L->cksum_off)
-        return stk_fail(err, STK_E_FORMAT,
+        return stk_error_set(err, STK_E_FORMAT,
                         "%s: field '%s': %s region [%llu, +%llu) is misaligned or outside the data area",
                         name, field, what, (unsigned long long)off, (unsigned long long)len);
     return STK_OK;
@@ -119,54 +119,54 @@ static int check_region(const stk_layout *L, uint64_t off, uint64_t len, const c
  * offsets column (bytes fields) and a block table of whole entries, frames in
  * the heap. The table's contents are checked at open (shard.c), where the
  * mapped bytes are at hand. */
-static int check_compressed(const stk_layout *L, const stk_field *f, const stk_region *r, const char *name,
+static int check_compressed(const stk__layout *L, const stk_field *f, const stk__region *r, const char *name,
                             stk_error *err)
 {
     if (L->minor < 1)
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': codec zstd needs format 1.1, the file says %u.%u", name,
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': codec zstd needs format 1.1, the file says %u.%u", name,
                         f->name, L->major, L->minor);
     uint64_t stride = f->kind == STK_KIND_TENSOR ? stk_field_stride(f) : 8, base = 0;
     if (r->stride != stride)
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': stride %llu, expected %llu", name, f->name,
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': stride %llu, expected %llu", name, f->name,
                         (unsigned long long)r->stride, (unsigned long long)stride);
     if (f->kind == STK_KIND_BYTES && (!add_ok(L->records, 1, &base) || !mul_ok(base, 8, &base)))
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets column overflows", name, f->name);
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column overflows", name, f->name);
     if (r->data_len < base + 8 + 16 || (r->data_len - base - 8) % 16)
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': compressed data region of %llu bytes does not hold "
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': compressed data region of %llu bytes does not hold "
                         "%sa block table", name, f->name, (unsigned long long)r->data_len,
                         f->kind == STK_KIND_BYTES ? "the offsets column and " : "");
     return check_region(L, r->heap_off, r->heap_len, name, f->name, "frames", err);
 }
 
-static int check_fields(const stk_layout *L, const char *name, stk_error *err)
+static int check_fields(const stk__layout *L, const char *name, stk_error *err)
 {
     int rc = stk_schema_validate(&L->schema, err);
     if (rc) {
         /* Prefix the file name: schema messages do not know it. */
         char tmp[STK_ERROR_MSG_MAX];
         snprintf(tmp, sizeof tmp, "%s", err ? err->msg : "");
-        return stk_fail(err, rc, "%s: %s", name, tmp);
+        return stk_error_set(err, rc, "%s: %s", name, tmp);
     }
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
         const stk_field *f = &L->schema.fields[i];
-        const stk_region *r = &L->region[i];
+        const stk__region *r = &L->region[i];
         uint64_t want_len;
-        if (stk_field_compressed(f)) {
+        if (stk__field_compressed(f)) {
             if ((rc = check_compressed(L, f, r, name, err))) return rc;
         } else if (f->kind == STK_KIND_TENSOR) {
             if (r->stride != stk_field_stride(f))
-                return stk_fail(err, STK_E_FORMAT, "%s: field '%s': stride %llu does not match its shape (%llu)",
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': stride %llu does not match its shape (%llu)",
                                 name, f->name, (unsigned long long)r->stride,
                                 (unsigned long long)stk_field_stride(f));
             if (!mul_ok(L->records, r->stride, &want_len) || r->data_len != want_len)
-                return stk_fail(err, STK_E_FORMAT, "%s: field '%s': region length %llu is not records x stride",
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': region length %llu is not records x stride",
                                 name, f->name, (unsigned long long)r->data_len);
             if (r->heap_off || r->heap_len)
-                return stk_fail(err, STK_E_FORMAT, "%s: field '%s': tensor field has a heap", name, f->name);
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': tensor field has a heap", name, f->name);
         } else {
             if (r->stride != 8 || !add_ok(L->records, 1, &want_len) || !mul_ok(want_len, 8, &want_len) ||
                 r->data_len != want_len)
-                return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets column is not (records + 1) x 8 bytes",
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column is not (records + 1) x 8 bytes",
                                 name, f->name);
             if ((rc = check_region(L, r->heap_off, r->heap_len, name, f->name, "heap", err))) return rc;
         }
@@ -176,25 +176,25 @@ static int check_fields(const stk_layout *L, const char *name, stk_error *err)
 }
 
 /* No two regions may share a byte (empty regions share nothing). */
-static int check_overlaps(const stk_layout *L, const char *name, stk_error *err)
+static int check_overlaps(const stk__layout *L, const char *name, stk_error *err)
 {
     uint64_t off[2 * STK_MAX_FIELDS], len[2 * STK_MAX_FIELDS];
     unsigned n = 0;
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
         off[n] = L->region[i].data_off, len[n++] = L->region[i].data_len;
-        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk_field_compressed(&L->schema.fields[i]))
+        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk__field_compressed(&L->schema.fields[i]))
             off[n] = L->region[i].heap_off, len[n++] = L->region[i].heap_len;
     }
     for (unsigned a = 0; a < n; a++)
         for (unsigned b = a + 1; b < n; b++)
             if (len[a] && len[b] && off[a] < off[b] + len[b] && off[b] < off[a] + len[a])
-                return stk_fail(err, STK_E_FORMAT, "%s: regions at %llu and %llu overlap", name,
+                return stk_error_set(err, STK_E_FORMAT, "%s: regions at %llu and %llu overlap", name,
                                 (unsigned long long)off[a], (unsigned long long)off[b]);
     return STK_OK;
 }
 
-int stk_layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const char *name,
-                      stk_layout *L, stk_error *err)
+int stk__layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const char *name,
+                      stk__layout *L, stk_error *err)
 {
     memset(L, 0, sizeof *L);
     int rc = decode_fixed(b, len, file_size, name, L, err);
@@ -204,12 +204,12 @@ int stk_layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const ch
             return rc;
     uint64_t want, end;
     if (!mul_ok(L->records, L->schema.nfields, &want) || !mul_ok(want, 8, &want) || L->cksum_len != want)
-        return stk_fail(err, STK_E_FORMAT, "%s: checksum table length %llu is not records x fields x 8",
+        return stk_error_set(err, STK_E_FORMAT, "%s: checksum table length %llu is not records x fields x 8",
                         name, (unsigned long long)L->cksum_len);
     if (L->cksum_off % L->alignment || L->cksum_off < L->header_size ||
         !add_ok(L->cksum_off, L->cksum_len, &end) || !add_ok(end, STK_FOOTER_SIZE, &end) ||
         end != L->file_size)
-        return stk_fail(err, STK_E_FORMAT,
+        return stk_error_set(err, STK_E_FORMAT,
                         "%s: checksum table at %llu (+%llu) and the footer do not end the file at %llu",
                         name, (unsigned long long)L->cksum_off, (unsigned long long)L->cksum_len,
                         (unsigned long long)L->file_size);
@@ -217,14 +217,14 @@ int stk_layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const ch
     return check_overlaps(L, name, err);
 }
 
-void stk_layout_encode(const stk_layout *L, uint8_t *b)
+void stk__layout_encode(const stk__layout *L, uint8_t *b)
 {
     uint32_t nf = L->schema.nfields;
-    size_t hs = (size_t)stk_header_size(nf);
+    size_t hs = (size_t)stk__header_size(nf);
     memset(b, 0, hs);
     memcpy(b + H_MAGIC, STK_SHARD_MAGIC, 8);
     wr16(b + H_MAJOR, STK_FORMAT_MAJOR);
-    wr16(b + H_MINOR, (uint16_t)stk_schema_minor(&L->schema));
+    wr16(b + H_MINOR, (uint16_t)stk__schema_minor(&L->schema));
     wr32(b + H_HEADER_SIZE, (uint32_t)hs);
     wr32(b + H_FLAGS, 0);
     wr32(b + H_NFIELDS, nf);
@@ -237,7 +237,7 @@ void stk_layout_encode(const stk_layout *L, uint8_t *b)
     for (uint32_t i = 0; i < nf; i++) {
         uint8_t *d = b + STK_HEADER_FIXED + (size_t)i * STK_FIELD_DESC;
         const stk_field *f = &L->schema.fields[i];
-        const stk_region *r = &L->region[i];
+        const stk__region *r = &L->region[i];
         memcpy(d + D_NAME, f->name, strnlen(f->name, STK_NAME_MAX - 1));
         d[D_KIND] = f->kind;
         d[D_DTYPE] = f->dtype;
@@ -256,13 +256,13 @@ void stk_layout_encode(const stk_layout *L, uint8_t *b)
 uint64_t stk_shard_size_for(const stk_schema *s, uint64_t records)
 {
     if (!s || stk_schema_validate(s, NULL)) return 0;
-    stk_layout L;
+    stk__layout L;
     memset(&L, 0, sizeof L);
     L.schema = *s;
     for (uint32_t f = 0; f < s->nfields; f++) L.schema.fields[f].codec = STK_CODEC_NONE; /* an upper bound */
     L.records = records;
     for (uint32_t f = 0; f < s->nfields; f++) {
-        stk_region *r = &L.region[f];
+        stk__region *r = &L.region[f];
         if (s->fields[f].kind == STK_KIND_TENSOR) {
             r->stride = stk_field_stride(&s->fields[f]);
             if (!mul_ok(records, r->stride, &r->data_len)) return 0;
@@ -271,20 +271,20 @@ uint64_t stk_shard_size_for(const stk_schema *s, uint64_t records)
             if (!add_ok(records, 1, &r->data_len) || !mul_ok(r->data_len, 8, &r->data_len)) return 0;
         }
     }
-    return stk_layout_place(&L, NULL) == STK_OK ? L.file_size : 0;
+    return stk__layout_place(&L, NULL) == STK_OK ? L.file_size : 0;
 }
 
-int stk_layout_place(stk_layout *L, stk_error *err)
+int stk__layout_place(stk__layout *L, stk_error *err)
 {
     uint64_t a = L->alignment = STK_ALIGN;
-    L->header_size = (uint32_t)stk_header_size(L->schema.nfields);
+    L->header_size = (uint32_t)stk__header_size(L->schema.nfields);
     uint64_t off;
     align_ok(L->header_size, a, &off);
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
-        stk_region *r = &L->region[i];
+        stk__region *r = &L->region[i];
         r->data_off = off;
         if (!add_ok(off, r->data_len, &off) || !align_ok(off, a, &off)) goto overflow;
-        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk_field_compressed(&L->schema.fields[i])) {
+        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk__field_compressed(&L->schema.fields[i])) {
             r->heap_off = off;
             if (!add_ok(off, r->heap_len, &off) || !align_ok(off, a, &off)) goto overflow;
         }
@@ -295,5 +295,5 @@ int stk_layout_place(stk_layout *L, stk_error *err)
         goto overflow;
     return STK_OK;
 overflow:
-    return stk_fail(err, STK_E_RANGE, "shard size overflows 64 bits");
+    return stk_error_set(err, STK_E_RANGE, "shard size overflows 64 bits");
 }

@@ -29,7 +29,7 @@ static int mfail(ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    return stk_fail(c->err, STK_E_MANIFEST, "%s: %s", c->name, buf);
+    return stk_error_set(c->err, STK_E_MANIFEST, "%s: %s", c->name, buf);
 }
 
 /* Every key of `obj` must be one of the NULL-terminated `allowed`. */
@@ -86,13 +86,13 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
     if (rc || (rc = get_str(c, j, "name", where, &name)) || (rc = get_str(c, j, "kind", where, &kind)) ||
         (rc = get_str(c, j, "codec", where, &codec)))
         return rc;
-    if (!stk_name_is_valid(name)) return mfail(c, "%s: invalid field name \"%.40s\"", where, name);
+    if (!stk__name_is_valid(name)) return mfail(c, "%s: invalid field name \"%.40s\"", where, name);
     memset(f, 0, sizeof *f);
     strcpy(f->name, name);
     if (strcmp(codec, "none") == 0) f->codec = STK_CODEC_NONE;
     else if (strcmp(codec, "zstd") == 0) f->codec = STK_CODEC_ZSTD;
     else
-        return stk_fail(c->err, STK_E_UNSUPPORTED, "%s: %s: codec \"%.32s\" is not supported by this build",
+        return stk_error_set(c->err, STK_E_UNSUPPORTED, "%s: %s: codec \"%.32s\" is not supported by this build",
                         c->name, where, codec);
     if (strcmp(kind, "bytes") == 0) {
         if (json_object_get(j, "dtype") || json_object_get(j, "shape"))
@@ -102,14 +102,14 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
         return STK_OK;
     }
     if (strcmp(kind, "tensor") != 0)
-        return stk_fail(c->err, STK_E_UNSUPPORTED, "%s: %s: kind \"%.16s\" is not supported by this build",
+        return stk_error_set(c->err, STK_E_UNSUPPORTED, "%s: %s: kind \"%.16s\" is not supported by this build",
                         c->name, where, kind);
     const char *dt = NULL;
     if ((rc = get_str(c, j, "dtype", where, &dt))) return rc;
     f->kind = STK_KIND_TENSOR;
     f->dtype = (uint8_t)stk_dtype_from_name(dt);
     if (!f->dtype)
-        return stk_fail(c->err, STK_E_UNSUPPORTED, "%s: %s: dtype \"%.16s\" is not supported by this build",
+        return stk_error_set(c->err, STK_E_UNSUPPORTED, "%s: %s: dtype \"%.16s\" is not supported by this build",
                         c->name, where, dt);
     json_t *shape = json_object_get(j, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > STK_MAX_DIMS)
@@ -136,7 +136,7 @@ static int parse_schema(ctx *c, json_t *arr, stk_schema *s)
     }
     stk_error e;
     if (stk_schema_validate(s, &e)) return mfail(c, "%s", e.msg);
-    if (stk_schema_minor(s) > c->minor)
+    if (stk__schema_minor(s) > c->minor)
         return mfail(c, "compressed (zstd) fields need format_version [1, 1], the manifest says [1, %u]", c->minor);
     return STK_OK;
 }
@@ -152,7 +152,7 @@ static int parse_classes(ctx *c, json_t *arr, stk_manifest *m)
     char **sorted = calloc(n ? n : 1, sizeof *sorted);
     if (!m->classes || !sorted) {
         free(sorted);
-        return stk_fail(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
+        return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     }
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
@@ -163,7 +163,7 @@ static int parse_classes(ctx *c, json_t *arr, stk_manifest *m)
         }
         if (!(m->classes[i] = strdup(json_string_value(v)))) {
             free(sorted);
-            return stk_fail(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
+            return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
         }
         m->nclasses = i + 1;
         sorted[i] = m->classes[i];
@@ -191,9 +191,9 @@ static int parse_shard(ctx *c, json_t *j, size_t i, stk_shard_entry *e)
         (rc = get_u64(c, j, "bytes", where, &e->file_size)) || (rc = get_hash(c, j, "xxh3", where, &e->file_hash)) ||
         (rc = get_hash(c, j, "index_xxh3", where, &e->index_hash)))
         return rc;
-    if (!stk_path_is_safe(path))
+    if (!stk__path_is_safe(path))
         return mfail(c, "%s: path \"%.100s\" is not a plain relative path inside the dataset directory", where, path);
-    if (!(e->path = strdup(path))) return stk_fail(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
+    if (!(e->path = strdup(path))) return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     return STK_OK;
 }
 
@@ -202,7 +202,7 @@ static int parse_shards(ctx *c, json_t *arr, stk_manifest *m)
     if (!json_is_array(arr)) return mfail(c, "\"shards\" must be an array");
     size_t n = json_array_size(arr);
     m->shards = calloc(n ? n : 1, sizeof *m->shards);
-    if (!m->shards) return stk_fail(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
+    if (!m->shards) return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         int rc = parse_shard(c, json_array_get(arr, i), i, &m->shards[i]);
@@ -212,7 +212,7 @@ static int parse_shards(ctx *c, json_t *arr, stk_manifest *m)
     }
     /* Duplicate paths would make one file count twice. */
     char **paths = malloc((n ? n : 1) * sizeof *paths);
-    if (!paths) return stk_fail(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
+    if (!paths) return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     for (size_t i = 0; i < n; i++) paths[i] = m->shards[i].path;
     qsort(paths, n, sizeof *paths, cmp_str);
     int rc = STK_OK;
@@ -238,7 +238,7 @@ static int parse_version(ctx *c, json_t *root, stk_manifest *m)
     m->version_major = (unsigned)json_integer_value(json_array_get(v, 0));
     m->version_minor = (unsigned)json_integer_value(json_array_get(v, 1));
     if (m->version_major != STK_FORMAT_MAJOR)
-        return stk_fail(c->err, STK_E_VERSION, "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
+        return stk_error_set(c->err, STK_E_VERSION, "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
                         c->name, m->version_major, m->version_minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR,
                         STK_FORMAT_MINOR);
     c->lenient = m->version_minor > STK_FORMAT_MINOR;
@@ -266,7 +266,7 @@ static int parse_root(ctx *c, json_t *root, stk_manifest *m)
     json_t *pack = json_object_get(root, "pack");
     if (pack && !json_is_object(pack)) return mfail(c, "\"pack\" must be an object");
     m->pack_json = pack ? json_dumps(pack, JSON_COMPACT) : strdup("{}");
-    if (!m->pack_json) return stk_fail(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
+    if (!m->pack_json) return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     m->fingerprint = stk_manifest_fingerprint(m);
     if (fp != m->fingerprint)
         return mfail(c, "fingerprint %016llx does not match the content (%016llx): shards or classes were edited",
@@ -277,7 +277,7 @@ static int parse_root(ctx *c, json_t *root, stk_manifest *m)
 stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name, stk_error *err)
 {
     ctx c = {name ? name : "<manifest>", err, false, 0};
-    if (!text) return stk_fail(err, STK_E_ARG, "%s: NULL text", c.name), NULL;
+    if (!text) return stk_error_set(err, STK_E_ARG, "%s: NULL text", c.name), NULL;
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
@@ -285,7 +285,7 @@ stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name,
         return NULL;
     }
     stk_manifest *m = calloc(1, sizeof *m);
-    int rc = m ? parse_root(&c, root, m) : stk_fail(err, STK_E_NOMEM, "out of memory");
+    int rc = m ? parse_root(&c, root, m) : stk_error_set(err, STK_E_NOMEM, "out of memory");
     json_decref(root);
     if (rc) {
         stk_manifest_free(m);
@@ -299,12 +299,12 @@ char *stk_dataset_dir(const char *path, stk_error *err)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         char *d = strdup(path);
-        if (!d) stk_fail(err, STK_E_NOMEM, "out of memory");
+        if (!d) stk_error_set(err, STK_E_NOMEM, "out of memory");
         return d;
     }
     const char *slash = strrchr(path, '/');
     char *d = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
-    if (!d) stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!d) stk_error_set(err, STK_E_NOMEM, "out of memory");
     return d;
 }
 
@@ -312,13 +312,13 @@ stk_manifest *stk_manifest_load(const char *path, stk_error *err)
 {
     struct stat st;
     char *file = NULL;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) file = stk_path_join(path, STK_MANIFEST_NAME);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) file = stk__path_join(path, STK_MANIFEST_NAME);
     else file = strdup(path);
-    if (!file) return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!file) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     char *text;
     size_t len;
     stk_manifest *m = NULL;
-    if (stk_read_file(file, MANIFEST_MAX, &text, &len, err) == STK_OK) {
+    if (stk__read_file(file, MANIFEST_MAX, &text, &len, err) == STK_OK) {
         m = stk_manifest_parse(text, len, file, err);
         free(text);
     } else if (err && err->code == STK_E_FORMAT) {
@@ -342,18 +342,18 @@ void stk_manifest_free(stk_manifest *m)
 uint64_t stk_manifest_fingerprint(const stk_manifest *m)
 {
     static const char tag[] = "stoker-fingerprint-v1";
-    stk_hasher *h = stk_hasher_new();
+    stk__hasher *h = stk__hasher_new();
     if (!h) return 0;
-    stk_hasher_update(h, tag, sizeof tag); /* includes the NUL */
+    stk__hasher_update(h, tag, sizeof tag); /* includes the NUL */
     for (size_t i = 0; i < m->nshards; i++) {
         uint8_t b[16];
         wr64(b, m->shards[i].index_hash);
         wr64(b + 8, m->shards[i].records);
-        stk_hasher_update(h, b, sizeof b);
+        stk__hasher_update(h, b, sizeof b);
     }
-    for (size_t i = 0; i < m->nclasses; i++) stk_hasher_update(h, m->classes[i], strlen(m->classes[i]) + 1);
-    uint64_t v = stk_hasher_digest(h);
-    stk_hasher_free(h);
+    for (size_t i = 0; i < m->nclasses; i++) stk__hasher_update(h, m->classes[i], strlen(m->classes[i]) + 1);
+    uint64_t v = stk__hasher_digest(h);
+    stk__hasher_free(h);
     return v;
 }
 
@@ -387,7 +387,7 @@ static json_t *manifest_json(const stk_manifest *m, json_t *pack)
            *shards = json_array();
     json_object_set_new(root, "format", json_string(FORMAT_TAG));
     json_array_append_new(ver, json_integer(STK_FORMAT_MAJOR));
-    json_array_append_new(ver, json_integer(stk_schema_minor(&m->schema))); /* 1.0 unless compressed */
+    json_array_append_new(ver, json_integer(stk__schema_minor(&m->schema))); /* 1.0 unless compressed */
     json_object_set_new(root, "format_version", ver);
     json_object_set_new(root, "record_count", json_integer((json_int_t)m->record_count));
     json_object_set_new(root, "fingerprint", hex(m->fingerprint));
@@ -412,16 +412,16 @@ static json_t *manifest_json(const stk_manifest *m, json_t *pack)
 
 char *stk_manifest_to_json(stk_manifest *m, stk_error *err)
 {
-    if (!m) return stk_fail(err, STK_E_ARG, "stk_manifest_to_json: NULL manifest"), NULL;
+    if (!m) return stk_error_set(err, STK_E_ARG, "stk_manifest_to_json: NULL manifest"), NULL;
     int rc = stk_schema_validate(&m->schema, err);
     if (rc) return NULL;
     uint64_t total = 0;
     for (size_t i = 0; i < m->nshards; i++) {
-        if (!m->shards[i].path || !stk_path_is_safe(m->shards[i].path))
-            return stk_fail(err, STK_E_ARG, "manifest: shard %zu has an unsafe path", i), NULL;
+        if (!m->shards[i].path || !stk__path_is_safe(m->shards[i].path))
+            return stk_error_set(err, STK_E_ARG, "manifest: shard %zu has an unsafe path", i), NULL;
         if (!add_ok(total, m->shards[i].records, &total) || m->shards[i].records > INT64_MAX ||
             m->shards[i].file_size > INT64_MAX)
-            return stk_fail(err, STK_E_RANGE, "manifest: counts overflow"), NULL;
+            return stk_error_set(err, STK_E_RANGE, "manifest: counts overflow"), NULL;
     }
     m->record_count = total;
     m->fingerprint = stk_manifest_fingerprint(m);
@@ -429,18 +429,18 @@ char *stk_manifest_to_json(stk_manifest *m, stk_error *err)
     json_t *pack = json_loads(m->pack_json ? m->pack_json : "{}", JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(pack)) {
         json_decref(pack);
-        return stk_fail(err, STK_E_ARG, "manifest: pack parameters are not a JSON object"), NULL;
+        return stk_error_set(err, STK_E_ARG, "manifest: pack parameters are not a JSON object"), NULL;
     }
     json_t *root = manifest_json(m, pack);
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_ENSURE_ASCII);
     json_decref(root);
-    if (!text) return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!text) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     /* End the file with a newline, as text files do. */
     size_t n = strlen(text);
     char *out = realloc(text, n + 2);
     if (!out) {
         free(text);
-        return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+        return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     }
     out[n] = '\n';
     out[n + 1] = 0;
@@ -450,11 +450,11 @@ char *stk_manifest_to_json(stk_manifest *m, stk_error *err)
 int stk__manifest_check_meta(const char *const *classes, size_t n, const char *pack_json, stk_error *err)
 {
     const char **sorted = malloc((n ? n : 1) * sizeof *sorted);
-    if (!sorted) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!sorted) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     int rc = STK_OK;
     for (size_t i = 0; i < n && !rc; i++) {
         json_t *s = classes[i] ? json_string(classes[i]) : NULL; /* NULL: not UTF-8 */
-        if (!s || !*classes[i]) rc = stk_fail(err, STK_E_ARG, "class %zu: name is empty or not valid UTF-8", i);
+        if (!s || !*classes[i]) rc = stk_error_set(err, STK_E_ARG, "class %zu: name is empty or not valid UTF-8", i);
         json_decref(s);
         sorted[i] = classes[i];
     }
@@ -462,13 +462,13 @@ int stk__manifest_check_meta(const char *const *classes, size_t n, const char *p
         qsort(sorted, n, sizeof *sorted, cmp_str);
         for (size_t i = 1; i < n && !rc; i++)
             if (strcmp(sorted[i - 1], sorted[i]) == 0)
-                rc = stk_fail(err, STK_E_ARG, "class \"%.64s\" is listed twice", sorted[i]);
+                rc = stk_error_set(err, STK_E_ARG, "class \"%.64s\" is listed twice", sorted[i]);
     }
     free(sorted);
     if (!rc && pack_json) {
         json_error_t je;
         json_t *p = json_loads(pack_json, JSON_REJECT_DUPLICATES, &je);
-        if (!json_is_object(p)) rc = stk_fail(err, STK_E_ARG, "pack parameters are not a JSON object: %s", p ? "not an object" : je.text);
+        if (!json_is_object(p)) rc = stk_error_set(err, STK_E_ARG, "pack parameters are not a JSON object: %s", p ? "not an object" : je.text);
         json_decref(p);
     }
     return rc;
@@ -478,8 +478,8 @@ int stk_manifest_commit(stk_manifest *m, const char *dir, stk_error *err)
 {
     char *text = stk_manifest_to_json(m, err);
     if (!text) return err ? err->code : STK_E_ARG;
-    char *path = stk_path_join(dir, STK_MANIFEST_NAME);
-    int rc = path ? stk_commit_file(path, text, strlen(text), err) : stk_fail(err, STK_E_NOMEM, "out of memory");
+    char *path = stk__path_join(dir, STK_MANIFEST_NAME);
+    int rc = path ? stk_file_commit(path, text, strlen(text), err) : stk_error_set(err, STK_E_NOMEM, "out of memory");
     free(path);
     free(text);
     return rc;

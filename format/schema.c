@@ -25,15 +25,15 @@ void stk_schema_init(stk_schema *s) { memset(s, 0, sizeof *s); }
 
 static int add_field(stk_schema *s, const char *name, stk_error *err, stk_field **out)
 {
-    if (!s || !name) return stk_fail(err, STK_E_ARG, "schema: NULL argument");
+    if (!s || !name) return stk_error_set(err, STK_E_ARG, "schema: NULL argument");
     if (s->nfields >= STK_MAX_FIELDS)
-        return stk_fail(err, STK_E_ARG, "schema: more than %d fields", STK_MAX_FIELDS);
-    if (!stk_name_is_valid(name))
-        return stk_fail(err, STK_E_ARG,
+        return stk_error_set(err, STK_E_ARG, "schema: more than %d fields", STK_MAX_FIELDS);
+    if (!stk__name_is_valid(name))
+        return stk_error_set(err, STK_E_ARG,
                         "schema: field name '%.64s' is not 1-%d characters of [A-Za-z0-9_.-]", name,
                         STK_NAME_MAX - 1);
     if (stk_schema_find(s, name) >= 0)
-        return stk_fail(err, STK_E_ARG, "schema: field '%s' declared twice", name);
+        return stk_error_set(err, STK_E_ARG, "schema: field '%s' declared twice", name);
     stk_field *f = &s->fields[s->nfields];
     memset(f, 0, sizeof *f);
     strcpy(f->name, name);
@@ -47,8 +47,8 @@ int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned n
     stk_field *f = NULL;
     int rc = add_field(s, name, err, &f);
     if (rc) return rc;
-    if (!stk_dtype_size(dtype)) return stk_fail(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
-    if (ndim > STK_MAX_DIMS) return stk_fail(err, STK_E_ARG, "schema: field '%s': %u dimensions (at most %d)", name, ndim, STK_MAX_DIMS);
+    if (!stk_dtype_size(dtype)) return stk_error_set(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
+    if (ndim > STK_MAX_DIMS) return stk_error_set(err, STK_E_ARG, "schema: field '%s': %u dimensions (at most %d)", name, ndim, STK_MAX_DIMS);
     f->kind = STK_KIND_TENSOR;
     f->dtype = (uint8_t)dtype;
     f->codec = STK_CODEC_NONE;
@@ -107,40 +107,40 @@ uint64_t stk_field_stride(const stk_field *f)
 int stk_schema_validate(const stk_schema *s, stk_error *err)
 {
     if (s->nfields > STK_MAX_FIELDS)
-        return stk_fail(err, STK_E_FORMAT, "schema: %u fields (at most %d)", s->nfields, STK_MAX_FIELDS);
+        return stk_error_set(err, STK_E_FORMAT, "schema: %u fields (at most %d)", s->nfields, STK_MAX_FIELDS);
     for (uint32_t i = 0; i < s->nfields; i++) {
         const stk_field *f = &s->fields[i];
-        if (!stk_name_is_valid(f->name))
-            return stk_fail(err, STK_E_FORMAT, "schema: field %u: invalid name", i);
+        if (!stk__name_is_valid(f->name))
+            return stk_error_set(err, STK_E_FORMAT, "schema: field %u: invalid name", i);
         for (uint32_t j = 0; j < i; j++)
             if (strncmp(s->fields[j].name, f->name, STK_NAME_MAX) == 0)
-                return stk_fail(err, STK_E_FORMAT, "schema: field name '%s' repeated", f->name);
+                return stk_error_set(err, STK_E_FORMAT, "schema: field name '%s' repeated", f->name);
         if (f->codec != STK_CODEC_NONE && f->codec != STK_CODEC_ZSTD)
-            return stk_fail(err, STK_E_UNSUPPORTED,
+            return stk_error_set(err, STK_E_UNSUPPORTED,
                             "schema: field '%s' uses codec %u, which this build does not support",
                             f->name, f->codec);
         if (f->kind == STK_KIND_BYTES) {
             if (f->dtype != STK_DT_U8 || f->ndim != 0)
-                return stk_fail(err, STK_E_FORMAT, "schema: bytes field '%s' must have dtype u8 and no shape", f->name);
+                return stk_error_set(err, STK_E_FORMAT, "schema: bytes field '%s' must have dtype u8 and no shape", f->name);
             for (unsigned d = 0; d < STK_MAX_DIMS; d++)
-                if (f->shape[d]) return stk_fail(err, STK_E_FORMAT, "schema: bytes field '%s' has a shape", f->name);
+                if (f->shape[d]) return stk_error_set(err, STK_E_FORMAT, "schema: bytes field '%s' has a shape", f->name);
             continue;
         }
         if (f->kind != STK_KIND_TENSOR)
-            return stk_fail(err, STK_E_UNSUPPORTED, "schema: field '%s': kind %u is not supported by this build", f->name, f->kind);
+            return stk_error_set(err, STK_E_UNSUPPORTED, "schema: field '%s': kind %u is not supported by this build", f->name, f->kind);
         if (!stk_dtype_size(f->dtype))
-            return stk_fail(err, STK_E_UNSUPPORTED, "schema: field '%s': dtype %u is not supported by this build", f->name, f->dtype);
+            return stk_error_set(err, STK_E_UNSUPPORTED, "schema: field '%s': dtype %u is not supported by this build", f->name, f->dtype);
         if (f->ndim > STK_MAX_DIMS)
-            return stk_fail(err, STK_E_FORMAT, "schema: field '%s': %u dimensions (at most %d)", f->name, f->ndim, STK_MAX_DIMS);
+            return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': %u dimensions (at most %d)", f->name, f->ndim, STK_MAX_DIMS);
         for (unsigned d = 0; d < STK_MAX_DIMS; d++) {
             if (d < f->ndim && f->shape[d] == 0)
-                return stk_fail(err, STK_E_FORMAT, "schema: field '%s': dimension %u is 0", f->name, d);
+                return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': dimension %u is 0", f->name, d);
             if (d >= f->ndim && f->shape[d] != 0)
-                return stk_fail(err, STK_E_FORMAT, "schema: field '%s': shape entry %u set beyond ndim", f->name, d);
+                return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': shape entry %u set beyond ndim", f->name, d);
         }
         uint64_t st = stk_field_stride(f);
         if (st == 0 || st > STK_STRIDE_MAX)
-            return stk_fail(err, STK_E_FORMAT, "schema: field '%s': record size overflows (at most 2^40 bytes)", f->name);
+            return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': record size overflows (at most 2^40 bytes)", f->name);
     }
     return STK_OK;
 }
@@ -161,9 +161,9 @@ void stk_field_describe(const stk_field *f, char *buf, size_t cap)
 
 int stk_schema_set_codec(stk_schema *s, unsigned f, int codec, stk_error *err)
 {
-    if (!s || f >= s->nfields) return stk_fail(err, STK_E_RANGE, "schema: field %u out of range", f);
+    if (!s || f >= s->nfields) return stk_error_set(err, STK_E_RANGE, "schema: field %u out of range", f);
     if (codec != STK_CODEC_NONE && codec != STK_CODEC_ZSTD)
-        return stk_fail(err, STK_E_UNSUPPORTED, "schema: codec %d unknown (none or zstd)", codec);
+        return stk_error_set(err, STK_E_UNSUPPORTED, "schema: codec %d unknown (none or zstd)", codec);
     s->fields[f].codec = (uint8_t)codec;
     return STK_OK;
 }

@@ -22,7 +22,7 @@ struct stk_shard {
     const uint8_t *map;
     size_t size;
     bool owns_map;
-    stk_layout L;
+    stk__layout L;
     uint64_t index_hash; /* as stored in the footer */
     uint64_t dev, ino;   /* the file opened (0, 0 for memory) */
 };
@@ -31,14 +31,14 @@ static int check_footer(stk_shard *sh, stk_error *err)
 {
     const uint8_t *f = sh->map + sh->size - STK_FOOTER_SIZE;
     if (memcmp(f + F_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
-        return stk_fail(err, STK_E_FORMAT, "%s: footer magic missing at offset %zu (incomplete or corrupt file)",
+        return stk_error_set(err, STK_E_FORMAT, "%s: footer magic missing at offset %zu (incomplete or corrupt file)",
                         sh->path, sh->size - STK_FOOTER_SIZE);
     if (rd64(f + F_FILE_SIZE) != sh->L.file_size)
-        return stk_fail(err, STK_E_FORMAT, "%s: footer file size %llu disagrees with the header's %llu",
+        return stk_error_set(err, STK_E_FORMAT, "%s: footer file size %llu disagrees with the header's %llu",
                         sh->path, (unsigned long long)rd64(f + F_FILE_SIZE),
                         (unsigned long long)sh->L.file_size);
     if (rd64(f + F_RESERVED))
-        return stk_fail(err, STK_E_FORMAT, "%s: footer reserved bytes are not zero", sh->path);
+        return stk_error_set(err, STK_E_FORMAT, "%s: footer reserved bytes are not zero", sh->path);
     sh->index_hash = rd64(f + F_INDEX_HASH);
     return STK_OK;
 }
@@ -53,11 +53,11 @@ static int check_footer(stk_shard *sh, stk_error *err)
 static int check_blocks(const stk_shard *sh, uint32_t f, stk_error *err)
 {
     const stk_field *fd = &sh->L.schema.fields[f];
-    const stk_region *r = &sh->L.region[f];
-    const uint8_t *t = sh->map + r->data_off + stk_block_table_at(fd, sh->L.records);
-    uint64_t nb = rd64(t), room = (r->data_len - stk_block_table_at(fd, sh->L.records) - 8) / 16;
+    const stk__region *r = &sh->L.region[f];
+    const uint8_t *t = sh->map + r->data_off + stk__block_table_at(fd, sh->L.records);
+    uint64_t nb = rd64(t), room = (r->data_len - stk__block_table_at(fd, sh->L.records) - 8) / 16;
     if (nb + 1 != room || (nb == 0) != (sh->L.records == 0))
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': block table says %llu blocks, its region holds %llu",
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': block table says %llu blocks, its region holds %llu",
                         sh->path, fd->name, (unsigned long long)nb, (unsigned long long)(room ? room - 1 : 0));
     for (uint64_t k = 0; k <= nb; k++) {
         uint64_t rs = rd64(t + 8 + 16 * k), fo = rd64(t + 16 + 16 * k);
@@ -66,7 +66,7 @@ static int check_blocks(const stk_shard *sh, uint32_t f, stk_error *err)
         if (ok && k == nb) ok = rs == sh->L.records && fo == r->heap_len;
         if (ok && k && fd->kind == STK_KIND_TENSOR) ok = (rs - prs) <= STK_BLOCK_RAW_MAX / r->stride;
         if (!ok)
-            return stk_fail(err, STK_E_FORMAT, "%s: field '%s': block table entry %llu (record %llu, frame offset "
+            return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': block table entry %llu (record %llu, frame offset "
                             "%llu) is out of order or out of bounds", sh->path, fd->name, (unsigned long long)k,
                             (unsigned long long)rs, (unsigned long long)fo);
     }
@@ -76,19 +76,19 @@ static int check_blocks(const stk_shard *sh, uint32_t f, stk_error *err)
 static int check_heaps(const stk_shard *sh, stk_error *err)
 {
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
-        const stk_region *r = &sh->L.region[f];
-        if (stk_field_compressed(&sh->L.schema.fields[f])) {
+        const stk__region *r = &sh->L.region[f];
+        if (stk__field_compressed(&sh->L.schema.fields[f])) {
             int rc = check_blocks(sh, f, err);
             if (rc) return rc;
             if (sh->L.schema.fields[f].kind == STK_KIND_BYTES && rd64(sh->map + r->data_off) != 0)
-                return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets column does not start at 0", sh->path,
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column does not start at 0", sh->path,
                                 sh->L.schema.fields[f].name);
             continue;
         }
         if (sh->L.schema.fields[f].kind != STK_KIND_BYTES) continue;
         const uint8_t *col = sh->map + r->data_off;
         if (rd64(col) != 0 || rd64(col + 8 * sh->L.records) != r->heap_len)
-            return stk_fail(err, STK_E_FORMAT,
+            return stk_error_set(err, STK_E_FORMAT,
                             "%s: field '%s': offsets column does not span the %llu-byte heap (first %llu, last %llu)",
                             sh->path, sh->L.schema.fields[f].name, (unsigned long long)r->heap_len,
                             (unsigned long long)rd64(col), (unsigned long long)rd64(col + 8 * sh->L.records));
@@ -98,7 +98,7 @@ static int check_heaps(const stk_shard *sh, stk_error *err)
 
 static stk_shard *finish_open(stk_shard *sh, stk_error *err)
 {
-    if (stk_layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err) ||
+    if (stk__layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err) ||
         check_footer(sh, err) || check_heaps(sh, err)) {
         stk_shard_close(sh);
         return NULL;
@@ -108,25 +108,25 @@ static stk_shard *finish_open(stk_shard *sh, stk_error *err)
 
 stk_shard *stk_shard_open(const char *path, stk_error *err)
 {
-    if (!path) return stk_fail(err, STK_E_ARG, "stk_shard_open: NULL path"), NULL;
+    if (!path) return stk_error_set(err, STK_E_ARG, "stk_shard_open: NULL path"), NULL;
     stk_shard *sh = calloc(1, sizeof *sh);
     if (!sh || !(sh->path = strdup(path))) {
         free(sh);
-        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", path), NULL;
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", path), NULL;
     }
     /* O_NONBLOCK: a FIFO planted at the path must not hang open(). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
-        stk_fail_errno(err, STK_E_IO, errno, "%s: cannot open", path);
+        stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot open", path);
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        stk_fail(err, STK_E_IO, "%s: not a regular file", path);
+        stk_error_set(err, STK_E_IO, "%s: not a regular file", path);
         goto fail;
     }
     if ((uint64_t)st.st_size < STK_HEADER_FIXED) {
-        stk_fail(err, STK_E_TRUNCATED, "%s: file is %lld bytes, shorter than the %u-byte shard header",
+        stk_error_set(err, STK_E_TRUNCATED, "%s: file is %lld bytes, shorter than the %u-byte shard header",
                  path, (long long)st.st_size, STK_HEADER_FIXED);
         goto fail;
     }
@@ -135,7 +135,7 @@ stk_shard *stk_shard_open(const char *path, stk_error *err)
     sh->ino = (uint64_t)st.st_ino;
     void *m = mmap(NULL, sh->size, PROT_READ, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
-        stk_fail_errno(err, STK_E_IO, errno, "%s: mmap failed", path);
+        stk__error_set_errno(err, STK_E_IO, errno, "%s: mmap failed", path);
         goto fail;
     }
     close(fd);
@@ -151,17 +151,17 @@ fail:
 
 stk_shard *stk_shard_open_memory(const void *data, size_t len, const char *name, stk_error *err)
 {
-    if (!data && len) return stk_fail(err, STK_E_ARG, "stk_shard_open_memory: NULL data"), NULL;
+    if (!data && len) return stk_error_set(err, STK_E_ARG, "stk_shard_open_memory: NULL data"), NULL;
     if (!name) name = "<memory>";
     stk_shard *sh = calloc(1, sizeof *sh);
     if (!sh || !(sh->path = strdup(name))) {
         free(sh);
-        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", name), NULL;
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name), NULL;
     }
     sh->map = data;
     sh->size = len;
     if (len < STK_HEADER_FIXED) {
-        stk_fail(err, STK_E_TRUNCATED, "%s: %zu bytes, shorter than the %u-byte shard header", name, len,
+        stk_error_set(err, STK_E_TRUNCATED, "%s: %zu bytes, shorter than the %u-byte shard header", name, len,
                  STK_HEADER_FIXED);
         stk_shard_close(sh);
         return NULL;
@@ -196,7 +196,7 @@ void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor)
 const void *stk_shard_field_base(const stk_shard *sh, unsigned f)
 {
     if (f >= sh->L.schema.nfields || sh->L.schema.fields[f].kind != STK_KIND_TENSOR ||
-        stk_field_compressed(&sh->L.schema.fields[f]))
+        stk__field_compressed(&sh->L.schema.fields[f]))
         return NULL;
     return sh->map + sh->L.region[f].data_off;
 }
@@ -211,8 +211,8 @@ uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i)
 static int locate(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t **data, uint64_t *size,
                   char *what, size_t cap)
 {
-    const stk_region *r = &sh->L.region[f];
-    if (stk_field_compressed(&sh->L.schema.fields[f])) {
+    const stk__region *r = &sh->L.region[f];
+    if (stk__field_compressed(&sh->L.schema.fields[f])) {
         snprintf(what, cap, "the field is compressed (zstd): read it by blocks or through the reader");
         return STK_E_UNSUPPORTED;
     }
@@ -246,16 +246,16 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
                     stk_error *err)
 {
     if (f >= sh->L.schema.nfields)
-        return stk_fail(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
+        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
                         sh->L.schema.nfields);
     if (i >= sh->L.records)
-        return stk_fail(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
+        return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
                         (unsigned long long)i, (unsigned long long)sh->L.records);
     char what[160];
     const uint8_t *p;
     int rc = locate(sh, f, i, &p, size, what, sizeof what);
     if (rc)
-        return stk_fail(err, rc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
+        return stk_error_set(err, rc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
                         sh->L.schema.fields[f].name, what);
     *data = p;
     return STK_OK;
@@ -263,18 +263,18 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
 
 int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err)
 {
-    stk_hasher *h = stk_hasher_new();
-    if (!h) return stk_fail(err, STK_E_NOMEM, "out of memory");
-    stk_hasher_update(h, sh->map, sh->L.header_size);
-    stk_hasher_update(h, sh->map + sh->L.cksum_off, (size_t)sh->L.cksum_len);
-    uint64_t got = stk_hasher_digest(h);
-    stk_hasher_free(h);
+    stk__hasher *h = stk__hasher_new();
+    if (!h) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    stk__hasher_update(h, sh->map, sh->L.header_size);
+    stk__hasher_update(h, sh->map + sh->L.cksum_off, (size_t)sh->L.cksum_len);
+    uint64_t got = stk__hasher_digest(h);
+    stk__hasher_free(h);
     if (got != sh->index_hash)
-        return stk_fail(err, STK_E_CHECKSUM,
+        return stk_error_set(err, STK_E_CHECKSUM,
                         "%s: checksum table corrupt: footer hash %016llx, computed %016llx", sh->path,
                         (unsigned long long)sh->index_hash, (unsigned long long)got);
     if (expect && expect != sh->index_hash)
-        return stk_fail(err, STK_E_MANIFEST,
+        return stk_error_set(err, STK_E_MANIFEST,
                         "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
                         sh->path, (unsigned long long)sh->index_hash, (unsigned long long)expect);
     return STK_OK;
@@ -286,9 +286,9 @@ static void prefetch(const stk_shard *sh, uint64_t first, uint64_t n)
     if (!sh->owns_map || n == 0) return;
     uintptr_t page = 4096;
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
-        const stk_region *r = &sh->L.region[f];
+        const stk__region *r = &sh->L.region[f];
         uint64_t off, len;
-        if (stk_field_compressed(&sh->L.schema.fields[f])) continue; /* blocks are read whole */
+        if (stk__field_compressed(&sh->L.schema.fields[f])) continue; /* blocks are read whole */
         if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
             off = r->data_off + first * r->stride, len = n * r->stride;
         } else { /* the heap span is not known without reading offsets: take the column */
@@ -303,21 +303,21 @@ static void prefetch(const stk_shard *sh, uint64_t first, uint64_t n)
 
 static const uint8_t *block_table(const stk_shard *sh, unsigned f)
 {
-    return sh->map + sh->L.region[f].data_off + stk_block_table_at(&sh->L.schema.fields[f], sh->L.records);
+    return sh->map + sh->L.region[f].data_off + stk__block_table_at(&sh->L.schema.fields[f], sh->L.records);
 }
 
 static int need_compressed(const stk_shard *sh, unsigned f, stk_error *err)
 {
     if (f >= sh->L.schema.nfields)
-        return stk_fail(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f, sh->L.schema.nfields);
-    if (!stk_field_compressed(&sh->L.schema.fields[f]))
-        return stk_fail(err, STK_E_ARG, "%s: field '%s' is not compressed", sh->path, sh->L.schema.fields[f].name);
+        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f, sh->L.schema.nfields);
+    if (!stk__field_compressed(&sh->L.schema.fields[f]))
+        return stk_error_set(err, STK_E_ARG, "%s: field '%s' is not compressed", sh->path, sh->L.schema.fields[f].name);
     return STK_OK;
 }
 
 uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f)
 {
-    if (f >= sh->L.schema.nfields || !stk_field_compressed(&sh->L.schema.fields[f])) return 0;
+    if (f >= sh->L.schema.nfields || !stk__field_compressed(&sh->L.schema.fields[f])) return 0;
     return rd64(block_table(sh, f));
 }
 
@@ -326,7 +326,7 @@ int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *
     int rc = need_compressed(sh, f, err);
     if (rc) return rc;
     if (i >= sh->L.records)
-        return stk_fail(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
+        return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
                         (unsigned long long)i, (unsigned long long)sh->L.records);
     const uint8_t *t = block_table(sh, f) + 8;
     uint64_t lo = 0, hi = rd64(t - 8); /* first[lo] <= i < first[hi] (checked at open) */
@@ -351,7 +351,7 @@ static int raw_size(const stk_shard *sh, unsigned f, uint64_t first, uint64_t en
     const uint8_t *col = sh->map + sh->L.region[f].data_off;
     uint64_t a = rd64(col + 8 * first), b = rd64(col + 8 * end);
     if (b < a || b - a > STK_BLOCK_RAW_MAX)
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s': offsets %llu..%llu of records %llu..%llu are not a "
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets %llu..%llu of records %llu..%llu are not a "
                         "block of at most 1 GiB", sh->path, fd->name, (unsigned long long)a, (unsigned long long)b,
                         (unsigned long long)first, (unsigned long long)end);
     *raw = b - a;
@@ -365,7 +365,7 @@ int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64
     if (rc) return rc;
     const uint8_t *t = block_table(sh, f);
     if (block >= rd64(t))
-        return stk_fail(err, STK_E_RANGE, "%s: field '%s': block %llu out of range (%llu blocks)", sh->path,
+        return stk_error_set(err, STK_E_RANGE, "%s: field '%s': block %llu out of range (%llu blocks)", sh->path,
                         sh->L.schema.fields[f].name, (unsigned long long)block, (unsigned long long)rd64(t));
     uint64_t a = rd64(t + 8 + 16 * block), b = rd64(t + 8 + 16 * (block + 1)), raw = 0;
     if ((rc = raw_size(sh, f, a, b, &raw, err))) return rc;
@@ -382,13 +382,13 @@ int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *
     int rc = stk_shard_block_info(sh, f, block, &first, &count, &raw, &packed, err);
     if (rc) return rc;
     if (cap < raw)
-        return stk_fail(err, STK_E_ARG, "%s: block %llu needs %llu bytes, %llu given", sh->path,
+        return stk_error_set(err, STK_E_ARG, "%s: block %llu needs %llu bytes, %llu given", sh->path,
                         (unsigned long long)block, (unsigned long long)raw, (unsigned long long)cap);
     const uint8_t *t = block_table(sh, f);
     const uint8_t *src = sh->map + sh->L.region[f].heap_off + rd64(t + 16 + 16 * block);
     size_t got = ZSTD_decompress(dst, (size_t)raw, src, (size_t)packed);
     if (ZSTD_isError(got) || got != raw)
-        return stk_fail(err, STK_E_FORMAT, "%s: field '%s', block %llu (records %llu..%llu): the zstd frame %s",
+        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s', block %llu (records %llu..%llu): the zstd frame %s",
                         sh->path, sh->L.schema.fields[f].name, (unsigned long long)block, (unsigned long long)first,
                         (unsigned long long)(first + count - 1),
                         ZSTD_isError(got) ? ZSTD_getErrorName(got) : "decompresses to a different size");
@@ -402,7 +402,7 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
     int rc = stk_shard_block_info(sh, f, block, &first, &count, NULL, NULL, err);
     if (rc) return rc;
     if (i < first || i - first >= count)
-        return stk_fail(err, STK_E_RANGE, "%s: record %llu is not in block %llu", sh->path, (unsigned long long)i,
+        return stk_error_set(err, STK_E_RANGE, "%s: record %llu is not in block %llu", sh->path, (unsigned long long)i,
                         (unsigned long long)block);
     if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
         *size = sh->L.region[f].stride;
@@ -412,7 +412,7 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
     const uint8_t *col = sh->map + sh->L.region[f].data_off;
     uint64_t base = rd64(col + 8 * first), a = rd64(col + 8 * i), b = rd64(col + 8 * (i + 1));
     if (a < base || b < a || b > rd64(col + 8 * (first + count)))
-        return stk_fail(err, STK_E_FORMAT, "%s: record %llu, field '%s': offsets [%llu, %llu) are not an increasing "
+        return stk_error_set(err, STK_E_FORMAT, "%s: record %llu, field '%s': offsets [%llu, %llu) are not an increasing "
                         "range inside its block", sh->path, (unsigned long long)i, sh->L.schema.fields[f].name,
                         (unsigned long long)a, (unsigned long long)b);
     *data = (const uint8_t *)raw + (a - base);
@@ -423,7 +423,7 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
 int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c, const void **data,
                        uint64_t *size, stk_error *err)
 {
-    if (f >= sh->L.schema.nfields || !stk_field_compressed(&sh->L.schema.fields[f]))
+    if (f >= sh->L.schema.nfields || !stk__field_compressed(&sh->L.schema.fields[f]))
         return stk_shard_value(sh, f, i, data, size, err);
     uint64_t b, raw;
     int rc = stk_shard_block_find(sh, f, i, &b, err);
@@ -433,7 +433,7 @@ int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cu
         if ((rc = stk_shard_block_info(sh, f, b, NULL, NULL, &raw, NULL, err))) return rc;
         if (raw + 1 > c->cap) {
             uint8_t *p = realloc(c->raw, raw + 1);
-            if (!p) return stk_fail(err, STK_E_NOMEM, "out of memory for a %llu-byte block", (unsigned long long)raw);
+            if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory for a %llu-byte block", (unsigned long long)raw);
             c->raw = p;
             c->cap = raw + 1;
         }
@@ -518,7 +518,7 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
         if (cend < end) prefetch(sh, cend, end - cend < chunk ? end - cend : chunk);
         for (uint64_t i = c; i < cend; i++)
             for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
-                if (stk_field_compressed(&sh->L.schema.fields[f])) continue; /* below, by blocks */
+                if (stk__field_compressed(&sh->L.schema.fields[f])) continue; /* below, by blocks */
                 const uint8_t *p;
                 uint64_t size;
                 char what[200];
@@ -535,7 +535,7 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
             }
     }
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++)
-        if (stk_field_compressed(&sh->L.schema.fields[f])) problems += verify_blocks(sh, f, first, end, fn, user);
+        if (stk__field_compressed(&sh->L.schema.fields[f])) problems += verify_blocks(sh, f, first, end, fn, user);
     return problems;
 }
 
@@ -554,7 +554,7 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
     s[n++] = (span){0, sh->L.header_size};
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
         s[n++] = (span){sh->L.region[f].data_off, sh->L.region[f].data_len};
-        if (sh->L.schema.fields[f].kind == STK_KIND_BYTES || stk_field_compressed(&sh->L.schema.fields[f]))
+        if (sh->L.schema.fields[f].kind == STK_KIND_BYTES || stk__field_compressed(&sh->L.schema.fields[f]))
             s[n++] = (span){sh->L.region[f].heap_off, sh->L.region[f].heap_len};
     }
     s[n++] = (span){sh->L.cksum_off, sh->L.file_size - sh->L.cksum_off}; /* table + footer */
@@ -579,10 +579,10 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
 uint64_t stk_shard_file_hash(const stk_shard *sh)
 {
     if (sh->owns_map) madvise((void *)sh->map, sh->size, MADV_SEQUENTIAL);
-    stk_hasher *h = stk_hasher_new();
+    stk__hasher *h = stk__hasher_new();
     if (!h) return 0;
-    stk_hasher_update(h, sh->map, sh->size);
-    uint64_t v = stk_hasher_digest(h);
-    stk_hasher_free(h);
+    stk__hasher_update(h, sh->map, sh->size);
+    uint64_t v = stk__hasher_digest(h);
+    stk__hasher_free(h);
     return v;
 }

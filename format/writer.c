@@ -115,7 +115,7 @@ typedef struct {
     int dfd;                 /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
     int err;                 /* sticky: a write failed (with e)   */
     stk_error e;
-    stk_hasher *fh;          /* whole-file hash, fed in file order */
+    stk__hasher *fh;          /* whole-file hash, fed in file order */
     uint64_t expect;         /* the record count the header was made for */
     uint8_t *hdr;            /* that header                        */
     size_t hdr_len;
@@ -144,7 +144,7 @@ struct stk_writer {
     uint64_t block_first[STK_MAX_FIELDS], raw_total[STK_MAX_FIELDS];
     /* with compression threads (zpool.c): blocks submitted, not yet taken back */
     unsigned zthreads;
-    stk_zpool *pool;
+    stk__zpool *pool;
     uint64_t zpending_raw[STK_MAX_FIELDS], zpending_n[STK_MAX_FIELDS];
 };
 
@@ -170,11 +170,11 @@ static void writer_free(stk_writer *w)
 
 stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_error *err)
 {
-    if (!path || !schema) return stk_fail(err, STK_E_ARG, "stk_writer_create: NULL argument"), NULL;
-    if (schema->nfields == 0) return stk_fail(err, STK_E_ARG, "%s: schema has no fields", path), NULL;
+    if (!path || !schema) return stk_error_set(err, STK_E_ARG, "stk_writer_create: NULL argument"), NULL;
+    if (schema->nfields == 0) return stk_error_set(err, STK_E_ARG, "%s: schema has no fields", path), NULL;
     if (stk_schema_validate(schema, err)) return NULL;
     stk_writer *w = calloc(1, sizeof *w);
-    if (!w) return stk_fail(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!w) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     w->fd = -1;
     w->schema = *schema;
     size_t n = strlen(path);
@@ -190,7 +190,7 @@ stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_er
         w->offsets[f].len = 8;
     }
     for (uint32_t f = 0; f < schema->nfields; f++) {
-        if (!stk_field_compressed(&schema->fields[f])) continue;
+        if (!stk__field_compressed(&schema->fields[f])) continue;
         w->level[f] = 3;
         w->block_bytes[f] = (uint64_t)1 << 20;
         if (!buf_reserve(&w->table[f], 16)) goto nomem;
@@ -198,18 +198,18 @@ stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_er
         w->table[f].len = 16;
         if (!w->cctx && !(w->cctx = ZSTD_createCCtx())) goto nomem;
     }
-    w->direct = schema->fields[0].kind == STK_KIND_TENSOR && !stk_field_compressed(&schema->fields[0]);
-    align_ok(stk_header_size(schema->nfields), STK_ALIGN, &w->direct_off);
+    w->direct = schema->fields[0].kind == STK_KIND_TENSOR && !stk__field_compressed(&schema->fields[0]);
+    align_ok(stk__header_size(schema->nfields), STK_ALIGN, &w->direct_off);
     if (w->direct && !buf_reserve(&w->direct_buf, DIRECT_BUF)) goto nomem;
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        stk_fail_errno(err, STK_E_IO, errno, "%s: cannot create", w->tmp);
+        stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot create", w->tmp);
         writer_free(w);
         return NULL;
     }
     return w;
 nomem:
-    stk_fail(err, STK_E_NOMEM, "%s: out of memory", path);
+    stk_error_set(err, STK_E_NOMEM, "%s: out of memory", path);
     writer_free(w);
     return NULL;
 }
@@ -217,7 +217,7 @@ nomem:
 static int flush_direct(stk_writer *w, stk_error *err)
 {
     if (!w->direct_buf.len) return STK_OK;
-    int rc = stk_pwrite_all(w->fd, w->direct_buf.p, w->direct_buf.len, w->direct_off, w->tmp, err);
+    int rc = stk__pwrite_all(w->fd, w->direct_buf.p, w->direct_buf.len, w->direct_off, w->tmp, err);
     if (rc) {
         w->failed = rc;
         return rc;
@@ -235,28 +235,28 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
     for (uint32_t f = 0; f < s->nfields; f++) {
         const stk_field *fd = &s->fields[f];
         if (!v[f].data && v[f].size)
-            return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': NULL data", w->path,
+            return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': NULL data", w->path,
                             (unsigned long long)w->records, fd->name);
         if (fd->kind == STK_KIND_TENSOR && v[f].size != stk_field_stride(fd))
-            return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': value is %llu bytes, expected %llu",
+            return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': value is %llu bytes, expected %llu",
                             w->path, (unsigned long long)w->records, fd->name,
                             (unsigned long long)v[f].size, (unsigned long long)stk_field_stride(fd));
         if (v[f].size > SIZE_MAX / 4)
-            return stk_fail(err, STK_E_ARG, "%s: record %llu, field '%s': value too large", w->path,
+            return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': value too large", w->path,
                             (unsigned long long)w->records, fd->name);
-        buf_t *dst = stk_field_compressed(fd) ? &w->raw[f] : &w->spool[f];
+        buf_t *dst = stk__field_compressed(fd) ? &w->raw[f] : &w->spool[f];
         bool ok = (f == 0 && w->direct) || buf_reserve(dst, (size_t)v[f].size);
         if (ok && fd->kind == STK_KIND_BYTES) ok = buf_reserve(&w->offsets[f], 8);
-        if (!ok) return stk_fail(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path, fd->name);
+        if (!ok) return stk_error_set(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path, fd->name);
     }
     if (!buf_reserve(&w->cksum, 8 * (size_t)s->nfields))
-        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
     return STK_OK;
 }
 
 /* ------------------------------------------------------------ streaming */
 
-static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk_layout *L,
+static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk__layout *L,
                          stk_error *err);
 
 /* Write n chunks that lie back to back from file offset off. With O_DIRECT
@@ -283,7 +283,7 @@ static int stream_write(stk_writer *w, stream_t *st, const chunk_t *c, unsigned 
         while (r < 0 && errno == EINTR);
         if (r >= (ssize_t)total) return STK_OK; /* the zero padding need not land */
         if (r < 0 && errno != EINVAL)
-            return stk_fail_errno(err, STK_E_IO, errno, "%s: write at offset %llu failed", w->tmp,
+            return stk__error_set_errno(err, STK_E_IO, errno, "%s: write at offset %llu failed", w->tmp,
                                   (unsigned long long)off);
         if (r > 0) done = (size_t)r;
         else close(st->dfd), st->dfd = -1;
@@ -293,7 +293,7 @@ static int stream_write(stk_writer *w, stream_t *st, const chunk_t *c, unsigned 
             done -= c[i].len;
             continue;
         }
-        int rc = stk_pwrite_all(w->fd, c[i].p + done, c[i].len - done, off + done, w->tmp, err);
+        int rc = stk__pwrite_all(w->fd, c[i].p + done, c[i].len - done, off + done, w->tmp, err);
         if (rc) return rc;
         done = 0;
     }
@@ -351,7 +351,7 @@ static void *stream_thread(void *arg)
         if (!skip) {
             /* A lent value that comes with its block sums is not read
              * again (hash_blocks.h): 64 bytes a kilobyte, and one block. */
-            for (unsigned i = 0; i < n; i++) stk_hasher_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
+            for (unsigned i = 0; i < n; i++) stk__hasher_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
             rc = stream_write(w, st, run, n, off, &e);
         }
         pthread_mutex_lock(&st->lock);
@@ -390,7 +390,7 @@ static void stream_free(stream_t *st)
 {
     for (unsigned b = 0; b < STREAM_NBUF; b++) free(st->buf[b]);
     if (st->dfd >= 0) close(st->dfd);
-    stk_hasher_free(st->fh);
+    stk__hasher_free(st->fh);
     free(st->hdr);
     pthread_cond_destroy(&st->cv_room);
     pthread_cond_destroy(&st->cv_work);
@@ -406,7 +406,7 @@ static int stream_push_locked(stream_t *st, const chunk_t *c, stk_error *err)
         pthread_cond_signal(&st->cv_work);
         pthread_cond_wait(&st->cv_room, &st->lock);
     }
-    if (st->err) return stk_fail(err, st->err, "%s", st->e.msg);
+    if (st->err) return stk_error_set(err, st->err, "%s", st->e.msg);
     st->q[(st->qhead + st->qlen) % STREAM_QCAP] = *c;
     st->qlen++;
     st->qbytes += c->len;
@@ -446,13 +446,13 @@ static int stream_take_buf(stk_writer *w, stk_error *err)
         pthread_cond_signal(&st->cv_work);
         pthread_cond_wait(&st->cv_room, &st->lock);
     }
-    if (st->err) rc = stk_fail(err, st->err, "%s", st->e.msg);
+    if (st->err) rc = stk_error_set(err, st->err, "%s", st->e.msg);
     pthread_mutex_unlock(&st->lock);
     if (!rc && !st->buf[st->fill] &&
         posix_memalign((void **)&st->buf[st->fill], STREAM_ALIGN, STREAM_BUF) != 0) {
         st->buf[st->fill] = NULL;
         st->fill = -1;
-        rc = stk_fail(err, STK_E_NOMEM, "%s: out of memory for write buffers", w->path);
+        rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory for write buffers", w->path);
     }
     st->fill_len = 0;
     return rc ? (w->failed = rc) : STK_OK;
@@ -509,7 +509,7 @@ static int stream_drain(stk_writer *w, stk_error *err)
     }
     int rc = stream_push_fill(w, err);
     stream_stop(st, false);
-    if (!rc && st->err) rc = stk_fail(err, st->err, "%s", st->e.msg);
+    if (!rc && st->err) rc = stk_error_set(err, st->err, "%s", st->e.msg);
     if (rc) w->failed = rc;
     w->direct_off = st->off;
     return rc;
@@ -517,16 +517,16 @@ static int stream_drain(stk_writer *w, stk_error *err)
 
 int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
 {
-    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_expect: NULL writer");
+    if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_expect: NULL writer");
     if (w->records || w->st || !w->direct || records == 0) return STK_OK; /* too late, or nothing to gain */
     for (uint32_t f = 0; f < w->schema.nfields; f++)
-        if (w->schema.fields[f].kind != STK_KIND_TENSOR || stk_field_compressed(&w->schema.fields[f]))
+        if (w->schema.fields[f].kind != STK_KIND_TENSOR || stk__field_compressed(&w->schema.fields[f]))
             return STK_OK; /* heap or frame sizes unknown up front */
-    stk_layout L;
+    stk__layout L;
     int rc = make_layout_n(w, records, NULL, &L, err);
     if (rc) return rc;
     stream_t *st = calloc(1, sizeof *st);
-    if (!st) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!st) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     st->dfd = -1;
     st->fill = -1;
     pthread_mutex_init(&st->lock, NULL);
@@ -536,19 +536,19 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     pthread_cond_init(&st->cv_work, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&st->cv_room, NULL);
-    if (!(st->fh = stk_hasher_new()) || !(st->hdr = calloc(1, L.header_size))) {
+    if (!(st->fh = stk__hasher_new()) || !(st->hdr = calloc(1, L.header_size))) {
         stream_free(st);
-        return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
     }
     st->expect = records;
     st->hdr_len = L.header_size;
-    stk_layout_encode(&L, st->hdr);
+    stk__layout_encode(&L, st->hdr);
     /* The file starts with the header and zeros up to field 0's region. */
     static const uint8_t zeros[STK_ALIGN];
-    stk_hasher_update(st->fh, st->hdr, st->hdr_len);
+    stk__hasher_update(st->fh, st->hdr, st->hdr_len);
     for (uint64_t at = st->hdr_len; at < L.region[0].data_off;) {
         size_t k = (size_t)(L.region[0].data_off - at < sizeof zeros ? L.region[0].data_off - at : sizeof zeros);
-        stk_hasher_update(st->fh, zeros, k);
+        stk__hasher_update(st->fh, zeros, k);
         at += k;
     }
     st->off = st->qoff = L.region[0].data_off;
@@ -559,7 +559,7 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     if (pthread_create(&st->thread, NULL, stream_thread, w) != 0) {
         w->st = NULL;
         stream_free(st);
-        return stk_fail(err, STK_E_NOMEM, "%s: cannot start the write thread", w->path);
+        return stk_error_set(err, STK_E_NOMEM, "%s: cannot start the write thread", w->path);
     }
     st->thread_on = true;
     return STK_OK;
@@ -569,19 +569,19 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
 /* The whole-file hash of a streamed shard: everything after field 0's data
  * (the other regions, checksum table, footer and the zero gaps between them)
  * is in memory; lay it out as in the file and hash it after the data. */
-static int stream_hash_tail(stk_writer *w, const stk_layout *L, const uint8_t *foot, uint64_t *out,
+static int stream_hash_tail(stk_writer *w, const stk__layout *L, const uint8_t *foot, uint64_t *out,
                             stk_error *err)
 {
     uint64_t from = L->region[0].data_off + L->region[0].data_len;
     size_t n = (size_t)(L->file_size - from);
     uint8_t *t = calloc(1, n ? n : 1);
-    if (!t) return stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!t) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (uint32_t f = 1; f < w->schema.nfields; f++)
         memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
     memcpy(t + (L->cksum_off - from), w->cksum.p, w->cksum.len);
     memcpy(t + n - STK_FOOTER_SIZE, foot, STK_FOOTER_SIZE);
-    stk_hasher_update(w->st->fh, t, n);
-    *out = stk_hasher_digest(w->st->fh);
+    stk__hasher_update(w->st->fh, t, n);
+    *out = stk__hasher_digest(w->st->fh);
     free(t);
     return STK_OK;
 }
@@ -607,7 +607,7 @@ static int append_field0(stk_writer *w, const stk_value *v0, const stk_prehash *
     bool big = n >= DIRECT_BIG;
     if ((big || w->direct_buf.len + n > DIRECT_BUF) && (rc = flush_direct(w, err))) return rc;
     if (big) {
-        if ((rc = stk_pwrite_all(w->fd, v0->data, n, w->direct_off, w->tmp, err))) return w->failed = rc;
+        if ((rc = stk__pwrite_all(w->fd, v0->data, n, w->direct_off, w->tmp, err))) return w->failed = rc;
         w->direct_off += n;
     } else {
         memcpy(w->direct_buf.p + w->direct_buf.len, v0->data, n);
@@ -619,8 +619,8 @@ static int append_field0(stk_writer *w, const stk_value *v0, const stk_prehash *
 static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk_lent_done_fn done, void *ctx,
                   bool *lent, stk_error *err)
 {
-    if (!w || !v) return stk_fail(err, STK_E_ARG, "stk_writer_append: NULL argument");
-    if (w->failed) return stk_fail(err, w->failed, "%s: an earlier write failed", w->path);
+    if (!w || !v) return stk_error_set(err, STK_E_ARG, "stk_writer_append: NULL argument");
+    if (w->failed) return stk_error_set(err, w->failed, "%s: an earlier write failed", w->path);
     int rc = prepare(w, v, err);
     if (rc) return rc;
     const stk_schema *s = &w->schema;
@@ -630,7 +630,7 @@ static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk
         wr64(w->cksum.p + w->cksum.len, h);
         w->cksum.len += 8;
         if (f == 0 && w->direct) continue;
-        bool z = stk_field_compressed(&s->fields[f]);
+        bool z = stk__field_compressed(&s->fields[f]);
         buf_t *dst = z ? &w->raw[f] : &w->spool[f];
         if (v[f].size) memcpy(dst->p + dst->len, v[f].data, (size_t)v[f].size);
         dst->len += (size_t)v[f].size;
@@ -642,7 +642,7 @@ static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk
     }
     w->records++;
     for (uint32_t f = 0; f < s->nfields; f++)
-        if (stk_field_compressed(&s->fields[f]) && w->raw[f].len >= w->block_bytes[f] &&
+        if (stk__field_compressed(&s->fields[f]) && w->raw[f].len >= w->block_bytes[f] &&
             (rc = close_block(w, f, err)))
             return w->failed = rc; /* the record is in: a writer that cannot compress is done */
     return STK_OK;
@@ -665,24 +665,24 @@ int stk_writer_append_lent(stk_writer *w, const stk_value *v, const stk_prehash 
 
 int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err)
 {
-    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_compression: NULL writer");
-    if (w->records) return stk_fail(err, STK_E_ARG, "%s: compression is set before the first record", w->path);
+    if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_compression: NULL writer");
+    if (w->records) return stk_error_set(err, STK_E_ARG, "%s: compression is set before the first record", w->path);
     if (level < 0 || level > ZSTD_maxCLevel())
-        return stk_fail(err, STK_E_ARG, "%s: zstd level %d out of range (1..%d)", w->path, level, ZSTD_maxCLevel());
+        return stk_error_set(err, STK_E_ARG, "%s: zstd level %d out of range (1..%d)", w->path, level, ZSTD_maxCLevel());
     if (block_bytes > STK_BLOCK_RAW_MAX / 2)
-        return stk_fail(err, STK_E_ARG, "%s: block size %llu over %llu", w->path, (unsigned long long)block_bytes,
+        return stk_error_set(err, STK_E_ARG, "%s: block size %llu over %llu", w->path, (unsigned long long)block_bytes,
                         (unsigned long long)(STK_BLOCK_RAW_MAX / 2));
     for (uint32_t i = 0; i < w->schema.nfields; i++) {
         if (f != UINT32_MAX && i != f) continue;
-        if (!stk_field_compressed(&w->schema.fields[i])) {
+        if (!stk__field_compressed(&w->schema.fields[i])) {
             if (f == UINT32_MAX) continue;
-            return stk_fail(err, STK_E_ARG, "%s: field '%s' is not compressed", w->path, w->schema.fields[i].name);
+            return stk_error_set(err, STK_E_ARG, "%s: field '%s' is not compressed", w->path, w->schema.fields[i].name);
         }
         w->level[i] = level ? level : 3;
         w->block_bytes[i] = block_bytes ? block_bytes : (uint64_t)1 << 20;
     }
     if (f != UINT32_MAX && f >= w->schema.nfields)
-        return stk_fail(err, STK_E_RANGE, "%s: field %u out of range", w->path, f);
+        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range", w->path, f);
     return STK_OK;
 }
 
@@ -690,23 +690,23 @@ uint64_t stk_writer_records(const stk_writer *w) { return w ? w->records : 0; }
 
 int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err)
 {
-    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_threads: NULL writer");
-    if (w->records) return stk_fail(err, STK_E_ARG, "%s: threads are set before the first record", w->path);
+    if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_threads: NULL writer");
+    if (w->records) return stk_error_set(err, STK_E_ARG, "%s: threads are set before the first record", w->path);
     w->zthreads = threads > 64 ? 64 : threads;
     return STK_OK;
 }
 
 /* A frame back from the pool, in block order: append it and its table entry. */
-static int take_frame(stk_writer *w, const stk_zframe *z, stk_error *err)
+static int take_frame(stk_writer *w, const stk__zframe *z, stk_error *err)
 {
     uint32_t f = z->field;
     int rc = STK_OK;
     if (z->err)
-        rc = z->err == STK_E_NOMEM ? stk_fail(err, STK_E_NOMEM, "%s: out of memory compressing", w->path)
-                                   : stk_fail(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path,
+        rc = z->err == STK_E_NOMEM ? stk_error_set(err, STK_E_NOMEM, "%s: out of memory compressing", w->path)
+                                   : stk_error_set(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path,
                                               w->schema.fields[f].name, ZSTD_getErrorName(z->zerr));
     else if (!buf_reserve(&w->spool[f], z->len) || !buf_reserve(&w->table[f], 16))
-        rc = stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+        rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
     if (!rc) {
         memcpy(w->spool[f].p + w->spool[f].len, z->frame, z->len);
         w->spool[f].len += z->len;
@@ -724,7 +724,7 @@ static int take_frame(stk_writer *w, const stk_zframe *z, stk_error *err)
  * for every one; else wait only while too many blocks are in flight. */
 static int drain_pool(stk_writer *w, bool all, stk_error *err)
 {
-    stk_zframe z;
+    stk__zframe z;
     int rc = STK_OK;
     while (w->pool) {
         bool must = all ? stk__zpool_pending(w->pool) > 0 : stk__zpool_pending(w->pool) > 2u * w->zthreads;
@@ -743,12 +743,12 @@ static int close_block(stk_writer *w, uint32_t f, stk_error *err)
 {
     if (w->zthreads > 1) {
         if (!w->pool && !(w->pool = stk__zpool_new(w->zthreads)))
-            return stk_fail(err, STK_E_NOMEM, "%s: cannot start compression threads", w->path);
+            return stk_error_set(err, STK_E_NOMEM, "%s: cannot start compression threads", w->path);
         buf_t *raw = &w->raw[f];
         uint8_t *p = raw->p ? raw->p : malloc(1);
         if (!p || stk__zpool_submit(w->pool, f, p, raw->len, w->level[f], w->records)) {
             if (!raw->p) free(p);
-            return stk_fail(err, STK_E_NOMEM, "%s: out of memory", w->path);
+            return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
         }
         w->zpending_raw[f] += raw->len;
         w->zpending_n[f]++;
@@ -759,11 +759,11 @@ static int close_block(stk_writer *w, uint32_t f, stk_error *err)
     buf_t *raw = &w->raw[f], *out = &w->spool[f];
     size_t bound = ZSTD_compressBound(raw->len);
     if (!buf_reserve(out, bound) || !buf_reserve(&w->table[f], 16))
-        return stk_fail(err, STK_E_NOMEM, "%s: out of memory compressing field '%s'", w->path,
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory compressing field '%s'", w->path,
                         w->schema.fields[f].name);
     size_t n = ZSTD_compressCCtx(w->cctx, out->p + out->len, bound, raw->p, raw->len, w->level[f]);
     if (ZSTD_isError(n))
-        return stk_fail(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path, w->schema.fields[f].name,
+        return stk_error_set(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path, w->schema.fields[f].name,
                         ZSTD_getErrorName(n));
     out->len += n;
     raw->len = 0;
@@ -777,19 +777,19 @@ static int close_block(stk_writer *w, uint32_t f, stk_error *err)
 /* Fill in lengths and place every region, as if `extra` (may be NULL) were
  * appended too. Pending compressed records count uncompressed (and one more
  * table entry): an estimate until finish closes the last blocks. */
-static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk_layout *L,
+static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk__layout *L,
                          stk_error *err)
 {
     memset(L, 0, sizeof *L);
     L->schema = w->schema;
     L->records = records;
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
-        stk_region *r = &L->region[f];
+        stk__region *r = &L->region[f];
         const stk_field *fd = &w->schema.fields[f];
-        if (stk_field_compressed(fd)) {
+        if (stk__field_compressed(fd)) {
             bool pending = w->records > w->block_first[f] || extra;
             r->stride = fd->kind == STK_KIND_TENSOR ? stk_field_stride(fd) : 8;
-            r->data_len = stk_block_table_at(fd, L->records) + 8 + w->table[f].len + (pending ? 16 : 0) +
+            r->data_len = stk__block_table_at(fd, L->records) + 8 + w->table[f].len + (pending ? 16 : 0) +
                           16 * w->zpending_n[f];
             r->heap_len = w->spool[f].len + w->raw[f].len + w->zpending_raw[f] + (extra ? extra[f].size : 0);
         } else if (fd->kind == STK_KIND_TENSOR) {
@@ -801,23 +801,23 @@ static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value 
             r->heap_len = w->spool[f].len + (extra ? extra[f].size : 0);
         }
     }
-    return stk_layout_place(L, err);
+    return stk__layout_place(L, err);
 }
 
-static int make_layout(const stk_writer *w, const stk_value *extra, stk_layout *L, stk_error *err)
+static int make_layout(const stk_writer *w, const stk_value *extra, stk__layout *L, stk_error *err)
 {
     return make_layout_n(w, w->records + (extra != NULL), extra, L, err);
 }
 
 uint64_t stk_writer_bytes(const stk_writer *w)
 {
-    stk_layout L;
+    stk__layout L;
     return w && make_layout(w, NULL, &L, NULL) == STK_OK ? L.file_size : 0;
 }
 
 uint64_t stk__writer_bytes_after(const stk_writer *w, const stk_value *v)
 {
-    stk_layout L;
+    stk__layout L;
     return make_layout(w, v, &L, NULL) == STK_OK ? L.file_size : UINT64_MAX;
 }
 
@@ -828,87 +828,87 @@ static int hash_file(stk_writer *w, uint64_t size, uint64_t *out, stk_error *err
 {
     const uint64_t WINDOW = (uint64_t)64 << 20;
     int fd = open(w->tmp, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return stk_fail_errno(err, STK_E_IO, errno, "%s: cannot reopen", w->tmp);
-    stk_hasher *h = stk_hasher_new();
-    int rc = h ? STK_OK : stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (fd < 0) return stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot reopen", w->tmp);
+    stk__hasher *h = stk__hasher_new();
+    int rc = h ? STK_OK : stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (uint64_t off = 0; !rc && off < size; off += WINDOW) {
         size_t len = (size_t)(size - off < WINDOW ? size - off : WINDOW);
         void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
         if (m == MAP_FAILED) {
-            rc = stk_fail_errno(err, STK_E_IO, errno, "%s: mmap for the file hash failed", w->tmp);
+            rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: mmap for the file hash failed", w->tmp);
             break;
         }
         madvise(m, len, MADV_SEQUENTIAL);
-        stk_hasher_update(h, m, len);
+        stk__hasher_update(h, m, len);
         munmap(m, len);
     }
-    if (!rc) *out = stk_hasher_digest(h);
-    stk_hasher_free(h);
+    if (!rc) *out = stk__hasher_digest(h);
+    stk__hasher_free(h);
     close(fd);
     return rc;
 }
 
-static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, stk_error *err)
+static int write_all_parts(stk_writer *w, stk__layout *L, stk_shard_info *info, stk_error *err)
 {
     int rc;
     if (w->st && (rc = stream_drain(w, err))) return rc;
     if ((rc = flush_direct(w, err))) return rc;
     for (uint32_t f = 0; f < w->schema.nfields; f++) /* the last, partial blocks */
-        if (stk_field_compressed(&w->schema.fields[f]) && w->records > w->block_first[f] &&
+        if (stk__field_compressed(&w->schema.fields[f]) && w->records > w->block_first[f] &&
             (rc = close_block(w, f, err)))
             return rc;
     if ((rc = drain_pool(w, true, err))) return rc;
     if ((rc = make_layout(w, NULL, L, err))) return rc;
     for (uint32_t f = 0; f < w->schema.nfields; f++) {
-        const stk_region *r = &L->region[f];
-        if (stk_field_compressed(&w->schema.fields[f])) {
+        const stk__region *r = &L->region[f];
+        if (stk__field_compressed(&w->schema.fields[f])) {
             uint64_t at = r->data_off, nb = w->table[f].len / 16 - 1;
             uint8_t n8[8];
             wr64(n8, nb);
             if (w->schema.fields[f].kind == STK_KIND_BYTES &&
-                (rc = stk_pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, at, w->tmp, err)))
+                (rc = stk__pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, at, w->tmp, err)))
                 return rc;
-            at += stk_block_table_at(&w->schema.fields[f], w->records);
-            if ((rc = stk_pwrite_all(w->fd, n8, 8, at, w->tmp, err)) ||
-                (rc = stk_pwrite_all(w->fd, w->table[f].p, w->table[f].len, at + 8, w->tmp, err)) ||
-                (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
+            at += stk__block_table_at(&w->schema.fields[f], w->records);
+            if ((rc = stk__pwrite_all(w->fd, n8, 8, at, w->tmp, err)) ||
+                (rc = stk__pwrite_all(w->fd, w->table[f].p, w->table[f].len, at + 8, w->tmp, err)) ||
+                (rc = stk__pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
                 return rc;
         } else if (w->schema.fields[f].kind == STK_KIND_BYTES) {
-            if ((rc = stk_pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, r->data_off, w->tmp, err)) ||
-                (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
+            if ((rc = stk__pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, r->data_off, w->tmp, err)) ||
+                (rc = stk__pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
                 return rc;
         } else if (!(f == 0 && w->direct) &&
-                   (rc = stk_pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->data_off, w->tmp, err))) {
+                   (rc = stk__pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->data_off, w->tmp, err))) {
             return rc;
         }
     }
     uint8_t *hdr = calloc(1, L->header_size);
-    if (!hdr) return stk_fail(err, STK_E_NOMEM, "out of memory");
-    stk_layout_encode(L, hdr);
+    if (!hdr) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    stk__layout_encode(L, hdr);
     /* The streamed hash holds when the header is the one it started with. */
     bool streamed = w->st && w->records == w->st->expect && w->st->hdr_len == L->header_size &&
                     memcmp(w->st->hdr, hdr, L->header_size) == 0;
-    stk_hasher *h = stk_hasher_new();
+    stk__hasher *h = stk__hasher_new();
     uint8_t foot[STK_FOOTER_SIZE] = {0};
-    if (!h) rc = stk_fail(err, STK_E_NOMEM, "out of memory");
+    if (!h) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (!rc) {
-        stk_hasher_update(h, hdr, L->header_size);
-        stk_hasher_update(h, w->cksum.p, w->cksum.len);
-        info->index_hash = stk_hasher_digest(h);
+        stk__hasher_update(h, hdr, L->header_size);
+        stk__hasher_update(h, w->cksum.p, w->cksum.len);
+        info->index_hash = stk__hasher_digest(h);
         wr64(foot + F_INDEX_HASH, info->index_hash);
         wr64(foot + F_FILE_SIZE, L->file_size);
         memcpy(foot + F_MAGIC, STK_FOOTER_MAGIC, 8);
-        rc = stk_pwrite_all(w->fd, hdr, L->header_size, 0, w->tmp, err);
+        rc = stk__pwrite_all(w->fd, hdr, L->header_size, 0, w->tmp, err);
     }
-    if (!rc) rc = stk_pwrite_all(w->fd, w->cksum.p, w->cksum.len, L->cksum_off, w->tmp, err);
-    if (!rc) rc = stk_pwrite_all(w->fd, foot, sizeof foot, L->file_size - STK_FOOTER_SIZE, w->tmp, err);
+    if (!rc) rc = stk__pwrite_all(w->fd, w->cksum.p, w->cksum.len, L->cksum_off, w->tmp, err);
+    if (!rc) rc = stk__pwrite_all(w->fd, foot, sizeof foot, L->file_size - STK_FOOTER_SIZE, w->tmp, err);
     if (!rc && streamed) rc = stream_hash_tail(w, L, foot, &info->file_hash, err);
-    stk_hasher_free(h);
+    stk__hasher_free(h);
     free(hdr);
     /* Gaps never written are holes and read as the zero padding the format requires. */
     if (!rc && ftruncate(w->fd, (off_t)L->file_size) != 0)
-        rc = stk_fail_errno(err, STK_E_IO, errno, "%s: ftruncate failed", w->tmp);
-    if (!rc && fsync(w->fd) != 0) rc = stk_fail_errno(err, STK_E_IO, errno, "%s: fsync failed", w->tmp);
+        rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: ftruncate failed", w->tmp);
+    if (!rc && fsync(w->fd) != 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: fsync failed", w->tmp);
     if (!rc && !streamed) rc = hash_file(w, L->file_size, &info->file_hash, err);
     info->records = w->records;
     info->file_size = L->file_size;
@@ -917,22 +917,22 @@ static int write_all_parts(stk_writer *w, stk_layout *L, stk_shard_info *info, s
 
 int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err)
 {
-    if (!w) return stk_fail(err, STK_E_ARG, "stk_writer_finish: NULL writer");
+    if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_finish: NULL writer");
     stk_shard_info local;
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
-    int rc = w->failed ? stk_fail(err, w->failed, "%s: an earlier write failed", w->path) : STK_OK;
-    stk_layout L;
+    int rc = w->failed ? stk_error_set(err, w->failed, "%s: an earlier write failed", w->path) : STK_OK;
+    stk__layout L;
     if (!rc) rc = write_all_parts(w, &L, info, err);
-    if (!rc && close(w->fd) != 0) rc = stk_fail_errno(err, STK_E_IO, errno, "%s: close failed", w->tmp);
+    if (!rc && close(w->fd) != 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: close failed", w->tmp);
     w->fd = -1;
     if (!rc && rename(w->tmp, w->path) != 0)
-        rc = stk_fail_errno(err, STK_E_IO, errno, "%s: rename to %s failed", w->tmp, w->path);
+        rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: rename to %s failed", w->tmp, w->path);
     if (rc) unlink(w->tmp);
-    else if ((rc = stk_fsync_parent(w->path, err)) && err) {
+    else if ((rc = stk__fsync_parent(w->path, err)) && err) {
         char m[STK_ERROR_MSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);
-        stk_fail(err, rc, "%s committed, but %s", w->path, m);
+        stk_error_set(err, rc, "%s committed, but %s", w->path, m);
     }
     writer_free(w);
     return rc;

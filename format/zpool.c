@@ -15,14 +15,14 @@
 
 typedef struct job {
     struct job *next;
-    stk_zframe r;
+    stk__zframe r;
     uint8_t *raw;
     size_t raw_len;
     int level;
     int state; /* 0 queued, 1 running, 2 done */
 } job;
 
-struct stk_zpool {
+struct stk__zpool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
@@ -34,7 +34,7 @@ struct stk_zpool {
 
 static void *zpool_main(void *arg)
 {
-    stk_zpool *p = arg;
+    stk__zpool *p = arg;
     ZSTD_CCtx *cctx = ZSTD_createCCtx();
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -65,9 +65,9 @@ static void *zpool_main(void *arg)
     return NULL;
 }
 
-stk_zpool *stk__zpool_new(unsigned threads)
+stk__zpool *stk__zpool_new(unsigned threads)
 {
-    stk_zpool *p = calloc(1, sizeof *p + threads * sizeof(pthread_t));
+    stk__zpool *p = calloc(1, sizeof *p + threads * sizeof(pthread_t));
     if (!p) return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -80,7 +80,7 @@ stk_zpool *stk__zpool_new(unsigned threads)
     return p;
 }
 
-void stk__zpool_free(stk_zpool *p)
+void stk__zpool_free(stk__zpool *p)
 {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
@@ -101,7 +101,7 @@ void stk__zpool_free(stk_zpool *p)
     free(p);
 }
 
-int stk__zpool_submit(stk_zpool *p, unsigned field, uint8_t *raw, size_t len, int level, uint64_t next_first)
+int stk__zpool_submit(stk__zpool *p, unsigned field, uint8_t *raw, size_t len, int level, uint64_t next_first)
 {
     job *j = calloc(1, sizeof *j);
     if (!j) return STK_E_NOMEM;
@@ -121,7 +121,7 @@ int stk__zpool_submit(stk_zpool *p, unsigned field, uint8_t *raw, size_t len, in
     return STK_OK;
 }
 
-int stk__zpool_take(stk_zpool *p, int wait, stk_zframe *out)
+int stk__zpool_take(stk__zpool *p, int wait, stk__zframe *out)
 {
     pthread_mutex_lock(&p->mu);
     while (wait && p->head && p->head->state != 2) pthread_cond_wait(&p->cv, &p->mu);
@@ -139,7 +139,7 @@ int stk__zpool_take(stk_zpool *p, int wait, stk_zframe *out)
     return 1;
 }
 
-size_t stk__zpool_pending(stk_zpool *p)
+size_t stk__zpool_pending(stk__zpool *p)
 {
     pthread_mutex_lock(&p->mu);
     size_t n = p->pending;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct stk_zpool stk_zpool;
+typedef struct stk__zpool stk__zpool;
 
 /* A compressed block, handed back in submission order. */
 typedef struct {
@@ -17,16 +17,16 @@ typedef struct {
     size_t len;
     int err;             /* 0, or a stk_status (zerr: zstd's code) */
     size_t zerr;
-} stk_zframe;
+} stk__zframe;
 
-stk_zpool *stk__zpool_new(unsigned threads);
+stk__zpool *stk__zpool_new(unsigned threads);
 /* Stops the threads (queued blocks are dropped) and frees everything. */
-void stk__zpool_free(stk_zpool *p);
+void stk__zpool_free(stk__zpool *p);
 /* Queue a block for compression; the pool takes ownership of raw (malloc'd). */
-int stk__zpool_submit(stk_zpool *p, unsigned field, uint8_t *raw, size_t len, int level, uint64_t next_first);
+int stk__zpool_submit(stk__zpool *p, unsigned field, uint8_t *raw, size_t len, int level, uint64_t next_first);
 /* The oldest block if it is done (waiting for it when wait): 1, or 0 when
  * there is none ready (or none at all). */
-int stk__zpool_take(stk_zpool *p, int wait, stk_zframe *out);
-size_t stk__zpool_pending(stk_zpool *p);
+int stk__zpool_take(stk__zpool *p, int wait, stk__zframe *out);
+size_t stk__zpool_pending(stk__zpool *p);
 
 #endif

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "cli.h"
 #include "image.h"
 #include "listing.h"
 #include "output.h"
@@ -158,22 +158,22 @@ static int parse(int argc, char **argv, opts *o)
     while ((c = getopt_long(argc, argv, "s:j:qhV", lo, &li)) != -1) {
         bool ok = true;
         switch (c) {
-        case 's': ok = tool_parse_u64(optarg, &v) && v >= 1 && v <= 16384 && (o->img.size = (uint32_t)v); break;
+        case 's': ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 16384 && (o->img.size = (uint32_t)v); break;
         case 'R': ok = parse_mode(optarg, &o->img.mode); break;
         case 'F': ok = parse_fill(optarg, o->img.fill); break;
         case 'Y':
             ok = !strcmp(optarg, "ycc") || !strcmp(optarg, "rgb");
             o->img.resample_rgb = !strcmp(optarg, "rgb");
             break;
-        case 'j': ok = tool_parse_u64(optarg, &v) && v >= 1 && v <= 1024 && (o->threads = (unsigned)v); break;
-        case 'B': ok = tool_parse_size(optarg, &o->shard_size) && o->shard_size > 0; break;
-        case 'N': ok = tool_parse_u64(optarg, &o->per_shard) && o->per_shard > 0; break;
+        case 'j': ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 1024 && (o->threads = (unsigned)v); break;
+        case 'B': ok = cli_parse_size(optarg, &o->shard_size) && o->shard_size > 0; break;
+        case 'N': ok = cli_parse_u64(optarg, &o->per_shard) && o->per_shard > 0; break;
         case 'E': ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail"); o->fail_fast = !strcmp(optarg, "fail"); break;
-        case 'P': ok = tool_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0; break;
+        case 'P': ok = cli_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0; break;
         case 'K': ok = parse_part(optarg, &o->part, &o->parts); break;
         case 'M': o->merge = true; break;
         case 'Z': ok = parse_compress(optarg, o->zstd); break;
-        case 'Q': ok = tool_parse_size(optarg, &o->block_bytes) && o->block_bytes > 0 && o->block_bytes <= (1u << 29); break;
+        case 'Q': ok = cli_parse_size(optarg, &o->block_bytes) && o->block_bytes > 0 && o->block_bytes <= (1u << 29); break;
         case 'f': o->force = true; break;
         case 'J': o->json = true; break;
         case 'q': o->quiet = true; break;
@@ -212,7 +212,7 @@ typedef struct {
     skip_t *skips;
     size_t nskips, capskips;
     uint64_t packed, in_bytes, done;
-    tool_progress bar;
+    cli_progress bar;
     stk_error err;
     int fatal;          /* a write failed: stop */
     bool failed_input;  /* --on-error fail hit a bad file */
@@ -377,7 +377,7 @@ static bool add_skip(run_t *r, uint64_t index, const char *reason)
 static void report_bad(run_t *r, uint64_t i, const char *msg)
 {
     char *path = pk_listing_path(&r->L, (size_t)i);
-    tool_progress_clear(&r->bar);
+    cli_progress_clear(&r->bar);
     fprintf(stderr, "pack: %s: %s%s\n", path ? path : r->L.e[i].path, msg,
             r->o->fail_fast ? " (--on-error fail: stopping)" : "");
     free(path);
@@ -406,12 +406,12 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
         if ((r->fatal = pk_out_append(&r->out, v, &pre, pk_pool_done, r->pool, &r->err))) return 1;
         r->packed++;
     }
-    if (tool_progress_due(&r->bar, r->done)) {
+    if (cli_progress_due(&r->bar, r->done)) {
         char extra[96];
-        double el = tool_now() - r->bar.start;
+        double el = cli_now() - r->bar.start;
         snprintf(extra, sizeof extra, "%.1f MB/s, %zu skipped", el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0,
                  r->nskips);
-        tool_progress_update(&r->bar, r->done, extra);
+        cli_progress_update(&r->bar, r->done, extra);
     }
     return 0;
 }
@@ -585,13 +585,13 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
         fprintf(stderr, "pack: %s\n", err.msg);
         return PACK_FAIL;
     }
-    double el = tool_now() - t0;
+    double el = cli_now() - t0;
     if (o->json)
         printf("{\"ok\": true, \"merged\": true, \"packed\": %llu, \"skipped\": %llu, \"shards\": %zu, "
                "\"seconds\": %.3f, \"images_per_s\": %.1f, \"input_mb_per_s\": %.2f, \"output\": ",
                (unsigned long long)mr.packed, (unsigned long long)mr.skipped, mr.nshards, el,
                r && el > 0 ? (double)r->done / el : 0.0, r && el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0);
-    if (o->json) tool_json_string(stdout, o->out), printf("}\n");
+    if (o->json) cli_json_string(stdout, o->out), printf("}\n");
     else if (!o->quiet)
         fprintf(stderr, "pack: %s: %llu images packed into %zu shards, %llu skipped%s (%.1f s%s)\n", o->out,
                 (unsigned long long)mr.packed, mr.nshards, (unsigned long long)mr.skipped,
@@ -726,7 +726,7 @@ static int run_pack(const opts *o)
     run_t r;
     memset(&r, 0, sizeof r);
     r.o = o;
-    double t0 = tool_now();
+    double t0 = cli_now();
     char msg[STK_ERROR_MSG_MAX];
     if (pk_listing_load(o->input, &r.L, msg, sizeof msg)) {
         fprintf(stderr, "pack: %s\n", msg);
@@ -756,7 +756,7 @@ static int run_pack(const opts *o)
     int prep = prepare(&r, params, first, end, &next);
     if (prep < 0) goto out;
     if (prep == 0) {
-        tool_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
+        cli_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
         /* A few images per thread, twice as many when images are small (up
          * to 1 MiB: 4 MiB per thread at most): the workers stop only when
          * the oldest unconsumed image is a window behind, so one slow file
@@ -774,7 +774,7 @@ static int run_pack(const opts *o)
                           .produce = produce, .consume = consume,
                           .prefetch = prefetch, .ahead = 2 * window};
         int prc = r.pool ? pk_pipeline_run(&pl) : -1;
-        tool_progress_end(&r.bar);
+        cli_progress_end(&r.bar);
         if (prc < 0) fprintf(stderr, "pack: cannot start %u threads or allocate the slots\n", o->threads);
         if (r.fatal) fprintf(stderr, "pack: %s\n", r.err.msg);
         if (r.failed_input) remove_part(&r, o);
@@ -792,7 +792,7 @@ static int run_pack(const opts *o)
         if (o->json)
             printf("{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %llu, "
                    "\"shards\": %llu, \"seconds\": %.3f}\n", o->part, o->parts, (unsigned long long)packed,
-                   (unsigned long long)skipped, (unsigned long long)nshards, tool_now() - t0);
+                   (unsigned long long)skipped, (unsigned long long)nshards, cli_now() - t0);
         else if (!o->quiet)
             fprintf(stderr, prep == 1 ? "pack: part %u/%u was already complete; run `pack --merge %s` once all parts are done\n"
                                       : "pack: part %u/%u done; run `pack --merge %s` once all parts are done\n",
@@ -813,6 +813,6 @@ int main(int argc, char **argv)
     opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
-    if (o.merge) return finish_merge(&o, tool_now(), NULL);
+    if (o.merge) return finish_merge(&o, cli_now(), NULL);
     return run_pack(&o);
 }

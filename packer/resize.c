@@ -448,7 +448,7 @@ static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, si
 {
     uint32_t done = 0;
     (void)r; /* unused without SIMD kernels */
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
     if (r->simd && a->nsimd) {
         uint32_t y = 0;
         for (; y + 2 <= n; y += 2)
@@ -473,7 +473,7 @@ static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *s
     void (*kernel)(const pk_axis *, const uint8_t *, int16_t *) = NULL;
     const uint8_t *ok = NULL;
     uint32_t groups = 0, size = 0, bad = 0;
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
     if (r->simd >= 2 && a->nxgroups)
         kernel = pk__h_plane_vbmi, ok = a->xok, groups = a->nxgroups, size = PK_XGROUP, bad = a->nxbad;
     else if (r->simd && a->ngroups)
@@ -495,7 +495,7 @@ static void v_row(pk_resizer *r, const uint8_t *const *rows, const int16_t *k, u
                   size_t bytes, uint8_t *dst)
 {
     size_t done = 0;
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
     if (r->simd) done = pk__v_row_avx2(rows, k, n, bytes, dst);
 #endif
     if (done < bytes) pk__v_row_scalar(rows, k, n, done, bytes, r->acc, dst);
@@ -505,7 +505,7 @@ static void v_row16(pk_resizer *r, const int16_t *const *rows, const int16_t *k,
                     int16_t *dst)
 {
     size_t done = 0;
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
     if (r->simd >= 2) done = pk__v_row16_avx512(rows, k, n, count, dst);
     else if (r->simd) done = pk__v_row16_avx2(rows, k, n, count, dst);
 #endif
@@ -538,7 +538,7 @@ static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mi
 
 /* -------------------------------------------------------------- public API */
 
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
 /* 0: scalar kernels; 1: AVX2; 2: AVX2, and AVX-512 (BW, VBMI) where a kernel has it.
  * AVX-512 only where the CPU also has VBMI (Ice Lake, Sapphire Rapids, Zen 4
  * and later): on Skylake-SP and Cascade Lake, which lack it, 512-bit
@@ -567,7 +567,7 @@ pk_resizer *pk_resizer_new(void)
         pk_resizer_free(r);
         return NULL;
     }
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
     r->simd = simd_level();
     r->xlayout = r->simd == 2;
 #endif
@@ -599,7 +599,7 @@ void pk__resizer_test_one_set(pk_resizer *r) { r->set_mask = 0; }
 int pk__resizer_test_simd(pk_resizer *r, int level)
 {
     int have = 0;
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
     have = simd_level();
 #endif
     r->simd = level < have ? level : have;

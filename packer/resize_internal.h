@@ -12,7 +12,7 @@
 /* PK_NO_SIMD builds the portable kernels only, as on other architectures. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(PK_NO_SIMD)
-#  define PK_HAVE_AVX2 1
+#  define STOKER_HAVE_AVX2 1
 #endif
 
 #define PK_ONE (1 << PK_RESIZE_BITS)
@@ -109,7 +109,7 @@ size_t pk__resizer_held(const pk_resizer *r);
  * effect. */
 int pk__resizer_test_simd(pk_resizer *r, int level);
 
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
 /* Outputs [0, a->nsimd) of RGB rows s0 and s0 + stride into d0 and d1 (stride
  * 0 and d1 == d0 for one row); writes up to PK_H_ROOM bytes past each. */
 void pk__h_rgb_avx2(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1);

@@ -33,7 +33,7 @@
  * narrow) measured 1.7% slower than the AVX2 one and is not kept. */
 #include "resize_internal.h"
 
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
 #  include <immintrin.h>
 #endif
 
@@ -118,7 +118,7 @@ void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n
 
 /* -------------------------------------------------------------- AVX2 kernels */
 
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
 #  define PK_AVX2 __attribute__((target("avx2")))
 
 /* Both lanes: from 5 RGB pixels, taps (0,1) (s01) or (2,3) (s23) as 16-bit
@@ -262,9 +262,9 @@ PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint
     default: return v_body(pr, w, pairs, bytes, dst);
     }
 }
-#endif /* PK_HAVE_AVX2 */
+#endif /* STOKER_HAVE_AVX2 */
 
-#ifdef PK_HAVE_AVX2
+#ifdef STOKER_HAVE_AVX2
 /* 16 plane values to 0 .. MAX16, as clamp16 does one. */
 PK_AVX2 static inline __attribute__((always_inline)) __m256i clamp16_avx2(__m256i v)
 {
@@ -449,4 +449,4 @@ PK_VBMI void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst
     default: h_plane_xbody(a, src, dst, a->pairs); break;
     }
 }
-#endif /* PK_HAVE_AVX2 */
+#endif /* STOKER_HAVE_AVX2 */

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct stk_zentry {
-    struct stk_zentry *next;
+struct stk__zentry {
+    struct stk__zentry *next;
     size_t shard;
     unsigned field;
     uint64_t block, stamp;
@@ -27,16 +27,16 @@ struct stk_zentry {
     stk_error err;   /* when the decompression failed (ready, raw NULL) */
 };
 
-struct stk_zcache {
+struct stk__zcache {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    stk_zentry *head;
+    stk__zentry *head;
     uint64_t bytes, cap, clock;
 };
 
-stk_zcache *stk__zcache_new(uint64_t cap)
+stk__zcache *stk__zcache_new(uint64_t cap)
 {
-    stk_zcache *c = calloc(1, sizeof *c);
+    stk__zcache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -44,10 +44,10 @@ stk_zcache *stk__zcache_new(uint64_t cap)
     return c;
 }
 
-void stk__zcache_free(stk_zcache *c)
+void stk__zcache_free(stk__zcache *c)
 {
     if (!c) return;
-    for (stk_zentry *e = c->head, *n; e; e = n) {
+    for (stk__zentry *e = c->head, *n; e; e = n) {
         n = e->next;
         free(e->raw);
         free(e);
@@ -58,14 +58,14 @@ void stk__zcache_free(stk_zcache *c)
 }
 
 /* Drop unpinned entries, oldest first, until `need` more bytes fit. */
-static void make_room(stk_zcache *c, uint64_t need)
+static void make_room(stk__zcache *c, uint64_t need)
 {
     while (c->bytes + need > c->cap) {
-        stk_zentry **victim = NULL;
-        for (stk_zentry **p = &c->head; *p; p = &(*p)->next)
+        stk__zentry **victim = NULL;
+        for (stk__zentry **p = &c->head; *p; p = &(*p)->next)
             if (!(*p)->refs && (*p)->ready && (!victim || (*p)->stamp < (*victim)->stamp)) victim = p;
         if (!victim) return; /* everything pinned: grow past the bound */
-        stk_zentry *e = *victim;
+        stk__zentry *e = *victim;
         *victim = e->next;
         c->bytes -= e->size;
         free(e->raw);
@@ -73,11 +73,11 @@ static void make_room(stk_zcache *c, uint64_t need)
     }
 }
 
-int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk_zentry **out,
+int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__zentry **out,
                     const uint8_t **raw, stk_error *err)
 {
     pthread_mutex_lock(&c->mu);
-    for (stk_zentry *e = c->head; e; e = e->next) {
+    for (stk__zentry *e = c->head; e; e = e->next) {
         if (e->shard != s || e->field != f || e->block != block) continue;
         e->refs++;
         while (!e->ready) pthread_cond_wait(&c->cv, &c->mu);
@@ -96,14 +96,14 @@ int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, 
     const stk_shard *sh = stk_dataset_shard(ds, s);
     uint64_t size = 0;
     int rc = stk_shard_block_info(sh, f, block, NULL, NULL, &size, NULL, err);
-    stk_zentry *e = rc ? NULL : calloc(1, sizeof *e);
+    stk__zentry *e = rc ? NULL : calloc(1, sizeof *e);
     if (!rc && !e) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (rc) {
         pthread_mutex_unlock(&c->mu);
         return rc;
     }
     make_room(c, size);
-    *e = (stk_zentry){c->head, s, f, block, ++c->clock, NULL, size, 1, 0, {STK_OK, ""}};
+    *e = (stk__zentry){c->head, s, f, block, ++c->clock, NULL, size, 1, 0, {STK_OK, ""}};
     c->head = e;
     c->bytes += size;
     pthread_mutex_unlock(&c->mu);
@@ -136,12 +136,12 @@ int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, 
     return STK_OK;
 }
 
-void stk__zcache_put(stk_zcache *c, stk_zentry *e)
+void stk__zcache_put(stk__zcache *c, stk__zentry *e)
 {
     pthread_mutex_lock(&c->mu);
     e->refs--;
     if (!e->refs && !e->raw) { /* a failed entry: remove it */
-        for (stk_zentry **p = &c->head; *p; p = &(*p)->next)
+        for (stk__zentry **p = &c->head; *p; p = &(*p)->next)
             if (*p == e) {
                 *p = e->next;
                 free(e);

@@ -24,52 +24,52 @@ typedef struct {
     int32_t x0, y0, w, h; /* crop box in the source image */
     int32_t flip;         /* 1: mirror horizontally        */
     int32_t pad[3];       /* 32 bytes per sample           */
-} stk_crop_box;
+} stk__crop_box;
 
 typedef struct {
     const uint8_t *src;
     void *dst;
-    const stk_crop_box *boxes;
+    const stk__crop_box *boxes;
     uint32_t n, H, W, C;
     uint32_t out_h, out_w;
     int dtype, layout;
     float mean[4], inv_std[4];
-} stk_xform_job;
+} stk__xform_job;
 
-typedef struct stk_backend stk_backend;
-struct stk_backend {
+typedef struct stk__backend stk__backend;
+struct stk__backend {
     int kind; /* stk_device */
     const char *name;
-    int (*host_alloc)(stk_backend *b, size_t n, void **p, stk_error *err);
-    void (*host_free)(stk_backend *b, void *p);
-    int (*dev_alloc)(stk_backend *b, size_t n, void **p, stk_error *err);
-    void (*dev_free)(stk_backend *b, void *p);
-    int (*stream_create)(stk_backend *b, void **s, stk_error *err);
-    void (*stream_destroy)(stk_backend *b, void *s); /* drains first */
-    int (*event_create)(stk_backend *b, void **e, int timing, stk_error *err);
-    void (*event_destroy)(stk_backend *b, void *e);
-    int (*copy_h2d)(stk_backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err);
-    int (*event_record)(stk_backend *b, void *e, void *s, stk_error *err);
-    int (*stream_wait)(stk_backend *b, void *s, void *e, stk_error *err);
-    int (*event_sync)(stk_backend *b, void *e, stk_error *err);
+    int (*host_alloc)(stk__backend *b, size_t n, void **p, stk_error *err);
+    void (*host_free)(stk__backend *b, void *p);
+    int (*dev_alloc)(stk__backend *b, size_t n, void **p, stk_error *err);
+    void (*dev_free)(stk__backend *b, void *p);
+    int (*stream_create)(stk__backend *b, void **s, stk_error *err);
+    void (*stream_destroy)(stk__backend *b, void *s); /* drains first */
+    int (*event_create)(stk__backend *b, void **e, int timing, stk_error *err);
+    void (*event_destroy)(stk__backend *b, void *e);
+    int (*copy_h2d)(stk__backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err);
+    int (*event_record)(stk__backend *b, void *e, void *s, stk_error *err);
+    int (*stream_wait)(stk__backend *b, void *s, void *e, stk_error *err);
+    int (*event_sync)(stk__backend *b, void *e, stk_error *err);
     /* Seconds between two completed timing events (0 when unknown). */
-    double (*elapsed)(stk_backend *b, void *start, void *end);
-    int (*transform)(stk_backend *b, const stk_xform_job *job, void *s, stk_error *err);
-    void (*destroy)(stk_backend *b);
+    double (*elapsed)(stk__backend *b, void *start, void *end);
+    int (*transform)(stk__backend *b, const stk__xform_job *job, void *s, stk_error *err);
+    void (*destroy)(stk__backend *b);
 };
 
-stk_backend *stk_backend_host_create(stk_error *err);
+stk__backend *stk__backend_host_create(stk_error *err);
 /* NULL with STK_E_UNSUPPORTED when the build lacks CUDA or no device works. */
-stk_backend *stk_backend_cuda_create(int device, stk_error *err);
+stk__backend *stk__backend_cuda_create(int device, stk_error *err);
 
 /* The transform's CPU reference, used by the host backend: the same math as
  * the CUDA kernel, sample by sample. */
-void stk_xform_host(const stk_xform_job *job);
+void stk__xform_host(const stk__xform_job *job);
 /* The crop box and flip of one sample: a pure function of the transform,
  * the image size, seed, epoch and global record index. */
-void stk_xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
-                   uint64_t record, stk_crop_box *box);
+void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
+                   uint64_t record, stk__crop_box *box);
 /* Output bytes per sample. */
-uint64_t stk_xform_out_bytes(const stk_transform *t, uint32_t C);
+uint64_t stk__xform_out_bytes(const stk_transform *t, uint32_t C);
 
 #endif

@@ -11,7 +11,7 @@
 
 #ifndef STOKER_HAVE_CUDA
 
-stk_backend *stk_backend_cuda_create(int device, stk_error *err)
+stk__backend *stk__backend_cuda_create(int device, stk_error *err)
 {
     (void)device;
     return stk_error_set(err, STK_E_UNSUPPORTED, "this libstoker was built without CUDA (configure with "
@@ -28,10 +28,10 @@ int stk_cuda_available(stk_error *err)
 
 #include <cuda_runtime_api.h>
 
-int stk__cuda_transform(const stk_xform_job *job, cudaStream_t stream); /* transform_cuda.cu */
+int stk__cuda_transform(const stk__xform_job *job, cudaStream_t stream); /* transform_cuda.cu */
 
 typedef struct {
-    stk_backend b;
+    stk__backend b;
     int device;
 } cuda_backend;
 
@@ -42,7 +42,7 @@ static int fail(stk_error *err, cudaError_t e, const char *what)
 }
 
 /* Every call runs on the reader's threads: make sure they use our device. */
-static int use(stk_backend *b, stk_error *err)
+static int use(stk__backend *b, stk_error *err)
 {
     cudaError_t e = cudaSetDevice(((cuda_backend *)b)->device);
     return e == cudaSuccess ? STK_OK : fail(err, e, "cudaSetDevice");
@@ -54,33 +54,33 @@ static int use(stk_backend *b, stk_error *err)
         if (e_ != cudaSuccess) return fail(err, e_, what); \
     } while (0)
 
-static int c_host_alloc(stk_backend *b, size_t n, void **p, stk_error *err)
+static int c_host_alloc(stk__backend *b, size_t n, void **p, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     CALL(cudaHostAlloc(p, n, cudaHostAllocPortable), "cudaHostAlloc (pinned staging slots)");
     return STK_OK;
 }
 
-static void c_host_free(stk_backend *b, void *p)
+static void c_host_free(stk__backend *b, void *p)
 {
     (void)b;
     cudaFreeHost(p);
 }
 
-static int c_dev_alloc(stk_backend *b, size_t n, void **p, stk_error *err)
+static int c_dev_alloc(stk__backend *b, size_t n, void **p, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     CALL(cudaMalloc(p, n), "cudaMalloc (device batch buffers)");
     return STK_OK;
 }
 
-static void c_dev_free(stk_backend *b, void *p)
+static void c_dev_free(stk__backend *b, void *p)
 {
     (void)b;
     if (p) cudaFree(p);
 }
 
-static int c_stream_create(stk_backend *b, void **s, stk_error *err)
+static int c_stream_create(stk__backend *b, void **s, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     cudaStream_t st;
@@ -91,14 +91,14 @@ static int c_stream_create(stk_backend *b, void **s, stk_error *err)
     return STK_OK;
 }
 
-static void c_stream_destroy(stk_backend *b, void *s)
+static void c_stream_destroy(stk__backend *b, void *s)
 {
     (void)b;
     cudaStreamSynchronize((cudaStream_t)s);
     cudaStreamDestroy((cudaStream_t)s);
 }
 
-static int c_event_create(stk_backend *b, void **e, int timing, stk_error *err)
+static int c_event_create(stk__backend *b, void **e, int timing, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     cudaEvent_t ev;
@@ -107,55 +107,55 @@ static int c_event_create(stk_backend *b, void **e, int timing, stk_error *err)
     return STK_OK;
 }
 
-static void c_event_destroy(stk_backend *b, void *e)
+static void c_event_destroy(stk__backend *b, void *e)
 {
     (void)b;
     cudaEventDestroy((cudaEvent_t)e);
 }
 
-static int c_copy(stk_backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err)
+static int c_copy(stk__backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     CALL(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s), "cudaMemcpyAsync (upload)");
     return STK_OK;
 }
 
-static int c_record(stk_backend *b, void *e, void *s, stk_error *err)
+static int c_record(stk__backend *b, void *e, void *s, stk_error *err)
 {
     (void)b;
     CALL(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
     return STK_OK;
 }
 
-static int c_wait(stk_backend *b, void *s, void *e, stk_error *err)
+static int c_wait(stk__backend *b, void *s, void *e, stk_error *err)
 {
     (void)b;
     CALL(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
     return STK_OK;
 }
 
-static int c_sync(stk_backend *b, void *e, stk_error *err)
+static int c_sync(stk__backend *b, void *e, stk_error *err)
 {
     (void)b;
     CALL(cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
     return STK_OK;
 }
 
-static double c_elapsed(stk_backend *b, void *start, void *end)
+static double c_elapsed(stk__backend *b, void *start, void *end)
 {
     (void)b;
     float ms = 0;
     return cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end) == cudaSuccess ? ms * 1e-3 : 0;
 }
 
-static int c_transform(stk_backend *b, const stk_xform_job *job, void *s, stk_error *err)
+static int c_transform(stk__backend *b, const stk__xform_job *job, void *s, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     CALL((cudaError_t)stk__cuda_transform(job, (cudaStream_t)s), "transform kernel launch");
     return STK_OK;
 }
 
-static void c_destroy(stk_backend *b) { free(b); }
+static void c_destroy(stk__backend *b) { free(b); }
 
 int stk_cuda_available(stk_error *err)
 {
@@ -172,7 +172,7 @@ int stk_cuda_available(stk_error *err)
     return 1;
 }
 
-stk_backend *stk_backend_cuda_create(int device, stk_error *err)
+stk__backend *stk__backend_cuda_create(int device, stk_error *err)
 {
     if (!stk_cuda_available(err)) return NULL;
     int n = 0;
@@ -183,7 +183,7 @@ stk_backend *stk_backend_cuda_create(int device, stk_error *err)
     if (e != cudaSuccess) return fail(err, e, "cudaSetDevice"), NULL;
     cuda_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
-    stk_backend *b = &cb->b;
+    stk__backend *b = &cb->b;
     cb->device = device;
     b->kind = STK_DEVICE_CUDA;
     b->name = "cuda";

@@ -34,7 +34,7 @@ typedef struct host_op {
     uint64_t ticket;
     void (*fn)(void *);
     void *arg;
-    stk_xform_job job;
+    stk__xform_job job;
 } host_op;
 
 struct stk_host_stream {
@@ -88,7 +88,7 @@ static void run_op(host_op *op)
     case OP_COMPLETE: ev_complete(op->ev, op->ticket); break;
     case OP_WAIT: ev_wait_ticket(op->ev, op->ticket); break;
     case OP_FUNC: op->fn(op->arg); break;
-    case OP_XFORM: stk_xform_host(&op->job); break;
+    case OP_XFORM: stk__xform_host(&op->job); break;
     }
 }
 
@@ -177,7 +177,7 @@ void stk_host_stream_synchronize(stk_host_stream *s)
 
 /* ------------------------------------------------------------- backend */
 
-static int h_alloc(stk_backend *b, size_t n, void **p, stk_error *err)
+static int h_alloc(stk__backend *b, size_t n, void **p, stk_error *err)
 {
     (void)b;
     if (posix_memalign(p, 4096, n ? n : 1) != 0)
@@ -185,25 +185,25 @@ static int h_alloc(stk_backend *b, size_t n, void **p, stk_error *err)
     return STK_OK;
 }
 
-static void h_free(stk_backend *b, void *p)
+static void h_free(stk__backend *b, void *p)
 {
     (void)b;
     free(p);
 }
 
-static int h_stream_create(stk_backend *b, void **s, stk_error *err)
+static int h_stream_create(stk__backend *b, void **s, stk_error *err)
 {
     (void)b;
     return (*s = stk_host_stream_create(err)) ? STK_OK : err ? err->code : STK_E_IO;
 }
 
-static void h_stream_destroy(stk_backend *b, void *s)
+static void h_stream_destroy(stk__backend *b, void *s)
 {
     (void)b;
     stk_host_stream_destroy(s);
 }
 
-static int h_event_create(stk_backend *b, void **e, int timing, stk_error *err)
+static int h_event_create(stk__backend *b, void **e, int timing, stk_error *err)
 {
     (void)b;
     (void)timing;
@@ -215,7 +215,7 @@ static int h_event_create(stk_backend *b, void **e, int timing, stk_error *err)
     return STK_OK;
 }
 
-static void h_event_destroy(stk_backend *b, void *e)
+static void h_event_destroy(stk__backend *b, void *e)
 {
     (void)b;
     host_event *ev = e;
@@ -232,7 +232,7 @@ static host_op *new_op(int kind)
     return op;
 }
 
-static int h_copy(stk_backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err)
+static int h_copy(stk__backend *b, void *dst, const void *src, size_t n, void *s, stk_error *err)
 {
     (void)b;
     if (!s) {
@@ -248,7 +248,7 @@ static int h_copy(stk_backend *b, void *dst, const void *src, size_t n, void *s,
     return enqueue(s, op, err);
 }
 
-static int h_record(stk_backend *b, void *e, void *s, stk_error *err)
+static int h_record(stk__backend *b, void *e, void *s, stk_error *err)
 {
     (void)b;
     host_event *ev = e;
@@ -267,7 +267,7 @@ static int h_record(stk_backend *b, void *e, void *s, stk_error *err)
     return enqueue(s, op, err);
 }
 
-static int h_wait(stk_backend *b, void *s, void *e, stk_error *err)
+static int h_wait(stk__backend *b, void *s, void *e, stk_error *err)
 {
     (void)b;
     host_event *ev = e;
@@ -284,7 +284,7 @@ static int h_wait(stk_backend *b, void *s, void *e, stk_error *err)
     return enqueue(s, op, err);
 }
 
-static int h_sync(stk_backend *b, void *e, stk_error *err)
+static int h_sync(stk__backend *b, void *e, stk_error *err)
 {
     (void)b;
     (void)err;
@@ -293,7 +293,7 @@ static int h_sync(stk_backend *b, void *e, stk_error *err)
     return STK_OK;
 }
 
-static double h_elapsed(stk_backend *b, void *start, void *end)
+static double h_elapsed(stk__backend *b, void *start, void *end)
 {
     (void)b;
     host_event *a = start, *z = end;
@@ -306,11 +306,11 @@ static double h_elapsed(stk_backend *b, void *start, void *end)
     return t1 > t0 && t0 > 0 ? t1 - t0 : 0;
 }
 
-static int h_transform(stk_backend *b, const stk_xform_job *job, void *s, stk_error *err)
+static int h_transform(stk__backend *b, const stk__xform_job *job, void *s, stk_error *err)
 {
     (void)b;
     if (!s) {
-        stk_xform_host(job);
+        stk__xform_host(job);
         return STK_OK;
     }
     host_op *op = new_op(OP_XFORM);
@@ -318,11 +318,11 @@ static int h_transform(stk_backend *b, const stk_xform_job *job, void *s, stk_er
     return enqueue(s, op, err);
 }
 
-static void h_destroy(stk_backend *b) { free(b); }
+static void h_destroy(stk__backend *b) { free(b); }
 
-stk_backend *stk_backend_host_create(stk_error *err)
+stk__backend *stk__backend_host_create(stk_error *err)
 {
-    stk_backend *b = calloc(1, sizeof *b);
+    stk__backend *b = calloc(1, sizeof *b);
     if (!b) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     b->kind = STK_DEVICE_HOST;
     b->name = "host";

@@ -102,9 +102,9 @@ static void release_consumed(stk_reader *r, uint64_t s, uint64_t *win_epoch, uin
         return;
     }
     /* quasi: windows are G-independent runs of positions */
-    stk_epoch_order o;
-    stk_epoch_order_init(&o, STK_ORDER_QUASI, r->N, r->o.seed, e, r->K, r->Wq);
-    (void)stk_epoch_order_record(&o, p0); /* finds p0's window */
+    stk__epoch_order o;
+    stk__epoch_order_init(&o, STK_ORDER_QUASI, r->N, r->o.seed, e, r->K, r->Wq);
+    (void)stk__epoch_order_record(&o, p0); /* finds p0's window */
     if (*win_epoch != e) {
         *win_epoch = e;
         *win_next = 0;
@@ -112,7 +112,7 @@ static void release_consumed(stk_reader *r, uint64_t s, uint64_t *win_epoch, uin
     for (; *win_next < o.cur_w; (*win_next)++) {
         uint64_t x0 = *win_next * r->Wq;
         for (uint64_t x = x0; x < x0 + r->Wq && x < o.nb; x++) {
-            uint64_t b = stk_perm_fwd(&o.p, x);
+            uint64_t b = stk__perm_fwd(&o.p, x);
             release_records(r, b * r->K, b == o.nb - 1 ? o.Lz : r->K);
         }
     }
@@ -174,15 +174,15 @@ static uint32_t batch_span(const stk_reader *r, uint64_t s, uint64_t *p0)
 }
 
 /* Records [i0, i1) of batch s into rec[]. */
-static void part_records(const stk_reader *r, stk_worker *w, uint64_t s, uint64_t p0, uint32_t i0, uint32_t i1,
+static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64_t p0, uint32_t i0, uint32_t i1,
                          uint64_t *rec)
 {
     uint64_t e = s / r->nbatches;
     if (w->ord_epoch != e) {
-        stk_epoch_order_init(&w->ord, r->o.order, r->N, r->o.seed, e, r->K, r->Wq);
+        stk__epoch_order_init(&w->ord, r->o.order, r->N, r->o.seed, e, r->K, r->Wq);
         w->ord_epoch = e;
     }
-    for (uint32_t i = i0; i < i1; i++) rec[i] = stk_epoch_order_record(&w->ord, (p0 + i) % r->N);
+    for (uint32_t i = i0; i < i1; i++) rec[i] = stk__epoch_order_record(&w->ord, (p0 + i) % r->N);
 }
 
 /* Whether batch (p0, n) is one run of records inside one shard, which the
@@ -198,7 +198,7 @@ static int zero_copy_shard(const stk_reader *r, uint64_t p0, uint32_t n, size_t 
 
 /* Append n bytes to the part's heap; the value records its offset for now
  * (the buffer may move) and gets its pointer when the part is done. */
-static int zheap_put(stk_zheap *h, const void *src, uint64_t n, stk_value *v, stk_error *err)
+static int zheap_put(stk__zheap *h, const void *src, uint64_t n, stk_value *v, stk_error *err)
 {
     if (h->len + n > h->cap) {
         uint64_t cap = h->cap ? h->cap : 4096;
@@ -218,8 +218,8 @@ static int zheap_put(stk_zheap *h, const void *src, uint64_t n, stk_value *v, st
 /* The value of selected field k of record (s, local): from the map, or
  * copied out of its decompressed block (the shared cache, blockcache.c)
  * into dst (tensors) or the part's heap (bytes values). */
-static int compressed_value(stk_reader *r, stk_worker *w, size_t s, unsigned k, uint64_t local, uint8_t *dst,
-                            stk_zheap *zh, stk_value *v, stk_error *err)
+static int compressed_value(stk_reader *r, stk__worker *w, size_t s, unsigned k, uint64_t local, uint8_t *dst,
+                            stk__zheap *zh, stk_value *v, stk_error *err)
 {
     const stk_shard *sh = stk_dataset_shard(r->ds, s);
     unsigned f = r->sel[k];
@@ -242,7 +242,7 @@ static int compressed_value(stk_reader *r, stk_worker *w, size_t s, unsigned k, 
 }
 
 /* A part is over: let the cache evict the blocks this worker held. */
-static void unpin_blocks(stk_reader *r, stk_worker *w)
+static void unpin_blocks(stk_reader *r, stk__worker *w)
 {
     for (unsigned k = 0; k < r->nsel; k++)
         if (w->pin[k]) {
@@ -252,8 +252,8 @@ static void unpin_blocks(stk_reader *r, stk_worker *w)
 }
 
 /* Copy (or point at) every selected field of record `i` of the batch. */
-static int gather_one(stk_reader *r, stk_worker *w, stk_slot *sl, uint32_t i, int zc, uint64_t *heap,
-                      stk_zheap *zh, stk_error *err)
+static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, int zc, uint64_t *heap,
+                      stk__zheap *zh, stk_error *err)
 {
     uint64_t rec = sl->records[i], local;
     size_t s;
@@ -325,7 +325,7 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
 }
 
 /* Part 0 of a batch also fills in the view: where each field's data is. */
-static void setup_view(stk_reader *r, stk_slot *sl, uint32_t n, int zc, size_t shard, uint64_t local)
+static void setup_view(stk_reader *r, stk__slot *sl, uint32_t n, int zc, size_t shard, uint64_t local)
 {
     sl->batch.epoch = sl->seq / r->nbatches;
     sl->batch.index = sl->seq % r->nbatches;
@@ -347,7 +347,7 @@ static void setup_view(stk_reader *r, stk_slot *sl, uint32_t n, int zc, size_t s
 /* Prepare records [i0, i1) of the batch in slot sl (part `part`). Errors go
  * to err; bytes-field sizes to heap[k] (the view's totals are summed under
  * the lock when the part is done). */
-static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned part, uint64_t gen, uint64_t *heap,
+static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned part, uint64_t gen, uint64_t *heap,
                          stk_error *err)
 {
     w->batch_no++;
@@ -380,7 +380,7 @@ static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned pa
         w->advise_left--;
     }
     double t0 = stk__now();
-    stk_zheap *zh = sl->zheap ? &sl->zheap[part] : NULL;
+    stk__zheap *zh = sl->zheap ? &sl->zheap[part] : NULL;
     if (zh) zh->len = 0;
     for (uint32_t i = i0; i < i1; i++) {
         if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != gen) return; /* seek or close: abandon */
@@ -395,15 +395,15 @@ static void prepare_part(stk_reader *r, stk_worker *w, stk_slot *sl, unsigned pa
                 }
     if (r->xf_sel >= 0) /* the transform's crop boxes travel with the batch */
         for (uint32_t i = i0; i < i1; i++)
-            stk_xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[i],
-                          (stk_crop_box *)(sl->buf + r->boxes_off) + i);
+            stk__xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[i],
+                          (stk__crop_box *)(sl->buf + r->boxes_off) + i);
     double dt = stk__now() - t0, bytes = (double)(i1 - i0) * (double)(r->slot_stride_bytes);
     if (!zc && dt > 0 && bytes / dt < ADVISE_BELOW_BYTES_PER_S) w->advise_left = ADVISE_RUN;
 }
 
 /* A part is done: merge its error (the lowest part's wins, so the message
  * does not depend on timing) and, with the last part, hand the slot on. */
-static void finish_part(stk_reader *r, stk_slot *sl, unsigned part, uint64_t gen, const uint64_t *heap,
+static void finish_part(stk_reader *r, stk__slot *sl, unsigned part, uint64_t gen, const uint64_t *heap,
                         const stk_error *err)
 {
     if (err->code && (!sl->err.code || part < sl->err_part)) {
@@ -419,7 +419,7 @@ static void finish_part(stk_reader *r, stk_slot *sl, unsigned part, uint64_t gen
 
 void *stk__worker_main(void *arg)
 {
-    stk_worker *w = arg;
+    stk__worker *w = arg;
     stk_reader *r = w->r;
     uint64_t win_epoch = UINT64_MAX, win_next = 0;
     pthread_mutex_lock(&r->mu);
@@ -438,7 +438,7 @@ void *stk__worker_main(void *arg)
             r->claim++;
             r->claim_part = 0;
         }
-        stk_slot *sl = &r->slots[s % r->nslots];
+        stk__slot *sl = &r->slots[s % r->nslots];
         if (part == 0) {
             sl->seq = s;
             sl->state = SLOT_BUSY;
@@ -532,7 +532,7 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         stk_error_set(err, STK_OK, "end of stream");
         return NULL;
     }
-    stk_slot *sl = &r->slots[r->consume % r->nslots];
+    stk__slot *sl = &r->slots[r->consume % r->nslots];
     double t0 = stk__now();
     if (r->st_start == 0) r->st_start = t0;
     for (unsigned i = 0; i < r->nslots; i++)

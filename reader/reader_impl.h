@@ -19,24 +19,24 @@ typedef struct {
     void *dev, *dev_out;          /* device copy of the staged tensors; transform output */
     void *ev_start, *ev_copied, *ev_ready, *ev_released;
     int used;                     /* uploaded at least once (ev_copied recorded) */
-} stk_dslot;
+} stk__dslot;
 
 /* Decompressed blocks of compressed fields, shared and bounded (blockcache.c). */
-typedef struct stk_zcache stk_zcache;
-typedef struct stk_zentry stk_zentry;
-stk_zcache *stk__zcache_new(uint64_t cap);
-void stk__zcache_free(stk_zcache *c);
+typedef struct stk__zcache stk__zcache;
+typedef struct stk__zentry stk__zentry;
+stk__zcache *stk__zcache_new(uint64_t cap);
+void stk__zcache_free(stk__zcache *c);
 /* Block `block` of field f of shard s, decompressed, pinned until put. */
-int stk__zcache_get(stk_zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk_zentry **e,
+int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__zentry **e,
                     const uint8_t **raw, stk_error *err);
-void stk__zcache_put(stk_zcache *c, stk_zentry *e);
+void stk__zcache_put(stk__zcache *c, stk__zentry *e);
 
 /* Bytes values of compressed fields, copied out of the blocks: one buffer per
  * part, so parts never share one while they grow it. */
 typedef struct {
     uint8_t *p;
     uint64_t len, cap;
-} stk_zheap;
+} stk__zheap;
 
 typedef struct {
     uint64_t seq;                 /* the batch it holds or is being filled with */
@@ -49,8 +49,8 @@ typedef struct {
     stk_value *values;            /* batch_size per bytes field */
     stk_batch batch;
     stk_batch_field fields[STK_MAX_FIELDS];
-    stk_zheap *zheap;             /* [parts] when a compressed bytes field is read */
-} stk_slot;
+    stk__zheap *zheap;             /* [parts] when a compressed bytes field is read */
+} stk__slot;
 
 typedef struct stk_reader stk_reader;
 
@@ -58,7 +58,7 @@ typedef struct {
     stk_reader *r;
     pthread_t thread;
     int started;
-    stk_epoch_order ord;          /* the epoch this worker computed last */
+    stk__epoch_order ord;          /* the epoch this worker computed last */
     uint64_t ord_epoch;
     uint64_t batch_no;            /* batches prepared, for stamp[] */
     uint64_t *stamp;              /* per shard: batch_no that last checked it */
@@ -67,16 +67,16 @@ typedef struct {
     double h2d;                   /* upload seconds, not yet added to stats */
     /* compressed fields: the block in use per selected field, pinned in the
      * cache while this worker's records stay in it (reader.c) */
-    stk_zentry *pin[STK_MAX_FIELDS];
+    stk__zentry *pin[STK_MAX_FIELDS];
     const uint8_t *pin_raw[STK_MAX_FIELDS];
     size_t pin_shard[STK_MAX_FIELDS];
     uint64_t pin_block[STK_MAX_FIELDS];
-} stk_worker;
+} stk__worker;
 
 typedef struct {
     dev_t dev;
     ino_t ino;
-} stk_file_id;
+} stk__file_id;
 
 struct stk_reader {
     const stk_dataset *ds;
@@ -91,30 +91,30 @@ struct stk_reader {
     int has_bytes;
     int has_compressed;           /* a selected field is compressed: no zero-copy */
     int zbytes;                   /* a selected bytes field is compressed: slots get zheaps */
-    stk_zcache *zcache;           /* when a selected field is compressed */
+    stk__zcache *zcache;           /* when a selected field is compressed */
     uint64_t zcache_bytes;
 
     uint64_t N, G, nbatches, K;
     uint32_t Wq;
     int release;
-    stk_file_id *shard_id;        /* per shard, to tell rewritten from replaced */
+    stk__file_id *shard_id;        /* per shard, to tell rewritten from replaced */
     uint64_t *verified_bits;      /* STK_VERIFY_ONCE: one bit per record */
 
     unsigned nslots;
     uint64_t slot_bytes;
-    stk_slot *slots;
-    stk_worker *workers;
+    stk__slot *slots;
+    stk__worker *workers;
 
     /* device path (upload.c); be == NULL for host batches */
-    stk_backend *be;
+    stk__backend *be;
     void *copy_stream;
-    stk_dslot *dslots;
+    stk__dslot *dslots;
     pthread_t copier;
     int copier_started;
     uint64_t next_copy;           /* the next sequence the copy thread uploads */
     stk_transform xf;             /* the transform (o.transform points here) */
     int xf_sel;                   /* index into sel[] of the transformed field, -1: none */
-    stk_xform_job xf_job;         /* its shape and constants */
+    stk__xform_job xf_job;         /* its shape and constants */
     uint64_t xf_out_bytes;        /* per sample */
     uint64_t boxes_off;           /* crop boxes' offset in a slot's buffer */
     char device_note[STK_ERROR_MSG_MAX];

@@ -173,7 +173,7 @@ static int plan_transform(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_ARG, "transform: random-resized crop needs 0 < scale_min <= scale_max <= 1 "
                                              "and 0 < ratio_min <= ratio_max");
     if (!(t->flip_prob >= 0 && t->flip_prob <= 1)) return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
-    stk_xform_job *j = &r->xf_job;
+    stk__xform_job *j = &r->xf_job;
     if (fd->shape[0] > 65535 || fd->shape[1] > 65535)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' is larger than 65535 x 65535", name);
     j->H = (uint32_t)fd->shape[0];
@@ -192,12 +192,12 @@ static int plan_transform(stk_reader *r, stk_error *err)
         j->mean[c] = t->mean[c];
         j->inv_std[c] = c < j->C ? 1.0f / t->std[c] : 1.0f;
     }
-    r->xf_out_bytes = stk_xform_out_bytes(t, j->C); /* < 2^36: 65535^2 x 4 channels x 4 bytes */
+    r->xf_out_bytes = stk__xform_out_bytes(t, j->C); /* < 2^36: 65535^2 x 4 channels x 4 bytes */
     if (r->xf_out_bytes * r->o.batch_size > (1ULL << 48))
         return stk_error_set(err, STK_E_ARG, "transform: %u x %u outputs x batch_size %u: too large", t->out_height,
                              t->out_width, r->o.batch_size);
     r->boxes_off = r->slot_bytes;
-    r->slot_bytes += (uint64_t)r->o.batch_size * sizeof(stk_crop_box);
+    r->slot_bytes += (uint64_t)r->o.batch_size * sizeof(stk__crop_box);
     return STK_OK;
 }
 
@@ -280,7 +280,7 @@ static int alloc_slots(stk_reader *r, stk_error *err)
     unsigned nbytesf = 0;
     for (unsigned i = 0; i < r->nsel; i++) nbytesf += sc->fields[r->sel[i]].kind == STK_KIND_BYTES;
     for (unsigned s = 0; s < r->nslots; s++) {
-        stk_slot *sl = &r->slots[s];
+        stk__slot *sl = &r->slots[s];
         void *buf = NULL;
         if (r->be) { /* pinned staging memory: what the copy engine reads */
             if (r->be->host_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &buf, err)) return err ? err->code : STK_E_NOMEM;
@@ -306,7 +306,7 @@ static int alloc_slots(stk_reader *r, stk_error *err)
             for (unsigned d = 0; d < fd->ndim; d++) bf->shape[1 + d] = fd->shape[d];
             if (fd->kind == STK_KIND_BYTES) bf->values = sl->values + (uint64_t)r->o.batch_size * bi++;
             if ((int)k == r->xf_sel) { /* the view shows the transform's output */
-                const stk_xform_job *j = &r->xf_job;
+                const stk__xform_job *j = &r->xf_job;
                 bf->dtype = j->dtype;
                 bf->ndim = 4;
                 uint64_t nchw[3] = {j->C, j->out_h, j->out_w}, nhwc[3] = {j->out_h, j->out_w, j->C};
@@ -342,7 +342,7 @@ static int start_workers(stk_reader *r, stk_error *err)
     if (!(r->workers = calloc(r->o.threads, sizeof *r->workers)))
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (unsigned i = 0; i < r->o.threads; i++) {
-        stk_worker *w = &r->workers[i];
+        stk__worker *w = &r->workers[i];
         w->r = r;
         w->ord_epoch = UINT64_MAX;
         w->advise_left = 1; /* the first batch may be cold */
@@ -434,8 +434,8 @@ void stk_reader_close(stk_reader *r)
     if (r->copier_started) pthread_join(r->copier, NULL);
     /* Uploads still queued read the staging slots: drain them first. The
      * caller's stream must still exist (it holds the last release events). */
-    stk_backend *be = r->be;
-    void (*host_free)(stk_backend *, void *) = be ? be->host_free : NULL;
+    stk__backend *be = r->be;
+    void (*host_free)(stk__backend *, void *) = be ? be->host_free : NULL;
     stk__upload_drain(r); /* queued uploads read the staging slots: finish them first */
     if (r->slots && r->dslots)
         for (unsigned s = 0; s < r->nslots && be; s++) {

@@ -35,7 +35,7 @@ void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
     t->flip_prob = train ? 0.5f : 0.0f;
 }
 
-uint64_t stk_xform_out_bytes(const stk_transform *t, uint32_t C)
+uint64_t stk__xform_out_bytes(const stk_transform *t, uint32_t C)
 {
     return (uint64_t)t->out_height * t->out_width * C * stk_dtype_size(t->dtype);
 }
@@ -47,7 +47,7 @@ typedef struct {
 static uint64_t rng_next(rng *r)
 {
     r->s += 0x9e3779b97f4a7c15ULL;
-    return stk_mix64(r->s);
+    return stk__mix64(r->s);
 }
 
 static double rng_uniform(rng *r, double lo, double hi)
@@ -58,7 +58,7 @@ static double rng_uniform(rng *r, double lo, double hi)
 /* Inclusive [0, n]. */
 static int32_t rng_int(rng *r, int32_t n) { return (int32_t)(rng_next(r) % (uint64_t)(n + 1)); }
 
-static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W, stk_crop_box *b)
+static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W, stk__crop_box *b)
 {
     double area = (double)H * W, lr0 = log(t->ratio_min), lr1 = log(t->ratio_max);
     for (int attempt = 0; attempt < 10; attempt++) {
@@ -83,11 +83,11 @@ static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W,
     b->h = h;
 }
 
-void stk_xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
-                   uint64_t record, stk_crop_box *box)
+void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
+                   uint64_t record, stk__crop_box *box)
 {
     memset(box, 0, sizeof *box);
-    rng r = {stk_mix64(stk_order_key(seed, epoch, TAG_AUGMENT) ^ stk_mix64(record + 1))};
+    rng r = {stk__mix64(stk__order_key(seed, epoch, TAG_AUGMENT) ^ stk__mix64(record + 1))};
     uint32_t oh = t->out_height ? t->out_height : H, ow = t->out_width ? t->out_width : W;
     switch (t->crop) {
     case STK_CROP_RANDOM_RESIZED: random_resized(t, &r, (int32_t)H, (int32_t)W, box); break;
@@ -143,10 +143,10 @@ static void store(void *dst, uint64_t i, int dtype, float v)
     else ((uint16_t *)dst)[i] = to_bf16(v);
 }
 
-void stk_xform_host(const stk_xform_job *j)
+void stk__xform_host(const stk__xform_job *j)
 {
     for (uint32_t n = 0; n < j->n; n++) {
-        const stk_crop_box *b = &j->boxes[n];
+        const stk__crop_box *b = &j->boxes[n];
         const uint8_t *img = j->src + (uint64_t)n * j->H * j->W * j->C;
         float sx_scale = (float)b->w / (float)j->out_w, sy_scale = (float)b->h / (float)j->out_h;
         for (uint32_t oy = 0; oy < j->out_h; oy++) {

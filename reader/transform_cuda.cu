@@ -1,7 +1,7 @@
 // reader/transform_cuda.cu - the image transform as one CUDA kernel.
 //
 // One thread per output pixel, all channels. The arithmetic is
-// stk_xform_host's (transform.c) operation for operation, with explicit
+// stk__xform_host's (transform.c) operation for operation, with explicit
 // round-to-nearest intrinsics so that nvcc does not fuse multiply-adds: the
 // device output equals the host backend's bit for bit, which is what lets the
 // host backend's tests stand for this kernel (tests/gpu checks the equality
@@ -26,11 +26,11 @@ __device__ void store(void *dst, unsigned long long i, int dtype, float v)
         static_cast<__nv_bfloat16 *>(dst)[i] = __float2bfloat16_rn(v);
 }
 
-__global__ void transform_kernel(stk_xform_job j)
+__global__ void transform_kernel(stk__xform_job j)
 {
     unsigned ox = blockIdx.x * blockDim.x + threadIdx.x, oy = blockIdx.y * blockDim.y + threadIdx.y, n = blockIdx.z;
     if (ox >= j.out_w || oy >= j.out_h || n >= j.n) return;
-    const stk_crop_box b = j.boxes[n];
+    const stk__crop_box b = j.boxes[n];
     const unsigned char *img = j.src + (unsigned long long)n * j.H * j.W * j.C;
     float sx_scale = __fdiv_rn((float)b.w, (float)j.out_w), sy_scale = __fdiv_rn((float)b.h, (float)j.out_h);
     float sy = __fsub_rn(__fmul_rn(__fadd_rn((float)oy, 0.5f), sy_scale), 0.5f);
@@ -59,7 +59,7 @@ __global__ void transform_kernel(stk_xform_job j)
 
 } // namespace
 
-extern "C" int stk__cuda_transform(const stk_xform_job *job, cudaStream_t stream)
+extern "C" int stk__cuda_transform(const stk__xform_job *job, cudaStream_t stream)
 {
     dim3 block(32, 8), grid((job->out_w + 31) / 32, (job->out_h + 7) / 8, job->n);
     transform_kernel<<<grid, block, 0, stream>>>(*job);

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int make_events(stk_reader *r, stk_dslot *d, stk_error *err)
+static int make_events(stk_reader *r, stk__dslot *d, stk_error *err)
 {
-    stk_backend *be = r->be;
+    stk__backend *be = r->be;
     int rc;
     if ((rc = be->event_create(be, &d->ev_start, 1, err)) || (rc = be->event_create(be, &d->ev_copied, 1, err)) ||
         (rc = be->event_create(be, &d->ev_ready, 0, err)) || (rc = be->event_create(be, &d->ev_released, 0, err)))
@@ -35,10 +35,10 @@ int stk__upload_backend(stk_reader *r, stk_error *err)
     stk_reader_options *o = &r->o;
     if (o->device == STK_DEVICE_NONE) return STK_OK;
     if (o->device == STK_DEVICE_HOST) {
-        r->be = stk_backend_host_create(err);
+        r->be = stk__backend_host_create(err);
     } else if (o->device == STK_DEVICE_CUDA) {
         stk_error why;
-        r->be = stk_backend_cuda_create(o->device_index, &why);
+        r->be = stk__backend_cuda_create(o->device_index, &why);
         if (!r->be) {
             if (!o->device_fallback) {
                 if (err) *err = why;
@@ -54,7 +54,7 @@ int stk__upload_backend(stk_reader *r, stk_error *err)
                 return STK_OK;
             }
             o->device = STK_DEVICE_HOST;
-            r->be = stk_backend_host_create(err);
+            r->be = stk__backend_host_create(err);
         }
     } else {
         return stk_error_set(err, STK_E_ARG, "device %d unknown (none, host or cuda)", o->device);
@@ -71,7 +71,7 @@ int stk__upload_open(stk_reader *r, stk_error *err)
     if ((rc = r->be->stream_create(r->be, &r->copy_stream, err))) return rc;
     if (!(r->dslots = calloc(r->nslots, sizeof *r->dslots))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (unsigned i = 0; i < r->nslots; i++) {
-        stk_dslot *d = &r->dslots[i];
+        stk__dslot *d = &r->dslots[i];
         if ((rc = r->be->dev_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &d->dev, err))) return rc;
         if (r->xf_sel >= 0 && (rc = r->be->dev_alloc(r->be, r->xf_out_bytes * r->o.batch_size, &d->dev_out, err)))
             return rc;
@@ -93,7 +93,7 @@ void stk__upload_close(stk_reader *r)
     stk__upload_drain(r);
     if (r->dslots)
         for (unsigned i = 0; i < r->nslots; i++) {
-            stk_dslot *d = &r->dslots[i];
+            stk__dslot *d = &r->dslots[i];
             r->be->dev_free(r->be, d->dev);
             r->be->dev_free(r->be, d->dev_out);
             void *ev[4] = {d->ev_start, d->ev_copied, d->ev_ready, d->ev_released};
@@ -109,16 +109,16 @@ void stk__upload_close(stk_reader *r)
  * until its last upload finished, and account the upload's duration. */
 double stk__upload_reclaim(stk_reader *r, unsigned i, stk_error *err)
 {
-    stk_dslot *d = &r->dslots[i];
+    stk__dslot *d = &r->dslots[i];
     if (!d->used) return 0;
     if (r->be->event_sync(r->be, d->ev_copied, err)) return 0;
     return r->be->elapsed(r->be, d->ev_start, d->ev_copied);
 }
 
 /* Queue the upload (and transform) of slot sl on the copy stream. */
-static int upload(stk_reader *r, stk_slot *sl, stk_dslot *d, uint64_t *bytes, stk_error *err)
+static int upload(stk_reader *r, stk__slot *sl, stk__dslot *d, uint64_t *bytes, stk_error *err)
 {
-    stk_backend *be = r->be;
+    stk__backend *be = r->be;
     void *cs = r->copy_stream;
     uint32_t n = sl->batch.size;
     int rc;
@@ -138,7 +138,7 @@ static int upload(stk_reader *r, stk_slot *sl, stk_dslot *d, uint64_t *bytes, st
         bf->data = (uint8_t *)d->dev + r->sel_off[k];
     }
     if (r->xf_sel >= 0 && n) {
-        uint64_t len = (uint64_t)n * sizeof(stk_crop_box);
+        uint64_t len = (uint64_t)n * sizeof(stk__crop_box);
         if ((rc = be->copy_h2d(be, (uint8_t *)d->dev + r->boxes_off, sl->buf + r->boxes_off, len, cs, err)))
             return rc;
         *bytes += len;
@@ -146,10 +146,10 @@ static int upload(stk_reader *r, stk_slot *sl, stk_dslot *d, uint64_t *bytes, st
     if ((rc = be->event_record(be, d->ev_copied, cs, err))) return rc;
     if (r->xf_sel >= 0) {
         stk_batch_field *bf = &sl->fields[r->xf_sel];
-        stk_xform_job job = r->xf_job;
+        stk__xform_job job = r->xf_job;
         job.src = (const uint8_t *)d->dev + r->sel_off[r->xf_sel];
         job.dst = d->dev_out;
-        job.boxes = (const stk_crop_box *)((const uint8_t *)d->dev + r->boxes_off);
+        job.boxes = (const stk__crop_box *)((const uint8_t *)d->dev + r->boxes_off);
         job.n = n;
         if (n && (rc = be->transform(be, &job, cs, err))) return rc;
         bf->data = d->dev_out;
@@ -166,13 +166,13 @@ void *stk__copier_main(void *arg)
     stk_reader *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
-        stk_slot *sl = &r->slots[r->next_copy % r->nslots];
+        stk__slot *sl = &r->slots[r->next_copy % r->nslots];
         if (r->pausing || sl->state != SLOT_GATHERED || sl->seq != r->next_copy) {
             pthread_cond_wait(&r->ready_cv, &r->mu);
             continue;
         }
         uint64_t gen = r->gen, bytes = 0;
-        stk_dslot *d = &r->dslots[r->next_copy % r->nslots];
+        stk__dslot *d = &r->dslots[r->next_copy % r->nslots];
         r->active++;
         pthread_mutex_unlock(&r->mu);
         STK_TRACE_PUSH("stoker upload %llu", (unsigned long long)sl->seq);

@@ -16,7 +16,7 @@
  * The same flags give byte-identical files (from the same build: the content
  * uses float arithmetic, with no contraction or reassociation). */
 #define _GNU_SOURCE
-#include "common.h"
+#include "cli.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -94,11 +94,11 @@ static int parse(int argc, char **argv, opts *o)
     while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'n': ok = tool_parse_u64(optarg, &o->images) && o->images <= 100000000; break;
-        case 'c': ok = tool_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000; break;
-        case 'e': ok = tool_parse_u64(optarg, &o->seed); break;
-        case 'a': ok = tool_parse_u64(optarg, &o->min_side) && o->min_side >= 1 && o->min_side <= 16384; break;
-        case 'b': ok = tool_parse_u64(optarg, &o->max_side) && o->max_side >= 1 && o->max_side <= 16384; break;
+        case 'n': ok = cli_parse_u64(optarg, &o->images) && o->images <= 100000000; break;
+        case 'c': ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000; break;
+        case 'e': ok = cli_parse_u64(optarg, &o->seed); break;
+        case 'a': ok = cli_parse_u64(optarg, &o->min_side) && o->min_side >= 1 && o->min_side <= 16384; break;
+        case 'b': ok = cli_parse_u64(optarg, &o->max_side) && o->max_side >= 1 && o->max_side <= 16384; break;
         case 'v': o->variants = true; break;
         case 'B': o->broken = true; break;
         case 'f': o->force = true; break;
@@ -415,7 +415,7 @@ typedef struct {
     size_t nextra, nvariants, nbroken;
     const char *skipped[4];
     size_t nskipped;
-    tool_progress bar;
+    cli_progress bar;
     int cwidth;
 } run_t;
 
@@ -468,7 +468,7 @@ static int counted(run_t *r, const char *rel, uint64_t len, int kind)
         if (kind == 1) r->nvariants++;
         else r->nbroken++;
     }
-    tool_progress_update(&r->bar, r->files, NULL);
+    cli_progress_update(&r->bar, r->files, NULL);
     return 0;
 }
 
@@ -942,7 +942,7 @@ int main(int argc, char **argv)
     r.o = &o;
     r.cwidth = 3;
     for (uint64_t c = o.classes - 1; c >= 1000; c /= 10) r.cwidth++;
-    double t0 = tool_now();
+    double t0 = cli_now();
     if (prepare_outdir(&o)) return EXIT_PROBLEMS;
     for (uint64_t c = 0; c < o.classes; c++) {
         char *d = class_dir(&r, c), *p = NULL;
@@ -967,13 +967,13 @@ int main(int argc, char **argv)
         return EXIT_PROBLEMS;
     }
     uint64_t total = o.images + (o.variants ? V_COUNT : 0) + (o.broken ? B_COUNT : 0);
-    tool_progress_start_units(&r.bar, "rawgen", "files", total, o.quiet || o.json);
+    cli_progress_start_units(&r.bar, "rawgen", "files", total, o.quiet || o.json);
     rc = 0;
     for (uint64_t i = 0; !rc && i < o.images; i++) rc = write_image(&r, i);
     for (unsigned k = 0; !rc && o.variants && k < V_COUNT; k++) rc = write_variant(&r, k);
     for (unsigned k = 0; !rc && o.broken && k < B_COUNT; k++) rc = write_broken(&r, k);
-    tool_progress_end(&r.bar);
-    double el = tool_now() - t0;
+    cli_progress_end(&r.bar);
+    double el = cli_now() - t0;
     if (!rc && r.nskipped && !o.quiet)
         for (size_t k = 0; k < r.nskipped; k++)
             fprintf(stderr, "rawgen: " CJPEG " not found: skipped variant %s\n", r.skipped[k]);
@@ -982,7 +982,7 @@ int main(int argc, char **argv)
                "\"bytes\": %llu, \"seconds\": %.3f, \"files_per_s\": %.1f, \"output\": ",
                (unsigned long long)r.files, (unsigned long long)o.images, r.nvariants, r.nbroken,
                (unsigned long long)o.classes, (unsigned long long)r.bytes, el, el > 0 ? (double)r.files / el : 0.0);
-        tool_json_string(stdout, o.out);
+        cli_json_string(stdout, o.out);
         const char *keys[2] = {"variant_files", "broken_files"};
         for (int kind = 0; kind < 2; kind++) {
             printf(", \"%s\": [", keys[kind]);
@@ -991,7 +991,7 @@ int main(int argc, char **argv)
                 const char *base = strrchr(r.extra[k], '/');
                 if (strncmp(base ? base + 1 : r.extra[k], kind ? "broken-" : "variant-", kind ? 7 : 8)) continue;
                 printf(first ? "" : ", ");
-                tool_json_string(stdout, r.extra[k]);
+                cli_json_string(stdout, r.extra[k]);
                 first = false;
             }
             printf("]");
@@ -999,7 +999,7 @@ int main(int argc, char **argv)
         printf(", \"skipped_variants\": [");
         for (size_t k = 0; k < r.nskipped; k++) {
             printf(k ? ", " : "");
-            tool_json_string(stdout, r.skipped[k]);
+            cli_json_string(stdout, r.skipped[k]);
         }
         printf("]}\n");
     } else if (!rc && !o.quiet)

@@ -7,7 +7,7 @@
  *          padding byte, on N threads over ~64 MiB pieces of the shards.
  * Problems are printed sorted (shard, record, field), one per line. */
 #define _GNU_SOURCE
-#include "common.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -315,16 +315,16 @@ static void run_full(checker *c)
     for (unsigned k = 1; k < n; k++)
         if (pthread_create(&th[k], NULL, worker, c) == 0) started++;
         else break;
-    tool_progress p;
-    tool_progress_start(&p, "shardcheck", total, c->o.quiet || c->o.json);
+    cli_progress p;
+    cli_progress_start(&p, "shardcheck", total, c->o.quiet || c->o.json);
     for (size_t i; (i = atomic_fetch_add(&c->next_unit, 1)) < c->nu;) {
         run_unit(c, &c->u[i]);
         char extra[48];
         snprintf(extra, sizeof extra, "%llu problems", (unsigned long long)c->total_problems);
-        tool_progress_update(&p, atomic_load(&c->bytes_done), extra);
+        cli_progress_update(&p, atomic_load(&c->bytes_done), extra);
     }
     for (unsigned k = 1; k <= started; k++) pthread_join(th[k], NULL);
-    tool_progress_end(&p);
+    cli_progress_end(&p);
     free(th);
 }
 
@@ -353,16 +353,16 @@ static void report(checker *c, double seconds)
         for (size_t i = 0; i < c->np; i++) {
             const problem *p = &c->p[i];
             printf("%s{\"file\": ", i ? ", " : "");
-            tool_json_string(stdout, p->t == SIZE_MAX ? "" : c->t[p->t].path);
+            cli_json_string(stdout, p->t == SIZE_MAX ? "" : c->t[p->t].path);
             if (p->record == UINT64_MAX) printf(", \"record\": null");
             else printf(", \"record\": %llu", (unsigned long long)p->record);
             if (!p->field_name) printf(", \"field\": null, \"message\": ");
             else {
                 printf(", \"field\": ");
-                tool_json_string(stdout, p->field_name);
+                cli_json_string(stdout, p->field_name);
                 printf(", \"message\": ");
             }
-            tool_json_string(stdout, p->msg);
+            cli_json_string(stdout, p->msg);
             printf("}");
         }
         printf("]}\n");
@@ -398,7 +398,7 @@ static int parse(int argc, char **argv, opts *o)
         case 'F': o->full = true; break;
         case 'H': o->file_hash = true; break;
         case 'j':
-            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 1024) {
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1024) {
                 fprintf(stderr, "shardcheck: invalid thread count '%s' (1 to 1024)\n", optarg);
                 return EXIT_USAGE;
             }
@@ -429,12 +429,12 @@ int main(int argc, char **argv)
     int rc = parse(argc, argv, &c.o);
     if (rc) return rc;
     pthread_mutex_init(&c.lock, NULL);
-    double t0 = tool_now();
+    double t0 = cli_now();
     for (int i = optind; i < argc && !rc; i++) rc = add_path(&c, argv[i]);
     if (rc) return rc;
     for (size_t i = 0; i < c.nt; i++) check_structure(&c, i);
     if (c.o.full) run_full(&c);
-    report(&c, tool_now() - t0);
+    report(&c, cli_now() - t0);
     int status = c.total_problems ? EXIT_PROBLEMS : EXIT_OK;
     for (size_t i = 0; i < c.nt; i++) stk_shard_close(c.t[i].sh), free(c.t[i].path);
     for (size_t i = 0; i < c.np; i++) free(c.p[i].msg), free(c.p[i].field_name);

@@ -4,7 +4,7 @@
  * gradient plus noise, so they look like something and compress like
  * photos more than like random bytes), labels, and optionally a
  * variable-length caption. The same flags give byte-identical output. */
-#include "common.h"
+#include "cli.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -57,22 +57,22 @@ static int parse(int argc, char **argv, opts *o)
     while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'n': ok = tool_parse_u64(optarg, &o->records); break;
-        case 's': ok = tool_parse_u64(optarg, &o->size) && o->size > 0 && o->size <= 16384; break;
-        case 'c': ok = tool_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000; break;
-        case 'r': ok = tool_parse_u64(optarg, &o->per_shard); break;
-        case 'b': ok = tool_parse_size(optarg, &o->shard_bytes); break;
-        case 'e': ok = tool_parse_u64(optarg, &o->seed); break;
+        case 'n': ok = cli_parse_u64(optarg, &o->records); break;
+        case 's': ok = cli_parse_u64(optarg, &o->size) && o->size > 0 && o->size <= 16384; break;
+        case 'c': ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000; break;
+        case 'r': ok = cli_parse_u64(optarg, &o->per_shard); break;
+        case 'b': ok = cli_parse_size(optarg, &o->shard_bytes); break;
+        case 'e': ok = cli_parse_u64(optarg, &o->seed); break;
         case 'C': o->captions = true; break;
         case 'z': {
             uint64_t lv = 3;
-            ok = !strncmp(optarg, "zstd", 4) && (!optarg[4] || (optarg[4] == ':' && tool_parse_u64(optarg + 5, &lv) &&
+            ok = !strncmp(optarg, "zstd", 4) && (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &lv) &&
                                                                  lv >= 1 && lv <= 19));
             if (!strcmp(optarg, "none")) ok = true, lv = 0;
             o->zstd = (int)lv;
             break;
         }
-        case 'k': ok = tool_parse_size(optarg, &o->block) && o->block > 0; break;
+        case 'k': ok = cli_parse_size(optarg, &o->block) && o->block > 0; break;
         case 'f': o->force = true; break;
         case 'j': o->json = true; break;
         case 'q': o->quiet = true; break;
@@ -156,10 +156,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "shardgen: out of memory\n");
         return EXIT_PROBLEMS;
     }
-    double t0 = tool_now();
+    double t0 = cli_now();
     stk_dataset_writer *dw = stk_dataset_writer_create(o.out, &s, &dopt, &err);
-    tool_progress p;
-    tool_progress_start(&p, "shardgen", o.records * o.size * o.size * 3, o.quiet || o.json);
+    cli_progress p;
+    cli_progress_start(&p, "shardgen", o.records * o.size * o.size * 3, o.quiet || o.json);
     for (uint64_t i = 0; dw && i < o.records; i++) {
         uint64_t rng = o.seed * 0x2545f4914f6cdd1dull ^ (i + 1) * 0x9e3779b97f4a7c15ull;
         int64_t label = (int64_t)(splitmix(&rng) % o.classes);
@@ -173,11 +173,11 @@ int main(int argc, char **argv)
             dw = NULL;
             break;
         }
-        tool_progress_update(&p, (i + 1) * o.size * o.size * 3, NULL);
+        cli_progress_update(&p, (i + 1) * o.size * o.size * 3, NULL);
     }
-    tool_progress_end(&p);
+    cli_progress_end(&p);
     rc = dw && stk_dataset_writer_finish(dw, &err) == STK_OK ? EXIT_OK : EXIT_PROBLEMS;
-    double el = tool_now() - t0;
+    double el = cli_now() - t0;
     if (rc) fprintf(stderr, "shardgen: %s\n", err.msg);
     else if (o.json)
         printf("{\"records\": %llu, \"seconds\": %.3f}\n", (unsigned long long)o.records, el);

@@ -3,7 +3,7 @@
  * maps the shards (no verification: that is shardcheck's job); the
  * histogram reads the integer scalar field `label` of every record. */
 #define _GNU_SOURCE
-#include "common.h"
+#include "cli.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -175,14 +175,14 @@ static void print_json(const char *path, const stk_dataset *ds, const histogram 
     const stk_manifest *m = stk_dataset_manifest(ds);
     const stk_schema *s = stk_dataset_schema(ds);
     printf("{\"dataset\":");
-    tool_json_string(stdout, path);
+    cli_json_string(stdout, path);
     printf(",\"format_version\":[%u,%u],\"fingerprint\":\"%016llx\",\"records\":%llu,\"bytes\":%llu,\"fields\":[",
            m->version_major, m->version_minor, (unsigned long long)m->fingerprint,
            (unsigned long long)stk_dataset_records(ds), (unsigned long long)total_bytes(ds));
     for (unsigned f = 0; f < s->nfields; f++) {
         const stk_field *fd = &s->fields[f];
         printf("%s{\"name\":", f ? "," : "");
-        tool_json_string(stdout, fd->name);
+        cli_json_string(stdout, fd->name);
         printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[", fd->kind == STK_KIND_TENSOR ? "tensor" : "bytes",
                stk_dtype_name(fd->dtype));
         for (unsigned d = 0; d < fd->ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)fd->shape[d]);
@@ -191,14 +191,14 @@ static void print_json(const char *path, const stk_dataset *ds, const histogram 
     printf("],\"shards\":[");
     for (size_t i = 0; i < m->nshards; i++) {
         printf("%s{\"path\":", i ? "," : "");
-        tool_json_string(stdout, m->shards[i].path);
+        cli_json_string(stdout, m->shards[i].path);
         printf(",\"records\":%llu,\"bytes\":%llu,\"xxh3\":\"%016llx\"}", (unsigned long long)m->shards[i].records,
                (unsigned long long)m->shards[i].file_size, (unsigned long long)m->shards[i].file_hash);
     }
     printf("],\"pack\":%s,\"classes\":[", m->pack_json);
     for (size_t i = 0; i < m->nclasses; i++) {
         if (i) putchar(',');
-        tool_json_string(stdout, m->classes[i]);
+        cli_json_string(stdout, m->classes[i]);
     }
     printf("],\"histogram\":[");
     for (size_t i = 0; i < h->n; i++)

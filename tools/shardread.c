@@ -7,7 +7,7 @@
  * the records of every batch so orders can be checked from outside;
  * --stop-after/--state-out/--state-in exercise resume across processes. */
 #define _GNU_SOURCE
-#include "common.h"
+#include "cli.h"
 #include "sweep.h"
 
 #include <errno.h>
@@ -132,32 +132,32 @@ static int parse_args(int argc, char **argv, opts *o)
     while ((c = getopt_long(argc, argv, "b:o:s:e:j:p:f:qhV", lo, NULL)) != -1) {
         switch (c) {
         case 'b':
-            if (!tool_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--batch-size", optarg);
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--batch-size", optarg);
             o->ro.batch_size = (uint32_t)v;
             break;
         case 'o':
             if ((o->ro.order = parse_enum(optarg, ORDERS, 3)) < 0) return bad("--order", optarg);
             break;
         case 's':
-            if (!tool_parse_u64(optarg, &o->ro.seed)) return bad("--seed", optarg);
+            if (!cli_parse_u64(optarg, &o->ro.seed)) return bad("--seed", optarg);
             break;
         case 'e':
-            if (!tool_parse_u64(optarg, &o->epochs) || o->epochs == 0) return bad("--epochs", optarg);
+            if (!cli_parse_u64(optarg, &o->epochs) || o->epochs == 0) return bad("--epochs", optarg);
             break;
         case O_RANK:
-            if (!tool_parse_u64(optarg, &v) || v > 1 << 24) return bad("--rank", optarg);
+            if (!cli_parse_u64(optarg, &v) || v > 1 << 24) return bad("--rank", optarg);
             o->ro.rank = (int)v;
             break;
         case O_WORLD:
-            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 1 << 24) return bad("--world-size", optarg);
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1 << 24) return bad("--world-size", optarg);
             o->ro.world_size = (int)v;
             break;
         case 'j':
-            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 256) return bad("--threads", optarg);
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 256) return bad("--threads", optarg);
             o->ro.threads = (unsigned)v;
             break;
         case 'p':
-            if (!tool_parse_u64(optarg, &v) || v == 0 || v > 4096) return bad("--prefetch", optarg);
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 4096) return bad("--prefetch", optarg);
             o->ro.prefetch = (unsigned)v;
             break;
         case O_DROP: o->ro.tail = STK_TAIL_DROP; break;
@@ -169,14 +169,14 @@ static int parse_args(int argc, char **argv, opts *o)
             if ((o->ro.verify = parse_enum(optarg, VERIFY, 3)) < 0) return bad("--verify", optarg);
             break;
         case O_BUDGET:
-            if (!tool_parse_size(optarg, &o->ro.memory_budget)) return bad("--memory-budget", optarg);
+            if (!cli_parse_size(optarg, &o->ro.memory_budget)) return bad("--memory-budget", optarg);
             break;
         case O_QBLOCK:
-            if (!tool_parse_size(optarg, &o->ro.quasi_block_bytes) || !o->ro.quasi_block_bytes)
+            if (!cli_parse_size(optarg, &o->ro.quasi_block_bytes) || !o->ro.quasi_block_bytes)
                 return bad("--quasi-block", optarg);
             break;
         case O_QWIN:
-            if (!tool_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--quasi-window", optarg);
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--quasi-window", optarg);
             o->ro.quasi_window = (uint32_t)v;
             break;
         case O_STEP:
@@ -189,7 +189,7 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_TOUCH: o->touch = 1; break;
         case O_DUMP: o->dump = 1; break;
         case O_STOP:
-            if (!tool_parse_u64(optarg, &o->stop_after) || !o->stop_after) return bad("--stop-after", optarg);
+            if (!cli_parse_u64(optarg, &o->stop_after) || !o->stop_after) return bad("--stop-after", optarg);
             break;
         case O_SOUT: o->state_out = optarg; break;
         case O_SIN: o->state_in = optarg; break;
@@ -197,7 +197,7 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_DEVICE:
             if (!strcmp(optarg, "none")) o->ro.device = STK_DEVICE_NONE;
             else if (!strcmp(optarg, "host")) o->ro.device = STK_DEVICE_HOST;
-            else if (!strncmp(optarg, "cuda", 4) && (!optarg[4] || (optarg[4] == ':' && tool_parse_u64(optarg + 5, &v) && v < 1024))) {
+            else if (!strncmp(optarg, "cuda", 4) && (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &v) && v < 1024))) {
                 o->ro.device = STK_DEVICE_CUDA;
                 o->ro.device_index = optarg[4] ? (int)v : 0;
             } else
@@ -226,7 +226,7 @@ static int parse_args(int argc, char **argv, opts *o)
             int train = !strncmp(optarg, "imagenet-train", 14), eval = !strncmp(optarg, "imagenet-eval", 13);
             const char *rest = optarg + (train ? 14 : eval ? 13 : 0);
             v = 224;
-            if ((!train && !eval) || (*rest && (*rest != ':' || !tool_parse_u64(rest + 1, &v) || !v || v > 8192)))
+            if ((!train && !eval) || (*rest && (*rest != ':' || !cli_parse_u64(rest + 1, &v) || !v || v > 8192)))
                 return bad("--transform", optarg);
             stk_transform_imagenet(&o->xf, train, (uint32_t)v);
             o->ro.transform = &o->xf;
@@ -292,8 +292,8 @@ static void step(const opts *o)
 {
     if (!o->step_us) return;
     if (o->step_busy) {
-        double until = tool_now() + o->step_us * 1e-6;
-        while (tool_now() < until) {
+        double until = cli_now() + o->step_us * 1e-6;
+        while (cli_now() < until) {
         }
         return;
     }
@@ -433,10 +433,10 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                s->prefetch, o->ro.batch_size, s->device == STK_DEVICE_CUDA ? "cuda" : s->device == STK_DEVICE_HOST ? "host" : "none",
                ORDERS[o->ro.order], (unsigned long long)e,
                (unsigned long long)b);
-        tool_json_string(stdout, verdict);
+        cli_json_string(stdout, verdict);
         if (errmsg) {
             printf(",\"error\":");
-            tool_json_string(stdout, errmsg);
+            cli_json_string(stdout, errmsg);
         }
         printf("}\n");
     }
@@ -471,15 +471,15 @@ int main(int argc, char **argv)
     uint64_t total = (o.epochs * bpe) - b0;
     if (!o.quiet && *stk_reader_device_note(r)) fprintf(stderr, "shardread: %s\n", stk_reader_device_note(r));
     if (o.stop_after && o.stop_after < total) total = o.stop_after;
-    tool_progress bar;
-    tool_progress_start_units(&bar, "read", "batches", total, o.quiet || o.dump);
+    cli_progress bar;
+    cli_progress_start_units(&bar, "read", "batches", total, o.quiet || o.dump);
     uint64_t n = 0, sink = 0;
     const char *errmsg = NULL;
     while (n < total) {
         const stk_batch *b = stk_reader_next(r, &err);
         if (!b) {
             if (err.code) {
-                tool_progress_clear(&bar);
+                cli_progress_clear(&bar);
                 fprintf(stderr, "shardread: %s\n", err.msg);
                 errmsg = err.msg;
                 rc = EXIT_DATA;
@@ -489,14 +489,14 @@ int main(int argc, char **argv)
         if (o.dump) dump(b);
         if (o.touch && (!b->on_device || o.ro.device == STK_DEVICE_HOST)) sink += touch(b);
         step(&o);
-        tool_progress_update(&bar, ++n, NULL);
+        cli_progress_update(&bar, ++n, NULL);
     }
     if (!rc && stk_reader_synchronize(r, &err)) { /* the last upload is part of the time */
         fprintf(stderr, "shardread: %s\n", err.msg);
         rc = EXIT_DATA;
     }
     stk_reader_release(r);
-    tool_progress_end(&bar);
+    cli_progress_end(&bar);
     if (sink == 1) fputc(' ', stderr); /* keep the touch loop from being optimised away */
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);

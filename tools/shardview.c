@@ -8,7 +8,7 @@
  * numbers with a built-in 3x5 digit font; --json (and the legend it prints)
  * maps every cell to its record, label and class name. */
 #define _GNU_SOURCE
-#include "common.h"
+#include "cli.h"
 
 #include <getopt.h>
 #include <spng.h>
@@ -143,23 +143,23 @@ static int parse_args(int argc, char **argv, opts *o)
         case 'o': o->out = optarg; break;
         case 'n':
         case O_RANDOM:
-            if (!tool_parse_u64(optarg, &o->n) || !o->n || o->n > 100000) goto bad;
+            if (!cli_parse_u64(optarg, &o->n) || !o->n || o->n > 100000) goto bad;
             o->random = c == O_RANDOM;
             break;
-        case O_SEED: if (!tool_parse_u64(optarg, &o->seed)) goto bad; break;
-        case O_FIRST: if (!tool_parse_u64(optarg, &o->first)) goto bad; break;
+        case O_SEED: if (!cli_parse_u64(optarg, &o->seed)) goto bad; break;
+        case O_FIRST: if (!cli_parse_u64(optarg, &o->first)) goto bad; break;
         case O_RECORD:
-            if (!tool_parse_u64(optarg, &o->record)) goto bad;
+            if (!cli_parse_u64(optarg, &o->record)) goto bad;
             o->one = 1;
             break;
         case O_LABEL: o->label = 1; break;
         case O_FIELD: o->field = optarg; break;
         case O_COLS:
-            if (!tool_parse_u64(optarg, &v) || !v || v > 1000) goto bad;
+            if (!cli_parse_u64(optarg, &v) || !v || v > 1000) goto bad;
             o->columns = (unsigned)v;
             break;
         case O_QUALITY:
-            if (!tool_parse_u64(optarg, &v) || !v || v > 100) goto bad;
+            if (!cli_parse_u64(optarg, &v) || !v || v > 100) goto bad;
             o->quality = (int)v;
             break;
         case O_JSON: o->json = 1; break;
@@ -288,7 +288,7 @@ int main(int argc, char **argv)
     if (!rc && write_image(o.out, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = EXIT_PROBLEMS;
     if (!rc && o.json) { /* only for a sheet that was written */
         printf("{\"out\":");
-        tool_json_string(stdout, o.out);
+        cli_json_string(stdout, o.out);
         printf(",\"width\":%llu,\"height\":%llu,\"columns\":%llu,\"rows\":%llu,\"cell_width\":%llu,"
                "\"cell_height\":%llu,\"pad\":%llu,\"cells\":[", (unsigned long long)W, (unsigned long long)H,
                (unsigned long long)cols, (unsigned long long)rows, (unsigned long long)cw, (unsigned long long)chh,
@@ -300,7 +300,7 @@ int main(int argc, char **argv)
             if (lf >= 0) printf(",\"label\":%lld", (long long)labels[i]);
             if (cls) {
                 printf(",\"class\":");
-                tool_json_string(stdout, cls);
+                cli_json_string(stdout, cls);
             }
             putchar('}');
         }

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
+#include "cli.h"
 
 typedef struct {
     unsigned threads, prefetch;
@@ -64,8 +64,8 @@ static double rss_anon_mib(void)
 static void step(const sweep_opts *so)
 {
     if (so->step_busy) { /* a compute-bound step holds a core, as a CPU trainer would */
-        double until = tool_now() + so->step_us * 1e-6;
-        while (tool_now() < until) {
+        double until = cli_now() + so->step_us * 1e-6;
+        while (cli_now() < until) {
         }
         return;
     }
@@ -94,9 +94,9 @@ static int measure(const stk_dataset *ds, const stk_reader_options *base, const 
     for (unsigned i = 0; i < p->prefetch + 2; i++)
         if (!(b = stk_reader_next(r, &err))) break;
     stk_reader_stats_reset(r);
-    double t0 = tool_now(), peak = rss_anon_mib();
+    double t0 = cli_now(), peak = rss_anon_mib();
     uint64_t n = 0;
-    while (b && tool_now() - t0 < so->seconds) {
+    while (b && cli_now() - t0 < so->seconds) {
         if (!(b = stk_reader_next(r, &err))) break;
         if (so->step_us) step(so);
         if (++n % 8 == 0) {
@@ -225,8 +225,8 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
     size_t n = (size_t)so->nthreads * so->nprefetch * so->nbatch, k = 0;
     point *pt = calloc(n, sizeof *pt);
     if (!pt) return EXIT_PROBLEMS;
-    tool_progress bar;
-    tool_progress_start_units(&bar, "sweep", "points", n, so->quiet);
+    cli_progress bar;
+    cli_progress_start_units(&bar, "sweep", "points", n, so->quiet);
     for (unsigned b = 0; b < so->nbatch; b++)
         for (unsigned p = 0; p < so->nprefetch; p++)
             for (unsigned t = 0; t < so->nthreads; t++, k++) {
@@ -234,9 +234,9 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
                 pt[k].prefetch = so->prefetch[p];
                 pt[k].batch = so->batch[b];
                 measure(ds, base, so, &pt[k]);
-                tool_progress_update(&bar, k + 1, NULL);
+                cli_progress_update(&bar, k + 1, NULL);
             }
-    tool_progress_end(&bar);
+    cli_progress_end(&bar);
     mark_knee(pt, n);
     int rc = EXIT_OK;
     if (so->json) {

@@ -3,8 +3,9 @@
 Run from the repository after building (`cmake -S . -B build && cmake --build build`):
     /usr/bin/python3 -m pytest python/tests
 ctest runs the same (tests/python). Found through the environment when set:
-STOKER_LIB (libstoker.so; default build/reader/libstoker.so) and STK_TOOLS
-(the folder with shardgen and shardread; default build/tools).
+STOKER_LIB (libstoker.so; default build/reader/libstoker.so) and STOKER_TOOLS
+(the folder with shardgen and shardread; default build/tools; the older name
+STK_TOOLS is still read).
 """
 import os
 import shutil
@@ -24,13 +25,13 @@ if not os.environ.get("STOKER_LIB"):
     if os.path.exists(built):
         os.environ["STOKER_LIB"] = built
 
-TOOLS = os.environ.get("STK_TOOLS") or os.path.join(ROOT, "build", "tools")
+TOOLS = os.environ.get("STOKER_TOOLS") or os.environ.get("STK_TOOLS") or os.path.join(ROOT, "build", "tools")
 
 
 def tool(name):
     path = os.path.join(TOOLS, name)
     if not os.access(path, os.X_OK):
-        pytest.fail(f"{path} missing: build the project first (or set STK_TOOLS)")
+        pytest.fail(f"{path} missing: build the project first (or set STOKER_TOOLS)")
     return path
 
 

@@ -11,8 +11,8 @@ char tmp[1024], tools[1024];
 
 void setup_env(void)
 {
-    const char *t = getenv("STK_TEST_TMP"), *b = getenv("STK_TOOLS");
-    ck_assert_msg(t && b, "STK_TEST_TMP and STK_TOOLS must be set (run through ctest)");
+    const char *t = getenv("STOKER_TEST_TMP"), *b = getenv("STOKER_TOOLS");
+    ck_assert_msg(t && b, "STOKER_TEST_TMP and STOKER_TOOLS must be set (run through ctest)");
     snprintf(tmp, sizeof tmp, "%s", t);
     snprintf(tools, sizeof tools, "%s", b);
     char cmd[2200];

@@ -6,7 +6,7 @@
 
 #include <check.h>
 
-/* $STK_TEST_TMP (emptied by setup_env) and $STK_TOOLS (the built tools). */
+/* $STOKER_TEST_TMP (emptied by setup_env) and $STOKER_TOOLS (the built tools). */
 extern char tmp[1024], tools[1024];
 
 void setup_env(void);

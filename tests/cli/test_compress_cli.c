@@ -13,8 +13,8 @@
 
 static const char *pack_bin(void)
 {
-    const char *p = getenv("STK_PACK");
-    ck_assert_msg(p != NULL, "STK_PACK must name the pack binary (run through ctest)");
+    const char *p = getenv("STOKER_PACK");
+    ck_assert_msg(p != NULL, "STOKER_PACK must name the pack binary (run through ctest)");
     return p;
 }
 

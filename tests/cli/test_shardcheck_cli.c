@@ -41,7 +41,7 @@ static void flip(const char *file, uint64_t off)
     fclose(f);
 }
 
-static stk_layout layout_of(const char *file)
+static stk__layout layout_of(const char *file)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", tmp, file);
@@ -53,8 +53,8 @@ static stk_layout layout_of(const char *file)
     size_t len = fread(buf, 1, sizeof buf, f);
     fclose(f);
     stk_error err;
-    stk_layout L;
-    ck_assert_msg(stk_layout_decode(buf, len, (uint64_t)st.st_size, path, &L, &err) == 0, "%s", err.msg);
+    stk__layout L;
+    ck_assert_msg(stk__layout_decode(buf, len, (uint64_t)st.st_size, path, &L, &err) == 0, "%s", err.msg);
     return L;
 }
 
@@ -112,9 +112,9 @@ START_TEST(byte_flips_name_the_record)
 {
     setup_env();
     make_dataset("ds");
-    stk_layout L = layout_of("ds/shard-00001.stk");
+    stk__layout L = layout_of("ds/shard-00001.stk");
     ck_assert_uint_eq(L.records, 40);
-    const stk_region *img = &L.region[0], *lab = &L.region[1], *cap = &L.region[2];
+    const stk__region *img = &L.region[0], *lab = &L.region[1], *cap = &L.region[2];
     expect_flip("ds", img->data_off + 7 * img->stride + 5, "record 7, field 'image': checksum mismatch");
     expect_flip("ds", img->data_off + 39 * img->stride + img->stride - 1, "record 39, field 'image'");
     expect_flip("ds", lab->data_off + 12 * 8 + 3, "record 12, field 'label': checksum mismatch");
@@ -132,7 +132,7 @@ START_TEST(quick_is_structure_only)
 {
     setup_env();
     make_dataset("ds");
-    stk_layout L = layout_of("ds/shard-00001.stk");
+    stk__layout L = layout_of("ds/shard-00001.stk");
     copy_dataset("ds", "bad");
     flip("bad/shard-00001.stk", L.region[0].data_off + 3);
     ck_assert_int_eq(run("'%s/shardcheck' --quick bad", tools), 0); /* data is not read */
@@ -172,7 +172,7 @@ START_TEST(threads_give_the_same_report)
     for (int s = 0; s < 16; s += 3) {
         char f[64];
         snprintf(f, sizeof f, "bad/shard-%05d.stk", s);
-        stk_layout L = layout_of(f);
+        stk__layout L = layout_of(f);
         flip(f, L.region[0].data_off + (uint64_t)(s % 25) * L.region[0].stride);
         flip(f, L.region[2].heap_off + L.region[2].heap_len - 1);
     }
@@ -192,7 +192,7 @@ START_TEST(capped_report_does_not_depend_on_threads)
 {
     setup_env();
     ck_assert_int_eq(run("'%s/shardgen' -q -n 1400 --size 192 --records-per-shard 1400 --shard-size 1G ds", tools), 0);
-    stk_layout L = layout_of("ds/shard-00000.stk");
+    stk__layout L = layout_of("ds/shard-00000.stk");
     ck_assert_uint_gt(L.file_size, (uint64_t)130 << 20); /* at least three work units */
     for (uint64_t r = 0; r < 1400; r += 4) flip("ds/shard-00000.stk", L.region[0].data_off + r * L.region[0].stride + 7);
     ck_assert_int_eq(run("'%s/shardcheck' -j1 ds", tools), 1);

@@ -1,6 +1,6 @@
 /* tests/faults/test_pack_faults.c - pack attacked while it runs.
  *
- * kill -9 at random moments (STK_FAULT_TRIALS trials, default 12): after
+ * kill -9 at random moments (STOKER_FAULT_TRIALS trials, default 12): after
  * each, the output directory either holds no manifest or the complete
  * dataset, and re-running the same command gives the uninterrupted run's
  * bytes. Inputs that vanish or cannot be read between the listing and the
@@ -22,8 +22,8 @@
 
 static const char *pack_bin(void)
 {
-    const char *p = getenv("STK_PACK");
-    ck_assert_msg(p != NULL, "STK_PACK must name the pack binary (run through ctest)");
+    const char *p = getenv("STOKER_PACK");
+    ck_assert_msg(p != NULL, "STOKER_PACK must name the pack binary (run through ctest)");
     return p;
 }
 
@@ -65,7 +65,8 @@ START_TEST(test_kill_at_random_moments)
     double t0 = now(); /* time a second run: the first one also read the inputs from disk */
     ck_assert_int_eq(run("'%s' -q -j 2 --size 32 --records-per-shard 16 raw warm && rm -rf warm", pack_bin()), 0);
     double ref_s = now() - t0;
-    const char *s = getenv("STK_FAULT_TRIALS");
+    const char *s = getenv("STOKER_FAULT_TRIALS"); /* STK_FAULT_TRIALS: its old name */
+    if (!s) s = getenv("STK_FAULT_TRIALS");
     unsigned n = s && atoi(s) > 0 ? (unsigned)atoi(s) : 12, survived = 0, mid = 0;
     srand(5);
     for (unsigned t = 0; t < n; t++) {

@@ -4,7 +4,7 @@
  * LeakSanitizer in the ASan build), readers in parallel processes.
  *
  * Counts are printed ("RESULT ...") for the README's Reliability table;
- * STK_FAULT_TRIALS scales the flip trials (default 200). */
+ * STOKER_FAULT_TRIALS scales the flip trials (default 200). */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -19,7 +19,8 @@
 
 static unsigned trials(unsigned dflt)
 {
-    const char *s = getenv("STK_FAULT_TRIALS");
+    const char *s = getenv("STOKER_FAULT_TRIALS"); /* STK_FAULT_TRIALS: its old name */
+    if (!s) s = getenv("STK_FAULT_TRIALS");
     return s && atoi(s) > 0 ? (unsigned)atoi(s) : dflt;
 }
 
@@ -82,8 +83,8 @@ START_TEST(test_flips_under_verify_always)
          * map, which is the image region's start minus that region's offset */
         size_t hl;
         uint8_t *file = tu_read(stk_shard_path(sh), &hl);
-        stk_layout L;
-        ck_assert_int_eq(stk_layout_decode(file, hl, hl, "shard", &L, NULL), 0);
+        stk__layout L;
+        ck_assert_int_eq(stk__layout_decode(file, hl, hl, "shard", &L, NULL), 0);
         free(file);
         const uint8_t *map0 = (const uint8_t *)stk_shard_field_base(sh, TU_IMAGE) - L.region[TU_IMAGE].data_off;
         off_t off = (off_t)((const uint8_t *)p - map0) + (off_t)((unsigned)rand() % size);

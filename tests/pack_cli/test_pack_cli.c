@@ -5,8 +5,8 @@
  * is read back through libstoker and compared with an independent decode,
  * with other runs of pack, and with the files it was made from.
  *
- * Environment (set by ctest): STK_TEST_TMP, STK_TOOLS (rawgen, shardcheck),
- * STK_PACK (the pack binary; default $STK_TOOLS/../packer/pack). */
+ * Environment (set by ctest): STOKER_TEST_TMP, STOKER_TOOLS (rawgen, shardcheck),
+ * STOKER_PACK (the pack binary; default $STOKER_TOOLS/../packer/pack). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
@@ -36,10 +36,10 @@ static char pack[1100]; /* tools + "/../packer/pack" */
 static void setup_pack(void)
 {
     setup_env();
-    const char *p = getenv("STK_PACK");
+    const char *p = getenv("STOKER_PACK");
     if (p && *p) snprintf(pack, sizeof pack, "%s", p);
     else snprintf(pack, sizeof pack, "%s/../packer/pack", tools);
-    ck_assert_msg(access(pack, X_OK) == 0, "pack not found at %s (set STK_PACK)", pack);
+    ck_assert_msg(access(pack, X_OK) == 0, "pack not found at %s (set STOKER_PACK)", pack);
 }
 
 static char *path_in(const char *rel)

@@ -512,9 +512,9 @@ END_TEST
 /* Run cjpeg with `args` on im (via a PPM); NULL when cjpeg is missing. */
 static uint8_t *cjpeg(const image *im, const char *args, size_t *len)
 {
-    const char *prog = getenv("PK_CJPEG");
+    const char *prog = getenv("STOKER_CJPEG");
     if (!prog || !*prog) return NULL;
-    const char *dir = getenv("STK_TEST_TMP");
+    const char *dir = getenv("STOKER_TEST_TMP");
     char in[1024], out[1024], cmd[3072];
     if (!dir || !*dir) dir = "/tmp";
     ck_assert_msg(mkdir(dir, 0777) == 0 || errno == EEXIST, "mkdir %s: %s", dir, strerror(errno));
@@ -546,7 +546,7 @@ START_TEST(jpeg_cjpeg_variants)
         "-arithmetic", "-restart 1", "-restart 1 -arithmetic", "-progressive -arithmetic",
         "-sample 2x1,1x2,1x1", "-sample 3x1", "-sample 1x1,2x2,1x1", "-sample 1x2 -restart 2B",
     };
-    if (!getenv("PK_CJPEG") || !*getenv("PK_CJPEG")) {
+    if (!getenv("STOKER_CJPEG") || !*getenv("STOKER_CJPEG")) {
         printf("jpeg_cjpeg_variants: skipped, cjpeg not found (install libjpeg-turbo-progs)\n");
         return;
     }

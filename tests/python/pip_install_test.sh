@@ -6,7 +6,7 @@
 # library. Exit 77 (skipped) without pip/venv/numpy.
 set -eu
 py=${STOKER_PYTHON:-/usr/bin/python3}
-tmp=${STK_TEST_TMP:-${TMPDIR:-/tmp}/stoker-pip}
+tmp=${STOKER_TEST_TMP:-${TMPDIR:-/tmp}/stoker-pip}
 for m in venv ensurepip numpy; do
   if ! "$py" -c "import $m" 2>/dev/null; then
     echo "SKIPPED: $py cannot import $m (apt-get install python3-venv python3-numpy)"
@@ -18,7 +18,7 @@ cp -r "$1" "$tmp/src"
 rm -rf "$tmp/src/build" "$tmp/src"/*.egg-info "$tmp/src/stoker/_lib"
 "$py" -m venv --system-site-packages "$tmp/venv"
 "$tmp/venv/bin/pip" install --no-index --disable-pip-version-check -q "$tmp/src"
-"$STK_TOOLS/shardgen" -q -n 50 --size 8 --records-per-shard 20 "$tmp/ds"
+"$STOKER_TOOLS/shardgen" -q -n 50 --size 8 --records-per-shard 20 "$tmp/ds"
 cd "$tmp"
 env -u STOKER_LIB -u PYTHONPATH "$tmp/venv/bin/python" - "$tmp/ds" <<'PY'
 import os, sys

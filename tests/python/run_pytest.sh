@@ -10,6 +10,6 @@ for m in pytest numpy; do
     exit 77
   fi
 done
-tmp=${STK_TEST_TMP:-${TMPDIR:-/tmp}/stoker-pytest}
+tmp=${STOKER_TEST_TMP:-${TMPDIR:-/tmp}/stoker-pytest}
 rm -rf "$tmp" && mkdir -p "$tmp"
 exec "$py" -m pytest -q -rs -p no:cacheprovider --basetemp="$tmp" "$1"

@@ -285,7 +285,7 @@ static void make_ramp(char *dir, size_t cap, uint64_t n)
 
 /* Expected value of output pixel (ox, oy), channel c, for box b: the linear
  * function at the clamped half-pixel source position. */
-static double expect(const stk_crop_box *b, int oh, int ow, int oy, int ox, int c)
+static double expect(const stk__crop_box *b, int oh, int ow, int oy, int ox, int c)
 {
     int xs = b->flip ? ow - 1 - ox : ox;
     double sx = (xs + 0.5) * b->w / ow - 0.5, sy = (oy + 0.5) * b->h / oh - 0.5;
@@ -346,9 +346,9 @@ static void run_transform(int crop, int dtype, int layout, uint32_t oh, uint32_t
         ck_assert_uint_eq(f->shape[layout == STK_IMAGE_NCHW ? 2 : 1], oh);
         ck_assert_uint_eq(f->nbytes, (uint64_t)b->size * 3 * oh * ow * stk_dtype_size(dtype));
         for (uint32_t n = 0; n < b->size; n++) {
-            stk_crop_box box, again;
-            stk_xform_box(&t, IH, IW, 99, b->epoch, b->records[n], &box);
-            stk_xform_box(&t, IH, IW, 99, b->epoch, b->records[n], &again);
+            stk__crop_box box, again;
+            stk__xform_box(&t, IH, IW, 99, b->epoch, b->records[n], &box);
+            stk__xform_box(&t, IH, IW, 99, b->epoch, b->records[n], &again);
             ck_assert(memcmp(&box, &again, sizeof box) == 0); /* a pure function */
             ck_assert(box.x0 >= 0 && box.y0 >= 0 && box.w > 0 && box.h > 0 && box.x0 + box.w <= IW &&
                       box.y0 + box.h <= IH);
@@ -398,8 +398,8 @@ START_TEST(test_random_resized_boxes)
     double area_sum = 0;
     int flips = 0, n = 20000;
     for (int i = 0; i < n; i++) {
-        stk_crop_box b;
-        stk_xform_box(&t, 256, 256, 1, 0, (uint64_t)i, &b);
+        stk__crop_box b;
+        stk__xform_box(&t, 256, 256, 1, 0, (uint64_t)i, &b);
         ck_assert(b.x0 >= 0 && b.y0 >= 0 && b.x0 + b.w <= 256 && b.y0 + b.h <= 256);
         double a = (double)b.w * b.h / (256.0 * 256.0), ratio = (double)b.w / b.h;
         ck_assert(a >= 0.075 && a <= 1.0);
@@ -410,9 +410,9 @@ START_TEST(test_random_resized_boxes)
     /* E[area] over U(0.08, 1), a little lower after rejections of large boxes */
     ck_assert_msg(area_sum / n > 0.40 && area_sum / n < 0.56, "mean area %f", area_sum / n);
     ck_assert_msg(abs(flips - n / 2) < n / 20, "flips %d of %d", flips, n);
-    stk_crop_box a, b;
-    stk_xform_box(&t, 256, 256, 1, 0, 5, &a);
-    stk_xform_box(&t, 256, 256, 1, 1, 5, &b); /* another epoch, another box */
+    stk__crop_box a, b;
+    stk__xform_box(&t, 256, 256, 1, 0, 5, &a);
+    stk__xform_box(&t, 256, 256, 1, 1, 5, &b); /* another epoch, another box */
     ck_assert(memcmp(&a, &b, sizeof a) != 0);
 }
 END_TEST

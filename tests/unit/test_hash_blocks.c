@@ -1,6 +1,6 @@
 /* tests/unit/test_hash_blocks.c - XXH3 taken apart at its blocks
  * (format/hash_blocks.h): stk_hash_blocks and the streaming hasher
- * (stk_hasher) give exactly what libxxhash's XXH3_64bits gives, with the
+ * (stk__hasher) give exactly what libxxhash's XXH3_64bits gives, with the
  * portable, AVX2 and AVX-512 kernels (those the CPU has), however the input
  * is cut into updates and whichever values arrive as block sums instead of
  * bytes. The
@@ -84,7 +84,7 @@ END_TEST
  * whole blocks as sums. */
 static uint64_t fed(const uint8_t *data, size_t len, const size_t *cuts, size_t ncuts, int level, int absorb)
 {
-    stk_hasher *h = stk__hasher_new_isa(level);
+    stk__hasher *h = stk__hasher_new_isa(level);
     ck_assert_ptr_nonnull(h);
     size_t at = 0, k = 0;
     while (at < len) {
@@ -94,16 +94,16 @@ static uint64_t fed(const uint8_t *data, size_t len, const size_t *cuts, size_t 
             size_t nb = (len - at) / BLK < 5 ? (len - at) / BLK : 5;
             uint64_t *sums = malloc(nb * 64);
             stk__hash_blocks_isa(data + at, nb * BLK, sums, level);
-            stk_hasher_absorb(h, data + at, sums, nb * BLK);
+            stk__hasher_absorb(h, data + at, sums, nb * BLK);
             free(sums);
             at += nb * BLK;
             continue;
         }
-        stk_hasher_update(h, data + at, n);
+        stk__hasher_update(h, data + at, n);
         at += n;
     }
-    uint64_t v = stk_hasher_digest(h);
-    stk_hasher_free(h);
+    uint64_t v = stk__hasher_digest(h);
+    stk__hasher_free(h);
     return v;
 }
 
@@ -143,17 +143,17 @@ START_TEST(file_hash_like_a_shard)
     for (int level = STK_HASH_ISA_BASE; level <= STK_HASH_ISA_AVX512; level++)
         for (int tail = 0; tail < 2; tail++) {
             size_t total = tail ? len : 4096 + n * img;
-            stk_hasher *h = stk__hasher_new_isa(level);
-            stk_hasher_update(h, p, 300);
-            stk_hasher_update(h, p + 300, 4096 - 300);
+            stk__hasher *h = stk__hasher_new_isa(level);
+            stk__hasher_update(h, p, 300);
+            stk__hasher_update(h, p + 300, 4096 - 300);
             for (size_t i = 0; i < n; i++) {
                 const uint8_t *v = p + 4096 + i * img;
                 ck_assert_uint_eq(stk__hash_blocks_isa(v, img, sums, level), XXH3_64bits(v, img));
-                stk_hasher_absorb(h, v, sums, img);
+                stk__hasher_absorb(h, v, sums, img);
             }
-            if (tail) stk_hasher_update(h, p + total - 333, 333);
-            ck_assert_uint_eq(stk_hasher_digest(h), XXH3_64bits(p, total));
-            stk_hasher_free(h);
+            if (tail) stk__hasher_update(h, p + total - 333, 333);
+            ck_assert_uint_eq(stk__hasher_digest(h), XXH3_64bits(p, total));
+            stk__hasher_free(h);
         }
     free(sums);
     free(p);
@@ -170,14 +170,14 @@ START_TEST(sums_are_used_on_boundaries_only)
     for (int off = 0; off < 2; off++) {
         stk_hash_blocks(p + 100, img, sums);
         sums[8 * 2 + 5] += 1; /* block 2, lane 5 */
-        stk_hasher *h = stk_hasher_new();
-        stk_hasher_update(h, p, off ? 100 : 0);
-        stk_hasher_absorb(h, p + 100, sums, img);
-        stk_hasher_update(h, p + 100 + img, 77);
-        uint64_t got = stk_hasher_digest(h), want = XXH3_64bits(off ? p : p + 100, (off ? 100 : 0) + img + 77);
+        stk__hasher *h = stk__hasher_new();
+        stk__hasher_update(h, p, off ? 100 : 0);
+        stk__hasher_absorb(h, p + 100, sums, img);
+        stk__hasher_update(h, p + 100 + img, 77);
+        uint64_t got = stk__hasher_digest(h), want = XXH3_64bits(off ? p : p + 100, (off ? 100 : 0) + img + 77);
         if (off) ck_assert_uint_eq(got, want);
         else ck_assert_uint_ne(got, want);
-        stk_hasher_free(h);
+        stk__hasher_free(h);
     }
     free(p);
 }

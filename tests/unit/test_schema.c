@@ -263,14 +263,14 @@ START_TEST(hash_streaming_agrees)
     tu_fill(buf, sizeof buf, 7);
     const size_t steps[] = {1, 7, 64, 1000, 4096};
     for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
-        stk_hasher *h = stk_hasher_new();
+        stk__hasher *h = stk__hasher_new();
         ck_assert_ptr_nonnull(h);
         for (size_t off = 0; off < sizeof buf; off += steps[k]) {
             size_t n = sizeof buf - off < steps[k] ? sizeof buf - off : steps[k];
-            stk_hasher_update(h, buf + off, n);
+            stk__hasher_update(h, buf + off, n);
         }
-        ck_assert_uint_eq(stk_hasher_digest(h), stk_hash(buf, sizeof buf));
-        stk_hasher_free(h);
+        ck_assert_uint_eq(stk__hasher_digest(h), stk_hash(buf, sizeof buf));
+        stk__hasher_free(h);
     }
 }
 END_TEST
@@ -283,23 +283,23 @@ START_TEST(path_rules)
     const char *unsafe[] = {"", "/abs.stk", "../x.stk", "a/../b", "..", ".", "a//b", "a/", "./a", "a/./b",
                             "a b", "a\\b", "caf\xc3\xa9", "x:y", "a/.."};
     for (size_t i = 0; i < sizeof safe / sizeof safe[0]; i++)
-        ck_assert_msg(stk_path_is_safe(safe[i]), "'%s' should be safe", safe[i]);
+        ck_assert_msg(stk__path_is_safe(safe[i]), "'%s' should be safe", safe[i]);
     for (size_t i = 0; i < sizeof unsafe / sizeof unsafe[0]; i++)
-        ck_assert_msg(!stk_path_is_safe(unsafe[i]), "'%s' should be refused", unsafe[i]);
+        ck_assert_msg(!stk__path_is_safe(unsafe[i]), "'%s' should be refused", unsafe[i]);
     /* Length limit: 4096 bytes. */
     char *longp = malloc(4098);
     ck_assert_ptr_nonnull(longp);
     memset(longp, 'a', 4097);
     longp[4096] = 0;
-    ck_assert(stk_path_is_safe(longp));
+    ck_assert(stk__path_is_safe(longp));
     longp[4096] = 'a';
     longp[4097] = 0;
-    ck_assert(!stk_path_is_safe(longp));
+    ck_assert(!stk__path_is_safe(longp));
     free(longp);
 
-    ck_assert(stk_name_is_valid("image"));
-    ck_assert(!stk_name_is_valid(""));
-    ck_assert(!stk_name_is_valid("a/b"));
+    ck_assert(stk__name_is_valid("image"));
+    ck_assert(!stk__name_is_valid(""));
+    ck_assert(!stk__name_is_valid("a/b"));
 }
 END_TEST
 

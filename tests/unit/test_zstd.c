@@ -177,8 +177,8 @@ START_TEST(test_corrupt_block_is_named)
     ck_assert_ptr_nonnull(sh);
     size_t len;
     uint8_t *file = tu_read(path, &len);
-    stk_layout L;
-    ck_assert_int_eq(stk_layout_decode(file, len, len, "s", &L, NULL), 0);
+    stk__layout L;
+    ck_assert_int_eq(stk__layout_decode(file, len, len, "s", &L, NULL), 0);
     uint64_t first, count, rb, pb;
     ck_assert_int_eq(stk_shard_block_info(sh, 0, 7, &first, &count, &rb, &pb, NULL), 0);
     ck_assert_uint_eq(first, 70);

@@ -48,7 +48,7 @@ void tu_rm_rf(const char *path)
 
 void tu_scratch(char *out, size_t cap, const char *name)
 {
-    const char *root = getenv("STK_TEST_TMP");
+    const char *root = getenv("STOKER_TEST_TMP");
     char fallback[64];
     if (!root || !*root) { /* run by hand, outside ctest */
         snprintf(fallback, sizeof fallback, "/tmp/stk-unit-%ld", (long)getpid());

@@ -33,7 +33,7 @@
 
 /* ------------------------------------------------------------- files */
 
-/* A fresh, empty directory $STK_TEST_TMP/<name> (created, emptied first).
+/* A fresh, empty directory $STOKER_TEST_TMP/<name> (created, emptied first).
  * Writes its path into out. */
 void tu_scratch(char *out, size_t cap, const char *name);
 /* out = dir + "/" + name. */

@@ -1,5 +1,5 @@
-/* tools/common.c - see common.h. */
-#include "common.h"
+/* tools/cli.c - the command-line helper library; see cli.h. */
+#include "cli.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -7,14 +7,14 @@
 #include <time.h>
 #include <unistd.h>
 
-double tool_now(void)
+double cli_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-bool tool_parse_u64(const char *s, uint64_t *out)
+bool cli_parse_u64(const char *s, uint64_t *out)
 {
     if (!s || !*s || *s == '-' || *s == '+') return false;
     char *end;
@@ -25,7 +25,7 @@ bool tool_parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
-bool tool_parse_size(const char *s, uint64_t *out)
+bool cli_parse_size(const char *s, uint64_t *out)
 {
     if (!s || !*s || *s == '-' || *s == '+') return false;
     char *end;
@@ -48,7 +48,7 @@ bool tool_parse_size(const char *s, uint64_t *out)
     return true;
 }
 
-void tool_json_string(FILE *f, const char *s)
+void cli_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -59,29 +59,29 @@ void tool_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-void tool_progress_start(tool_progress *p, const char *label, uint64_t total, bool quiet)
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total, bool quiet)
 {
     memset(p, 0, sizeof *p);
     p->enabled = !quiet && isatty(STDERR_FILENO);
     p->label = label;
     p->total = total;
-    p->start = p->last = tool_now();
+    p->start = p->last = cli_now();
 }
 
-void tool_progress_start_units(tool_progress *p, const char *label, const char *unit, uint64_t total, bool quiet)
+void cli_progress_start_units(cli_progress *p, const char *label, const char *unit, uint64_t total, bool quiet)
 {
-    tool_progress_start(p, label, total, quiet);
+    cli_progress_start(p, label, total, quiet);
     p->unit = unit;
 }
 
-void tool_progress_clear(const tool_progress *p)
+void cli_progress_clear(const cli_progress *p)
 {
     if (!p->enabled) return;
     fprintf(stderr, "\r\033[K");
     fflush(stderr);
 }
 
-static void fmt_count(const tool_progress *p, char *b, size_t n, double v, bool rate);
+static void fmt_count(const cli_progress *p, char *b, size_t n, double v, bool rate);
 
 static void fmt_bytes(char *b, size_t n, double v)
 {
@@ -91,7 +91,7 @@ static void fmt_bytes(char *b, size_t n, double v)
     snprintf(b, n, "%.1f %s", v, u[i]);
 }
 
-static void fmt_count(const tool_progress *p, char *b, size_t n, double v, bool rate)
+static void fmt_count(const cli_progress *p, char *b, size_t n, double v, bool rate)
 {
     if (p->unit) {
         snprintf(b, n, rate ? "%.0f %s/s" : "%.0f %s", v, p->unit);
@@ -101,15 +101,15 @@ static void fmt_count(const tool_progress *p, char *b, size_t n, double v, bool 
     if (rate) strncat(b, "/s", n - strlen(b) - 1);
 }
 
-bool tool_progress_due(const tool_progress *p, uint64_t done)
+bool cli_progress_due(const cli_progress *p, uint64_t done)
 {
-    return p->enabled && (done >= p->total || tool_now() - p->last >= 0.1);
+    return p->enabled && (done >= p->total || cli_now() - p->last >= 0.1);
 }
 
-void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
+void cli_progress_update(cli_progress *p, uint64_t done, const char *extra)
 {
     if (!p->enabled) return;
-    double t = tool_now();
+    double t = cli_now();
     if (t - p->last < 0.1 && done < p->total) return;
     p->last = t;
     double el = t - p->start, rate = el > 0 ? (double)done / el : 0;
@@ -132,7 +132,7 @@ void tool_progress_update(tool_progress *p, uint64_t done, const char *extra)
     fflush(stderr);
 }
 
-void tool_progress_end(tool_progress *p)
+void cli_progress_end(cli_progress *p)
 {
     if (!p->enabled) return;
     fprintf(stderr, "\r\033[K");

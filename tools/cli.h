@@ -1,7 +1,8 @@
-/* tools/common.h - what the command-line tools share: a terminal progress
- * bar, size parsing, JSON string output, timing. Not part of any library. */
-#ifndef STOKER_TOOLS_COMMON_H
-#define STOKER_TOOLS_COMMON_H
+/* tools/cli.h - the command-line helper library (stoker_cli) that the tools
+ * and pack share: a terminal progress bar, size parsing, JSON string output,
+ * timing, exit codes. Not installed, not part of libstoker. */
+#ifndef STOKER_TOOLS_CLI_H
+#define STOKER_TOOLS_CLI_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -10,15 +11,15 @@
 /* Exit codes shared by the tools (documented in each --help). */
 enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
 
-double tool_now(void); /* monotonic seconds */
+double cli_now(void); /* monotonic seconds */
 
 /* "4096", "64K", "1.5G" (powers of 1024) -> bytes; false on junk/overflow. */
-bool tool_parse_size(const char *s, uint64_t *out);
+bool cli_parse_size(const char *s, uint64_t *out);
 /* Plain non-negative decimal integer; false on junk/overflow. */
-bool tool_parse_u64(const char *s, uint64_t *out);
+bool cli_parse_u64(const char *s, uint64_t *out);
 
 /* Print s as a JSON string literal (quotes included). */
-void tool_json_string(FILE *f, const char *s);
+void cli_json_string(FILE *f, const char *s);
 
 /* A progress bar on stderr, drawn only when stderr is a terminal, at most
  * every 100 ms. total == 0 means unknown. */
@@ -28,17 +29,17 @@ typedef struct {
     const char *unit;   /* NULL: counts are bytes; else e.g. "files" */
     uint64_t total;
     double start, last;
-} tool_progress;
+} cli_progress;
 
-void tool_progress_start(tool_progress *p, const char *label, uint64_t total_bytes, bool quiet);
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total_bytes, bool quiet);
 /* Same, counting `unit`s (e.g. "files") instead of bytes. */
-void tool_progress_start_units(tool_progress *p, const char *label, const char *unit, uint64_t total, bool quiet);
+void cli_progress_start_units(cli_progress *p, const char *label, const char *unit, uint64_t total, bool quiet);
 /* Clear the bar's line (before printing a message under it). */
-void tool_progress_clear(const tool_progress *p);
-void tool_progress_update(tool_progress *p, uint64_t done_bytes, const char *extra);
+void cli_progress_clear(const cli_progress *p);
+void cli_progress_update(cli_progress *p, uint64_t done_bytes, const char *extra);
 /* Whether an update with `done` would draw now (the bar redraws at most ten
  * times a second): callers skip formatting `extra` when it would not. */
-bool tool_progress_due(const tool_progress *p, uint64_t done);
-void tool_progress_end(tool_progress *p);
+bool cli_progress_due(const cli_progress *p, uint64_t done);
+void cli_progress_end(cli_progress *p);
 
 #endif
