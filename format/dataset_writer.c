@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -94,10 +95,65 @@ static int copy_meta(stk_dataset_writer *dw, const stk_dataset_options *o, stk_e
     return STK_OK;
 }
 
-stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
-                                              const stk_dataset_options *o, stk_error *err)
+/* stk_dataset_options as 0.1.0 laid it out, frozen: the smallest struct a
+ * caller has. Later fields are appended (the assertions hold every 0.1.0
+ * field in place), so a caller's struct is a prefix of the library's and its
+ * size says which fields it has. */
+typedef struct {
+    uint64_t records_per_shard;
+    uint64_t shard_bytes;
+    const char *prefix;
+    int force;
+    size_t nclasses;
+    const char *const *classes;
+    const char *pack_json;
+    int zstd_level;
+    uint64_t zstd_block_bytes;
+} dataset_options_v0;
+
+#define SAME(f) _Static_assert(offsetof(stk_dataset_options, f) == offsetof(dataset_options_v0, f), \
+                               "stk_dataset_options." #f " moved: fields are appended, never moved")
+SAME(records_per_shard);
+SAME(shard_bytes);
+SAME(prefix);
+SAME(force);
+SAME(nclasses);
+SAME(classes);
+SAME(pack_json);
+SAME(zstd_level);
+SAME(zstd_block_bytes);
+#undef SAME
+
+void stk_dataset_options_init_sized(stk_dataset_options *opts, size_t size)
+{
+    if (opts) memset(opts, 0, size); /* every default is zero, in the caller's size */
+}
+
+/* The caller's options (`size` bytes) over the defaults (zero). A size below
+ * 0.1.0's, or a larger struct whose extra bytes are set (a caller built
+ * against a newer stoker), is refused. */
+static int read_options(stk_dataset_options *dst, const stk_dataset_options *src, size_t size, stk_error *err)
+{
+    memset(dst, 0, sizeof *dst);
+    if (size < sizeof(dataset_options_v0))
+        return stk_error_set(err, STK_E_ARG, "stk_dataset_options: size %zu is smaller than any release's (%zu)", size,
+                             sizeof(dataset_options_v0));
+    for (size_t i = sizeof *dst; i < size; i++)
+        if (((const unsigned char *)src)[i])
+            return stk_error_set(err, STK_E_ARG, "stk_dataset_options: the caller was built against a newer stoker "
+                                 "(%zu bytes, libstoker %s knows %zu) and sets fields this library lacks", size,
+                                 STK_VERSION_STRING, sizeof *dst);
+    memcpy(dst, src, size < sizeof *dst ? size : sizeof *dst);
+    return STK_OK;
+}
+
+stk_dataset_writer *stk_dataset_writer_create_sized(const char *dir, const stk_schema *schema,
+                                                    const stk_dataset_options *opts, size_t size, stk_error *err)
 {
     if (!dir || !schema) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_create: NULL argument"), NULL;
+    stk_dataset_options copy;
+    if (opts && read_options(&copy, opts, size, err)) return NULL;
+    const stk_dataset_options *o = opts ? &copy : NULL;
     if (stk_schema_validate(schema, err)) return NULL;
     const char *prefix = o && o->prefix ? o->prefix : "shard";
     if (!stk__name_is_valid(prefix))
@@ -125,10 +181,15 @@ fail:
     return NULL;
 }
 
+int stk_shard_file_name(char *buf, size_t cap, const char *prefix, uint64_t index)
+{
+    return snprintf(buf, cap, "%s-%05llu.stk", prefix, (unsigned long long)index);
+}
+
 /* File name of the shard being written: PREFIX-00000.stk, ... */
 static void shard_name(const stk_dataset_writer *dw, char *name, size_t cap)
 {
-    snprintf(name, cap, "%s-%05zu.stk", dw->prefix, dw->m.nshards);
+    stk_shard_file_name(name, cap, dw->prefix, dw->m.nshards);
 }
 
 static int close_shard(stk_dataset_writer *dw, stk_error *err)
@@ -200,3 +261,16 @@ int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)
 }
 
 void stk_dataset_writer_abort(stk_dataset_writer *dw) { dw_free(dw); }
+
+/* The 0.1.0 entry point: stk_dataset_writer_create is now an inline wrapper
+ * that passes sizeof the caller's options; binaries built against 0.1.0 call
+ * this symbol, with the 0.1.0 struct. Bound to the old name by an asm label
+ * (GCC and Clang, ELF): the C name belongs to the header's inline function. */
+STK_API stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema,
+                                                          const stk_dataset_options *o, stk_error *err)
+    __asm__("stk_dataset_writer_create");
+stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema,
+                                                  const stk_dataset_options *o, stk_error *err)
+{
+    return stk_dataset_writer_create_sized(dir, schema, o, sizeof(dataset_options_v0), err);
+}

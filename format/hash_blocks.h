@@ -1,27 +1,28 @@
 /* format/hash_blocks.h - XXH3-64 taken apart at its 1024-byte blocks.
  *
- * Included through hash_isa.h (after <xxhash.h> with XXH_INLINE_ALL) by
- * hash.c, hash_avx2.c and hash_avx512.c, so that XXH3_accumulate_512 and
- * XXH3_scrambleAcc are the vector kernels of that translation unit;
- * everything here is static.
+ * Included through hash_isa.h (after the vendored xxhash.h with
+ * XXH_INLINE_ALL) by hash.c, hash_avx2.c and hash_avx512.c, so that
+ * XXH3_accumulate_512 and XXH3_scrambleAcc are the vector kernels of that
+ * translation unit; everything here is static. These are xxHash's private
+ * names, which is why format/ builds against a pinned copy of xxhash.h
+ * (third_party/xxhash/README.md), never the system's.
  *
- * Why: a packer hashes every image twice, once as the record's checksum
- * (on the decoding thread, the bytes in its cache) and once as part of the
- * whole-file hash (on the writer's I/O thread, which reads them from the
- * other core's cache at a third of the speed: 2.3% of all CPU time of a
- * two-thread pack). XXH3 on long inputs (xxHash's spec, "hashLong") keeps
- * eight 64-bit accumulators; a block of 16 stripes of 64 bytes only ADDS
- * to them (each stripe: acc[i ^ 1] += d[i], acc[i] += lo32(d[i] ^ k[i]) *
- * hi32(d[i] ^ k[i]), the key k depending on the stripe's place in its
- * block), and only the scramble after each block mixes. So a block's
- * contribution can be computed anywhere, from zero accumulators, as eight
- * sums; whoever streams the file adds them and scrambles in file order,
- * which is 64 bytes per kilobyte instead of the kilobyte. The value is the
- * same to the bit: tests compare it with XXH3_64bits on many lengths and
- * splits. Cost, for a 196,608-byte image in L2: the value's hash and sums
- * 6.2 us against XXH3_64bits' 5.0 us on the thread that made it (AVX2;
- * 4.6 and 3.6 us with AVX-512); folding the sums into the file hash about
- * 4 us instead of about 17 us.
+ * Why: a packer hashes every image twice, once as the record's checksum (on
+ * the decoding thread, the bytes in its cache) and once as part of the
+ * whole-file hash (on the writer's I/O thread, which would have to read them
+ * again, from the other core's cache). XXH3 on long inputs (xxHash's spec,
+ * "hashLong") keeps eight 64-bit accumulators; a block of 16 stripes of 64
+ * bytes only ADDS to them (each stripe: acc[i ^ 1] += d[i], acc[i] +=
+ * lo32(d[i] ^ k[i]) * hi32(d[i] ^ k[i]), the key k depending on the
+ * stripe's place in its block), and only the scramble after each block
+ * mixes. So a block's contribution can be computed anywhere, from zero
+ * accumulators, as eight sums; whoever streams the file adds them and
+ * scrambles in file order, which reads 64 bytes per kilobyte instead of the
+ * kilobyte. The decoding thread pays a little more for the record's hash
+ * plus sums than for the hash alone; the writer's thread pays a fraction of
+ * a second read (bench/README.md, "Design measurements behind the source",
+ * has the figures). The value is the same to the bit: tests compare it with
+ * the system libxxhash's XXH3_64bits on many lengths and splits.
  *
  * Only xxHash's own kernels, secret and final merge are used; the loops are
  * XXH3_hashLong_internal_loop's. */
@@ -44,8 +45,8 @@ _Static_assert(sizeof(XXH3_kSecret) == 192, "XXH3's default secret gives 16 stri
 
 /* acc += s, lane by lane, as vectors as wide as the scramble's loads: a
  * load is forwarded from one earlier store, not pieced together from several,
- * so eight scalar adds in memory (3x slower sums) or two 32-byte stores ahead
- * of the AVX-512 scramble's 64-byte load (2x slower fold) stall every block. */
+ * so eight scalar adds in memory or two 32-byte stores ahead of the AVX-512
+ * scramble's 64-byte load would stall every block (what that cost: bench/README.md). */
 static inline void hb_add(uint64_t *acc, const uint64_t *s)
 {
 #ifdef __AVX512F__

@@ -9,8 +9,13 @@
 #ifndef STOKER_FORMAT_HASH_ISA_H
 #define STOKER_FORMAT_HASH_ISA_H
 
+/* The pinned copy (third_party/xxhash/README.md), by its path relative to
+ * this file: hash_blocks.h uses xxHash's private names, which only that
+ * version is known to have. Never <xxhash.h>. */
 #define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "third_party/xxhash/xxhash.h"
+
+_Static_assert(XXH_VERSION_NUMBER == 801, "format/ is written against the vendored xxHash 0.8.1");
 
 #include <stddef.h>
 #include <stdint.h>

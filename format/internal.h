@@ -166,8 +166,9 @@ uint64_t stk__hasher_digest(const stk__hasher *h);
 void stk__hasher_free(stk__hasher *h);
 
 /* Tests: the kernels of level at most cap (every level the CPU has is
- * compared with libxxhash); the rest use STK_HASH_ISA_BEST. */
+ * compared with the system libxxhash); the rest use STK_HASH_ISA_BEST. */
 enum { STK_HASH_ISA_BASE = 0, STK_HASH_ISA_AVX2 = 1, STK_HASH_ISA_AVX512 = 2, STK_HASH_ISA_BEST = 2 };
+uint64_t stk__hash_isa_cap(const void *data, size_t len, int cap); /* stk_hash */
 stk__hasher *stk__hasher_new_isa(int cap);
 uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int cap);
 

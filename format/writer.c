@@ -16,50 +16,34 @@
  * whole-file XXH3 is computed while the data goes out, in file order, and
  * finish need not read the file back (which, at the end of a pack, is a pass
  * over up to a gigabyte nobody can overlap). Field 0 then goes to an I/O
- * thread that hashes and writes it, with O_DIRECT where the file system takes
- * it: no page-cache copy, no writeback later, no dirty gigabyte for the final
- * fsync, and the appending thread never waits for the disk. Values are copied
- * into 4 MiB staging buffers, or, lent (stk_writer_append_lent), written from
- * the caller's memory: a packer's appending thread then does no per-byte work
- * at all. A lent value may come with its XXH3 block sums (stk_hash_blocks,
- * computed where it was made); the I/O thread then folds those into the file
- * hash and never reads the value's bytes (hash_blocks.h). If the count turns
- * out different, finish falls back to reading the file back. */
+ * thread (writer_stream.c) that hashes and writes it, with O_DIRECT where the
+ * file system takes it, so the appending thread never waits for the disk.
+ * Values are copied into its staging buffers, or, lent
+ * (stk_writer_append_lent), written from the caller's memory: a packer's
+ * appending thread then does no per-byte work at all. A lent value may come
+ * with its XXH3 block sums (stk_hash_blocks, computed where it was made); the
+ * file hash then takes those instead of the value's bytes (hash_blocks.h).
+ * Here stays what needs the whole shard: the header that the stream's hash
+ * started with is checked against the final one, and the bytes after field 0
+ * are hashed last. If the count turns out different, finish falls back to
+ * reading the file back. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "writer_stream.h"
 #include "zpool.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
+/* Field 0 without streaming: values gather in a buffer of DIRECT_BUF bytes;
+ * those of DIRECT_BIG and more are written from the caller's memory. */
 #define DIRECT_BUF (4u << 20)
 #define DIRECT_BIG (64u << 10)
-/* Streaming: field 0 goes to the I/O thread as a queue of chunks in file
- * order. A chunk is either a staging buffer of STREAM_BUF bytes (values
- * copied into it; STREAM_NBUF of them, allocated on first use) or a lent
- * value (stk_writer_append_lent), written from the caller's memory. The
- * thread writes up to STREAM_BATCH bytes per pwritev and sleeps until that
- * much is queued, so it wakes once per few megabytes, not once per record;
- * the appender waits while STK_WRITER_LENT_MAX bytes are queued or being
- * written. Sizes are multiples of any block size O_DIRECT asks for. */
-#define STREAM_BUF ((size_t)4 << 20)
-#define STREAM_NBUF 3
-#define STREAM_BATCH ((size_t)4 << 20)
-#define STREAM_QMAX ((size_t)STK_WRITER_LENT_MAX)
-#define STREAM_QCAP 512u /* chunks queued at most              */
-/* A partial batch is written once it has waited this long: a caller lending
- * from fewer buffers than a batch would otherwise wait for them for ever. */
-#define STREAM_LINGER_MS 20
-#define STREAM_IOV 256u  /* chunks per write at most (IOV_MAX: 1024) */
-#define STREAM_ALIGN STK_WRITER_LEND_ALIGN
 
 typedef struct {
     uint8_t *p;
@@ -81,46 +65,6 @@ static bool buf_reserve(buf_t *b, size_t extra)
     return true;
 }
 
-/* One piece of field 0 on its way to the file. */
-typedef struct {
-    const uint8_t *p;
-    size_t len;
-    int buf;               /* staging buffer index, or -1: lent */
-    stk_lent_done_fn done; /* lent: whom to give p back to     */
-    void *ctx;
-    const uint64_t *sums;  /* lent: NULL, or p's block sums (stk_hash_blocks) */
-} chunk_t;
-
-/* The streaming state (see the top of the file). The appending thread fills
- * staging buffer `fill` and queues chunks at the tail of q; the I/O thread
- * takes runs from the head, hashes and writes them, and releases them. Every
- * chunk starts at a multiple of STREAM_ALIGN (lent ones are taken only
- * there, with aligned lengths; staging buffers start where one ends), so the
- * whole stream can go out with O_DIRECT. */
-typedef struct {
-    pthread_t thread;
-    bool thread_on, quit, abandon;
-    pthread_mutex_t lock;
-    pthread_cond_t cv_work;  /* the I/O thread waits for a batch */
-    pthread_cond_t cv_room;  /* the appender waits for room       */
-    uint8_t *buf[STREAM_NBUF];
-    bool busy[STREAM_NBUF];  /* queued or being written           */
-    int fill;                /* staging buffer being filled, or -1 */
-    size_t fill_len;
-    uint64_t off;            /* file offset of the next byte appended */
-    chunk_t q[STREAM_QCAP];
-    unsigned qhead, qlen;
-    size_t qbytes;           /* bytes queued or being written     */
-    uint64_t qoff;           /* file offset of q[qhead]           */
-    int dfd;                 /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
-    int err;                 /* sticky: a write failed (with e)   */
-    stk_error e;
-    stk__hasher *fh;          /* whole-file hash, fed in file order */
-    uint64_t expect;         /* the record count the header was made for */
-    uint8_t *hdr;            /* that header                        */
-    size_t hdr_len;
-} stream_t;
-
 struct stk_writer {
     stk_schema schema;
     char *path, *tmp;
@@ -133,7 +77,7 @@ struct stk_writer {
     buf_t spool[STK_MAX_FIELDS]; /* tensor values or bytes heaps   */
     buf_t offsets[STK_MAX_FIELDS]; /* bytes fields: u64 offsets    */
     buf_t cksum;            /* u64 per record per field            */
-    stream_t *st;           /* streaming, or NULL                  */
+    stk__stream *st;        /* streaming (writer_stream.c), or NULL */
     /* compressed fields (spec 4.12): values gather in raw[f] until a block
      * is full, then go to spool[f] as one zstd frame; table[f] holds the
      * (first record, frame offset) entries so far, starting with (0, 0) */
@@ -148,14 +92,14 @@ struct stk_writer {
     uint64_t zpending_raw[STK_MAX_FIELDS], zpending_n[STK_MAX_FIELDS];
 };
 
-static void stream_stop(stream_t *st, bool abandon);
-static void stream_free(stream_t *st);
 static int close_block(stk_writer *w, uint32_t f, stk_error *err);
+static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk__layout *L,
+                         stk_error *err);
 
 static void writer_free(stk_writer *w)
 {
     if (!w) return;
-    if (w->st) stream_stop(w->st, true), stream_free(w->st);
+    stk__stream_free(w->st);
     if (w->fd >= 0) close(w->fd);
     free(w->direct_buf.p);
     for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->spool[i].p), free(w->offsets[i].p);
@@ -256,265 +200,6 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
 
 /* ------------------------------------------------------------ streaming */
 
-static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value *extra, stk__layout *L,
-                         stk_error *err);
-
-/* Write n chunks that lie back to back from file offset off. With O_DIRECT
- * all of them in one pwritev; the last chunk of a shard is a staging buffer
- * zero-padded to STREAM_ALIGN (the padding only covers the zero gap before
- * the next region, which is page-aligned). A short direct write (a file size
- * limit, a full disk) is finished buffered, which says why it fails;
- * EINVAL (the file system opened O_DIRECT but will not do it here) or
- * nothing written switches to buffered writes for good. */
-static int stream_write(stk_writer *w, stream_t *st, const chunk_t *c, unsigned n, uint64_t off,
-                        stk_error *err)
-{
-    size_t total = 0, done = 0;
-    for (unsigned i = 0; i < n; i++) total += c[i].len;
-    if (st->dfd >= 0) {
-        struct iovec iov[STREAM_IOV];
-        for (unsigned i = 0; i < n; i++) {
-            size_t len = c[i].len;
-            if (i == n - 1 && c[i].buf >= 0) len = (len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
-            iov[i] = (struct iovec){(void *)(uintptr_t)c[i].p, len};
-        }
-        ssize_t r;
-        do r = pwritev(st->dfd, iov, (int)n, (off_t)off);
-        while (r < 0 && errno == EINTR);
-        if (r >= (ssize_t)total) return STK_OK; /* the zero padding need not land */
-        if (r < 0 && errno != EINVAL)
-            return stk__error_set_errno(err, STK_E_IO, errno, "%s: write at offset %llu failed", w->tmp,
-                                  (unsigned long long)off);
-        if (r > 0) done = (size_t)r;
-        else close(st->dfd), st->dfd = -1;
-    }
-    for (unsigned i = 0; i < n; off += c[i].len, i++) {
-        if (done >= c[i].len) {
-            done -= c[i].len;
-            continue;
-        }
-        int rc = stk__pwrite_all(w->fd, c[i].p + done, c[i].len - done, off + done, w->tmp, err);
-        if (rc) return rc;
-        done = 0;
-    }
-    return STK_OK;
-}
-
-/* Give lent chunks back to their owners (outside the lock: the callbacks are
- * the caller's code). */
-static void give_back(const chunk_t *c, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        if (c[i].buf < 0 && c[i].done) c[i].done(c[i].ctx, c[i].p);
-}
-
-/* pthread_cond_timedwait for ms milliseconds on a CLOCK_MONOTONIC condition. */
-static int wait_ms(pthread_cond_t *cv, pthread_mutex_t *m, long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    return pthread_cond_timedwait(cv, m, &ts);
-}
-
-static void *stream_thread(void *arg)
-{
-    stk_writer *w = arg;
-    stream_t *st = w->st;
-    chunk_t run[STREAM_IOV];
-    pthread_mutex_lock(&st->lock);
-    for (;;) {
-        while (!st->quit && st->qbytes < STREAM_BATCH && st->qlen < STREAM_QCAP) {
-            if (!st->qlen) {
-                pthread_cond_wait(&st->cv_work, &st->lock);
-            } else if (wait_ms(&st->cv_work, &st->lock, STREAM_LINGER_MS) == ETIMEDOUT) {
-                break; /* a partial batch: a caller short of buffers waits for these */
-            }
-        }
-        if (st->abandon || !st->qlen) break; /* what is left of an abandoned queue: stream_stop */
-        /* A run from the head: at least one chunk, at most a batch. */
-        unsigned n = 0;
-        size_t bytes = 0;
-        while (n < st->qlen && n < STREAM_IOV) {
-            const chunk_t *c = &st->q[(st->qhead + n) % STREAM_QCAP];
-            if (n && bytes + c->len > STREAM_BATCH) break;
-            run[n++] = *c;
-            bytes += c->len;
-        }
-        uint64_t off = st->qoff;
-        bool skip = st->err != 0;
-        pthread_mutex_unlock(&st->lock);
-        stk_error e;
-        int rc = STK_OK;
-        if (!skip) {
-            /* A lent value that comes with its block sums is not read
-             * again (hash_blocks.h): 64 bytes a kilobyte, and one block. */
-            for (unsigned i = 0; i < n; i++) stk__hasher_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
-            rc = stream_write(w, st, run, n, off, &e);
-        }
-        pthread_mutex_lock(&st->lock);
-        if (rc && !st->err) st->err = rc, st->e = e;
-        for (unsigned i = 0; i < n; i++)
-            if (run[i].buf >= 0) st->busy[run[i].buf] = false;
-        st->qhead = (st->qhead + n) % STREAM_QCAP;
-        st->qlen -= n;
-        st->qbytes -= bytes;
-        st->qoff += bytes;
-        pthread_cond_broadcast(&st->cv_room);
-        pthread_mutex_unlock(&st->lock);
-        give_back(run, n);
-        pthread_mutex_lock(&st->lock);
-    }
-    pthread_mutex_unlock(&st->lock);
-    return NULL;
-}
-
-/* Wait for the I/O thread to write what is queued (or, abandon, to drop
- * it) and end it. Dropped lent chunks go back to their owners. */
-static void stream_stop(stream_t *st, bool abandon)
-{
-    if (!st->thread_on) return;
-    pthread_mutex_lock(&st->lock);
-    st->quit = true;
-    st->abandon = abandon;
-    pthread_cond_broadcast(&st->cv_work);
-    pthread_mutex_unlock(&st->lock);
-    pthread_join(st->thread, NULL);
-    st->thread_on = false;
-    for (; st->qlen; st->qlen--, st->qhead = (st->qhead + 1) % STREAM_QCAP) give_back(&st->q[st->qhead], 1);
-}
-
-static void stream_free(stream_t *st)
-{
-    for (unsigned b = 0; b < STREAM_NBUF; b++) free(st->buf[b]);
-    if (st->dfd >= 0) close(st->dfd);
-    stk__hasher_free(st->fh);
-    free(st->hdr);
-    pthread_cond_destroy(&st->cv_room);
-    pthread_cond_destroy(&st->cv_work);
-    pthread_mutex_destroy(&st->lock);
-    free(st);
-}
-
-/* Queue chunk c at the tail, waiting while the queue is full. Returns the
- * sticky I/O error, if any; c is then not queued. Under st->lock. */
-static int stream_push_locked(stream_t *st, const chunk_t *c, stk_error *err)
-{
-    while ((st->qbytes >= STREAM_QMAX || st->qlen == STREAM_QCAP) && !st->err) {
-        pthread_cond_signal(&st->cv_work);
-        pthread_cond_wait(&st->cv_room, &st->lock);
-    }
-    if (st->err) return stk_error_set(err, st->err, "%s", st->e.msg);
-    st->q[(st->qhead + st->qlen) % STREAM_QCAP] = *c;
-    st->qlen++;
-    st->qbytes += c->len;
-    st->off += c->buf >= 0 ? 0 : c->len; /* staging bytes were counted as they were copied */
-    /* A full batch, or the first chunk (the thread then waits at most
-     * STREAM_LINGER_MS for the rest of the batch instead of for ever). */
-    if (st->qbytes >= STREAM_BATCH || st->qlen == STREAM_QCAP || st->qlen == 1) pthread_cond_signal(&st->cv_work);
-    return STK_OK;
-}
-
-/* Queue the staging buffer being filled, if it holds anything. */
-static int stream_push_fill(stk_writer *w, stk_error *err)
-{
-    stream_t *st = w->st;
-    if (st->fill < 0 || !st->fill_len) return STK_OK;
-    chunk_t c = {st->buf[st->fill], st->fill_len, st->fill, NULL, NULL, NULL};
-    pthread_mutex_lock(&st->lock);
-    st->busy[st->fill] = true;
-    int rc = stream_push_locked(st, &c, err);
-    pthread_mutex_unlock(&st->lock);
-    st->fill = -1;
-    st->fill_len = 0;
-    return rc ? (w->failed = rc) : STK_OK;
-}
-
-/* A free staging buffer to fill (allocated on first use), waiting while
- * every one is queued. */
-static int stream_take_buf(stk_writer *w, stk_error *err)
-{
-    stream_t *st = w->st;
-    int rc = STK_OK;
-    pthread_mutex_lock(&st->lock);
-    for (;;) {
-        for (int b = 0; b < STREAM_NBUF && st->fill < 0; b++)
-            if (!st->busy[b]) st->fill = b;
-        if (st->fill >= 0 || st->err) break;
-        pthread_cond_signal(&st->cv_work);
-        pthread_cond_wait(&st->cv_room, &st->lock);
-    }
-    if (st->err) rc = stk_error_set(err, st->err, "%s", st->e.msg);
-    pthread_mutex_unlock(&st->lock);
-    if (!rc && !st->buf[st->fill] &&
-        posix_memalign((void **)&st->buf[st->fill], STREAM_ALIGN, STREAM_BUF) != 0) {
-        st->buf[st->fill] = NULL;
-        st->fill = -1;
-        rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory for write buffers", w->path);
-    }
-    st->fill_len = 0;
-    return rc ? (w->failed = rc) : STK_OK;
-}
-
-/* Field 0 of one record copied into the staging buffers. */
-static int stream_copy(stk_writer *w, const uint8_t *p, size_t n, stk_error *err)
-{
-    stream_t *st = w->st;
-    int rc;
-    while (n) {
-        if (st->fill < 0 && (rc = stream_take_buf(w, err))) return rc;
-        size_t k = STREAM_BUF - st->fill_len;
-        if (k > n) k = n;
-        memcpy(st->buf[st->fill] + st->fill_len, p, k);
-        st->fill_len += k;
-        st->off += k;
-        p += k;
-        n -= k;
-        if (st->fill_len == STREAM_BUF && (rc = stream_push_fill(w, err))) return rc;
-    }
-    return STK_OK;
-}
-
-/* Whether field 0's value p[0 .. n) can go to the file from where it is:
- * it starts and ends on STREAM_ALIGN, and so does its place in the file. */
-static bool stream_can_lend(const stream_t *st, const void *p, size_t n)
-{
-    return n && (uintptr_t)p % STREAM_ALIGN == 0 && n % STREAM_ALIGN == 0 && st->off % STREAM_ALIGN == 0;
-}
-
-/* Field 0 of one record queued by reference (stream_can_lend holds). */
-static int stream_lend(stk_writer *w, const uint8_t *p, size_t n, const uint64_t *sums, stk_lent_done_fn done,
-                       void *ctx, stk_error *err)
-{
-    stream_t *st = w->st;
-    int rc = stream_push_fill(w, err); /* what was copied before goes first */
-    if (rc) return rc;
-    chunk_t c = {p, n, -1, done, ctx, sums};
-    pthread_mutex_lock(&st->lock);
-    rc = stream_push_locked(st, &c, err);
-    pthread_mutex_unlock(&st->lock);
-    return rc ? (w->failed = rc) : STK_OK;
-}
-
-/* Queue the partly filled buffer (zero-padded for O_DIRECT), wait for all
- * writes, end the thread. */
-static int stream_drain(stk_writer *w, stk_error *err)
-{
-    stream_t *st = w->st;
-    if (st->fill >= 0) {
-        size_t padded = (st->fill_len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
-        memset(st->buf[st->fill] + st->fill_len, 0, padded - st->fill_len);
-    }
-    int rc = stream_push_fill(w, err);
-    stream_stop(st, false);
-    if (!rc && st->err) rc = stk_error_set(err, st->err, "%s", st->e.msg);
-    if (rc) w->failed = rc;
-    w->direct_off = st->off;
-    return rc;
-}
-
 int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
 {
     if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_expect: NULL writer");
@@ -525,46 +210,13 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     stk__layout L;
     int rc = make_layout_n(w, records, NULL, &L, err);
     if (rc) return rc;
-    stream_t *st = calloc(1, sizeof *st);
-    if (!st) return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    st->dfd = -1;
-    st->fill = -1;
-    pthread_mutex_init(&st->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&st->cv_work, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_cond_init(&st->cv_room, NULL);
-    if (!(st->fh = stk__hasher_new()) || !(st->hdr = calloc(1, L.header_size))) {
-        stream_free(st);
-        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
-    }
-    st->expect = records;
-    st->hdr_len = L.header_size;
-    stk__layout_encode(&L, st->hdr);
-    /* The file starts with the header and zeros up to field 0's region. */
-    static const uint8_t zeros[STK_ALIGN];
-    stk__hasher_update(st->fh, st->hdr, st->hdr_len);
-    for (uint64_t at = st->hdr_len; at < L.region[0].data_off;) {
-        size_t k = (size_t)(L.region[0].data_off - at < sizeof zeros ? L.region[0].data_off - at : sizeof zeros);
-        stk__hasher_update(st->fh, zeros, k);
-        at += k;
-    }
-    st->off = st->qoff = L.region[0].data_off;
-#ifdef O_DIRECT
-    st->dfd = open(w->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC); /* -1: buffered writes */
-#endif
-    w->st = st;
-    if (pthread_create(&st->thread, NULL, stream_thread, w) != 0) {
-        w->st = NULL;
-        stream_free(st);
-        return stk_error_set(err, STK_E_NOMEM, "%s: cannot start the write thread", w->path);
-    }
-    st->thread_on = true;
-    return STK_OK;
+    uint8_t *hdr = calloc(1, L.header_size);
+    if (!hdr) return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
+    stk__layout_encode(&L, hdr);
+    rc = stk__stream_start(&w->st, w->fd, w->path, w->tmp, hdr, L.header_size, L.region[0].data_off, err);
+    free(hdr);
+    return rc;
 }
-
 
 /* The whole-file hash of a streamed shard: everything after field 0's data
  * (the other regions, checksum table, footer and the zero gaps between them)
@@ -580,8 +232,7 @@ static int stream_hash_tail(stk_writer *w, const stk__layout *L, const uint8_t *
         memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
     memcpy(t + (L->cksum_off - from), w->cksum.p, w->cksum.len);
     memcpy(t + n - STK_FOOTER_SIZE, foot, STK_FOOTER_SIZE);
-    stk__hasher_update(w->st->fh, t, n);
-    *out = stk__hasher_digest(w->st->fh);
+    *out = stk__stream_digest(w->st, t, n);
     free(t);
     return STK_OK;
 }
@@ -593,13 +244,14 @@ static int append_field0(stk_writer *w, const stk_value *v0, const stk_prehash *
 {
     int rc;
     size_t n = (size_t)v0->size;
-    if (w->st) {
-        if (done && stream_can_lend(w->st, v0->data, n)) {
-            rc = stream_lend(w, v0->data, n, pre ? pre->sums : NULL, done, ctx, err);
+    if (w->st) { /* a stream error is sticky: the writer is done */
+        if (done && stk__stream_can_lend(w->st, v0->data, n)) {
+            rc = stk__stream_lend(w->st, v0->data, n, pre ? pre->sums : NULL, done, ctx, err);
             *lent = rc == STK_OK;
-            return rc;
+        } else {
+            rc = stk__stream_copy(w->st, v0->data, n, err);
         }
-        return stream_copy(w, v0->data, n, err);
+        return rc ? (w->failed = rc) : STK_OK;
     }
     /* Flush first so that a failure leaves this record unwritten. Values of
      * 64 KiB and more (images) go straight from the caller's buffer: copying
@@ -851,7 +503,7 @@ static int hash_file(stk_writer *w, uint64_t size, uint64_t *out, stk_error *err
 static int write_all_parts(stk_writer *w, stk__layout *L, stk_shard_info *info, stk_error *err)
 {
     int rc;
-    if (w->st && (rc = stream_drain(w, err))) return rc;
+    if (w->st && (rc = stk__stream_drain(w->st, &w->direct_off, err))) return w->failed = rc;
     if ((rc = flush_direct(w, err))) return rc;
     for (uint32_t f = 0; f < w->schema.nfields; f++) /* the last, partial blocks */
         if (stk__field_compressed(&w->schema.fields[f]) && w->records > w->block_first[f] &&
@@ -886,8 +538,7 @@ static int write_all_parts(stk_writer *w, stk__layout *L, stk_shard_info *info, 
     if (!hdr) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     stk__layout_encode(L, hdr);
     /* The streamed hash holds when the header is the one it started with. */
-    bool streamed = w->st && w->records == w->st->expect && w->st->hdr_len == L->header_size &&
-                    memcmp(w->st->hdr, hdr, L->header_size) == 0;
+    bool streamed = w->st && stk__stream_header_is(w->st, hdr, L->header_size);
     stk__hasher *h = stk__hasher_new();
     uint8_t foot[STK_FOOTER_SIZE] = {0};
     if (!h) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");

@@ -14,8 +14,9 @@
 
 char *pk_out_shard_path(const pk_out *o, size_t k)
 {
-    char *p = NULL;
-    return asprintf(&p, "%s/%s-%05zu.stk", o->dir, o->prefix, k) < 0 ? NULL : p;
+    char name[sizeof o->prefix + 32], *p = NULL;
+    stk_shard_file_name(name, sizeof name, o->prefix, k);
+    return asprintf(&p, "%s/%s", o->dir, name) < 0 ? NULL : p;
 }
 
 int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema *schema, uint64_t per_shard,

@@ -2,21 +2,20 @@
  *
  * There is no consumer thread. The worker that finishes the next item in
  * order consumes it, and every item after it that is ready, before it takes
- * new work; the others go on producing meanwhile. A consumer thread of its
- * own (the first versions) had to be woken for its share: on a virtual
- * machine each wake-up on a busy vCPU is an inter-processor interrupt, two
- * exits to the hypervisor and a decoder preempted, about 1,700 of them in a
- * 10,000-image -j2 run even when woken only once per half a window; and
- * whatever it did ran on a core of its own when there were spare ones (-j1
- * on two cores), so that -j1 measured more than one thread's work. Now -jN
- * is N threads' worth of everything but the writer's I/O, and a worker that
- * consumes finds the item's result in its own cache half of the time.
+ * new work; the others go on producing meanwhile. Why: a consumer thread of
+ * its own has to be woken for its share, and on a virtual machine each
+ * wake-up of a busy vCPU is an inter-processor interrupt, exits to the
+ * hypervisor and a preempted producer; and where there are spare cores it
+ * runs on one of them, so that -jN would be more than N threads' work. This
+ * way -jN is N threads' worth of everything but the writer's I/O, and a
+ * worker that consumes often finds the item's result in its own cache.
  *
  * Inputs are announced (prefetch) `ahead` items before they are taken, by
  * the worker taking the item that many places earlier: their reads are then
  * in flight while the items before them are produced, instead of stalling a
- * worker each (a cold dataset stalls on every file; even a warm one here
- * lost a few percent of its files' pages to reclaim within seconds). */
+ * worker each (a cold dataset stalls on every file, and even a warm page
+ * cache gives up some of a just-read file set to reclaim). The measurements
+ * behind both choices: bench/README.md. */
 #include "pipeline.h"
 
 #include <pthread.h>

@@ -97,7 +97,7 @@ void pk__h_plane_scalar(const pk_axis *a, const uint8_t *src, int16_t *dst, uint
 void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
                         int32_t *acc, int16_t *dst);
 
-/* Test seams (tests/pack_image), on a fresh resizer: make every `every`-th
+/* Test seams (tests/packer/test_pack_image.c), on a fresh resizer: make every `every`-th
  * group of the plane tables it builds run the scalar kernel (0: off); put
  * every table key in one set of the cache (8 ways); the bytes the cached
  * tables hold. */

@@ -1,6 +1,6 @@
 /* packer/resize_kernels.c - the inner loops of resize.c: scalar C for
- * every build, AVX2 on x86-64, and AVX-512BW for the plane vertical pass
- * (picked at run time by resize.c). Scalar and SIMD kernels compute the same
+ * every build, AVX2 on x86-64, and AVX-512 for the plane passes (picked at
+ * run time by resize.c). Scalar and SIMD kernels compute the same
  * integer sums and round the same way, so they give identical bytes; tests
  * compare every level the CPU has with the scalar one.
  *
@@ -14,8 +14,6 @@
  *     and multiply-added against the pair of row weights: 64 products in 4
  *     instructions. The in-lane interleave and the in-lane packs at the end
  *     undo each other, so the bytes come out in order.
- * On Zen 3 the horizontal pass costs about 6.5 instructions per output pixel
- * and row, the vertical about 1.3 per byte.
  *
  * Planes (pk_resize_ycc): one byte per sample, so the RGB trick of one load
  * per output wastes two thirds of it. Instead a 128-bit lane holds 4
@@ -26,11 +24,13 @@
  * passes keep PK_PLANE_FRAC more bits (int16): samples are rounded once, by
  * the colour conversion at the end.
  *
- * AVX-512: the plane vertical pass with 512-bit vectors made pack -j1 3.5-4%
- * faster on a Xeon with AVX-512 (interleaved runs over the 10k bench set). The
- * horizontal plane kernel with two groups per 512-bit vector (four 16-byte
- * loads, the second group's shuffles inserted from memory, one saturating
- * narrow) measured 1.7% slower than the AVX2 one and is not kept. */
+ * AVX-512 (only on CPUs with VBMI, where 512-bit multiplies do not pull the
+ * clock down for the AVX2 decode around them): the plane vertical pass with
+ * 512-bit vectors (AVX-512BW), and the horizontal plane pass with VBMI's
+ * byte permute, 16 outputs per 64-byte load (pk__h_plane_vbmi). A horizontal
+ * plane kernel that packs two AVX2-style groups into one 512-bit vector was
+ * slower than the AVX2 one and is not kept. What each was measured at:
+ * bench/README.md. */
 #include "resize_internal.h"
 
 #ifdef STOKER_HAVE_AVX2

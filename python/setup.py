@@ -14,7 +14,9 @@ copy, so the installed package keeps working if the build folder goes away.
 No network access, and no build dependency beyond what building stoker needs
 (cmake and a C compiler) plus setuptools.
 """
+import ctypes
 import os
+import re
 import shutil
 import subprocess
 
@@ -55,6 +57,25 @@ def find_libstoker():
     return lib
 
 
+def project_version():
+    """The release, written once: project(stoker VERSION ...) in the tree's CMakeLists.txt; outside the
+    tree (a copy of python/), what the libstoker to be bundled ($STOKER_LIB) says it is."""
+    cml = os.path.join(ROOT, "CMakeLists.txt")
+    if os.path.isfile(cml):
+        with open(cml, encoding="utf-8") as f:
+            m = re.search(r"project\(\s*stoker\s+VERSION\s+([0-9]+\.[0-9]+\.[0-9]+)", f.read())
+        if not m:
+            raise SystemExit(f"stoker setup: no `project(stoker VERSION X.Y.Z` in {cml}")
+        return m.group(1)
+    env = os.environ.get("STOKER_LIB")
+    if env and os.path.isfile(env):
+        fn = ctypes.CDLL(os.path.realpath(env)).stk_version_string
+        fn.restype = ctypes.c_char_p
+        return fn().decode()
+    raise SystemExit("stoker setup: not inside the stoker source tree and STOKER_LIB is not set: "
+                     "set STOKER_LIB to a built libstoker.so")
+
+
 class BuildPyWithLib(build_py):
     def run(self):
         super().run()
@@ -76,7 +97,7 @@ class BinaryDistribution(Distribution):
 
 setup(
     name="stoker",
-    version="0.1.0",
+    version=project_version(),
     description="Python and PyTorch binding of libstoker, the batching reader of packed datasets",
     packages=["stoker"],
     python_requires=">=3.9",

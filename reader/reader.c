@@ -18,6 +18,7 @@
 /* madvise advice beyond POSIX: MADV_COLD, MADV_POPULATE_READ (Linux). */
 #define _GNU_SOURCE
 #include "reader_impl.h"
+#include "abi_v0.h"
 #include "trace.h"
 
 #include <errno.h>
@@ -36,16 +37,18 @@ double stk__now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void stk_reader_options_init(stk_reader_options *o)
+void stk_reader_options_init_sized(stk_reader_options *opts, size_t size)
 {
-    memset(o, 0, sizeof *o);
-    o->batch_size = 1;
-    o->order = STK_ORDER_SEQUENTIAL;
-    o->rank = -1;
-    o->world_size = -1;
-    o->tail = STK_TAIL_PAD;
-    o->verify = STK_VERIFY_OFF;
-    o->release_pages = -1;
+    stk_reader_options o;
+    memset(&o, 0, sizeof o);
+    o.batch_size = 1;
+    o.order = STK_ORDER_SEQUENTIAL;
+    o.rank = -1;
+    o.world_size = -1;
+    o.tail = STK_TAIL_PAD;
+    o.verify = STK_VERIFY_OFF;
+    o.release_pages = -1;
+    if (opts) stk__write_sized(opts, size, &o, sizeof o);
 }
 
 /* ------------------------------------------------------------- workers */

@@ -2,6 +2,7 @@
  * reader's construction and teardown. Everything that can be refused is
  * refused here, before a thread starts, with the option named. */
 #include "reader_impl.h"
+#include "abi_v0.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -49,11 +50,22 @@ static int resolve_dist(stk_reader_options *o, stk_error *err)
     return STK_OK;
 }
 
-static int resolve_options(stk_reader *r, const stk_reader_options *in, stk_error *err)
+/* The caller's options (`size` bytes as its header has them) over the
+ * defaults; its transform (`transform_size` bytes) into r->xf. */
+static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t size, size_t transform_size,
+                           stk_error *err)
 {
     stk_reader_options *o = &r->o;
-    if (in) *o = *in;
-    else stk_reader_options_init(o);
+    stk_reader_options_init_sized(o, sizeof *o);
+    if (in && stk__read_sized(o, sizeof *o, in, size, STK__READER_OPTIONS_MIN_SIZE, "stk_reader_options", err))
+        return err ? err->code : STK_E_ARG;
+    if (o->transform) {
+        stk_transform_init_sized(&r->xf, sizeof r->xf);
+        if (stk__read_sized(&r->xf, sizeof r->xf, o->transform, transform_size, STK__TRANSFORM_MIN_SIZE,
+                            "stk_transform", err))
+            return err ? err->code : STK_E_ARG;
+        o->transform = &r->xf; /* copied for the reader's lifetime */
+    }
     if (o->batch_size == 0) return stk_error_set(err, STK_E_ARG, "batch_size must be at least 1");
     if (o->order < STK_ORDER_SEQUENTIAL || o->order > STK_ORDER_QUASI)
         return stk_error_set(err, STK_E_ARG, "order %d unknown (sequential, shuffle or quasi)", o->order);
@@ -148,9 +160,7 @@ static int plan_transform(stk_reader *r, stk_error *err)
     if (!r->o.transform) return STK_OK;
     if (r->o.device == STK_DEVICE_NONE)
         return stk_error_set(err, STK_E_ARG, "transform: needs a device (cuda or host)");
-    stk_transform *t = &r->xf;
-    *t = *r->o.transform;
-    r->o.transform = t;
+    stk_transform *t = &r->xf; /* resolve_options copied it there */
     const char *name = t->field ? t->field : "image";
     const stk_schema *sc = stk_dataset_schema(r->ds);
     int f = stk_schema_find(sc, name);
@@ -366,7 +376,8 @@ static int larger_than_ram(const stk_reader *r)
     return pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page / 2;
 }
 
-stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts, stk_error *err)
+stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reader_options *opts, size_t size,
+                                          size_t transform_size, stk_error *err)
 {
     if (!ds) return stk_error_set(err, STK_E_ARG, "stk_reader_open_dataset: NULL dataset"), NULL;
     stk_reader *r = calloc(1, sizeof *r);
@@ -376,7 +387,7 @@ stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_opti
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
     r->xf_sel = -1;
-    if (resolve_options(r, opts, err) || select_fields(r, err) || plan_transform(r, err) || plan_stream(r, err) ||
+    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) || plan_transform(r, err) || plan_stream(r, err) ||
         stk__upload_backend(r, err) || plan_block_cache(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err))
         goto fail;
     r->release = (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
@@ -400,11 +411,12 @@ fail:
     return NULL;
 }
 
-stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts, stk_error *err)
+stk_reader *stk_reader_open_sized(const char *path, const stk_reader_options *opts, size_t size,
+                                  size_t transform_size, stk_error *err)
 {
     stk_dataset *ds = stk_dataset_open(path, err);
     if (!ds) return NULL;
-    stk_reader *r = stk_reader_open_dataset(ds, opts, err);
+    stk_reader *r = stk_reader_open_dataset_sized(ds, opts, size, transform_size, err);
     if (!r) {
         stk_dataset_close(ds);
         return NULL;

@@ -167,7 +167,8 @@ size_t stk_reader_sizeof(const char *type)
     } t[] = {{"stk_reader_options", sizeof(stk_reader_options)}, {"stk_batch", sizeof(stk_batch)},
              {"stk_batch_field", sizeof(stk_batch_field)},       {"stk_reader_state", sizeof(stk_reader_state)},
              {"stk_reader_stats", sizeof(stk_reader_stats)},     {"stk_transform", sizeof(stk_transform)},
-             {"stk_error", sizeof(stk_error)},                   {"stk_value", sizeof(stk_value)}};
+             {"stk_error", sizeof(stk_error)},                   {"stk_value", sizeof(stk_value)},
+             {"stk_dataset_options", sizeof(stk_dataset_options)}};
     for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
         if (strcmp(type, t[i].name) == 0) return t[i].size;
     return 0;

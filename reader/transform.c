@@ -8,6 +8,7 @@
  * rank, thread or device. The pixel math here is the CUDA kernel's, line for
  * line (transform_cuda.cu): half-pixel centres, edge clamping inside the box,
  * bilinear weights in f32, then (v / 255 - mean) / std. */
+#include "abi_v0.h"
 #include "device.h"
 #include "order.h"
 
@@ -16,23 +17,39 @@
 
 #define TAG_AUGMENT 0x73746b2d61756731ULL /* "stk-aug1" */
 
-void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
+static void transform_defaults(stk_transform *t)
 {
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
     memset(t, 0, sizeof *t);
     t->dtype = STK_DT_F32;
     t->layout = STK_IMAGE_NCHW;
-    for (int c = 0; c < 4; c++) {
-        t->mean[c] = c < 3 ? mean[c] : 0;
-        t->std[c] = c < 3 ? std[c] : 1;
-    }
-    t->crop = train ? STK_CROP_RANDOM_RESIZED : STK_CROP_CENTER;
-    t->out_height = t->out_width = size;
+    for (int c = 0; c < 4; c++) t->std[c] = 1;
+    t->crop = STK_CROP_NONE;
     t->scale_min = 0.08f;
     t->scale_max = 1.0f;
     t->ratio_min = 3.0f / 4.0f;
     t->ratio_max = 4.0f / 3.0f;
-    t->flip_prob = train ? 0.5f : 0.0f;
+}
+
+void stk_transform_init_sized(stk_transform *t, size_t size)
+{
+    stk_transform d;
+    transform_defaults(&d);
+    if (t) stk__write_sized(t, size, &d, sizeof d);
+}
+
+void stk_transform_imagenet_sized(stk_transform *t, size_t size, int train, uint32_t out_size)
+{
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    stk_transform d;
+    transform_defaults(&d);
+    for (int c = 0; c < 3; c++) {
+        d.mean[c] = mean[c];
+        d.std[c] = std[c];
+    }
+    d.crop = train ? STK_CROP_RANDOM_RESIZED : STK_CROP_CENTER;
+    d.out_height = d.out_width = out_size;
+    d.flip_prob = train ? 0.5f : 0.0f;
+    if (t) stk__write_sized(t, size, &d, sizeof d);
 }
 
 uint64_t stk__xform_out_bytes(const stk_transform *t, uint32_t C)

@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _lib as L
 
-__version__ = "0.1.0"
+__version__ = L.version()  # the release, written once: project(stoker VERSION ...) in CMakeLists.txt
 library_path = L.path
 
 __all__ = ["Reader", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
@@ -138,7 +138,7 @@ class Transform:
 
     def _c(self):
         t = L.padded(L.Transform)
-        L.stk_transform_imagenet(ctypes.addressof(t), 0, 0)  # defaults for any field this binding does not know
+        L.stk_transform_init(ctypes.addressof(t))  # defaults for any field this binding does not set
         t._field = self.field.encode()
         t.field = t._field
         t.dtype = L.XFORM_DTYPES[self.dtype]

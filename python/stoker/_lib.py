@@ -1,10 +1,11 @@
 """ctypes mirror of stoker/reader.h and the loader of libstoker.
 
-Only this module knows the C layouts. Structs the library fills or reads
-whole (options, transform, state, statistics) are allocated with spare room
-behind them, so a later libstoker that appends fields to them writes into
-that room instead of past the end of a Python object; the binding then only
-reads and sets the fields it knows.
+Only this module knows the C layouts. The option structs the library reads
+(stk_reader_options, stk_transform) go through the `_sized` entry points with
+this binding's sizeof, as the C header's inline wrappers do: a newer
+libstoker reads and writes only the fields this binding knows and defaults
+the rest. Structs the library fills (state, statistics) are allocated with
+spare room behind them all the same.
 """
 import ctypes
 import ctypes.util
@@ -141,8 +142,9 @@ def _check_abi():
     """The structs above mirror stoker/reader.h: refuse a libstoker whose
     structs have other sizes (a binding from another release) instead of
     reading fields at the wrong offsets."""
-    if not hasattr(lib, "stk_reader_sizeof"):
-        return  # an older libstoker: nothing to ask
+    if not hasattr(lib, "stk_reader_open_sized"):
+        raise ImportError(f"stoker: {path} is a libstoker older than this binding (no stk_reader_open_sized): "
+                          "install the binding and the library from the same tree")
     sizeof = _fn("stk_reader_sizeof", c_size_t, c_char_p)
     mirrors = {"stk_error": Error_, "stk_value": Value, "stk_transform": Transform, "stk_reader_options": Options,
                "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
@@ -156,8 +158,35 @@ def _check_abi():
 
 _check_abi()
 stk_status_name = _fn("stk_status_name", c_char_p, c_int)
-stk_reader_options_init = _fn("stk_reader_options_init", None, c_void_p)
-stk_reader_open = _fn("stk_reader_open", c_void_p, c_char_p, c_void_p, P(Error_))
+_options_init_sized = _fn("stk_reader_options_init_sized", None, c_void_p, c_size_t)
+_open_sized = _fn("stk_reader_open_sized", c_void_p, c_char_p, c_void_p, c_size_t, c_size_t, P(Error_))
+_transform_init_sized = _fn("stk_transform_init_sized", None, c_void_p, c_size_t)
+_transform_imagenet_sized = _fn("stk_transform_imagenet_sized", None, c_void_p, c_size_t, c_int, c_u32)
+_version_string = _fn("stk_version_string", c_char_p)
+
+
+# The C header's inline wrappers, with this binding's struct sizes.
+def stk_reader_options_init(addr):
+    _options_init_sized(addr, ctypes.sizeof(Options))
+
+
+def stk_reader_open(path, opts_addr, err):
+    return _open_sized(path, opts_addr, ctypes.sizeof(Options), ctypes.sizeof(Transform), err)
+
+
+def stk_transform_init(addr):
+    _transform_init_sized(addr, ctypes.sizeof(Transform))
+
+
+def stk_transform_imagenet(addr, train, size):
+    _transform_imagenet_sized(addr, ctypes.sizeof(Transform), train, size)
+
+
+def version():
+    """The release of the loaded libstoker (STK_VERSION_STRING, generated from CMakeLists.txt's project())."""
+    return _version_string().decode()
+
+
 stk_reader_close = _fn("stk_reader_close", None, c_void_p)
 stk_reader_next = _fn("stk_reader_next", P(Batch), c_void_p, P(Error_))
 stk_reader_release = _fn("stk_reader_release", None, c_void_p)
@@ -175,5 +204,4 @@ stk_reader_verdict = _fn("stk_reader_verdict", c_int, c_void_p, c_char_p, c_size
 stk_reader_get_options = _fn("stk_reader_get_options", P(Options), c_void_p)
 stk_reader_dataset = _fn("stk_reader_dataset", c_void_p, c_void_p)
 stk_dataset_records = _fn("stk_dataset_records", c_u64, c_void_p)
-stk_transform_imagenet = _fn("stk_transform_imagenet", None, c_void_p, c_int, c_u32)
 stk_cuda_available = _fn("stk_cuda_available", c_int, P(Error_))

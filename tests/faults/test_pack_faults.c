@@ -5,8 +5,8 @@
  * dataset, and re-running the same command gives the uninterrupted run's
  * bytes. Inputs that vanish or cannot be read between the listing and the
  * read are skipped, named and counted, never fatal to the run. (A full disk
- * is tests/pack_cli's disk_full_fails_cleanly.) Counts are printed as
- * "RESULT ..." lines for the README's Reliability table. */
+ * is tests/packer/test_pack_cli.c's disk_full_fails_cleanly.) Counts are
+ * printed as "RESULT ..." lines for the README's Reliability table. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <signal.h>
@@ -20,13 +20,6 @@
 
 #include "cli_util.h"
 
-static const char *pack_bin(void)
-{
-    const char *p = getenv("STOKER_PACK");
-    ck_assert_msg(p != NULL, "STOKER_PACK must name the pack binary (run through ctest)");
-    return p;
-}
-
 static double now(void)
 {
     struct timespec ts;
@@ -38,7 +31,7 @@ static int exists_in_tmp(const char *rel)
 {
     char p[1200];
     struct stat st;
-    snprintf(p, sizeof p, "%s/%s", tmp, rel);
+    snprintf(p, sizeof p, "%s/%s", tu_tmp, rel);
     return stat(p, &st) == 0;
 }
 
@@ -48,9 +41,9 @@ static pid_t start_pack(const char *out)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        if (chdir(tmp) != 0) _exit(127);
+        if (chdir(tu_tmp) != 0) _exit(127);
         if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(127);
-        execl(pack_bin(), "pack", "-q", "-j", "2", "--size", "32", "--records-per-shard", "16", "raw", out,
+        execl(tu_pack_bin(), "pack", "-q", "-j", "2", "--size", "32", "--records-per-shard", "16", "raw", out,
               (char *)NULL);
         _exit(127);
     }
@@ -59,18 +52,18 @@ static pid_t start_pack(const char *out)
 
 START_TEST(test_kill_at_random_moments)
 {
-    setup_env();
-    ck_assert_int_eq(run("'%s/rawgen' -q -n 480 --classes 4 --min-side 48 --max-side 96 raw", tools), 0);
-    ck_assert_int_eq(run("'%s' -q -j 2 --size 32 --records-per-shard 16 raw ref", pack_bin()), 0);
+    tu_cli_setup();
+    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 480 --classes 4 --min-side 48 --max-side 96 raw", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw ref", tu_pack_bin()), 0);
     double t0 = now(); /* time a second run: the first one also read the inputs from disk */
-    ck_assert_int_eq(run("'%s' -q -j 2 --size 32 --records-per-shard 16 raw warm && rm -rf warm", pack_bin()), 0);
+    ck_assert_int_eq(tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw warm && rm -rf warm", tu_pack_bin()), 0);
     double ref_s = now() - t0;
     const char *s = getenv("STOKER_FAULT_TRIALS"); /* STK_FAULT_TRIALS: its old name */
     if (!s) s = getenv("STK_FAULT_TRIALS");
     unsigned n = s && atoi(s) > 0 ? (unsigned)atoi(s) : 12, survived = 0, mid = 0;
     srand(5);
     for (unsigned t = 0; t < n; t++) {
-        ck_assert_int_eq(run("rm -rf out"), 0);
+        ck_assert_int_eq(tu_sh("rm -rf out"), 0);
         pid_t pid = start_pack("out");
         double at = ref_s * 1.1 * (rand() % 1000) / 1000.0;
         struct timespec ts = {(time_t)at, (long)((at - (time_t)at) * 1e9)};
@@ -84,15 +77,15 @@ START_TEST(test_kill_at_random_moments)
         if (exists_in_tmp("out/manifest.json")) {
             /* killed after the manifest's commit, maybe before the part
              * bookkeeping (pack-part-*) was removed: the dataset is whole */
-            ck_assert_msg(run("diff -r -x 'pack-part-*' ref out") == 0,
+            ck_assert_msg(tu_sh("diff -r -x 'pack-part-*' ref out") == 0,
                           "trial %u: a manifest next to an incomplete dataset", t);
-            ck_assert_int_eq(run("'%s/shardcheck' -q out", tools), 0);
-            int part_left = run("ls out/pack-part-*.json") == 0;
-            int rc = run("'%s' -q -j 2 --size 32 --records-per-shard 16 raw out", pack_bin());
+            ck_assert_int_eq(tu_sh("'%s/shardcheck' -q out", tu_tools), 0);
+            int part_left = tu_sh("ls out/pack-part-*.json") == 0;
+            int rc = tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw out", tu_pack_bin());
             if (part_left) { /* the same command finishes the tidy-up */
                 ck_assert_msg(rc == 0, "trial %u: re-run after a kill past the manifest exited %d: %s", t, rc,
-                              slurp("err.txt"));
-                ck_assert_msg(run("diff -r ref out") == 0, "trial %u: bookkeeping left after the re-run", t);
+                              tu_slurp("err.txt"));
+                ck_assert_msg(tu_sh("diff -r ref out") == 0, "trial %u: bookkeeping left after the re-run", t);
             } else { /* finished (or its record already removed): an existing dataset is refused */
                 ck_assert_int_eq(rc, 1);
             }
@@ -100,11 +93,11 @@ START_TEST(test_kill_at_random_moments)
             continue;
         }
         /* the same command again finishes it, byte for byte */
-        int rc = run("'%s' -q -j 2 --size 32 --records-per-shard 16 raw out", pack_bin());
-        ck_assert_msg(rc == 0, "trial %u (killed after %.3f s): re-run exited %d: %s", t, at, rc, slurp("err.txt"));
-        ck_assert_msg(run("diff -r ref out") == 0, "trial %u (killed after %.3f s): resumed output differs", t, at);
+        int rc = tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw out", tu_pack_bin());
+        ck_assert_msg(rc == 0, "trial %u (killed after %.3f s): re-run exited %d: %s", t, at, rc, tu_slurp("err.txt"));
+        ck_assert_msg(tu_sh("diff -r ref out") == 0, "trial %u (killed after %.3f s): resumed output differs", t, at);
         /* the manifest's whole-file hashes (computed while writing) match the files */
-        ck_assert_int_eq(run("'%s/shardcheck' -q --file-hash out", tools), 0);
+        ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --file-hash out", tu_tools), 0);
         survived++;
     }
     printf("RESULT pack_kill_trials %u survived of %u (%u killed mid-run, the rest had finished)\n", survived, n, mid);
@@ -119,23 +112,23 @@ END_TEST
  * leaves it. The same command again finishes the tidy-up, same bytes. */
 START_TEST(test_rerun_after_kill_past_manifest)
 {
-    setup_env();
-    if (run("command -v strace") != 0) {
+    tu_cli_setup();
+    if (tu_sh("command -v strace") != 0) {
         printf("test_rerun_after_kill_past_manifest: skipped: strace is not installed\n");
         return;
     }
-    ck_assert_int_eq(run("'%s/rawgen' -q -n 60 --classes 2 --min-side 40 --max-side 60 raw", tools), 0);
-    ck_assert_int_eq(run("'%s' -q --size 16 --records-per-shard 8 raw ref", pack_bin()), 0);
+    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 60 --classes 2 --min-side 40 --max-side 60 raw", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("'%s' -q --size 16 --records-per-shard 8 raw ref", tu_pack_bin()), 0);
     /* (LeakSanitizer cannot run under ptrace: off for this one run of an ASan build) */
-    ck_assert_int_eq(run("ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -e trace=unlink,unlinkat "
-                         "-e inject=unlink,unlinkat:error=EPERM "
-                         "'%s' -q --size 16 --records-per-shard 8 raw out", pack_bin()), 0);
-    ck_assert_int_eq(run("ls out/pack-part-*.json"), 0); /* the bookkeeping stayed */
-    ck_assert_int_eq(run("'%s' -q --size 16 --records-per-shard 8 raw out", pack_bin()), 0);
-    ck_assert_int_eq(run("diff -r ref out"), 0);
+    ck_assert_int_eq(tu_sh("ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -e trace=unlink,unlinkat "
+                           "-e inject=unlink,unlinkat:error=EPERM "
+                           "'%s' -q --size 16 --records-per-shard 8 raw out", tu_pack_bin()), 0);
+    ck_assert_int_eq(tu_sh("ls out/pack-part-*.json"), 0); /* the bookkeeping stayed */
+    ck_assert_int_eq(tu_sh("'%s' -q --size 16 --records-per-shard 8 raw out", tu_pack_bin()), 0);
+    ck_assert_int_eq(tu_sh("diff -r ref out"), 0);
     /* once tidy, the same command is refused like any existing dataset */
-    ck_assert_int_eq(run("'%s' -q --size 16 --records-per-shard 8 raw out", pack_bin()), 1);
-    ck_assert(strstr(slurp("err.txt"), "already holds a dataset") != NULL);
+    ck_assert_int_eq(tu_sh("'%s' -q --size 16 --records-per-shard 8 raw out", tu_pack_bin()), 1);
+    ck_assert(strstr(tu_slurp("err.txt"), "already holds a dataset") != NULL);
 }
 END_TEST
 
@@ -143,40 +136,45 @@ END_TEST
  * while pack runs: each skipped with a reason, counted; the rest packed. */
 START_TEST(test_inputs_vanish)
 {
-    setup_env();
-    ck_assert_int_eq(run("'%s/rawgen' -q -n 40 --classes 2 --min-side 40 --max-side 60 raw", tools), 0);
-    ck_assert_int_eq(run("(echo path,label; cd raw && for f in class000/*.jpg; do echo \"$f,0\"; done; "
-                         "echo gone.jpg,1; echo dir.jpg,1) > raw/list.csv && mkdir raw/dir.jpg"), 0);
-    int rc = run("'%s' --size 16 raw/list.csv out", pack_bin());
-    ck_assert_msg(rc == 3, "exit %d (3: packed, some skipped): %s", rc, slurp("err.txt"));
-    const char *err = slurp("err.txt");
+    tu_cli_setup();
+    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 40 --classes 2 --min-side 40 --max-side 60 raw", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("(echo path,label; cd raw && for f in class000/*.jpg; do echo \"$f,0\"; done; "
+                           "echo gone.jpg,1; echo dir.jpg,1) > raw/list.csv && mkdir raw/dir.jpg"), 0);
+    int rc = tu_sh("'%s' --size 16 raw/list.csv out", tu_pack_bin());
+    ck_assert_msg(rc == 3, "exit %d (3: packed, some skipped): %s", rc, tu_slurp("err.txt"));
+    const char *err = tu_slurp("err.txt");
     ck_assert_msg(strstr(err, "gone.jpg") && strstr(err, "dir.jpg"), "stderr does not name both: %s", err);
-    char *sk = strdup(slurp("out/skipped.tsv"));
+    char *sk = strdup(tu_slurp("out/skipped.tsv"));
     ck_assert_msg(strstr(sk, "gone.jpg") && strstr(sk, "dir.jpg"), "skipped.tsv: %s", sk);
-    ck_assert_int_eq(count_lines(sk), 1 + 2); /* header + two */
+    ck_assert_int_eq(tu_count_lines(sk), 1 + 2); /* header + two */
     /* a short last shard (inputs skipped): its hash was computed by reading it back */
-    ck_assert_int_eq(run("'%s/shardcheck' -q --file-hash out", tools), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --file-hash out", tu_tools), 0);
     free(sk);
     /* removed during the run: packed (read before) or skipped (read after), never lost */
-    ck_assert_int_eq(run("'%s/rawgen' -q -n 400 --classes 2 --min-side 64 --max-side 96 big", tools), 0);
+    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 400 --classes 2 --min-side 64 --max-side 96 big", tu_tools), 0);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        if (chdir(tmp) != 0) _exit(127);
+        if (chdir(tu_tmp) != 0) _exit(127);
         if (!freopen("/dev/null", "w", stdout) || !freopen("err2.txt", "w", stderr)) _exit(127);
-        execl(pack_bin(), "pack", "-q", "-j", "1", "--size", "16", "big", "out2", (char *)NULL);
+        execl(tu_pack_bin(), "pack", "-q", "-j", "1", "--size", "16", "big", "out2", (char *)NULL);
         _exit(127);
     }
-    usleep(20000);
-    ck_assert_int_eq(run("ls big/class001/*.jpg | tail -n 2 | xargs rm -f"), 0); /* late in the listing */
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    /* Remove two inputs late in the listing once pack has listed them: it
+     * makes out2 only after the listing. (A fixed sleep lost that race under
+     * ASan: removed before the listing, they were never inputs at all.) */
+    char out2[1200];
+    snprintf(out2, sizeof out2, "%s/out2", tu_tmp);
+    int st, reaped = 0;
+    while (!tu_exists(out2) && !(reaped = waitpid(pid, &st, WNOHANG) == pid)) usleep(1000);
+    ck_assert_int_eq(tu_sh("ls big/class001/*.jpg | tail -n 2 | xargs rm -f"), 0);
+    if (!reaped) ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3));
-    ck_assert_int_eq(run("'%s/shardinfo' --json --no-histogram out2", tools), 0);
-    char *info = slurp("out.txt");
+    ck_assert_int_eq(tu_sh("'%s/shardinfo' --json --no-histogram out2", tu_tools), 0);
+    char *info = tu_slurp("out.txt");
     const char *rec = strstr(info, "\"records\":");
     ck_assert_ptr_nonnull(rec);
-    int packed = atoi(rec + 10), skipped = WEXITSTATUS(st) == 3 ? count_lines(slurp("out2/skipped.tsv")) - 1 : 0;
+    int packed = atoi(rec + 10), skipped = WEXITSTATUS(st) == 3 ? tu_count_lines(tu_slurp("out2/skipped.tsv")) - 1 : 0;
     ck_assert_int_eq(packed + skipped, 400);
     printf("RESULT pack_vanishing_inputs 2 removed mid-run: %d packed in all, %d skipped with a reason\n", packed,
            skipped);
@@ -192,9 +190,5 @@ int main(void)
     tcase_add_test(tc, test_rerun_after_kill_past_manifest);
     tcase_add_test(tc, test_inputs_vanish);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

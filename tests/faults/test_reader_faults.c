@@ -6,7 +6,7 @@
  * Counts are printed ("RESULT ...") for the README's Reliability table;
  * STOKER_FAULT_TRIALS scales the flip trials (default 200). */
 #define _GNU_SOURCE
-#include "testutil.h"
+#include "testutil_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -32,19 +32,12 @@ static void make(char *dir, size_t cap, const char *name, uint64_t n, uint64_t p
 
 static stk_reader *open_r(const char *dir, int order, int verify)
 {
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 8;
-    o.order = order;
+    stk_reader_options o = tu_reader_options(8, order);
     o.seed = 2;
     o.threads = 2;
     o.prefetch = 3;
-    o.world_size = 1;
     o.verify = verify;
-    stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
-    return r;
+    return tu_open_reader(dir, &o);
 }
 
 static int count_fds(void)
@@ -72,13 +65,10 @@ START_TEST(test_flips_under_verify_always)
         uint64_t rec = (uint64_t)rand() % 90;
         unsigned field = (unsigned)rand() % 3;
         if (field == TU_TEXT && rec % 5 == 2) field = TU_IMAGE; /* empty text: nothing to flip */
-        size_t s;
         uint64_t local;
-        ck_assert_int_eq(stk_dataset_locate(ds, rec, &s, &local, NULL), 0);
-        const stk_shard *sh = stk_dataset_shard(ds, s);
         const void *p;
         uint64_t size;
-        ck_assert_int_eq(stk_shard_value(sh, field, local, &p, &size, NULL), 0);
+        const stk_shard *sh = tu_locate_value(ds, rec, field, &local, &p, &size);
         /* the value's offset in the file: its distance from the start of the
          * map, which is the image region's start minus that region's offset */
         size_t hl;

@@ -5,6 +5,7 @@
  * the order it names must map positions into range for a small dataset
  * derived from it (the order functions take the state's integers as they
  * come: any block size and window). Any mismatch traps. */
+#define STOKER_ADVANCED_API /* stk_order_record */
 #include "stoker/reader.h"
 
 #include <stdint.h>

@@ -39,19 +39,14 @@ START_TEST(test_batches_on_device)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (int order = STK_ORDER_SEQUENTIAL; order <= STK_ORDER_SHUFFLE; order++) {
-        stk_reader_options o;
-        stk_reader_options_init(&o);
-        o.batch_size = 16;
-        o.order = order;
+        stk_reader_options o = tu_reader_options(16, order);
         o.threads = 2;
         o.prefetch = 2;
-        o.world_size = 1;
         o.device = STK_DEVICE_CUDA;
         o.stream = st;
         o.fields = "image,label";
+        stk_reader *r = tu_open_reader(dir, &o);
         stk_error err;
-        stk_reader *r = stk_reader_open(dir, &o, &err);
-        ck_assert_msg(r != NULL, "%s", err.msg);
         stk_reader_set_epochs(r, 2);
         const stk_batch *b;
         uint16_t img[16 * TU_IMG_ELEMS];
@@ -104,17 +99,12 @@ static void make_images(char *dir, size_t cap)
 
 static void read_all(const char *dir, int device, const stk_transform *t, uint8_t *out, size_t cap, size_t *len)
 {
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 8;
-    o.order = STK_ORDER_SHUFFLE;
+    stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
     o.seed = 4;
-    o.world_size = 1;
     o.device = device;
     o.transform = t;
+    stk_reader *r = tu_open_reader(dir, &o);
     stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
     stk_reader_set_epochs(r, 1);
     const stk_batch *b;
     *len = 0;
@@ -162,18 +152,13 @@ START_TEST(test_close_with_uploads_queued)
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (int round = 0; round < 10; round++) {
-        stk_reader_options o;
-        stk_reader_options_init(&o);
-        o.batch_size = 10;
-        o.order = round % 2;
+        stk_reader_options o = tu_reader_options(10, round % 2);
         o.threads = 3;
         o.prefetch = 6;
-        o.world_size = 1;
         o.device = STK_DEVICE_CUDA;
         o.stream = round % 3 ? st : NULL;
+        stk_reader *r = tu_open_reader(dir, &o);
         stk_error err;
-        stk_reader *r = stk_reader_open(dir, &o, &err);
-        ck_assert_msg(r != NULL, "%s", err.msg);
         for (int i = 0; i < round % 4; i++) ck_assert_ptr_nonnull(stk_reader_next(r, &err));
         CK(cudaLaunchHostFunc(st, dawdle, (void *)(uintptr_t)20000));
         stk_reader_close(r);

@@ -62,22 +62,14 @@ static void check_later(void *arg)
 static stk_reader *open_dev(const char *dir, uint32_t B, int order, unsigned threads, unsigned prefetch,
                             stk_host_stream *s)
 {
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = B;
-    o.order = order;
+    stk_reader_options o = tu_reader_options(B, order);
     o.seed = 3;
     o.threads = threads;
     o.prefetch = prefetch;
-    o.world_size = 1;
-    o.rank = 0;
     o.device = STK_DEVICE_HOST;
     o.stream = s;
     o.fields = "image,label";
-    stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
-    return r;
+    return tu_open_reader(dir, &o);
 }
 
 static void queue_check(stk_host_stream *s, const stk_batch *b, unsigned delay_us)
@@ -322,17 +314,12 @@ static void run_transform(int crop, int dtype, int layout, uint32_t oh, uint32_t
     t.out_height = oh;
     t.out_width = ow;
     t.flip_prob = flip;
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 6;
-    o.order = STK_ORDER_SHUFFLE;
+    stk_reader_options o = tu_reader_options(6, STK_ORDER_SHUFFLE);
     o.seed = 99;
-    o.world_size = 1;
     o.device = STK_DEVICE_HOST;
     o.transform = &t;
+    stk_reader *r = tu_open_reader(dir, &o);
     stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
     stk_reader_set_epochs(r, 2);
     const stk_batch *b;
     double tol = dtype == STK_DT_F32 ? 1e-4 : dtype == STK_DT_F16 ? 4e-3 : 3e-2;
@@ -452,17 +439,13 @@ START_TEST(test_cuda_unavailable_falls_back)
     ck_assert_int_eq(why.code, STK_E_UNSUPPORTED);
     char dir[TU_PATH];
     make(dir, sizeof dir, "cuda", 20, 20);
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.world_size = 1;
-    o.batch_size = 4;
+    stk_reader_options o = tu_reader_options(4, STK_ORDER_SEQUENTIAL);
     o.device = STK_DEVICE_CUDA;
     stk_error err;
     ck_assert_ptr_null(stk_reader_open(dir, &o, &err));
     ck_assert_int_eq(err.code, STK_E_UNSUPPORTED);
     o.device_fallback = 1;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
+    stk_reader *r = tu_open_reader(dir, &o);
     const stk_batch *b = stk_reader_next(r, &err);
     ck_assert_ptr_nonnull(b);
     ck_assert_int_eq(b->on_device, 0);

@@ -20,18 +20,10 @@ static void make(char *dir, size_t cap, const char *name, uint64_t n, uint64_t p
 
 static stk_reader *open_r(const char *dir, uint32_t B, int order, unsigned threads, unsigned prefetch)
 {
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = B;
-    o.order = order;
+    stk_reader_options o = tu_reader_options(B, order);
     o.threads = threads;
     o.prefetch = prefetch;
-    o.rank = 0;
-    o.world_size = 1;
-    stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "open: %s", err.msg);
-    return r;
+    return tu_open_reader(dir, &o);
 }
 
 /* Every field of every record of the batch equals the standard record. */
@@ -160,13 +152,9 @@ static void corrupt_record(const char *dir, uint64_t rec, char *shard_path, size
     stk_error err;
     stk_dataset *ds = stk_dataset_open(dir, &err);
     ck_assert_ptr_nonnull(ds);
-    size_t s;
-    uint64_t local;
-    ck_assert_int_eq(stk_dataset_locate(ds, rec, &s, &local, NULL), 0);
-    const stk_shard *sh = stk_dataset_shard(ds, s);
     const void *p;
     uint64_t size;
-    ck_assert_int_eq(stk_shard_value(sh, TU_IMAGE, local, &p, &size, NULL), 0);
+    const stk_shard *sh = tu_locate_value(ds, rec, TU_IMAGE, NULL, &p, &size);
     snprintf(shard_path, cap, "%s", stk_shard_path(sh));
     size_t len;
     uint8_t *file = tu_read(shard_path, &len);
@@ -191,15 +179,10 @@ START_TEST(test_checksum_error_names_shard_and_record)
     stk_reader_close(r);
 
     for (int mode = STK_VERIFY_ONCE; mode <= STK_VERIFY_ALWAYS; mode++) {
-        stk_reader_options o;
-        stk_reader_options_init(&o);
-        o.batch_size = 10;
+        stk_reader_options o = tu_reader_options(10, STK_ORDER_SEQUENTIAL);
         o.threads = 2;
-        o.world_size = 1;
-        o.rank = 0;
         o.verify = mode;
-        r = stk_reader_open(dir, &o, &err);
-        ck_assert_ptr_nonnull(r);
+        r = tu_open_reader(dir, &o);
         for (int i = 0; i < 4; i++) ck_assert_ptr_nonnull(stk_reader_next(r, &err));
         ck_assert_ptr_null(stk_reader_next(r, &err)); /* batch 4 holds record 45 */
         tu_assert_error(&err, STK_E_CHECKSUM, "record 5 (dataset record 45), field 'image': checksum mismatch");
@@ -216,17 +199,11 @@ START_TEST(test_verify_once_hashes_each_record_once)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "once", 50, 20);
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 7;
-    o.order = STK_ORDER_SHUFFLE;
-    o.world_size = 1;
-    o.rank = 0;
+    stk_reader_options o = tu_reader_options(7, STK_ORDER_SHUFFLE);
     o.tail = STK_TAIL_PARTIAL;
     o.verify = STK_VERIFY_ONCE;
+    stk_reader *r = tu_open_reader(dir, &o);
     stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_ptr_nonnull(r);
     stk_reader_set_epochs(r, 3);
     while (stk_reader_next(r, &err)) {
     }
@@ -288,12 +265,9 @@ START_TEST(test_memory_budget_and_bad_options)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "opts", 30, 10);
-    stk_reader_options o;
     stk_error err;
-    stk_reader_options_init(&o);
-    o.batch_size = 10;
+    stk_reader_options o = tu_reader_options(10, STK_ORDER_SEQUENTIAL);
     o.prefetch = 3;
-    o.world_size = 1;
     /* per slot: image 10 x 30 bytes (64-aligned: 320) + label 10 x 4 (64) + record
      * indices 10 x 8 + the text field's 10 values x 16 = 624 bytes; 4 slots */
     o.memory_budget = 4 * 624 - 1;
@@ -301,9 +275,7 @@ START_TEST(test_memory_budget_and_bad_options)
     tu_assert_error(&err, STK_E_ARG, "memory budget");
     ck_assert(strstr(err.msg, "4 slots x 624 bytes = 2496") != NULL);
     o.memory_budget = 4 * 624;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
-    stk_reader_close(r);
+    stk_reader_close(tu_open_reader(dir, &o));
 
     stk_reader_options_init(&o);
     o.batch_size = 0;
@@ -343,15 +315,10 @@ START_TEST(test_field_selection)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "fields", 30, 10);
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 4;
-    o.order = STK_ORDER_SHUFFLE;
-    o.world_size = 1;
+    stk_reader_options o = tu_reader_options(4, STK_ORDER_SHUFFLE);
     o.fields = "text,label";
+    stk_reader *r = tu_open_reader(dir, &o);
     stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    ck_assert_msg(r != NULL, "%s", err.msg);
     const stk_batch *b = stk_reader_next(r, &err);
     ck_assert_ptr_nonnull(b);
     ck_assert_uint_eq(b->nfields, 2);
@@ -456,16 +423,11 @@ START_TEST(test_compressed_fields)
     ck_assert_msg(stk_dataset_writer_finish(dw, &err) == 0, "%s", err.msg);
     for (int order = STK_ORDER_SEQUENTIAL; order <= STK_ORDER_QUASI; order++)
         for (unsigned threads = 1; threads <= 3; threads++) {
-            stk_reader_options ro;
-            stk_reader_options_init(&ro);
-            ro.batch_size = 16;
-            ro.order = order;
+            stk_reader_options ro = tu_reader_options(16, order);
             ro.threads = threads;
-            ro.world_size = 1;
             ro.verify = STK_VERIFY_ALWAYS;
             ro.quasi_block_bytes = 512;
-            stk_reader *r = stk_reader_open(dir, &ro, &err);
-            ck_assert_msg(r != NULL, "%s", err.msg);
+            stk_reader *r = tu_open_reader(dir, &ro);
             stk_reader_set_epochs(r, 2);
             const stk_batch *b;
             while ((b = stk_reader_next(r, &err))) {

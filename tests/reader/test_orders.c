@@ -10,6 +10,7 @@
  * and `image` (u8[8,8,3]) are functions of i, so every batch's bytes are
  * checked against its record indices too.
  */
+#define STOKER_ADVANCED_API /* stk_order_record, stk_reader_quasi_block_records */
 #include "testutil.h"
 
 #include <inttypes.h>

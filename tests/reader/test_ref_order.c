@@ -13,6 +13,7 @@
 
 #include "expect.h"
 #include "ref_order.h"
+#include "testutil.h"
 
 
 static const uint64_t NS[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 32, 33, 64, 97, 100, 127, 128, 257, 1000, 1024};
@@ -168,9 +169,5 @@ int main(void)
     tcase_add_test(tc, quasi_degenerate_cases);
     tcase_add_test(tc, rank_slices_tile_the_stream);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run(s);
 }

@@ -11,12 +11,31 @@
  * failure the error holds the code and one line of text naming the file, the
  * record and field where known, and what is wrong. Library code never prints
  * and never exits.
+ *
+ * The header reads top down in the order a user needs it: versions, errors,
+ * schema, writing a dataset, writing one shard, reading a shard, the
+ * manifest, checksums. The last section, fenced by STOKER_ADVANCED_API, is
+ * for pack, the tools and bindings (the streaming writer's lent buffers and
+ * block sums, shard naming): define STOKER_ADVANCED_API before including this
+ * header to see it. Its calls are exported like the rest.
+ *
+ * ABI: option structs the caller allocates and the library reads
+ * (stk_dataset_options here, stk_reader_options and stk_transform in
+ * stoker/reader.h) only ever grow at the end. Their init functions and the
+ * calls that take them are inline wrappers that pass the library the struct's
+ * size as the caller compiled it (sizeof), so a newer libstoker reads only the
+ * fields an older caller has and defaults the rest; the exported calls behind
+ * them take that size (`_sized`), for bindings. Structs the library fills
+ * (stk_shard_info, stk_manifest, ...) are frozen: new information comes through
+ * new calls.
  */
 #ifndef STOKER_FORMAT_H
 #define STOKER_FORMAT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "stoker/version.h" /* STK_VERSION_*: generated from CMakeLists.txt's project() */
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,10 +57,10 @@ extern "C" {
 
 /* ---------------------------------------------------------------- versions */
 
-#define STK_VERSION_MAJOR 0
-#define STK_VERSION_MINOR 1
-#define STK_VERSION_PATCH 0
-#define STK_VERSION_STRING "0.1.0"
+/* STK_VERSION_MAJOR/MINOR/PATCH/STRING (stoker/version.h) are the release
+ * this header belongs to; stk_version_string is the release of the library
+ * actually loaded (the same string when both come from one build). */
+STK_API const char *stk_version_string(void);
 
 /* The format version this build writes, and the major version it reads.
  * Files of another major version are refused with STK_E_VERSION. Files of a
@@ -145,32 +164,67 @@ STK_API uint64_t stk_field_stride(const stk_field *f);
 /* Writes e.g. "image u8[256,256,3]" or "caption bytes" into buf. */
 STK_API void stk_field_describe(const stk_field *f, char *buf, size_t cap);
 
-/* ---------------------------------------------------------------- hashing */
-
-/* XXH3-64 with seed 0: the checksum used everywhere in the format. Uses the
- * widest vector unit of the running CPU (AVX-512 or AVX2 where present). */
-STK_API uint64_t stk_hash(const void *data, size_t len);
-
-/* XXH3 consumes long inputs in blocks of this many bytes. */
-#define STK_HASH_BLOCK 1024u
-/* stk_hash(data, len), and for a len that is a non-zero multiple of
- * STK_HASH_BLOCK also each block's contribution to XXH3's accumulators:
- * 8 u64 per block, len / STK_HASH_BLOCK * 8 of them into sums. For other
- * lengths, or a NULL sums, sums is untouched. A streaming writer that is
- * given them (stk_writer_append_lent) folds the value into its whole-file
- * hash without reading the bytes again: for a packer, the bytes are hashed
- * once, on the thread that made them, instead of twice. */
-STK_API uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums);
-
-/* ------------------------------------------------------------ shard writer */
-
-typedef struct stk_writer stk_writer;
-
 /* One record's value for one field. Tensor fields need size == stride. */
 typedef struct {
     const void *data;
     uint64_t size;
 } stk_value;
+
+/* ---------------------------------------------------------- dataset writer */
+
+typedef struct stk_dataset_writer stk_dataset_writer;
+
+/* Caller-allocated, read by stk_dataset_writer_create. All zero means the
+ * defaults, so `stk_dataset_options o = {0};` (or stk_dataset_options_init)
+ * followed by setting fields is the way to fill it. Grows at the end only
+ * (see "ABI" at the top). */
+typedef struct {
+    uint64_t records_per_shard; /* 0: no record limit                         */
+    uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it */
+    const char *prefix;         /* shard file names: PREFIX-00000.stk; "shard" if NULL */
+    int force;                  /* replace an existing dataset in the directory */
+    size_t nclasses;
+    const char *const *classes;
+    const char *pack_json;      /* a JSON object stored as "pack"; NULL for {} */
+    int zstd_level;             /* compressed fields: zstd level (0: 3)         */
+    uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)      */
+} stk_dataset_options;
+
+/* The exported calls behind the inline wrappers below: `size` is sizeof the
+ * caller's stk_dataset_options. Bindings call these with their mirror's size. */
+STK_API void stk_dataset_options_init_sized(stk_dataset_options *opts, size_t size);
+STK_API stk_dataset_writer *stk_dataset_writer_create_sized(const char *dir, const stk_schema *schema,
+                                                            const stk_dataset_options *opts, size_t size,
+                                                            stk_error *err);
+
+/* Fill opts with the defaults (all zero). */
+static inline void stk_dataset_options_init(stk_dataset_options *opts)
+{
+    stk_dataset_options_init_sized(opts, sizeof *opts);
+}
+
+/* Create (or reuse) directory `dir` and start a dataset there; opts may be
+ * NULL (defaults). Refuses with STK_E_EXISTS when it already holds a
+ * manifest, unless opts->force. With force, the old manifest is removed
+ * first, so that a crash in the middle leaves a directory without a manifest
+ * rather than one naming stale shards. */
+static inline stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
+                                                            const stk_dataset_options *opts, stk_error *err)
+{
+    return stk_dataset_writer_create_sized(dir, schema, opts, sizeof *opts, err);
+}
+/* Append a record; starts a new shard when the current one is full. */
+STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values,
+                                      stk_error *err);
+/* Commit the last shard, then the manifest. Frees dw whatever the outcome. */
+STK_API int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err);
+/* Abort: remove the open shard's temporary file; committed shards stay but no
+ * manifest is written, so nothing can pass for a finished dataset. */
+STK_API void stk_dataset_writer_abort(stk_dataset_writer *dw);
+
+/* ------------------------------------------------------------ shard writer */
+
+typedef struct stk_writer stk_writer;
 
 /* What a committed shard looks like; also what the manifest records. */
 typedef struct {
@@ -186,13 +240,6 @@ typedef struct {
  * replaced at that moment. */
 STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema,
                                       stk_error *err);
-/* Optional, before the first append: the shard will most likely hold
- * `records` records. The header is then known up front, so the writer
- * computes the whole-file hash as the data goes out (no read-back at finish)
- * and writes field 0 from a thread of its own, with O_DIRECT where the file
- * system takes it. A different final count stays correct: finish then reads
- * the file back, as without this call. */
-STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
 /* Compressed fields: zstd `level` (1..19; 0: 3) and the target uncompressed
  * size of a block (0: 1 MiB; a block closes at the first record that reaches
  * it) for field f, or for every compressed field when f is UINT32_MAX.
@@ -206,45 +253,6 @@ STK_API int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err);
 /* Append one record: values[f] for every field f of the schema. On error the
  * writer is unchanged and may still be aborted (or the error ignored). */
 STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
-/* Called by a writer when it no longer needs a value it was lent
- * (stk_writer_append_lent), with that value's data pointer. It may run on
- * the writer's I/O thread: it must be thread-safe and must not call back
- * into the writer. */
-typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
-/* A streaming writer holds at most this many bytes of lent values (plus
- * one value) that it has not given back yet. It writes them in batches of a
- * few MiB, or once they have waited 20 ms, so lending from a pool of any size
- * makes progress; a pool with this much beyond the caller's own never waits
- * for the disk's batching. */
-#define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
-/* A lent value is taken by reference only when its address, its size and
- * its place in the file are multiples of this (whole pages: O_DIRECT). */
-#define STK_WRITER_LEND_ALIGN 4096u
-/* stk_writer_append without copying field 0: the writer may keep
- * values[0].data and write the bytes from there, later, on its I/O thread,
- * so that a packer's images go to the disk without a copy. It calls
- * done(ctx, values[0].data) exactly once when it no longer reads them:
- * later, or before returning when it copied them after all, also when the
- * call fails, and at the latest in stk_writer_finish or stk_writer_abort.
- * Until then the caller must not change or free them. The bytes are taken by
- * reference only by a streaming writer (stk_writer_expect) and only when
- * data and size are multiples of STK_WRITER_LEND_ALIGN, as is the value's
- * place in the file (a tensor of whole pages; O_DIRECT needs that);
- * otherwise they are copied, as stk_writer_append does.
- * pre: NULL, or values[0]'s checksum computed by the caller where the bytes
- * were hot (pre->hash = stk_hash_blocks(data, size, sums) or stk_hash); it
- * is stored as the record's checksum as given, unchecked (a wrong one makes
- * every later verification fail). pre->sums, when not NULL, are the block
- * sums stk_hash_blocks gave: a writer that takes the bytes by reference
- * then adds the value to its whole-file hash from them instead of reading
- * the bytes; like the bytes, they must stay unchanged until done() (wrong
- * ones give a wrong whole-file hash, which shardcheck --file-hash reports). */
-typedef struct {
-    uint64_t hash;
-    const uint64_t *sums;
-} stk_prehash;
-STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const stk_prehash *pre,
-                                   stk_lent_done_fn done, void *ctx, stk_error *err);
 /* Records appended so far, and the bytes the shard would have if finished now. */
 STK_API uint64_t stk_writer_records(const stk_writer *w);
 STK_API uint64_t stk_writer_bytes(const stk_writer *w);
@@ -254,14 +262,14 @@ STK_API uint64_t stk_writer_bytes(const stk_writer *w);
  * final directory fsync can fail after the new shard is in place (the message
  * says so). */
 STK_API int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err);
+/* Discard everything written; remove the temporary file; free. NULL is a no-op. */
+STK_API void stk_writer_abort(stk_writer *w);
 /* Size in bytes of a shard of `records` records of this schema, with every
  * bytes field empty; 0 on overflow or an invalid schema. For fixed-size
  * schemas this is exact: a packer uses it to fit whole records to a size.
  * With compressed fields it counts them uncompressed (an upper bound but for
  * a few bytes per block of incompressible data). */
 STK_API uint64_t stk_shard_size_for(const stk_schema *schema, uint64_t records);
-/* Discard everything written; remove the temporary file; free. NULL is a no-op. */
-STK_API void stk_writer_abort(stk_writer *w);
 
 /* ------------------------------------------------------------ shard reader */
 
@@ -285,9 +293,6 @@ STK_API uint64_t stk_shard_file_size(const stk_shard *sh);
 STK_API void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor);
 /* The footer's stored hash over header + checksum table (not recomputed). */
 STK_API uint64_t stk_shard_index_hash(const stk_shard *sh);
-/* Device and inode of the file as opened (0, 0 for a shard in memory): with
- * them a reader tells a file rewritten in place from one replaced by rename. */
-STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
 
 /* Start of tensor field f's region: record i's value is at
  * base + i * stk_field_stride(field). NULL for bytes fields, compressed
@@ -416,37 +421,92 @@ STK_API char *stk_dataset_dir(const char *path, stk_error *err);
  * rename, fsync the directory. Readers see the old file or the new one. */
 STK_API int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err);
 
-/* ---------------------------------------------------------- dataset writer */
+/* ---------------------------------------------------------------- hashing */
 
-typedef struct stk_dataset_writer stk_dataset_writer;
+/* XXH3-64 with seed 0: the checksum used everywhere in the format. Uses the
+ * widest vector unit of the running CPU (AVX-512 or AVX2 where present). */
+STK_API uint64_t stk_hash(const void *data, size_t len);
 
+#ifdef STOKER_ADVANCED_API
+/* ==================================================================== advanced
+ *
+ * For pack, the tools and bindings: the streaming shard writer that takes
+ * page-aligned buffers by reference and block sums computed by the caller,
+ * shard file naming, file identity. Define STOKER_ADVANCED_API to see it.
+ * These calls are exported and kept working like the rest, but they expose
+ * how pack and the reader work inside, and change with them. */
+
+/* Optional, before the first append: the shard will most likely hold
+ * `records` records. The header is then known up front, so the writer
+ * computes the whole-file hash as the data goes out (no read-back at finish)
+ * and writes field 0 from a thread of its own, with O_DIRECT where the file
+ * system takes it. A different final count stays correct: finish then reads
+ * the file back, as without this call. */
+STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
+
+/* XXH3 consumes long inputs in blocks of this many bytes. */
+#define STK_HASH_BLOCK 1024u
+/* stk_hash(data, len), and for a len that is a non-zero multiple of
+ * STK_HASH_BLOCK also each block's contribution to XXH3's accumulators:
+ * 8 u64 per block, len / STK_HASH_BLOCK * 8 of them into sums. For other
+ * lengths, or a NULL sums, sums is untouched. A streaming writer that is
+ * given them (stk_writer_append_lent) folds the value into its whole-file
+ * hash without reading the bytes again: for a packer, the bytes are hashed
+ * once, on the thread that made them, instead of twice. */
+STK_API uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums);
+
+/* Called by a writer when it no longer needs a value it was lent
+ * (stk_writer_append_lent), with that value's data pointer. It may run on
+ * the writer's I/O thread: it must be thread-safe and must not call back
+ * into the writer. */
+typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
+/* A streaming writer holds at most this many bytes of lent values (plus
+ * one value) that it has not given back yet. It writes them in batches of a
+ * few MiB, or once they have waited 20 ms, so lending from a pool of any size
+ * makes progress; a pool with this much beyond the caller's own never waits
+ * for the disk's batching. */
+#define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
+/* A lent value is taken by reference only when its address, its size and
+ * its place in the file are multiples of this (whole pages: O_DIRECT). */
+#define STK_WRITER_LEND_ALIGN 4096u
+/* stk_writer_append without copying field 0: the writer may keep
+ * values[0].data and write the bytes from there, later, on its I/O thread,
+ * so that a packer's images go to the disk without a copy. It calls
+ * done(ctx, values[0].data) exactly once when it no longer reads them:
+ * later, or before returning when it copied them after all, also when the
+ * call fails, and at the latest in stk_writer_finish or stk_writer_abort.
+ * Until then the caller must not change or free them. The bytes are taken by
+ * reference only by a streaming writer (stk_writer_expect) and only when
+ * data and size are multiples of STK_WRITER_LEND_ALIGN, as is the value's
+ * place in the file (a tensor of whole pages; O_DIRECT needs that);
+ * otherwise they are copied, as stk_writer_append does.
+ * pre: NULL, or values[0]'s checksum computed by the caller where the bytes
+ * were hot (pre->hash = stk_hash_blocks(data, size, sums) or stk_hash); it
+ * is stored as the record's checksum as given, unchecked (a wrong one makes
+ * every later verification fail). pre->sums, when not NULL, are the block
+ * sums stk_hash_blocks gave: a writer that takes the bytes by reference
+ * then adds the value to its whole-file hash from them instead of reading
+ * the bytes; like the bytes, they must stay unchanged until done() (wrong
+ * ones give a wrong whole-file hash, which shardcheck --file-hash reports). */
 typedef struct {
-    uint64_t records_per_shard; /* 0: no record limit                         */
-    uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it */
-    const char *prefix;         /* shard file names: PREFIX-00000.stk; "shard" if NULL */
-    int force;                  /* replace an existing dataset in the directory */
-    size_t nclasses;
-    const char *const *classes;
-    const char *pack_json;      /* a JSON object stored as "pack"; NULL for {} */
-    int zstd_level;             /* compressed fields: zstd level (0: 3)         */
-    uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)      */
-} stk_dataset_options;
+    uint64_t hash;
+    const uint64_t *sums;
+} stk_prehash;
+STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const stk_prehash *pre,
+                                   stk_lent_done_fn done, void *ctx, stk_error *err);
 
-/* Create (or reuse) directory `dir` and start a dataset there. Refuses with
- * STK_E_EXISTS when it already holds a manifest, unless opts->force. With
- * force, the old manifest is removed first, so that a crash in the middle
- * leaves a directory without a manifest rather than one naming stale shards. */
-STK_API stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
-                                                      const stk_dataset_options *opts,
-                                                      stk_error *err);
-/* Append a record; starts a new shard when the current one is full. */
-STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values,
-                                      stk_error *err);
-/* Commit the last shard, then the manifest. Frees dw whatever the outcome. */
-STK_API int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err);
-/* Abort: remove the open shard's temporary file; committed shards stay but no
- * manifest is written, so nothing can pass for a finished dataset. */
-STK_API void stk_dataset_writer_abort(stk_dataset_writer *dw);
+/* The file name of shard `index` of a dataset whose shards are called
+ * `prefix`: "PREFIX-00000.stk" (at least five digits). The one place shard
+ * files are named: the dataset writer and pack (whose parts use the prefix
+ * "part-K-of-N") both call it. Writes at most cap bytes, NUL-terminated;
+ * returns the length like snprintf. */
+STK_API int stk_shard_file_name(char *buf, size_t cap, const char *prefix, uint64_t index);
+
+/* Device and inode of the file as opened (0, 0 for a shard in memory): with
+ * them a reader tells a file rewritten in place from one replaced by rename. */
+STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
+
+#endif /* STOKER_ADVANCED_API */
 
 #ifdef __cplusplus
 }

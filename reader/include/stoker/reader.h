@@ -1,10 +1,28 @@
 /*
  * stoker/reader.h - libstoker, the library trainers link.
  *
- * Two layers: stk_dataset maps a whole dataset and finds any record in
- * O(log shards); stk_reader streams batches from it in a reproducible order
- * with prefetch threads (below). The format
- * API (stoker/format.h) is part of libstoker too and is included here.
+ * Two layers: stk_reader streams batches from a dataset in a reproducible
+ * order with prefetch threads; stk_dataset maps a whole dataset and finds any
+ * record in O(log shards). The format API (stoker/format.h) is part of
+ * libstoker too and is included here.
+ *
+ * The header reads top down in the order a trainer needs it:
+ *   1. the training loop: options, open, next, release, positions, save and
+ *      restore, statistics, close;
+ *   2. datasets by record index;
+ *   3. the device path: upload, the image transform, host streams;
+ *   4. an advanced section for bindings, tools and tests (struct sizes, the
+ *      order as a pure function), fenced by STOKER_ADVANCED_API: define it
+ *      before including this header to see it.
+ *
+ * ABI: stk_reader_options and stk_transform (caller-allocated, read by the
+ * library) grow at the end only, and their init functions and the open calls
+ * are inline wrappers that hand the library sizeof of the caller's structs;
+ * a newer libstoker reads only what an older caller has and defaults the
+ * rest (see "ABI" in stoker/format.h). stk_reader_state and stk_reader_stats
+ * (caller-allocated, written by the library) are frozen: new statistics come
+ * through new calls. stk_batch, stk_batch_field and the options returned by
+ * stk_reader_get_options belong to the library and grow at the end only.
  *
  * Link with `pkg-config --cflags --libs stoker`, or in CMake:
  *     find_package(stoker REQUIRED)
@@ -20,33 +38,10 @@ extern "C" {
 #endif
 
 typedef struct stk_dataset stk_dataset;
+typedef struct stk_reader stk_reader;
+struct stk_transform;
 
-/* Open a dataset: `path` is its directory or its manifest.json. Reads the
- * manifest, opens and maps every shard and checks each against the manifest
- * (record count, size, the footer's index hash, schema): O(shards), no
- * per-record work. Fails on the first disagreement, naming the shard. Record
- * checksums are not verified here (see stk_shard_verify_records, or run
- * `shardcheck`). */
-STK_API stk_dataset *stk_dataset_open(const char *path, stk_error *err);
-STK_API void stk_dataset_close(stk_dataset *ds);
-
-STK_API const stk_manifest *stk_dataset_manifest(const stk_dataset *ds);
-STK_API const stk_schema *stk_dataset_schema(const stk_dataset *ds);
-STK_API uint64_t stk_dataset_records(const stk_dataset *ds);
-STK_API size_t stk_dataset_nshards(const stk_dataset *ds);
-STK_API const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i);
-/* Global index of the first record of shard i (i == nshards gives the total). */
-STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
-
-/* Which shard holds global record `index`, and its index inside that shard. */
-STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard,
-                               uint64_t *local, stk_error *err);
-/* Field f of global record `index` (pointer into the mapping; valid until close). */
-STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
-                              const void **data, uint64_t *size, stk_error *err);
-
-
-/* ================================================================== reader
+/* ==================================================================== reader
  *
  * A reader turns a dataset into a stream of batches for one rank of a
  * (possibly distributed) training job. The stream is a pure function of the
@@ -69,7 +64,9 @@ STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
  * Memory: anonymous memory is the slots ((prefetch + 1) x batch bytes of the
  * selected tensor fields, plus B pointers per bytes field and B record
  * indices), one bit per record when verify is STK_VERIFY_ONCE, the block
- * cache when a selected field is compressed, and a small constant.
+ * cache when a selected field is compressed, and a small constant. It does
+ * not grow with the dataset otherwise: orders are computed per position,
+ * never stored. `memory_budget` is checked at open.
  *
  * Compressed fields (format 1.1, codec zstd) are read by whole blocks of
  * consecutive records, decompressed once into a cache shared by the workers:
@@ -77,8 +74,7 @@ STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
  * cache holds its window (the default). A shuffled read of a dataset larger
  * than the cache decompresses a whole block for nearly every record (block
  * bytes / record bytes times the work): use quasi order, or small blocks
- * (pack --block-size), for shuffled reads of compressed data. It does not grow with the dataset otherwise: orders are computed
- * per position, never stored. `memory_budget` is checked at open.
+ * (pack --block-size), for shuffled reads of compressed data.
  *
  * Errors: a checksum mismatch, a shard rewritten shorter in place since open,
  * or a failed upload surfaces at the next call of stk_reader_next as an error
@@ -113,45 +109,8 @@ typedef enum {
     STK_VERIFY_ALWAYS = 2  /* hash every record every time it is read       */
 } stk_verify;
 
-typedef enum {
-    STK_DEVICE_NONE = 0,  /* batches in host memory (zero-copy where possible) */
-    STK_DEVICE_HOST = 1,  /* the host backend: the device protocol (staging
-                             slots, a copy stream, events, the transform) run
-                             against ordinary memory and threads: for tests,
-                             and for CPU training that wants the transform   */
-    STK_DEVICE_CUDA = 2   /* pinned staging slots, cudaMemcpyAsync on a copy
-                             stream, device buffers, events                   */
-} stk_device;
-
-typedef enum { STK_IMAGE_NCHW = 0, STK_IMAGE_NHWC = 1 } stk_image_layout;
-typedef enum {
-    STK_CROP_NONE = 0,           /* the whole image, resized to out size      */
-    STK_CROP_CENTER = 1,         /* the central out_height x out_width        */
-    STK_CROP_RANDOM_RESIZED = 2  /* torchvision's RandomResizedCrop            */
-} stk_crop;
-
-/* A per-sample image transform on the device, in one kernel: u8 HWC in,
- * `dtype` out in `layout`, (x / 255 - mean[c]) / std[c], with a crop resized
- * bilinearly to out_height x out_width and an optional horizontal flip. Crop
- * boxes and flips are chosen on the CPU from (seed, epoch, record), so a run
- * reproduces whatever the threads, ranks or device. */
-typedef struct stk_transform {
-    const char *field;           /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
-    int dtype;                   /* STK_DT_F32, STK_DT_F16 or STK_DT_BF16        */
-    int layout;                  /* stk_image_layout                            */
-    float mean[4], std[4];       /* per channel, in [0, 1] units (torchvision)  */
-    int crop;                    /* stk_crop                                    */
-    uint32_t out_height, out_width; /* 0: the input's size                      */
-    float scale_min, scale_max;  /* random-resized: area fraction of the image  */
-    float ratio_min, ratio_max;  /* random-resized: aspect ratio range          */
-    float flip_prob;             /* horizontal flip probability                 */
-} stk_transform;
-
-/* torchvision's ImageNet recipe: train = RandomResizedCrop(size, (0.08, 1),
- * (3/4, 4/3)) + RandomHorizontalFlip + Normalize; eval = CenterCrop(size) +
- * Normalize. f32, NCHW, ImageNet mean and std. */
-STK_API void stk_transform_imagenet(stk_transform *t, int train, uint32_t size);
-
+/* Caller-allocated; fill it with stk_reader_options_init, then set fields.
+ * Grows at the end only (see "ABI" above). */
 typedef struct {
     uint32_t batch_size;      /* records per batch on this rank (>= 1)        */
     int order;                /* stk_order                                    */
@@ -172,7 +131,7 @@ typedef struct {
                                  process (MADV_COLD + MADV_DONTNEED); -1 auto:
                                  when the dataset exceeds half of RAM; 1 on;
                                  0 off                                         */
-    /* Device upload (see "Device upload" below). */
+    /* Device upload (see "the device path" below). */
     int device;               /* stk_device; STK_DEVICE_NONE: host batches    */
     int device_index;         /* CUDA device ordinal                          */
     int device_fallback;      /* CUDA unavailable: 1 fall back to host batches
@@ -191,7 +150,7 @@ typedef struct {
 
 /* Fill opts with the defaults above (batch_size 1, sequential, seed 0,
  * rank/world from the environment, pad tail, verify off). */
-STK_API void stk_reader_options_init(stk_reader_options *opts);
+static inline void stk_reader_options_init(stk_reader_options *opts);
 
 /* One field of a batch. */
 typedef struct {
@@ -224,55 +183,14 @@ typedef struct {
                                  consumer's stream wait for it                 */
 } stk_batch;
 
-/* Saved position of a reader: a few integers (spec/ORDERS.md, "State"). The
- * next batch after a restore is `batch` of `epoch`. A state restores into a
- * reader of the same dataset (fingerprint), order, seed, global batch size,
- * tail and quasi parameters; rank and world size may differ. */
-typedef struct {
-    uint64_t fingerprint;
-    int order;
-    uint64_t seed;
-    uint64_t global_batch;    /* batch_size x world_size */
-    int tail;
-    uint64_t quasi_block_records;
-    uint32_t quasi_window;
-    uint64_t epoch;
-    uint64_t batch;           /* next batch within the epoch */
-} stk_reader_state;
-
-typedef struct {
-    uint64_t batches;         /* batches returned by next                      */
-    uint64_t samples;         /* records in them                               */
-    uint64_t bytes;           /* bytes of the selected fields in them          */
-    uint64_t zero_copy_batches;
-    uint64_t verified;        /* record values hashed and found good           */
-    double wall_s;            /* since the first next (or the last stats reset) */
-    double wait_s;            /* time the caller spent blocked in next         */
-    double busy_s;            /* worker time spent preparing batches, summed   */
-    double mean_ready;        /* batches ready when next was called, averaged  */
-    unsigned threads;
-    unsigned prefetch;
-    int device;               /* the device path in use (after any fallback)   */
-    double h2d_s;             /* device path: time the copy engine spent on
-                                 uploads (of batches whose slot was reused)     */
-    uint64_t h2d_bytes;       /* bytes uploaded                                */
-} stk_reader_stats;
-
-typedef struct stk_reader stk_reader;
-
 /* Open `path` (a dataset directory or its manifest) and start the workers at
  * epoch 0, batch 0. Fails with STK_E_ARG on bad options (naming the option),
  * including slots that do not fit the memory budget. opts may be NULL
  * (defaults). */
-STK_API stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts,
-                                    stk_error *err);
+static inline stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts, stk_error *err);
 /* The same over an open dataset, which must outlive the reader. */
-STK_API stk_reader *stk_reader_open_dataset(const stk_dataset *ds,
-                                            const stk_reader_options *opts,
-                                            stk_error *err);
-/* Stop the workers (waiting for no more than the batch each is preparing)
- * and free everything. NULL is a no-op. */
-STK_API void stk_reader_close(stk_reader *r);
+static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts,
+                                                  stk_error *err);
 
 /* The next batch of this rank's stream, blocking until it is ready. Releases
  * the batch returned before. The view is valid until stk_reader_release, the
@@ -294,6 +212,23 @@ STK_API void stk_reader_position(const stk_reader *r, uint64_t *epoch, uint64_t 
  * clears a sticky error. Positions stay below 2^63 batches. */
 STK_API int stk_reader_seek(stk_reader *r, uint64_t epoch, uint64_t batch, stk_error *err);
 
+/* Saved position of a reader: a few integers (spec/ORDERS.md, "State"). The
+ * next batch after a restore is `batch` of `epoch`. A state restores into a
+ * reader of the same dataset (fingerprint), order, seed, global batch size,
+ * tail and quasi parameters; rank and world size may differ. Frozen: the
+ * library writes it whole into the caller's struct. */
+typedef struct {
+    uint64_t fingerprint;
+    int order;
+    uint64_t seed;
+    uint64_t global_batch;    /* batch_size x world_size */
+    int tail;
+    uint64_t quasi_block_records;
+    uint32_t quasi_window;
+    uint64_t epoch;
+    uint64_t batch;           /* next batch within the epoch */
+} stk_reader_state;
+
 /* Save the position (what next would return next) / restore it, checking that
  * the state belongs to this dataset and stream (STK_E_ARG otherwise, naming
  * the field that differs). */
@@ -305,6 +240,26 @@ STK_API size_t stk_reader_state_format(const stk_reader_state *st, char *buf, si
 STK_API int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st,
                                    stk_error *err);
 
+/* Frozen: the library writes it whole into the caller's struct; new
+ * statistics come through new calls. */
+typedef struct {
+    uint64_t batches;         /* batches returned by next                      */
+    uint64_t samples;         /* records in them                               */
+    uint64_t bytes;           /* bytes of the selected fields in them          */
+    uint64_t zero_copy_batches;
+    uint64_t verified;        /* record values hashed and found good           */
+    double wall_s;            /* since the first next (or the last stats reset) */
+    double wait_s;            /* time the caller spent blocked in next         */
+    double busy_s;            /* worker time spent preparing batches, summed   */
+    double mean_ready;        /* batches ready when next was called, averaged  */
+    unsigned threads;
+    unsigned prefetch;
+    int device;               /* the device path in use (after any fallback)   */
+    double h2d_s;             /* device path: time the copy engine spent on
+                                 uploads (of batches whose slot was reused)     */
+    uint64_t h2d_bytes;       /* bytes uploaded                                */
+} stk_reader_stats;
+
 /* Statistics since open or the last reset. Cheap: a few clock reads per batch. */
 STK_API void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s);
 STK_API void stk_reader_stats_reset(stk_reader *r);
@@ -312,13 +267,45 @@ STK_API void stk_reader_stats_reset(stk_reader *r);
  * try 4)" or "not input-bound: ...". Returns the length like snprintf. */
 STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap);
 
-/* The options in force after defaults and the environment were applied. */
+/* The options in force after defaults and the environment were applied
+ * (rank, world size, threads, prefetch, device after a fallback). Owned by
+ * the reader; valid until close. */
 STK_API const stk_reader_options *stk_reader_get_options(const stk_reader *r);
-STK_API const stk_dataset *stk_reader_dataset(const stk_reader *r);
-/* Records per quasi block (0 for other orders). */
-STK_API uint64_t stk_reader_quasi_block_records(const stk_reader *r);
 
-/* ================================================================ device upload
+/* Stop the workers (waiting for no more than the batch each is preparing)
+ * and free everything. NULL is a no-op. */
+STK_API void stk_reader_close(stk_reader *r);
+
+/* ================================================================== datasets */
+
+/* Open a dataset: `path` is its directory or its manifest.json. Reads the
+ * manifest, opens and maps every shard and checks each against the manifest
+ * (record count, size, the footer's index hash, schema): O(shards), no
+ * per-record work. Fails on the first disagreement, naming the shard. Record
+ * checksums are not verified here (see stk_shard_verify_records, or run
+ * `shardcheck`). */
+STK_API stk_dataset *stk_dataset_open(const char *path, stk_error *err);
+STK_API void stk_dataset_close(stk_dataset *ds);
+
+STK_API const stk_manifest *stk_dataset_manifest(const stk_dataset *ds);
+STK_API const stk_schema *stk_dataset_schema(const stk_dataset *ds);
+STK_API uint64_t stk_dataset_records(const stk_dataset *ds);
+STK_API size_t stk_dataset_nshards(const stk_dataset *ds);
+STK_API const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i);
+/* Global index of the first record of shard i (i == nshards gives the total). */
+STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
+
+/* Which shard holds global record `index`, and its index inside that shard. */
+STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard,
+                               uint64_t *local, stk_error *err);
+/* Field f of global record `index` (pointer into the mapping; valid until close). */
+STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
+                              const void **data, uint64_t *size, stk_error *err);
+
+/* The dataset a reader reads (its own for stk_reader_open). */
+STK_API const stk_dataset *stk_reader_dataset(const stk_reader *r);
+
+/* ============================================================ the device path
  *
  * With opts.device set, workers gather each batch into a staging slot (pinned
  * memory for CUDA, allocated once), a copy thread issues the upload of each
@@ -336,14 +323,49 @@ STK_API uint64_t stk_reader_quasi_block_records(const stk_reader *r);
  * The host backend runs exactly this protocol with a host stream (a thread
  * that runs queued copies, event records/waits and functions in order). A
  * CPU consumer can pass its own stk_host_stream and queue work on it. */
-typedef struct stk_host_stream stk_host_stream;
-STK_API stk_host_stream *stk_host_stream_create(stk_error *err);
-/* Run everything queued, then free. NULL is a no-op. */
-STK_API void stk_host_stream_destroy(stk_host_stream *s);
-/* Queue fn(arg) to run on the stream's thread after what is queued before. */
-STK_API int stk_host_stream_launch(stk_host_stream *s, void (*fn)(void *), void *arg, stk_error *err);
-/* Block until everything queued so far has run. */
-STK_API void stk_host_stream_synchronize(stk_host_stream *s);
+
+typedef enum {
+    STK_DEVICE_NONE = 0,  /* batches in host memory (zero-copy where possible) */
+    STK_DEVICE_HOST = 1,  /* the host backend: the device protocol (staging
+                             slots, a copy stream, events, the transform) run
+                             against ordinary memory and threads: for tests,
+                             and for CPU training that wants the transform   */
+    STK_DEVICE_CUDA = 2   /* pinned staging slots, cudaMemcpyAsync on a copy
+                             stream, device buffers, events                   */
+} stk_device;
+
+typedef enum { STK_IMAGE_NCHW = 0, STK_IMAGE_NHWC = 1 } stk_image_layout;
+typedef enum {
+    STK_CROP_NONE = 0,           /* the whole image, resized to out size      */
+    STK_CROP_CENTER = 1,         /* the central out_height x out_width        */
+    STK_CROP_RANDOM_RESIZED = 2  /* torchvision's RandomResizedCrop            */
+} stk_crop;
+
+/* A per-sample image transform on the device, in one kernel: u8 HWC in,
+ * `dtype` out in `layout`, (x / 255 - mean[c]) / std[c], with a crop resized
+ * bilinearly to out_height x out_width and an optional horizontal flip. Crop
+ * boxes and flips are chosen on the CPU from (seed, epoch, record), so a run
+ * reproduces whatever the threads, ranks or device. Caller-allocated; fill it
+ * with stk_transform_init or stk_transform_imagenet. Grows at the end only. */
+typedef struct stk_transform {
+    const char *field;           /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
+    int dtype;                   /* STK_DT_F32, STK_DT_F16 or STK_DT_BF16        */
+    int layout;                  /* stk_image_layout                            */
+    float mean[4], std[4];       /* per channel, in [0, 1] units (torchvision)  */
+    int crop;                    /* stk_crop                                    */
+    uint32_t out_height, out_width; /* 0: the input's size                      */
+    float scale_min, scale_max;  /* random-resized: area fraction of the image  */
+    float ratio_min, ratio_max;  /* random-resized: aspect ratio range          */
+    float flip_prob;             /* horizontal flip probability                 */
+} stk_transform;
+
+/* Defaults: the whole image as f32 NCHW, mean 0 and std 1 (x / 255), no crop
+ * or flip, torchvision's RandomResizedCrop ranges. */
+static inline void stk_transform_init(stk_transform *t);
+/* torchvision's ImageNet recipe: train = RandomResizedCrop(size, (0.08, 1),
+ * (3/4, 4/3)) + RandomHorizontalFlip + Normalize; eval = CenterCrop(size) +
+ * Normalize. f32, NCHW, ImageNet mean and std. */
+static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t size);
 
 /* Block the calling thread until the batch last returned by next is ready
  * on the device (its upload and transform finished). For benchmarks and
@@ -358,16 +380,78 @@ STK_API const char *stk_reader_device_note(const stk_reader *r);
  * with the reason in err (e.g. "no CUDA device: ..."). */
 STK_API int stk_cuda_available(stk_error *err);
 
+/* Host streams (the host backend's stand-in for a CUDA stream). */
+typedef struct stk_host_stream stk_host_stream;
+STK_API stk_host_stream *stk_host_stream_create(stk_error *err);
+/* Run everything queued, then free. NULL is a no-op. */
+STK_API void stk_host_stream_destroy(stk_host_stream *s);
+/* Queue fn(arg) to run on the stream's thread after what is queued before. */
+STK_API int stk_host_stream_launch(stk_host_stream *s, void (*fn)(void *), void *arg, stk_error *err);
+/* Block until everything queued so far has run. */
+STK_API void stk_host_stream_synchronize(stk_host_stream *s);
+
+/* ======================================================= the sized entry points
+ *
+ * What the inline calls above compile to: each takes sizeof of the caller's
+ * stk_reader_options / stk_transform, so the library reads (or, for the init
+ * calls, writes) only that many bytes and defaults fields the caller's header
+ * did not have. A size below the first release's is refused (STK_E_ARG), as
+ * is a larger one whose extra bytes are not all zero (a caller built against
+ * a newer stoker that sets fields this library lacks). Bindings that mirror
+ * the structs call these with their mirror's size. */
+STK_API void stk_reader_options_init_sized(stk_reader_options *opts, size_t size);
+STK_API stk_reader *stk_reader_open_sized(const char *path, const stk_reader_options *opts, size_t size,
+                                          size_t transform_size, stk_error *err);
+STK_API stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reader_options *opts,
+                                                  size_t size, size_t transform_size, stk_error *err);
+STK_API void stk_transform_init_sized(stk_transform *t, size_t size);
+STK_API void stk_transform_imagenet_sized(stk_transform *t, size_t size, int train, uint32_t out_size);
+
+static inline void stk_reader_options_init(stk_reader_options *opts)
+{
+    stk_reader_options_init_sized(opts, sizeof *opts);
+}
+static inline stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts, stk_error *err)
+{
+    return stk_reader_open_sized(path, opts, sizeof *opts, sizeof(stk_transform), err);
+}
+static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts,
+                                                  stk_error *err)
+{
+    return stk_reader_open_dataset_sized(ds, opts, sizeof *opts, sizeof(stk_transform), err);
+}
+static inline void stk_transform_init(stk_transform *t)
+{
+    stk_transform_init_sized(t, sizeof *t);
+}
+static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
+{
+    stk_transform_imagenet_sized(t, sizeof *t, train, size);
+}
+
+#ifdef STOKER_ADVANCED_API
+/* ==================================================================== advanced
+ *
+ * For bindings, tools and tests: struct sizes, the order as pure functions,
+ * the reader's derived parameters. Define STOKER_ADVANCED_API to see it.
+ * Exported like the rest, but tied to how the reader works inside. */
+
 /* sizeof of a public struct by name ("stk_reader_options", "stk_batch",
  * "stk_batch_field", "stk_reader_state", "stk_reader_stats", "stk_transform",
- * "stk_error", "stk_value"), 0 for another name: lets bindings that mirror
- * these structs (python/stoker) check them against the library they load. */
+ * "stk_error", "stk_value", "stk_dataset_options"), 0 for another name: lets
+ * bindings that mirror these structs (python/stoker) check them against the
+ * library they load. */
 STK_API size_t stk_reader_sizeof(const char *type);
 
 /* The order itself, as pure functions (spec/ORDERS.md), for tools and tests:
  * the global record at position p (0 <= p < records) of epoch e. */
 STK_API uint64_t stk_order_record(int order, uint64_t records, uint64_t seed, uint64_t epoch,
                                   uint64_t block_records, uint32_t window, uint64_t p);
+
+/* Records per quasi block (0 for other orders). */
+STK_API uint64_t stk_reader_quasi_block_records(const stk_reader *r);
+
+#endif /* STOKER_ADVANCED_API */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,454 @@
+/*
+ * stoker/format.h - the stoker on-disk format: shards, manifests, datasets.
+ *
+ * This is the one implementation of spec/FORMAT.md. `pack` writes with it, the
+ * reader maps with it and `shardcheck` verifies with it. Everything here is
+ * thread-compatible: distinct objects may be used from distinct threads, and a
+ * shard or manifest opened read-only may be read from many threads at once.
+ *
+ * Errors: every function that can fail takes a `stk_error *` (which may be
+ * NULL) and returns either a status code (STK_OK == 0 on success) or NULL. On
+ * failure the error holds the code and one line of text naming the file, the
+ * record and field where known, and what is wrong. Library code never prints
+ * and never exits.
+ */
+#ifndef STOKER_FORMAT_H
+#define STOKER_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) || defined(__CYGWIN__)
+#  define STK_API
+#elif defined(__GNUC__)
+#  define STK_API __attribute__((visibility("default")))
+#else
+#  define STK_API
+#endif
+
+#if defined(__GNUC__)
+#  define STK_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#  define STK_PRINTF(fmt, args)
+#endif
+
+/* ---------------------------------------------------------------- versions */
+
+#define STK_VERSION_MAJOR 0
+#define STK_VERSION_MINOR 1
+#define STK_VERSION_PATCH 0
+#define STK_VERSION_STRING "0.1.0"
+
+/* The format version this build writes, and the major version it reads.
+ * Files of another major version are refused with STK_E_VERSION. Files of a
+ * later minor version are read when they use no feature this build lacks. */
+#define STK_FORMAT_MAJOR 1
+#define STK_FORMAT_MINOR 1 /* 1.1: compressed (zstd) fields; files without any stay 1.0 */
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum {
+    STK_OK = 0,
+    STK_E_ARG = 1,       /* invalid argument from the caller              */
+    STK_E_IO = 2,        /* the operating system refused (errno in text)  */
+    STK_E_NOMEM = 3,     /* out of memory                                 */
+    STK_E_FORMAT = 4,    /* bytes that break the format's rules           */
+    STK_E_VERSION = 5,   /* a format version this build does not read     */
+    STK_E_TRUNCATED = 6, /* the file is shorter than its header says      */
+    STK_E_CHECKSUM = 7,  /* stored and computed checksums differ          */
+    STK_E_MANIFEST = 8,  /* manifest invalid or disagrees with the shards */
+    STK_E_EXISTS = 9,    /* refusing to overwrite                         */
+    STK_E_RANGE = 10,    /* record or field index out of range            */
+    STK_E_UNSUPPORTED = 11 /* a feature (codec, dtype) this build lacks   */
+} stk_status;
+
+#define STK_ERROR_MSG_MAX 512
+
+typedef struct {
+    int code;                      /* a stk_status              */
+    char msg[STK_ERROR_MSG_MAX];   /* one line, no trailing '\n' */
+} stk_error;
+
+/* Short stable name of a status code, e.g. "checksum". Never NULL. */
+STK_API const char *stk_status_name(int code);
+/* Fill err (if non-NULL) with code and a printf-formatted line; returns code.
+ * For code built on this library that reports through stk_error too. */
+STK_API int stk_error_set(stk_error *err, int code, const char *fmt, ...) STK_PRINTF(3, 4);
+
+/* --------------------------------------------------------------- schema */
+
+typedef enum {
+    STK_DT_U8 = 1, STK_DT_I8 = 2, STK_DT_U16 = 3, STK_DT_I16 = 4,
+    STK_DT_U32 = 5, STK_DT_I32 = 6, STK_DT_U64 = 7, STK_DT_I64 = 8,
+    STK_DT_F16 = 9, STK_DT_BF16 = 10, STK_DT_F32 = 11, STK_DT_F64 = 12
+} stk_dtype;
+
+typedef enum {
+    STK_KIND_TENSOR = 1, /* fixed shape: every record's value has the same size */
+    STK_KIND_BYTES = 2   /* variable-length byte string per record             */
+} stk_kind;
+
+typedef enum {
+    STK_CODEC_NONE = 0, /* values stored as they are                          */
+    STK_CODEC_ZSTD = 1  /* values in independently compressed blocks of
+                           consecutive records (format 1.1)                  */
+} stk_codec;
+
+#define STK_NAME_MAX 32   /* field name bytes including the terminating NUL */
+#define STK_MAX_DIMS 6
+#define STK_MAX_FIELDS 32
+
+typedef struct {
+    char name[STK_NAME_MAX]; /* [A-Za-z0-9_.-]+, unique within a schema       */
+    uint8_t kind;            /* stk_kind                                       */
+    uint8_t dtype;           /* stk_dtype; STK_DT_U8 for bytes fields          */
+    uint8_t codec;           /* stk_codec                                      */
+    uint8_t ndim;            /* 0 (scalar) .. STK_MAX_DIMS; 0 for bytes fields */
+    uint64_t shape[STK_MAX_DIMS];
+} stk_field;
+
+typedef struct {
+    uint32_t nfields;
+    stk_field fields[STK_MAX_FIELDS];
+} stk_schema;
+
+/* Size in bytes of one element of a dtype, 0 for an unknown dtype. */
+STK_API size_t stk_dtype_size(int dtype);
+/* "u8", "bf16", ...; NULL for an unknown dtype. */
+STK_API const char *stk_dtype_name(int dtype);
+/* Inverse of stk_dtype_name; 0 when the name is unknown. */
+STK_API int stk_dtype_from_name(const char *name);
+
+/* Zero the schema. */
+STK_API void stk_schema_init(stk_schema *s);
+/* Append a fixed-shape tensor field (ndim may be 0 for a scalar). */
+STK_API int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype,
+                                  unsigned ndim, const uint64_t *shape,
+                                  stk_error *err);
+/* Append a variable-length bytes field. */
+STK_API int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err);
+/* Store field f compressed (STK_CODEC_ZSTD) or not (STK_CODEC_NONE). */
+STK_API int stk_schema_set_codec(stk_schema *s, unsigned f, int codec, stk_error *err);
+/* Check names, kinds, dtypes, shapes and sizes. */
+STK_API int stk_schema_validate(const stk_schema *s, stk_error *err);
+/* 1 when both schemas declare the same fields in the same order, else 0. */
+STK_API int stk_schema_equal(const stk_schema *a, const stk_schema *b);
+/* Index of the field called `name`, or -1. */
+STK_API int stk_schema_find(const stk_schema *s, const char *name);
+/* Bytes per record of a tensor field (product of shape x dtype size);
+ * 0 for bytes fields. */
+STK_API uint64_t stk_field_stride(const stk_field *f);
+/* Writes e.g. "image u8[256,256,3]" or "caption bytes" into buf. */
+STK_API void stk_field_describe(const stk_field *f, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------- hashing */
+
+/* XXH3-64 with seed 0: the checksum used everywhere in the format. Uses the
+ * widest vector unit of the running CPU (AVX-512 or AVX2 where present). */
+STK_API uint64_t stk_hash(const void *data, size_t len);
+
+/* XXH3 consumes long inputs in blocks of this many bytes. */
+#define STK_HASH_BLOCK 1024u
+/* stk_hash(data, len), and for a len that is a non-zero multiple of
+ * STK_HASH_BLOCK also each block's contribution to XXH3's accumulators:
+ * 8 u64 per block, len / STK_HASH_BLOCK * 8 of them into sums. For other
+ * lengths, or a NULL sums, sums is untouched. A streaming writer that is
+ * given them (stk_writer_append_lent) folds the value into its whole-file
+ * hash without reading the bytes again: for a packer, the bytes are hashed
+ * once, on the thread that made them, instead of twice. */
+STK_API uint64_t stk_hash_blocks(const void *data, size_t len, uint64_t *sums);
+
+/* ------------------------------------------------------------ shard writer */
+
+typedef struct stk_writer stk_writer;
+
+/* One record's value for one field. Tensor fields need size == stride. */
+typedef struct {
+    const void *data;
+    uint64_t size;
+} stk_value;
+
+/* What a committed shard looks like; also what the manifest records. */
+typedef struct {
+    uint64_t records;
+    uint64_t file_size;
+    uint64_t file_hash;  /* XXH3-64 of the whole file (as `xxhsum -H3`) */
+    uint64_t index_hash; /* the footer's hash over header + checksum table */
+} stk_shard_info;
+
+/* Start writing the shard that will be committed at `path`. Data goes to a
+ * temporary file `path.tmp` in the same directory, which is fsynced and
+ * renamed over `path` by stk_writer_finish. An existing file at `path` is only
+ * replaced at that moment. */
+STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema,
+                                      stk_error *err);
+/* Optional, before the first append: the shard will most likely hold
+ * `records` records. The header is then known up front, so the writer
+ * computes the whole-file hash as the data goes out (no read-back at finish)
+ * and writes field 0 from a thread of its own, with O_DIRECT where the file
+ * system takes it. A different final count stays correct: finish then reads
+ * the file back, as without this call. */
+STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
+/* Compressed fields: zstd `level` (1..19; 0: 3) and the target uncompressed
+ * size of a block (0: 1 MiB; a block closes at the first record that reaches
+ * it) for field f, or for every compressed field when f is UINT32_MAX.
+ * Before the first append. Blocks are compressed one by one with a fixed
+ * level: the bytes do not depend on threads or timing. */
+STK_API int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err);
+/* Compress blocks on `threads` threads (0 or 1: on the appending thread, the
+ * default). Frames are compressed independently and placed in block order,
+ * so the shard's bytes do not depend on the number. Before the first append. */
+STK_API int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err);
+/* Append one record: values[f] for every field f of the schema. On error the
+ * writer is unchanged and may still be aborted (or the error ignored). */
+STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
+/* Called by a writer when it no longer needs a value it was lent
+ * (stk_writer_append_lent), with that value's data pointer. It may run on
+ * the writer's I/O thread: it must be thread-safe and must not call back
+ * into the writer. */
+typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
+/* A streaming writer holds at most this many bytes of lent values (plus
+ * one value) that it has not given back yet. It writes them in batches of a
+ * few MiB, or once they have waited 20 ms, so lending from a pool of any size
+ * makes progress; a pool with this much beyond the caller's own never waits
+ * for the disk's batching. */
+#define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
+/* A lent value is taken by reference only when its address, its size and
+ * its place in the file are multiples of this (whole pages: O_DIRECT). */
+#define STK_WRITER_LEND_ALIGN 4096u
+/* stk_writer_append without copying field 0: the writer may keep
+ * values[0].data and write the bytes from there, later, on its I/O thread,
+ * so that a packer's images go to the disk without a copy. It calls
+ * done(ctx, values[0].data) exactly once when it no longer reads them:
+ * later, or before returning when it copied them after all, also when the
+ * call fails, and at the latest in stk_writer_finish or stk_writer_abort.
+ * Until then the caller must not change or free them. The bytes are taken by
+ * reference only by a streaming writer (stk_writer_expect) and only when
+ * data and size are multiples of STK_WRITER_LEND_ALIGN, as is the value's
+ * place in the file (a tensor of whole pages; O_DIRECT needs that);
+ * otherwise they are copied, as stk_writer_append does.
+ * pre: NULL, or values[0]'s checksum computed by the caller where the bytes
+ * were hot (pre->hash = stk_hash_blocks(data, size, sums) or stk_hash); it
+ * is stored as the record's checksum as given, unchecked (a wrong one makes
+ * every later verification fail). pre->sums, when not NULL, are the block
+ * sums stk_hash_blocks gave: a writer that takes the bytes by reference
+ * then adds the value to its whole-file hash from them instead of reading
+ * the bytes; like the bytes, they must stay unchanged until done() (wrong
+ * ones give a wrong whole-file hash, which shardcheck --file-hash reports). */
+typedef struct {
+    uint64_t hash;
+    const uint64_t *sums;
+} stk_prehash;
+STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const stk_prehash *pre,
+                                   stk_lent_done_fn done, void *ctx, stk_error *err);
+/* Records appended so far, and the bytes the shard would have if finished now. */
+STK_API uint64_t stk_writer_records(const stk_writer *w);
+STK_API uint64_t stk_writer_bytes(const stk_writer *w);
+/* Write header, regions, checksum table and footer; fsync; rename into place;
+ * fsync the directory. Frees the writer whatever the outcome. A failure before
+ * the rename removes the temporary file and leaves `path` as it was; only the
+ * final directory fsync can fail after the new shard is in place (the message
+ * says so). */
+STK_API int stk_writer_finish(stk_writer *w, stk_shard_info *info, stk_error *err);
+/* Size in bytes of a shard of `records` records of this schema, with every
+ * bytes field empty; 0 on overflow or an invalid schema. For fixed-size
+ * schemas this is exact: a packer uses it to fit whole records to a size.
+ * With compressed fields it counts them uncompressed (an upper bound but for
+ * a few bytes per block of incompressible data). */
+STK_API uint64_t stk_shard_size_for(const stk_schema *schema, uint64_t records);
+/* Discard everything written; remove the temporary file; free. NULL is a no-op. */
+STK_API void stk_writer_abort(stk_writer *w);
+
+/* ------------------------------------------------------------ shard reader */
+
+typedef struct stk_shard stk_shard;
+
+/* Open and map a shard read-only. Checks in O(1): magic, version, header
+ * checksum, schema, region bounds and alignment, file size against the
+ * header (truncation), footer. Per-record data is never scanned here. */
+STK_API stk_shard *stk_shard_open(const char *path, stk_error *err);
+/* The same over bytes in memory (not copied: they must outlive the shard).
+ * `name` is used in messages. */
+STK_API stk_shard *stk_shard_open_memory(const void *data, size_t len,
+                                         const char *name, stk_error *err);
+STK_API void stk_shard_close(stk_shard *sh);
+
+STK_API const char *stk_shard_path(const stk_shard *sh);
+STK_API const stk_schema *stk_shard_schema(const stk_shard *sh);
+STK_API uint64_t stk_shard_records(const stk_shard *sh);
+STK_API uint64_t stk_shard_file_size(const stk_shard *sh);
+/* Format version of the file. */
+STK_API void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor);
+/* The footer's stored hash over header + checksum table (not recomputed). */
+STK_API uint64_t stk_shard_index_hash(const stk_shard *sh);
+/* Device and inode of the file as opened (0, 0 for a shard in memory): with
+ * them a reader tells a file rewritten in place from one replaced by rename. */
+STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
+
+/* Start of tensor field f's region: record i's value is at
+ * base + i * stk_field_stride(field). NULL for bytes fields, compressed
+ * fields or f out of range.
+ * Consecutive records form one contiguous tensor: this is what zero-copy
+ * batches are cut from. The pointer lives until stk_shard_close. */
+STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
+
+/* Value of field f of record i (tensor or bytes), bounds-checked, with the
+ * variable-length offsets validated. The pointer lives until close. A
+ * compressed field has no value in the map: STK_E_UNSUPPORTED (use the block
+ * calls below, or the reader). */
+STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i,
+                            const void **data, uint64_t *size, stk_error *err);
+
+/* Compressed fields (codec STK_CODEC_ZSTD) hold their values in blocks of
+ * consecutive records, each an independent zstd frame. Blocks of field f:
+ * 0 for an uncompressed field. */
+STK_API uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f);
+/* The block holding record i of a compressed field. */
+STK_API int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block, stk_error *err);
+/* Block b: its first record and record count, its size decompressed and
+ * compressed. */
+STK_API int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *first,
+                                 uint64_t *count, uint64_t *raw_bytes, uint64_t *packed_bytes, stk_error *err);
+/* Decompress block b into dst (at least raw_bytes of room). A frame that does
+ * not decompress to exactly raw_bytes is STK_E_FORMAT, naming shard, field and
+ * block. */
+STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
+                                 stk_error *err);
+/* Record i's value inside `raw`, block b decompressed by stk_shard_block_read. */
+STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,
+                                  const void **data, uint64_t *size, stk_error *err);
+
+/* Any field's value, compressed or not, for readers that go record by
+ * record (tools): uncompressed values point into the map as with
+ * stk_shard_value; a compressed value points into the cursor's decompressed
+ * block, valid until the next call with this cursor or stk_block_cursor_free.
+ * Consecutive records of one block decompress it once. Zero-initialise. */
+typedef struct {
+    const stk_shard *shard;
+    unsigned field;
+    uint64_t block;
+    uint8_t *raw;
+    uint64_t cap;
+    int valid;
+} stk_block_cursor;
+STK_API int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c,
+                               const void **data, uint64_t *size, stk_error *err);
+STK_API void stk_block_cursor_free(stk_block_cursor *c);
+
+/* Stored XXH3-64 of field f of record i. */
+STK_API uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i);
+
+/* Recompute the footer's hash over header + checksum table and compare it with
+ * the footer (and with `expect` unless it is 0). Reads the checksum table:
+ * O(records x fields x 8 bytes), a tiny fraction of the file. */
+STK_API int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err);
+
+/* Called once per problem found by stk_shard_verify_records / _padding.
+ * record is UINT64_MAX and field is -1 where the problem is not in a record. */
+typedef void (*stk_problem_fn)(void *user, const stk_shard *sh, uint64_t record,
+                               int field, int code, const char *what);
+
+/* Check records [first, first+count): every field's bytes against the
+ * checksum table, and bytes fields' offsets. Reports each bad (record, field)
+ * through `fn` (may be NULL) and returns the number of problems found (0 when
+ * clean). Hints the kernel to read ahead and drops nothing. */
+STK_API uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first,
+                                          uint64_t count, stk_problem_fn fn, void *user);
+/* Check that every byte of the file outside header, regions, checksum table
+ * and footer (the alignment padding) is zero. Returns the number of problems. */
+STK_API uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *user);
+
+/* XXH3-64 of the whole file, as `xxhsum -H3` prints it. Reads every byte. */
+STK_API uint64_t stk_shard_file_hash(const stk_shard *sh);
+
+/* --------------------------------------------------------------- manifest */
+
+#define STK_MANIFEST_NAME "manifest.json"
+
+typedef struct {
+    char *path;           /* relative to the dataset directory, never escapes it */
+    uint64_t records;
+    uint64_t file_size;
+    uint64_t file_hash;   /* XXH3-64 of the whole shard file */
+    uint64_t index_hash;  /* the shard footer's hash */
+} stk_shard_entry;
+
+typedef struct {
+    unsigned version_major, version_minor;
+    stk_schema schema;
+    uint64_t record_count;  /* sum of the shards' records */
+    uint64_t fingerprint;   /* see stk_manifest_fingerprint */
+    size_t nshards;
+    stk_shard_entry *shards;
+    size_t nclasses;
+    char **classes;         /* class names, label i is classes[i]; may be empty */
+    char *pack_json;        /* the "pack" object as compact JSON text ("{}" if none) */
+} stk_manifest;
+
+/* Parse and strictly validate manifest bytes (UTF-8 JSON). `name` is used in
+ * messages. Rejects duplicate keys, unknown keys (unless the file's minor
+ * version is newer than this build's), wrong types, unsafe paths, counts that
+ * do not add up, and a fingerprint that does not match. */
+STK_API stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name,
+                                         stk_error *err);
+/* Read `path`: a manifest file, or a dataset directory holding manifest.json. */
+STK_API stk_manifest *stk_manifest_load(const char *path, stk_error *err);
+STK_API void stk_manifest_free(stk_manifest *m);
+/* The dataset fingerprint: XXH3-64 over a tag, each shard's index hash and
+ * record count in order, then the class names (spec/FORMAT.md,
+ * "Fingerprint"). Depends on content only, not on file names. */
+STK_API uint64_t stk_manifest_fingerprint(const stk_manifest *m);
+/* Serialise (deterministic bytes; caller frees with free()). Fills in
+ * record_count and fingerprint first. */
+STK_API char *stk_manifest_to_json(stk_manifest *m, stk_error *err);
+/* Write manifest.json into `dir` crash-safely (temporary file, fsync, rename,
+ * fsync dir). */
+STK_API int stk_manifest_commit(stk_manifest *m, const char *dir, stk_error *err);
+/* Directory part of a manifest path, or the path itself for a directory.
+ * Returns a malloc'd string. */
+STK_API char *stk_dataset_dir(const char *path, stk_error *err);
+
+/* Write `len` bytes to `path` the way shards are committed: PATH.tmp, fsync,
+ * rename, fsync the directory. Readers see the old file or the new one. */
+STK_API int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err);
+
+/* ---------------------------------------------------------- dataset writer */
+
+typedef struct stk_dataset_writer stk_dataset_writer;
+
+typedef struct {
+    uint64_t records_per_shard; /* 0: no record limit                         */
+    uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it */
+    const char *prefix;         /* shard file names: PREFIX-00000.stk; "shard" if NULL */
+    int force;                  /* replace an existing dataset in the directory */
+    size_t nclasses;
+    const char *const *classes;
+    const char *pack_json;      /* a JSON object stored as "pack"; NULL for {} */
+    int zstd_level;             /* compressed fields: zstd level (0: 3)         */
+    uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)      */
+} stk_dataset_options;
+
+/* Create (or reuse) directory `dir` and start a dataset there. Refuses with
+ * STK_E_EXISTS when it already holds a manifest, unless opts->force. With
+ * force, the old manifest is removed first, so that a crash in the middle
+ * leaves a directory without a manifest rather than one naming stale shards. */
+STK_API stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
+                                                      const stk_dataset_options *opts,
+                                                      stk_error *err);
+/* Append a record; starts a new shard when the current one is full. */
+STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values,
+                                      stk_error *err);
+/* Commit the last shard, then the manifest. Frees dw whatever the outcome. */
+STK_API int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err);
+/* Abort: remove the open shard's temporary file; committed shards stay but no
+ * manifest is written, so nothing can pass for a finished dataset. */
+STK_API void stk_dataset_writer_abort(stk_dataset_writer *dw);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STOKER_FORMAT_H */

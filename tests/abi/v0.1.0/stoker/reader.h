@@ -1,0 +1,375 @@
+/*
+ * stoker/reader.h - libstoker, the library trainers link.
+ *
+ * Two layers: stk_dataset maps a whole dataset and finds any record in
+ * O(log shards); stk_reader streams batches from it in a reproducible order
+ * with prefetch threads (below). The format
+ * API (stoker/format.h) is part of libstoker too and is included here.
+ *
+ * Link with `pkg-config --cflags --libs stoker`, or in CMake:
+ *     find_package(stoker REQUIRED)
+ *     target_link_libraries(trainer PRIVATE stoker::stoker)
+ */
+#ifndef STOKER_READER_H
+#define STOKER_READER_H
+
+#include "stoker/format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct stk_dataset stk_dataset;
+
+/* Open a dataset: `path` is its directory or its manifest.json. Reads the
+ * manifest, opens and maps every shard and checks each against the manifest
+ * (record count, size, the footer's index hash, schema): O(shards), no
+ * per-record work. Fails on the first disagreement, naming the shard. Record
+ * checksums are not verified here (see stk_shard_verify_records, or run
+ * `shardcheck`). */
+STK_API stk_dataset *stk_dataset_open(const char *path, stk_error *err);
+STK_API void stk_dataset_close(stk_dataset *ds);
+
+STK_API const stk_manifest *stk_dataset_manifest(const stk_dataset *ds);
+STK_API const stk_schema *stk_dataset_schema(const stk_dataset *ds);
+STK_API uint64_t stk_dataset_records(const stk_dataset *ds);
+STK_API size_t stk_dataset_nshards(const stk_dataset *ds);
+STK_API const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i);
+/* Global index of the first record of shard i (i == nshards gives the total). */
+STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
+
+/* Which shard holds global record `index`, and its index inside that shard. */
+STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard,
+                               uint64_t *local, stk_error *err);
+/* Field f of global record `index` (pointer into the mapping; valid until close). */
+STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
+                              const void **data, uint64_t *size, stk_error *err);
+
+
+/* ================================================================== reader
+ *
+ * A reader turns a dataset into a stream of batches for one rank of a
+ * (possibly distributed) training job. The stream is a pure function of the
+ * dataset, the order, the seed, the global batch size (batch_size x
+ * world_size) and the tail policy: spec/ORDERS.md defines it exactly, so that
+ * any process, any thread count and (for the global stream) any world size
+ * that divides the global batch gets the same records in the same batches.
+ *
+ * Persistent worker threads prepare the batches ahead into a ring of
+ * `prefetch + 1` slots (the +1 is the batch the caller holds). Workers gather
+ * the records of each batch into its slot, field by field, as contiguous
+ * [B, ...] tensors; a sequential batch that lies inside one shard is not
+ * copied at all: its view points into the mapped file (zero-copy). The stream
+ * runs across epoch boundaries, so the first batches of epoch e+1 are ready
+ * before epoch e ends.
+ *
+ * Threading: one consumer thread calls next/release/save/seek/stats at a time
+ * (the reader is not for several consumers); the workers are internal.
+ *
+ * Memory: anonymous memory is the slots ((prefetch + 1) x batch bytes of the
+ * selected tensor fields, plus B pointers per bytes field and B record
+ * indices), one bit per record when verify is STK_VERIFY_ONCE, the block
+ * cache when a selected field is compressed, and a small constant.
+ *
+ * Compressed fields (format 1.1, codec zstd) are read by whole blocks of
+ * consecutive records, decompressed once into a cache shared by the workers:
+ * sequential order decompresses each block once, quasi order too when the
+ * cache holds its window (the default). A shuffled read of a dataset larger
+ * than the cache decompresses a whole block for nearly every record (block
+ * bytes / record bytes times the work): use quasi order, or small blocks
+ * (pack --block-size), for shuffled reads of compressed data. It does not grow with the dataset otherwise: orders are computed
+ * per position, never stored. `memory_budget` is checked at open.
+ *
+ * Errors: a checksum mismatch, a shard rewritten shorter in place since open,
+ * or a failed upload surfaces at the next call of stk_reader_next as an error
+ * that names the shard and record (or the batch). Errors are sticky: later
+ * calls repeat it until a seek or restore. A shard deleted or replaced by
+ * rename keeps being read from the file that was opened.
+ * Shards must be replaced by rename, never rewritten in place: a mapped file
+ * truncated in place between the reader's size check and its copy raises
+ * SIGBUS, which a library cannot catch without owning the process's signals.
+ */
+
+typedef enum {
+    STK_ORDER_SEQUENTIAL = 0, /* records in dataset order                   */
+    STK_ORDER_SHUFFLE = 1,    /* a full pseudo-random permutation per epoch */
+    STK_ORDER_QUASI = 2       /* shuffled blocks, mixed inside a window     */
+} stk_order;
+
+typedef enum {
+    STK_TAIL_PAD = 0,     /* the last global batch is completed by wrapping
+                             around to the start of the epoch's order (as
+                             PyTorch's DistributedSampler pads)              */
+    STK_TAIL_DROP = 1,    /* the incomplete last global batch is dropped     */
+    STK_TAIL_PARTIAL = 2  /* the last global batch is short; each rank takes
+                             its slice of it, which may be short or empty:
+                             PyTorch's DataLoader default for one process    */
+} stk_tail;
+
+typedef enum {
+    STK_VERIFY_OFF = 0,    /* trust the bytes (shardcheck verified them)    */
+    STK_VERIFY_ONCE = 1,   /* hash each record the first time this process
+                              reads it (one bit per record of memory)       */
+    STK_VERIFY_ALWAYS = 2  /* hash every record every time it is read       */
+} stk_verify;
+
+typedef enum {
+    STK_DEVICE_NONE = 0,  /* batches in host memory (zero-copy where possible) */
+    STK_DEVICE_HOST = 1,  /* the host backend: the device protocol (staging
+                             slots, a copy stream, events, the transform) run
+                             against ordinary memory and threads: for tests,
+                             and for CPU training that wants the transform   */
+    STK_DEVICE_CUDA = 2   /* pinned staging slots, cudaMemcpyAsync on a copy
+                             stream, device buffers, events                   */
+} stk_device;
+
+typedef enum { STK_IMAGE_NCHW = 0, STK_IMAGE_NHWC = 1 } stk_image_layout;
+typedef enum {
+    STK_CROP_NONE = 0,           /* the whole image, resized to out size      */
+    STK_CROP_CENTER = 1,         /* the central out_height x out_width        */
+    STK_CROP_RANDOM_RESIZED = 2  /* torchvision's RandomResizedCrop            */
+} stk_crop;
+
+/* A per-sample image transform on the device, in one kernel: u8 HWC in,
+ * `dtype` out in `layout`, (x / 255 - mean[c]) / std[c], with a crop resized
+ * bilinearly to out_height x out_width and an optional horizontal flip. Crop
+ * boxes and flips are chosen on the CPU from (seed, epoch, record), so a run
+ * reproduces whatever the threads, ranks or device. */
+typedef struct stk_transform {
+    const char *field;           /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
+    int dtype;                   /* STK_DT_F32, STK_DT_F16 or STK_DT_BF16        */
+    int layout;                  /* stk_image_layout                            */
+    float mean[4], std[4];       /* per channel, in [0, 1] units (torchvision)  */
+    int crop;                    /* stk_crop                                    */
+    uint32_t out_height, out_width; /* 0: the input's size                      */
+    float scale_min, scale_max;  /* random-resized: area fraction of the image  */
+    float ratio_min, ratio_max;  /* random-resized: aspect ratio range          */
+    float flip_prob;             /* horizontal flip probability                 */
+} stk_transform;
+
+/* torchvision's ImageNet recipe: train = RandomResizedCrop(size, (0.08, 1),
+ * (3/4, 4/3)) + RandomHorizontalFlip + Normalize; eval = CenterCrop(size) +
+ * Normalize. f32, NCHW, ImageNet mean and std. */
+STK_API void stk_transform_imagenet(stk_transform *t, int train, uint32_t size);
+
+typedef struct {
+    uint32_t batch_size;      /* records per batch on this rank (>= 1)        */
+    int order;                /* stk_order                                    */
+    uint64_t seed;
+    int rank;                 /* < 0: $RANK, else $SLURM_PROCID, else 0       */
+    int world_size;           /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1 */
+    unsigned threads;         /* worker threads; 0: online CPUs, at most 8    */
+    unsigned prefetch;        /* batches prepared ahead; 0: 2 x threads       */
+    int tail;                 /* stk_tail                                     */
+    int verify;               /* stk_verify                                   */
+    const char *fields;       /* comma-separated field names; NULL: all       */
+    uint64_t memory_budget;   /* host bytes the slots may take (staging, record
+                                 indices, bytes-field values; with the host
+                                 backend its buffers too); 0: no limit        */
+    uint64_t quasi_block_bytes; /* quasi: block size in bytes; 0: 4 MiB       */
+    uint32_t quasi_window;    /* quasi: blocks mixed together; 0: 64          */
+    int release_pages;        /* sequential/quasi: drop consumed pages from the
+                                 process (MADV_COLD + MADV_DONTNEED); -1 auto:
+                                 when the dataset exceeds half of RAM; 1 on;
+                                 0 off                                         */
+    /* Device upload (see "Device upload" below). */
+    int device;               /* stk_device; STK_DEVICE_NONE: host batches    */
+    int device_index;         /* CUDA device ordinal                          */
+    int device_fallback;      /* CUDA unavailable: 1 fall back to host batches
+                                 (stats.device says which), 0 fail at open     */
+    void *stream;             /* the consumer's stream: a cudaStream_t (CUDA) or
+                                 an stk_host_stream * (host backend); NULL: the
+                                 default stream (CUDA) / the calling thread. It
+                                 must outlive the reader (close waits on it)  */
+    const struct stk_transform *transform; /* device-side image transform; NULL:
+                                 none (copied for the reader's lifetime)       */
+    uint64_t block_cache_bytes; /* compressed fields: decompressed blocks kept,
+                                 shared by the workers; 0: auto (the quasi
+                                 window, quasi_window x quasi_block_bytes up
+                                 to 1 GiB; else 4 MiB per thread + 4 MiB)     */
+} stk_reader_options;
+
+/* Fill opts with the defaults above (batch_size 1, sequential, seed 0,
+ * rank/world from the environment, pad tail, verify off). */
+STK_API void stk_reader_options_init(stk_reader_options *opts);
+
+/* One field of a batch. */
+typedef struct {
+    const char *name;
+    int kind;                 /* stk_kind */
+    int dtype;                /* stk_dtype (u8 for bytes fields) */
+    unsigned ndim;            /* 1 + the field's ndim: shape[0] is the batch */
+    uint64_t shape[STK_MAX_DIMS + 1];
+    const void *data;         /* tensors: shape[0] records, contiguous, C order;
+                                 NULL for bytes fields                         */
+    const stk_value *values;  /* bytes fields: shape[0] values pointing into the
+                                 mapping; NULL for tensors                      */
+    uint64_t nbytes;          /* bytes at data (tensors), sum of sizes (bytes)  */
+    int zero_copy;            /* 1: data points into the mapped shard          */
+} stk_batch_field;
+
+typedef struct {
+    uint64_t epoch;           /* epoch this batch belongs to                   */
+    uint64_t index;           /* batch index within the epoch (0-based)        */
+    uint32_t size;            /* records in this batch (< batch_size only for a
+                                 STK_TAIL_PARTIAL tail)                         */
+    const uint64_t *records;  /* global record index of each of them           */
+    unsigned nfields;
+    const stk_batch_field *fields; /* the selected fields, in schema order     */
+    int on_device;            /* tensors' data are device pointers (CUDA) or the
+                                 host backend's buffers; bytes fields stay on
+                                 the host                                      */
+    void *event;              /* device path: the event the batch is ready at
+                                 (cudaEvent_t); next has already made the
+                                 consumer's stream wait for it                 */
+} stk_batch;
+
+/* Saved position of a reader: a few integers (spec/ORDERS.md, "State"). The
+ * next batch after a restore is `batch` of `epoch`. A state restores into a
+ * reader of the same dataset (fingerprint), order, seed, global batch size,
+ * tail and quasi parameters; rank and world size may differ. */
+typedef struct {
+    uint64_t fingerprint;
+    int order;
+    uint64_t seed;
+    uint64_t global_batch;    /* batch_size x world_size */
+    int tail;
+    uint64_t quasi_block_records;
+    uint32_t quasi_window;
+    uint64_t epoch;
+    uint64_t batch;           /* next batch within the epoch */
+} stk_reader_state;
+
+typedef struct {
+    uint64_t batches;         /* batches returned by next                      */
+    uint64_t samples;         /* records in them                               */
+    uint64_t bytes;           /* bytes of the selected fields in them          */
+    uint64_t zero_copy_batches;
+    uint64_t verified;        /* record values hashed and found good           */
+    double wall_s;            /* since the first next (or the last stats reset) */
+    double wait_s;            /* time the caller spent blocked in next         */
+    double busy_s;            /* worker time spent preparing batches, summed   */
+    double mean_ready;        /* batches ready when next was called, averaged  */
+    unsigned threads;
+    unsigned prefetch;
+    int device;               /* the device path in use (after any fallback)   */
+    double h2d_s;             /* device path: time the copy engine spent on
+                                 uploads (of batches whose slot was reused)     */
+    uint64_t h2d_bytes;       /* bytes uploaded                                */
+} stk_reader_stats;
+
+typedef struct stk_reader stk_reader;
+
+/* Open `path` (a dataset directory or its manifest) and start the workers at
+ * epoch 0, batch 0. Fails with STK_E_ARG on bad options (naming the option),
+ * including slots that do not fit the memory budget. opts may be NULL
+ * (defaults). */
+STK_API stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts,
+                                    stk_error *err);
+/* The same over an open dataset, which must outlive the reader. */
+STK_API stk_reader *stk_reader_open_dataset(const stk_dataset *ds,
+                                            const stk_reader_options *opts,
+                                            stk_error *err);
+/* Stop the workers (waiting for no more than the batch each is preparing)
+ * and free everything. NULL is a no-op. */
+STK_API void stk_reader_close(stk_reader *r);
+
+/* The next batch of this rank's stream, blocking until it is ready. Releases
+ * the batch returned before. The view is valid until stk_reader_release, the
+ * next call of next, seek/restore, or close. Returns NULL at the end of the
+ * stream (err->code == STK_OK; only when epochs is limited by
+ * stk_reader_set_epochs) or on error (err->code != STK_OK). */
+STK_API const stk_batch *stk_reader_next(stk_reader *r, stk_error *err);
+/* Hand the current batch's slot back early (optional). */
+STK_API void stk_reader_release(stk_reader *r);
+
+/* End the stream after `epochs` epochs (0: endless, the default). */
+STK_API void stk_reader_set_epochs(stk_reader *r, uint64_t epochs);
+/* Batches per epoch on every rank (the same on all ranks). */
+STK_API uint64_t stk_reader_batches_per_epoch(const stk_reader *r);
+/* Epoch and batch index of the batch the next call of next returns. */
+STK_API void stk_reader_position(const stk_reader *r, uint64_t *epoch, uint64_t *batch);
+/* Jump: the next batch will be `batch` of `epoch` (set_epoch in PyTorch terms
+ * is seek(e, 0)). Releases the batch held, discards prepared batches and
+ * clears a sticky error. Positions stay below 2^63 batches. */
+STK_API int stk_reader_seek(stk_reader *r, uint64_t epoch, uint64_t batch, stk_error *err);
+
+/* Save the position (what next would return next) / restore it, checking that
+ * the state belongs to this dataset and stream (STK_E_ARG otherwise, naming
+ * the field that differs). */
+STK_API void stk_reader_save(const stk_reader *r, stk_reader_state *st);
+STK_API int stk_reader_restore(stk_reader *r, const stk_reader_state *st, stk_error *err);
+/* State as one line of JSON (NUL-terminated, no newline) / parsed back.
+ * format returns the length written, or what it needs when cap is too small. */
+STK_API size_t stk_reader_state_format(const stk_reader_state *st, char *buf, size_t cap);
+STK_API int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st,
+                                   stk_error *err);
+
+/* Statistics since open or the last reset. Cheap: a few clock reads per batch. */
+STK_API void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s);
+STK_API void stk_reader_stats_reset(stk_reader *r);
+/* One line: "input-bound: 37% of wall time spent waiting for data (threads=2;
+ * try 4)" or "not input-bound: ...". Returns the length like snprintf. */
+STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap);
+
+/* The options in force after defaults and the environment were applied. */
+STK_API const stk_reader_options *stk_reader_get_options(const stk_reader *r);
+STK_API const stk_dataset *stk_reader_dataset(const stk_reader *r);
+/* Records per quasi block (0 for other orders). */
+STK_API uint64_t stk_reader_quasi_block_records(const stk_reader *r);
+
+/* ================================================================ device upload
+ *
+ * With opts.device set, workers gather each batch into a staging slot (pinned
+ * memory for CUDA, allocated once), a copy thread issues the upload of each
+ * slot on its own stream into a ring of device buffers (then the transform,
+ * if any) and records an event per batch. next() makes the consumer's stream
+ * (opts.stream) wait for that event: the CPU never blocks on a copy. When the
+ * batch is released (the next call of next, or stk_reader_release), an event
+ * is recorded on the consumer's stream, and the copy stream waits for it
+ * before it overwrites that device buffer: a buffer is reused only after the
+ * consumer's work queued before the release has finished with it (release
+ * points: next, stk_reader_release, seek/restore, close). A staging
+ * slot is refilled only after its upload completed. Every batch is staged on
+ * this path (no zero-copy): the upload reads pinned memory.
+ *
+ * The host backend runs exactly this protocol with a host stream (a thread
+ * that runs queued copies, event records/waits and functions in order). A
+ * CPU consumer can pass its own stk_host_stream and queue work on it. */
+typedef struct stk_host_stream stk_host_stream;
+STK_API stk_host_stream *stk_host_stream_create(stk_error *err);
+/* Run everything queued, then free. NULL is a no-op. */
+STK_API void stk_host_stream_destroy(stk_host_stream *s);
+/* Queue fn(arg) to run on the stream's thread after what is queued before. */
+STK_API int stk_host_stream_launch(stk_host_stream *s, void (*fn)(void *), void *arg, stk_error *err);
+/* Block until everything queued so far has run. */
+STK_API void stk_host_stream_synchronize(stk_host_stream *s);
+
+/* Block the calling thread until the batch last returned by next is ready
+ * on the device (its upload and transform finished). For benchmarks and
+ * tools; a trainer lets its stream wait instead. A no-op for host batches. */
+STK_API int stk_reader_synchronize(stk_reader *r, stk_error *err);
+
+/* Why the device path is not what opts.device asked for (a CUDA fallback),
+ * or "" when it is. */
+STK_API const char *stk_reader_device_note(const stk_reader *r);
+
+/* 1 when this build has the CUDA backend and a device is usable; otherwise 0
+ * with the reason in err (e.g. "no CUDA device: ..."). */
+STK_API int stk_cuda_available(stk_error *err);
+
+/* sizeof of a public struct by name ("stk_reader_options", "stk_batch",
+ * "stk_batch_field", "stk_reader_state", "stk_reader_stats", "stk_transform",
+ * "stk_error", "stk_value"), 0 for another name: lets bindings that mirror
+ * these structs (python/stoker) check them against the library they load. */
+STK_API size_t stk_reader_sizeof(const char *type);
+
+/* The order itself, as pure functions (spec/ORDERS.md), for tools and tests:
+ * the global record at position p (0 <= p < records) of epoch e. */
+STK_API uint64_t stk_order_record(int order, uint64_t records, uint64_t seed, uint64_t epoch,
+                                  uint64_t block_records, uint32_t window, uint64_t p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

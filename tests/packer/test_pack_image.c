@@ -1,0 +1,1666 @@
+/* tests/packer/test_pack_image.c - pack's image ingest (packer/image.c,
+ * packer/resize.c).
+ *
+ * Every JPEG and PNG flavour decodes to the pixels its own decoder gives;
+ * the resize agrees with an independent double-precision implementation of
+ * Pillow's BILINEAR filter written here; the geometry is torchvision's
+ * (Resize(size) + CenterCrop(size)); broken and hostile files are refused
+ * with the right status and message, and do not upset the decoder for the
+ * next file. Test images are made here with TurboJPEG, libspng and (when
+ * installed) cjpeg; the one committed image is a 385-byte plain-CMYK JPEG,
+ * which TurboJPEG cannot write.
+ *
+ * Tolerances: decodes without resampling must match byte for byte; resampled
+ * pixels may differ from the double-precision reference by one level (the
+ * kernels keep 14-bit weights and an 8-bit intermediate, as Pillow keeps
+ * 22-bit weights and an 8-bit intermediate).
+ */
+#include "image.h"
+#include "resize.h"
+#include "resize_internal.h" /* test seams */
+#include "ycc.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+/* ================================================================ helpers */
+
+#define MSG 512
+
+typedef struct {
+    uint8_t *px; /* RGB, rows top to bottom */
+    uint32_t w, h;
+} image;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* An exact-size heap copy, so that ASan sees any read past the end. */
+static uint8_t *dup_bytes(const void *src, size_t n)
+{
+    uint8_t *p = xmalloc(n);
+    memcpy(p, src, n);
+    return p;
+}
+
+enum { FLAT, GRADIENT, DETAIL };
+
+/* FLAT: one colour. GRADIENT: smooth ramps. DETAIL: ramps, a sine
+ * pattern, sharp edges and noise: everything a resampler can get wrong. */
+static image synth(uint32_t w, uint32_t h, int kind, uint64_t seed)
+{
+    image im = {xmalloc((size_t)w * h * 3), w, h};
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++) {
+            uint8_t *p = im.px + ((size_t)y * w + x) * 3;
+            double u = (x + 0.5) / w, v = (y + 0.5) / h;
+            if (kind == FLAT) {
+                p[0] = 200, p[1] = 40, p[2] = 90;
+            } else if (kind == GRADIENT) {
+                p[0] = (uint8_t)(255 * u), p[1] = (uint8_t)(255 * v), p[2] = (uint8_t)(127 * (u + v));
+            } else {
+                double s = 127.5 + 127.5 * sin(x * 0.9 + y * 0.35);
+                int edge = ((x / 7) + (y / 5)) % 2 ? 255 : 0;
+                p[0] = (uint8_t)s;
+                p[1] = (uint8_t)(x % 13 < 6 ? edge : 255 * u);
+                p[2] = (uint8_t)(rng_next(&seed) & 0xff);
+            }
+        }
+    return im;
+}
+
+static void image_free(image *im)
+{
+    free(im->px);
+    im->px = NULL;
+}
+
+/* ----------------------------------------------------------------- JPEG */
+
+static uint8_t *jpeg_encode(const uint8_t *px, uint32_t w, uint32_t h, int pf, int subsamp,
+                            int quality, int flags, size_t *len)
+{
+    tjhandle c = tjInitCompress();
+    ck_assert_ptr_nonnull(c);
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    int rc = tjCompress2(c, px, (int)w, 0, (int)h, pf, &buf, &n, subsamp, quality, flags);
+    ck_assert_msg(rc == 0, "tjCompress2: %s", tjGetErrorStr2(c));
+    uint8_t *out = dup_bytes(buf, n);
+    *len = n;
+    tjFree(buf);
+    tjDestroy(c);
+    return out;
+}
+
+/* TurboJPEG's own full-size decode: what every unscaled result must equal.
+ * TurboJPEG 2.1 cannot read the header of JPEGs with unusual sampling
+ * factors (its decode can): then the caller's *w, *h stand. */
+static uint8_t *tj_decode(const uint8_t *jpg, size_t len, int pf, int *w, int *h)
+{
+    tjhandle d = tjInitDecompress();
+    int ss, cs, hw, hh;
+    if (tjDecompressHeader3(d, jpg, len, &hw, &hh, &ss, &cs) == 0) {
+        *w = hw;
+        *h = hh;
+    } else {
+        tjDestroy(d); /* a failed header read leaves the handle unusable */
+        d = tjInitDecompress();
+    }
+    ck_assert_int_gt(*w, 0);
+    uint8_t *out = xmalloc((size_t)*w * *h * tjPixelSize[pf]);
+    ck_assert_msg(tjDecompress2(d, jpg, len, out, *w, 0, *h, pf, 0) == 0, "%s", tjGetErrorStr2(d));
+    tjDestroy(d);
+    return out;
+}
+
+/* Offset of the first marker `m` (FF m) in a JPEG, or 0. */
+static size_t find_marker(const uint8_t *d, size_t len, uint8_t m)
+{
+    for (size_t i = 2; i + 1 < len; i++)
+        if (d[i] == 0xff && d[i + 1] == m) return i;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ PNG */
+
+/* Encode raw PNG samples (big-endian for 16 bits, packed for fewer than 8). */
+static uint8_t *png_encode(const uint8_t *raw, size_t raw_len, uint32_t w, uint32_t h, int color,
+                           int depth, int interlace, const struct spng_plte *plte,
+                           const struct spng_trns *trns, size_t *len)
+{
+    spng_ctx *e = spng_ctx_new(SPNG_CTX_ENCODER);
+    ck_assert_ptr_nonnull(e);
+    struct spng_ihdr ihdr = {w, h, (uint8_t)depth, (uint8_t)color, 0, 0, (uint8_t)interlace};
+    ck_assert_int_eq(spng_set_option(e, SPNG_ENCODE_TO_BUFFER, 1), 0);
+    ck_assert_int_eq(spng_set_ihdr(e, &ihdr), 0);
+    if (plte) ck_assert_int_eq(spng_set_plte(e, (struct spng_plte *)plte), 0);
+    if (trns) ck_assert_int_eq(spng_set_trns(e, (struct spng_trns *)trns), 0);
+    int rc = spng_encode_image(e, raw, raw_len, SPNG_FMT_RAW, SPNG_ENCODE_FINALIZE);
+    ck_assert_msg(rc == 0, "spng_encode_image: %s", spng_strerror(rc));
+    size_t n = 0;
+    int err = 0;
+    void *buf = spng_get_png_buffer(e, &n, &err);
+    ck_assert_msg(buf && !err, "spng_get_png_buffer: %s", spng_strerror(err));
+    uint8_t *out = dup_bytes(buf, n);
+    *len = n;
+    free(buf);
+    spng_ctx_free(e);
+    return out;
+}
+
+/* An 8-bit RGB PNG of im. */
+static uint8_t *png_rgb(const image *im, size_t *len)
+{
+    return png_encode(im->px, (size_t)im->w * im->h * 3, im->w, im->h, SPNG_COLOR_TYPE_TRUECOLOR, 8, 0,
+                      NULL, NULL, len);
+}
+
+static uint32_t crc32_png(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1)));
+    }
+    return c ^ 0xffffffffu;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+/* ------------------------------------------------------------ processing */
+
+static pk_params params(uint32_t size, pk_resize_mode mode)
+{
+    pk_params p;
+    pk_params_init(&p, size);
+    p.mode = mode;
+    return p;
+}
+
+/* pk_process that must succeed; returns a malloc'd size^2*3 result. */
+static uint8_t *process_ok(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
+                           uint32_t *ow, uint32_t *oh)
+{
+    uint8_t *out = xmalloc((size_t)p->size * p->size * 3);
+    char msg[MSG] = "unset";
+    int rc = pk_process(d, data, len, p, out, ow, oh, msg, sizeof msg);
+    ck_assert_msg(rc == PK_OK, "pk_process: %s (%s)", pk_status_name(rc), msg);
+    ck_assert_str_eq(msg, "");
+    return out;
+}
+
+/* pk_process that must fail with `want` and a message containing `sub`. */
+static void process_fails(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
+                          int want, const char *sub)
+{
+    uint8_t *out = xmalloc((size_t)p->size * p->size * 3);
+    char msg[MSG] = "";
+    uint8_t *copy = dup_bytes(data, len);
+    int rc = pk_process(d, copy, len, p, out, NULL, NULL, msg, sizeof msg);
+    ck_assert_msg(rc == want, "status %s, expected %s; message: %s", pk_status_name(rc),
+                  pk_status_name(want), msg);
+    ck_assert_msg(strstr(msg, sub) != NULL, "message \"%s\" lacks \"%s\"", msg, sub);
+    ck_assert_msg(strchr(msg, '\n') == NULL, "message \"%s\" is not one line", msg);
+    free(copy);
+    free(out);
+}
+
+/* =========================================== reference resize (double) */
+
+/* Pillow's BILINEAR weights for output i of an in -> out axis, computed
+ * directly from the definition: a triangle of radius max(in/out, 1) around
+ * the output's centre, sampled at every source pixel centre it reaches,
+ * normalised. */
+static uint32_t ref_weights(uint32_t in, uint32_t out, uint32_t i, uint32_t *lo, double *w)
+{
+    double scale = (double)in / out, fs = scale > 1 ? scale : 1, centre = (i + 0.5) * scale;
+    long a = (long)floor(centre - fs - 1), b = (long)ceil(centre + fs + 1);
+    a = a < 0 ? 0 : a;
+    b = b > (long)in ? (long)in : b;
+    double sum = 0;
+    for (long x = a; x < b; x++) {
+        double t = fabs((x + 0.5 - centre) / fs);
+        w[x - a] = t < 1 ? 1 - t : 0;
+        sum += w[x - a];
+    }
+    for (long x = a; x < b; x++) w[x - a] /= sum;
+    *lo = (uint32_t)a;
+    return (uint32_t)(b - a);
+}
+
+/* src (sw x sh RGB, doubles) resized to dw x dh in double, horizontal pass
+ * first; returns dw * dh * 3 doubles. */
+static double *ref_resize_d(const double *src, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh)
+{
+    double *mid = xmalloc(sizeof(double) * sh * dw * 3), *out = xmalloc(sizeof(double) * dh * dw * 3);
+    double *w = xmalloc(sizeof(double) * (2 * (sw > sh ? sw : sh) + 8));
+    for (uint32_t x = 0; x < dw; x++) {
+        uint32_t lo, n = ref_weights(sw, dw, x, &lo, w);
+        for (uint32_t y = 0; y < sh; y++)
+            for (int c = 0; c < 3; c++) {
+                double s = 0;
+                for (uint32_t t = 0; t < n; t++) s += w[t] * src[((size_t)y * sw + lo + t) * 3 + c];
+                mid[((size_t)y * dw + x) * 3 + c] = s;
+            }
+    }
+    for (uint32_t y = 0; y < dh; y++) {
+        uint32_t lo, n = ref_weights(sh, dh, y, &lo, w);
+        for (uint32_t x = 0; x < dw; x++)
+            for (int c = 0; c < 3; c++) {
+                double s = 0;
+                for (uint32_t t = 0; t < n; t++) s += w[t] * mid[((size_t)(lo + t) * dw + x) * 3 + c];
+                out[((size_t)y * dw + x) * 3 + c] = s;
+            }
+    }
+    free(w);
+    free(mid);
+    return out;
+}
+
+/* ref_resize_d of an 8-bit source (widened exactly, so the same arithmetic). */
+static double *ref_resize(const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh)
+{
+    size_t n = (size_t)sw * sh * 3;
+    double *d = xmalloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) d[i] = src[i];
+    double *out = ref_resize_d(d, sw, sh, dw, dh);
+    free(d);
+    return out;
+}
+
+static int ref_level(double v)
+{
+    return v < 0 ? 0 : v > 255 ? 255 : (int)floor(v + 0.5);
+}
+
+/* got (gw x gh at stride gs bytes) against the window (x0, y0) of ref
+ * (rw wide): every byte within `tol`. Returns the largest difference. */
+static int compare_ref(const uint8_t *got, uint32_t gw, uint32_t gh, size_t gs, const double *ref,
+                       uint32_t rw, uint32_t x0, uint32_t y0, int tol, const char *what)
+{
+    int worst = 0;
+    for (uint32_t y = 0; y < gh; y++)
+        for (uint32_t x = 0; x < gw; x++)
+            for (int c = 0; c < 3; c++) {
+                int g = got[y * gs + x * 3 + c];
+                int r = ref_level(ref[((size_t)(y + y0) * rw + x + x0) * 3 + c]);
+                int diff = abs(g - r);
+                if (diff > worst) worst = diff;
+                ck_assert_msg(diff <= tol, "%s: pixel (%u,%u) channel %d is %d, reference %d", what, x, y,
+                              c, g, r);
+            }
+    return worst;
+}
+
+/* torchvision Resize(size) + CenterCrop(size) geometry, written the way
+ * torchvision's Python reads: int(size * long / short), then
+ * int(round((resized - size) / 2.0)) with round-half-to-even (rint). */
+static void tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_t *rh,
+                        uint32_t *left, uint32_t *top)
+{
+    if (w <= h) {
+        *rw = size;
+        *rh = (uint32_t)((double)size * h / w);
+    } else {
+        *rh = size;
+        *rw = (uint32_t)((double)size * w / h);
+    }
+    *left = (uint32_t)rint((*rw - size) / 2.0);
+    *top = (uint32_t)rint((*rh - size) / 2.0);
+}
+
+static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    double se = 0;
+    for (size_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return se == 0 ? 99.0 : 10 * log10(255.0 * 255.0 / (se / n));
+}
+
+/* ============================================================ sniffing */
+
+START_TEST(sniff_magic_not_names)
+{
+    static const uint8_t jpg[] = {0xff, 0xd8, 0xff, 0xe0}, png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    ck_assert_int_eq(pk_sniff(jpg, sizeof jpg), PK_FMT_JPEG);
+    ck_assert_int_eq(pk_sniff(png, sizeof png), PK_FMT_PNG);
+    ck_assert_int_eq(pk_sniff(png, 4), PK_FMT_PNG); /* cut inside the signature: still PNG */
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"GIF89a", 6), PK_FMT_UNKNOWN);
+    ck_assert_int_eq(pk_sniff(jpg, 1), PK_FMT_UNKNOWN);
+    ck_assert_int_eq(pk_sniff(NULL, 0), PK_FMT_UNKNOWN);
+}
+END_TEST
+
+START_TEST(empty_file)
+{
+    pk_decoder *d = pk_decoder_new();
+    pk_params p = params(32, PK_RESIZE_SHORTER);
+    uint8_t out[32 * 32 * 3];
+    char msg[MSG];
+    uint32_t w = 7, h = 7;
+    ck_assert_int_eq(pk_process(d, NULL, 0, &p, out, &w, &h, msg, sizeof msg), PK_E_EMPTY);
+    ck_assert_str_eq(msg, "empty file");
+    ck_assert_uint_eq(w, 0);
+    ck_assert_uint_eq(h, 0);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(unsupported_formats)
+{
+    pk_decoder *d = pk_decoder_new();
+    pk_params p = params(32, PK_RESIZE_SHORTER);
+    /* what a .jpg can hold that is no JPEG: the name is never consulted */
+    static const uint8_t gif[] = "GIF89a\x10\x00\x10\x00\x80\x00\x00";
+    process_fails(d, gif, sizeof gif - 1, &p, PK_E_UNSUPPORTED,
+                  "unsupported image format (starts with 47 49 46 38: GIF)");
+    static const uint8_t webp[] = "RIFF\x24\x00\x00\x00WEBPVP8 ";
+    process_fails(d, webp, sizeof webp - 1, &p, PK_E_UNSUPPORTED, "(starts with 52 49 46 46: WebP)");
+    static const char html[] = "<!DOCTYPE html><html>404 Not Found</html>\n";
+    process_fails(d, (const uint8_t *)html, sizeof html - 1, &p, PK_E_UNSUPPORTED,
+                  "(starts with 3c 21 44 4f: text)");
+    static const uint8_t bmp[] = "BM\x36\x00\x00\x00";
+    process_fails(d, bmp, sizeof bmp - 1, &p, PK_E_UNSUPPORTED, ": BMP)");
+    static const uint8_t junk[] = {0x00, 0x9c, 0xfe, 0x13, 0x77};
+    process_fails(d, junk, sizeof junk, &p, PK_E_UNSUPPORTED,
+                  "unsupported image format (starts with 00 9c fe 13)");
+    static const uint8_t one[] = {0xff};
+    process_fails(d, one, 1, &p, PK_E_UNSUPPORTED, "(starts with ff)");
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* ============================================================ JPEG */
+
+/* Decode with stretch to the image's own size: no resampling, so the result
+ * must be TurboJPEG's own decode, byte for byte. */
+static void check_jpeg_exact(pk_decoder *d, const uint8_t *jpg, size_t len, uint32_t side, const char *what)
+{
+    int w = (int)side, h = (int)side;
+    uint8_t *want = tj_decode(jpg, len, TJPF_RGB, &w, &h);
+    ck_assert_int_eq(w, h);
+    pk_params p = params((uint32_t)w, PK_RESIZE_STRETCH);
+    uint32_t ow, oh;
+    uint8_t *got = process_ok(d, jpg, len, &p, &ow, &oh);
+    ck_assert_uint_eq(ow, (uint32_t)w);
+    ck_assert_uint_eq(oh, (uint32_t)h);
+    ck_assert_msg(memcmp(got, want, (size_t)w * h * 3) == 0, "%s: differs from tjDecompress2", what);
+    free(got);
+    free(want);
+}
+
+START_TEST(jpeg_flavours_exact)
+{
+    static const int samp[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_411, TJSAMP_GRAY};
+    static const char *const sname[] = {"4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1", "gray"};
+    pk_decoder *d = pk_decoder_new();
+    for (int kind = FLAT; kind <= DETAIL; kind++) {
+        image im = synth(64, 64, kind, 1);
+        for (size_t s = 0; s < sizeof samp / sizeof samp[0]; s++)
+            for (int prog = 0; prog < 2; prog++) {
+                size_t len;
+                uint8_t *jpg = jpeg_encode(im.px, 64, 64, TJPF_RGB, samp[s], 85,
+                                           prog ? TJFLAG_PROGRESSIVE : 0, &len);
+                char what[64];
+                snprintf(what, sizeof what, "kind %d, %s, %s", kind, sname[s], prog ? "progressive" : "baseline");
+                check_jpeg_exact(d, jpg, len, 64, what);
+                free(jpg);
+            }
+        image_free(&im);
+    }
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(jpeg_grayscale_expands)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(40, 40, DETAIL, 2);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, 40, 40, TJPF_RGB, TJSAMP_GRAY, 90, 0, &len);
+    int w = 0, h = 0;
+    uint8_t *gray = tj_decode(jpg, len, TJPF_GRAY, &w, &h);
+    pk_params p = params(40, PK_RESIZE_STRETCH);
+    uint8_t *got = process_ok(d, jpg, len, &p, NULL, NULL);
+    for (size_t i = 0; i < 40 * 40; i++)
+        for (int c = 0; c < 3; c++) ck_assert_uint_eq(got[3 * i + c], gray[i]);
+    free(got);
+    free(gray);
+    free(jpg);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* Pillow's CMYK -> RGB for Adobe (inverted) CMYK, in floating point:
+ * R = K' * C' / 255 on the stored bytes. */
+static int cmyk_pillow_float(uint8_t c, uint8_t k)
+{
+    return (int)floor(c * (double)k / 255.0 + 0.5);
+}
+
+START_TEST(jpeg_ycck_to_rgb)
+{
+    /* TurboJPEG writes CMYK input as a YCCK JPEG; libjpeg turns it back into
+     * CMYK, which pk converts as Pillow does. */
+    pk_decoder *d = pk_decoder_new();
+    uint32_t n = 32;
+    uint8_t *cmyk = xmalloc((size_t)n * n * 4);
+    uint64_t seed = 3;
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        uint8_t base = (uint8_t)(i % n * 8);
+        cmyk[4 * i] = base, cmyk[4 * i + 1] = (uint8_t)(255 - base), cmyk[4 * i + 2] = (uint8_t)(i / n * 8);
+        cmyk[4 * i + 3] = (uint8_t)(128 + (rng_next(&seed) & 63));
+    }
+    size_t len;
+    uint8_t *jpg = jpeg_encode(cmyk, n, n, TJPF_CMYK, TJSAMP_444, 95, 0, &len);
+    int w = 0, h = 0;
+    uint8_t *raw = tj_decode(jpg, len, TJPF_CMYK, &w, &h);
+    pk_params p = params(n, PK_RESIZE_STRETCH);
+    uint8_t *got = process_ok(d, jpg, len, &p, NULL, NULL);
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        for (int c = 0; c < 3; c++) {
+            int want = cmyk_pillow_float(raw[4 * i + c], raw[4 * i + 3]);
+            ck_assert_msg(abs(got[3 * i + c] - want) <= 1, "pixel %zu channel %d: %d, want %d", i, c,
+                          got[3 * i + c], want);
+        }
+    free(got);
+    free(raw);
+    free(jpg);
+    free(cmyk);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* A 16x16 plain CMYK (not YCCK) JPEG with an Adobe marker, four quadrants,
+ * written by Pillow 9.4 (which TurboJPEG cannot do). Pillow 9.4's
+ * Image.open(f).convert("RGB") gives the quadrant centres below. */
+static const uint8_t cmyk_jpeg[] = {
+#include "cmyk4.inc"
+};
+
+START_TEST(jpeg_plain_cmyk_matches_pillow)
+{
+    static const struct { uint32_t x, y; uint8_t rgb[3]; } want[] = {
+        {4, 4, {207, 46, 190}}, {12, 4, {5, 235, 155}}, {4, 12, {0, 0, 0}}, {12, 12, {119, 179, 209}}};
+    pk_decoder *d = pk_decoder_new();
+    pk_params p = params(16, PK_RESIZE_STRETCH);
+    uint8_t *got = process_ok(d, cmyk_jpeg, sizeof cmyk_jpeg, &p, NULL, NULL);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const uint8_t *px = got + (want[i].y * 16 + want[i].x) * 3;
+        ck_assert_msg(memcmp(px, want[i].rgb, 3) == 0, "(%u,%u) is %d,%d,%d; Pillow says %d,%d,%d",
+                      want[i].x, want[i].y, px[0], px[1], px[2], want[i].rgb[0], want[i].rgb[1],
+                      want[i].rgb[2]);
+    }
+    free(got);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* Run cjpeg with `args` on im (via a PPM); NULL when cjpeg is missing. */
+static uint8_t *cjpeg(const image *im, const char *args, size_t *len)
+{
+    const char *prog = getenv("STOKER_CJPEG");
+    if (!prog || !*prog) return NULL;
+    const char *dir = getenv("STOKER_TEST_TMP");
+    char in[1024], out[1024], cmd[3072];
+    if (!dir || !*dir) dir = "/tmp";
+    ck_assert_msg(mkdir(dir, 0777) == 0 || errno == EEXIST, "mkdir %s: %s", dir, strerror(errno));
+    snprintf(in, sizeof in, "%s/pk-%ld.ppm", dir, (long)getpid());
+    snprintf(out, sizeof out, "%s/pk-%ld.jpg", dir, (long)getpid());
+    FILE *f = fopen(in, "wb");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "P6\n%u %u\n255\n", im->w, im->h);
+    ck_assert_uint_eq(fwrite(im->px, 1, (size_t)im->w * im->h * 3, f), (size_t)im->w * im->h * 3);
+    ck_assert_int_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, "'%s' %s -outfile '%s' '%s'", prog, args, out, in);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+    f = fopen(out, "rb");
+    ck_assert_ptr_nonnull(f);
+    static uint8_t buf[1 << 20];
+    *len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    unlink(in);
+    unlink(out);
+    return dup_bytes(buf, *len);
+}
+
+START_TEST(jpeg_cjpeg_variants)
+{
+    /* arithmetic coding, restart markers every row, and sampling factors
+     * TurboJPEG 2.1's header reader has no name for (it refuses them; the
+     * decode itself works) */
+    static const char *const variants[] = {
+        "-arithmetic", "-restart 1", "-restart 1 -arithmetic", "-progressive -arithmetic",
+        "-sample 2x1,1x2,1x1", "-sample 3x1", "-sample 1x1,2x2,1x1", "-sample 1x2 -restart 2B",
+    };
+    if (!getenv("STOKER_CJPEG") || !*getenv("STOKER_CJPEG")) {
+        printf("jpeg_cjpeg_variants: skipped, cjpeg not found (install libjpeg-turbo-progs)\n");
+        return;
+    }
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(48, 48, DETAIL, 4);
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        size_t len;
+        uint8_t *jpg = cjpeg(&im, variants[i], &len);
+        check_jpeg_exact(d, jpg, len, 48, variants[i]);
+        free(jpg);
+    }
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(jpeg_truncated)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(64, 48, DETAIL, 5);
+    pk_params p = params(32, PK_RESIZE_SHORTER);
+    for (int prog = 0; prog < 2; prog++) {
+        size_t len;
+        uint8_t *jpg = jpeg_encode(im.px, 64, 48, TJPF_RGB, TJSAMP_420, 90, prog ? TJFLAG_PROGRESSIVE : 0, &len);
+        size_t sos = find_marker(jpg, len, 0xda);
+        ck_assert_uint_gt(sos, 0);
+        /* inside the header, right before the scan, inside the scan, and
+         * only the EOI marker missing */
+        const size_t cuts[] = {2, 3, 20, sos, sos + 12, sos + (len - sos) / 4, len / 2, len - 40, len - 2};
+        for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+            process_fails(d, jpg, cuts[i], &p, PK_E_CORRUPT, "corrupt JPEG: ");
+        /* past the scan the message is libjpeg's own */
+        process_fails(d, jpg, len / 2, &p, PK_E_CORRUPT, "corrupt JPEG: Premature end of JPEG file");
+        /* the header alone still tells the size */
+        uint8_t out[32 * 32 * 3];
+        char msg[MSG];
+        uint32_t w = 0, h = 0;
+        ck_assert_int_eq(pk_process(d, jpg, len / 2, &p, out, &w, &h, msg, sizeof msg), PK_E_CORRUPT);
+        ck_assert_uint_eq(w, 64);
+        ck_assert_uint_eq(h, 48);
+        free(jpg);
+    }
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(jpeg_garbage)
+{
+    pk_decoder *d = pk_decoder_new();
+    pk_params p = params(32, PK_RESIZE_SHORTER);
+    uint8_t out[32 * 32 * 3];
+    char msg[MSG];
+    uint64_t seed = 6;
+    for (int t = 0; t < 200; t++) {
+        size_t len = 3 + rng_next(&seed) % 2000;
+        uint8_t *buf = xmalloc(len);
+        for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)rng_next(&seed);
+        buf[0] = 0xff, buf[1] = 0xd8, buf[2] = 0xff;
+        int rc = pk_process(d, buf, len, &p, out, NULL, NULL, msg, sizeof msg);
+        ck_assert_msg(rc == PK_E_CORRUPT || rc == PK_E_UNSUPPORTED || rc == PK_E_TOO_LARGE,
+                      "random JPEG %d: %s (%s)", t, pk_status_name(rc), msg);
+        free(buf);
+    }
+    /* a JPEG whose header is all there is */
+    image im = synth(16, 16, GRADIENT, 0);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, 16, 16, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    size_t sos = find_marker(jpg, len, 0xda);
+    process_fails(d, jpg, sos, &p, PK_E_CORRUPT, "corrupt JPEG: ");
+    /* a JPEG with its scan data replaced by noise */
+    uint8_t *bad = dup_bytes(jpg, len);
+    for (size_t i = sos + 14; i < len - 2; i++) bad[i] = (uint8_t)rng_next(&seed);
+    int rc = pk_process(d, bad, len, &p, out, NULL, NULL, msg, sizeof msg);
+    ck_assert_msg(rc == PK_E_CORRUPT, "noisy scan: %s (%s)", pk_status_name(rc), msg);
+    free(bad);
+    free(jpg);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(jpeg_bomb_refused_from_header)
+{
+    /* 16x16 pixels of data whose frame header claims 30000x30000: refused
+     * from the header, before any pixel memory exists */
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(16, 16, GRADIENT, 0);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, 16, 16, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    size_t sof = find_marker(jpg, len, 0xc0);
+    ck_assert_uint_gt(sof, 0);
+    jpg[sof + 5] = 30000 >> 8, jpg[sof + 6] = 30000 & 0xff; /* height */
+    jpg[sof + 7] = 30000 >> 8, jpg[sof + 8] = 30000 & 0xff; /* width */
+    pk_params p = params(32, PK_RESIZE_SHORTER);
+    p.max_pixels = 100000000;
+    process_fails(d, jpg, len, &p, PK_E_TOO_LARGE,
+                  "image is 30000x30000 = 900000000 pixels, over --max-pixels 100000000");
+    uint8_t out[32 * 32 * 3];
+    char msg[MSG];
+    uint32_t w = 0, h = 0;
+    ck_assert_int_eq(pk_process(d, jpg, len, &p, out, &w, &h, msg, sizeof msg), PK_E_TOO_LARGE);
+    ck_assert_uint_eq(w, 30000);
+    ck_assert_uint_eq(h, 30000);
+    /* the limit is inclusive: exactly max_pixels passes the check */
+    p.max_pixels = 900000000;
+    p.size = 8;
+    ck_assert_int_ne(pk_process(d, jpg, len, &p, out, &w, &h, msg, sizeof msg), PK_E_TOO_LARGE);
+    free(jpg);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(decoder_survives_bad_files)
+{
+    /* libjpeg-turbo 2.1 leaves a TurboJPEG handle broken after a failed
+     * header read; the next good file must still decode */
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(32, 32, DETAIL, 7);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, 32, 32, TJPF_RGB, TJSAMP_444, 90, 0, &len);
+    pk_params p = params(32, PK_RESIZE_STRETCH);
+    size_t sos = find_marker(jpg, len, 0xda);
+    for (size_t cut = 2; cut < len; cut += cut < sos + 16 ? 3 : 97) {
+        process_fails(d, jpg, cut, &p, PK_E_CORRUPT, "corrupt JPEG");
+        char what[64];
+        snprintf(what, sizeof what, "after a file cut at %zu of %zu", cut, len);
+        check_jpeg_exact(d, jpg, len, 32, what);
+    }
+    free(jpg);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* A large JPEG decodes with DCT scaling (1024x768 to 128: 1/4, whose short
+ * side 192 is the least that is still >= 128) and still frames what a full
+ * decode would; the image only differs by the filter, not by a shift. */
+START_TEST(jpeg_dct_scaled)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(1024, 768, GRADIENT, 8);
+    /* a few sharp-edged blocks, so that a misplaced crop shows */
+    for (uint32_t y = 300; y < 460; y++)
+        for (uint32_t x = 200; x < 330; x++) memset(im.px + ((size_t)y * 1024 + x) * 3, 255, 3);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, 1024, 768, TJPF_RGB, TJSAMP_444, 95, 0, &len);
+    int w = 0, h = 0;
+    uint8_t *full = tj_decode(jpg, len, TJPF_RGB, &w, &h);
+    const uint32_t sizes[] = {128, 200, 400};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint32_t n = sizes[s], rw, rh, left, top, ow, oh;
+        pk_params p = params(n, PK_RESIZE_SHORTER);
+        uint8_t *got = process_ok(d, jpg, len, &p, &ow, &oh);
+        ck_assert_uint_eq(ow, 1024);
+        ck_assert_uint_eq(oh, 768);
+        tv_geometry(1024, 768, n, &rw, &rh, &left, &top);
+        double *ref = ref_resize(full, 1024, 768, rw, rh);
+        uint8_t *want = xmalloc((size_t)n * n * 3);
+        for (uint32_t y = 0; y < n; y++)
+            for (uint32_t x = 0; x < n; x++)
+                for (int c = 0; c < 3; c++)
+                    want[((size_t)y * n + x) * 3 + c] =
+                        (uint8_t)ref_level(ref[((size_t)(y + top) * rw + x + left) * 3 + c]);
+        double db = psnr(got, want, (size_t)n * n * 3);
+        /* 128 and 200 decode at 1/4 (about 51 and 55 dB here; one step too
+         * far, 1/8, gives about 40 and 46). 400: 768 / 2 = 384 < 400, so a
+         * full decode, resampled on the JPEG's planes (about 53 dB: the
+         * white blocks' ringing leaves the RGB cube, which the reference
+         * clamps before resizing); the RGB route differs by rounding only. */
+        ck_assert_msg(db >= 48.0, "size %u: %.1f dB against a full decode", n, db);
+        if (n == 400) {
+            pk_params rgb = p;
+            rgb.resample_rgb = 1;
+            uint8_t *g2 = process_ok(d, jpg, len, &rgb, &ow, &oh);
+            compare_ref(g2, n, n, (size_t)n * 3, ref, rw, left, top, 1, "size 400, RGB route");
+            free(g2);
+        }
+        free(want);
+        free(ref);
+        free(got);
+    }
+    free(full);
+    free(jpg);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* ---------------------------------------------- resampling on the planes */
+
+/* libjpeg's fancy upsampling of one 2:1 axis, in double: full sample j is
+ * 3/4 of chroma sample j / 2 and 1/4 of its other neighbour (edges repeat);
+ * with `box`, just sample j / 2 (what libjpeg does for chroma at most two
+ * samples wide). */
+static double fancy_at(const double *c, uint32_t n, uint32_t j, size_t step, int box)
+{
+    uint32_t c0 = j / 2, nb = j % 2 == 0 ? (c0 ? c0 - 1 : 0) : (c0 + 1 < n ? c0 + 1 : n - 1);
+    if (box) return c[(size_t)c0 * step];
+    return 0.75 * c[(size_t)c0 * step] + 0.25 * c[(size_t)nb * step];
+}
+
+/* The RGB image (doubles, w x h x 3) that planes y, cb, cr (cw x ch,
+ * subsampled by sx, sy) stand for: chroma upsampled, JFIF conversion, no
+ * rounding, no clamping. */
+static double *ref_planes_rgb(const uint8_t *y, const uint8_t *cb, const uint8_t *cr, uint32_t w, uint32_t h,
+                              unsigned sx, unsigned sy)
+{
+    uint32_t cw = (w + sx - 1) / sx, ch = (h + sy - 1) / sy;
+    double *up[2], *rgb = xmalloc(sizeof(double) * w * h * 3);
+    const uint8_t *src[2] = {cb, cr};
+    for (int k = 0; k < 2 && cb; k++) {
+        double *c = xmalloc(sizeof(double) * cw * ch), *mid = xmalloc(sizeof(double) * w * ch);
+        up[k] = xmalloc(sizeof(double) * w * h);
+        for (size_t i = 0; i < (size_t)cw * ch; i++) c[i] = src[k][i];
+        for (uint32_t r = 0; r < ch; r++)
+            for (uint32_t x = 0; x < w; x++)
+                mid[(size_t)r * w + x] = sx == 2 ? fancy_at(c + (size_t)r * cw, cw, x, 1, cw <= 2) : c[(size_t)r * cw + x];
+        for (uint32_t yy = 0; yy < h; yy++)
+            for (uint32_t x = 0; x < w; x++)
+                up[k][(size_t)yy * w + x] = sy == 2 ? fancy_at(mid + x, ch, yy, w, sx == 2 && cw <= 2) : mid[(size_t)yy * w + x];
+        free(c);
+        free(mid);
+    }
+    for (size_t i = 0; i < (size_t)w * h; i++) {
+        double Y = y[i], u = cb ? up[0][i] - 128 : 0, v = cb ? up[1][i] - 128 : 0;
+        rgb[3 * i] = Y + 1.402 * v;
+        rgb[3 * i + 1] = Y - 0.34414 * u - 0.71414 * v;
+        rgb[3 * i + 2] = Y + 1.772 * u;
+    }
+    if (cb) free(up[0]), free(up[1]);
+    return rgb;
+}
+
+typedef struct {
+    uint8_t *mem;
+    pk_ycc_view v;
+} planes;
+
+/* Random planes inside the RGB cube (Y 60..190, chroma 100..156, so no
+ * conversion clamps), each row 16 bytes longer and 32 spare bytes at the
+ * end, as pk_resize_ycc asks; the spare bytes are garbage on purpose. */
+static planes make_planes(uint32_t w, uint32_t h, unsigned sx, unsigned sy, int gray, uint64_t seed)
+{
+    planes p;
+    uint32_t cw = (w + sx - 1) / sx, ch = (h + sy - 1) / sy;
+    size_t st[3] = {w + 16, cw + 16, cw + 16}, at[3] = {0, st[0] * h, st[0] * h + st[1] * ch};
+    size_t total = at[2] + st[2] * ch + 32;
+    p.mem = xmalloc(total);
+    for (size_t i = 0; i < total; i++) p.mem[i] = (uint8_t)rng_next(&seed);
+    for (int k = 0; k < 3; k++) {
+        uint32_t pw = k ? cw : w, ph = k ? ch : h;
+        for (uint32_t yy = 0; yy < ph; yy++)
+            for (uint32_t x = 0; x < pw; x++) {
+                uint32_t r = (uint32_t)(rng_next(&seed) % 57);
+                double s = sin(x * 0.7 + yy * 0.3 + k);
+                p.mem[at[k] + yy * st[k] + x] = (uint8_t)(k ? 100 + r : 60 + r + (uint32_t)(36 + 36 * s));
+            }
+    }
+    p.v = (pk_ycc_view){{p.mem + at[0], gray ? NULL : p.mem + at[1], gray ? NULL : p.mem + at[2]},
+                        {st[0], st[1], st[2]}, w, h, sx, sy};
+    return p;
+}
+
+/* The planes' tight copies (w x h, cw x ch) for the reference. */
+static uint8_t *tight(const planes *p, int k)
+{
+    uint32_t pw = k ? (p->v.w + p->v.sub_x - 1) / p->v.sub_x : p->v.w;
+    uint32_t ph = k ? (p->v.h + p->v.sub_y - 1) / p->v.sub_y : p->v.h;
+    uint8_t *t = xmalloc((size_t)pw * ph);
+    for (uint32_t y = 0; y < ph; y++) memcpy(t + (size_t)y * pw, p->v.data[k] + y * p->v.stride[k], pw);
+    return t;
+}
+
+static void check_ycc(pk_resizer *r, uint32_t w, uint32_t h, unsigned sx, unsigned sy, int gray, uint32_t dw,
+                      uint32_t dh)
+{
+    planes p = make_planes(w, h, sx, sy, gray, w * 7919u + h * 31u + dw + sx * 3 + sy);
+    uint8_t *y = tight(&p, 0), *cb = gray ? NULL : tight(&p, 1), *cr = gray ? NULL : tight(&p, 2);
+    double *rgb = ref_planes_rgb(y, cb, cr, w, h, sx, sy);
+    double *ref = ref_resize_d(rgb, w, h, dw, dh);
+    pk_rect all = {0, 0, dw, dh};
+    uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
+    char what[96];
+    snprintf(what, sizeof what, "planes %ux%u sub %ux%u%s -> %ux%u", w, h, sx, sy, gray ? " gray" : "", dw, dh);
+    ck_assert_int_eq(pk__resizer_test_simd(r, 0), 0);
+    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
+    /* every vector level the CPU has (AVX2, AVX-512BW) against the scalar kernels */
+    for (int level = 1; level <= 2 && pk__resizer_test_simd(r, level) == level; level++) {
+        ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+        ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD level %d and scalar differ", what,
+                      level);
+    }
+    pk_resizer_force_scalar(r, 0);
+    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+    /* Every byte within one level of the exact result: the samples are
+     * rounded once, at the end (weights are 14-bit, which moves a value by
+     * far less than a level). */
+    compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
+    const pk_rect wins[] = {{dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1}, {1, 0, dw - 1, dh}};
+    for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
+        const pk_rect *wn = &wins[i];
+        if (!wn->w || wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
+        uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
+        ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
+        for (uint32_t yy = 0; yy < wn->h; yy++)
+            ck_assert_msg(memcmp(part + (size_t)yy * wn->w * 3, simd + ((size_t)(wn->y + yy) * dw + wn->x) * 3,
+                                 (size_t)wn->w * 3) == 0,
+                          "%s: window %zu row %u differs from the full resize", what, i, yy);
+        free(part);
+    }
+    free(scalar);
+    free(simd);
+    free(ref);
+    free(rgb);
+    free(y);
+    free(cb);
+    free(cr);
+    free(p.mem);
+}
+
+START_TEST(ycc_resize_matches_reference)
+{
+    pk_resizer *r = pk_resizer_new();
+    static const unsigned subs[][3] = {{1, 1, 0}, {2, 2, 0}, {2, 1, 0}, {1, 2, 0}, {1, 1, 1}};
+    static const uint32_t sizes[][4] = {
+        {97, 61, 40, 25},  {97, 61, 150, 90}, {97, 61, 97, 61}, {97, 61, 96, 60}, {96, 64, 48, 32},
+        {61, 97, 31, 47},  {33, 21, 13, 7},   {200, 9, 70, 3},  {7, 1, 3, 4},     {1, 1, 5, 3},
+        {640, 480, 256, 192}, {500, 375, 341, 256}, {375, 500, 256, 341}, {1200, 8, 64, 8},
+        {3, 2, 24, 16}, {4, 40, 8, 80}, {2, 7, 9, 9}, {5, 5, 16, 16},
+    };
+    for (size_t s = 0; s < sizeof subs / sizeof subs[0]; s++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            check_ycc(r, sizes[i][0], sizes[i][1], subs[s][0], subs[s][1], (int)subs[s][2], sizes[i][2], sizes[i][3]);
+    pk_resizer_free(r);
+}
+END_TEST
+
+/* A smooth image inside the RGB cube, as JPEG in every chroma layout that
+ * goes through the planes: the planar result stays within one level of the
+ * RGB route (decode to RGB, then resize) nearly everywhere. Numbers measured
+ * here are in the messages. */
+START_TEST(jpeg_planar_close_to_rgb_route)
+{
+    static const int samp[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_GRAY};
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(301, 203, GRADIENT, 3);
+    for (size_t i = 0; i < (size_t)im.w * im.h * 3; i++) im.px[i] = (uint8_t)(40 + im.px[i] * 170 / 255);
+    static const uint32_t sizes[] = {128, 150, 202, 256, 400};
+    for (size_t s = 0; s < sizeof samp / sizeof samp[0]; s++) {
+        size_t len;
+        uint8_t *jpg = jpeg_encode(im.px, im.w, im.h, TJPF_RGB, samp[s], 92, 0, &len);
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            uint32_t ow, oh, n = sizes[k];
+            pk_params a = params(n, PK_RESIZE_SHORTER), b = a;
+            b.resample_rgb = 1;
+            uint8_t *x = process_ok(d, jpg, len, &a, &ow, &oh), *y = process_ok(d, jpg, len, &b, &ow, &oh);
+            size_t off1 = 0, total = (size_t)n * n * 3;
+            int worst = 0;
+            for (size_t i = 0; i < total; i++) {
+                int df = abs(x[i] - y[i]);
+                off1 += df > 1;
+                worst = df > worst ? df : worst;
+            }
+            ck_assert_msg(off1 * 1000 <= total && worst <= 3, "subsampling %d, size %u: %zu of %zu bytes off by more than 1, worst %d",
+                          samp[s], n, off1, total, worst);
+            free(x);
+            free(y);
+        }
+        free(jpg);
+    }
+    image_free(&im);
+    /* tiny and odd sizes: chroma planes of one or two samples */
+    static const uint32_t tiny[][2] = {{1, 1}, {3, 2}, {2, 5}, {17, 9}};
+    for (size_t t = 0; t < sizeof tiny / sizeof tiny[0]; t++) {
+        image sm = synth(tiny[t][0], tiny[t][1], GRADIENT, 4);
+        for (size_t i = 0; i < (size_t)sm.w * sm.h * 3; i++) sm.px[i] = (uint8_t)(60 + sm.px[i] / 2);
+        size_t len;
+        uint8_t *jpg = jpeg_encode(sm.px, sm.w, sm.h, TJPF_RGB, TJSAMP_420, 92, 0, &len);
+        uint32_t ow, oh;
+        pk_params a = params(16, PK_RESIZE_SHORTER), b = a;
+        b.resample_rgb = 1;
+        uint8_t *x = process_ok(d, jpg, len, &a, &ow, &oh), *y = process_ok(d, jpg, len, &b, &ow, &oh);
+        for (size_t i = 0; i < 16 * 16 * 3; i++)
+            ck_assert_msg(abs(x[i] - y[i]) <= 2, "%ux%u: byte %zu is %d, RGB route %d", sm.w, sm.h, i, x[i], y[i]);
+        free(x);
+        free(y);
+        free(jpg);
+        image_free(&sm);
+    }
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* The colour conversion at every vector level the CPU has (AVX2; AVX-512
+ * VBMI, 32 pixels a turn) gives the scalar bytes, for every length (the
+ * vector loops' tails), random samples over the whole range the resize
+ * passes give (0 .. 255 << PK_PLANE_FRAC), and the extremes, where R, G or
+ * B leave 0..255 and must clamp. */
+START_TEST(ycc_row_levels_agree)
+{
+    enum { N = 200 };
+    int16_t y[N], cb[N], cr[N];
+    uint8_t want[3 * N], got[3 * N];
+    uint64_t seed = 99;
+    const int16_t top = 255 << PK_PLANE_FRAC;
+    for (int i = 0; i < N; i++) {
+        y[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        cb[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        cr[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        if (i % 7 == 0) cb[i] = i % 2 ? top : 0, cr[i] = i % 3 ? 0 : top, y[i] = i % 5 ? top : 0;
+    }
+    pk_resizer *r = pk_resizer_new();
+    const int levels = pk__resizer_test_simd(r, 2); /* the levels this CPU has */
+    pk_resizer_free(r);
+    for (int gray = 0; gray < 2; gray++)
+        for (size_t n = 0; n <= N; n += n < 70 ? 1 : 13) {
+            pk_ycc_row(0, y, gray ? NULL : cb, gray ? NULL : cr, want, n);
+            for (int level = 1; level <= levels; level++) {
+                memset(got, 0xEE, sizeof got);
+                pk_ycc_row(level, y, gray ? NULL : cb, gray ? NULL : cr, got, n);
+                ck_assert_msg(memcmp(got, want, 3 * n) == 0, "level %d, %zu pixels%s: differs from scalar", level, n,
+                              gray ? " (gray)" : "");
+                ck_assert_msg(n == N || got[3 * n] == 0xEE, "level %d wrote past %zu pixels", level, n);
+            }
+        }
+}
+END_TEST
+
+/* Saturated colours and sharp edges (DETAIL: a blue channel of noise) leave
+ * the RGB cube after JPEG; the RGB route clamps each pixel before the
+ * resize, the planar one the result after it. They still agree closely. */
+START_TEST(jpeg_planar_saturated)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(320, 240, DETAIL, 5);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, im.w, im.h, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    uint32_t ow, oh;
+    pk_params a = params(160, PK_RESIZE_SHORTER), b = a;
+    b.resample_rgb = 1;
+    uint8_t *x = process_ok(d, jpg, len, &a, &ow, &oh), *y = process_ok(d, jpg, len, &b, &ow, &oh);
+    double db = psnr(x, y, (size_t)160 * 160 * 3);
+    ck_assert_msg(db >= 38.0, "planar vs RGB route on saturated detail: %.1f dB", db);
+    free(x);
+    free(y);
+    free(jpg);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* ============================================================ PNG */
+
+/* Pack one sample of `depth` bits (< 8: MSB first) at index i of a row. */
+static void put_sample(uint8_t *row, uint32_t i, int depth, uint32_t v)
+{
+    if (depth == 16) {
+        row[2 * i] = (uint8_t)(v >> 8), row[2 * i + 1] = (uint8_t)v;
+    } else if (depth == 8) {
+        row[i] = (uint8_t)v;
+    } else {
+        uint32_t per = 8 / (uint32_t)depth, shift = 8 - (uint32_t)depth * (i % per + 1);
+        row[i / per] = (uint8_t)(row[i / per] | (v << shift));
+    }
+}
+
+/* One PNG flavour: random samples, encoded, decoded with stretch to its own
+ * size, checked against the RGB its samples mean (alpha dropped, 16 bits to
+ * the high byte, gray spread to 8 bits, palette looked up). */
+static void check_png(pk_decoder *d, int color, int depth, int interlace, int with_trns)
+{
+    const uint32_t w = 23, h = 17;
+    static const int channels[] = {1, 0, 3, 1, 2, 0, 4}; /* by colour type */
+    int ch = channels[color];
+    size_t row = ((size_t)w * ch * depth + 7) / 8;
+    uint8_t *raw = calloc(h, row);
+    uint8_t *want = xmalloc((size_t)w * h * 3);
+    struct spng_plte plte = {0};
+    struct spng_trns trns = {0};
+    uint64_t seed = (uint64_t)(color * 100 + depth * 10 + interlace);
+    uint32_t maxv = (1u << depth) - 1;
+    if (color == SPNG_COLOR_TYPE_INDEXED) {
+        plte.n_entries = 1u << depth;
+        for (uint32_t i = 0; i < plte.n_entries; i++) {
+            plte.entries[i].red = (uint8_t)rng_next(&seed);
+            plte.entries[i].green = (uint8_t)rng_next(&seed);
+            plte.entries[i].blue = (uint8_t)rng_next(&seed);
+            trns.type3_alpha[i] = (uint8_t)(i * 37);
+        }
+        trns.n_type3_entries = plte.n_entries;
+    }
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++) {
+            uint32_t s[4];
+            for (int c = 0; c < ch; c++) {
+                s[c] = (uint32_t)rng_next(&seed) & maxv;
+                put_sample(raw + y * row, x * (uint32_t)ch + (uint32_t)c, depth, s[c]);
+            }
+            uint8_t *px = want + ((size_t)y * w + x) * 3;
+            if (color == SPNG_COLOR_TYPE_INDEXED) {
+                px[0] = plte.entries[s[0]].red, px[1] = plte.entries[s[0]].green, px[2] = plte.entries[s[0]].blue;
+            } else if (color == SPNG_COLOR_TYPE_GRAYSCALE || color == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA) {
+                uint8_t g = (uint8_t)(depth == 16 ? s[0] >> 8 : s[0] * 255 / maxv);
+                px[0] = px[1] = px[2] = g;
+            } else {
+                for (int c = 0; c < 3; c++) px[c] = (uint8_t)(depth == 16 ? s[c] >> 8 : s[c]);
+            }
+        }
+    if (with_trns && color == SPNG_COLOR_TYPE_TRUECOLOR) trns.red = 5, trns.green = 6, trns.blue = 7;
+    if (with_trns && color == SPNG_COLOR_TYPE_GRAYSCALE) trns.gray = 1;
+    size_t len;
+    uint8_t *png = png_encode(raw, h * row, w, h, color, depth, interlace,
+                              color == SPNG_COLOR_TYPE_INDEXED ? &plte : NULL, with_trns ? &trns : NULL, &len);
+    /* stretch to 23x23 would resample; fit keeps 23x17 as it is and pads */
+    pk_params p = params(w, PK_RESIZE_FIT);
+    p.fill[0] = 1, p.fill[1] = 2, p.fill[2] = 3;
+    uint32_t ow, oh;
+    uint8_t *got = process_ok(d, png, len, &p, &ow, &oh);
+    ck_assert_uint_eq(ow, w);
+    ck_assert_uint_eq(oh, h);
+    uint32_t pad = (w - h) / 2;
+    for (uint32_t y = 0; y < w; y++)
+        for (uint32_t x = 0; x < w; x++) {
+            const uint8_t *g = got + ((size_t)y * w + x) * 3;
+            if (y < pad || y >= pad + h) {
+                ck_assert_msg(g[0] == 1 && g[1] == 2 && g[2] == 3, "padding at (%u,%u)", x, y);
+                continue;
+            }
+            const uint8_t *e = want + ((size_t)(y - pad) * w + x) * 3;
+            ck_assert_msg(memcmp(g, e, 3) == 0,
+                          "colour %d depth %d interlace %d: (%u,%u) is %d,%d,%d, want %d,%d,%d", color, depth,
+                          interlace, x, y - pad, g[0], g[1], g[2], e[0], e[1], e[2]);
+        }
+    free(got);
+    free(png);
+    free(want);
+    free(raw);
+}
+
+START_TEST(png_flavours_exact)
+{
+    static const struct { int color, depth; } f[] = {
+        {SPNG_COLOR_TYPE_GRAYSCALE, 1}, {SPNG_COLOR_TYPE_GRAYSCALE, 2}, {SPNG_COLOR_TYPE_GRAYSCALE, 4},
+        {SPNG_COLOR_TYPE_GRAYSCALE, 8}, {SPNG_COLOR_TYPE_GRAYSCALE, 16},
+        {SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 8}, {SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 16},
+        {SPNG_COLOR_TYPE_INDEXED, 1}, {SPNG_COLOR_TYPE_INDEXED, 2}, {SPNG_COLOR_TYPE_INDEXED, 4},
+        {SPNG_COLOR_TYPE_INDEXED, 8}, {SPNG_COLOR_TYPE_TRUECOLOR, 8}, {SPNG_COLOR_TYPE_TRUECOLOR, 16},
+        {SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 8}, {SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 16},
+    };
+    pk_decoder *d = pk_decoder_new();
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        for (int interlace = 0; interlace < 2; interlace++)
+            for (int trns = 0; trns < 2; trns++) {
+                int has_alpha = f[i].color == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ||
+                                f[i].color == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA;
+                if (trns && has_alpha) continue; /* tRNS is not allowed with an alpha channel */
+                check_png(d, f[i].color, f[i].depth, interlace, trns);
+            }
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(png_named_jpg_is_png)
+{
+    /* The bytes decide: a PNG decodes as PNG whatever the caller thinks it is. */
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(20, 20, DETAIL, 9);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    ck_assert_int_eq(pk_sniff(png, len), PK_FMT_PNG);
+    pk_params p = params(20, PK_RESIZE_STRETCH);
+    uint8_t *got = process_ok(d, png, len, &p, NULL, NULL);
+    ck_assert_int_eq(memcmp(got, im.px, 20 * 20 * 3), 0);
+    free(got);
+    free(png);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(png_corrupt_and_truncated)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(40, 30, DETAIL, 10);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    pk_params p = params(16, PK_RESIZE_SHORTER);
+    /* inside the signature, inside IHDR, before IDAT, inside IDAT, before IEND's CRC */
+    const size_t cuts[] = {4, 8, 20, 33, 41, len / 2, len - 20};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        process_fails(d, png, cuts[i], &p, PK_E_CORRUPT, "corrupt PNG: ");
+    /* a flipped byte in the image data: the chunk CRC no longer matches */
+    uint8_t *bad = dup_bytes(png, len);
+    bad[len / 2] ^= 0x40;
+    process_fails(d, bad, len, &p, PK_E_CORRUPT, "corrupt PNG: ");
+    /* random bytes after a valid signature */
+    uint64_t seed = 11;
+    for (size_t i = 8; i < len; i++) bad[i] = (uint8_t)rng_next(&seed);
+    process_fails(d, bad, len, &p, PK_E_CORRUPT, "corrupt PNG: ");
+    free(bad);
+    free(png);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(png_bomb_refused_from_header)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(16, 16, GRADIENT, 0);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    /* IHDR: length at 8, type at 12, width 16, height 20, CRC 29 over type + data */
+    put_be32(png + 16, 30000);
+    put_be32(png + 20, 30000);
+    put_be32(png + 29, crc32_png(png + 12, 17));
+    pk_params p = params(32, PK_RESIZE_SHORTER);
+    p.max_pixels = 100000000;
+    process_fails(d, png, len, &p, PK_E_TOO_LARGE,
+                  "image is 30000x30000 = 900000000 pixels, over --max-pixels 100000000");
+    uint8_t out[32 * 32 * 3];
+    char msg[MSG];
+    uint32_t w = 0, h = 0;
+    ck_assert_int_eq(pk_process(d, png, len, &p, out, &w, &h, msg, sizeof msg), PK_E_TOO_LARGE);
+    ck_assert_uint_eq(w, 30000);
+    ck_assert_uint_eq(h, 30000);
+    free(png);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* ============================================================ resize */
+
+static void check_resize(pk_resizer *r, const image *src, uint32_t dw, uint32_t dh)
+{
+    double *ref = ref_resize(src->px, src->w, src->h, dw, dh);
+    pk_rgb_view v = {src->px, src->w, src->h, (size_t)src->w * 3};
+    pk_rect all = {0, 0, dw, dh};
+    uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
+    pk_resizer_force_scalar(r, 0);
+    ck_assert_int_eq(pk_resize(r, &v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+    pk_resizer_force_scalar(r, 1);
+    ck_assert_int_eq(pk_resize(r, &v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
+    pk_resizer_force_scalar(r, 0);
+    char what[64];
+    snprintf(what, sizeof what, "%ux%u -> %ux%u", src->w, src->h, dw, dh);
+    ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD and scalar differ", what);
+    compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
+    /* windows of it, as a crop asks for: the same bytes as the full result */
+    const pk_rect wins[] = {{0, 0, 1, 1}, {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1},
+                            {1, 0, dw - 1 > 0 ? dw - 1 : 1, dh}};
+    for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
+        const pk_rect *wn = &wins[i];
+        if (wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
+        uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
+        ck_assert_int_eq(pk_resize(r, &v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
+        for (uint32_t y = 0; y < wn->h; y++)
+            ck_assert_msg(memcmp(part + (size_t)y * wn->w * 3,
+                                 simd + ((size_t)(wn->y + y) * dw + wn->x) * 3, (size_t)wn->w * 3) == 0,
+                          "%s: window %zu row %u differs from the full resize", what, i, y);
+        free(part);
+    }
+    free(scalar);
+    free(simd);
+    free(ref);
+}
+
+START_TEST(resize_matches_reference)
+{
+    pk_resizer *r = pk_resizer_new();
+    image im = synth(97, 61, DETAIL, 12);
+    static const uint32_t sizes[][2] = {
+        {40, 25}, {31, 47}, {150, 90}, {60, 61}, {97, 30}, {13, 7}, {97, 61},
+        {70, 44}, {96, 60}, {48, 30}, {33, 21}, {1, 1}, {200, 3}, {5, 122},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) check_resize(r, &im, sizes[i][0], sizes[i][1]);
+    image_free(&im);
+    /* tiny and degenerate sources */
+    image one = synth(1, 1, DETAIL, 13), strip = synth(7, 1, DETAIL, 14);
+    check_resize(r, &one, 5, 3);
+    check_resize(r, &strip, 3, 4);
+    image_free(&one);
+    image_free(&strip);
+    pk_resizer_free(r);
+}
+END_TEST
+
+START_TEST(resize_wide_strips)
+{
+    /* long horizontal filters: 1200 -> 64 (about 38 taps, SIMD) and
+     * 3000 -> 40 (about 150 taps, past the SIMD limit: scalar) */
+    pk_resizer *r = pk_resizer_new();
+    image a = synth(1200, 6, DETAIL, 15), b = synth(3000, 5, DETAIL, 16), c = synth(6, 900, DETAIL, 17);
+    check_resize(r, &a, 64, 6);
+    check_resize(r, &a, 64, 3);
+    check_resize(r, &b, 40, 5);
+    check_resize(r, &c, 6, 20);
+    image_free(&a);
+    image_free(&b);
+    image_free(&c);
+    pk_resizer_free(r);
+}
+END_TEST
+
+/* Window `win` of v resized to dw x dh (ycc: of the planes yv) by a used
+ * resizer equals a fresh resizer's result. */
+static void expect_as_fresh(pk_resizer *used, const pk_rgb_view *v, const pk_ycc_view *yv, uint64_t dw, uint64_t dh,
+                            const pk_rect *win, int round)
+{
+    size_t n = (size_t)win->w * win->h * 3, stride = (size_t)win->w * 3;
+    uint8_t *a = xmalloc(n), *b = xmalloc(n);
+    pk_resizer *fresh = pk_resizer_new();
+    ck_assert_ptr_nonnull(fresh);
+    ck_assert_int_eq(yv ? pk_resize_ycc(used, yv, dw, dh, win, a, stride) : pk_resize(used, v, dw, dh, win, a, stride),
+                     0);
+    ck_assert_int_eq(yv ? pk_resize_ycc(fresh, yv, dw, dh, win, b, stride) : pk_resize(fresh, v, dw, dh, win, b, stride),
+                     0);
+    ck_assert_msg(memcmp(a, b, n) == 0, "%s %llux%llu window %llu+%u, %llu+%u differs with a used resizer (round %d)",
+                  yv ? "planes" : "rgb", (unsigned long long)dw, (unsigned long long)dh, (unsigned long long)win->x,
+                  win->w, (unsigned long long)win->y, win->h, round);
+    pk_resizer_free(fresh);
+    free(a);
+    free(b);
+}
+
+START_TEST(resize_cache_reuse)
+{
+    /* one resizer across changing sizes gives what a fresh one gives */
+    pk_resizer *shared = pk_resizer_new();
+    image im = synth(90, 70, DETAIL, 18);
+    pk_rgb_view v = {im.px, 90, 70, 270};
+    static const uint32_t sizes[][2] = {{40, 30}, {41, 30}, {40, 31}, {64, 64}, {40, 30}, {12, 50}, {41, 30}};
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            pk_rect all = {0, 0, sizes[i][0], sizes[i][1]};
+            expect_as_fresh(shared, &v, NULL, sizes[i][0], sizes[i][1], &all, round);
+        }
+    image_free(&im);
+    pk_resizer_free(shared);
+}
+END_TEST
+
+START_TEST(resize_cache_evicts)
+{
+    /* More keys than the cache holds (1,024 tables per axis in 128 sets of
+     * 8), among them keys that differ only in the window's offset or only
+     * in its width, in turn; the second round comes back to keys evicted
+     * meanwhile. RGB and planes. Then all over again with every key in one
+     * set, where keys that differ in one field meet: a lookup that ignored
+     * the window's offset or width, the output size, the source size of a
+     * chroma axis or its kind of upsampling would hand back the wrong table
+     * (checked by breaking each comparison in turn). (`in` never differs
+     * alone, and a table of the wrong SIMD layout only runs the scalar
+     * kernel on the same weights.) */
+    image im = synth(90, 70, DETAIL, 19);
+    pk_rgb_view v = {im.px, 90, 70, 270};
+    planes p = make_planes(90, 70, 2, 2, 0, 77);
+    /* chroma 3 wide from 5 and from 6 (keys that differ in `full` alone);
+     * chroma 2 wide, which libjpeg repeats instead of interpolating, and 45
+     * wide over the same 35 rows (keys that differ in `kind` alone) */
+    planes q[4] = {make_planes(5, 70, 2, 2, 0, 78), make_planes(6, 70, 2, 2, 0, 79), make_planes(3, 70, 2, 2, 0, 80),
+                   p};
+    pk_resizer *shared = NULL;
+    for (int round = 0; round < 4; round++) {
+        if (round % 2 == 0) {
+            pk_resizer_free(shared);
+            shared = pk_resizer_new();
+            if (round) pk__resizer_test_one_set(shared);
+        }
+        for (uint32_t dw = 1; dw <= 1300; dw += round % 2 ? 97 : 1) {
+            pk_rect all = {0, 0, dw, 3};
+            expect_as_fresh(shared, &v, NULL, dw, 3, &all, round);
+        }
+        for (uint32_t w = 1; w <= 40; w++) { /* keys that differ in the output size alone, in turn */
+            pk_rect win = {0, 0, w, 3};
+            expect_as_fresh(shared, &v, NULL, w, 3, &win, round);
+            expect_as_fresh(shared, &v, NULL, 600, 9, &win, round);
+            expect_as_fresh(shared, NULL, &p.v, w + 1, 3, &win, round);
+            expect_as_fresh(shared, NULL, &p.v, 600, 9, &win, round);
+        }
+        for (unsigned i = 0; i < 12; i++) { /* upscaled, mid-axis: the tables differ in most outputs */
+            pk_rect win = {297, 0, 4, 3};
+            expect_as_fresh(shared, NULL, &q[i % 4].v, 600, 200, &win, round);
+        }
+        for (uint32_t k = 0; k < 600; k += round % 2 ? 37 : 1) {
+            /* inside 600 x 9: offsets (x, y) with the same width in turn, then
+             * widths with the same offset */
+            pk_rect win = k < 300 ? (pk_rect){k % 3 * 100, k % 3, 1 + k / 3 * 2, 2}
+                                  : (pk_rect){(k - 300) / 2, 5, 1 + (k % 2), 2};
+            expect_as_fresh(shared, &v, NULL, 600, 9, &win, round);
+            expect_as_fresh(shared, NULL, &p.v, 600, 9, &win, round);
+        }
+    }
+    pk_resizer_free(shared);
+    for (int i = 0; i < 3; i++) free(q[i].mem);
+    free(p.mem);
+    image_free(&im);
+}
+END_TEST
+
+START_TEST(resize_cache_budget)
+{
+    /* RGB tables of large downscales are big (their SIMD layout holds 4
+     * taps per chunk and output): 300 of them would hold about 45 MiB. The
+     * cache keeps under its budget (48 MiB, then at most a resize's 4 more
+     * tables) and the results stay those of a fresh resizer. */
+    const uint32_t w = 4000, h = 4;
+    image im = synth(w, h, DETAIL, 23);
+    pk_resizer *r = pk_resizer_new();
+    size_t most = 0;
+    for (uint32_t k = 0; k < 700; k++) {
+        pk_rgb_view v = {im.px, w - k, h, (size_t)w * 3};
+        pk_rect all = {0, 0, 256, 2};
+        uint8_t out[256 * 2 * 3];
+        ck_assert_int_eq(pk_resize(r, &v, 256, 2, &all, out, sizeof out / 2), 0);
+        size_t held = pk__resizer_held(r);
+        most = held > most ? held : most;
+        ck_assert_msg(held <= ((size_t)48 << 20) + 4 * ((size_t)1 << 20), "tables hold %zu bytes", held);
+        if (k % 100 == 99) expect_as_fresh(r, &v, NULL, 256, 2, &all, (int)k);
+    }
+    ck_assert_msg(most > ((size_t)40 << 20), "the cache never came near its budget (%zu bytes)", most);
+    pk_resizer_free(r);
+    image_free(&im);
+}
+END_TEST
+
+START_TEST(ycc_scalar_groups_in_simd)
+{
+    /* Plane groups whose taps reach past their 16-byte loads run the scalar
+     * kernel between SIMD ones; real tables have them only at extreme
+     * scales, so the test seam makes every k-th group such a group (the
+     * first, odd and even ones, neighbours of pairs). check_ycc: bytes equal
+     * the all-scalar run's (and the reference, windows included). */
+    static const uint32_t sizes[][4] = {{97, 61, 40, 25}, {500, 375, 341, 256}, {375, 500, 256, 341}, {61, 97, 150, 90}};
+    for (unsigned every = 1; every <= 3; every++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (unsigned sub = 1; sub <= 2; sub++) {
+                pk_resizer *bad = pk_resizer_new();
+                pk__resizer_test_bad_groups(bad, every);
+                check_ycc(bad, sizes[i][0], sizes[i][1], sub, sub, 0, sizes[i][2], sizes[i][3]);
+                pk_resizer_free(bad);
+            }
+}
+END_TEST
+
+/* ============================================================ geometry */
+
+START_TEST(layout_numbers)
+{
+    static const struct {
+        uint32_t w, h, size;
+        int mode;
+        pk_layout want;
+    } cases[] = {
+        /* torchvision: 500x375 -> 341x256, crop left round(42.5) = 42 (half to even) */
+        {500, 375, 256, PK_RESIZE_SHORTER, {341, 256, 42, 0, 256, 256, 0, 0}},
+        {375, 500, 256, PK_RESIZE_SHORTER, {256, 341, 0, 42, 256, 256, 0, 0}},
+        {500, 333, 256, PK_RESIZE_SHORTER, {384, 256, 64, 0, 256, 256, 0, 0}},
+        {303, 256, 256, PK_RESIZE_SHORTER, {303, 256, 24, 0, 256, 256, 0, 0}}, /* round(23.5) = 24 */
+        {301, 256, 256, PK_RESIZE_SHORTER, {301, 256, 22, 0, 256, 256, 0, 0}}, /* round(22.5) = 22 */
+        {300, 300, 256, PK_RESIZE_SHORTER, {256, 256, 0, 0, 256, 256, 0, 0}},
+        {100, 50, 224, PK_RESIZE_SHORTER, {448, 224, 112, 0, 224, 224, 0, 0}}, /* upscaling */
+        {1, 10000, 256, PK_RESIZE_SHORTER, {256, 2560000, 0, 1279872, 256, 256, 0, 0}},
+        {500, 375, 256, PK_RESIZE_STRETCH, {256, 256, 0, 0, 256, 256, 0, 0}},
+        {500, 375, 256, PK_RESIZE_FIT, {256, 192, 0, 0, 256, 192, 0, 32}},
+        {300, 200, 64, PK_RESIZE_FIT, {64, 43, 0, 0, 64, 43, 0, 10}}, /* 42.67 rounds to 43 */
+        {200, 301, 64, PK_RESIZE_FIT, {43, 64, 0, 0, 43, 64, 10, 0}},
+        {10000, 1, 64, PK_RESIZE_FIT, {64, 1, 0, 0, 64, 1, 0, 31}}, /* never 0 rows */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pk_params p = params(cases[i].size, (pk_resize_mode)cases[i].mode);
+        pk_layout l;
+        pk_layout_compute(&p, cases[i].w, cases[i].h, &l);
+        const pk_layout *e = &cases[i].want;
+        ck_assert_msg(l.resized_w == e->resized_w && l.resized_h == e->resized_h && l.crop_x == e->crop_x &&
+                          l.crop_y == e->crop_y && l.w == e->w && l.h == e->h && l.pad_x == e->pad_x &&
+                          l.pad_y == e->pad_y,
+                      "case %zu (%ux%u size %u mode %d): got %llux%llu crop %llu,%llu %ux%u pad %u,%u", i,
+                      cases[i].w, cases[i].h, cases[i].size, cases[i].mode, (unsigned long long)l.resized_w,
+                      (unsigned long long)l.resized_h, (unsigned long long)l.crop_x,
+                      (unsigned long long)l.crop_y, l.w, l.h, l.pad_x, l.pad_y);
+        if (cases[i].mode == PK_RESIZE_SHORTER) { /* and the independent torchvision reading */
+            uint32_t rw, rh, left, top;
+            tv_geometry(cases[i].w, cases[i].h, cases[i].size, &rw, &rh, &left, &top);
+            ck_assert_uint_eq(l.resized_w, rw);
+            ck_assert_uint_eq(l.resized_h, rh);
+            ck_assert_uint_eq(l.crop_x, left);
+            ck_assert_uint_eq(l.crop_y, top);
+        }
+    }
+}
+END_TEST
+
+/* PNG (no DCT scaling) through pk_process in shorter mode against the
+ * reference resize and torchvision's crop. */
+static void check_shorter(pk_decoder *d, uint32_t w, uint32_t h, uint32_t n)
+{
+    image im = synth(w, h, DETAIL, w * 1000 + h);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    pk_params p = params(n, PK_RESIZE_SHORTER);
+    uint32_t ow, oh, rw, rh, left, top;
+    uint8_t *got = process_ok(d, png, len, &p, &ow, &oh);
+    ck_assert_uint_eq(ow, w);
+    ck_assert_uint_eq(oh, h);
+    tv_geometry(w, h, n, &rw, &rh, &left, &top);
+    double *ref = ref_resize(im.px, w, h, rw, rh);
+    char what[64];
+    snprintf(what, sizeof what, "%ux%u shorter %u (crop %u,%u)", w, h, n, left, top);
+    compare_ref(got, n, n, (size_t)n * 3, ref, rw, left, top, 1, what);
+    free(ref);
+    free(got);
+    free(png);
+    image_free(&im);
+}
+
+START_TEST(process_shorter_crops)
+{
+    pk_decoder *d = pk_decoder_new();
+    check_shorter(d, 120, 80, 48);  /* landscape: 72x48, left 12 */
+    check_shorter(d, 80, 120, 48);  /* portrait: 48x72, top 12 */
+    check_shorter(d, 101, 48, 48);  /* no resize, left round(26.5) = 26 */
+    check_shorter(d, 48, 103, 48);  /* no resize, top round(27.5) = 28 */
+    check_shorter(d, 97, 61, 40);   /* 63x40, left round(11.5) = 12 */
+    check_shorter(d, 61, 97, 40);
+    check_shorter(d, 30, 20, 45);   /* upscaling: 67x45 */
+    check_shorter(d, 64, 64, 64);   /* identity */
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(process_fit_pads)
+{
+    pk_decoder *d = pk_decoder_new();
+    static const uint32_t dims[][2] = {{120, 80}, {80, 120}, {50, 50}, {200, 9}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        uint32_t w = dims[i][0], h = dims[i][1], n = 48;
+        image im = synth(w, h, DETAIL, 19 + i);
+        size_t len;
+        uint8_t *png = png_rgb(&im, &len);
+        pk_params p = params(n, PK_RESIZE_FIT);
+        p.fill[0] = 10, p.fill[1] = 20, p.fill[2] = 30;
+        uint8_t *got = process_ok(d, png, len, &p, NULL, NULL);
+        pk_layout l;
+        pk_layout_compute(&p, w, h, &l);
+        double *ref = ref_resize(im.px, w, h, (uint32_t)l.resized_w, (uint32_t)l.resized_h);
+        compare_ref(got + ((size_t)l.pad_y * n + l.pad_x) * 3, l.w, l.h, (size_t)n * 3, ref, l.w, 0, 0, 1,
+                    "fit interior");
+        for (uint32_t y = 0; y < n; y++)
+            for (uint32_t x = 0; x < n; x++) {
+                if (x >= l.pad_x && x < l.pad_x + l.w && y >= l.pad_y && y < l.pad_y + l.h) continue;
+                const uint8_t *g = got + ((size_t)y * n + x) * 3;
+                ck_assert_msg(g[0] == 10 && g[1] == 20 && g[2] == 30, "%ux%u: (%u,%u) is not fill", w, h, x, y);
+            }
+        /* centred: the margins differ by at most one pixel */
+        ck_assert_uint_le(n - l.w - 2 * l.pad_x, 1);
+        ck_assert_uint_le(n - l.h - 2 * l.pad_y, 1);
+        free(ref);
+        free(got);
+        free(png);
+        image_free(&im);
+    }
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(process_stretch)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(120, 80, DETAIL, 23);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    pk_params p = params(48, PK_RESIZE_STRETCH);
+    uint8_t *got = process_ok(d, png, len, &p, NULL, NULL);
+    double *ref = ref_resize(im.px, 120, 80, 48, 48);
+    compare_ref(got, 48, 48, 48 * 3, ref, 48, 0, 0, 1, "stretch 120x80 -> 48x48");
+    free(ref);
+    free(got);
+    free(png);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(decoder_reuse_matches_fresh)
+{
+    /* scratch buffers and weight tables carried between images of changing
+     * sizes and formats never leak into the next result */
+    pk_decoder *shared = pk_decoder_new();
+    image a = synth(120, 90, DETAIL, 24), b = synth(64, 200, DETAIL, 25), c = synth(300, 301, GRADIENT, 26);
+    size_t la, lb, lc;
+    uint8_t *ja = jpeg_encode(a.px, a.w, a.h, TJPF_RGB, TJSAMP_420, 90, 0, &la);
+    uint8_t *pb = png_rgb(&b, &lb);
+    uint8_t *jc = jpeg_encode(c.px, c.w, c.h, TJPF_RGB, TJSAMP_444, 90, TJFLAG_PROGRESSIVE, &lc);
+    const uint8_t *files[] = {ja, pb, jc};
+    const size_t lens[] = {la, lb, lc};
+    for (int round = 0; round < 4; round++)
+        for (int mode = PK_RESIZE_SHORTER; mode <= PK_RESIZE_FIT; mode++)
+            for (int f = 0; f < 3; f++) {
+                pk_params p = params(round % 2 ? 56 : 64, (pk_resize_mode)mode);
+                pk_decoder *fresh = pk_decoder_new();
+                uint8_t *x = process_ok(shared, files[f], lens[f], &p, NULL, NULL);
+                uint8_t *y = process_ok(fresh, files[f], lens[f], &p, NULL, NULL);
+                ck_assert_msg(memcmp(x, y, (size_t)p.size * p.size * 3) == 0, "file %d mode %d round %d", f,
+                              mode, round);
+                free(x);
+                free(y);
+                pk_decoder_free(fresh);
+            }
+    free(ja);
+    free(pb);
+    free(jc);
+    image_free(&a);
+    image_free(&b);
+    image_free(&c);
+    pk_decoder_free(shared);
+}
+END_TEST
+
+START_TEST(bad_arguments)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(8, 8, FLAT, 0);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    uint8_t out[64 * 64 * 3];
+    char msg[MSG];
+    pk_params p = params(0, PK_RESIZE_SHORTER);
+    ck_assert_int_eq(pk_process(d, png, len, &p, out, NULL, NULL, msg, sizeof msg), PK_E_ARG);
+    ck_assert_ptr_nonnull(strstr(msg, "invalid size 0"));
+    p = params(PK_MAX_SIZE + 1, PK_RESIZE_SHORTER);
+    ck_assert_int_eq(pk_process(d, png, len, &p, out, NULL, NULL, msg, sizeof msg), PK_E_ARG);
+    p = params(64, (pk_resize_mode)7);
+    ck_assert_int_eq(pk_process(d, png, len, &p, out, NULL, NULL, msg, sizeof msg), PK_E_ARG);
+    p = params(64, PK_RESIZE_SHORTER);
+    ck_assert_int_eq(pk_process(d, png, len, &p, NULL, NULL, NULL, msg, sizeof msg), PK_E_ARG);
+    ck_assert_int_eq(pk_process(NULL, png, len, &p, out, NULL, NULL, msg, sizeof msg), PK_E_ARG);
+    /* no message buffer at all is allowed */
+    ck_assert_int_eq(pk_process(d, png, 5, &p, out, NULL, NULL, NULL, 0), PK_E_CORRUPT);
+    /* a message buffer too small is cut, not overrun */
+    char tiny[8];
+    ck_assert_int_eq(pk_process(d, png, 5, &p, out, NULL, NULL, tiny, sizeof tiny), PK_E_CORRUPT);
+    ck_assert_uint_eq(strlen(tiny), sizeof tiny - 1);
+    for (int s = PK_OK; s <= PK_E_ARG + 1; s++) ck_assert_ptr_nonnull(pk_status_name(s));
+    ck_assert_str_eq(pk_status_name(PK_E_CORRUPT), "corrupt image");
+    pk_decoder_free(NULL);
+    pk_resizer_free(NULL);
+    free(png);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("pack_image");
+    TCase *tc = tcase_create("formats");
+    tcase_add_test(tc, sniff_magic_not_names);
+    tcase_add_test(tc, empty_file);
+    tcase_add_test(tc, unsupported_formats);
+    tcase_add_test(tc, bad_arguments);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("jpeg");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, jpeg_flavours_exact);
+    tcase_add_test(tc, jpeg_grayscale_expands);
+    tcase_add_test(tc, jpeg_ycck_to_rgb);
+    tcase_add_test(tc, jpeg_plain_cmyk_matches_pillow);
+    tcase_add_test(tc, jpeg_cjpeg_variants);
+    tcase_add_test(tc, jpeg_truncated);
+    tcase_add_test(tc, jpeg_garbage);
+    tcase_add_test(tc, jpeg_bomb_refused_from_header);
+    tcase_add_test(tc, decoder_survives_bad_files);
+    tcase_add_test(tc, jpeg_dct_scaled);
+    tcase_add_test(tc, jpeg_planar_close_to_rgb_route);
+    tcase_add_test(tc, jpeg_planar_saturated);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("png");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, png_flavours_exact);
+    tcase_add_test(tc, png_named_jpg_is_png);
+    tcase_add_test(tc, png_corrupt_and_truncated);
+    tcase_add_test(tc, png_bomb_refused_from_header);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("resize");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, resize_matches_reference);
+    tcase_add_test(tc, resize_wide_strips);
+    tcase_add_test(tc, resize_cache_reuse);
+    tcase_add_test(tc, resize_cache_evicts);
+    tcase_add_test(tc, resize_cache_budget);
+    tcase_add_test(tc, ycc_scalar_groups_in_simd);
+    tcase_add_test(tc, ycc_resize_matches_reference);
+    tcase_add_test(tc, layout_numbers);
+    tcase_add_test(tc, process_shorter_crops);
+    tcase_add_test(tc, process_fit_pads);
+    tcase_add_test(tc, process_stretch);
+    tcase_add_test(tc, decoder_reuse_matches_fresh);
+    tcase_add_test(tc, ycc_row_levels_agree);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

@@ -1,0 +1,207 @@
+/* tests/tools/test_diag_cli.c - the diagnostics tools from the outside:
+ * shardview's contact sheet (decoded back: grid size and every cell's pixels
+ * against the records), shardinfo --json, and shardread --sweep's CSV. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <spng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "cli_util.h"
+#include "stoker/reader.h"
+
+#define SIDE 24
+
+static void make_dataset(void)
+{
+    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 50 --size %d --classes 7 --records-per-shard 20 ds", tu_tools, SIDE), 0);
+}
+
+static json_t *last_json_line(const char *out)
+{
+    const char *last = out, *p;
+    while ((p = strchr(last, '\n')) && p[1]) last = p + 1;
+    json_error_t je;
+    json_t *j = json_loads(last, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %.200s (%s)", last, je.text);
+    return j;
+}
+
+/* Decode tu_tmp/name (PNG or JPEG) to RGB. */
+static uint8_t *decode(const char *name, int *w, int *h)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", tu_tmp, name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static uint8_t file[8 << 20];
+    size_t n = fread(file, 1, sizeof file, f);
+    fclose(f);
+    uint8_t *rgb = NULL;
+    if (strstr(name, ".png")) {
+        spng_ctx *ctx = spng_ctx_new(0);
+        struct spng_ihdr ihdr;
+        size_t len;
+        ck_assert_int_eq(spng_set_png_buffer(ctx, file, n), 0);
+        ck_assert_int_eq(spng_get_ihdr(ctx, &ihdr), 0);
+        ck_assert_int_eq(spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &len), 0);
+        rgb = malloc(len);
+        ck_assert_int_eq(spng_decode_image(ctx, rgb, len, SPNG_FMT_RGB8, 0), 0);
+        *w = (int)ihdr.width;
+        *h = (int)ihdr.height;
+        spng_ctx_free(ctx);
+    } else {
+        tjhandle tj = tjInitDecompress();
+        int ss, cs;
+        ck_assert_int_eq(tjDecompressHeader3(tj, file, n, w, h, &ss, &cs), 0);
+        rgb = malloc((size_t)*w * *h * 3);
+        ck_assert_int_eq(tjDecompress2(tj, file, n, rgb, *w, 0, *h, TJPF_RGB, 0), 0);
+        tjDestroy(tj);
+    }
+    return rgb;
+}
+
+/* Mean absolute difference between the cell at (x, y) and record rec. */
+static double cell_mad(const stk_dataset *ds, const uint8_t *rgb, int W, int x, int y, uint64_t rec)
+{
+    const void *p;
+    uint64_t size;
+    ck_assert_int_eq(stk_dataset_value(ds, 0, rec, &p, &size, NULL), 0);
+    const uint8_t *img = p;
+    double sum = 0;
+    for (int r = 0; r < SIDE; r++)
+        for (int c = 0; c < SIDE * 3; c++) sum += abs((int)rgb[((size_t)(y + r) * W + x) * 3 + c] - (int)img[r * SIDE * 3 + c]);
+    return sum / (SIDE * SIDE * 3);
+}
+
+static void check_sheet(const char *file, double tol)
+{
+    json_t *j = last_json_line(tu_slurp("out.txt"));
+    int W = (int)json_integer_value(json_object_get(j, "width")), H = (int)json_integer_value(json_object_get(j, "height"));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "columns")), 4); /* 13 cells: a 4 x 4 grid */
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "rows")), 4);
+    ck_assert_int_eq(W, 4 * (SIDE + 4));
+    int w, h;
+    uint8_t *rgb = decode(file, &w, &h);
+    ck_assert_int_eq(w, W);
+    ck_assert_int_eq(h, H);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ds", tu_tmp);
+    stk_dataset *ds = stk_dataset_open(dir, NULL);
+    ck_assert_ptr_nonnull(ds);
+    json_t *cells = json_object_get(j, "cells");
+    ck_assert_int_eq(json_array_size(cells), 13);
+    for (size_t i = 0; i < 13; i++) {
+        json_t *c = json_array_get(cells, i);
+        int x = (int)json_integer_value(json_object_get(c, "x")), y = (int)json_integer_value(json_object_get(c, "y"));
+        uint64_t rec = (uint64_t)json_integer_value(json_object_get(c, "record"));
+        ck_assert_int_eq(x, (int)(i % 4) * (SIDE + 4) + 2);
+        double own = cell_mad(ds, rgb, W, x, y, rec), other = cell_mad(ds, rgb, W, x, y, (rec + 1) % 50);
+        ck_assert_msg(own <= tol, "cell %zu (record %llu): differs by %.2f on average", i, (unsigned long long)rec, own);
+        ck_assert_msg(other > own + 10, "cell %zu does not tell record %llu from its neighbour", i, (unsigned long long)rec);
+        ck_assert(json_is_integer(json_object_get(c, "label")));
+    }
+    stk_dataset_close(ds);
+    free(rgb);
+    json_decref(j);
+}
+
+START_TEST(test_contact_sheet_png_exact)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --out s.png --records 13 --first 5 --label --json", tu_tools), 0);
+    check_sheet("s.png", 0);
+}
+END_TEST
+
+START_TEST(test_contact_sheet_jpeg_and_random)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --out s.jpg --random 13 --seed 4 --label --quality 95 --json", tu_tools), 0);
+    check_sheet("s.jpg", 8);
+    /* one record at its stored size */
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 7 --out one.png", tu_tools), 0);
+    int w, h;
+    uint8_t *rgb = decode("one.png", &w, &h);
+    ck_assert_int_eq(w, SIDE);
+    ck_assert_int_eq(h, SIDE);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ds", tu_tmp);
+    stk_dataset *ds = stk_dataset_open(dir, NULL);
+    ck_assert(cell_mad(ds, rgb, SIDE, 0, 0, 7) == 0);
+    stk_dataset_close(ds);
+    free(rgb);
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 50 --out one.png", tu_tools), 1);
+    ck_assert(strstr(tu_slurp("err.txt"), "out of range") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds", tu_tools), 2);
+}
+END_TEST
+
+START_TEST(test_shardinfo_json)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardinfo' --json ds", tu_tools), 0);
+    json_t *j = last_json_line(tu_slurp("out.txt"));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "records")), 50);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "shards")), 3);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "fields")), 2);
+    ck_assert_int_eq(strlen(json_string_value(json_object_get(j, "fingerprint"))), 16);
+    json_t *hist = json_object_get(j, "histogram");
+    json_int_t total = 0;
+    for (size_t i = 0; i < json_array_size(hist); i++) total += json_integer_value(json_object_get(json_array_get(hist, i), "count"));
+    ck_assert_int_eq(total, 50);
+    ck_assert(json_array_size(hist) <= 7 && json_array_size(hist) > 1);
+    json_decref(j);
+    ck_assert_int_eq(tu_sh("'%s/shardinfo' ds", tu_tools), 0);
+    ck_assert(strstr(tu_slurp("out.txt"), "records      50 in 3 shards") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardinfo' nowhere", tu_tools), 1);
+}
+END_TEST
+
+START_TEST(test_sweep_csv_and_json)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --sweep --sweep-threads 1,2 --sweep-prefetch 1,3 --sweep-batch 4,8 "
+                           "--sweep-seconds 0.05 -o shuffle --csv sweep.csv --plot sweep.svg ds", tu_tools), 0);
+    char *csv = tu_slurp("sweep.csv");
+    ck_assert_int_eq(tu_count_lines(csv), 1 + 8);
+    static const char header[] = "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee\n";
+    ck_assert(strncmp(csv, header, sizeof header - 1) == 0);
+    int knees = 0;
+    for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
+        unsigned t, p, b;
+        double sps, gbs, wait, mib;
+        int knee;
+        ck_assert_int_eq(sscanf(line, "%u,%u,%u,%lf,%lf,%lf,%lf,%d", &t, &p, &b, &sps, &gbs, &wait, &mib, &knee), 8);
+        ck_assert(sps > 0 && wait >= 0 && wait <= 1 && mib > 0);
+        knees += knee;
+    }
+    ck_assert_int_eq(knees, 1);
+    ck_assert(strstr(tu_slurp("sweep.svg"), "<svg") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --sweep --json --sweep-threads 1 --sweep-prefetch 1 --sweep-seconds 0.05 ds", tu_tools), 0);
+    json_t *j = last_json_line(tu_slurp("out.txt"));
+    ck_assert_int_eq(json_array_size(json_object_get(j, "points")), 1);
+    json_decref(j);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --csv x.csv ds", tu_tools), 2); /* --csv without --sweep */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("diagnostics cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_contact_sheet_png_exact);
+    tcase_add_test(tc, test_contact_sheet_jpeg_and_random);
+    tcase_add_test(tc, test_shardinfo_json);
+    tcase_add_test(tc, test_sweep_csv_and_json);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

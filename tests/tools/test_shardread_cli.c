@@ -1,0 +1,150 @@
+/* tests/tools/test_shardread_cli.c - shardread from the outside: the
+ * --dump-order format, resume across processes (also into another world
+ * size), --json, and exit codes. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+
+/* 150 records in shards of 40: batches of 16 cross shard boundaries. */
+static void make_dataset(void)
+{
+    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 150 --size 8 --classes 7 --records-per-shard 40 ds", tu_tools), 0);
+}
+
+static char *dup_out(const char *name)
+{
+    char *s = strdup(tu_slurp(name));
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+START_TEST(test_dump_order_format)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardread' --dump-order -b 16 -e 2 ds", tu_tools), 0);
+    const char *out = tu_slurp("out.txt");
+    ck_assert_int_eq(tu_count_lines(out), 2 * 10); /* ceil(150 / 16) per epoch */
+    for (const char *p = out; *p; p++) ck_assert_msg((*p >= '0' && *p <= '9') || *p == ' ' || *p == '\n', "junk in dump");
+    /* sequential, padded: epoch 0's last batch is 144..149 then 0..9 */
+    char want[512] = "";
+    for (int i = 0; i < 16; i++) sprintf(want + strlen(want), i ? " %d" : "%d", i < 6 ? 144 + i : i - 6);
+    const char *line10 = out;
+    for (int i = 0; i < 9; i++) line10 = strchr(line10, '\n') + 1;
+    ck_assert_msg(strncmp(line10, want, strlen(want)) == 0 && line10[strlen(want)] == '\n', "last batch: %.80s", line10);
+    ck_assert(strstr(tu_slurp("err.txt"), "samples/s") != NULL); /* the summary went to stderr */
+}
+END_TEST
+
+/* Stop after 7 batches in one process, continue in another: the same lines
+ * as one uninterrupted run; and continued by two ranks of half the batch,
+ * whose lines side by side are the same global batches. */
+START_TEST(test_resume_across_processes)
+{
+    tu_cli_setup();
+    make_dataset();
+    const char *common = "--order shuffle --seed 9 --dump-order -e 2 -q";
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 ds", tu_tools, common), 0);
+    char *whole = dup_out("out.txt");
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 --stop-after 7 --state-out st.json ds", tu_tools, common), 0);
+    char *first = dup_out("out.txt");
+    ck_assert_int_eq(tu_count_lines(first), 7);
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 --state-in st.json ds", tu_tools, common), 0);
+    char *rest = dup_out("out.txt");
+    size_t n1 = strlen(first);
+    ck_assert(strncmp(whole, first, n1) == 0);
+    ck_assert_str_eq(whole + n1, rest);
+
+    /* elastic: world 2, batch 8 each, from the same state */
+    char *rank[2];
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 8 --rank %d --world-size 2 --state-in st.json ds", tu_tools, common, r), 0);
+        rank[r] = dup_out("out.txt");
+    }
+    const char *a = rank[0], *b = rank[1], *w = whole + n1;
+    while (*w) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n'), *ew = strchr(w, '\n');
+        ck_assert(ea && eb && ew);
+        char joined[2048];
+        snprintf(joined, sizeof joined, "%.*s %.*s", (int)(ea - a), a, (int)(eb - b), b);
+        ck_assert_msg(strlen(joined) == (size_t)(ew - w) && strncmp(joined, w, (size_t)(ew - w)) == 0,
+                      "global batch differs: %s vs %.*s", joined, (int)(ew - w), w);
+        a = ea + 1;
+        b = eb + 1;
+        w = ew + 1;
+    }
+    ck_assert(*a == 0 && *b == 0);
+    /* a state from another seed is refused */
+    ck_assert_int_eq(tu_sh("'%s/shardread' --order shuffle --seed 10 -b 16 --state-in st.json ds", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "seed differs") != NULL);
+    free(whole);
+    free(first);
+    free(rest);
+    free(rank[0]);
+    free(rank[1]);
+}
+END_TEST
+
+START_TEST(test_json_and_quasi_quality)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardread' --json -b 10 --order quasi --quasi-block 1K --quasi-window 3 -e 2 ds", tu_tools), 0);
+    const char *out = tu_slurp("out.txt"), *last = out, *p;
+    while ((p = strchr(last, '\n')) && p[1]) last = p + 1;
+    json_error_t je;
+    json_t *j = json_loads(last, 0, &je);
+    ck_assert_msg(j != NULL, "last line is not JSON: %s (%s)", last, je.text);
+    ck_assert(json_is_true(json_object_get(j, "ok")));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "samples")), 2 * 150);
+    ck_assert(json_number_value(json_object_get(j, "samples_per_s")) > 0);
+    ck_assert(json_is_number(json_object_get(j, "gb_per_s")));
+    double wf = json_number_value(json_object_get(j, "wait_fraction"));
+    ck_assert(wf >= 0 && wf <= 1);
+    ck_assert(json_is_string(json_object_get(j, "verdict")));
+    json_decref(j);
+    ck_assert(strstr(tu_slurp("err.txt"), "shuffle quality:") != NULL);
+}
+END_TEST
+
+START_TEST(test_exit_codes)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardread' --order random ds", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "--order") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' nowhere", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --fields image,nope ds", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "no field 'nope'") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --help", tu_tools), 0);
+    ck_assert(strstr(tu_slurp("out.txt"), "Exit status") != NULL);
+    /* flip a byte of record 45's image (shard 1, local record 5) */
+    ck_assert_int_eq(tu_sh("cp -r ds bad && '%s/shardread' -q -b 1 --stop-after 1 bad", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' -q bad", tu_tools), 0);
+    /* the image region starts at the first 4096-aligned offset after the header */
+    ck_assert_int_eq(tu_sh("printf '\\377' | dd of=bad/shard-00001.stk bs=1 seek=$((4096 + 5 * 8 * 8 * 3 + 7)) conv=notrunc status=none"), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --verify always -b 10 bad", tu_tools), 1);
+    const char *err = tu_slurp("err.txt");
+    ck_assert_msg(strstr(err, "shard-00001.stk: record 5 (dataset record 45), field 'image': checksum mismatch"),
+                  "%s", err);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --verify off -b 10 bad", tu_tools), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("shardread cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_dump_order_format);
+    tcase_add_test(tc, test_resume_across_processes);
+    tcase_add_test(tc, test_json_and_quasi_quality);
+    tcase_add_test(tc, test_exit_codes);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
