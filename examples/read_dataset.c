@@ -7,7 +7,7 @@
  *     find_package(stoker) + target_link_libraries(... stoker::stoker)
  */
 #ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#  define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +60,8 @@ int main(int argc, char **argv)
         }
     }
     double t_read = now() - t0;
-    printf("read_dataset: %llu records in %zu shards; open %.2f ms; read %.1f MB in %.3f s (%.2f GB/s, %.0f records/s)\n",
+    printf("read_dataset: %llu records in %zu shards; open %.2f ms; read %.1f MB in %.3f s (%.2f GB/s, %.0f "
+           "records/s)\n",
            (unsigned long long)n, stk_dataset_nshards(ds), t_open * 1e3, (double)bytes / 1e6, t_read,
            t_read > 0 ? (double)bytes / t_read / 1e9 : 0.0, t_read > 0 ? (double)n / t_read : 0.0);
     printf("read_dataset: %llu labelled records, touch sum %llu\n", (unsigned long long)labels_seen,

@@ -11,7 +11,7 @@
  * with exactly the batches an uninterrupted one would have read next.
  */
 #ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
+#  define _POSIX_C_SOURCE 200809L
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +53,12 @@ int main(int argc, char **argv)
         return 2;
     }
     stk_reader_options o;
-    stk_reader_options_init(&o);       /* rank/world from the environment */
+    stk_reader_options_init(&o); /* rank/world from the environment */
     o.batch_size = 64;
     o.order = STK_ORDER_SHUFFLE;
     o.seed = 1234;
     o.threads = 2;
-    o.fields = "image,label";          /* read only what the model needs */
+    o.fields = "image,label"; /* read only what the model needs */
     stk_error err;
     stk_reader *r = stk_reader_open(argv[1], &o, &err);
     if (!r) {
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
     const stk_batch *b;
     uint64_t steps = 0;
     while ((b = stk_reader_next(r, &err))) {
-        fake_step(b);              /* b stays valid until the next call */
+        fake_step(b); /* b stays valid until the next call */
         if (++steps % 20 == 0) {
             stk_reader_stats s;
             char verdict[256];

@@ -20,8 +20,8 @@ struct stk_dataset_writer {
     uint64_t records_per_shard, shard_bytes;
     int zstd_level;
     uint64_t zstd_block_bytes;
-    stk_writer *cur;          /* open shard, or NULL */
-    stk_manifest m;           /* shards committed so far, classes, pack */
+    stk_writer *cur; /* open shard, or NULL */
+    stk_manifest m;  /* shards committed so far, classes, pack */
     size_t cap;
 };
 
@@ -69,12 +69,11 @@ static int remove_old_manifest(const char *dir, int force, stk_error *err)
     int rc = STK_OK;
     if (access(mp, F_OK) == 0) {
         if (!force)
-            rc = stk_error_set(err, STK_E_EXISTS, "%s: directory already holds a dataset (%s); refusing to replace it",
-                          dir, STK_MANIFEST_NAME);
-        else if (unlink(mp) != 0)
-            rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
-        else
-            rc = stk__fsync_parent(mp, err);
+            rc = stk_error_set(err, STK_E_EXISTS,
+                               "%s: directory already holds a dataset (%s); refusing to replace it", dir,
+                               STK_MANIFEST_NAME);
+        else if (unlink(mp) != 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
+        else rc = stk__fsync_parent(mp, err);
     }
     free(mp);
     return rc;
@@ -82,14 +81,18 @@ static int remove_old_manifest(const char *dir, int force, stk_error *err)
 
 static int copy_meta(stk_dataset_writer *dw, const stk_dataset_options *o, stk_error *err)
 {
-    if (o && stk__manifest_check_meta(o->classes, o->nclasses, o->pack_json, err)) return err ? err->code : STK_E_ARG;
+    if (o && stk__manifest_check_meta(o->classes, o->nclasses, o->pack_json, err))
+        return err ? err->code : STK_E_ARG;
     dw->m.pack_json = strdup(o && o->pack_json ? o->pack_json : "{}");
     if (!dw->m.pack_json) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (!o || !o->nclasses) return STK_OK;
-    if (!(dw->m.classes = calloc(o->nclasses, sizeof(char *)))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (!(dw->m.classes = calloc(o->nclasses, sizeof(char *))))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (size_t i = 0; i < o->nclasses; i++) {
-        if (!o->classes[i] || !*o->classes[i]) return stk_error_set(err, STK_E_ARG, "class %zu has an empty name", i);
-        if (!(dw->m.classes[i] = strdup(o->classes[i]))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        if (!o->classes[i] || !*o->classes[i])
+            return stk_error_set(err, STK_E_ARG, "class %zu has an empty name", i);
+        if (!(dw->m.classes[i] = strdup(o->classes[i])))
+            return stk_error_set(err, STK_E_NOMEM, "out of memory");
         dw->m.nclasses = i + 1;
     }
     return STK_OK;
@@ -111,8 +114,9 @@ typedef struct {
     uint64_t zstd_block_bytes;
 } dataset_options_v0;
 
-#define SAME(f) _Static_assert(offsetof(stk_dataset_options, f) == offsetof(dataset_options_v0, f), \
-                               "stk_dataset_options." #f " moved: fields are appended, never moved")
+#define SAME(f)                                                                       \
+  _Static_assert(offsetof(stk_dataset_options, f) == offsetof(dataset_options_v0, f), \
+                 "stk_dataset_options." #f " moved: fields are appended, never moved")
 SAME(records_per_shard);
 SAME(shard_bytes);
 SAME(prefix);
@@ -136,28 +140,34 @@ static int read_options(stk_dataset_options *dst, const stk_dataset_options *src
 {
     memset(dst, 0, sizeof *dst);
     if (size < sizeof(dataset_options_v0))
-        return stk_error_set(err, STK_E_ARG, "stk_dataset_options: size %zu is smaller than any release's (%zu)", size,
+        return stk_error_set(err, STK_E_ARG,
+                             "stk_dataset_options: size %zu is smaller than any release's (%zu)", size,
                              sizeof(dataset_options_v0));
     for (size_t i = sizeof *dst; i < size; i++)
         if (((const unsigned char *)src)[i])
-            return stk_error_set(err, STK_E_ARG, "stk_dataset_options: the caller was built against a newer stoker "
-                                 "(%zu bytes, libstoker %s knows %zu) and sets fields this library lacks", size,
-                                 STK_VERSION_STRING, sizeof *dst);
+            return stk_error_set(err, STK_E_ARG,
+                                 "stk_dataset_options: the caller was built against a newer stoker "
+                                 "(%zu bytes, libstoker %s knows %zu) and sets fields this library lacks",
+                                 size, STK_VERSION_STRING, sizeof *dst);
     memcpy(dst, src, size < sizeof *dst ? size : sizeof *dst);
     return STK_OK;
 }
 
 stk_dataset_writer *stk_dataset_writer_create_sized(const char *dir, const stk_schema *schema,
-                                                    const stk_dataset_options *opts, size_t size, stk_error *err)
+                                                    const stk_dataset_options *opts, size_t size,
+                                                    stk_error *err)
 {
-    if (!dir || !schema) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_create: NULL argument"), NULL;
+    if (!dir || !schema)
+        return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_create: NULL argument"), NULL;
     stk_dataset_options copy;
     if (opts && read_options(&copy, opts, size, err)) return NULL;
     const stk_dataset_options *o = opts ? &copy : NULL;
     if (stk_schema_validate(schema, err)) return NULL;
     const char *prefix = o && o->prefix ? o->prefix : "shard";
     if (!stk__name_is_valid(prefix))
-        return stk_error_set(err, STK_E_ARG, "shard prefix '%.40s' must be 1-31 characters of [A-Za-z0-9_.-]", prefix), NULL;
+        return stk_error_set(err, STK_E_ARG, "shard prefix '%.40s' must be 1-31 characters of [A-Za-z0-9_.-]",
+                             prefix),
+               NULL;
     stk_dataset_writer *dw = calloc(1, sizeof *dw);
     if (!dw) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     dw->schema = *schema;
@@ -266,9 +276,9 @@ void stk_dataset_writer_abort(stk_dataset_writer *dw) { dw_free(dw); }
  * that passes sizeof the caller's options; binaries built against 0.1.0 call
  * this symbol, with the 0.1.0 struct. Bound to the old name by an asm label
  * (GCC and Clang, ELF): the C name belongs to the header's inline function. */
-STK_API stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema,
-                                                          const stk_dataset_options *o, stk_error *err)
-    __asm__("stk_dataset_writer_create");
+STK_API stk_dataset_writer *
+stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema, const stk_dataset_options *o,
+                              stk_error *err) __asm__("stk_dataset_writer_create");
 stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema,
                                                   const stk_dataset_options *o, stk_error *err)
 {

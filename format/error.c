@@ -6,19 +6,32 @@
 const char *stk_status_name(int code)
 {
     switch (code) {
-    case STK_OK: return "ok";
-    case STK_E_ARG: return "invalid argument";
-    case STK_E_IO: return "I/O error";
-    case STK_E_NOMEM: return "out of memory";
-    case STK_E_FORMAT: return "corrupt";
-    case STK_E_VERSION: return "unsupported version";
-    case STK_E_TRUNCATED: return "truncated";
-    case STK_E_CHECKSUM: return "checksum mismatch";
-    case STK_E_MANIFEST: return "bad manifest";
-    case STK_E_EXISTS: return "exists";
-    case STK_E_RANGE: return "out of range";
-    case STK_E_UNSUPPORTED: return "unsupported";
-    default: return "unknown error";
+    case STK_OK:
+        return "ok";
+    case STK_E_ARG:
+        return "invalid argument";
+    case STK_E_IO:
+        return "I/O error";
+    case STK_E_NOMEM:
+        return "out of memory";
+    case STK_E_FORMAT:
+        return "corrupt";
+    case STK_E_VERSION:
+        return "unsupported version";
+    case STK_E_TRUNCATED:
+        return "truncated";
+    case STK_E_CHECKSUM:
+        return "checksum mismatch";
+    case STK_E_MANIFEST:
+        return "bad manifest";
+    case STK_E_EXISTS:
+        return "exists";
+    case STK_E_RANGE:
+        return "out of range";
+    case STK_E_UNSUPPORTED:
+        return "unsupported";
+    default:
+        return "unknown error";
     }
 }
 

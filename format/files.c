@@ -26,8 +26,7 @@ int stk__write_all(int fd, const void *buf, size_t len, const char *path, stk_er
     return STK_OK;
 }
 
-int stk__pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path,
-                   stk_error *err)
+int stk__pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path, stk_error *err)
 {
     const char *p = buf;
     while (len) {
@@ -35,7 +34,7 @@ int stk__pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const cha
         if (n < 0) {
             if (errno == EINTR) continue;
             return stk__error_set_errno(err, STK_E_IO, errno, "%s: write at offset %llu failed", path,
-                                  (unsigned long long)off);
+                                        (unsigned long long)off);
         }
         p += n;
         off += (uint64_t)n;
@@ -51,8 +50,7 @@ int stk__fsync_parent(const char *path, stk_error *err)
     const char *dir = dirname(copy);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int rc = STK_OK;
-    if (fd < 0)
-        rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot open directory", dir);
+    if (fd < 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot open directory", dir);
     else if (fsync(fd) != 0 && errno != EINVAL)
         rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: fsync of directory failed", dir);
     if (fd >= 0) close(fd);
@@ -76,8 +74,8 @@ int stk__read_file(const char *path, size_t max, char **out, size_t *len, stk_er
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);
-        return stk_error_set(err, STK_E_FORMAT, "%s: file of %lld bytes is larger than the %zu allowed",
-                        path, (long long)st.st_size, max);
+        return stk_error_set(err, STK_E_FORMAT, "%s: file of %lld bytes is larger than the %zu allowed", path,
+                             (long long)st.st_size, max);
     }
     size_t n = (size_t)st.st_size, got = 0;
     char *buf = malloc(n + 1);
@@ -146,8 +144,8 @@ char *stk__path_join(const char *dir, const char *name)
 
 static bool safe_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 bool stk__path_is_safe(const char *p)
@@ -162,11 +160,11 @@ bool stk__path_is_safe(const char *p)
             e++;
         }
         size_t len = (size_t)(e - s);
-        if (len == 0) return false;                            /* "a//b", "a/" */
-        if (len == 1 && s[0] == '.') return false;             /* "."          */
+        if (len == 0) return false;                               /* "a//b", "a/" */
+        if (len == 1 && s[0] == '.') return false;                /* "."          */
         if (len == 2 && s[0] == '.' && s[1] == '.') return false; /* ".."     */
         s = *e ? e + 1 : e;
-        if (*e && !*s) return false;                           /* trailing '/' */
+        if (*e && !*s) return false; /* trailing '/' */
     }
     return true;
 }

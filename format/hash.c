@@ -27,7 +27,8 @@ static const stk__hash_isa *isa(int cap)
     /* VBMI marks the CPUs whose clock 512-bit multiplies do not pull down
      * (Ice Lake, Sapphire Rapids, Zen 4 and later; not Skylake-SP or Cascade
      * Lake): packers hash between AVX2 decodes. */
-    if (cap >= STK_HASH_ISA_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vbmi"))
+    if (cap >= STK_HASH_ISA_AVX512 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512vbmi"))
         return &stk__hash_avx512;
 #endif
 #if defined(STOKER_HAVE_AVX2_HASH)

@@ -32,14 +32,14 @@
 #include <stdint.h>
 #include <string.h>
 #ifdef __AVX512F__
-#include <immintrin.h>
+#  include <immintrin.h>
 #endif
 
 #define HB_STRIPE 64u
 #define HB_BLOCK 1024u /* (secret size 192 - 64) / 8 = 16 stripes */
 #define HB_SCRAMBLE_KEY (XXH3_kSecret + sizeof(XXH3_kSecret) - HB_STRIPE)
 #define HB_LAST_KEY (XXH3_kSecret + sizeof(XXH3_kSecret) - HB_STRIPE - 7) /* XXH_SECRET_LASTACC_START */
-#define HB_MERGE_KEY (XXH3_kSecret + 11)                                    /* XXH_SECRET_MERGEACCS_START */
+#define HB_MERGE_KEY (XXH3_kSecret + 11)                                  /* XXH_SECRET_MERGEACCS_START */
 
 _Static_assert(sizeof(XXH3_kSecret) == 192, "XXH3's default secret gives 16 stripes per block");
 

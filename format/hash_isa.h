@@ -27,7 +27,8 @@ typedef struct {
     uint64_t (*value)(const uint8_t *p, size_t len, uint64_t *sums);
     void (*blocks)(uint64_t *acc, const uint8_t *p, size_t n);
     void (*sums)(uint64_t *acc, const uint64_t *sums, size_t n);
-    uint64_t (*final)(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev, uint64_t total);
+    uint64_t (*final)(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev,
+                      uint64_t total);
 } stk__hash_isa;
 
 extern const stk__hash_isa stk__hash_base, stk__hash_avx2, stk__hash_avx512;
@@ -37,7 +38,8 @@ static uint64_t isa_hash(const void *data, size_t len) { return XXH3_64bits(data
 static uint64_t isa_value(const uint8_t *p, size_t len, uint64_t *sums) { return hb_value(p, len, sums); }
 static void isa_blocks(uint64_t *acc, const uint8_t *p, size_t n) { hb_blocks(acc, p, n); }
 static void isa_sums(uint64_t *acc, const uint64_t *sums, size_t n) { hb_sums(acc, sums, n); }
-static uint64_t isa_final(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev, uint64_t total)
+static uint64_t isa_final(const uint64_t *acc, const uint8_t *last, size_t n, const uint8_t *prev,
+                          uint64_t total)
 {
     return hb_final(acc, last, n, prev, total);
 }

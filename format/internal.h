@@ -16,28 +16,46 @@
 
 /* ------------------------------------------------------------- layout */
 
-#define STK_SHARD_MAGIC "STKSHARD"   /* 8 bytes at offset 0           */
-#define STK_FOOTER_MAGIC "STKFOOT1"  /* last 8 bytes of the file      */
-#define STK_ALIGN 4096u              /* region alignment the writer uses */
+#define STK_SHARD_MAGIC "STKSHARD"  /* 8 bytes at offset 0           */
+#define STK_FOOTER_MAGIC "STKFOOT1" /* last 8 bytes of the file      */
+#define STK_ALIGN 4096u             /* region alignment the writer uses */
 #define STK_ALIGN_MAX (1u << 30)
 
-#define STK_HEADER_FIXED 64u         /* fixed part of the header      */
-#define STK_FIELD_DESC 128u          /* bytes per field descriptor    */
+#define STK_HEADER_FIXED 64u /* fixed part of the header      */
+#define STK_FIELD_DESC 128u  /* bytes per field descriptor    */
 #define STK_FOOTER_SIZE 32u
 
-#define STK_HASH_XXH3_64 1u          /* checksum_algo                 */
+#define STK_HASH_XXH3_64 1u /* checksum_algo                 */
 
 /* Fixed header offsets. */
 enum {
-    H_MAGIC = 0, H_MAJOR = 8, H_MINOR = 10, H_HEADER_SIZE = 12, H_FLAGS = 16,
-    H_NFIELDS = 20, H_RECORDS = 24, H_FILE_SIZE = 32, H_CKSUM_OFF = 40,
-    H_CKSUM_LEN = 48, H_ALIGN = 56, H_ALGO = 60
+    H_MAGIC = 0,
+    H_MAJOR = 8,
+    H_MINOR = 10,
+    H_HEADER_SIZE = 12,
+    H_FLAGS = 16,
+    H_NFIELDS = 20,
+    H_RECORDS = 24,
+    H_FILE_SIZE = 32,
+    H_CKSUM_OFF = 40,
+    H_CKSUM_LEN = 48,
+    H_ALIGN = 56,
+    H_ALGO = 60
 };
 /* Field descriptor offsets. */
 enum {
-    D_NAME = 0, D_KIND = 32, D_DTYPE = 33, D_CODEC = 34, D_NDIM = 35,
-    D_RESERVED = 36, D_SHAPE = 40, D_STRIDE = 88, D_DATA_OFF = 96,
-    D_DATA_LEN = 104, D_HEAP_OFF = 112, D_HEAP_LEN = 120
+    D_NAME = 0,
+    D_KIND = 32,
+    D_DTYPE = 33,
+    D_CODEC = 34,
+    D_NDIM = 35,
+    D_RESERVED = 36,
+    D_SHAPE = 40,
+    D_STRIDE = 88,
+    D_DATA_OFF = 96,
+    D_DATA_LEN = 104,
+    D_HEAP_OFF = 112,
+    D_HEAP_LEN = 120
 };
 /* Footer offsets (relative to file_size - 32). */
 enum { F_INDEX_HASH = 0, F_FILE_SIZE = 8, F_RESERVED = 16, F_MAGIC = 24 };
@@ -92,8 +110,8 @@ typedef struct {
 
 /* Decode and validate a header from `buf` (at least `len` bytes of the start
  * of a file whose real size is `file_size`). Pure: no I/O. */
-int stk__layout_decode(const uint8_t *buf, size_t len, uint64_t file_size,
-                      const char *name, stk__layout *out, stk_error *err);
+int stk__layout_decode(const uint8_t *buf, size_t len, uint64_t file_size, const char *name, stk__layout *out,
+                       stk_error *err);
 /* Encode a header (header_size bytes, header hash included) into buf. */
 void stk__layout_encode(const stk__layout *lay, uint8_t *buf);
 /* Compute the canonical layout of a shard with this schema and these region
@@ -118,7 +136,11 @@ static inline uint32_t rd32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 static inline uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
-static inline void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void wr16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static inline void wr32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -176,8 +198,7 @@ uint64_t stk__hash_blocks_isa(const void *data, size_t len, uint64_t *sums, int 
 
 /* write()/pwrite() everything or fail with a message naming `path`. */
 int stk__write_all(int fd, const void *buf, size_t len, const char *path, stk_error *err);
-int stk__pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path,
-                   stk_error *err);
+int stk__pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *path, stk_error *err);
 /* fsync the directory that holds `path` (so a rename in it is durable). */
 int stk__fsync_parent(const char *path, stk_error *err);
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer. */

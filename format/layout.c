@@ -13,25 +13,25 @@ static int bad(stk_error *err, const char *name, const char *what, unsigned long
     return stk_error_set(err, STK_E_FORMAT, "%s: %s (%llu)", name, what, a);
 }
 
-static int decode_fixed(const uint8_t *b, size_t len, uint64_t file_size, const char *name,
-                        stk__layout *L, stk_error *err)
+static int decode_fixed(const uint8_t *b, size_t len, uint64_t file_size, const char *name, stk__layout *L,
+                        stk_error *err)
 {
     if (file_size < STK_HEADER_FIXED || len < STK_HEADER_FIXED)
         return stk_error_set(err, STK_E_TRUNCATED,
-                        "%s: file is %llu bytes, shorter than the %u-byte shard header", name,
-                        (unsigned long long)file_size, STK_HEADER_FIXED);
+                             "%s: file is %llu bytes, shorter than the %u-byte shard header", name,
+                             (unsigned long long)file_size, STK_HEADER_FIXED);
     if (memcmp(b + H_MAGIC, STK_SHARD_MAGIC, 8) != 0)
         return stk_error_set(err, STK_E_FORMAT, "%s: not a stoker shard (bad magic)", name);
     L->major = rd16(b + H_MAJOR);
     L->minor = rd16(b + H_MINOR);
     if (L->major != STK_FORMAT_MAJOR)
         return stk_error_set(err, STK_E_VERSION,
-                        "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
-                        name, L->major, L->minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR, STK_FORMAT_MINOR);
+                             "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
+                             name, L->major, L->minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR, STK_FORMAT_MINOR);
     uint32_t nf = rd32(b + H_NFIELDS);
     if (nf == 0 || nf > STK_MAX_FIELDS)
-        return stk_error_set(err, STK_E_FORMAT, "%s: header declares %u fields (1 to %d allowed)", name,
-                        nf, STK_MAX_FIELDS);
+        return stk_error_set(err, STK_E_FORMAT, "%s: header declares %u fields (1 to %d allowed)", name, nf,
+                             STK_MAX_FIELDS);
     L->header_size = rd32(b + H_HEADER_SIZE);
     uint64_t want = stk__header_size(nf);
     /* A later minor version may grow the header; this one must match exactly. */
@@ -39,19 +39,20 @@ static int decode_fixed(const uint8_t *b, size_t len, uint64_t file_size, const 
     if ((exact && L->header_size != want) || L->header_size < want || L->header_size % 8 ||
         L->header_size > STK_HEADER_MAX)
         return stk_error_set(err, STK_E_FORMAT, "%s: header size %u does not fit %u fields (expected %llu)",
-                        name, L->header_size, nf, (unsigned long long)want);
+                             name, L->header_size, nf, (unsigned long long)want);
     if (file_size < L->header_size || len < L->header_size)
         return stk_error_set(err, STK_E_TRUNCATED, "%s: file is %llu bytes, shorter than its %u-byte header",
-                        name, (unsigned long long)file_size, L->header_size);
+                             name, (unsigned long long)file_size, L->header_size);
     uint64_t stored = rd64(b + L->header_size - 8);
     uint64_t got = stk_hash(b, L->header_size - 8);
     if (stored != got)
         return stk_error_set(err, STK_E_CHECKSUM,
-                        "%s: header checksum mismatch (stored %016llx, computed %016llx)", name,
-                        (unsigned long long)stored, (unsigned long long)got);
+                             "%s: header checksum mismatch (stored %016llx, computed %016llx)", name,
+                             (unsigned long long)stored, (unsigned long long)got);
     uint32_t flags = rd32(b + H_FLAGS);
     if (flags)
-        return stk_error_set(err, STK_E_UNSUPPORTED, "%s: header flags 0x%x unknown to this build", name, flags);
+        return stk_error_set(err, STK_E_UNSUPPORTED, "%s: header flags 0x%x unknown to this build", name,
+                             flags);
     L->schema.nfields = nf;
     L->records = rd64(b + H_RECORDS);
     L->file_size = rd64(b + H_FILE_SIZE);
@@ -62,16 +63,16 @@ static int decode_fixed(const uint8_t *b, size_t len, uint64_t file_size, const 
         return bad(err, name, "region alignment is not a power of two from 4096 to 2^30", L->alignment);
     if (rd32(b + H_ALGO) != STK_HASH_XXH3_64)
         return stk_error_set(err, STK_E_UNSUPPORTED, "%s: checksum algorithm %u unknown to this build", name,
-                        rd32(b + H_ALGO));
+                             rd32(b + H_ALGO));
     if (L->file_size != file_size) {
         if (file_size < L->file_size)
             return stk_error_set(err, STK_E_TRUNCATED,
-                            "%s: truncated: file is %llu bytes, header says %llu (%llu missing)", name,
-                            (unsigned long long)file_size, (unsigned long long)L->file_size,
-                            (unsigned long long)(L->file_size - file_size));
-        return stk_error_set(err, STK_E_FORMAT, "%s: file is %llu bytes, header says %llu (%llu extra)",
-                        name, (unsigned long long)file_size, (unsigned long long)L->file_size,
-                        (unsigned long long)(file_size - L->file_size));
+                                 "%s: truncated: file is %llu bytes, header says %llu (%llu missing)", name,
+                                 (unsigned long long)file_size, (unsigned long long)L->file_size,
+                                 (unsigned long long)(L->file_size - file_size));
+        return stk_error_set(err, STK_E_FORMAT, "%s: file is %llu bytes, header says %llu (%llu extra)", name,
+                             (unsigned long long)file_size, (unsigned long long)L->file_size,
+                             (unsigned long long)(file_size - L->file_size));
     }
     return STK_OK;
 }
@@ -86,7 +87,9 @@ static int decode_field(const uint8_t *d, unsigned i, const char *name, stk__lay
     memcpy(f->name, d + D_NAME, STK_NAME_MAX);
     size_t nl = strlen(f->name);
     for (size_t k = nl; k < STK_NAME_MAX; k++)
-        if (d[D_NAME + k]) return stk_error_set(err, STK_E_FORMAT, "%s: field %u: bytes after the name are not zero", name, i);
+        if (d[D_NAME + k])
+            return stk_error_set(err, STK_E_FORMAT, "%s: field %u: bytes after the name are not zero", name,
+                                 i);
     f->kind = d[D_KIND];
     f->dtype = d[D_DTYPE];
     f->codec = d[D_CODEC];
@@ -104,14 +107,14 @@ static int decode_field(const uint8_t *d, unsigned i, const char *name, stk__lay
 
 /* Region [off, off+len) must be aligned, after the header and before the
  * checksum table. */
-static int check_region(const stk__layout *L, uint64_t off, uint64_t len, const char *name,
-                        const char *field, const char *what, stk_error *err)
+static int check_region(const stk__layout *L, uint64_t off, uint64_t len, const char *name, const char *field,
+                        const char *what, stk_error *err)
 {
     uint64_t end;
     if (off % L->alignment || off < L->header_size || !add_ok(off, len, &end) || end > L->cksum_off)
         return stk_error_set(err, STK_E_FORMAT,
-                        "%s: field '%s': %s region [%llu, +%llu) is misaligned or outside the data area",
-                        name, field, what, (unsigned long long)off, (unsigned long long)len);
+                             "%s: field '%s': %s region [%llu, +%llu) is misaligned or outside the data area",
+                             name, field, what, (unsigned long long)off, (unsigned long long)len);
     return STK_OK;
 }
 
@@ -123,18 +126,21 @@ static int check_compressed(const stk__layout *L, const stk_field *f, const stk_
                             stk_error *err)
 {
     if (L->minor < 1)
-        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': codec zstd needs format 1.1, the file says %u.%u", name,
-                        f->name, L->major, L->minor);
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: field '%s': codec zstd needs format 1.1, the file says %u.%u", name,
+                             f->name, L->major, L->minor);
     uint64_t stride = f->kind == STK_KIND_TENSOR ? stk_field_stride(f) : 8, base = 0;
     if (r->stride != stride)
         return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': stride %llu, expected %llu", name, f->name,
-                        (unsigned long long)r->stride, (unsigned long long)stride);
+                             (unsigned long long)r->stride, (unsigned long long)stride);
     if (f->kind == STK_KIND_BYTES && (!add_ok(L->records, 1, &base) || !mul_ok(base, 8, &base)))
         return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column overflows", name, f->name);
     if (r->data_len < base + 8 + 16 || (r->data_len - base - 8) % 16)
-        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': compressed data region of %llu bytes does not hold "
-                        "%sa block table", name, f->name, (unsigned long long)r->data_len,
-                        f->kind == STK_KIND_BYTES ? "the offsets column and " : "");
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: field '%s': compressed data region of %llu bytes does not hold "
+                             "%sa block table",
+                             name, f->name, (unsigned long long)r->data_len,
+                             f->kind == STK_KIND_BYTES ? "the offsets column and " : "");
     return check_region(L, r->heap_off, r->heap_len, name, f->name, "frames", err);
 }
 
@@ -155,19 +161,22 @@ static int check_fields(const stk__layout *L, const char *name, stk_error *err)
             if ((rc = check_compressed(L, f, r, name, err))) return rc;
         } else if (f->kind == STK_KIND_TENSOR) {
             if (r->stride != stk_field_stride(f))
-                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': stride %llu does not match its shape (%llu)",
-                                name, f->name, (unsigned long long)r->stride,
-                                (unsigned long long)stk_field_stride(f));
+                return stk_error_set(
+                    err, STK_E_FORMAT, "%s: field '%s': stride %llu does not match its shape (%llu)", name,
+                    f->name, (unsigned long long)r->stride, (unsigned long long)stk_field_stride(f));
             if (!mul_ok(L->records, r->stride, &want_len) || r->data_len != want_len)
-                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': region length %llu is not records x stride",
-                                name, f->name, (unsigned long long)r->data_len);
+                return stk_error_set(err, STK_E_FORMAT,
+                                     "%s: field '%s': region length %llu is not records x stride", name,
+                                     f->name, (unsigned long long)r->data_len);
             if (r->heap_off || r->heap_len)
-                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': tensor field has a heap", name, f->name);
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': tensor field has a heap", name,
+                                     f->name);
         } else {
             if (r->stride != 8 || !add_ok(L->records, 1, &want_len) || !mul_ok(want_len, 8, &want_len) ||
                 r->data_len != want_len)
-                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column is not (records + 1) x 8 bytes",
-                                name, f->name);
+                return stk_error_set(err, STK_E_FORMAT,
+                                     "%s: field '%s': offsets column is not (records + 1) x 8 bytes", name,
+                                     f->name);
             if ((rc = check_region(L, r->heap_off, r->heap_len, name, f->name, "heap", err))) return rc;
         }
         if ((rc = check_region(L, r->data_off, r->data_len, name, f->name, "data", err))) return rc;
@@ -189,12 +198,12 @@ static int check_overlaps(const stk__layout *L, const char *name, stk_error *err
         for (unsigned b = a + 1; b < n; b++)
             if (len[a] && len[b] && off[a] < off[b] + len[b] && off[b] < off[a] + len[a])
                 return stk_error_set(err, STK_E_FORMAT, "%s: regions at %llu and %llu overlap", name,
-                                (unsigned long long)off[a], (unsigned long long)off[b]);
+                                     (unsigned long long)off[a], (unsigned long long)off[b]);
     return STK_OK;
 }
 
-int stk__layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const char *name,
-                      stk__layout *L, stk_error *err)
+int stk__layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const char *name, stk__layout *L,
+                       stk_error *err)
 {
     memset(L, 0, sizeof *L);
     int rc = decode_fixed(b, len, file_size, name, L, err);
@@ -205,14 +214,14 @@ int stk__layout_decode(const uint8_t *b, size_t len, uint64_t file_size, const c
     uint64_t want, end;
     if (!mul_ok(L->records, L->schema.nfields, &want) || !mul_ok(want, 8, &want) || L->cksum_len != want)
         return stk_error_set(err, STK_E_FORMAT, "%s: checksum table length %llu is not records x fields x 8",
-                        name, (unsigned long long)L->cksum_len);
+                             name, (unsigned long long)L->cksum_len);
     if (L->cksum_off % L->alignment || L->cksum_off < L->header_size ||
         !add_ok(L->cksum_off, L->cksum_len, &end) || !add_ok(end, STK_FOOTER_SIZE, &end) ||
         end != L->file_size)
         return stk_error_set(err, STK_E_FORMAT,
-                        "%s: checksum table at %llu (+%llu) and the footer do not end the file at %llu",
-                        name, (unsigned long long)L->cksum_off, (unsigned long long)L->cksum_len,
-                        (unsigned long long)L->file_size);
+                             "%s: checksum table at %llu (+%llu) and the footer do not end the file at %llu",
+                             name, (unsigned long long)L->cksum_off, (unsigned long long)L->cksum_len,
+                             (unsigned long long)L->file_size);
     if ((rc = check_fields(L, name, err))) return rc;
     return check_overlaps(L, name, err);
 }

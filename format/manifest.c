@@ -15,10 +15,10 @@
 #define FORMAT_TAG "stoker-dataset"
 
 typedef struct {
-    const char *name;    /* file name for messages */
+    const char *name; /* file name for messages */
     stk_error *err;
-    bool lenient;        /* newer minor version: ignore unknown keys */
-    unsigned minor;      /* the manifest's minor version */
+    bool lenient;   /* newer minor version: ignore unknown keys */
+    unsigned minor; /* the manifest's minor version */
 } ctx;
 
 static int mfail(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -37,7 +37,8 @@ static int only_keys(ctx *c, json_t *obj, const char *where, const char *const *
 {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         bool ok = false;
         for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, key) == 0;
         if (!ok && !c->lenient) return mfail(c, "%s: unknown key \"%s\"", where, key);
@@ -92,8 +93,8 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
     if (strcmp(codec, "none") == 0) f->codec = STK_CODEC_NONE;
     else if (strcmp(codec, "zstd") == 0) f->codec = STK_CODEC_ZSTD;
     else
-        return stk_error_set(c->err, STK_E_UNSUPPORTED, "%s: %s: codec \"%.32s\" is not supported by this build",
-                        c->name, where, codec);
+        return stk_error_set(c->err, STK_E_UNSUPPORTED,
+                             "%s: %s: codec \"%.32s\" is not supported by this build", c->name, where, codec);
     if (strcmp(kind, "bytes") == 0) {
         if (json_object_get(j, "dtype") || json_object_get(j, "shape"))
             return mfail(c, "%s: a bytes field has no dtype or shape", where);
@@ -102,23 +103,25 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
         return STK_OK;
     }
     if (strcmp(kind, "tensor") != 0)
-        return stk_error_set(c->err, STK_E_UNSUPPORTED, "%s: %s: kind \"%.16s\" is not supported by this build",
-                        c->name, where, kind);
+        return stk_error_set(c->err, STK_E_UNSUPPORTED,
+                             "%s: %s: kind \"%.16s\" is not supported by this build", c->name, where, kind);
     const char *dt = NULL;
     if ((rc = get_str(c, j, "dtype", where, &dt))) return rc;
     f->kind = STK_KIND_TENSOR;
     f->dtype = (uint8_t)stk_dtype_from_name(dt);
     if (!f->dtype)
-        return stk_error_set(c->err, STK_E_UNSUPPORTED, "%s: %s: dtype \"%.16s\" is not supported by this build",
-                        c->name, where, dt);
+        return stk_error_set(c->err, STK_E_UNSUPPORTED,
+                             "%s: %s: dtype \"%.16s\" is not supported by this build", c->name, where, dt);
     json_t *shape = json_object_get(j, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > STK_MAX_DIMS)
-        return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where, STK_MAX_DIMS);
+        return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where,
+                     STK_MAX_DIMS);
     f->ndim = (uint8_t)json_array_size(shape);
     for (unsigned d = 0; d < f->ndim; d++) {
         json_t *v = json_array_get(shape, d);
         if (!json_is_integer(v) || json_integer_value(v) <= 0)
-            return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where, STK_MAX_DIMS);
+            return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where,
+                         STK_MAX_DIMS);
         f->shape[d] = (uint64_t)json_integer_value(v);
     }
     return STK_OK;
@@ -137,7 +140,8 @@ static int parse_schema(ctx *c, json_t *arr, stk_schema *s)
     stk_error e;
     if (stk_schema_validate(s, &e)) return mfail(c, "%s", e.msg);
     if (stk__schema_minor(s) > c->minor)
-        return mfail(c, "compressed (zstd) fields need format_version [1, 1], the manifest says [1, %u]", c->minor);
+        return mfail(c, "compressed (zstd) fields need format_version [1, 1], the manifest says [1, %u]",
+                     c->minor);
     return STK_OK;
 }
 
@@ -187,12 +191,15 @@ static int parse_shard(ctx *c, json_t *j, size_t i, stk_shard_entry *e)
     if (!json_is_object(j)) return mfail(c, "%s must be an object", where);
     const char *path = NULL;
     int rc = only_keys(c, j, where, keys);
-    if (rc || (rc = get_str(c, j, "path", where, &path)) || (rc = get_u64(c, j, "records", where, &e->records)) ||
-        (rc = get_u64(c, j, "bytes", where, &e->file_size)) || (rc = get_hash(c, j, "xxh3", where, &e->file_hash)) ||
+    if (rc || (rc = get_str(c, j, "path", where, &path)) ||
+        (rc = get_u64(c, j, "records", where, &e->records)) ||
+        (rc = get_u64(c, j, "bytes", where, &e->file_size)) ||
+        (rc = get_hash(c, j, "xxh3", where, &e->file_hash)) ||
         (rc = get_hash(c, j, "index_xxh3", where, &e->index_hash)))
         return rc;
     if (!stk__path_is_safe(path))
-        return mfail(c, "%s: path \"%.100s\" is not a plain relative path inside the dataset directory", where, path);
+        return mfail(c, "%s: path \"%.100s\" is not a plain relative path inside the dataset directory",
+                     where, path);
     if (!(e->path = strdup(path))) return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     return STK_OK;
 }
@@ -238,9 +245,10 @@ static int parse_version(ctx *c, json_t *root, stk_manifest *m)
     m->version_major = (unsigned)json_integer_value(json_array_get(v, 0));
     m->version_minor = (unsigned)json_integer_value(json_array_get(v, 1));
     if (m->version_major != STK_FORMAT_MAJOR)
-        return stk_error_set(c->err, STK_E_VERSION, "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
-                        c->name, m->version_major, m->version_minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR,
-                        STK_FORMAT_MINOR);
+        return stk_error_set(c->err, STK_E_VERSION,
+                             "%s: unsupported format version %u.%u (this build reads %d.x, up to %d.%d)",
+                             c->name, m->version_major, m->version_minor, STK_FORMAT_MAJOR, STK_FORMAT_MAJOR,
+                             STK_FORMAT_MINOR);
     c->lenient = m->version_minor > STK_FORMAT_MINOR;
     c->minor = m->version_minor;
     return STK_OK;
@@ -248,8 +256,8 @@ static int parse_version(ctx *c, json_t *root, stk_manifest *m)
 
 static int parse_root(ctx *c, json_t *root, stk_manifest *m)
 {
-    static const char *const keys[] = {"format", "format_version", "record_count", "fingerprint",
-                                       "schema", "classes", "pack", "shards", NULL};
+    static const char *const keys[] = {"format",  "format_version", "record_count", "fingerprint", "schema",
+                                       "classes", "pack",           "shards",       NULL};
     if (!json_is_object(root)) return mfail(c, "top level must be a JSON object");
     int rc = parse_version(c, root, m);
     uint64_t count = 0, fp = 0;
@@ -269,8 +277,9 @@ static int parse_root(ctx *c, json_t *root, stk_manifest *m)
     if (!m->pack_json) return stk_error_set(c->err, STK_E_NOMEM, "%s: out of memory", c->name);
     m->fingerprint = stk_manifest_fingerprint(m);
     if (fp != m->fingerprint)
-        return mfail(c, "fingerprint %016llx does not match the content (%016llx): shards or classes were edited",
-                     (unsigned long long)fp, (unsigned long long)m->fingerprint);
+        return mfail(
+            c, "fingerprint %016llx does not match the content (%016llx): shards or classes were edited",
+            (unsigned long long)fp, (unsigned long long)m->fingerprint);
     return STK_OK;
 }
 
@@ -374,7 +383,8 @@ static json_t *field_json(const stk_field *f)
         json_object_set_new(o, "kind", json_string("tensor"));
         json_object_set_new(o, "dtype", json_string(stk_dtype_name(f->dtype)));
         json_t *shape = json_array();
-        for (unsigned d = 0; d < f->ndim; d++) json_array_append_new(shape, json_integer((json_int_t)f->shape[d]));
+        for (unsigned d = 0; d < f->ndim; d++)
+            json_array_append_new(shape, json_integer((json_int_t)f->shape[d]));
         json_object_set_new(o, "shape", shape);
     }
     json_object_set_new(o, "codec", json_string(f->codec == STK_CODEC_ZSTD ? "zstd" : "none"));
@@ -391,7 +401,8 @@ static json_t *manifest_json(const stk_manifest *m, json_t *pack)
     json_object_set_new(root, "format_version", ver);
     json_object_set_new(root, "record_count", json_integer((json_int_t)m->record_count));
     json_object_set_new(root, "fingerprint", hex(m->fingerprint));
-    for (uint32_t i = 0; i < m->schema.nfields; i++) json_array_append_new(schema, field_json(&m->schema.fields[i]));
+    for (uint32_t i = 0; i < m->schema.nfields; i++)
+        json_array_append_new(schema, field_json(&m->schema.fields[i]));
     json_object_set_new(root, "schema", schema);
     for (size_t i = 0; i < m->nclasses; i++) json_array_append_new(cls, json_string(m->classes[i]));
     json_object_set_new(root, "classes", cls);
@@ -454,7 +465,8 @@ int stk__manifest_check_meta(const char *const *classes, size_t n, const char *p
     int rc = STK_OK;
     for (size_t i = 0; i < n && !rc; i++) {
         json_t *s = classes[i] ? json_string(classes[i]) : NULL; /* NULL: not UTF-8 */
-        if (!s || !*classes[i]) rc = stk_error_set(err, STK_E_ARG, "class %zu: name is empty or not valid UTF-8", i);
+        if (!s || !*classes[i])
+            rc = stk_error_set(err, STK_E_ARG, "class %zu: name is empty or not valid UTF-8", i);
         json_decref(s);
         sorted[i] = classes[i];
     }
@@ -468,7 +480,9 @@ int stk__manifest_check_meta(const char *const *classes, size_t n, const char *p
     if (!rc && pack_json) {
         json_error_t je;
         json_t *p = json_loads(pack_json, JSON_REJECT_DUPLICATES, &je);
-        if (!json_is_object(p)) rc = stk_error_set(err, STK_E_ARG, "pack parameters are not a JSON object: %s", p ? "not an object" : je.text);
+        if (!json_is_object(p))
+            rc = stk_error_set(err, STK_E_ARG, "pack parameters are not a JSON object: %s",
+                               p ? "not an object" : je.text);
         json_decref(p);
     }
     return rc;
@@ -479,7 +493,8 @@ int stk_manifest_commit(stk_manifest *m, const char *dir, stk_error *err)
     char *text = stk_manifest_to_json(m, err);
     if (!text) return err ? err->code : STK_E_ARG;
     char *path = stk__path_join(dir, STK_MANIFEST_NAME);
-    int rc = path ? stk_file_commit(path, text, strlen(text), err) : stk_error_set(err, STK_E_NOMEM, "out of memory");
+    int rc = path ? stk_file_commit(path, text, strlen(text), err)
+                  : stk_error_set(err, STK_E_NOMEM, "out of memory");
     free(path);
     free(text);
     return rc;

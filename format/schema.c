@@ -3,11 +3,14 @@
 
 #include <stdio.h>
 
-static const struct { const char *name; size_t size; } DTYPES[] = {
-    [STK_DT_U8] = {"u8", 1},    [STK_DT_I8] = {"i8", 1},     [STK_DT_U16] = {"u16", 2},
-    [STK_DT_I16] = {"i16", 2},  [STK_DT_U32] = {"u32", 4},   [STK_DT_I32] = {"i32", 4},
-    [STK_DT_U64] = {"u64", 8},  [STK_DT_I64] = {"i64", 8},   [STK_DT_F16] = {"f16", 2},
-    [STK_DT_BF16] = {"bf16", 2}, [STK_DT_F32] = {"f32", 4},  [STK_DT_F64] = {"f64", 8},
+static const struct {
+    const char *name;
+    size_t size;
+} DTYPES[] = {
+    [STK_DT_U8] = {"u8", 1},     [STK_DT_I8] = {"i8", 1},   [STK_DT_U16] = {"u16", 2},
+    [STK_DT_I16] = {"i16", 2},   [STK_DT_U32] = {"u32", 4}, [STK_DT_I32] = {"i32", 4},
+    [STK_DT_U64] = {"u64", 8},   [STK_DT_I64] = {"i64", 8}, [STK_DT_F16] = {"f16", 2},
+    [STK_DT_BF16] = {"bf16", 2}, [STK_DT_F32] = {"f32", 4}, [STK_DT_F64] = {"f64", 8},
 };
 #define NDTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
@@ -30,8 +33,8 @@ static int add_field(stk_schema *s, const char *name, stk_error *err, stk_field 
         return stk_error_set(err, STK_E_ARG, "schema: more than %d fields", STK_MAX_FIELDS);
     if (!stk__name_is_valid(name))
         return stk_error_set(err, STK_E_ARG,
-                        "schema: field name '%.64s' is not 1-%d characters of [A-Za-z0-9_.-]", name,
-                        STK_NAME_MAX - 1);
+                             "schema: field name '%.64s' is not 1-%d characters of [A-Za-z0-9_.-]", name,
+                             STK_NAME_MAX - 1);
     if (stk_schema_find(s, name) >= 0)
         return stk_error_set(err, STK_E_ARG, "schema: field '%s' declared twice", name);
     stk_field *f = &s->fields[s->nfields];
@@ -41,14 +44,17 @@ static int add_field(stk_schema *s, const char *name, stk_error *err, stk_field 
     return STK_OK;
 }
 
-int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned ndim,
-                          const uint64_t *shape, stk_error *err)
+int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned ndim, const uint64_t *shape,
+                          stk_error *err)
 {
     stk_field *f = NULL;
     int rc = add_field(s, name, err, &f);
     if (rc) return rc;
-    if (!stk_dtype_size(dtype)) return stk_error_set(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
-    if (ndim > STK_MAX_DIMS) return stk_error_set(err, STK_E_ARG, "schema: field '%s': %u dimensions (at most %d)", name, ndim, STK_MAX_DIMS);
+    if (!stk_dtype_size(dtype))
+        return stk_error_set(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
+    if (ndim > STK_MAX_DIMS)
+        return stk_error_set(err, STK_E_ARG, "schema: field '%s': %u dimensions (at most %d)", name, ndim,
+                             STK_MAX_DIMS);
     f->kind = STK_KIND_TENSOR;
     f->dtype = (uint8_t)dtype;
     f->codec = STK_CODEC_NONE;
@@ -117,30 +123,39 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
                 return stk_error_set(err, STK_E_FORMAT, "schema: field name '%s' repeated", f->name);
         if (f->codec != STK_CODEC_NONE && f->codec != STK_CODEC_ZSTD)
             return stk_error_set(err, STK_E_UNSUPPORTED,
-                            "schema: field '%s' uses codec %u, which this build does not support",
-                            f->name, f->codec);
+                                 "schema: field '%s' uses codec %u, which this build does not support",
+                                 f->name, f->codec);
         if (f->kind == STK_KIND_BYTES) {
             if (f->dtype != STK_DT_U8 || f->ndim != 0)
-                return stk_error_set(err, STK_E_FORMAT, "schema: bytes field '%s' must have dtype u8 and no shape", f->name);
+                return stk_error_set(err, STK_E_FORMAT,
+                                     "schema: bytes field '%s' must have dtype u8 and no shape", f->name);
             for (unsigned d = 0; d < STK_MAX_DIMS; d++)
-                if (f->shape[d]) return stk_error_set(err, STK_E_FORMAT, "schema: bytes field '%s' has a shape", f->name);
+                if (f->shape[d])
+                    return stk_error_set(err, STK_E_FORMAT, "schema: bytes field '%s' has a shape", f->name);
             continue;
         }
         if (f->kind != STK_KIND_TENSOR)
-            return stk_error_set(err, STK_E_UNSUPPORTED, "schema: field '%s': kind %u is not supported by this build", f->name, f->kind);
+            return stk_error_set(err, STK_E_UNSUPPORTED,
+                                 "schema: field '%s': kind %u is not supported by this build", f->name,
+                                 f->kind);
         if (!stk_dtype_size(f->dtype))
-            return stk_error_set(err, STK_E_UNSUPPORTED, "schema: field '%s': dtype %u is not supported by this build", f->name, f->dtype);
+            return stk_error_set(err, STK_E_UNSUPPORTED,
+                                 "schema: field '%s': dtype %u is not supported by this build", f->name,
+                                 f->dtype);
         if (f->ndim > STK_MAX_DIMS)
-            return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': %u dimensions (at most %d)", f->name, f->ndim, STK_MAX_DIMS);
+            return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': %u dimensions (at most %d)", f->name,
+                                 f->ndim, STK_MAX_DIMS);
         for (unsigned d = 0; d < STK_MAX_DIMS; d++) {
             if (d < f->ndim && f->shape[d] == 0)
                 return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': dimension %u is 0", f->name, d);
             if (d >= f->ndim && f->shape[d] != 0)
-                return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': shape entry %u set beyond ndim", f->name, d);
+                return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': shape entry %u set beyond ndim",
+                                     f->name, d);
         }
         uint64_t st = stk_field_stride(f);
         if (st == 0 || st > STK_STRIDE_MAX)
-            return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': record size overflows (at most 2^40 bytes)", f->name);
+            return stk_error_set(err, STK_E_FORMAT,
+                                 "schema: field '%s': record size overflows (at most 2^40 bytes)", f->name);
     }
     return STK_OK;
 }

@@ -31,12 +31,13 @@ static int check_footer(stk_shard *sh, stk_error *err)
 {
     const uint8_t *f = sh->map + sh->size - STK_FOOTER_SIZE;
     if (memcmp(f + F_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
-        return stk_error_set(err, STK_E_FORMAT, "%s: footer magic missing at offset %zu (incomplete or corrupt file)",
-                        sh->path, sh->size - STK_FOOTER_SIZE);
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: footer magic missing at offset %zu (incomplete or corrupt file)", sh->path,
+                             sh->size - STK_FOOTER_SIZE);
     if (rd64(f + F_FILE_SIZE) != sh->L.file_size)
         return stk_error_set(err, STK_E_FORMAT, "%s: footer file size %llu disagrees with the header's %llu",
-                        sh->path, (unsigned long long)rd64(f + F_FILE_SIZE),
-                        (unsigned long long)sh->L.file_size);
+                             sh->path, (unsigned long long)rd64(f + F_FILE_SIZE),
+                             (unsigned long long)sh->L.file_size);
     if (rd64(f + F_RESERVED))
         return stk_error_set(err, STK_E_FORMAT, "%s: footer reserved bytes are not zero", sh->path);
     sh->index_hash = rd64(f + F_INDEX_HASH);
@@ -57,8 +58,9 @@ static int check_blocks(const stk_shard *sh, uint32_t f, stk_error *err)
     const uint8_t *t = sh->map + r->data_off + stk__block_table_at(fd, sh->L.records);
     uint64_t nb = rd64(t), room = (r->data_len - stk__block_table_at(fd, sh->L.records) - 8) / 16;
     if (nb + 1 != room || (nb == 0) != (sh->L.records == 0))
-        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': block table says %llu blocks, its region holds %llu",
-                        sh->path, fd->name, (unsigned long long)nb, (unsigned long long)(room ? room - 1 : 0));
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: field '%s': block table says %llu blocks, its region holds %llu", sh->path,
+                             fd->name, (unsigned long long)nb, (unsigned long long)(room ? room - 1 : 0));
     for (uint64_t k = 0; k <= nb; k++) {
         uint64_t rs = rd64(t + 8 + 16 * k), fo = rd64(t + 16 + 16 * k);
         uint64_t prs = k ? rd64(t + 8 + 16 * (k - 1)) : 0, pfo = k ? rd64(t + 16 + 16 * (k - 1)) : 0;
@@ -66,9 +68,11 @@ static int check_blocks(const stk_shard *sh, uint32_t f, stk_error *err)
         if (ok && k == nb) ok = rs == sh->L.records && fo == r->heap_len;
         if (ok && k && fd->kind == STK_KIND_TENSOR) ok = (rs - prs) <= STK_BLOCK_RAW_MAX / r->stride;
         if (!ok)
-            return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': block table entry %llu (record %llu, frame offset "
-                            "%llu) is out of order or out of bounds", sh->path, fd->name, (unsigned long long)k,
-                            (unsigned long long)rs, (unsigned long long)fo);
+            return stk_error_set(err, STK_E_FORMAT,
+                                 "%s: field '%s': block table entry %llu (record %llu, frame offset "
+                                 "%llu) is out of order or out of bounds",
+                                 sh->path, fd->name, (unsigned long long)k, (unsigned long long)rs,
+                                 (unsigned long long)fo);
     }
     return STK_OK;
 }
@@ -81,25 +85,26 @@ static int check_heaps(const stk_shard *sh, stk_error *err)
             int rc = check_blocks(sh, f, err);
             if (rc) return rc;
             if (sh->L.schema.fields[f].kind == STK_KIND_BYTES && rd64(sh->map + r->data_off) != 0)
-                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column does not start at 0", sh->path,
-                                sh->L.schema.fields[f].name);
+                return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column does not start at 0",
+                                     sh->path, sh->L.schema.fields[f].name);
             continue;
         }
         if (sh->L.schema.fields[f].kind != STK_KIND_BYTES) continue;
         const uint8_t *col = sh->map + r->data_off;
         if (rd64(col) != 0 || rd64(col + 8 * sh->L.records) != r->heap_len)
-            return stk_error_set(err, STK_E_FORMAT,
-                            "%s: field '%s': offsets column does not span the %llu-byte heap (first %llu, last %llu)",
-                            sh->path, sh->L.schema.fields[f].name, (unsigned long long)r->heap_len,
-                            (unsigned long long)rd64(col), (unsigned long long)rd64(col + 8 * sh->L.records));
+            return stk_error_set(
+                err, STK_E_FORMAT,
+                "%s: field '%s': offsets column does not span the %llu-byte heap (first %llu, last %llu)",
+                sh->path, sh->L.schema.fields[f].name, (unsigned long long)r->heap_len,
+                (unsigned long long)rd64(col), (unsigned long long)rd64(col + 8 * sh->L.records));
     }
     return STK_OK;
 }
 
 static stk_shard *finish_open(stk_shard *sh, stk_error *err)
 {
-    if (stk__layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err) ||
-        check_footer(sh, err) || check_heaps(sh, err)) {
+    if (stk__layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err) || check_footer(sh, err) ||
+        check_heaps(sh, err)) {
         stk_shard_close(sh);
         return NULL;
     }
@@ -127,7 +132,7 @@ stk_shard *stk_shard_open(const char *path, stk_error *err)
     }
     if ((uint64_t)st.st_size < STK_HEADER_FIXED) {
         stk_error_set(err, STK_E_TRUNCATED, "%s: file is %lld bytes, shorter than the %u-byte shard header",
-                 path, (long long)st.st_size, STK_HEADER_FIXED);
+                      path, (long long)st.st_size, STK_HEADER_FIXED);
         goto fail;
     }
     sh->size = (size_t)st.st_size;
@@ -162,7 +167,7 @@ stk_shard *stk_shard_open_memory(const void *data, size_t len, const char *name,
     sh->size = len;
     if (len < STK_HEADER_FIXED) {
         stk_error_set(err, STK_E_TRUNCATED, "%s: %zu bytes, shorter than the %u-byte shard header", name, len,
-                 STK_HEADER_FIXED);
+                      STK_HEADER_FIXED);
         stk_shard_close(sh);
         return NULL;
     }
@@ -247,16 +252,16 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
 {
     if (f >= sh->L.schema.nfields)
         return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
-                        sh->L.schema.nfields);
+                             sh->L.schema.nfields);
     if (i >= sh->L.records)
         return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
-                        (unsigned long long)i, (unsigned long long)sh->L.records);
+                             (unsigned long long)i, (unsigned long long)sh->L.records);
     char what[160];
     const uint8_t *p;
     int rc = locate(sh, f, i, &p, size, what, sizeof what);
     if (rc)
         return stk_error_set(err, rc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
-                        sh->L.schema.fields[f].name, what);
+                             sh->L.schema.fields[f].name, what);
     *data = p;
     return STK_OK;
 }
@@ -271,12 +276,13 @@ int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err)
     stk__hasher_free(h);
     if (got != sh->index_hash)
         return stk_error_set(err, STK_E_CHECKSUM,
-                        "%s: checksum table corrupt: footer hash %016llx, computed %016llx", sh->path,
-                        (unsigned long long)sh->index_hash, (unsigned long long)got);
+                             "%s: checksum table corrupt: footer hash %016llx, computed %016llx", sh->path,
+                             (unsigned long long)sh->index_hash, (unsigned long long)got);
     if (expect && expect != sh->index_hash)
-        return stk_error_set(err, STK_E_MANIFEST,
-                        "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
-                        sh->path, (unsigned long long)sh->index_hash, (unsigned long long)expect);
+        return stk_error_set(
+            err, STK_E_MANIFEST,
+            "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
+            sh->path, (unsigned long long)sh->index_hash, (unsigned long long)expect);
     return STK_OK;
 }
 
@@ -309,9 +315,11 @@ static const uint8_t *block_table(const stk_shard *sh, unsigned f)
 static int need_compressed(const stk_shard *sh, unsigned f, stk_error *err)
 {
     if (f >= sh->L.schema.nfields)
-        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f, sh->L.schema.nfields);
+        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
+                             sh->L.schema.nfields);
     if (!stk__field_compressed(&sh->L.schema.fields[f]))
-        return stk_error_set(err, STK_E_ARG, "%s: field '%s' is not compressed", sh->path, sh->L.schema.fields[f].name);
+        return stk_error_set(err, STK_E_ARG, "%s: field '%s' is not compressed", sh->path,
+                             sh->L.schema.fields[f].name);
     return STK_OK;
 }
 
@@ -327,7 +335,7 @@ int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *
     if (rc) return rc;
     if (i >= sh->L.records)
         return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
-                        (unsigned long long)i, (unsigned long long)sh->L.records);
+                             (unsigned long long)i, (unsigned long long)sh->L.records);
     const uint8_t *t = block_table(sh, f) + 8;
     uint64_t lo = 0, hi = rd64(t - 8); /* first[lo] <= i < first[hi] (checked at open) */
     while (hi - lo > 1) {
@@ -341,7 +349,8 @@ int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *
 
 /* Uncompressed size of block b: tensors count x stride; bytes fields the
  * span of the offsets column, checked against its neighbours here. */
-static int raw_size(const stk_shard *sh, unsigned f, uint64_t first, uint64_t end, uint64_t *raw, stk_error *err)
+static int raw_size(const stk_shard *sh, unsigned f, uint64_t first, uint64_t end, uint64_t *raw,
+                    stk_error *err)
 {
     const stk_field *fd = &sh->L.schema.fields[f];
     if (fd->kind == STK_KIND_TENSOR) {
@@ -351,9 +360,11 @@ static int raw_size(const stk_shard *sh, unsigned f, uint64_t first, uint64_t en
     const uint8_t *col = sh->map + sh->L.region[f].data_off;
     uint64_t a = rd64(col + 8 * first), b = rd64(col + 8 * end);
     if (b < a || b - a > STK_BLOCK_RAW_MAX)
-        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets %llu..%llu of records %llu..%llu are not a "
-                        "block of at most 1 GiB", sh->path, fd->name, (unsigned long long)a, (unsigned long long)b,
-                        (unsigned long long)first, (unsigned long long)end);
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: field '%s': offsets %llu..%llu of records %llu..%llu are not a "
+                             "block of at most 1 GiB",
+                             sh->path, fd->name, (unsigned long long)a, (unsigned long long)b,
+                             (unsigned long long)first, (unsigned long long)end);
     *raw = b - a;
     return STK_OK;
 }
@@ -365,8 +376,9 @@ int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64
     if (rc) return rc;
     const uint8_t *t = block_table(sh, f);
     if (block >= rd64(t))
-        return stk_error_set(err, STK_E_RANGE, "%s: field '%s': block %llu out of range (%llu blocks)", sh->path,
-                        sh->L.schema.fields[f].name, (unsigned long long)block, (unsigned long long)rd64(t));
+        return stk_error_set(err, STK_E_RANGE, "%s: field '%s': block %llu out of range (%llu blocks)",
+                             sh->path, sh->L.schema.fields[f].name, (unsigned long long)block,
+                             (unsigned long long)rd64(t));
     uint64_t a = rd64(t + 8 + 16 * block), b = rd64(t + 8 + 16 * (block + 1)), raw = 0;
     if ((rc = raw_size(sh, f, a, b, &raw, err))) return rc;
     if (first) *first = a;
@@ -376,22 +388,24 @@ int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64
     return STK_OK;
 }
 
-int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap, stk_error *err)
+int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
+                         stk_error *err)
 {
     uint64_t first, count, raw, packed;
     int rc = stk_shard_block_info(sh, f, block, &first, &count, &raw, &packed, err);
     if (rc) return rc;
     if (cap < raw)
         return stk_error_set(err, STK_E_ARG, "%s: block %llu needs %llu bytes, %llu given", sh->path,
-                        (unsigned long long)block, (unsigned long long)raw, (unsigned long long)cap);
+                             (unsigned long long)block, (unsigned long long)raw, (unsigned long long)cap);
     const uint8_t *t = block_table(sh, f);
     const uint8_t *src = sh->map + sh->L.region[f].heap_off + rd64(t + 16 + 16 * block);
     size_t got = ZSTD_decompress(dst, (size_t)raw, src, (size_t)packed);
     if (ZSTD_isError(got) || got != raw)
-        return stk_error_set(err, STK_E_FORMAT, "%s: field '%s', block %llu (records %llu..%llu): the zstd frame %s",
-                        sh->path, sh->L.schema.fields[f].name, (unsigned long long)block, (unsigned long long)first,
-                        (unsigned long long)(first + count - 1),
-                        ZSTD_isError(got) ? ZSTD_getErrorName(got) : "decompresses to a different size");
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: field '%s', block %llu (records %llu..%llu): the zstd frame %s", sh->path,
+                             sh->L.schema.fields[f].name, (unsigned long long)block,
+                             (unsigned long long)first, (unsigned long long)(first + count - 1),
+                             ZSTD_isError(got) ? ZSTD_getErrorName(got) : "decompresses to a different size");
     return STK_OK;
 }
 
@@ -402,8 +416,8 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
     int rc = stk_shard_block_info(sh, f, block, &first, &count, NULL, NULL, err);
     if (rc) return rc;
     if (i < first || i - first >= count)
-        return stk_error_set(err, STK_E_RANGE, "%s: record %llu is not in block %llu", sh->path, (unsigned long long)i,
-                        (unsigned long long)block);
+        return stk_error_set(err, STK_E_RANGE, "%s: record %llu is not in block %llu", sh->path,
+                             (unsigned long long)i, (unsigned long long)block);
     if (sh->L.schema.fields[f].kind == STK_KIND_TENSOR) {
         *size = sh->L.region[f].stride;
         *data = (const uint8_t *)raw + (i - first) * *size;
@@ -412,9 +426,11 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
     const uint8_t *col = sh->map + sh->L.region[f].data_off;
     uint64_t base = rd64(col + 8 * first), a = rd64(col + 8 * i), b = rd64(col + 8 * (i + 1));
     if (a < base || b < a || b > rd64(col + 8 * (first + count)))
-        return stk_error_set(err, STK_E_FORMAT, "%s: record %llu, field '%s': offsets [%llu, %llu) are not an increasing "
-                        "range inside its block", sh->path, (unsigned long long)i, sh->L.schema.fields[f].name,
-                        (unsigned long long)a, (unsigned long long)b);
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: record %llu, field '%s': offsets [%llu, %llu) are not an increasing "
+                             "range inside its block",
+                             sh->path, (unsigned long long)i, sh->L.schema.fields[f].name,
+                             (unsigned long long)a, (unsigned long long)b);
     *data = (const uint8_t *)raw + (a - base);
     *size = b - a;
     return STK_OK;
@@ -433,7 +449,9 @@ int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cu
         if ((rc = stk_shard_block_info(sh, f, b, NULL, NULL, &raw, NULL, err))) return rc;
         if (raw + 1 > c->cap) {
             uint8_t *p = realloc(c->raw, raw + 1);
-            if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory for a %llu-byte block", (unsigned long long)raw);
+            if (!p)
+                return stk_error_set(err, STK_E_NOMEM, "out of memory for a %llu-byte block",
+                                     (unsigned long long)raw);
             c->raw = p;
             c->cap = raw + 1;
         }
@@ -455,13 +473,14 @@ void stk_block_cursor_free(stk_block_cursor *c)
 
 /* Verify records [first, end) of compressed field f block by block: every
  * block touching the range is decompressed once. */
-static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, uint64_t end, stk_problem_fn fn,
-                              void *user)
+static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, uint64_t end,
+                              stk_problem_fn fn, void *user)
 {
     if (first >= end) return 0;
     uint64_t problems = 0, b0, b1, cap = 0;
     void *raw = NULL;
-    if (stk_shard_block_find(sh, f, first, &b0, NULL) || stk_shard_block_find(sh, f, end - 1, &b1, NULL)) return 0;
+    if (stk_shard_block_find(sh, f, first, &b0, NULL) || stk_shard_block_find(sh, f, end - 1, &b1, NULL))
+        return 0;
     for (uint64_t b = b0; b <= b1; b++) {
         stk_error e;
         uint64_t bf, bn, rb;
@@ -469,8 +488,8 @@ static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, u
         if (!rc && rb > cap) {
             free(raw);
             cap = rb;
-            if (!(raw = malloc(cap ? cap : 1))) rc = stk_error_set(&e, STK_E_NOMEM, "out of memory for block %llu",
-                                                                (unsigned long long)b);
+            if (!(raw = malloc(cap ? cap : 1)))
+                rc = stk_error_set(&e, STK_E_NOMEM, "out of memory for block %llu", (unsigned long long)b);
         }
         if (!rc) rc = stk_shard_block_read(sh, f, b, raw, cap, &e);
         uint64_t lo = bf > first ? bf : first, hi = bf + bn < end ? bf + bn : end;
@@ -489,7 +508,8 @@ static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, u
                 uint64_t want = stk_shard_stored_hash(sh, f, i), got = stk_hash(p, (size_t)size);
                 if (got == want) continue;
                 rc = STK_E_CHECKSUM;
-                snprintf(what, sizeof what, "checksum mismatch in block %llu (stored %016llx, computed %016llx)",
+                snprintf(what, sizeof what,
+                         "checksum mismatch in block %llu (stored %016llx, computed %016llx)",
                          (unsigned long long)b, (unsigned long long)want, (unsigned long long)got);
             }
             problems++;
@@ -500,8 +520,8 @@ static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, u
     return problems;
 }
 
-uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t count,
-                                  stk_problem_fn fn, void *user)
+uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t count, stk_problem_fn fn,
+                                  void *user)
 {
     uint64_t end, problems = 0;
     if (!add_ok(first, count, &end) || end > sh->L.records) {
@@ -535,11 +555,14 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
             }
     }
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++)
-        if (stk__field_compressed(&sh->L.schema.fields[f])) problems += verify_blocks(sh, f, first, end, fn, user);
+        if (stk__field_compressed(&sh->L.schema.fields[f]))
+            problems += verify_blocks(sh, f, first, end, fn, user);
     return problems;
 }
 
-typedef struct { uint64_t off, len; } span;
+typedef struct {
+    uint64_t off, len;
+} span;
 
 static int span_cmp(const void *a, const void *b)
 {
@@ -565,7 +588,8 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
         for (uint64_t b = pos; b < next; b++) {
             if (sh->map[b] == 0) continue;
             char what[160];
-            snprintf(what, sizeof what, "nonzero padding byte at offset %llu (padding %llu..%llu must be zero)",
+            snprintf(what, sizeof what,
+                     "nonzero padding byte at offset %llu (padding %llu..%llu must be zero)",
                      (unsigned long long)b, (unsigned long long)pos, (unsigned long long)next);
             problems++;
             if (fn) fn(user, sh, UINT64_MAX, -1, STK_E_FORMAT, what);

@@ -69,15 +69,15 @@ struct stk_writer {
     stk_schema schema;
     char *path, *tmp;
     int fd;
-    int failed;             /* sticky: a write to the file failed */
+    int failed; /* sticky: a write to the file failed */
     uint64_t records;
-    bool direct;            /* field 0 streams into the file       */
-    uint64_t direct_off;    /* where the next direct bytes go      */
-    buf_t direct_buf;       /* pending direct bytes                */
-    buf_t spool[STK_MAX_FIELDS]; /* tensor values or bytes heaps   */
+    bool direct;                   /* field 0 streams into the file       */
+    uint64_t direct_off;           /* where the next direct bytes go      */
+    buf_t direct_buf;              /* pending direct bytes                */
+    buf_t spool[STK_MAX_FIELDS];   /* tensor values or bytes heaps   */
     buf_t offsets[STK_MAX_FIELDS]; /* bytes fields: u64 offsets    */
-    buf_t cksum;            /* u64 per record per field            */
-    stk__stream *st;        /* streaming (writer_stream.c), or NULL */
+    buf_t cksum;                   /* u64 per record per field            */
+    stk__stream *st;               /* streaming (writer_stream.c), or NULL */
     /* compressed fields (spec 4.12): values gather in raw[f] until a block
      * is full, then go to spool[f] as one zstd frame; table[f] holds the
      * (first record, frame offset) entries so far, starting with (0, 0) */
@@ -180,18 +180,21 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
         const stk_field *fd = &s->fields[f];
         if (!v[f].data && v[f].size)
             return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': NULL data", w->path,
-                            (unsigned long long)w->records, fd->name);
+                                 (unsigned long long)w->records, fd->name);
         if (fd->kind == STK_KIND_TENSOR && v[f].size != stk_field_stride(fd))
-            return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': value is %llu bytes, expected %llu",
-                            w->path, (unsigned long long)w->records, fd->name,
-                            (unsigned long long)v[f].size, (unsigned long long)stk_field_stride(fd));
+            return stk_error_set(err, STK_E_ARG,
+                                 "%s: record %llu, field '%s': value is %llu bytes, expected %llu", w->path,
+                                 (unsigned long long)w->records, fd->name, (unsigned long long)v[f].size,
+                                 (unsigned long long)stk_field_stride(fd));
         if (v[f].size > SIZE_MAX / 4)
             return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': value too large", w->path,
-                            (unsigned long long)w->records, fd->name);
+                                 (unsigned long long)w->records, fd->name);
         buf_t *dst = stk__field_compressed(fd) ? &w->raw[f] : &w->spool[f];
         bool ok = (f == 0 && w->direct) || buf_reserve(dst, (size_t)v[f].size);
         if (ok && fd->kind == STK_KIND_BYTES) ok = buf_reserve(&w->offsets[f], 8);
-        if (!ok) return stk_error_set(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path, fd->name);
+        if (!ok)
+            return stk_error_set(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path,
+                                 fd->name);
     }
     if (!buf_reserve(&w->cksum, 8 * (size_t)s->nfields))
         return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
@@ -318,17 +321,20 @@ int stk_writer_append_lent(stk_writer *w, const stk_value *v, const stk_prehash 
 int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err)
 {
     if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_compression: NULL writer");
-    if (w->records) return stk_error_set(err, STK_E_ARG, "%s: compression is set before the first record", w->path);
+    if (w->records)
+        return stk_error_set(err, STK_E_ARG, "%s: compression is set before the first record", w->path);
     if (level < 0 || level > ZSTD_maxCLevel())
-        return stk_error_set(err, STK_E_ARG, "%s: zstd level %d out of range (1..%d)", w->path, level, ZSTD_maxCLevel());
+        return stk_error_set(err, STK_E_ARG, "%s: zstd level %d out of range (1..%d)", w->path, level,
+                             ZSTD_maxCLevel());
     if (block_bytes > STK_BLOCK_RAW_MAX / 2)
-        return stk_error_set(err, STK_E_ARG, "%s: block size %llu over %llu", w->path, (unsigned long long)block_bytes,
-                        (unsigned long long)(STK_BLOCK_RAW_MAX / 2));
+        return stk_error_set(err, STK_E_ARG, "%s: block size %llu over %llu", w->path,
+                             (unsigned long long)block_bytes, (unsigned long long)(STK_BLOCK_RAW_MAX / 2));
     for (uint32_t i = 0; i < w->schema.nfields; i++) {
         if (f != UINT32_MAX && i != f) continue;
         if (!stk__field_compressed(&w->schema.fields[i])) {
             if (f == UINT32_MAX) continue;
-            return stk_error_set(err, STK_E_ARG, "%s: field '%s' is not compressed", w->path, w->schema.fields[i].name);
+            return stk_error_set(err, STK_E_ARG, "%s: field '%s' is not compressed", w->path,
+                                 w->schema.fields[i].name);
         }
         w->level[i] = level ? level : 3;
         w->block_bytes[i] = block_bytes ? block_bytes : (uint64_t)1 << 20;
@@ -343,7 +349,8 @@ uint64_t stk_writer_records(const stk_writer *w) { return w ? w->records : 0; }
 int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err)
 {
     if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_threads: NULL writer");
-    if (w->records) return stk_error_set(err, STK_E_ARG, "%s: threads are set before the first record", w->path);
+    if (w->records)
+        return stk_error_set(err, STK_E_ARG, "%s: threads are set before the first record", w->path);
     w->zthreads = threads > 64 ? 64 : threads;
     return STK_OK;
 }
@@ -356,7 +363,7 @@ static int take_frame(stk_writer *w, const stk__zframe *z, stk_error *err)
     if (z->err)
         rc = z->err == STK_E_NOMEM ? stk_error_set(err, STK_E_NOMEM, "%s: out of memory compressing", w->path)
                                    : stk_error_set(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path,
-                                              w->schema.fields[f].name, ZSTD_getErrorName(z->zerr));
+                                                   w->schema.fields[f].name, ZSTD_getErrorName(z->zerr));
     else if (!buf_reserve(&w->spool[f], z->len) || !buf_reserve(&w->table[f], 16))
         rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory", w->path);
     if (!rc) {
@@ -412,15 +419,15 @@ static int close_block(stk_writer *w, uint32_t f, stk_error *err)
     size_t bound = ZSTD_compressBound(raw->len);
     if (!buf_reserve(out, bound) || !buf_reserve(&w->table[f], 16))
         return stk_error_set(err, STK_E_NOMEM, "%s: out of memory compressing field '%s'", w->path,
-                        w->schema.fields[f].name);
+                             w->schema.fields[f].name);
     size_t n = ZSTD_compressCCtx(w->cctx, out->p + out->len, bound, raw->p, raw->len, w->level[f]);
     if (ZSTD_isError(n))
         return stk_error_set(err, STK_E_IO, "%s: field '%s': zstd: %s", w->path, w->schema.fields[f].name,
-                        ZSTD_getErrorName(n));
+                             ZSTD_getErrorName(n));
     out->len += n;
     raw->len = 0;
-    wr64(w->table[f].p + w->table[f].len, w->records);      /* the next block's first record */
-    wr64(w->table[f].p + w->table[f].len + 8, out->len);    /* and its frame's offset        */
+    wr64(w->table[f].p + w->table[f].len, w->records);   /* the next block's first record */
+    wr64(w->table[f].p + w->table[f].len + 8, out->len); /* and its frame's offset        */
     w->table[f].len += 16;
     w->block_first[f] = w->records;
     return STK_OK;

@@ -39,7 +39,7 @@
 /* A partial batch is written once it has waited this long: a caller lending
  * from fewer buffers than a batch would otherwise wait for them for ever. */
 #define STREAM_LINGER_MS 20
-#define STREAM_IOV 256u  /* chunks per write at most (IOV_MAX: 1024) */
+#define STREAM_IOV 256u /* chunks per write at most (IOV_MAX: 1024) */
 #define STREAM_ALIGN STK_WRITER_LEND_ALIGN
 
 /* One piece of field 0 on its way to the file. */
@@ -49,7 +49,7 @@ typedef struct {
     int buf;               /* staging buffer index, or -1: lent */
     stk_lent_done_fn done; /* lent: whom to give p back to     */
     void *ctx;
-    const uint64_t *sums;  /* lent: NULL, or p's block sums (stk_hash_blocks) */
+    const uint64_t *sums; /* lent: NULL, or p's block sums (stk_hash_blocks) */
 } chunk_t;
 
 /* The appending thread fills staging buffer `fill` and queues chunks at the
@@ -59,24 +59,24 @@ struct stk__stream {
     pthread_t thread;
     bool thread_on, quit, abandon;
     pthread_mutex_t lock;
-    pthread_cond_t cv_work;  /* the I/O thread waits for a batch */
-    pthread_cond_t cv_room;  /* the appender waits for room       */
+    pthread_cond_t cv_work; /* the I/O thread waits for a batch */
+    pthread_cond_t cv_room; /* the appender waits for room       */
     uint8_t *buf[STREAM_NBUF];
-    bool busy[STREAM_NBUF];  /* queued or being written           */
-    int fill;                /* staging buffer being filled, or -1 */
+    bool busy[STREAM_NBUF]; /* queued or being written           */
+    int fill;               /* staging buffer being filled, or -1 */
     size_t fill_len;
-    uint64_t off;            /* file offset of the next byte appended */
+    uint64_t off; /* file offset of the next byte appended */
     chunk_t q[STREAM_QCAP];
     unsigned qhead, qlen;
-    size_t qbytes;           /* bytes queued or being written     */
-    uint64_t qoff;           /* file offset of q[qhead]           */
-    int fd;                  /* the writer's buffered descriptor  */
-    int dfd;                 /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
-    const char *path, *tmp;  /* the shard's name, the file written (borrowed) */
-    int err;                 /* sticky: a write failed (with e)   */
+    size_t qbytes;          /* bytes queued or being written     */
+    uint64_t qoff;          /* file offset of q[qhead]           */
+    int fd;                 /* the writer's buffered descriptor  */
+    int dfd;                /* O_DIRECT descriptor, or -1: buffered (I/O thread only) */
+    const char *path, *tmp; /* the shard's name, the file written (borrowed) */
+    int err;                /* sticky: a write failed (with e)   */
     stk_error e;
-    stk__hasher *fh;         /* whole-file hash, fed in file order */
-    uint8_t *hdr;            /* the header the hash started with  */
+    stk__hasher *fh; /* whole-file hash, fed in file order */
+    uint8_t *hdr;    /* the header the hash started with  */
     size_t hdr_len;
 };
 
@@ -170,7 +170,8 @@ static unsigned take_run(const stk__stream *st, chunk_t *run, size_t *bytes)
 }
 
 /* Under st->lock: a run of n chunks (bytes in all) is done, with status rc. */
-static void release_run(stk__stream *st, const chunk_t *run, unsigned n, size_t bytes, int rc, const stk_error *e)
+static void release_run(stk__stream *st, const chunk_t *run, unsigned n, size_t bytes, int rc,
+                        const stk_error *e)
 {
     if (rc && !st->err) st->err = rc, st->e = *e;
     for (unsigned i = 0; i < n; i++)
@@ -309,7 +310,8 @@ static int push_locked(stk__stream *st, const chunk_t *c, stk_error *err)
     st->off += c->buf >= 0 ? 0 : c->len; /* staging bytes were counted as they were copied */
     /* A full batch, or the first chunk (the thread then waits at most
      * STREAM_LINGER_MS for the rest of the batch instead of for ever). */
-    if (st->qbytes >= STREAM_BATCH || st->qlen == STREAM_QCAP || st->qlen == 1) pthread_cond_signal(&st->cv_work);
+    if (st->qbytes >= STREAM_BATCH || st->qlen == STREAM_QCAP || st->qlen == 1)
+        pthread_cond_signal(&st->cv_work);
     return STK_OK;
 }
 

@@ -13,9 +13,9 @@ typedef struct {
     unsigned field;
     uint64_t next_first; /* the record after the block: its table entry */
     size_t raw_len;
-    uint8_t *frame;      /* malloc'd; the taker frees it */
+    uint8_t *frame; /* malloc'd; the taker frees it */
     size_t len;
-    int err;             /* 0, or a stk_status (zerr: zstd's code) */
+    int err; /* 0, or a stk_status (zerr: zstd's code) */
     size_t zerr;
 } stk__zframe;
 
@@ -23,7 +23,8 @@ stk__zpool *stk__zpool_new(unsigned threads);
 /* Stops the threads (queued blocks are dropped) and frees everything. */
 void stk__zpool_free(stk__zpool *p);
 /* Queue a block for compression; the pool takes ownership of raw (malloc'd). */
-int stk__zpool_submit(stk__zpool *p, unsigned field, uint8_t *raw, size_t len, int level, uint64_t next_first);
+int stk__zpool_submit(stk__zpool *p, unsigned field, uint8_t *raw, size_t len, int level,
+                      uint64_t next_first);
 /* The oldest block if it is done (waiting for it when wait): 1, or 0 when
  * there is none ready (or none at all). */
 int stk__zpool_take(stk__zpool *p, int wait, stk__zframe *out);

@@ -57,8 +57,7 @@ typedef struct {
 
 /* ------------------------------------------------------------- plumbing */
 
-static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail(char *msg, size_t cap, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
 {
     if (msg && cap) {
@@ -73,14 +72,22 @@ static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
 const char *pk_status_name(int status)
 {
     switch (status) {
-    case PK_OK: return "ok";
-    case PK_E_EMPTY: return "empty file";
-    case PK_E_UNSUPPORTED: return "unsupported format";
-    case PK_E_CORRUPT: return "corrupt image";
-    case PK_E_TOO_LARGE: return "too large";
-    case PK_E_NOMEM: return "out of memory";
-    case PK_E_ARG: return "invalid argument";
-    default: return "unknown error";
+    case PK_OK:
+        return "ok";
+    case PK_E_EMPTY:
+        return "empty file";
+    case PK_E_UNSUPPORTED:
+        return "unsupported format";
+    case PK_E_CORRUPT:
+        return "corrupt image";
+    case PK_E_TOO_LARGE:
+        return "too large";
+    case PK_E_NOMEM:
+        return "out of memory";
+    case PK_E_ARG:
+        return "invalid argument";
+    default:
+        return "unknown error";
     }
 }
 
@@ -139,8 +146,7 @@ pk_format pk_sniff(const uint8_t *data, size_t len)
 {
     /* A prefix of a signature counts: a file cut inside its signature is a
      * truncated JPEG/PNG, which is worth saying. */
-    if (len >= 2 && data[0] == 0xff && data[1] == 0xd8 && (len == 2 || data[2] == 0xff))
-        return PK_FMT_JPEG;
+    if (len >= 2 && data[0] == 0xff && data[1] == 0xd8 && (len == 2 || data[2] == 0xff)) return PK_FMT_JPEG;
     if (len >= 2 && memcmp(data, png_sig, len < 8 ? len : 8) == 0) return PK_FMT_PNG;
     return PK_FMT_UNKNOWN;
 }
@@ -166,8 +172,8 @@ static const char *format_name(const uint8_t *d, size_t len)
     if (has(d, len, 0, "%PDF")) return "PDF";
     if (len >= 4 && d[0] == 0 && d[1] == 0 && d[2] == 1 && d[3] == 0) return "ICO";
     size_t n = len < 16 ? len : 16, printable = 0;
-    for (size_t i = 0; i < n; i++) printable += (d[i] >= 0x20 && d[i] < 0x7f) || d[i] == '\n' ||
-                                                d[i] == '\r' || d[i] == '\t';
+    for (size_t i = 0; i < n; i++)
+        printable += (d[i] >= 0x20 && d[i] < 0x7f) || d[i] == '\n' || d[i] == '\r' || d[i] == '\t';
     return printable == n ? "text" : NULL;
 }
 
@@ -225,11 +231,11 @@ static int check_pixels(uint32_t w, uint32_t h, const pk_params *p, char *msg, s
 {
     uint64_t px = (uint64_t)w * h;
     if (p->max_pixels && px > p->max_pixels)
-        return fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, over --max-pixels %llu",
-                    w, h, (unsigned long long)px, (unsigned long long)p->max_pixels);
+        return fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, over --max-pixels %llu", w, h,
+                    (unsigned long long)px, (unsigned long long)p->max_pixels);
     if (px > SIZE_MAX / 8)
-        return fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, too large to decode", w,
-                    h, (unsigned long long)px);
+        return fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, too large to decode", w, h,
+                    (unsigned long long)px);
     return PK_OK;
 }
 
@@ -241,8 +247,7 @@ static int jpeg_denominator(const pk_decoder *d, uint32_t w, uint32_t h, const p
 {
     for (unsigned k = 3; k >= 1; k--) {
         uint32_t den = 1u << k;
-        if ((d->scales & den) && (w + den - 1) / den >= l->resized_w &&
-            (h + den - 1) / den >= l->resized_h)
+        if ((d->scales & den) && (w + den - 1) / den >= l->resized_w && (h + den - 1) / den >= l->resized_h)
             return (int)den;
     }
     return 1;
@@ -316,8 +321,8 @@ static int jpeg_sof(const uint8_t *d, size_t len, uint32_t *w, uint32_t *h, int 
 
 /* Source dimensions and whether the JPEG has 4 components (CMYK or YCCK:
  * both decode to CMYK). */
-static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t *w, uint32_t *h,
-                       int *cmyk, int *subsamp_out, int *cs_out, char *msg, size_t cap)
+static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t *w, uint32_t *h, int *cmyk,
+                       int *subsamp_out, int *cs_out, char *msg, size_t cap)
 {
     int iw, ih, subsamp, cs, ncomp;
     if (tjDecompressHeader3(d->tj, data, (unsigned long)len, &iw, &ih, &subsamp, &cs) == 0) {
@@ -358,8 +363,8 @@ static bool jpeg_planar(int subsamp, int cs, int den, const pk_layout *l, uint32
 {
     if (p->resample_rgb || den != 1 || (l->resized_w == w && l->resized_h == h)) return false;
     if (cs == TJCS_GRAY) return subsamp == TJSAMP_GRAY;
-    return cs == TJCS_YCbCr && (subsamp == TJSAMP_444 || subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ||
-                                subsamp == TJSAMP_440);
+    return cs == TJCS_YCbCr &&
+           (subsamp == TJSAMP_444 || subsamp == TJSAMP_422 || subsamp == TJSAMP_420 || subsamp == TJSAMP_440);
 }
 
 /* Decode to planes, each row 16 readable bytes longer than its samples and
@@ -377,20 +382,23 @@ static int jpeg_decode_planes(pk_decoder *d, const uint8_t *data, size_t len, in
     }
     int rc = grow(d, total + 32, msg, cap);
     if (rc != PK_OK) return rc;
-    unsigned char *planes[3] = {d->pix + at[0], np == 3 ? d->pix + at[1] : NULL, np == 3 ? d->pix + at[2] : NULL};
-    if (tjDecompressToYUVPlanes(d->tj, data, (unsigned long)len, planes, (int)w, stride, (int)h, PK_TJ_FLAGS) != 0)
+    unsigned char *planes[3] = {d->pix + at[0], np == 3 ? d->pix + at[1] : NULL,
+                                np == 3 ? d->pix + at[2] : NULL};
+    if (tjDecompressToYUVPlanes(d->tj, data, (unsigned long)len, planes, (int)w, stride, (int)h,
+                                PK_TJ_FLAGS) != 0)
         return jpeg_fail(d, msg, cap);
     memset(d->pix + total, 0, 32);
     *y = (pk_ycc_view){{planes[0], planes[1], planes[2]},
                        {(size_t)stride[0], (size_t)stride[1], (size_t)stride[2]},
-                       w, h,
+                       w,
+                       h,
                        subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ? 2u : 1u,
                        subsamp == TJSAMP_440 || subsamp == TJSAMP_420 ? 2u : 1u};
     return PK_OK;
 }
 
-static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
-                       decoded *out, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
+static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, decoded *out,
+                       uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     int cmyk = 0, subsamp = -1, cs = -1;
     if (!d->tj && !(d->tj = tjInitDecompress()))
@@ -425,9 +433,8 @@ static int png_fail(int err, char *msg, size_t cap)
 }
 
 /* Header, limits, decode; ctx is the caller's to free. */
-static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len,
-                   const pk_params *p, pk_rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg,
-                   size_t cap)
+static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len, const pk_params *p,
+                   pk_rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     struct spng_ihdr ihdr;
     size_t need = 0;
@@ -449,8 +456,8 @@ static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len
     return PK_OK;
 }
 
-static int png_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
-                      decoded *out, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
+static int png_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, decoded *out,
+                      uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     pk_rgb_view *v = &out->rgb;
     out->planar = false;
@@ -473,8 +480,8 @@ static void fill_rect(uint8_t *out, size_t stride, uint32_t x, uint32_t y, uint3
 }
 
 /* Resize the decoded view into its place in out; pad around it in fit mode. */
-static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, const pk_params *p,
-                  uint8_t *out, char *msg, size_t cap)
+static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, const pk_params *p, uint8_t *out,
+                  char *msg, size_t cap)
 {
     pk_layout l;
     pk_layout_compute(p, ow, oh, &l);
@@ -487,9 +494,9 @@ static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, con
         return fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
                     (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
     if (l.w == n && l.h == n) return PK_OK;
-    fill_rect(out, stride, 0, 0, n, l.pad_y, p->fill);                         /* top */
-    fill_rect(out, stride, 0, l.pad_y + l.h, n, n - l.pad_y - l.h, p->fill);   /* bottom */
-    fill_rect(out, stride, 0, l.pad_y, l.pad_x, l.h, p->fill);                 /* left */
+    fill_rect(out, stride, 0, 0, n, l.pad_y, p->fill);                               /* top */
+    fill_rect(out, stride, 0, l.pad_y + l.h, n, n - l.pad_y - l.h, p->fill);         /* bottom */
+    fill_rect(out, stride, 0, l.pad_y, l.pad_x, l.h, p->fill);                       /* left */
     fill_rect(out, stride, l.pad_x + l.w, l.pad_y, n - l.pad_x - l.w, l.h, p->fill); /* right */
     return PK_OK;
 }
@@ -515,9 +522,15 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
     if (rc == PK_OK && len == 0) rc = fail(msg, msgcap, PK_E_EMPTY, "empty file");
     if (rc == PK_OK) {
         switch (pk_sniff(data, len)) {
-        case PK_FMT_JPEG: rc = jpeg_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap); break;
-        case PK_FMT_PNG: rc = png_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap); break;
-        default: rc = unsupported(data, len, msg, msgcap); break;
+        case PK_FMT_JPEG:
+            rc = jpeg_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap);
+            break;
+        case PK_FMT_PNG:
+            rc = png_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap);
+            break;
+        default:
+            rc = unsupported(data, len, msg, msgcap);
+            break;
         }
     }
     if (rc == PK_OK) rc = render(d, &v, ow, oh, p, out, msg, msgcap);

@@ -54,12 +54,12 @@ typedef enum {
 #define PK_DEFAULT_MAX_PIXELS 100000000u
 
 typedef struct {
-    uint32_t size;         /* output is size x size x 3; 1 .. PK_MAX_SIZE          */
+    uint32_t size; /* output is size x size x 3; 1 .. PK_MAX_SIZE          */
     pk_resize_mode mode;
-    uint64_t max_pixels;   /* refuse sources with more pixels (from the header,
+    uint64_t max_pixels; /* refuse sources with more pixels (from the header,
                               before any pixel memory is allocated); 0: no limit */
-    uint8_t fill[3];       /* RGB of the padding in PK_RESIZE_FIT (default 0,0,0)  */
-    int resample_rgb;      /* 1: resample JPEGs after an RGB decode, as Pillow
+    uint8_t fill[3];     /* RGB of the padding in PK_RESIZE_FIT (default 0,0,0)  */
+    int resample_rgb;    /* 1: resample JPEGs after an RGB decode, as Pillow
                               does; 0 (default): on their YCbCr planes where
                               that applies (pk_resize_ycc), which is faster   */
 } pk_params;

@@ -94,7 +94,8 @@ static int walk(const char *root, const char *rel, int64_t label, int depth, ite
         char *sub = join(rel, de->d_name), *path = join(full, de->d_name);
         if (!sub || !path) rc = say(msg, cap, "out of memory");
         else if (is_dir(de, path)) {
-            rc = depth >= MAX_DEPTH ? say(msg, cap, "%s: directories nested deeper than %d (a symlink loop?)", path, MAX_DEPTH)
+            rc = depth >= MAX_DEPTH ? say(msg, cap, "%s: directories nested deeper than %d (a symlink loop?)",
+                                          path, MAX_DEPTH)
                                     : walk(root, sub, label, depth + 1, it, msg, cap);
         } else if (!push(it, rel, de->d_name, label)) {
             rc = say(msg, cap, "out of memory");
@@ -138,15 +139,18 @@ static int load_folder(const char *root, pk_listing *l, char *msg, size_t cap)
                 else l->classes = c;
             }
             if (!rc && !(l->classes[l->nclasses++] = strdup(de->d_name))) rc = say(msg, cap, "out of memory");
-        } else if (!push(&it, "", de->d_name, -1)) { /* a file outside any class: skipped later, with a reason */
+        } else if (!push(&it, "", de->d_name,
+                         -1)) { /* a file outside any class: skipped later, with a reason */
             rc = say(msg, cap, "out of memory");
         }
         free(path);
     }
     closedir(d);
-    if (!rc && l->nclasses == 0) rc = say(msg, cap, "%s: no class directories (expected ROOT/CLASS/FILE)", root);
+    if (!rc && l->nclasses == 0)
+        rc = say(msg, cap, "%s: no class directories (expected ROOT/CLASS/FILE)", root);
     if (!rc) qsort(l->classes, l->nclasses, sizeof *l->classes, cmp_str);
-    for (size_t c = 0; !rc && c < l->nclasses; c++) rc = walk(root, l->classes[c], (int64_t)c, 1, &it, msg, cap);
+    for (size_t c = 0; !rc && c < l->nclasses; c++)
+        rc = walk(root, l->classes[c], (int64_t)c, 1, &it, msg, cap);
     if (!rc) {
         if (it.n) qsort(it.v, it.n, sizeof *it.v, cmp_item); /* it.v is NULL when empty */
         l->e = calloc(it.n ? it.n : 1, sizeof *l->e);
@@ -172,8 +176,10 @@ static char *next_field(char **p, char sep)
     if (sep == ',' && *s == '"') {
         for (s++; *s; s++) {
             if (*s == '"' && s[1] == '"') *w++ = '"', s++;
-            else if (*s == '"') { s++; break; }
-            else *w++ = *s;
+            else if (*s == '"') {
+                s++;
+                break;
+            } else *w++ = *s;
         }
         while (*s && *s != sep) s++;
     } else {
@@ -220,7 +226,8 @@ static int read_rows(FILE *f, const char *file, char sep, rows *r, char *msg, si
             if (!*p) break;
         }
         if (lineno == 1) {
-            if (pcol < 0 || lcol < 0) rc = say(msg, cap, "%s: line 1: header must name the columns 'path' and 'label'", file);
+            if (pcol < 0 || lcol < 0)
+                rc = say(msg, cap, "%s: line 1: header must name the columns 'path' and 'label'", file);
             continue;
         }
         if (!path || !*path || !label || !*label) {
@@ -233,7 +240,10 @@ static int read_rows(FILE *f, const char *file, char sep, rows *r, char *msg, si
             if (np) r->path = np;
             char **nl = np ? realloc(r->label, c * sizeof *nl) : NULL;
             if (nl) r->label = nl;
-            if (!np || !nl) { rc = say(msg, cap, "out of memory"); break; }
+            if (!np || !nl) {
+                rc = say(msg, cap, "out of memory");
+                break;
+            }
             r->cap = c;
         }
         r->path[r->n] = strdup(path);
@@ -298,14 +308,19 @@ static int load_file(const char *file, pk_listing *l, char *msg, size_t cap)
 static bool utf8_ok(const unsigned char *s)
 {
     while (*s) {
-        unsigned n = *s < 0x80 ? 0 : (*s & 0xe0) == 0xc0 ? 1 : (*s & 0xf0) == 0xe0 ? 2 : (*s & 0xf8) == 0xf0 ? 3 : 4;
+        unsigned n = *s < 0x80             ? 0
+                     : (*s & 0xe0) == 0xc0 ? 1
+                     : (*s & 0xf0) == 0xe0 ? 2
+                     : (*s & 0xf8) == 0xf0 ? 3
+                                           : 4;
         if (n == 4 || (n == 1 && *s < 0xc2)) return false;
         unsigned cp = n ? *s & (0x3f >> n) : *s;
         for (unsigned k = 1; k <= n; k++) {
             if ((s[k] & 0xc0) != 0x80) return false;
             cp = cp << 6 | (s[k] & 0x3f);
         }
-        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
             return false;
         s += n + 1;
     }
@@ -317,8 +332,10 @@ static int check_listing(const char *input, const pk_listing *l, char *msg, size
 {
     for (size_t c = 0; c < l->nclasses; c++)
         if (!utf8_ok((const unsigned char *)l->classes[c]))
-            return say(msg, cap, "%s: class name \"%.64s\" is not valid UTF-8 (rename it: class names go into the manifest)",
-                       input, l->classes[c]);
+            return say(
+                msg, cap,
+                "%s: class name \"%.64s\" is not valid UTF-8 (rename it: class names go into the manifest)",
+                input, l->classes[c]);
     for (size_t i = 0; l->kind == PK_LIST_FILE && i < l->n; i++)
         if (l->e[i].label < 0)
             return say(msg, cap, "%s: entry %zu (%.200s): label %lld is negative", input, i + 1, l->e[i].path,

@@ -19,10 +19,10 @@ typedef enum { PK_LIST_IMAGEFOLDER, PK_LIST_FILE } pk_list_kind;
 
 typedef struct {
     pk_list_kind kind;
-    char *root;        /* directory the paths are relative to */
+    char *root; /* directory the paths are relative to */
     pk_entry *e;
     size_t n;
-    char **classes;    /* label i is classes[i]; empty for integer labels */
+    char **classes; /* label i is classes[i]; empty for integer labels */
     size_t nclasses;
 } pk_listing;
 

@@ -25,7 +25,8 @@ int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema
     memset(o, 0, sizeof *o);
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->cv, NULL);
-    if (strlen(prefix) >= sizeof o->prefix || per_shard == 0) return stk_error_set(err, STK_E_ARG, "bad shard prefix or size");
+    if (strlen(prefix) >= sizeof o->prefix || per_shard == 0)
+        return stk_error_set(err, STK_E_ARG, "bad shard prefix or size");
     snprintf(o->prefix, sizeof o->prefix, "%s", prefix);
     o->schema = *schema;
     o->per_shard = per_shard;
@@ -115,7 +116,8 @@ static void *committer(void *arg)
         stk_shard_info info;
         char *path = pk_out_shard_path(o, o->nshards);
         int rc = failed ? (stk_writer_abort(w), failed)
-                        : path ? stk_writer_finish(w, &info, &e) : (stk_writer_abort(w), stk_error_set(&e, STK_E_NOMEM, "out of memory"));
+                 : path ? stk_writer_finish(w, &info, &e)
+                        : (stk_writer_abort(w), stk_error_set(&e, STK_E_NOMEM, "out of memory"));
         if (!rc) rc = add_entry(o, path, &info, &e);
         free(path);
         pthread_mutex_lock(&o->lock);
@@ -131,7 +133,8 @@ static void *committer(void *arg)
 static int ensure_thread(pk_out *o, stk_error *err)
 {
     if (o->thread_on) return STK_OK;
-    if (pthread_create(&o->thread, NULL, committer, o) != 0) return stk_error_set(err, STK_E_NOMEM, "cannot start a thread");
+    if (pthread_create(&o->thread, NULL, committer, o) != 0)
+        return stk_error_set(err, STK_E_NOMEM, "cannot start a thread");
     o->thread_on = true;
     return STK_OK;
 }
@@ -203,8 +206,9 @@ static int open_for(pk_out *o, const stk_value *v, stk_error *err)
         if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
         for (uint32_t f = 0; o->cur && f < o->schema.nfields; f++)
-            if (o->schema.fields[f].codec && ((rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err)) ||
-                                              (rc = stk_writer_threads(o->cur, o->zthreads, err)))) {
+            if (o->schema.fields[f].codec &&
+                ((rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err)) ||
+                 (rc = stk_writer_threads(o->cur, o->zthreads, err)))) {
                 stk_writer_abort(o->cur);
                 o->cur = NULL;
                 free(path);
@@ -223,7 +227,8 @@ static int open_for(pk_out *o, const stk_value *v, stk_error *err)
             return rc;
         }
         char *tmp = NULL;
-        if (o->cur && asprintf(&tmp, "%s.tmp", path) >= 0) set_open_tmp(o, tmp); /* stk_writer_create's name */
+        if (o->cur && asprintf(&tmp, "%s.tmp", path) >= 0)
+            set_open_tmp(o, tmp); /* stk_writer_create's name */
         free(path);
         if (!o->cur) return err ? err->code : STK_E_IO;
         o->opened++;
@@ -307,7 +312,9 @@ static int check_kept(const pk_out *o, const char *path, uint64_t lo, uint64_t e
     int rc = -1;
     uint64_t n = stk_shard_records(sh);
     if (!stk_schema_equal(stk_shard_schema(sh), &o->schema)) snprintf(why, cap, "%s: other schema", path);
-    else if (n != o->per_shard) snprintf(why, cap, "%s: %llu records, not %llu", path, (unsigned long long)n, (unsigned long long)o->per_shard);
+    else if (n != o->per_shard)
+        snprintf(why, cap, "%s: %llu records, not %llu", path, (unsigned long long)n,
+                 (unsigned long long)o->per_shard);
     else if (stk_shard_verify_index(sh, 0, &err)) snprintf(why, cap, "%s", err.msg);
     else if (stk_shard_verify_records(sh, 0, n, NULL, NULL) || stk_shard_verify_padding(sh, NULL, NULL))
         snprintf(why, cap, "%s: records fail verification", path);
@@ -316,7 +323,8 @@ static int check_kept(const pk_out *o, const char *path, uint64_t lo, uint64_t e
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
         memcpy(&src[i], &s[i], 8);
         if (src[i] < lo || src[i] >= end || (i && src[i] <= src[i - 1]))
-            rc = -1, snprintf(why, cap, "%s: record %llu comes from another part of the listing", path, (unsigned long long)i);
+            rc = -1, snprintf(why, cap, "%s: record %llu comes from another part of the listing", path,
+                              (unsigned long long)i);
     }
     if (rc == 0) {
         info->records = n;
@@ -344,8 +352,14 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
     for (size_t k = 0;; k++) {
         char *path = pk_out_shard_path(o, k), why[STK_ERROR_MSG_MAX];
         stk_shard_info info;
-        if (!path) { rc = stk_error_set(err, STK_E_NOMEM, "out of memory"); break; }
-        if (access(path, F_OK) != 0) { free(path); break; }
+        if (!path) {
+            rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+            break;
+        }
+        if (access(path, F_OK) != 0) {
+            free(path);
+            break;
+        }
         if (check_kept(o, path, *next, end, src, &info, why, sizeof why) != 0) {
             pk_out_remove_from(o, k); /* this shard and all later ones are redone */
             if (note) note(user, why);
@@ -357,7 +371,11 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
                 if (*ngaps == gcap) {
                     gcap = gcap ? 2 * gcap : 64;
                     uint64_t *g = realloc(*gaps, gcap * sizeof *g);
-                    if (!g) { free(path); free(src); return stk_error_set(err, STK_E_NOMEM, "out of memory"); }
+                    if (!g) {
+                        free(path);
+                        free(src);
+                        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+                    }
                     *gaps = g;
                 }
                 (*gaps)[(*ngaps)++] = want;

@@ -25,13 +25,13 @@ typedef struct {
     char *dir;
     char prefix[STK_NAME_MAX];
     stk_schema schema;
-    int source_field;        /* index of the u64 `source` field */
+    int source_field; /* index of the u64 `source` field */
     uint64_t per_shard;
-    uint64_t end;            /* the listing index this part ends at (pk_out_resume) */
+    uint64_t end; /* the listing index this part ends at (pk_out_resume) */
     stk_writer *cur;
     stk_shard_entry *shards; /* committed, in order */
     size_t nshards, cap;
-    size_t opened;           /* shards started (committed + queued + open) */
+    size_t opened; /* shards started (committed + queued + open) */
     /* the committer */
     pthread_t thread;
     bool thread_on, quit;
@@ -39,16 +39,16 @@ typedef struct {
     pthread_cond_t cv;
     stk_writer *queue[PK_OUT_PENDING];
     size_t qhead, qlen;
-    char *open_tmp;          /* the open shard's temporary file, for writeback */
+    char *open_tmp;             /* the open shard's temporary file, for writeback */
     int zlevel[STK_MAX_FIELDS]; /* compressed fields: zstd level per field */
-    uint64_t zblock;         /* compressed fields: block size (0: the writer's) */
-    unsigned zthreads;       /* compressed fields: compression threads */
-    int error;               /* sticky: a commit failed */
+    uint64_t zblock;            /* compressed fields: block size (0: the writer's) */
+    unsigned zthreads;          /* compressed fields: compression threads */
+    int error;                  /* sticky: a commit failed */
     stk_error err;
 } pk_out;
 
-int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema *schema,
-                uint64_t per_shard, stk_error *err);
+int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema *schema, uint64_t per_shard,
+                stk_error *err);
 /* Keep the committed shards of an interrupted run: each must open, verify
  * completely, have this schema, hold per_shard records whose sources rise
  * inside [first, end). The first that does not is removed with all after it.
@@ -56,14 +56,14 @@ int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema
  * *ngaps entries) lists the indices in [first, *next) that no kept shard
  * holds: the files skipped before the interruption. Stray temporary files
  * are removed. `note` (may be NULL) hears one line per dropped shard. */
-int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint64_t **gaps,
-                  size_t *ngaps, void (*note)(void *, const char *), void *user, stk_error *err);
+int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint64_t **gaps, size_t *ngaps,
+                  void (*note)(void *, const char *), void *user, stk_error *err);
 /* Append one record, lending values[0] to the shard writer
  * (stk_writer_append_lent, with pre its checksum and block sums, or NULL): done(ctx,
  * values[0].data) is called exactly once, on every path, when the bytes are
  * no longer needed. */
-int pk_out_append(pk_out *o, const stk_value *values, const stk_prehash *pre, stk_lent_done_fn done, void *ctx,
-                  stk_error *err);
+int pk_out_append(pk_out *o, const stk_value *values, const stk_prehash *pre, stk_lent_done_fn done,
+                  void *ctx, stk_error *err);
 /* Commit the open shard, if any, and wait for every pending commit. */
 int pk_out_flush(pk_out *o, stk_error *err);
 /* Drop the open shard; with remove_committed also delete every committed one. */

@@ -27,51 +27,50 @@ enum { PACK_OK = 0, PACK_FAIL = 1, PACK_USAGE = 2, PACK_SKIPPED = 3 };
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-        "Usage: pack [OPTIONS] INPUT OUTDIR\n"
-        "       pack --merge OUTDIR\n"
-        "Decode, resize and pack the images of INPUT into a stoker dataset in OUTDIR.\n"
-        "INPUT is an ImageFolder tree (ROOT/CLASS/FILE; labels are class indices in\n"
-        "sorted order) or a .csv/.tsv list with a header naming `path` and `label`\n"
-        "(label: an integer or a class name; paths relative to the list's folder).\n\n"
-        "  -s, --size N            output images are N x N x 3 (default 256)\n"
-        "      --resize MODE       shorter (default): shorter side to N, centre crop;\n"
-        "                          stretch: to N x N; fit: inside N x N, padded\n"
-        "      --fill R,G,B        padding colour for --resize fit (default 0,0,0)\n"
-        "      --resample-space S  ycc (default): resample JPEGs on their stored YCbCr\n"
-        "                          planes (faster; within a level of Pillow nearly\n"
-        "                          everywhere); rgb: after an RGB decode, as Pillow\n"
-        "                          does\n"
-        "  -j, --threads N         decoding threads (default: all cores)\n"
-        "      --shard-size BYTES  shard size limit, whole records (default 1G)\n"
-        "      --records-per-shard N  records per shard (instead of --shard-size)\n"
-        "      --on-error MODE     skip (default): report bad files and go on;\n"
-        "                          fail: stop at the first bad file, keep nothing\n"
-        "      --max-pixels N      refuse images larger than N pixels (default 100000000)\n"
-        "      --compress SPEC     none (default), zstd[:LEVEL] for every field, or per\n"
-        "                          field: image=none,label=zstd:9 (fields image, label,\n"
-        "                          orig_size, source; LEVEL 1..19, default 3; format 1.1)\n"
-        "      --block-size BYTES  uncompressed bytes per compressed block (default 1M)\n"
-        "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
-        "      --merge             write the manifest once every part is in OUTDIR\n"
-        "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
-        "      --json              print the result as one JSON object on stdout\n"
-        "  -q, --quiet             no progress bar or summary\n"
-        "  -h, --help              this help\n"
-        "  -V, --version           version\n\n"
-        "Records keep the listing order; the same input and flags give byte-identical\n"
-        "shards whatever -j. Running the same command again after a crash keeps the\n"
-        "shards already committed (verified) and finishes the rest.\n\n"
-        "Exit status: 0 every input packed; 1 error (nothing is left that looks like a\n"
-        "finished dataset); 2 usage error; 3 packed, but some inputs were skipped\n"
-        "(each is named on stderr and listed in OUTDIR/skipped.tsv).\n");
+    fprintf(f, "Usage: pack [OPTIONS] INPUT OUTDIR\n"
+               "       pack --merge OUTDIR\n"
+               "Decode, resize and pack the images of INPUT into a stoker dataset in OUTDIR.\n"
+               "INPUT is an ImageFolder tree (ROOT/CLASS/FILE; labels are class indices in\n"
+               "sorted order) or a .csv/.tsv list with a header naming `path` and `label`\n"
+               "(label: an integer or a class name; paths relative to the list's folder).\n\n"
+               "  -s, --size N            output images are N x N x 3 (default 256)\n"
+               "      --resize MODE       shorter (default): shorter side to N, centre crop;\n"
+               "                          stretch: to N x N; fit: inside N x N, padded\n"
+               "      --fill R,G,B        padding colour for --resize fit (default 0,0,0)\n"
+               "      --resample-space S  ycc (default): resample JPEGs on their stored YCbCr\n"
+               "                          planes (faster; within a level of Pillow nearly\n"
+               "                          everywhere); rgb: after an RGB decode, as Pillow\n"
+               "                          does\n"
+               "  -j, --threads N         decoding threads (default: all cores)\n"
+               "      --shard-size BYTES  shard size limit, whole records (default 1G)\n"
+               "      --records-per-shard N  records per shard (instead of --shard-size)\n"
+               "      --on-error MODE     skip (default): report bad files and go on;\n"
+               "                          fail: stop at the first bad file, keep nothing\n"
+               "      --max-pixels N      refuse images larger than N pixels (default 100000000)\n"
+               "      --compress SPEC     none (default), zstd[:LEVEL] for every field, or per\n"
+               "                          field: image=none,label=zstd:9 (fields image, label,\n"
+               "                          orig_size, source; LEVEL 1..19, default 3; format 1.1)\n"
+               "      --block-size BYTES  uncompressed bytes per compressed block (default 1M)\n"
+               "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
+               "      --merge             write the manifest once every part is in OUTDIR\n"
+               "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
+               "      --json              print the result as one JSON object on stdout\n"
+               "  -q, --quiet             no progress bar or summary\n"
+               "  -h, --help              this help\n"
+               "  -V, --version           version\n\n"
+               "Records keep the listing order; the same input and flags give byte-identical\n"
+               "shards whatever -j. Running the same command again after a crash keeps the\n"
+               "shards already committed (verified) and finishes the rest.\n\n"
+               "Exit status: 0 every input packed; 1 error (nothing is left that looks like a\n"
+               "finished dataset); 2 usage error; 3 packed, but some inputs were skipped\n"
+               "(each is named on stderr and listed in OUTDIR/skipped.tsv).\n");
 }
 
 typedef struct {
     pk_params img;
     unsigned threads, part, parts;
     uint64_t shard_size, per_shard;
-    int zstd[4];            /* per field (image, label, orig_size, source): 0 raw, else the level */
+    int zstd[4]; /* per field (image, label, orig_size, source): 0 raw, else the level */
     uint64_t block_bytes;
     bool fail_fast, merge, force, json, quiet;
     const char *input, *out;
@@ -111,7 +110,8 @@ static bool parse_compress(const char *s, int zstd[4])
         if (!end) end = s + strlen(s);
         if (!eq || eq > end) return false;
         int f = 0;
-        while (f < 4 && (strlen(FIELDS[f]) != (size_t)(eq - s) || strncmp(FIELDS[f], s, (size_t)(eq - s)))) f++;
+        while (f < 4 && (strlen(FIELDS[f]) != (size_t)(eq - s) || strncmp(FIELDS[f], s, (size_t)(eq - s))))
+            f++;
         if (f == 4 || !parse_codec(eq + 1, (size_t)(end - eq - 1), &zstd[f])) return false;
         s = *end ? end + 1 : end;
     }
@@ -144,45 +144,100 @@ static bool parse_mode(const char *s, pk_resize_mode *m)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {
-        {"size", 1, 0, 's'}, {"resize", 1, 0, 'R'}, {"fill", 1, 0, 'F'}, {"threads", 1, 0, 'j'},
-        {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'}, {"on-error", 1, 0, 'E'},
-        {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'}, {"merge", 0, 0, 'M'}, {"force", 0, 0, 'f'},
-        {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
-        {"compress", 1, 0, 'Z'}, {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"size", 1, 0, 's'},
+                                       {"resize", 1, 0, 'R'},
+                                       {"fill", 1, 0, 'F'},
+                                       {"threads", 1, 0, 'j'},
+                                       {"shard-size", 1, 0, 'B'},
+                                       {"records-per-shard", 1, 0, 'N'},
+                                       {"on-error", 1, 0, 'E'},
+                                       {"max-pixels", 1, 0, 'P'},
+                                       {"part", 1, 0, 'K'},
+                                       {"merge", 0, 0, 'M'},
+                                       {"force", 0, 0, 'f'},
+                                       {"json", 0, 0, 'J'},
+                                       {"quiet", 0, 0, 'q'},
+                                       {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
+                                       {"compress", 1, 0, 'Z'},
+                                       {"block-size", 1, 0, 'Q'},
+                                       {"resample-space", 1, 0, 'Y'},
+                                       {0, 0, 0, 0}};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
-                .threads = ncpu > 0 ? (unsigned)ncpu : 1, .part = 1, .parts = 1, .shard_size = (uint64_t)1 << 30};
+                .threads = ncpu > 0 ? (unsigned)ncpu : 1,
+                .part = 1,
+                .parts = 1,
+                .shard_size = (uint64_t)1 << 30};
     int c, li = -1;
     uint64_t v;
     while ((c = getopt_long(argc, argv, "s:j:qhV", lo, &li)) != -1) {
         bool ok = true;
         switch (c) {
-        case 's': ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 16384 && (o->img.size = (uint32_t)v); break;
-        case 'R': ok = parse_mode(optarg, &o->img.mode); break;
-        case 'F': ok = parse_fill(optarg, o->img.fill); break;
+        case 's':
+            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 16384 && (o->img.size = (uint32_t)v);
+            break;
+        case 'R':
+            ok = parse_mode(optarg, &o->img.mode);
+            break;
+        case 'F':
+            ok = parse_fill(optarg, o->img.fill);
+            break;
         case 'Y':
             ok = !strcmp(optarg, "ycc") || !strcmp(optarg, "rgb");
             o->img.resample_rgb = !strcmp(optarg, "rgb");
             break;
-        case 'j': ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 1024 && (o->threads = (unsigned)v); break;
-        case 'B': ok = cli_parse_size(optarg, &o->shard_size) && o->shard_size > 0; break;
-        case 'N': ok = cli_parse_u64(optarg, &o->per_shard) && o->per_shard > 0; break;
-        case 'E': ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail"); o->fail_fast = !strcmp(optarg, "fail"); break;
-        case 'P': ok = cli_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0; break;
-        case 'K': ok = parse_part(optarg, &o->part, &o->parts); break;
-        case 'M': o->merge = true; break;
-        case 'Z': ok = parse_compress(optarg, o->zstd); break;
-        case 'Q': ok = cli_parse_size(optarg, &o->block_bytes) && o->block_bytes > 0 && o->block_bytes <= (1u << 29); break;
-        case 'f': o->force = true; break;
-        case 'J': o->json = true; break;
-        case 'q': o->quiet = true; break;
-        case 'h': usage(stdout); exit(PACK_OK);
-        case 'V': printf("pack (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR, STK_FORMAT_MINOR); exit(PACK_OK);
-        default: return PACK_USAGE;
+        case 'j':
+            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 1024 && (o->threads = (unsigned)v);
+            break;
+        case 'B':
+            ok = cli_parse_size(optarg, &o->shard_size) && o->shard_size > 0;
+            break;
+        case 'N':
+            ok = cli_parse_u64(optarg, &o->per_shard) && o->per_shard > 0;
+            break;
+        case 'E':
+            ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail");
+            o->fail_fast = !strcmp(optarg, "fail");
+            break;
+        case 'P':
+            ok = cli_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0;
+            break;
+        case 'K':
+            ok = parse_part(optarg, &o->part, &o->parts);
+            break;
+        case 'M':
+            o->merge = true;
+            break;
+        case 'Z':
+            ok = parse_compress(optarg, o->zstd);
+            break;
+        case 'Q':
+            ok =
+                cli_parse_size(optarg, &o->block_bytes) && o->block_bytes > 0 && o->block_bytes <= (1u << 29);
+            break;
+        case 'f':
+            o->force = true;
+            break;
+        case 'J':
+            o->json = true;
+            break;
+        case 'q':
+            o->quiet = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(PACK_OK);
+        case 'V':
+            printf("pack (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR,
+                   STK_FORMAT_MINOR);
+            exit(PACK_OK);
+        default:
+            return PACK_USAGE;
         }
         if (!ok) {
-            fprintf(stderr, "pack: invalid value '%s' for --%s (try --help)\n", optarg, li >= 0 ? lo[li].name : (c == 's' ? "size" : "threads"));
+            fprintf(stderr, "pack: invalid value '%s' for --%s (try --help)\n", optarg,
+                    li >= 0 ? lo[li].name : (c == 's' ? "size" : "threads"));
             return PACK_USAGE;
         }
         li = -1;
@@ -214,9 +269,9 @@ typedef struct {
     uint64_t packed, in_bytes, done;
     cli_progress bar;
     stk_error err;
-    int fatal;          /* a write failed: stop */
-    bool failed_input;  /* --on-error fail hit a bad file */
-    pk_pool *pool;      /* image buffers: the pipeline's slots and those lent to the writer */
+    int fatal;         /* a write failed: stop */
+    bool failed_input; /* --on-error fail hit a bad file */
+    pk_pool *pool;     /* image buffers: the pipeline's slots and those lent to the writer */
 } run_t;
 
 typedef struct {
@@ -288,7 +343,8 @@ static int64_t read_input(worker_t *w, const char *path, pk_result *res)
     close(fd);
     if (got != n) {
         res->status = PK_E_CORRUPT;
-        snprintf(res->msg, sizeof res->msg, "cannot read: %s", got < n && e ? strerror(e) : "file shrank while reading");
+        snprintf(res->msg, sizeof res->msg, "cannot read: %s",
+                 got < n && e ? strerror(e) : "file shrank while reading");
         return -1;
     }
     return (int64_t)n;
@@ -341,7 +397,8 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
     worker_t *w = state;
     if (r->L.e[i].label < 0) {
         res->status = PK_E_UNSUPPORTED;
-        snprintf(res->msg, sizeof res->msg, "not inside a class directory (ImageFolder wants ROOT/CLASS/FILE)");
+        snprintf(res->msg, sizeof res->msg,
+                 "not inside a class directory (ImageFolder wants ROOT/CLASS/FILE)");
         return;
     }
     char *path = pk_listing_path(&r->L, (size_t)i);
@@ -349,7 +406,8 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
     free(path);
     if (n < 0) return;
     res->in_bytes = (uint64_t)n;
-    res->status = pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
+    res->status =
+        pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
     /* The record's checksum, here, while the image is in this core's cache
      * and in parallel, not on the one thread that puts records in order;
      * with it the block sums the writer's whole-file hash takes instead of
@@ -391,7 +449,8 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
     if (res->status) {
         report_bad(r, i, res->msg);
         if (r->o->fail_fast) return r->failed_input = true, 1;
-        if (!add_skip(r, i, res->msg)) return r->fatal = STK_E_NOMEM, snprintf(r->err.msg, sizeof r->err.msg, "out of memory"), 1;
+        if (!add_skip(r, i, res->msg))
+            return r->fatal = STK_E_NOMEM, snprintf(r->err.msg, sizeof r->err.msg, "out of memory"), 1;
     } else {
         int64_t label = r->L.e[i].label;
         uint32_t size[2] = {res->w, res->h};
@@ -518,16 +577,18 @@ static char *pack_params_json(const run_t *r, uint64_t per_shard)
     static const char *const modes[] = {"shorter", "stretch", "fit"};
     const pk_params *p = &r->o->img;
     char *s = NULL;
-    if (asprintf(&s,
-                 "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "
-                 "\"resample_space\": \"%s\", "
-                 "\"fill\": [%u, %u, %u], \"max_pixels\": %llu, \"records_per_shard\": %llu, \"listed\": %zu, "
-                 "\"parts\": %u, \"compress\": [%d, %d, %d, %d], \"block_bytes\": %llu, "
-                 "\"listing\": \"listing.tsv\", \"skipped_list\": \"skipped.tsv\"}",
-                 STK_VERSION_STRING, r->L.kind == PK_LIST_IMAGEFOLDER ? "imagefolder" : "list", p->size,
-                 modes[p->mode], p->resample_rgb ? "rgb" : "ycc", p->fill[0], p->fill[1], p->fill[2], (unsigned long long)p->max_pixels,
-                 (unsigned long long)per_shard, r->L.n, r->o->parts, r->o->zstd[0], r->o->zstd[1], r->o->zstd[2],
-                 r->o->zstd[3], (unsigned long long)r->o->block_bytes) < 0)
+    if (asprintf(
+            &s,
+            "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "
+            "\"resample_space\": \"%s\", "
+            "\"fill\": [%u, %u, %u], \"max_pixels\": %llu, \"records_per_shard\": %llu, \"listed\": %zu, "
+            "\"parts\": %u, \"compress\": [%d, %d, %d, %d], \"block_bytes\": %llu, "
+            "\"listing\": \"listing.tsv\", \"skipped_list\": \"skipped.tsv\"}",
+            STK_VERSION_STRING, r->L.kind == PK_LIST_IMAGEFOLDER ? "imagefolder" : "list", p->size,
+            modes[p->mode], p->resample_rgb ? "rgb" : "ycc", p->fill[0], p->fill[1], p->fill[2],
+            (unsigned long long)p->max_pixels, (unsigned long long)per_shard, r->L.n, r->o->parts,
+            r->o->zstd[0], r->o->zstd[1], r->o->zstd[2], r->o->zstd[3],
+            (unsigned long long)r->o->block_bytes) < 0)
         return NULL;
     return s;
 }
@@ -548,7 +609,9 @@ static uint64_t records_per_shard(const opts *o, const stk_schema *s)
 {
     if (o->per_shard) return o->per_shard;
     uint64_t lo = 1, hi = 1;
-    while (stk_shard_size_for(s, hi * 2) && stk_shard_size_for(s, hi * 2) <= o->shard_size && hi < ((uint64_t)1 << 40)) hi *= 2;
+    while (stk_shard_size_for(s, hi * 2) && stk_shard_size_for(s, hi * 2) <= o->shard_size &&
+           hi < ((uint64_t)1 << 40))
+        hi *= 2;
     if (stk_shard_size_for(s, hi) > o->shard_size) return 1; /* one record is larger than the limit */
     uint64_t top = hi * 2;
     lo = hi;
@@ -645,7 +708,8 @@ static int prepare(run_t *r, uint64_t params, uint64_t first, uint64_t end, uint
          * removes the bookkeeping, as the first run would have. */
         if (!o->force && o->parts == 1 && pk_part_params(o->out, 1, 1) == params) return 1;
         if (!o->force) {
-            fprintf(stderr, "pack: %s already holds a dataset (manifest.json); use --force to replace it\n", o->out);
+            fprintf(stderr, "pack: %s already holds a dataset (manifest.json); use --force to replace it\n",
+                    o->out);
             return -1;
         }
         remove_in(o->out, STK_MANIFEST_NAME); /* first: the directory stops being a dataset */
@@ -657,24 +721,34 @@ static int prepare(run_t *r, uint64_t params, uint64_t first, uint64_t end, uint
     size_t len = 0;
     FILE *f = state ? fopen(state, "r") : NULL;
     if (f) {
-        if (getline(&old, &len, f) < 0) { free(old); old = NULL; }
+        if (getline(&old, &len, f) < 0) {
+            free(old);
+            old = NULL;
+        }
         fclose(f);
     }
     bool same = (done_params ? done_params == params : old && !strncmp(old, hex, 16));
     bool present = done_params || old;
     free(old);
     if (present && !same && !o->force) {
-        fprintf(stderr, "pack: %s holds part %u/%u of a pack with other inputs or flags; use --force to start over\n",
+        fprintf(stderr,
+                "pack: %s holds part %u/%u of a pack with other inputs or flags; use --force to start over\n",
                 o->out, o->part, o->parts);
         free(state);
         return -1;
     }
-    if (done_params && same) { free(state); return 1; }
+    if (done_params && same) {
+        free(state);
+        return 1;
+    }
     if (!same || o->force) remove_part(r, o);
     stk_error err;
     int rc = stk_file_commit(state, hex, 16, &err);
     free(state);
-    if (rc) { fprintf(stderr, "pack: %s\n", err.msg); return -1; }
+    if (rc) {
+        fprintf(stderr, "pack: %s\n", err.msg);
+        return -1;
+    }
     uint64_t *gaps = NULL;
     size_t ngaps = 0;
     bool restart = false;
@@ -710,10 +784,21 @@ static int finish_part(run_t *r, uint64_t params, uint64_t first, uint64_t end, 
         fprintf(stderr, "pack: %s\n", r->err.msg);
         return -1;
     }
-    if (write_slice(r, ".listing.tsv", first, end, false) || write_slice(r, ".skipped.tsv", first, end, true)) return -1;
-    pk_part part = {.part = r->o->part, .parts = r->o->parts, .params = params, .first = first, .end = end,
-                    .packed = r->packed, .skipped = r->nskips, .nclasses = r->L.nclasses, .classes = r->L.classes,
-                    .pack_json = pack_json, .schema = &r->schema, .shards = r->out.shards, .nshards = r->out.nshards};
+    if (write_slice(r, ".listing.tsv", first, end, false) || write_slice(r, ".skipped.tsv", first, end, true))
+        return -1;
+    pk_part part = {.part = r->o->part,
+                    .parts = r->o->parts,
+                    .params = params,
+                    .first = first,
+                    .end = end,
+                    .packed = r->packed,
+                    .skipped = r->nskips,
+                    .nclasses = r->L.nclasses,
+                    .classes = r->L.classes,
+                    .pack_json = pack_json,
+                    .schema = &r->schema,
+                    .shards = r->out.shards,
+                    .nshards = r->out.nshards};
     if (pk_part_commit(r->o->out, &part, &r->err)) {
         fprintf(stderr, "pack: %s\n", r->err.msg);
         return -1;
@@ -768,11 +853,18 @@ static int run_pack(const opts *o)
          * consumer wait for the disk, never deadlock). */
         size_t img = image_bytes(o), lent = (size_t)((STK_WRITER_LENT_MAX + img - 1) / img) + 1;
         r.pool = pk_pool_new(window + 2 * lent, slot);
-        pk_pipeline pl = {.threads = o->threads, .window = window,
-                          .pool = r.pool, .first = next, .end = end,
-                          .user = &r, .thread_init = worker_init, .thread_fini = worker_fini,
-                          .produce = produce, .consume = consume,
-                          .prefetch = prefetch, .ahead = 2 * window};
+        pk_pipeline pl = {.threads = o->threads,
+                          .window = window,
+                          .pool = r.pool,
+                          .first = next,
+                          .end = end,
+                          .user = &r,
+                          .thread_init = worker_init,
+                          .thread_fini = worker_fini,
+                          .produce = produce,
+                          .consume = consume,
+                          .prefetch = prefetch,
+                          .ahead = 2 * window};
         int prc = r.pool ? pk_pipeline_run(&pl) : -1;
         cli_progress_end(&r.bar);
         if (prc < 0) fprintf(stderr, "pack: cannot start %u threads or allocate the slots\n", o->threads);
@@ -787,16 +879,23 @@ static int run_pack(const opts *o)
     if (o->parts == 1) status = finish_merge(o, t0, &r);
     else {
         uint64_t packed = r.packed, skipped = r.nskips, nshards = r.out.nshards;
-        if (prep == 1) pk_part_counts(o->out, o->part, o->parts, &packed, &skipped, &nshards); /* as the first run said */
+        if (prep == 1)
+            pk_part_counts(o->out, o->part, o->parts, &packed, &skipped,
+                           &nshards); /* as the first run said */
         status = skipped ? PACK_SKIPPED : PACK_OK;
         if (o->json)
-            printf("{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %llu, "
-                   "\"shards\": %llu, \"seconds\": %.3f}\n", o->part, o->parts, (unsigned long long)packed,
-                   (unsigned long long)skipped, (unsigned long long)nshards, cli_now() - t0);
+            printf(
+                "{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %llu, "
+                "\"shards\": %llu, \"seconds\": %.3f}\n",
+                o->part, o->parts, (unsigned long long)packed, (unsigned long long)skipped,
+                (unsigned long long)nshards, cli_now() - t0);
         else if (!o->quiet)
-            fprintf(stderr, prep == 1 ? "pack: part %u/%u was already complete; run `pack --merge %s` once all parts are done\n"
-                                      : "pack: part %u/%u done; run `pack --merge %s` once all parts are done\n",
-                    o->part, o->parts, o->out);
+            fprintf(
+                stderr,
+                prep == 1
+                    ? "pack: part %u/%u was already complete; run `pack --merge %s` once all parts are done\n"
+                    : "pack: part %u/%u done; run `pack --merge %s` once all parts are done\n",
+                o->part, o->parts, o->out);
     }
 out:
     for (size_t i = 0; i < r.nskips; i++) free(r.skips[i].reason);

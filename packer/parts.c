@@ -38,7 +38,8 @@ int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
 {
     for (size_t i = 0; i < p->nclasses; i++) { /* json_string refuses what is not UTF-8 */
         json_t *s = json_string(p->classes[i]);
-        if (!s) return stk_error_set(err, STK_E_ARG, "class name \"%.64s\" is not valid UTF-8", p->classes[i]);
+        if (!s)
+            return stk_error_set(err, STK_E_ARG, "class name \"%.64s\" is not valid UTF-8", p->classes[i]);
         json_decref(s);
     }
     json_t *pack = json_loads(p->pack_json, 0, NULL);
@@ -48,10 +49,11 @@ int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
     }
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)p->params);
-    json_object_set_new(pack, "part", json_pack("{s:I, s:I, s:s, s:I, s:I, s:I, s:I}", "k", (json_int_t)p->part,
-                                                "n", (json_int_t)p->parts, "params", hex, "first", (json_int_t)p->first,
-                                                "end", (json_int_t)p->end, "packed", (json_int_t)p->packed,
-                                                "skipped", (json_int_t)p->skipped));
+    json_object_set_new(pack, "part",
+                        json_pack("{s:I, s:I, s:s, s:I, s:I, s:I, s:I}", "k", (json_int_t)p->part, "n",
+                                  (json_int_t)p->parts, "params", hex, "first", (json_int_t)p->first, "end",
+                                  (json_int_t)p->end, "packed", (json_int_t)p->packed, "skipped",
+                                  (json_int_t)p->skipped));
     char *pack_json = json_dumps(pack, JSON_COMPACT);
     json_decref(pack);
     stk_manifest m;
@@ -66,8 +68,9 @@ int pk_part_commit(const char *dir, const pk_part *p, stk_error *err)
     m.pack_json = pack_json;
     char *text = pack_json ? stk_manifest_to_json(&m, err) : NULL;
     char *path = pk_part_file(dir, p->part, p->parts, ".json");
-    int rc = text && path ? stk_file_commit(path, text, strlen(text), err)
-                          : (pack_json && !text) ? (err ? err->code : STK_E_ARG) : stk_error_set(err, STK_E_NOMEM, "out of memory");
+    int rc = text && path           ? stk_file_commit(path, text, strlen(text), err)
+             : (pack_json && !text) ? (err ? err->code : STK_E_ARG)
+                                    : stk_error_set(err, STK_E_NOMEM, "out of memory");
     free(text);
     free(path);
     free(pack_json);
@@ -102,7 +105,8 @@ uint64_t pk_part_params(const char *dir, unsigned k, unsigned n)
     return v;
 }
 
-void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped, uint64_t *nshards)
+void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped,
+                    uint64_t *nshards)
 {
     stk_manifest *m = load_part(dir, k, n, NULL);
     if (!m) return;
@@ -127,7 +131,8 @@ static unsigned find_parts(const char *dir, unsigned want, bool *seen, unsigned 
     while ((de = readdir(d))) {
         unsigned k, m;
         char tail[8];
-        if (sscanf(de->d_name, "pack-part-%4u-of-%4u%7s", &k, &m, tail) != 3 || strcmp(tail, ".json")) continue;
+        if (sscanf(de->d_name, "pack-part-%4u-of-%4u%7s", &k, &m, tail) != 3 || strcmp(tail, ".json"))
+            continue;
         if (want && m != want) continue;
         if (n && m != n) n = UINT32_MAX;
         else n = m;
@@ -142,11 +147,14 @@ static int append_file(FILE *out, const char *dir, unsigned k, unsigned n, const
 {
     char *path = pk_part_file(dir, k, n, suffix);
     FILE *in = path ? fopen(path, "rb") : NULL;
-    int rc = in ? STK_OK : stk_error_set(err, STK_E_IO, "%s: cannot open: %s", path ? path : "part file", strerror(errno));
+    int rc =
+        in ? STK_OK
+           : stk_error_set(err, STK_E_IO, "%s: cannot open: %s", path ? path : "part file", strerror(errno));
     char buf[65536];
     size_t r;
     while (!rc && (r = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, r, out) != r) rc = stk_error_set(err, STK_E_IO, "write failed: %s", strerror(errno));
+        if (fwrite(buf, 1, r, out) != r)
+            rc = stk_error_set(err, STK_E_IO, "write failed: %s", strerror(errno));
     if (in) fclose(in);
     free(path);
     return rc;
@@ -155,8 +163,8 @@ static int append_file(FILE *out, const char *dir, unsigned k, unsigned n, const
 /* Concatenate every part's <suffix> slice under `header` into DIR/name,
  * committed the way every other file is (stk_file_commit). The slices are
  * text of about 50 bytes per input: tens of MB at ImageNet scale. */
-static int commit_concat(const char *dir, unsigned n, const char *suffix, const char *name, const char *header,
-                         stk_error *err)
+static int commit_concat(const char *dir, unsigned n, const char *suffix, const char *name,
+                         const char *header, stk_error *err)
 {
     char *text = NULL, *path = NULL;
     size_t len = 0;
@@ -190,7 +198,9 @@ static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params,
                      const char *dir, stk_error *err)
 {
     if (params != params1 || !same_classes(pm, out) || !stk_schema_equal(&pm->schema, &out->schema))
-        return stk_error_set(err, STK_E_MANIFEST, "%s: part %u was packed from another listing or with other flags than part 1", dir, k);
+        return stk_error_set(err, STK_E_MANIFEST,
+                             "%s: part %u was packed from another listing or with other flags than part 1",
+                             dir, k);
     stk_shard_entry *e = realloc(out->shards, (out->nshards + pm->nshards + 1) * sizeof *e);
     if (!e) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     out->shards = e;
@@ -208,7 +218,8 @@ static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params,
         int bad = !s2 || stk_shard_index_hash(s2) != x->index_hash || stk_shard_records(s2) != x->records;
         stk_shard_close(s2);
         int rc = !bad ? STK_OK
-                 : s2 ? stk_error_set(err, STK_E_MANIFEST, "%s: differs from what part %u recorded; re-run that part", full, k)
+                 : s2 ? stk_error_set(err, STK_E_MANIFEST,
+                                      "%s: differs from what part %u recorded; re-run that part", full, k)
                       : stk_error_set(err, e2.code, "%s", e2.msg);
         free(full);
         if (rc) return rc;
@@ -216,7 +227,8 @@ static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params,
     return STK_OK;
 }
 
-static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_merge_result *res, stk_error *err)
+static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_merge_result *res,
+                          stk_error *err)
 {
     stk_manifest m;
     memset(&m, 0, sizeof m);
@@ -227,7 +239,8 @@ static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_
     m.classes = parts[0]->classes; /* borrowed */
     json_t *part1, *pack = part_pack(parts[0], &part1);
     uint64_t params1 = part1 ? unhex(json_object_get(part1, "params")) : 0;
-    int rc = part1 ? STK_OK : stk_error_set(err, STK_E_MANIFEST, "%s: part 1 record has no part information", dir);
+    int rc =
+        part1 ? STK_OK : stk_error_set(err, STK_E_MANIFEST, "%s: part 1 record has no part information", dir);
     for (unsigned k = 1; k <= n && !rc; k++) {
         json_t *part, *pk = part_pack(parts[k - 1], &part);
         uint64_t params = part ? unhex(json_object_get(part, "params")) : 0;
@@ -236,12 +249,14 @@ static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_
         rc = take_part(&m, parts[k - 1], params, params1, k, dir, err);
         json_decref(pk);
     }
-    if (!rc && !m.nshards) rc = stk_error_set(err, STK_E_ARG, "%s: no records were packed (every input was skipped)", dir);
+    if (!rc && !m.nshards)
+        rc = stk_error_set(err, STK_E_ARG, "%s: no records were packed (every input was skipped)", dir);
     if (!rc) {
         json_object_del(pack, "part");
         json_object_set_new(pack, "packed", json_integer((json_int_t)res->packed));
         json_object_set_new(pack, "skipped", json_integer((json_int_t)res->skipped));
-        if (!(m.pack_json = json_dumps(pack, JSON_COMPACT))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+        if (!(m.pack_json = json_dumps(pack, JSON_COMPACT)))
+            rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     }
     if (!rc) rc = commit_concat(dir, n, ".listing.tsv", "listing.tsv", "index\tlabel\tpath\n", err);
     if (!rc) rc = commit_concat(dir, n, ".skipped.tsv", "skipped.tsv", "path\treason\n", err);
@@ -273,8 +288,10 @@ int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *er
     unsigned n = find_parts(dir, want, seen, MAXP);
     int rc = STK_OK;
     if (n == 0 || n > MAXP) {
-        rc = stk_error_set(err, STK_E_ARG, n ? "%s: parts of different N (pack-part-K-of-N.json) in one directory"
-                                    : "%s: no finished parts (pack-part-K-of-N.json) to merge", dir);
+        rc = stk_error_set(err, STK_E_ARG,
+                           n ? "%s: parts of different N (pack-part-K-of-N.json) in one directory"
+                             : "%s: no finished parts (pack-part-K-of-N.json) to merge",
+                           dir);
     } else {
         char missing[STK_ERROR_MSG_MAX] = "";
         size_t len = 0, count = 0;
@@ -282,7 +299,8 @@ int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *er
             if (!seen[k] && ++count && len < sizeof missing - 16)
                 len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%u", len ? ", " : "", k);
         if (count)
-            rc = stk_error_set(err, STK_E_ARG, "%s: cannot merge: %zu of %u parts missing or unfinished: %s", dir, count, n, missing);
+            rc = stk_error_set(err, STK_E_ARG, "%s: cannot merge: %zu of %u parts missing or unfinished: %s",
+                               dir, count, n, missing);
     }
     stk_manifest **parts = rc ? NULL : calloc(n, sizeof *parts);
     if (!rc && !parts) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");

@@ -15,13 +15,13 @@
 #include "stoker/format.h"
 
 typedef struct {
-    unsigned part, parts;   /* 1-based K of N */
-    uint64_t params;        /* hash of the listing and every output-shaping flag */
-    uint64_t first, end;    /* listing slice [first, end) */
+    unsigned part, parts; /* 1-based K of N */
+    uint64_t params;      /* hash of the listing and every output-shaping flag */
+    uint64_t first, end;  /* listing slice [first, end) */
     uint64_t packed, skipped;
     size_t nclasses;
     char *const *classes;
-    const char *pack_json;  /* the manifest's "pack" object */
+    const char *pack_json; /* the manifest's "pack" object */
     const stk_schema *schema;
     const stk_shard_entry *shards;
     size_t nshards;
@@ -38,7 +38,8 @@ int pk_part_commit(const char *dir, const pk_part *p, stk_error *err);
 /* Params hash recorded by a committed part, or 0 with no (readable) record. */
 uint64_t pk_part_params(const char *dir, unsigned k, unsigned n);
 /* Counts recorded by a committed part (left unchanged when unreadable). */
-void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped, uint64_t *nshards);
+void pk_part_counts(const char *dir, unsigned k, unsigned n, uint64_t *packed, uint64_t *skipped,
+                    uint64_t *nshards);
 
 typedef struct {
     uint64_t packed, skipped;

@@ -30,9 +30,9 @@ typedef struct {
 } pk_result;
 
 typedef struct {
-    unsigned threads;  /* worker threads (>= 1) */
-    size_t window;     /* slots in flight (>= threads) */
-    pk_pool *pool;     /* at least `window` buffers: the slots */
+    unsigned threads; /* worker threads (>= 1) */
+    size_t window;    /* slots in flight (>= threads) */
+    pk_pool *pool;    /* at least `window` buffers: the slots */
     uint64_t first, end;
     void *user;
     /* Per-thread state (e.g. a decoder); may return NULL only on failure. */

@@ -13,9 +13,9 @@
 struct pk_pool {
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    uint8_t *base;     /* the mapping: count buffers of `stride` bytes */
+    uint8_t *base; /* the mapping: count buffers of `stride` bytes */
     size_t map_len, stride, count;
-    uint8_t **free;    /* stack of free buffers */
+    uint8_t **free; /* stack of free buffers */
     size_t nfree;
     unsigned waiters;
 };

@@ -65,19 +65,19 @@ typedef struct {
 } axis_key;
 
 struct pk_resizer {
-    int simd;           /* kernels: 0 scalar, 1 AVX2, 2 also AVX-512 (simd_level) */
-    bool xlayout;       /* the CPU has level 2: plane tables also carry the VBMI layout */
+    int simd;     /* kernels: 0 scalar, 1 AVX2, 2 also AVX-512 (simd_level) */
+    bool xlayout; /* the CPU has level 2: plane tables also carry the VBMI layout */
     uint64_t tick;
-    pk_axis *h, *v;     /* AXIS_CACHE tables per axis, set after set */
+    pk_axis *h, *v; /* AXIS_CACHE tables per axis, set after set */
     axis_key *hk, *vk;
-    size_t held;        /* bytes the cached tables hold (their mem's capacity) */
-    size_t set_mask;    /* AXIS_SETS - 1; tests: 0 (one set) */
-    unsigned test_bad;  /* tests: every test_bad-th plane group runs scalar (0: off) */
-    uint8_t *tmp;       /* horizontal pass output: the rows the vertical pass reads */
+    size_t held;       /* bytes the cached tables hold (their mem's capacity) */
+    size_t set_mask;   /* AXIS_SETS - 1; tests: 0 (one set) */
+    unsigned test_bad; /* tests: every test_bad-th plane group runs scalar (0: off) */
+    uint8_t *tmp;      /* horizontal pass output: the rows the vertical pass reads */
     size_t tmp_cap;
-    int32_t *acc;       /* scalar vertical accumulators, one per output byte */
+    int32_t *acc; /* scalar vertical accumulators, one per output byte */
     size_t acc_cap;
-    int16_t *rows16;    /* pk_resize_ycc: one output row per plane */
+    int16_t *rows16; /* pk_resize_ycc: one output row per plane */
     size_t rows16_cap;
 };
 
@@ -146,8 +146,14 @@ static void quantise(const double *w, uint32_t n, int16_t *q)
     /* Each tap rounded by under half a unit, so |diff| is under half the
      * taps that may move and one pass settles it (two for safety). */
     for (uint32_t k = 0, t = top; diff != 0 && k < 2 * n; k++, t = t + 1 == n ? 0 : t + 1) {
-        if (diff > 0 && w[t] > 0.0) { q[t]++; diff--; } /* outside the triangle stays out */
-        else if (diff < 0 && q[t] > 0) { q[t]--; diff++; }
+        if (diff > 0 && w[t] > 0.0) {
+            q[t]++;
+            diff--;
+        } /* outside the triangle stays out */
+        else if (diff < 0 && q[t] > 0) {
+            q[t]--;
+            diff++;
+        }
     }
 }
 
@@ -218,7 +224,8 @@ static void plane_xlayout(pk_axis *a)
                 uint32_t i = g * PK_XGROUP + q, d = a->start[i] - base + 2 * p;
                 ok = ok && d + 1 < PK_XLOAD;
                 const int16_t *c = a->coef + (size_t)i * a->taps;
-                m[4 * q] = (uint8_t)(d & 63), m[4 * q + 1] = 0, m[4 * q + 2] = (uint8_t)((d + 1) & 63), m[4 * q + 3] = 0;
+                m[4 * q] = (uint8_t)(d & 63), m[4 * q + 1] = 0, m[4 * q + 2] = (uint8_t)((d + 1) & 63),
+                      m[4 * q + 3] = 0;
                 w[2 * q] = 2 * p < a->taps ? c[2 * p] : 0;
                 w[2 * q + 1] = 2 * p + 1 < a->taps ? c[2 * p + 1] : 0;
             }
@@ -233,21 +240,24 @@ static void plane_xlayout(pk_axis *a)
 /* Carve the table's arrays for count outputs of up to `taps` taps, and
  * `scratch` doubles, out of one allocation, largest alignment first. rgb,
  * plane: with that SIMD layout. */
-static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, uint32_t scratch, bool rgb, bool plane, bool xl)
+static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, uint32_t scratch, bool rgb, bool plane,
+                      bool xl)
 {
     uint32_t chunks = rgb ? (taps + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS : 0;
     uint32_t groups = plane ? count / PK_PGROUP : 0, pairs = (taps + 1) / 2;
     uint32_t xgroups = plane && xl ? count / PK_XGROUP : 0;
     size_t n_w = ((size_t)scratch * sizeof(double) + 63) & ~(size_t)63;
-    size_t n_xp = (size_t)xgroups * pairs * PK_XLOAD, n_xw = (size_t)xgroups * pairs * 2 * PK_XGROUP * sizeof(int16_t);
+    size_t n_xp = (size_t)xgroups * pairs * PK_XLOAD,
+           n_xw = (size_t)xgroups * pairs * 2 * PK_XGROUP * sizeof(int16_t);
     size_t n_xl = (size_t)xgroups * sizeof(uint64_t);
     size_t n_gm = (size_t)groups * pairs * 32, n_gw = (size_t)groups * pairs * 16 * sizeof(int16_t);
     size_t n_off = (size_t)count * sizeof(size_t);
     size_t n_wide = (size_t)count * chunks * PK_CHUNK_I16 * sizeof(int16_t);
     size_t n_idx = (size_t)count * sizeof(uint32_t);
     size_t n_coef = (size_t)count * taps * sizeof(int16_t);
-    if (reserve(&a->mem, &a->cap, n_w + n_xp + n_xw + n_xl + n_gm + n_gw + n_off + n_wide + 2 * n_idx + n_coef +
-                                      groups + xgroups) != 0)
+    if (reserve(&a->mem, &a->cap,
+                n_w + n_xp + n_xw + n_xl + n_gm + n_gw + n_off + n_wide + 2 * n_idx + n_coef + groups +
+                    xgroups) != 0)
         return -1;
     char *m = (char *)a->mem + n_w;
     a->xperm = (uint8_t *)m;
@@ -377,8 +387,8 @@ static void test_disqualify(pk_axis *a, unsigned k)
 }
 
 /* The set a key belongs to: a multiplicative hash of its fields. */
-static size_t axis_set(const pk_resizer *r, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
-                       uint32_t count, int layout)
+static size_t axis_set(const pk_resizer *r, uint32_t in, uint32_t full, int kind, uint64_t out,
+                       uint64_t first, uint32_t count, int layout)
 {
     uint64_t x = (uint64_t)in * 0x9e3779b97f4a7c15u;
     x = (x ^ full ^ (uint64_t)kind << 32 ^ (uint64_t)layout << 40) * 0xff51afd7ed558ccdu;
@@ -390,8 +400,8 @@ static size_t axis_set(const pk_resizer *r, uint32_t in, uint32_t full, int kind
 /* The table for this key from the cache (slots/keys: r->h/hk or r->v/vk),
  * built on a miss in the least recently used way of its set. NULL when out
  * of memory. */
-static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_t full, int kind, uint64_t out,
-                               uint64_t first, uint32_t count, int layout)
+static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_t full, int kind,
+                               uint64_t out, uint64_t first, uint32_t count, int layout)
 {
     size_t base = axis_set(r, in, full, kind, out, first, count, layout) * AXIS_WAYS;
     pk_axis *slots = (vertical ? r->v : r->h) + base;
@@ -443,8 +453,8 @@ static void axis_trim(pk_resizer *r)
 /* The RGB horizontal pass over source rows [0, n) from src into scratch rows
  * `pitch` bytes apart at dst. pitch leaves PK_H_ROOM bytes after each row:
  * two rows are written at once, so a row's overrun must not reach the next. */
-static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, size_t stride,
-                   uint32_t n, uint8_t *dst, size_t pitch)
+static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, size_t stride, uint32_t n,
+                   uint8_t *dst, size_t pitch)
 {
     uint32_t done = 0;
     (void)r; /* unused without SIMD kernels */
@@ -459,7 +469,8 @@ static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, si
     }
 #endif
     if (done < a->count)
-        for (uint32_t y = 0; y < n; y++) pk__h_row_scalar(a, src + y * stride, dst + y * pitch, done, a->count);
+        for (uint32_t y = 0; y < n; y++)
+            pk__h_row_scalar(a, src + y * stride, dst + y * pitch, done, a->count);
 }
 
 /* The same for one plane, into int16 rows `pitch` values apart: the
@@ -491,8 +502,8 @@ static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *s
     }
 }
 
-static void v_row(pk_resizer *r, const uint8_t *const *rows, const int16_t *k, uint32_t n,
-                  size_t bytes, uint8_t *dst)
+static void v_row(pk_resizer *r, const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes,
+                  uint8_t *dst)
 {
     size_t done = 0;
 #ifdef STOKER_HAVE_AVX2
@@ -519,11 +530,12 @@ static void v_row16(pk_resizer *r, const int16_t *const *rows, const int16_t *k,
 static void v_rows(const pk_axis *a, uint32_t j, const uint8_t *mid, size_t mid_stride, uint32_t mid_row0,
                    const uint8_t **rows)
 {
-    for (uint32_t t = 0; t < a->len[j]; t++) rows[t] = mid + (size_t)(a->start[j] + t - mid_row0) * mid_stride;
+    for (uint32_t t = 0; t < a->len[j]; t++)
+        rows[t] = mid + (size_t)(a->start[j] + t - mid_row0) * mid_stride;
 }
 
-static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mid_stride,
-                  uint32_t mid_row0, size_t bytes, uint8_t *dst, size_t dst_stride)
+static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mid_stride, uint32_t mid_row0,
+                  size_t bytes, uint8_t *dst, size_t dst_stride)
 {
     const uint8_t *stack_rows[V_ROWS_ON_STACK];
     const uint8_t **rows = stack_rows;
@@ -616,8 +628,8 @@ static void copy_window(const pk_rgb_view *src, const pk_rect *win, uint8_t *dst
                3 * (size_t)win->w);
 }
 
-int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h,
-              const pk_rect *win, uint8_t *dst, size_t dst_stride)
+int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
+              uint8_t *dst, size_t dst_stride)
 {
     int need_h = out_w != src->w, need_v = out_h != src->h;
     size_t bytes = 3 * (size_t)win->w;
@@ -627,21 +639,20 @@ int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t ou
         copy_window(src, win, dst, dst_stride);
         return 0;
     }
-    if (need_v && (!(v = axis_get(r, 1, src->h, src->h, PK_AXIS_PLAIN, out_h, win->y, win->h, PK_LAYOUT_NONE)) ||
-                   reserve((void **)&r->acc, &r->acc_cap, bytes * sizeof *r->acc) != 0))
+    if (need_v &&
+        (!(v = axis_get(r, 1, src->h, src->h, PK_AXIS_PLAIN, out_h, win->y, win->h, PK_LAYOUT_NONE)) ||
+         reserve((void **)&r->acc, &r->acc_cap, bytes * sizeof *r->acc) != 0))
         return -1;
     if (!need_h) /* vertical only: read the window's columns in place */
         return v_pass(r, v, src->data + 3 * (size_t)win->x, src->stride, 0, bytes, dst, dst_stride);
-    if (!(h = axis_get(r, 0, src->w, src->w, PK_AXIS_PLAIN, out_w, win->x, win->w, PK_LAYOUT_RGB)))
-        return -1;
+    if (!(h = axis_get(r, 0, src->w, src->w, PK_AXIS_PLAIN, out_w, win->x, win->w, PK_LAYOUT_RGB))) return -1;
     /* The horizontal pass covers the source rows the vertical pass reads
      * (or the window's rows when there is none) into scratch rows. */
     uint64_t row0 = v ? v->start[0] : win->y;
     uint64_t row1 = v ? v->start[v->count - 1] + v->len[v->count - 1] : win->y + win->h;
     size_t pitch = bytes + PK_H_ROOM;
     if (reserve((void **)&r->tmp, &r->tmp_cap, (size_t)(row1 - row0) * pitch) != 0) return -1;
-    h_pass(r, h, src->data + (size_t)row0 * src->stride, src->stride, (uint32_t)(row1 - row0), r->tmp,
-           pitch);
+    h_pass(r, h, src->data + (size_t)row0 * src->stride, src->stride, (uint32_t)(row1 - row0), r->tmp, pitch);
     if (v) return v_pass(r, v, r->tmp, pitch, (uint32_t)row0, bytes, dst, dst_stride);
     for (uint32_t j = 0; j < win->h; j++) memcpy(dst + j * dst_stride, r->tmp + j * pitch, bytes);
     return 0;

@@ -65,8 +65,8 @@ void pk_resizer_force_scalar(pk_resizer *r, int on);
  * An axis whose size does not change is copied, not filtered (as Pillow
  * does). The window must lie inside out_w x out_h and be non-empty; src must
  * be non-empty. Returns 0, or -1 when out of memory (dst is then undefined). */
-int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h,
-              const pk_rect *win, uint8_t *dst, size_t dst_stride);
+int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
+              uint8_t *dst, size_t dst_stride);
 
 /* Fractional bits the vertical pass of pk_resize_ycc keeps for the colour
  * conversion (so that samples are rounded once, at the end, not twice). */
@@ -97,8 +97,8 @@ typedef struct {
  * RGB cube before resizing instead of after. Same contract as pk_resize
  * otherwise, except that every axis is filtered (even one whose size does
  * not change: chroma still needs upsampling). */
-int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h,
-                  const pk_rect *win, uint8_t *dst, size_t dst_stride);
+int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
+                  uint8_t *dst, size_t dst_stride);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,7 @@
 
 /* How a table's source relates to the axis it resamples. */
 enum {
-    PK_AXIS_PLAIN = 0, /* the source is the axis itself                       */
+    PK_AXIS_PLAIN = 0,  /* the source is the axis itself                       */
     PK_AXIS_FANCY2 = 1, /* a 2:1 subsampled (chroma) axis, as if first upsampled
                            by libjpeg's "fancy" triangle (3/4, 1/4 of the two
                            nearest samples, edges repeated) to `full` samples */
@@ -57,23 +57,23 @@ typedef struct {
     uint32_t in, full, count; /* key, with kind, layout, out and first; count 0: empty */
     uint8_t kind, layout;
     uint64_t out, first;
-    uint64_t used;      /* resizer tick of the last use, for eviction */
-    uint32_t taps;      /* row length of coef: the most taps any output uses */
-    uint32_t *start;    /* count: first source index */
-    uint32_t *len;      /* count: taps used (the rest of the row is zero) */
-    int16_t *coef;      /* count x taps */
+    uint64_t used;   /* resizer tick of the last use, for eviction */
+    uint32_t taps;   /* row length of coef: the most taps any output uses */
+    uint32_t *start; /* count: first source index */
+    uint32_t *len;   /* count: taps used (the rest of the row is zero) */
+    int16_t *coef;   /* count x taps */
     /* PK_LAYOUT_RGB */
-    uint32_t chunks;    /* ceil(taps / PK_CHUNK_TAPS) */
-    uint32_t nsimd;     /* outputs [0, nsimd) run the SIMD kernel */
-    size_t *off;        /* count: 3 * start, the byte offset in a row */
-    int16_t *wide;      /* nsimd x chunks x PK_CHUNK_I16 */
+    uint32_t chunks; /* ceil(taps / PK_CHUNK_TAPS) */
+    uint32_t nsimd;  /* outputs [0, nsimd) run the SIMD kernel */
+    size_t *off;     /* count: 3 * start, the byte offset in a row */
+    int16_t *wide;   /* nsimd x chunks x PK_CHUNK_I16 */
     /* PK_LAYOUT_PLANE: per group of PK_PGROUP outputs and pair of taps, a
      * 32-byte shuffle and 16 int16 weights; gok[g]: group g qualifies */
     uint32_t pairs, ngroups;
     uint8_t *gmask;
     int16_t *gw;
     uint8_t *gok;
-    uint32_t nbad;      /* groups that do not qualify (run scalar) */
+    uint32_t nbad; /* groups that do not qualify (run scalar) */
     /* PK_LAYOUT_PLANE where the CPU has AVX-512 VBMI: per group of PK_XGROUP
      * outputs, the bytes of its 64-byte load that lie in the row (xload, a
      * mask), and per pair of taps a 64-byte permute and 32 int16 weights;
@@ -124,7 +124,8 @@ size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n
  * qualifying group of 16; reads only the row's own bytes. */
 void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst);
 /* pk__v_row16_avx2 with AVX-512BW (32 values a turn). */
-size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
+size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
+                          int16_t *dst);
 #endif
 
 #endif

@@ -126,32 +126,33 @@ void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n
 PK_AVX2 static inline __attribute__((always_inline)) __m256i h_shuffle(int second)
 {
     const char z = (char)0x80, o = (char)(second ? 6 : 0);
-    return _mm256_setr_epi8(o, z, o + 3, z, o + 1, z, o + 4, z, o + 2, z, o + 5, z, z, z, z, z,
-                            o, z, o + 3, z, o + 1, z, o + 4, z, o + 2, z, o + 5, z, z, z, z, z);
+    return _mm256_setr_epi8(o, z, o + 3, z, o + 1, z, o + 4, z, o + 2, z, o + 5, z, z, z, z, z, o, z, o + 3,
+                            z, o + 1, z, o + 4, z, o + 2, z, o + 5, z, z, z, z, z);
 }
 
 /* One output's sums (R, G, B, 0 as i32) for row x (low lane) and row
  * x + stride (high lane): `chunks` chunks of 4 taps with weights w. */
-PK_AVX2 static inline __attribute__((always_inline)) __m256i
-h_two(const uint8_t *x, size_t stride, const int16_t *w, const uint32_t chunks)
+PK_AVX2 static inline __attribute__((always_inline)) __m256i h_two(const uint8_t *x, size_t stride,
+                                                                   const int16_t *w, const uint32_t chunks)
 {
     const __m256i s01 = h_shuffle(0), s23 = h_shuffle(1);
     __m256i acc = _mm256_set1_epi32(PK_HALF);
     for (uint32_t c = 0; c < chunks; c++, x += 3 * PK_CHUNK_TAPS, w += PK_CHUNK_I16) {
-        __m256i px = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x)),
-            _mm_loadu_si128((const __m128i *)(const void *)(x + stride)), 1);
+        __m256i px =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x)),
+                                    _mm_loadu_si128((const __m128i *)(const void *)(x + stride)), 1);
         const __m256i *k = (const __m256i *)(const void *)w;
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s01), _mm256_loadu_si256(k)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s23), _mm256_loadu_si256(k + 1)));
+        acc =
+            _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s23), _mm256_loadu_si256(k + 1)));
     }
     return acc;
 }
 
 /* Sums of 4 consecutive outputs a..d (rows in lanes) to 12 bytes at d0
  * (low lane's row) and d1 (high lane's); 16 bytes are written at each. */
-PK_AVX2 static inline __attribute__((always_inline)) void
-h_store(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t *d0, uint8_t *d1)
+PK_AVX2 static inline __attribute__((always_inline)) void h_store(__m256i a, __m256i b, __m256i c, __m256i d,
+                                                                  uint8_t *d0, uint8_t *d1)
 {
     const char z = (char)0x80;
     a = _mm256_srai_epi32(a, PK_RESIZE_BITS);
@@ -160,8 +161,8 @@ h_store(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t *d0, uint8_t *d1)
     d = _mm256_srai_epi32(d, PK_RESIZE_BITS);
     /* per lane: a b c d as R G B 0 bytes; drop the zeros */
     __m256i p = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-    p = _mm256_shuffle_epi8(p, _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, z, z, z, z,
-                                                0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, z, z, z, z));
+    p = _mm256_shuffle_epi8(p, _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, z, z, z, z, 0, 1, 2,
+                                                4, 5, 6, 8, 9, 10, 12, 13, 14, z, z, z, z));
     _mm_storeu_si128((__m128i *)(void *)d0, _mm256_castsi256_si128(p));
     _mm_storeu_si128((__m128i *)(void *)d1, _mm256_extracti128_si256(p, 1));
 }
@@ -172,8 +173,7 @@ h_store(__m256i a, __m256i b, __m256i c, __m256i d, uint8_t *d0, uint8_t *d1)
  * Inlined with a constant `chunks` for the common tap counts, so the tap
  * loop unrolls. */
 PK_AVX2 static inline __attribute__((always_inline)) void
-h_body(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1,
-       const uint32_t chunks)
+h_body(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1, const uint32_t chunks)
 {
     const size_t *off = a->off, *end = a->off + a->nsimd;
     const int16_t *w = a->wide;
@@ -190,9 +190,15 @@ h_body(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t 
 PK_AVX2 void pk__h_rgb_avx2(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1)
 {
     switch (a->chunks) { /* 1: up to 4 taps (downscale < 1.5), 2: up to 8 (< 3.5) */
-    case 1: h_body(a, s0, stride, d0, d1, 1); break;
-    case 2: h_body(a, s0, stride, d0, d1, 2); break;
-    default: h_body(a, s0, stride, d0, d1, a->chunks); break;
+    case 1:
+        h_body(a, s0, stride, d0, d1, 1);
+        break;
+    case 2:
+        h_body(a, s0, stride, d0, d1, 2);
+        break;
+    default:
+        h_body(a, s0, stride, d0, d1, a->chunks);
+        break;
     }
 }
 
@@ -227,7 +233,7 @@ v_body(const uint8_t *const *rows, const __m256i *w, const uint32_t pairs, size_
 
 /* Most row pairs the AVX2 vertical kernel takes (64 taps: a downscale by
  * about 32); beyond that the scalar kernel runs. */
-#define V_PAIRS_MAX 32
+#  define V_PAIRS_MAX 32
 
 /* Bytes [0, bytes & ~31) of one output row from rows[0 .. n) with weights
  * k; returns the bytes done. */
@@ -249,17 +255,23 @@ PK_AVX2 static uint32_t v_pairs(const void *const *rows, const int16_t *k, uint3
     return pairs;
 }
 
-PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes, uint8_t *dst)
+PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes,
+                              uint8_t *dst)
 {
     __m256i w[V_PAIRS_MAX];
     const uint8_t *pr[2 * V_PAIRS_MAX];
     uint32_t pairs = v_pairs((const void *const *)rows, k, n, w, (const void **)pr);
     switch (pairs) {
-    case 0: return 0;
-    case 1: return v_body(pr, w, 1, bytes, dst);
-    case 2: return v_body(pr, w, 2, bytes, dst);
-    case 3: return v_body(pr, w, 3, bytes, dst);
-    default: return v_body(pr, w, pairs, bytes, dst);
+    case 0:
+        return 0;
+    case 1:
+        return v_body(pr, w, 1, bytes, dst);
+    case 2:
+        return v_body(pr, w, 2, bytes, dst);
+    case 3:
+        return v_body(pr, w, 3, bytes, dst);
+    default:
+        return v_body(pr, w, pairs, bytes, dst);
     }
 }
 #endif /* STOKER_HAVE_AVX2 */
@@ -288,7 +300,8 @@ v_body16(const int16_t *const *rows, const __m256i *w, const uint32_t pairs, siz
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x, y), w[p]));
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x, y), w[p]));
         }
-        __m256i v = _mm256_packs_epi32(_mm256_srai_epi32(lo, PK_RESIZE_BITS), _mm256_srai_epi32(hi, PK_RESIZE_BITS));
+        __m256i v =
+            _mm256_packs_epi32(_mm256_srai_epi32(lo, PK_RESIZE_BITS), _mm256_srai_epi32(hi, PK_RESIZE_BITS));
         _mm256_storeu_si256((__m256i *)(void *)(dst + i), clamp16_avx2(v));
     }
     return i;
@@ -301,15 +314,20 @@ PK_AVX2 size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, ui
     const int16_t *pr[2 * V_PAIRS_MAX];
     uint32_t pairs = v_pairs((const void *const *)rows, k, n, w, (const void **)pr);
     switch (pairs) {
-    case 0: return 0;
-    case 1: return v_body16(pr, w, 1, count, dst);
-    case 2: return v_body16(pr, w, 2, count, dst);
-    case 3: return v_body16(pr, w, 3, count, dst);
-    default: return v_body16(pr, w, pairs, count, dst);
+    case 0:
+        return 0;
+    case 1:
+        return v_body16(pr, w, 1, count, dst);
+    case 2:
+        return v_body16(pr, w, 2, count, dst);
+    case 3:
+        return v_body16(pr, w, 3, count, dst);
+    default:
+        return v_body16(pr, w, pairs, count, dst);
     }
 }
 
-#define PK_AVX512 __attribute__((target("avx2,avx512f,avx512bw")))
+#  define PK_AVX512 __attribute__((target("avx2,avx512f,avx512bw")))
 
 /* v_body16 with 512-bit vectors: 32 values a turn (the in-lane unpacks and
  * the pack still undo each other, lane by lane); the last 16 with AVX2. */
@@ -322,7 +340,8 @@ PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k
     if (!pairs) return 0;
     __m512i w5[V_PAIRS_MAX];
     for (uint32_t p = 0; p < pairs; p++) w5[p] = _mm512_broadcastd_epi32(_mm256_castsi256_si128(w[p]));
-    const __m512i half = _mm512_set1_epi32(PK_HALF), zero = _mm512_setzero_si512(), top = _mm512_set1_epi16(MAX16);
+    const __m512i half = _mm512_set1_epi32(PK_HALF), zero = _mm512_setzero_si512(),
+                  top = _mm512_set1_epi16(MAX16);
     size_t i = 0;
     for (; i + 32 <= count; i += 32) {
         __m512i lo = half, hi = half;
@@ -332,7 +351,8 @@ PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k
             lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(x, y), w5[p]));
             hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(x, y), w5[p]));
         }
-        __m512i v = _mm512_packs_epi32(_mm512_srai_epi32(lo, PK_RESIZE_BITS), _mm512_srai_epi32(hi, PK_RESIZE_BITS));
+        __m512i v =
+            _mm512_packs_epi32(_mm512_srai_epi32(lo, PK_RESIZE_BITS), _mm512_srai_epi32(hi, PK_RESIZE_BITS));
         _mm512_storeu_si512((void *)(dst + i), _mm512_min_epi16(_mm512_max_epi16(v, zero), top));
     }
     if (i + 16 <= count) {
@@ -348,9 +368,9 @@ PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k
 PK_AVX2 static inline __attribute__((always_inline)) __m256i
 h_plane_group(const uint8_t *s0, const uint8_t *s1, const __m256i *m, const __m256i *w, const uint32_t pairs)
 {
-    __m256i px = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)s0)),
-        _mm_loadu_si128((const __m128i *)(const void *)s1), 1);
+    __m256i px =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)s0)),
+                                _mm_loadu_si128((const __m128i *)(const void *)s1), 1);
     __m256i acc = _mm256_set1_epi32(FRAC_HALF);
     for (uint32_t p = 0; p < pairs; p++)
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, _mm256_loadu_si256(m + p)),
@@ -374,8 +394,8 @@ PK_AVX2 static inline __attribute__((always_inline)) __m128i h_plane_one(__m256i
  * g1.hi), which halves the shuffle-port work besides the multiply-adds.
  * The table's fields are read into locals first: the stores may alias
  * anything, and the compiler would reload them for every group. */
-PK_AVX2 static inline __attribute__((always_inline)) void
-h_plane_body(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t pairs)
+PK_AVX2 static inline __attribute__((always_inline)) void h_plane_body(const pk_axis *a, const uint8_t *src,
+                                                                       int16_t *dst, const uint32_t pairs)
 {
     const __m256i *m = (const __m256i *)(const void *)a->gmask;
     const __m256i *w = (const __m256i *)(const void *)a->gw;
@@ -402,14 +422,22 @@ h_plane_body(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t 
 PK_AVX2 void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst)
 {
     switch (a->pairs) {
-    case 1: h_plane_body(a, src, dst, 1); break;
-    case 2: h_plane_body(a, src, dst, 2); break;
-    case 3: h_plane_body(a, src, dst, 3); break;
-    default: h_plane_body(a, src, dst, a->pairs); break;
+    case 1:
+        h_plane_body(a, src, dst, 1);
+        break;
+    case 2:
+        h_plane_body(a, src, dst, 2);
+        break;
+    case 3:
+        h_plane_body(a, src, dst, 3);
+        break;
+    default:
+        h_plane_body(a, src, dst, a->pairs);
+        break;
     }
 }
 
-#define PK_VBMI __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
+#  define PK_VBMI __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
 
 /* 16 outputs per 64-byte load: `vpermb` reaches any byte of it, so one
  * permute per pair of taps builds all 16 outputs' pairs (the AVX2 kernel
@@ -417,8 +445,8 @@ PK_AVX2 void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst
  * and pair, all on the shuffle port), and the sums come out in output
  * order: no permute after the pack. The zero high bytes of each pair come
  * from the permute's mask, not from the index. */
-PK_VBMI static inline __attribute__((always_inline)) void
-h_plane_xbody(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t pairs)
+PK_VBMI static inline __attribute__((always_inline)) void h_plane_xbody(const pk_axis *a, const uint8_t *src,
+                                                                        int16_t *dst, const uint32_t pairs)
 {
     const __m512i *m = (const __m512i *)(const void *)a->xperm;
     const __m512i *w = (const __m512i *)(const void *)a->xw;
@@ -433,20 +461,30 @@ h_plane_xbody(const pk_axis *a, const uint8_t *src, int16_t *dst, const uint32_t
         __m512i px = _mm512_maskz_loadu_epi8(load[g], src + start[(size_t)g * PK_XGROUP]);
         __m512i acc = half;
         for (uint32_t p = 0; p < pairs; p++)
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_permutexvar_epi8(lo_bytes, _mm512_loadu_si512(m + p), px),
-                                                          _mm512_loadu_si512(w + p)));
+            acc = _mm512_add_epi32(
+                acc, _mm512_madd_epi16(_mm512_maskz_permutexvar_epi8(lo_bytes, _mm512_loadu_si512(m + p), px),
+                                       _mm512_loadu_si512(w + p)));
         __m256i v = _mm512_cvtsepi32_epi16(_mm512_srai_epi32(acc, PK_RESIZE_BITS - PK_PLANE_FRAC));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_XGROUP), _mm256_min_epi16(_mm256_max_epi16(v, zero), top));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_XGROUP),
+                            _mm256_min_epi16(_mm256_max_epi16(v, zero), top));
     }
 }
 
 PK_VBMI void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst)
 {
     switch (a->pairs) {
-    case 1: h_plane_xbody(a, src, dst, 1); break;
-    case 2: h_plane_xbody(a, src, dst, 2); break;
-    case 3: h_plane_xbody(a, src, dst, 3); break;
-    default: h_plane_xbody(a, src, dst, a->pairs); break;
+    case 1:
+        h_plane_xbody(a, src, dst, 1);
+        break;
+    case 2:
+        h_plane_xbody(a, src, dst, 2);
+        break;
+    case 3:
+        h_plane_xbody(a, src, dst, 3);
+        break;
+    default:
+        h_plane_xbody(a, src, dst, a->pairs);
+        break;
     }
 }
 #endif /* STOKER_HAVE_AVX2 */

@@ -88,7 +88,8 @@ AVX2 static void ycc_avx2(const int16_t *y, const int16_t *cb, const int16_t *cr
     if (cb) {
         __m128i m[3][3];
         for (int o = 0; o < 3; o++)
-            for (int c = 0; c < 3; c++) m[o][c] = _mm_loadu_si128((const __m128i *)(const void *)rgb_masks[3 * o + c]);
+            for (int c = 0; c < 3; c++)
+                m[o][c] = _mm_loadu_si128((const __m128i *)(const void *)rgb_masks[3 * o + c]);
         const __m256i mid = _mm256_set1_epi16(MID);
         const __m256i kr = _mm256_set1_epi16(26345), kb = _mm256_set1_epi16(-14942);
         const __m256i kg = _mm256_set1_epi32((int32_t)((uint16_t)-22554 | (18734u << 16)));
@@ -108,10 +109,12 @@ AVX2 static void ycc_avx2(const int16_t *y, const int16_t *cb, const int16_t *cr
             /* bytes: lanes hold pixels 0-7 and 8-15 */
             __m256i rg = _mm256_permute4x64_epi64(_mm256_packus_epi16(level(r), level(g)), 0xd8);
             __m256i bb = _mm256_permute4x64_epi64(_mm256_packus_epi16(level(b), level(b)), 0xd8);
-            __m128i R = _mm256_castsi256_si128(rg), G = _mm256_extracti128_si256(rg, 1), B = _mm256_castsi256_si128(bb);
+            __m128i R = _mm256_castsi256_si128(rg), G = _mm256_extracti128_si256(rg, 1),
+                    B = _mm256_castsi256_si128(bb);
             for (int o = 0; o < 3; o++) {
-                __m128i x = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(R, m[o][0]), _mm_shuffle_epi8(G, m[o][1])),
-                                         _mm_shuffle_epi8(B, m[o][2]));
+                __m128i x =
+                    _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(R, m[o][0]), _mm_shuffle_epi8(G, m[o][1])),
+                                 _mm_shuffle_epi8(B, m[o][2]));
                 _mm_storeu_si128((__m128i *)(void *)(rgb + 3 * i + 16 * o), x);
             }
         }
@@ -136,11 +139,10 @@ AVX512 static inline __attribute__((always_inline)) __m512i level512(__m512i x)
  * tables: a = packus(R, G), whose 128-bit lane L holds R then G of pixels
  * 8L .. 8L+7, and b = packus(B, B) (index + 64), lane L B of the same. */
 static const uint8_t rgb_index[128] = {
-    0,   8,   64,  1,   9,   65,  2,   10,  66,  3,   11,  67,  4,   12,  68,  5,   13,  69,  6,   14,  70,  7,
-    15,  71,  16,  24,  80,  17,  25,  81,  18,  26,  82,  19,  27,  83,  20,  28,  84,  21,  29,  85,  22,  30,
-    86,  23,  31,  87,  32,  40,  96,  33,  41,  97,  34,  42,  98,  35,  43,  99,  36,  44,  100, 37,  45,  101,
-    38,  46,  102, 39,  47,  103, 48,  56,  112, 49,  57,  113, 50,  58,  114, 51,  59,  115, 52,  60,  116, 53,
-    61,  117, 54,  62,  118, 55,  63,  119,
+    0,  8,  64,  1,  9,  65,  2,  10, 66,  3,  11, 67,  4,  12, 68,  5,  13, 69,  6,  14, 70,  7,  15, 71,
+    16, 24, 80,  17, 25, 81,  18, 26, 82,  19, 27, 83,  20, 28, 84,  21, 29, 85,  22, 30, 86,  23, 31, 87,
+    32, 40, 96,  33, 41, 97,  34, 42, 98,  35, 43, 99,  36, 44, 100, 37, 45, 101, 38, 46, 102, 39, 47, 103,
+    48, 56, 112, 49, 57, 113, 50, 58, 114, 51, 59, 115, 52, 60, 116, 53, 61, 117, 54, 62, 118, 55, 63, 119,
 };
 
 /* ycc_avx2 with 512-bit vectors, 32 pixels a turn: the same integers (the

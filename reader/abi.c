@@ -13,19 +13,24 @@
 
 #include <string.h>
 
-int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size, const char *what,
-                    stk_error *err)
+int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size,
+                    const char *what, stk_error *err)
 {
     if (src_size < min_size)
-        return stk_error_set(err, STK_E_ARG, "%s: size %zu is smaller than any release's (%zu): not a %s, or not "
-                             "compiled from stoker's header", what, src_size, min_size, what);
+        return stk_error_set(err, STK_E_ARG,
+                             "%s: size %zu is smaller than any release's (%zu): not a %s, or not "
+                             "compiled from stoker's header",
+                             what, src_size, min_size, what);
     if (src_size > dst_size) {
         const unsigned char *extra = (const unsigned char *)src + dst_size;
         for (size_t i = 0; i < src_size - dst_size; i++)
             if (extra[i])
-                return stk_error_set(err, STK_E_ARG, "%s: the caller was built against a newer stoker (%zu bytes, "
-                                     "libstoker %s knows %zu) and sets fields this library lacks: use a libstoker "
-                                     "at least as new as the header", what, src_size, STK_VERSION_STRING, dst_size);
+                return stk_error_set(
+                    err, STK_E_ARG,
+                    "%s: the caller was built against a newer stoker (%zu bytes, "
+                    "libstoker %s knows %zu) and sets fields this library lacks: use a libstoker "
+                    "at least as new as the header",
+                    what, src_size, STK_VERSION_STRING, dst_size);
     }
     memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
     return STK_OK;
@@ -37,19 +42,17 @@ void stk__write_sized(void *dst, size_t dst_size, const void *src, size_t src_si
     if (dst_size > src_size) memset((unsigned char *)dst + src_size, 0, dst_size - src_size);
 }
 
-const char *stk_version_string(void)
-{
-    return STK_VERSION_STRING;
-}
+const char *stk_version_string(void) { return STK_VERSION_STRING; }
 
 /* ------------------------------------------------------ 0.1.0 entry points */
 
 STK_API void stk__v0_reader_options_init(stk_reader_options *opts) __asm__("stk_reader_options_init");
-STK_API stk_reader *stk__v0_reader_open(const char *path, const stk_reader_options *opts, stk_error *err)
-    __asm__("stk_reader_open");
-STK_API stk_reader *stk__v0_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts, stk_error *err)
-    __asm__("stk_reader_open_dataset");
-STK_API void stk__v0_transform_imagenet(stk_transform *t, int train, uint32_t size) __asm__("stk_transform_imagenet");
+STK_API stk_reader *stk__v0_reader_open(const char *path, const stk_reader_options *opts,
+                                        stk_error *err) __asm__("stk_reader_open");
+STK_API stk_reader *stk__v0_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts,
+                                                stk_error *err) __asm__("stk_reader_open_dataset");
+STK_API void stk__v0_transform_imagenet(stk_transform *t, int train,
+                                        uint32_t size) __asm__("stk_transform_imagenet");
 
 void stk__v0_reader_options_init(stk_reader_options *opts)
 {
@@ -63,7 +66,8 @@ stk_reader *stk__v0_reader_open(const char *path, const stk_reader_options *opts
 
 stk_reader *stk__v0_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts, stk_error *err)
 {
-    return stk_reader_open_dataset_sized(ds, opts, STK__READER_OPTIONS_MIN_SIZE, STK__TRANSFORM_MIN_SIZE, err);
+    return stk_reader_open_dataset_sized(ds, opts, STK__READER_OPTIONS_MIN_SIZE, STK__TRANSFORM_MIN_SIZE,
+                                         err);
 }
 
 void stk__v0_transform_imagenet(stk_transform *t, int train, uint32_t size)

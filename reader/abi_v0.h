@@ -52,8 +52,9 @@ typedef struct {
     float flip_prob;
 } stk__transform_v0;
 
-#define STK__SAME(cur, v0, f) \
-    _Static_assert(offsetof(cur, f) == offsetof(v0, f), #cur "." #f " moved: fields are appended, never moved")
+#define STK__SAME(cur, v0, f)                                                                           \
+  _Static_assert(offsetof(cur, f) == offsetof(v0, f), #cur "." #f " moved: fields are appended, never " \
+                                                                  "moved")
 STK__SAME(stk_reader_options, stk__reader_options_v0, batch_size);
 STK__SAME(stk_reader_options, stk__reader_options_v0, order);
 STK__SAME(stk_reader_options, stk__reader_options_v0, seed);
@@ -100,8 +101,8 @@ _Static_assert(sizeof(stk_transform) >= sizeof(stk__transform_v0), "stk_transfor
  * `what`) a size below `min_size`, and a larger struct whose bytes beyond
  * dst_size are not all zero: a caller built against a newer stoker has set
  * fields this library does not know. */
-int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size, const char *what,
-                    stk_error *err);
+int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size,
+                    const char *what, stk_error *err);
 /* Write `src` (the defaults, `src_size` bytes) into a caller's struct of
  * `dst_size` bytes: never past its end; bytes beyond what this library knows
  * are zeroed. */

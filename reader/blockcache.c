@@ -23,8 +23,8 @@ struct stk__zentry {
     uint8_t *raw;
     uint64_t size;
     unsigned refs;
-    int ready;       /* 0 while its decompression runs */
-    stk_error err;   /* when the decompression failed (ready, raw NULL) */
+    int ready;     /* 0 while its decompression runs */
+    stk_error err; /* when the decompression failed (ready, raw NULL) */
 };
 
 struct stk__zcache {
@@ -73,8 +73,8 @@ static void make_room(stk__zcache *c, uint64_t need)
     }
 }
 
-int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__zentry **out,
-                    const uint8_t **raw, stk_error *err)
+int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block,
+                    stk__zentry **out, const uint8_t **raw, stk_error *err)
 {
     pthread_mutex_lock(&c->mu);
     for (stk__zentry *e = c->head; e; e = e->next) {
@@ -111,7 +111,8 @@ int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f,
     stk_error local = {STK_OK, ""};
     uint8_t *buf = malloc(size ? size : 1);
     rc = buf ? stk_shard_block_read(sh, f, block, buf, size, &local)
-             : stk_error_set(&local, STK_E_NOMEM, "out of memory for a %llu-byte block", (unsigned long long)size);
+             : stk_error_set(&local, STK_E_NOMEM, "out of memory for a %llu-byte block",
+                             (unsigned long long)size);
     if (rc) {
         free(buf);
         buf = NULL;

@@ -22,14 +22,15 @@ static int agree(const stk_dataset *ds, size_t i, const stk_shard *sh, stk_error
     const char *p = stk_shard_path(sh);
     if (stk_shard_records(sh) != e->records)
         return stk_error_set(err, STK_E_MANIFEST, "%s: holds %llu records, the manifest says %llu", p,
-                    (unsigned long long)stk_shard_records(sh), (unsigned long long)e->records);
+                             (unsigned long long)stk_shard_records(sh), (unsigned long long)e->records);
     if (stk_shard_file_size(sh) != e->file_size)
         return stk_error_set(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu", p,
-                    (unsigned long long)stk_shard_file_size(sh), (unsigned long long)e->file_size);
+                             (unsigned long long)stk_shard_file_size(sh), (unsigned long long)e->file_size);
     if (stk_shard_index_hash(sh) != e->index_hash)
-        return stk_error_set(err, STK_E_MANIFEST,
-                    "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)",
-                    p, (unsigned long long)stk_shard_index_hash(sh), (unsigned long long)e->index_hash);
+        return stk_error_set(
+            err, STK_E_MANIFEST,
+            "%s: index hash %016llx differs from the manifest's %016llx (a different or replaced shard)", p,
+            (unsigned long long)stk_shard_index_hash(sh), (unsigned long long)e->index_hash);
     if (!stk_schema_equal(stk_shard_schema(sh), &ds->m->schema))
         return stk_error_set(err, STK_E_MANIFEST, "%s: schema differs from the manifest's", p);
     return STK_OK;
@@ -41,9 +42,9 @@ static int agree(const stk_dataset *ds, size_t i, const stk_shard *sh, stk_error
  * as a sequential open would report it. */
 typedef struct {
     stk_dataset *ds;
-    size_t next;          /* atomic: the next shard to open */
+    size_t next; /* atomic: the next shard to open */
     pthread_mutex_t mu;
-    size_t fail_at;       /* lowest failing shard, SIZE_MAX if none */
+    size_t fail_at; /* lowest failing shard, SIZE_MAX if none */
     stk_error err;
 } opener;
 
@@ -138,13 +139,12 @@ uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i)
     return ds->first[i <= ds->m->nshards ? i : ds->m->nshards];
 }
 
-int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local,
-                       stk_error *err)
+int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local, stk_error *err)
 {
     size_t n = ds->m->nshards;
     if (index >= ds->first[n])
         return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", ds->dir,
-                    (unsigned long long)index, (unsigned long long)ds->first[n]);
+                             (unsigned long long)index, (unsigned long long)ds->first[n]);
     size_t lo = 0, hi = n; /* first[lo] <= index < first[hi] */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
@@ -156,8 +156,8 @@ int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uin
     return STK_OK;
 }
 
-int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data,
-                      uint64_t *size, stk_error *err)
+int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data, uint64_t *size,
+                      stk_error *err)
 {
     size_t s;
     uint64_t local;

@@ -68,7 +68,7 @@ void stk__xform_host(const stk__xform_job *job);
 /* The crop box and flip of one sample: a pure function of the transform,
  * the image size, seed, epoch and global record index. */
 void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
-                   uint64_t record, stk__crop_box *box);
+                    uint64_t record, stk__crop_box *box);
 /* Output bytes per sample. */
 uint64_t stk__xform_out_bytes(const stk_transform *t, uint32_t C);
 

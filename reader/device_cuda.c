@@ -14,8 +14,10 @@
 stk__backend *stk__backend_cuda_create(int device, stk_error *err)
 {
     (void)device;
-    return stk_error_set(err, STK_E_UNSUPPORTED, "this libstoker was built without CUDA (configure with "
-                                                 "-DSTOKER_CUDA=ON where the CUDA toolkit is installed)"), NULL;
+    return stk_error_set(err, STK_E_UNSUPPORTED,
+                         "this libstoker was built without CUDA (configure with "
+                         "-DSTOKER_CUDA=ON where the CUDA toolkit is installed)"),
+           NULL;
 }
 
 int stk_cuda_available(stk_error *err)
@@ -26,7 +28,7 @@ int stk_cuda_available(stk_error *err)
 
 #else
 
-#include <cuda_runtime_api.h>
+#  include <cuda_runtime_api.h>
 
 int stk__cuda_transform(const stk__xform_job *job, cudaStream_t stream); /* transform_cuda.cu */
 
@@ -37,8 +39,8 @@ typedef struct {
 
 static int fail(stk_error *err, cudaError_t e, const char *what)
 {
-    return stk_error_set(err, e == cudaErrorMemoryAllocation ? STK_E_NOMEM : STK_E_IO, "CUDA %s: %s (%s)", what,
-                         cudaGetErrorString(e), cudaGetErrorName(e));
+    return stk_error_set(err, e == cudaErrorMemoryAllocation ? STK_E_NOMEM : STK_E_IO, "CUDA %s: %s (%s)",
+                         what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 /* Every call runs on the reader's threads: make sure they use our device. */
@@ -48,10 +50,10 @@ static int use(stk__backend *b, stk_error *err)
     return e == cudaSuccess ? STK_OK : fail(err, e, "cudaSetDevice");
 }
 
-#define CALL(expr, what)                                  \
-    do {                                                  \
-        cudaError_t e_ = (expr);                          \
-        if (e_ != cudaSuccess) return fail(err, e_, what); \
+#  define CALL(expr, what)                               \
+    do {                                                 \
+      cudaError_t e_ = (expr);                           \
+      if (e_ != cudaSuccess) return fail(err, e_, what); \
     } while (0)
 
 static int c_host_alloc(stk__backend *b, size_t n, void **p, stk_error *err)
@@ -102,7 +104,8 @@ static int c_event_create(stk__backend *b, void **e, int timing, stk_error *err)
 {
     if (use(b, err)) return err ? err->code : STK_E_IO;
     cudaEvent_t ev;
-    CALL(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
+    CALL(cudaEventCreateWithFlags(&ev, timing ? cudaEventDefault : cudaEventDisableTiming),
+         "cudaEventCreate");
     *e = ev;
     return STK_OK;
 }
@@ -162,7 +165,8 @@ int stk_cuda_available(stk_error *err)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        stk_error_set(err, STK_E_UNSUPPORTED, "no CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        stk_error_set(err, STK_E_UNSUPPORTED, "no CUDA device: cudaGetDeviceCount: %s",
+                      cudaGetErrorString(e));
         return 0;
     }
     if (n == 0) {

@@ -40,9 +40,9 @@ typedef struct host_op {
 struct stk_host_stream {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work queued, or an operation ran */
+    pthread_cond_t cv; /* work queued, or an operation ran */
     host_op *head, *tail;
-    uint64_t queued, done;  /* operations */
+    uint64_t queued, done; /* operations */
     int stop;
 };
 
@@ -84,11 +84,21 @@ static uint64_t ev_current(host_event *e)
 static void run_op(host_op *op)
 {
     switch (op->kind) {
-    case OP_COPY: memcpy(op->dst, op->src, op->n); break;
-    case OP_COMPLETE: ev_complete(op->ev, op->ticket); break;
-    case OP_WAIT: ev_wait_ticket(op->ev, op->ticket); break;
-    case OP_FUNC: op->fn(op->arg); break;
-    case OP_XFORM: stk__xform_host(&op->job); break;
+    case OP_COPY:
+        memcpy(op->dst, op->src, op->n);
+        break;
+    case OP_COMPLETE:
+        ev_complete(op->ev, op->ticket);
+        break;
+    case OP_WAIT:
+        ev_wait_ticket(op->ev, op->ticket);
+        break;
+    case OP_FUNC:
+        op->fn(op->arg);
+        break;
+    case OP_XFORM:
+        stk__xform_host(&op->job);
+        break;
     }
 }
 

@@ -76,8 +76,8 @@ uint64_t stk__perm_inv(const stk__perm *p, uint64_t i)
     return x;
 }
 
-void stk__epoch_order_init(stk__epoch_order *o, int order, uint64_t n, uint64_t seed,
-                          uint64_t epoch, uint64_t K, uint32_t W)
+void stk__epoch_order_init(stk__epoch_order *o, int order, uint64_t n, uint64_t seed, uint64_t epoch,
+                           uint64_t K, uint32_t W)
 {
     o->order = order;
     o->n = n;
@@ -141,14 +141,17 @@ static uint64_t quasi_record(stk__epoch_order *o, uint64_t p)
 uint64_t stk__epoch_order_record(stk__epoch_order *o, uint64_t p)
 {
     switch (o->order) {
-    case STK_ORDER_SHUFFLE: return stk__perm_fwd(&o->p, p);
-    case STK_ORDER_QUASI: return quasi_record(o, p);
-    default: return p;
+    case STK_ORDER_SHUFFLE:
+        return stk__perm_fwd(&o->p, p);
+    case STK_ORDER_QUASI:
+        return quasi_record(o, p);
+    default:
+        return p;
     }
 }
 
-uint64_t stk_order_record(int order, uint64_t records, uint64_t seed, uint64_t epoch,
-                          uint64_t block_records, uint32_t window, uint64_t p)
+uint64_t stk_order_record(int order, uint64_t records, uint64_t seed, uint64_t epoch, uint64_t block_records,
+                          uint32_t window, uint64_t p)
 {
     stk__epoch_order o;
     stk__epoch_order_init(&o, order, records, seed, epoch, block_records, window);

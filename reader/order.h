@@ -23,7 +23,7 @@ uint64_t stk__perm_inv(const stk__perm *p, uint64_t i);
 typedef struct {
     int order;
     uint64_t n;
-    stk__perm p;        /* shuffle: records; quasi: blocks */
+    stk__perm p; /* shuffle: records; quasi: blocks */
     /* quasi */
     uint64_t K, nb, Lz, q0, wkey;
     uint32_t W;
@@ -32,8 +32,8 @@ typedef struct {
     stk__perm wp;
 } stk__epoch_order;
 
-void stk__epoch_order_init(stk__epoch_order *o, int order, uint64_t n, uint64_t seed,
-                          uint64_t epoch, uint64_t K, uint32_t W);
+void stk__epoch_order_init(stk__epoch_order *o, int order, uint64_t n, uint64_t seed, uint64_t epoch,
+                           uint64_t K, uint32_t W);
 /* Record at position p (< n) of the epoch. Updates the window cache. */
 uint64_t stk__epoch_order_record(stk__epoch_order *o, uint64_t p);
 

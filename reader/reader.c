@@ -134,13 +134,13 @@ static int check_shard(stk_reader *r, size_t s, uint64_t local, stk_error *err)
         return stk_error_set(err, STK_E_TRUNCATED,
                              "%s: record %llu: the shard shrank from %llu to %llu bytes since it was opened "
                              "(rewritten in place?)",
-                             stk_shard_path(sh), (unsigned long long)local, (unsigned long long)stk_shard_file_size(sh),
-                             (unsigned long long)st.st_size);
+                             stk_shard_path(sh), (unsigned long long)local,
+                             (unsigned long long)stk_shard_file_size(sh), (unsigned long long)st.st_size);
     return STK_OK;
 }
 
-static int verify_value(stk_reader *r, const stk_shard *sh, unsigned f, uint64_t local,
-                        uint64_t global, const void *data, uint64_t size, stk_error *err)
+static int verify_value(stk_reader *r, const stk_shard *sh, unsigned f, uint64_t local, uint64_t global,
+                        const void *data, uint64_t size, stk_error *err)
 {
     uint64_t want = stk_shard_stored_hash(sh, f, local), got = stk_hash(data, size);
     if (want == got) return STK_OK;
@@ -177,8 +177,8 @@ static uint32_t batch_span(const stk_reader *r, uint64_t s, uint64_t *p0)
 }
 
 /* Records [i0, i1) of batch s into rec[]. */
-static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64_t p0, uint32_t i0, uint32_t i1,
-                         uint64_t *rec)
+static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64_t p0, uint32_t i0,
+                         uint32_t i1, uint64_t *rec)
 {
     uint64_t e = s / r->nbatches;
     if (w->ord_epoch != e) {
@@ -194,7 +194,7 @@ static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64
 static int zero_copy_shard(const stk_reader *r, uint64_t p0, uint32_t n, size_t *shard, uint64_t *local)
 {
     if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be || r->has_compressed) return 0; /* staged */
-    if (p0 + n > r->N) return 0;                                          /* wraps around */
+    if (p0 + n > r->N) return 0; /* wraps around */
     if (stk_dataset_locate(r->ds, p0, shard, local, NULL)) return 0;
     return stk_dataset_shard_first(r->ds, *shard + 1) >= p0 + n;
 }
@@ -343,22 +343,24 @@ static void setup_view(stk_reader *r, stk__slot *sl, uint32_t n, int zc, size_t 
         bf->data = bf->kind != STK_KIND_TENSOR ? NULL
                    : zc ? (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * r->sel_stride[k]
                         : sl->buf + r->sel_off[k];
-        if (bf->kind == STK_KIND_TENSOR) bf->nbytes = n * r->sel_stride[k]; /* bytes fields: summed by parts */
+        if (bf->kind == STK_KIND_TENSOR)
+            bf->nbytes = n * r->sel_stride[k]; /* bytes fields: summed by parts */
     }
 }
 
 /* Prepare records [i0, i1) of the batch in slot sl (part `part`). Errors go
  * to err; bytes-field sizes to heap[k] (the view's totals are summed under
  * the lock when the part is done). */
-static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned part, uint64_t gen, uint64_t *heap,
-                         stk_error *err)
+static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned part, uint64_t gen,
+                         uint64_t *heap, stk_error *err)
 {
     w->batch_no++;
     uint64_t p0, local = 0;
     size_t shard = 0;
     uint32_t n = batch_span(r, sl->seq, &p0);
     uint64_t chunk = ((uint64_t)n + r->parts - 1) / r->parts;
-    uint32_t i0 = (uint32_t)(part * chunk < n ? part * chunk : n), i1 = (uint32_t)(i0 + chunk < n ? i0 + chunk : n);
+    uint32_t i0 = (uint32_t)(part * chunk < n ? part * chunk : n),
+             i1 = (uint32_t)(i0 + chunk < n ? i0 + chunk : n);
     int zc = zero_copy_shard(r, p0, n, &shard, &local);
     if (part == 0) setup_view(r, sl, n, zc, shard, local);
     part_records(r, w, sl->seq, p0, i0, i1, sl->records);
@@ -399,7 +401,7 @@ static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     if (r->xf_sel >= 0) /* the transform's crop boxes travel with the batch */
         for (uint32_t i = i0; i < i1; i++)
             stk__xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[i],
-                          (stk__crop_box *)(sl->buf + r->boxes_off) + i);
+                           (stk__crop_box *)(sl->buf + r->boxes_off) + i);
     double dt = stk__now() - t0, bytes = (double)(i1 - i0) * (double)(r->slot_stride_bytes);
     if (!zc && dt > 0 && bytes / dt < ADVISE_BELOW_BYTES_PER_S) w->advise_left = ADVISE_RUN;
 }
@@ -597,7 +599,8 @@ static void restart_at(stk_reader *r, uint64_t s)
     r->pausing = 0;
     /* The batch the caller holds is released here: on the device path its
      * buffer may be refilled only after the caller's stream has passed this. */
-    if (r->be && r->released < r->consume) stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
+    if (r->be && r->released < r->consume)
+        stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
     for (unsigned i = 0; i < r->nslots; i++) r->slots[i].state = SLOT_FREE;
     r->claim = r->consume = r->released = r->next_copy = s;
     r->claim_part = 0;

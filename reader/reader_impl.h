@@ -16,9 +16,9 @@ enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_GATHERED = 2, SLOT_READY = 3 };
 
 /* The device side of slot i (upload.c). */
 typedef struct {
-    void *dev, *dev_out;          /* device copy of the staged tensors; transform output */
+    void *dev, *dev_out; /* device copy of the staged tensors; transform output */
     void *ev_start, *ev_copied, *ev_ready, *ev_released;
-    int used;                     /* uploaded at least once (ev_copied recorded) */
+    int used; /* uploaded at least once (ev_copied recorded) */
 } stk__dslot;
 
 /* Decompressed blocks of compressed fields, shared and bounded (blockcache.c). */
@@ -27,8 +27,8 @@ typedef struct stk__zentry stk__zentry;
 stk__zcache *stk__zcache_new(uint64_t cap);
 void stk__zcache_free(stk__zcache *c);
 /* Block `block` of field f of shard s, decompressed, pinned until put. */
-int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__zentry **e,
-                    const uint8_t **raw, stk_error *err);
+int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block,
+                    stk__zentry **e, const uint8_t **raw, stk_error *err);
 void stk__zcache_put(stk__zcache *c, stk__zentry *e);
 
 /* Bytes values of compressed fields, copied out of the blocks: one buffer per
@@ -39,17 +39,17 @@ typedef struct {
 } stk__zheap;
 
 typedef struct {
-    uint64_t seq;                 /* the batch it holds or is being filled with */
-    int state;                    /* SLOT_* (under the reader's mutex) */
-    stk_error err;                /* set when preparing failed */
-    unsigned err_part;            /* the part err came from */
-    unsigned parts_left;          /* parts still being prepared (under mu) */
-    uint8_t *buf;                 /* gathered tensors, one region per field */
-    uint64_t *records;            /* batch_size global record indices */
-    stk_value *values;            /* batch_size per bytes field */
+    uint64_t seq;        /* the batch it holds or is being filled with */
+    int state;           /* SLOT_* (under the reader's mutex) */
+    stk_error err;       /* set when preparing failed */
+    unsigned err_part;   /* the part err came from */
+    unsigned parts_left; /* parts still being prepared (under mu) */
+    uint8_t *buf;        /* gathered tensors, one region per field */
+    uint64_t *records;   /* batch_size global record indices */
+    stk_value *values;   /* batch_size per bytes field */
     stk_batch batch;
     stk_batch_field fields[STK_MAX_FIELDS];
-    stk__zheap *zheap;             /* [parts] when a compressed bytes field is read */
+    stk__zheap *zheap; /* [parts] when a compressed bytes field is read */
 } stk__slot;
 
 typedef struct stk_reader stk_reader;
@@ -58,13 +58,13 @@ typedef struct {
     stk_reader *r;
     pthread_t thread;
     int started;
-    stk__epoch_order ord;          /* the epoch this worker computed last */
+    stk__epoch_order ord; /* the epoch this worker computed last */
     uint64_t ord_epoch;
-    uint64_t batch_no;            /* batches prepared, for stamp[] */
-    uint64_t *stamp;              /* per shard: batch_no that last checked it */
-    uint64_t verified;            /* records verified, not yet added to stats */
-    unsigned advise_left;         /* batches to read ahead for (reader.c, prepare) */
-    double h2d;                   /* upload seconds, not yet added to stats */
+    uint64_t batch_no;    /* batches prepared, for stamp[] */
+    uint64_t *stamp;      /* per shard: batch_no that last checked it */
+    uint64_t verified;    /* records verified, not yet added to stats */
+    unsigned advise_left; /* batches to read ahead for (reader.c, prepare) */
+    double h2d;           /* upload seconds, not yet added to stats */
     /* compressed fields: the block in use per selected field, pinned in the
      * cache while this worker's records stay in it (reader.c) */
     stk__zentry *pin[STK_MAX_FIELDS];
@@ -80,25 +80,25 @@ typedef struct {
 
 struct stk_reader {
     const stk_dataset *ds;
-    stk_dataset *owned;           /* when opened by path */
-    stk_reader_options o;         /* resolved: defaults and environment applied */
-    char *fields_text;            /* o.fields points here */
+    stk_dataset *owned;   /* when opened by path */
+    stk_reader_options o; /* resolved: defaults and environment applied */
+    char *fields_text;    /* o.fields points here */
 
-    unsigned nsel;                /* selected fields: schema index, stride, slot offset */
+    unsigned nsel; /* selected fields: schema index, stride, slot offset */
     unsigned sel[STK_MAX_FIELDS];
     uint64_t sel_stride[STK_MAX_FIELDS];
     uint64_t sel_off[STK_MAX_FIELDS];
     int has_bytes;
-    int has_compressed;           /* a selected field is compressed: no zero-copy */
-    int zbytes;                   /* a selected bytes field is compressed: slots get zheaps */
-    stk__zcache *zcache;           /* when a selected field is compressed */
+    int has_compressed;  /* a selected field is compressed: no zero-copy */
+    int zbytes;          /* a selected bytes field is compressed: slots get zheaps */
+    stk__zcache *zcache; /* when a selected field is compressed */
     uint64_t zcache_bytes;
 
     uint64_t N, G, nbatches, K;
     uint32_t Wq;
     int release;
-    stk__file_id *shard_id;        /* per shard, to tell rewritten from replaced */
-    uint64_t *verified_bits;      /* STK_VERIFY_ONCE: one bit per record */
+    stk__file_id *shard_id;  /* per shard, to tell rewritten from replaced */
+    uint64_t *verified_bits; /* STK_VERIFY_ONCE: one bit per record */
 
     unsigned nslots;
     uint64_t slot_bytes;
@@ -111,22 +111,22 @@ struct stk_reader {
     stk__dslot *dslots;
     pthread_t copier;
     int copier_started;
-    uint64_t next_copy;           /* the next sequence the copy thread uploads */
-    stk_transform xf;             /* the transform (o.transform points here) */
-    int xf_sel;                   /* index into sel[] of the transformed field, -1: none */
-    stk__xform_job xf_job;         /* its shape and constants */
-    uint64_t xf_out_bytes;        /* per sample */
-    uint64_t boxes_off;           /* crop boxes' offset in a slot's buffer */
+    uint64_t next_copy;    /* the next sequence the copy thread uploads */
+    stk_transform xf;      /* the transform (o.transform points here) */
+    int xf_sel;            /* index into sel[] of the transformed field, -1: none */
+    stk__xform_job xf_job; /* its shape and constants */
+    uint64_t xf_out_bytes; /* per sample */
+    uint64_t boxes_off;    /* crop boxes' offset in a slot's buffer */
     char device_note[STK_ERROR_MSG_MAX];
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv, ready_cv;
     uint64_t claim, consume, released, end_seq;
-    unsigned claim_part, parts;   /* batches are prepared in `parts` parts (one per thread) */
-    uint64_t slot_stride_bytes;   /* bytes of selected tensor fields per record */
-    uint64_t gen;                 /* bumped by seek; read unlocked by workers (atomics) */
+    unsigned claim_part, parts; /* batches are prepared in `parts` parts (one per thread) */
+    uint64_t slot_stride_bytes; /* bytes of selected tensor fields per record */
+    uint64_t gen;               /* bumped by seek; read unlocked by workers (atomics) */
     unsigned active;
-    unsigned idle;                /* workers waiting for a free slot */
+    unsigned idle; /* workers waiting for a free slot */
     int stop, pausing;
     stk_error sticky;
 

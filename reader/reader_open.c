@@ -31,8 +31,9 @@ static int resolve_dist(stk_reader_options *o, stk_error *err)
     static const char *const world_env[] = {"WORLD_SIZE", "SLURM_NTASKS"};
     for (int i = 0; i < 2 && o->rank < 0; i++) {
         long v = env_int(rank_env[i]);
-        if (v == -2) return stk_error_set(err, STK_E_ARG, "environment %s='%s' is not a rank", rank_env[i],
-                                          getenv(rank_env[i]));
+        if (v == -2)
+            return stk_error_set(err, STK_E_ARG, "environment %s='%s' is not a rank", rank_env[i],
+                                 getenv(rank_env[i]));
         if (v >= 0) o->rank = (int)v;
     }
     for (int i = 0; i < 2 && o->world_size < 0; i++) {
@@ -46,7 +47,8 @@ static int resolve_dist(stk_reader_options *o, stk_error *err)
     if (o->world_size < 0) o->world_size = 1;
     if (o->world_size == 0) return stk_error_set(err, STK_E_ARG, "world_size must be at least 1");
     if (o->rank >= o->world_size)
-        return stk_error_set(err, STK_E_ARG, "rank %d out of range for world size %d", o->rank, o->world_size);
+        return stk_error_set(err, STK_E_ARG, "rank %d out of range for world size %d", o->rank,
+                             o->world_size);
     return STK_OK;
 }
 
@@ -57,7 +59,8 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
 {
     stk_reader_options *o = &r->o;
     stk_reader_options_init_sized(o, sizeof *o);
-    if (in && stk__read_sized(o, sizeof *o, in, size, STK__READER_OPTIONS_MIN_SIZE, "stk_reader_options", err))
+    if (in &&
+        stk__read_sized(o, sizeof *o, in, size, STK__READER_OPTIONS_MIN_SIZE, "stk_reader_options", err))
         return err ? err->code : STK_E_ARG;
     if (o->transform) {
         stk_transform_init_sized(&r->xf, sizeof r->xf);
@@ -166,10 +169,12 @@ static int plan_transform(stk_reader *r, stk_error *err)
     int f = stk_schema_find(sc, name);
     for (unsigned i = 0; i < r->nsel; i++)
         if ((int)r->sel[i] == f) r->xf_sel = (int)i;
-    if (r->xf_sel < 0) return stk_error_set(err, STK_E_ARG, "transform: field '%s' is not among the fields read", name);
+    if (r->xf_sel < 0)
+        return stk_error_set(err, STK_E_ARG, "transform: field '%s' is not among the fields read", name);
     t->field = sc->fields[f].name;
     const stk_field *fd = &sc->fields[f];
-    if (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[2] < 1 || fd->shape[2] > 4)
+    if (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[2] < 1 ||
+        fd->shape[2] > 4)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' must be u8 [H, W, C] with C <= 4", name);
     if (t->dtype != STK_DT_F32 && t->dtype != STK_DT_F16 && t->dtype != STK_DT_BF16)
         return stk_error_set(err, STK_E_ARG, "transform: output dtype must be f32, f16 or bf16");
@@ -180,9 +185,11 @@ static int plan_transform(stk_reader *r, stk_error *err)
     if (t->crop == STK_CROP_RANDOM_RESIZED &&
         !(t->scale_min > 0 && t->scale_min <= t->scale_max && t->scale_max <= 1 && t->ratio_min > 0 &&
           t->ratio_min <= t->ratio_max))
-        return stk_error_set(err, STK_E_ARG, "transform: random-resized crop needs 0 < scale_min <= scale_max <= 1 "
-                                             "and 0 < ratio_min <= ratio_max");
-    if (!(t->flip_prob >= 0 && t->flip_prob <= 1)) return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
+        return stk_error_set(err, STK_E_ARG,
+                             "transform: random-resized crop needs 0 < scale_min <= scale_max <= 1 "
+                             "and 0 < ratio_min <= ratio_max");
+    if (!(t->flip_prob >= 0 && t->flip_prob <= 1))
+        return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
     stk__xform_job *j = &r->xf_job;
     if (fd->shape[0] > 65535 || fd->shape[1] > 65535)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' is larger than 65535 x 65535", name);
@@ -191,7 +198,8 @@ static int plan_transform(stk_reader *r, stk_error *err)
     j->C = (uint32_t)fd->shape[2];
     if (!t->out_height) t->out_height = j->H;
     if (!t->out_width) t->out_width = j->W;
-    if (t->out_height > 65535 || t->out_width > 65535) return stk_error_set(err, STK_E_ARG, "transform: output too large");
+    if (t->out_height > 65535 || t->out_width > 65535)
+        return stk_error_set(err, STK_E_ARG, "transform: output too large");
     j->out_h = t->out_height;
     j->out_w = t->out_width;
     j->dtype = t->dtype;
@@ -204,8 +212,8 @@ static int plan_transform(stk_reader *r, stk_error *err)
     }
     r->xf_out_bytes = stk__xform_out_bytes(t, j->C); /* < 2^36: 65535^2 x 4 channels x 4 bytes */
     if (r->xf_out_bytes * r->o.batch_size > (1ULL << 48))
-        return stk_error_set(err, STK_E_ARG, "transform: %u x %u outputs x batch_size %u: too large", t->out_height,
-                             t->out_width, r->o.batch_size);
+        return stk_error_set(err, STK_E_ARG, "transform: %u x %u outputs x batch_size %u: too large",
+                             t->out_height, t->out_width, r->o.batch_size);
     r->boxes_off = r->slot_bytes;
     r->slot_bytes += (uint64_t)r->o.batch_size * sizeof(stk__crop_box);
     return STK_OK;
@@ -221,7 +229,8 @@ static int plan_stream(stk_reader *r, stk_error *err)
         if (r->nbatches == 0)
             return stk_error_set(err, STK_E_ARG,
                                  "tail drop: the dataset's %llu records are fewer than one global batch "
-                                 "(%u x %d ranks)", (unsigned long long)r->N, r->o.batch_size, r->o.world_size);
+                                 "(%u x %d ranks)",
+                                 (unsigned long long)r->N, r->o.batch_size, r->o.world_size);
     } else {
         r->nbatches = (r->N - 1) / r->G + 1;
     }
@@ -278,14 +287,16 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
-    uint64_t per = host_bytes_per_slot(r), total = per * r->nslots + r->zcache_bytes; /* < 2^62: see select_fields */
+    uint64_t per = host_bytes_per_slot(r),
+             total = per * r->nslots + r->zcache_bytes; /* < 2^62: see select_fields */
     if (r->o.memory_budget && total > r->o.memory_budget)
         return stk_error_set(err, STK_E_ARG,
                              "memory budget %llu bytes is too small for %u slots x %llu bytes = %llu "
                              "(lower prefetch, batch_size or the fields read)",
                              (unsigned long long)r->o.memory_budget, r->nslots, (unsigned long long)per,
                              (unsigned long long)total);
-    if (!(r->slots = calloc(r->nslots, sizeof *r->slots))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (!(r->slots = calloc(r->nslots, sizeof *r->slots)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_schema *sc = stk_dataset_schema(r->ds);
     unsigned nbytesf = 0;
     for (unsigned i = 0; i < r->nsel; i++) nbytesf += sc->fields[r->sel[i]].kind == STK_KIND_BYTES;
@@ -293,7 +304,8 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         stk__slot *sl = &r->slots[s];
         void *buf = NULL;
         if (r->be) { /* pinned staging memory: what the copy engine reads */
-            if (r->be->host_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &buf, err)) return err ? err->code : STK_E_NOMEM;
+            if (r->be->host_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &buf, err))
+                return err ? err->code : STK_E_NOMEM;
         } else if (r->slot_bytes && posix_memalign(&buf, SLOT_ALIGN, r->slot_bytes)) {
             buf = NULL;
         }
@@ -371,7 +383,8 @@ static int start_workers(stk_reader *r, stk_error *err)
 static int larger_than_ram(const stk_reader *r)
 {
     uint64_t total = 0;
-    for (size_t i = 0; i < stk_dataset_nshards(r->ds); i++) total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
+    for (size_t i = 0; i < stk_dataset_nshards(r->ds); i++)
+        total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page / 2;
 }
@@ -387,8 +400,10 @@ stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reade
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
     r->xf_sel = -1;
-    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) || plan_transform(r, err) || plan_stream(r, err) ||
-        stk__upload_backend(r, err) || plan_block_cache(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err))
+    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) ||
+        plan_transform(r, err) || plan_stream(r, err) || stk__upload_backend(r, err) ||
+        plan_block_cache(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) ||
+        remember_shards(r, err))
         goto fail;
     r->release = (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));

@@ -94,8 +94,9 @@ static int get_u64_text(json_t *o, const char *key, int base, size_t maxlen, uin
         if (v > (UINT64_MAX - d) / (unsigned)base) ok = 0;
         v = v * (unsigned)base + d;
     }
-    if (!ok) return stk_error_set(err, STK_E_FORMAT, "state: \"%s\" must be a string of %s digits", key,
-                                  base == 10 ? "decimal (up to 2^64-1)" : "16 lower-case hex");
+    if (!ok)
+        return stk_error_set(err, STK_E_FORMAT, "state: \"%s\" must be a string of %s digits", key,
+                             base == 10 ? "decimal (up to 2^64-1)" : "16 lower-case hex");
     *out = v;
     return STK_OK;
 }
@@ -113,22 +114,24 @@ static int get_name(json_t *o, const char *key, const char *const *names, int *o
 
 static int parse_obj(json_t *o, stk_reader_state *st, stk_error *err)
 {
-    static const char *const keys[] = {"stoker_reader_state", "fingerprint", "order", "seed",
-                                       "global_batch", "tail", "quasi_block_records", "quasi_window",
-                                       "epoch", "batch"};
+    static const char *const keys[] = {
+        "stoker_reader_state", "fingerprint",  "order", "seed", "global_batch", "tail",
+        "quasi_block_records", "quasi_window", "epoch", "batch"};
     const char *k;
     json_t *v;
-    json_object_foreach(o, k, v) {
+    json_object_foreach(o, k, v)
+    {
         size_t i = 0;
         while (i < sizeof keys / sizeof *keys && strcmp(k, keys[i]) != 0) i++;
-        if (i == sizeof keys / sizeof *keys) return stk_error_set(err, STK_E_FORMAT, "state: unknown key \"%.64s\"", k);
+        if (i == sizeof keys / sizeof *keys)
+            return stk_error_set(err, STK_E_FORMAT, "state: unknown key \"%.64s\"", k);
     }
     uint64_t version, window;
     int rc;
     if ((rc = get_uint(o, "stoker_reader_state", UINT32_MAX, &version, err))) return rc;
     if (version != 1)
-        return stk_error_set(err, STK_E_VERSION, "state: unsupported version %" PRIu64 " (this build reads 1)",
-                             version);
+        return stk_error_set(err, STK_E_VERSION,
+                             "state: unsupported version %" PRIu64 " (this build reads 1)", version);
     if ((rc = get_u64_text(o, "fingerprint", 16, 16, &st->fingerprint, err)) ||
         (rc = get_name(o, "order", order_names, &st->order, err)) ||
         (rc = get_u64_text(o, "seed", 10, 20, &st->seed, err)) ||
@@ -140,7 +143,8 @@ static int parse_obj(json_t *o, stk_reader_state *st, stk_error *err)
         (rc = get_uint(o, "batch", INT64_MAX, &st->batch, err)))
         return rc;
     st->quasi_window = (uint32_t)window;
-    if (st->global_batch == 0) return stk_error_set(err, STK_E_FORMAT, "state: \"global_batch\" must be at least 1");
+    if (st->global_batch == 0)
+        return stk_error_set(err, STK_E_FORMAT, "state: \"global_batch\" must be at least 1");
     return STK_OK;
 }
 
@@ -164,10 +168,14 @@ size_t stk_reader_sizeof(const char *type)
     static const struct {
         const char *name;
         size_t size;
-    } t[] = {{"stk_reader_options", sizeof(stk_reader_options)}, {"stk_batch", sizeof(stk_batch)},
-             {"stk_batch_field", sizeof(stk_batch_field)},       {"stk_reader_state", sizeof(stk_reader_state)},
-             {"stk_reader_stats", sizeof(stk_reader_stats)},     {"stk_transform", sizeof(stk_transform)},
-             {"stk_error", sizeof(stk_error)},                   {"stk_value", sizeof(stk_value)},
+    } t[] = {{"stk_reader_options", sizeof(stk_reader_options)},
+             {"stk_batch", sizeof(stk_batch)},
+             {"stk_batch_field", sizeof(stk_batch_field)},
+             {"stk_reader_state", sizeof(stk_reader_state)},
+             {"stk_reader_stats", sizeof(stk_reader_stats)},
+             {"stk_transform", sizeof(stk_transform)},
+             {"stk_error", sizeof(stk_error)},
+             {"stk_value", sizeof(stk_value)},
              {"stk_dataset_options", sizeof(stk_dataset_options)}};
     for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
         if (strcmp(type, t[i].name) == 0) return t[i].size;
@@ -182,16 +190,19 @@ int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap)
     double wait = s->wait_s / s->wall_s, busy = s->busy_s / s->wall_s; /* busy: in threads */
     int pct = (int)(wait * 100 + 0.5);
     if (wait < 0.10)
-        return snprintf(buf, cap, "not input-bound: %d%% of wall time spent waiting for data (threads=%u)", pct,
-                        s->threads);
+        return snprintf(buf, cap, "not input-bound: %d%% of wall time spent waiting for data (threads=%u)",
+                        pct, s->threads);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (busy >= 0.6 * s->threads && (long)s->threads < cpus)
-        return snprintf(buf, cap, "input-bound: %d%% of wall time spent waiting for data (threads=%u; try %ld)",
-                        pct, s->threads, (long)s->threads * 2 < cpus ? (long)s->threads * 2 : cpus);
-    if (busy >= 0.6 * s->threads)
         return snprintf(buf, cap,
-                        "input-bound: %d%% of wall time spent waiting for data (threads=%u, all %ld cores busy: "
-                        "read fewer fields or give the loader more cores)", pct, s->threads, cpus);
+                        "input-bound: %d%% of wall time spent waiting for data (threads=%u; try %ld)", pct,
+                        s->threads, (long)s->threads * 2 < cpus ? (long)s->threads * 2 : cpus);
+    if (busy >= 0.6 * s->threads)
+        return snprintf(
+            buf, cap,
+            "input-bound: %d%% of wall time spent waiting for data (threads=%u, all %ld cores busy: "
+            "read fewer fields or give the loader more cores)",
+            pct, s->threads, cpus);
     return snprintf(buf, cap,
                     "input-bound: %d%% of wall time spent waiting for data (threads=%u, workers %d%% busy: "
                     "storage is the limit; try a deeper prefetch or faster storage)",

@@ -6,22 +6,22 @@
 #define STK_READER_TRACE_H
 
 #ifdef STOKER_HAVE_CUDA
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#pragma GCC diagnostic ignored "-Wshadow"
-#include <nvtx3/nvToolsExt.h>
-#pragma GCC diagnostic pop
-#include <stdio.h>
-#define STK_TRACE_PUSH(...)                              \
-    do {                                                 \
-        char trace_[64];                                 \
-        snprintf(trace_, sizeof trace_, __VA_ARGS__);    \
-        nvtxRangePushA(trace_);                          \
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#  pragma GCC diagnostic ignored "-Wshadow"
+#  include <nvtx3/nvToolsExt.h>
+#  pragma GCC diagnostic pop
+#  include <stdio.h>
+#  define STK_TRACE_PUSH(...)                       \
+    do {                                            \
+      char trace_[64];                              \
+      snprintf(trace_, sizeof trace_, __VA_ARGS__); \
+      nvtxRangePushA(trace_);                       \
     } while (0)
-#define STK_TRACE_POP() nvtxRangePop()
+#  define STK_TRACE_POP() nvtxRangePop()
 #else
-#define STK_TRACE_PUSH(...) ((void)0)
-#define STK_TRACE_POP() ((void)0)
+#  define STK_TRACE_PUSH(...) ((void)0)
+#  define STK_TRACE_POP() ((void)0)
 #endif
 
 #endif

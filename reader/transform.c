@@ -101,13 +101,15 @@ static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W,
 }
 
 void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
-                   uint64_t record, stk__crop_box *box)
+                    uint64_t record, stk__crop_box *box)
 {
     memset(box, 0, sizeof *box);
     rng r = {stk__mix64(stk__order_key(seed, epoch, TAG_AUGMENT) ^ stk__mix64(record + 1))};
     uint32_t oh = t->out_height ? t->out_height : H, ow = t->out_width ? t->out_width : W;
     switch (t->crop) {
-    case STK_CROP_RANDOM_RESIZED: random_resized(t, &r, (int32_t)H, (int32_t)W, box); break;
+    case STK_CROP_RANDOM_RESIZED:
+        random_resized(t, &r, (int32_t)H, (int32_t)W, box);
+        break;
     case STK_CROP_CENTER:
         box->h = (int32_t)(oh < H ? oh : H);
         box->w = (int32_t)(ow < W ? ow : W);
@@ -134,7 +136,8 @@ static uint16_t to_f16(float f)
     if (ne <= 0) { /* subnormal half (or zero) */
         if (ne < -10) return (uint16_t)sign;
         m |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - ne), half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        uint32_t shift = (uint32_t)(14 - ne), half = m >> shift, rem = m & ((1u << shift) - 1),
+                 mid = 1u << (shift - 1);
         if (rem > mid || (rem == mid && (half & 1))) half++;
         return (uint16_t)(sign | half);
     }
@@ -181,8 +184,10 @@ void stk__xform_host(const stk__xform_job *j)
                 const uint8_t *r1 = img + ((uint64_t)(b->y0 + y1) * j->W + (uint64_t)b->x0) * j->C;
                 float gx = 1.0f - fx, gy = 1.0f - fy;
                 for (uint32_t c = 0; c < j->C; c++) {
-                    float top = (float)r0[(uint32_t)x0 * j->C + c] * gx + (float)r0[(uint32_t)x1 * j->C + c] * fx;
-                    float bot = (float)r1[(uint32_t)x0 * j->C + c] * gx + (float)r1[(uint32_t)x1 * j->C + c] * fx;
+                    float top =
+                        (float)r0[(uint32_t)x0 * j->C + c] * gx + (float)r0[(uint32_t)x1 * j->C + c] * fx;
+                    float bot =
+                        (float)r1[(uint32_t)x0 * j->C + c] * gx + (float)r1[(uint32_t)x1 * j->C + c] * fx;
                     float v = top * gy + bot * fy;
                     v = (v * (1.0f / 255.0f) - j->mean[c]) * j->inv_std[c];
                     uint64_t i = j->layout == STK_IMAGE_NCHW

@@ -14,21 +14,20 @@ extern "C" {
 #include "device.h"
 }
 
-namespace {
+namespace
+{
 
 __device__ void store(void *dst, unsigned long long i, int dtype, float v)
 {
-    if (dtype == STK_DT_F32)
-        static_cast<float *>(dst)[i] = v;
-    else if (dtype == STK_DT_F16)
-        static_cast<__half *>(dst)[i] = __float2half_rn(v);
-    else
-        static_cast<__nv_bfloat16 *>(dst)[i] = __float2bfloat16_rn(v);
+    if (dtype == STK_DT_F32) static_cast<float *>(dst)[i] = v;
+    else if (dtype == STK_DT_F16) static_cast<__half *>(dst)[i] = __float2half_rn(v);
+    else static_cast<__nv_bfloat16 *>(dst)[i] = __float2bfloat16_rn(v);
 }
 
 __global__ void transform_kernel(stk__xform_job j)
 {
-    unsigned ox = blockIdx.x * blockDim.x + threadIdx.x, oy = blockIdx.y * blockDim.y + threadIdx.y, n = blockIdx.z;
+    unsigned ox = blockIdx.x * blockDim.x + threadIdx.x, oy = blockIdx.y * blockDim.y + threadIdx.y,
+             n = blockIdx.z;
     if (ox >= j.out_w || oy >= j.out_h || n >= j.n) return;
     const stk__crop_box b = j.boxes[n];
     const unsigned char *img = j.src + (unsigned long long)n * j.H * j.W * j.C;

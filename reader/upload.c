@@ -22,8 +22,10 @@ static int make_events(stk_reader *r, stk__dslot *d, stk_error *err)
 {
     stk__backend *be = r->be;
     int rc;
-    if ((rc = be->event_create(be, &d->ev_start, 1, err)) || (rc = be->event_create(be, &d->ev_copied, 1, err)) ||
-        (rc = be->event_create(be, &d->ev_ready, 0, err)) || (rc = be->event_create(be, &d->ev_released, 0, err)))
+    if ((rc = be->event_create(be, &d->ev_start, 1, err)) ||
+        (rc = be->event_create(be, &d->ev_copied, 1, err)) ||
+        (rc = be->event_create(be, &d->ev_ready, 0, err)) ||
+        (rc = be->event_create(be, &d->ev_released, 0, err)))
         return rc;
     return STK_OK;
 }
@@ -69,11 +71,13 @@ int stk__upload_open(stk_reader *r, stk_error *err)
     if (!r->be) return STK_OK;
     int rc;
     if ((rc = r->be->stream_create(r->be, &r->copy_stream, err))) return rc;
-    if (!(r->dslots = calloc(r->nslots, sizeof *r->dslots))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (!(r->dslots = calloc(r->nslots, sizeof *r->dslots)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (unsigned i = 0; i < r->nslots; i++) {
         stk__dslot *d = &r->dslots[i];
         if ((rc = r->be->dev_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &d->dev, err))) return rc;
-        if (r->xf_sel >= 0 && (rc = r->be->dev_alloc(r->be, r->xf_out_bytes * r->o.batch_size, &d->dev_out, err)))
+        if (r->xf_sel >= 0 &&
+            (rc = r->be->dev_alloc(r->be, r->xf_out_bytes * r->o.batch_size, &d->dev_out, err)))
             return rc;
         if ((rc = make_events(r, d, err))) return rc;
     }
@@ -126,13 +130,15 @@ static int upload(stk_reader *r, stk__slot *sl, stk__dslot *d, uint64_t *bytes, 
      * reclaim and close must wait for ev_copied, even if a later enqueue
      * fails (nothing is recorded then, and they wait for the last record). */
     d->used = 1;
-    if ((rc = be->stream_wait(be, cs, d->ev_released, err)) || (rc = be->event_record(be, d->ev_start, cs, err)))
+    if ((rc = be->stream_wait(be, cs, d->ev_released, err)) ||
+        (rc = be->event_record(be, d->ev_start, cs, err)))
         return rc;
     for (unsigned k = 0; k < r->nsel; k++) {
         stk_batch_field *bf = &sl->fields[k];
         if (bf->kind != STK_KIND_TENSOR) continue;
         uint64_t len = (uint64_t)n * r->sel_stride[k];
-        if (len && (rc = be->copy_h2d(be, (uint8_t *)d->dev + r->sel_off[k], sl->buf + r->sel_off[k], len, cs, err)))
+        if (len &&
+            (rc = be->copy_h2d(be, (uint8_t *)d->dev + r->sel_off[k], sl->buf + r->sel_off[k], len, cs, err)))
             return rc;
         *bytes += len;
         bf->data = (uint8_t *)d->dev + r->sel_off[k];

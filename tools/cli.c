@@ -34,11 +34,28 @@ bool cli_parse_size(const char *s, uint64_t *out)
     if (errno || end == s || v < 0) return false;
     double mul = 1;
     switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' || *end == 'B') end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
     if (*end) return false;
@@ -68,7 +85,8 @@ void cli_progress_start(cli_progress *p, const char *label, uint64_t total, bool
     p->start = p->last = cli_now();
 }
 
-void cli_progress_start_units(cli_progress *p, const char *label, const char *unit, uint64_t total, bool quiet)
+void cli_progress_start_units(cli_progress *p, const char *label, const char *unit, uint64_t total,
+                              bool quiet)
 {
     cli_progress_start(p, label, total, quiet);
     p->unit = unit;
@@ -124,8 +142,8 @@ void cli_progress_update(cli_progress *p, uint64_t done, const char *extra)
         for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
         bar[30] = 0;
         double eta = rate > 0 ? (double)(p->total - (done < p->total ? done : p->total)) / rate : 0;
-        fprintf(stderr, "\r%s [%s] %5.1f%% %s %s ETA %.0fs %s\033[K", p->label, bar, frac * 100, bd, br,
-                eta, extra ? extra : "");
+        fprintf(stderr, "\r%s [%s] %5.1f%% %s %s ETA %.0fs %s\033[K", p->label, bar, frac * 100, bd, br, eta,
+                extra ? extra : "");
     } else {
         fprintf(stderr, "\r%s %s %s %s\033[K", p->label, bd, br, extra ? extra : "");
     }

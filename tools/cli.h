@@ -26,14 +26,15 @@ void cli_json_string(FILE *f, const char *s);
 typedef struct {
     bool enabled;
     const char *label;
-    const char *unit;   /* NULL: counts are bytes; else e.g. "files" */
+    const char *unit; /* NULL: counts are bytes; else e.g. "files" */
     uint64_t total;
     double start, last;
 } cli_progress;
 
 void cli_progress_start(cli_progress *p, const char *label, uint64_t total_bytes, bool quiet);
 /* Same, counting `unit`s (e.g. "files") instead of bytes. */
-void cli_progress_start_units(cli_progress *p, const char *label, const char *unit, uint64_t total, bool quiet);
+void cli_progress_start_units(cli_progress *p, const char *label, const char *unit, uint64_t total,
+                              bool quiet);
 /* Clear the bar's line (before printing a message under it). */
 void cli_progress_clear(const cli_progress *p);
 void cli_progress_update(cli_progress *p, uint64_t done_bytes, const char *extra);

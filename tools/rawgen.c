@@ -85,28 +85,62 @@ typedef struct {
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {
-        {"images", 1, 0, 'n'}, {"classes", 1, 0, 'c'}, {"seed", 1, 0, 'e'}, {"min-side", 1, 0, 'a'},
-        {"max-side", 1, 0, 'b'}, {"variants", 0, 0, 'v'}, {"broken", 0, 0, 'B'}, {"force", 0, 0, 'f'},
-        {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"images", 1, 0, 'n'},
+                                       {"classes", 1, 0, 'c'},
+                                       {"seed", 1, 0, 'e'},
+                                       {"min-side", 1, 0, 'a'},
+                                       {"max-side", 1, 0, 'b'},
+                                       {"variants", 0, 0, 'v'},
+                                       {"broken", 0, 0, 'B'},
+                                       {"force", 0, 0, 'f'},
+                                       {"json", 0, 0, 'J'},
+                                       {"quiet", 0, 0, 'q'},
+                                       {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
+                                       {0, 0, 0, 0}};
     *o = (opts){.images = 1000, .classes = 10, .min_side = 200, .max_side = 500};
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'n': ok = cli_parse_u64(optarg, &o->images) && o->images <= 100000000; break;
-        case 'c': ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000; break;
-        case 'e': ok = cli_parse_u64(optarg, &o->seed); break;
-        case 'a': ok = cli_parse_u64(optarg, &o->min_side) && o->min_side >= 1 && o->min_side <= 16384; break;
-        case 'b': ok = cli_parse_u64(optarg, &o->max_side) && o->max_side >= 1 && o->max_side <= 16384; break;
-        case 'v': o->variants = true; break;
-        case 'B': o->broken = true; break;
-        case 'f': o->force = true; break;
-        case 'J': o->json = true; break;
-        case 'q': o->quiet = true; break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("rawgen (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
-        default: return EXIT_USAGE;
+        case 'n':
+            ok = cli_parse_u64(optarg, &o->images) && o->images <= 100000000;
+            break;
+        case 'c':
+            ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000;
+            break;
+        case 'e':
+            ok = cli_parse_u64(optarg, &o->seed);
+            break;
+        case 'a':
+            ok = cli_parse_u64(optarg, &o->min_side) && o->min_side >= 1 && o->min_side <= 16384;
+            break;
+        case 'b':
+            ok = cli_parse_u64(optarg, &o->max_side) && o->max_side >= 1 && o->max_side <= 16384;
+            break;
+        case 'v':
+            o->variants = true;
+            break;
+        case 'B':
+            o->broken = true;
+            break;
+        case 'f':
+            o->force = true;
+            break;
+        case 'J':
+            o->json = true;
+            break;
+        case 'q':
+            o->quiet = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(EXIT_OK);
+        case 'V':
+            printf("rawgen (stoker) %s\n", STK_VERSION_STRING);
+            exit(EXIT_OK);
+        default:
+            return EXIT_USAGE;
         }
         if (!ok) {
             fprintf(stderr, "rawgen: invalid value '%s' for --%s (try --help)\n", optarg,
@@ -168,18 +202,17 @@ typedef struct {
 } shape_t;
 
 
-
 typedef struct {
     tjhandle tj;
-    uint8_t *rgb, *aux;         /* w*h*3 pixels; scratch (gray, CMYK, 16-bit, ...) */
+    uint8_t *rgb, *aux; /* w*h*3 pixels; scratch (gray, CMYK, 16-bit, ...) */
     size_t rgb_cap, aux_cap;
-    int16_t *grid, *hrows;      /* 4x4-cell grid (value * 4); grid rows interpolated to full width (value * 16) */
+    int16_t *grid, *hrows; /* 4x4-cell grid (value * 4); grid rows interpolated to full width (value * 16) */
     size_t grid_cap, hrows_cap;
-    float *frow;                /* one grid row: R, G, B, light */
+    float *frow; /* one grid row: R, G, B, light */
     size_t frow_cap;
-    int16_t *noise;             /* noise_n samples: luma (+-63) + chroma (+-15) per pixel, unit amplitude */
-    size_t noise_n;             /* a multiple of 3, > 3 * the widest row: small enough for L2 */
-    unsigned char *jpg;         /* TurboJPEG output buffer (grows) */
+    int16_t *noise;     /* noise_n samples: luma (+-63) + chroma (+-15) per pixel, unit amplitude */
+    size_t noise_n;     /* a multiple of 3, > 3 * the widest row: small enough for L2 */
+    unsigned char *jpg; /* TurboJPEG output buffer (grows) */
     unsigned long jpg_cap;
 } gen_t;
 
@@ -203,7 +236,8 @@ static bool make_noise(gen_t *g, uint64_t seed, uint32_t max_side)
     for (size_t i = 0; i < g->noise_n; i += 3) {
         uint64_t b = next(&r);
         int lum = ((int)(b & 255) + (int)((b >> 8) & 255) - 255) / 4;
-        for (int k = 0; k < 3; k++) g->noise[i + (size_t)k] = (int16_t)(lum + (int)((b >> (16 + 8 * k)) & 31) - 15);
+        for (int k = 0; k < 3; k++)
+            g->noise[i + (size_t)k] = (int16_t)(lum + (int)((b >> (16 + 8 * k)) & 31) - 15);
     }
     return true;
 }
@@ -266,7 +300,7 @@ static bool synth(gen_t *g, uint32_t w, uint32_t h, rng_t *r)
         pick_colour(r, s->col);
     }
     int amp = 6 + (int)(next(r) % 14); /* noise: about +-amp levels */
-    float grain = 4 + 20 * unif(r);   /* 4-pixel-scale texture (fabric, foliage, gravel), levels */
+    float grain = 4 + 20 * unif(r);    /* 4-pixel-scale texture (fabric, foliage, gravel), levels */
 
     for (unsigned k = 0; k < ns; k++) { /* reciprocals and the bounding box of the soft edge */
         shape_t *s = &sh[k];
@@ -309,7 +343,8 @@ static bool synth(gen_t *g, uint32_t w, uint32_t h, rng_t *r)
                 float ux = (float)(i * 4) - sp->cx;
                 float u = (ux * sp->cs + usn) * sp->irx, v = (-ux * sp->sn + ucs) * sp->iry;
                 float d = sp->rect ? fmaxf(fabsf(u), fabsf(v)) : sqrtf(u * u + v * v);
-                float al = clampf(0.5f - (d - 1) * sp->isoft, 0, 1) * sp->alpha; /* (d - 1) * min(rx, ry): ~ pixels to the edge */
+                float al = clampf(0.5f - (d - 1) * sp->isoft, 0, 1) *
+                           sp->alpha; /* (d - 1) * min(rx, ry): ~ pixels to the edge */
                 cr[i] += (sp->col[0] * lt[i] - cr[i]) * al;
                 cg[i] += (sp->col[1] * lt[i] - cg[i]) * al;
                 cb[i] += (sp->col[2] * lt[i] - cb[i]) * al;
@@ -331,13 +366,15 @@ static bool synth(gen_t *g, uint32_t w, uint32_t h, rng_t *r)
             int16_t *o = &hr[i * 12];
             for (int k = 0; k < 3; k++) {
                 int16_t b = (int16_t)(a[k] * 4), d = (int16_t)(a[k + 3] - a[k]);
-                o[k] = b, o[k + 3] = (int16_t)(b + d), o[k + 6] = (int16_t)(b + 2 * d), o[k + 9] = (int16_t)(b + 3 * d);
+                o[k] = b, o[k + 3] = (int16_t)(b + d), o[k + 6] = (int16_t)(b + 2 * d),
+                o[k + 9] = (int16_t)(b + 3 * d);
             }
         }
         for (uint32_t x = w & ~3u; x < w; x++) {
             const int16_t *a = &gr[(size_t)(x >> 2) * 3];
             int f = (int)(x & 3);
-            for (int k = 0; k < 3; k++) hr[(size_t)x * 3 + (size_t)k] = (int16_t)(a[k] * (4 - f) + a[k + 3] * f);
+            for (int k = 0; k < 3; k++)
+                hr[(size_t)x * 3 + (size_t)k] = (int16_t)(a[k] * (4 - f) + a[k + 3] * f);
         }
     }
     /* rows: between two grid rows, plus noise from a random place in the table */
@@ -345,7 +382,8 @@ static bool synth(gen_t *g, uint32_t w, uint32_t h, rng_t *r)
         const int16_t *h0 = &g->hrows[(size_t)(y >> 2) * w3];
         size_t off = (size_t)(next(r) % (g->noise_n / 3 - w)) * 3;
         int fy = (int)(y & 3);
-        blend_row(g->rgb + (size_t)y * w3, h0, h0 + w3, g->noise + off, w3, (int16_t)(4 - fy), (int16_t)fy, (int16_t)amp);
+        blend_row(g->rgb + (size_t)y * w3, h0, h0 + w3, g->noise + off, w3, (int16_t)(4 - fy), (int16_t)fy,
+                  (int16_t)amp);
     }
     return true;
 }
@@ -361,8 +399,8 @@ static void pick_size(rng_t *r, const opts *o, uint32_t *w, uint32_t *h)
 
 /* ------------------------------------------------------------ encoders */
 
-static int jpeg_encode(gen_t *g, const uint8_t *px, uint32_t w, uint32_t h, int pf, int samp, int q, int flags,
-                       unsigned long *len, char *msg, size_t cap)
+static int jpeg_encode(gen_t *g, const uint8_t *px, uint32_t w, uint32_t h, int pf, int samp, int q,
+                       int flags, unsigned long *len, char *msg, size_t cap)
 {
     unsigned long size = g->jpg_cap;
     /* TurboJPEG 2.1 bug: once a handle has written a progressive JPEG, the
@@ -370,7 +408,9 @@ static int jpeg_encode(gen_t *g, const uint8_t *px, uint32_t w, uint32_t h, int 
      * progressive JPEG gets a handle of its own. */
     tjhandle tj = flags & TJFLAG_PROGRESSIVE ? tjInitCompress() : g->tj;
     int rc = tj ? tjCompress2(tj, px, (int)w, 0, (int)h, pf, &g->jpg, &size, samp, q, flags) : -1;
-    if (rc != 0) snprintf(msg, cap, "JPEG encoding failed: %s", tj ? tjGetErrorStr2(tj) : "cannot initialise TurboJPEG");
+    if (rc != 0)
+        snprintf(msg, cap, "JPEG encoding failed: %s",
+                 tj ? tjGetErrorStr2(tj) : "cannot initialise TurboJPEG");
     if (tj && tj != g->tj) tjDestroy(tj);
     if (rc != 0) return -1;
     if (size > g->jpg_cap) g->jpg_cap = size; /* TurboJPEG grew the buffer */
@@ -510,7 +550,8 @@ static int write_image(run_t *r, uint64_t i)
     if (!rel) fprintf(stderr, "rawgen: out of memory\n");
     else if (kind < 2) {
         size_t len;
-        void *png = png_encode(r->g.rgb, (size_t)w * h * 3, w, h, 8, SPNG_COLOR_TYPE_TRUECOLOR, NULL, &len, msg, sizeof msg);
+        void *png = png_encode(r->g.rgb, (size_t)w * h * 3, w, h, 8, SPNG_COLOR_TYPE_TRUECOLOR, NULL, &len,
+                               msg, sizeof msg);
         if (!png) fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
         else rc = emit(r, rel, png, len, 0);
         free(png);
@@ -583,11 +624,33 @@ static int cjpeg_to(run_t *r, const char *rel, uint32_t w, uint32_t h, int q, co
     return rc;
 }
 
-enum { V_420, V_422, V_444, V_GRAY, V_PROG, V_CMYK, V_RST_ARITH, V_RST, V_PNG_GRAY, V_PNG_PAL, V_PNG_16, V_PNG_RGBA, V_COUNT };
-static const char *const vname[V_COUNT] = {
-    "jpeg-420.jpg", "jpeg-422.jpg", "jpeg-444.jpg", "jpeg-gray.jpg", "jpeg-progressive.jpg", "jpeg-cmyk.jpg",
-    "jpeg-restart-arithmetic.jpg", "jpeg-restart.jpg", "png-gray8.png", "png-palette.png", "png-rgb16.png",
-    "png-rgba.png"};
+enum {
+    V_420,
+    V_422,
+    V_444,
+    V_GRAY,
+    V_PROG,
+    V_CMYK,
+    V_RST_ARITH,
+    V_RST,
+    V_PNG_GRAY,
+    V_PNG_PAL,
+    V_PNG_16,
+    V_PNG_RGBA,
+    V_COUNT
+};
+static const char *const vname[V_COUNT] = {"jpeg-420.jpg",
+                                           "jpeg-422.jpg",
+                                           "jpeg-444.jpg",
+                                           "jpeg-gray.jpg",
+                                           "jpeg-progressive.jpg",
+                                           "jpeg-cmyk.jpg",
+                                           "jpeg-restart-arithmetic.jpg",
+                                           "jpeg-restart.jpg",
+                                           "png-gray8.png",
+                                           "png-palette.png",
+                                           "png-rgb16.png",
+                                           "png-rgba.png"};
 
 static int write_variant(run_t *r, unsigned k)
 {
@@ -623,9 +686,17 @@ static int write_variant(run_t *r, unsigned k)
     uint8_t *aux = r->g.aux;
     void *png = NULL;
     switch (k) {
-    case V_420: case V_422: case V_444: case V_GRAY: case V_PROG: {
-        int samp = k == V_420 || k == V_PROG ? TJSAMP_420 : k == V_422 ? TJSAMP_422 : k == V_444 ? TJSAMP_444 : TJSAMP_GRAY;
-        if (!jpeg_encode(&r->g, px, w, h, TJPF_RGB, samp, q, k == V_PROG ? TJFLAG_PROGRESSIVE : 0, &jl, msg, sizeof msg))
+    case V_420:
+    case V_422:
+    case V_444:
+    case V_GRAY:
+    case V_PROG: {
+        int samp = k == V_420 || k == V_PROG ? TJSAMP_420
+                   : k == V_422              ? TJSAMP_422
+                   : k == V_444              ? TJSAMP_444
+                                             : TJSAMP_GRAY;
+        if (!jpeg_encode(&r->g, px, w, h, TJPF_RGB, samp, q, k == V_PROG ? TJFLAG_PROGRESSIVE : 0, &jl, msg,
+                         sizeof msg))
             rc = emit(r, rel, r->g.jpg, jl, 1);
         else fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
         break;
@@ -649,7 +720,8 @@ static int write_variant(run_t *r, unsigned k)
             rc = emit(r, rel, r->g.jpg, jl, 1);
         else fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
         break;
-    case V_RST_ARITH: case V_RST:
+    case V_RST_ARITH:
+    case V_RST:
         if (access(CJPEG, X_OK) != 0) {
             r->skipped[r->nskipped++] = vname[k];
             rc = 0;
@@ -659,16 +731,19 @@ static int write_variant(run_t *r, unsigned k)
                               : cjpeg_to(r, rel, w, h, q, "-restart", "2", NULL);
         break;
     case V_PNG_GRAY:
-        for (size_t i = 0; i < npx; i++) aux[i] = (uint8_t)((77 * px[3 * i] + 150 * px[3 * i + 1] + 29 * px[3 * i + 2] + 128) >> 8);
+        for (size_t i = 0; i < npx; i++)
+            aux[i] = (uint8_t)((77 * px[3 * i] + 150 * px[3 * i + 1] + 29 * px[3 * i + 2] + 128) >> 8);
         png = png_encode(aux, npx, w, h, 8, SPNG_COLOR_TYPE_GRAYSCALE, NULL, &len, msg, sizeof msg);
         break;
     case V_PNG_PAL: {
         /* a 6x6x6 colour cube */
         struct spng_plte pl = {.n_entries = 216};
         for (unsigned e = 0; e < 216; e++)
-            pl.entries[e] = (struct spng_plte_entry){(uint8_t)(e / 36 * 51), (uint8_t)(e / 6 % 6 * 51), (uint8_t)(e % 6 * 51), 255};
+            pl.entries[e] = (struct spng_plte_entry){(uint8_t)(e / 36 * 51), (uint8_t)(e / 6 % 6 * 51),
+                                                     (uint8_t)(e % 6 * 51), 255};
         for (size_t i = 0; i < npx; i++)
-            aux[i] = (uint8_t)((px[3 * i] + 25) / 51 * 36 + (px[3 * i + 1] + 25) / 51 * 6 + (px[3 * i + 2] + 25) / 51);
+            aux[i] = (uint8_t)((px[3 * i] + 25) / 51 * 36 + (px[3 * i + 1] + 25) / 51 * 6 +
+                               (px[3 * i + 2] + 25) / 51);
         png = png_encode(aux, npx, w, h, 8, SPNG_COLOR_TYPE_INDEXED, &pl, &len, msg, sizeof msg);
         break;
     }
@@ -688,7 +763,8 @@ static int write_variant(run_t *r, unsigned k)
             }
         png = png_encode(aux, npx * 4, w, h, 8, SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, NULL, &len, msg, sizeof msg);
         break;
-    default: break;
+    default:
+        break;
     }
     if (k >= V_PNG_GRAY) {
         if (png) rc = emit(r, rel, png, len, 1);
@@ -728,9 +804,23 @@ static size_t jpeg_marker(const uint8_t *j, size_t n, uint8_t m)
     return 0;
 }
 
-enum { B_EMPTY, B_TRUNC_JPEG, B_TRUNC_HDR, B_TRUNC_PNG, B_RANDOM, B_HEADER_ONLY, B_BOMB_JPEG, B_BOMB_PNG, B_GIF, B_TEXT, B_COUNT };
-static const char *const bname[B_COUNT] = {"empty.jpg",  "truncated.jpg",   "truncated-header.jpg", "truncated.png", "random.jpg",
-                                           "header-only.jpg", "bomb.jpg",   "bomb.png",             "gif.jpg",       "notes.txt"};
+enum {
+    B_EMPTY,
+    B_TRUNC_JPEG,
+    B_TRUNC_HDR,
+    B_TRUNC_PNG,
+    B_RANDOM,
+    B_HEADER_ONLY,
+    B_BOMB_JPEG,
+    B_BOMB_PNG,
+    B_GIF,
+    B_TEXT,
+    B_COUNT
+};
+static const char *const bname[B_COUNT] = {"empty.jpg",     "truncated.jpg", "truncated-header.jpg",
+                                           "truncated.png", "random.jpg",    "header-only.jpg",
+                                           "bomb.jpg",      "bomb.png",      "gif.jpg",
+                                           "notes.txt"};
 
 static int write_broken(run_t *r, unsigned k)
 {
@@ -755,24 +845,32 @@ static int write_broken(run_t *r, unsigned k)
         return -1;
     }
     switch (k) {
-    case B_EMPTY: rc = emit(r, rel, "", 0, 2); break;
-    case B_TRUNC_JPEG: case B_TRUNC_HDR: case B_HEADER_ONLY: case B_BOMB_JPEG:
+    case B_EMPTY:
+        rc = emit(r, rel, "", 0, 2);
+        break;
+    case B_TRUNC_JPEG:
+    case B_TRUNC_HDR:
+    case B_HEADER_ONLY:
+    case B_BOMB_JPEG:
         if (jpeg_encode(&r->g, r->g.rgb, w, h, TJPF_RGB, TJSAMP_420, 85, 0, &jl, msg, sizeof msg)) {
             fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
             break;
         }
         if (k == B_TRUNC_JPEG) rc = emit(r, rel, r->g.jpg, jl / 2, 2);
-        else if (k == B_TRUNC_HDR) { /* cut halfway through the first Huffman table: the header does not parse */
+        else if (k ==
+                 B_TRUNC_HDR) { /* cut halfway through the first Huffman table: the header does not parse */
             size_t dht = jpeg_marker(r->g.jpg, jl, 0xC4);
             if (!dht) {
                 fprintf(stderr, "rawgen: %s: no DHT marker in the encoded JPEG\n", rel);
                 break;
             }
-            rc = emit(r, rel, r->g.jpg, dht + 4 + ((size_t)r->g.jpg[dht + 2] << 8 | r->g.jpg[dht + 3]) / 2, 2);
-        }
-        else if (k == B_HEADER_ONLY) { /* everything up to and including the SOS header: no scan data, no EOI */
+            rc =
+                emit(r, rel, r->g.jpg, dht + 4 + ((size_t)r->g.jpg[dht + 2] << 8 | r->g.jpg[dht + 3]) / 2, 2);
+        } else if (k ==
+                   B_HEADER_ONLY) { /* everything up to and including the SOS header: no scan data, no EOI */
             size_t p = 2;
-            while (p + 4 <= jl && r->g.jpg[p] == 0xFF && r->g.jpg[p + 1] != 0xDA) p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
+            while (p + 4 <= jl && r->g.jpg[p] == 0xFF && r->g.jpg[p + 1] != 0xDA)
+                p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
             if (p + 4 <= jl) p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
             rc = emit(r, rel, r->g.jpg, p, 2);
         } else {
@@ -786,8 +884,10 @@ static int write_broken(run_t *r, unsigned k)
             rc = emit(r, rel, r->g.jpg, jl, 2);
         }
         break;
-    case B_TRUNC_PNG: case B_BOMB_PNG: {
-        uint8_t *png = png_encode(r->g.rgb, (size_t)w * h * 3, w, h, 8, SPNG_COLOR_TYPE_TRUECOLOR, NULL, &len, msg, sizeof msg);
+    case B_TRUNC_PNG:
+    case B_BOMB_PNG: {
+        uint8_t *png = png_encode(r->g.rgb, (size_t)w * h * 3, w, h, 8, SPNG_COLOR_TYPE_TRUECOLOR, NULL, &len,
+                                  msg, sizeof msg);
         if (!png) {
             fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
             break;
@@ -813,11 +913,11 @@ static int write_broken(run_t *r, unsigned k)
     case B_GIF: {
         /* GIF89a, 2x2, 4-colour global table, one LZW-coded frame */
         static const uint8_t gif[] = {
-            'G', 'I', 'F', '8', '9', 'a', 2, 0, 2, 0, 0x81, 0, 0,       /* screen 2x2, GCT of 4 */
-            0xff, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff,
-            0x2c, 0, 0, 0, 0, 2, 0, 2, 0, 0,                            /* image descriptor */
-            2, 3, 0x44, 0x34, 0x05, 0,                                  /* min code size 2; data; end */
-            0x3b};                                                      /* trailer */
+            'G',  'I',  'F',  '8',  '9',  'a',  2,    0,    2,    0,    0x81, 0,    0, /* screen 2x2, GCT of 4 */
+            0xff, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x2c, 0,
+            0,    0,    0,    2,    0,    2,    0,    0, /* image descriptor */
+            2,    3,    0x44, 0x34, 0x05, 0,             /* min code size 2; data; end */
+            0x3b};                                       /* trailer */
         rc = emit(r, rel, gif, sizeof gif, 2);
         break;
     }
@@ -826,7 +926,8 @@ static int write_broken(run_t *r, unsigned k)
         rc = emit(r, rel, text, sizeof text - 1, 2);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     free(rel);
     return rc;
@@ -876,8 +977,8 @@ static int prepare_outdir(const opts *o)
         empty = false;
         char *sub = NULL;
         struct stat st;
-        if (!is_class_name(de->d_name) || asprintf(&sub, "%s/%s", o->out, de->d_name) < 0 || lstat(sub, &st) != 0 ||
-            !S_ISDIR(st.st_mode)) {
+        if (!is_class_name(de->d_name) || asprintf(&sub, "%s/%s", o->out, de->d_name) < 0 ||
+            lstat(sub, &st) != 0 || !S_ISDIR(st.st_mode)) {
             ours = false;
             free(sub);
             continue;
@@ -887,7 +988,8 @@ static int prepare_outdir(const opts *o)
         while (c && (f = readdir(c))) {
             char *fp = NULL;
             if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, "..")) continue;
-            if (asprintf(&fp, "%s/%s", sub, f->d_name) < 0 || lstat(fp, &st) != 0 || !S_ISREG(st.st_mode)) ours = false;
+            if (asprintf(&fp, "%s/%s", sub, f->d_name) < 0 || lstat(fp, &st) != 0 || !S_ISREG(st.st_mode))
+                ours = false;
             free(fp);
         }
         if (!c) ours = false;
@@ -901,7 +1003,10 @@ static int prepare_outdir(const opts *o)
         return -1;
     }
     if (!ours) {
-        fprintf(stderr, "rawgen: %s holds files that rawgen did not write; not removing anything (even with --force)\n", o->out);
+        fprintf(
+            stderr,
+            "rawgen: %s holds files that rawgen did not write; not removing anything (even with --force)\n",
+            o->out);
         return -1;
     }
     d = opendir(o->out);
@@ -913,7 +1018,9 @@ static int prepare_outdir(const opts *o)
         struct dirent *f;
         while (c && (f = readdir(c))) {
             char *fp = NULL;
-            if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..") && asprintf(&fp, "%s/%s", sub, f->d_name) >= 0) unlink(fp);
+            if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..") &&
+                asprintf(&fp, "%s/%s", sub, f->d_name) >= 0)
+                unlink(fp);
             free(fp);
         }
         if (c) closedir(c);
@@ -947,7 +1054,8 @@ int main(int argc, char **argv)
     for (uint64_t c = 0; c < o.classes; c++) {
         char *d = class_dir(&r, c), *p = NULL;
         if (!d || asprintf(&p, "%s/%s", o.out, d) < 0 || mkdir(p, 0755) != 0) {
-            fprintf(stderr, "rawgen: %s: cannot create directory: %s\n", p ? p : o.out, d ? strerror(errno) : "out of memory");
+            fprintf(stderr, "rawgen: %s: cannot create directory: %s\n", p ? p : o.out,
+                    d ? strerror(errno) : "out of memory");
             free(d);
             free(p);
             return EXIT_PROBLEMS;
@@ -978,10 +1086,12 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < r.nskipped; k++)
             fprintf(stderr, "rawgen: " CJPEG " not found: skipped variant %s\n", r.skipped[k]);
     if (!rc && o.json) {
-        printf("{\"ok\": true, \"files\": %llu, \"images\": %llu, \"variants\": %zu, \"broken\": %zu, \"classes\": %llu, "
+        printf("{\"ok\": true, \"files\": %llu, \"images\": %llu, \"variants\": %zu, \"broken\": %zu, "
+               "\"classes\": %llu, "
                "\"bytes\": %llu, \"seconds\": %.3f, \"files_per_s\": %.1f, \"output\": ",
                (unsigned long long)r.files, (unsigned long long)o.images, r.nvariants, r.nbroken,
-               (unsigned long long)o.classes, (unsigned long long)r.bytes, el, el > 0 ? (double)r.files / el : 0.0);
+               (unsigned long long)o.classes, (unsigned long long)r.bytes, el,
+               el > 0 ? (double)r.files / el : 0.0);
         cli_json_string(stdout, o.out);
         const char *keys[2] = {"variant_files", "broken_files"};
         for (int kind = 0; kind < 2; kind++) {
@@ -989,7 +1099,8 @@ int main(int argc, char **argv)
             bool first = true;
             for (size_t k = 0; k < r.nextra; k++) {
                 const char *base = strrchr(r.extra[k], '/');
-                if (strncmp(base ? base + 1 : r.extra[k], kind ? "broken-" : "variant-", kind ? 7 : 8)) continue;
+                if (strncmp(base ? base + 1 : r.extra[k], kind ? "broken-" : "variant-", kind ? 7 : 8))
+                    continue;
                 printf(first ? "" : ", ");
                 cli_json_string(stdout, r.extra[k]);
                 first = false;
@@ -1003,7 +1114,9 @@ int main(int argc, char **argv)
         }
         printf("]}\n");
     } else if (!rc && !o.quiet)
-        fprintf(stderr, "rawgen: wrote %llu files (%llu images, %zu variants, %zu broken) to %s: %.1f MB in %.2f s (%.0f files/s)\n",
+        fprintf(stderr,
+                "rawgen: wrote %llu files (%llu images, %zu variants, %zu broken) to %s: %.1f MB in %.2f s "
+                "(%.0f files/s)\n",
                 (unsigned long long)r.files, (unsigned long long)o.images, r.nvariants, r.nbroken, o.out,
                 (double)r.bytes / 1e6, el, el > 0 ? (double)r.files / el : 0.0);
     for (size_t k = 0; k < r.nextra; k++) free(r.extra[k]);

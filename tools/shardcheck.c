@@ -25,26 +25,25 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: shardcheck [OPTIONS] PATH...\n"
-            "Verify stoker datasets and shards. PATH is a dataset directory, a manifest\n"
-            "(manifest.json) or shard files (*.stk). Each problem is printed as one line:\n"
-            "FILE: record R, field 'F': what is wrong.\n\n"
-            "      --quick          structure only: headers, footers, sizes, checksum\n"
-            "                       tables, agreement with the manifest (O(shards))\n"
-            "      --full           also every record's checksum and all padding (default)\n"
-            "      --file-hash      also hash each whole shard file and compare with the\n"
-            "                       manifest's xxh3 (as `xxhsum -H3` prints it)\n"
-            "  -j, --threads N      threads for --full (default: all cores)\n"
-            "      --json           print the result as one JSON object on stdout\n"
-            "  -q, --quiet          no progress bar or summary line\n"
-            "  -h, --help           this help\n"
-            "  -V, --version        version\n\n"
-            "--file-hash needs a manifest (a dataset directory or manifest.json):\n"
-            "shard files named alone carry no whole-file hash to compare with.\n\n"
-            "Exit status: 0 everything checked is intact, 1 problems found (also a\n"
-            "shard or manifest that exists but cannot be opened or parsed), 2 usage\n"
-            "error or a PATH that does not exist.\n");
+    fprintf(f, "Usage: shardcheck [OPTIONS] PATH...\n"
+               "Verify stoker datasets and shards. PATH is a dataset directory, a manifest\n"
+               "(manifest.json) or shard files (*.stk). Each problem is printed as one line:\n"
+               "FILE: record R, field 'F': what is wrong.\n\n"
+               "      --quick          structure only: headers, footers, sizes, checksum\n"
+               "                       tables, agreement with the manifest (O(shards))\n"
+               "      --full           also every record's checksum and all padding (default)\n"
+               "      --file-hash      also hash each whole shard file and compare with the\n"
+               "                       manifest's xxh3 (as `xxhsum -H3` prints it)\n"
+               "  -j, --threads N      threads for --full (default: all cores)\n"
+               "      --json           print the result as one JSON object on stdout\n"
+               "  -q, --quiet          no progress bar or summary line\n"
+               "  -h, --help           this help\n"
+               "  -V, --version        version\n\n"
+               "--file-hash needs a manifest (a dataset directory or manifest.json):\n"
+               "shard files named alone carry no whole-file hash to compare with.\n\n"
+               "Exit status: 0 everything checked is intact, 1 problems found (also a\n"
+               "shard or manifest that exists but cannot be opened or parsed), 2 usage\n"
+               "error or a PATH that does not exist.\n");
 }
 
 typedef struct {
@@ -55,21 +54,21 @@ typedef struct {
 /* One shard to check: from a manifest (entry != NULL) or named directly. */
 typedef struct {
     char *path;
-    stk_shard *sh;            /* NULL when it could not be opened, or once checked */
+    stk_shard *sh; /* NULL when it could not be opened, or once checked */
     bool opened;
-    uint64_t records, bytes;  /* as the shard says, kept for the report */
+    uint64_t records, bytes; /* as the shard says, kept for the report */
     const stk_shard_entry *entry;
     const stk_manifest *m;
-    atomic_uint_fast64_t listed; /* problems found in this shard */
+    atomic_uint_fast64_t listed;       /* problems found in this shard */
     size_t kept[MAX_LISTED_PER_SHARD]; /* indexes into checker.p: its first problems in */
     size_t nkept;                      /* (record, field) order, whatever the threads did */
-    atomic_size_t units_left;    /* --full: units not yet done; the last one closes sh */
+    atomic_size_t units_left;          /* --full: units not yet done; the last one closes sh */
 } target;
 
 typedef struct {
     size_t t;
     int field;
-    uint64_t record; /* UINT64_MAX: not about one record */
+    uint64_t record;  /* UINT64_MAX: not about one record */
     char *field_name; /* NULL when field < 0 */
     char *msg;
 } problem;
@@ -190,7 +189,8 @@ static void check_structure(checker *c, size_t i)
         snprintf(msg, sizeof msg, "%s: schema differs from the manifest's", t->path);
         add_problem(c, i, UINT64_MAX, -1, msg);
     }
-    if (stk_shard_verify_index(t->sh, e ? e->index_hash : 0, &err)) add_problem(c, i, UINT64_MAX, -1, err.msg);
+    if (stk_shard_verify_index(t->sh, e ? e->index_hash : 0, &err))
+        add_problem(c, i, UINT64_MAX, -1, err.msg);
 }
 
 static int add_dataset(checker *c, const char *path)
@@ -254,19 +254,26 @@ static void plan_units(checker *c)
     for (size_t k = 0; k < c->nu; k++) atomic_fetch_add(&c->t[c->u[k].t].units_left, 1);
 }
 
-typedef struct { checker *c; size_t t; } cb_ctx;
+typedef struct {
+    checker *c;
+    size_t t;
+} cb_ctx;
 
-static void on_problem(void *user, const stk_shard *sh, uint64_t record, int field, int code, const char *what)
+static void on_problem(void *user, const stk_shard *sh, uint64_t record, int field, int code,
+                       const char *what)
 {
     (void)code;
     cb_ctx *x = user;
     char msg[STK_ERROR_MSG_MAX + 128];
     if (record == UINT64_MAX) snprintf(msg, sizeof msg, "%s: %s", stk_shard_path(sh), what);
     else if (field >= 0)
-        snprintf(msg, sizeof msg, "%s: record %llu, field '%s': %s", stk_shard_path(sh), (unsigned long long)record,
-                 stk_shard_schema(sh)->fields[field].name, what);
-    else snprintf(msg, sizeof msg, "%s: record %llu: %s", stk_shard_path(sh), (unsigned long long)record, what);
-    add_field_problem(x->c, x->t, record, field, field >= 0 ? stk_shard_schema(sh)->fields[field].name : NULL, msg);
+        snprintf(msg, sizeof msg, "%s: record %llu, field '%s': %s", stk_shard_path(sh),
+                 (unsigned long long)record, stk_shard_schema(sh)->fields[field].name, what);
+    else
+        snprintf(msg, sizeof msg, "%s: record %llu: %s", stk_shard_path(sh), (unsigned long long)record,
+                 what);
+    add_field_problem(x->c, x->t, record, field, field >= 0 ? stk_shard_schema(sh)->fields[field].name : NULL,
+                      msg);
 }
 
 static void run_unit(checker *c, const unit *u)
@@ -372,12 +379,14 @@ static void report(checker *c, double seconds)
     for (size_t i = 0; i < c->nt; i++) {
         uint64_t l = atomic_load(&c->t[i].listed);
         if (l > MAX_LISTED_PER_SHARD)
-            printf("%s: ... and %llu more problems\n", c->t[i].path, (unsigned long long)(l - MAX_LISTED_PER_SHARD));
+            printf("%s: ... and %llu more problems\n", c->t[i].path,
+                   (unsigned long long)(l - MAX_LISTED_PER_SHARD));
     }
     char rate[32] = ""; /* --quick reads no data: a rate would mislead */
     if (c->o.full) snprintf(rate, sizeof rate, " (%.2f GB/s)", gbs);
     if (!c->o.quiet)
-        fprintf(stderr, "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s%s: %s%llu problem%s\n",
+        fprintf(stderr,
+                "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s%s: %s%llu problem%s\n",
                 mode, c->nt, (unsigned long long)records, (double)bytes / 1e9, seconds, rate,
                 c->total_problems ? "" : "OK, ", (unsigned long long)c->total_problems,
                 c->total_problems == 1 ? "" : "s");
@@ -385,18 +394,25 @@ static void report(checker *c, double seconds)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"quick", 0, 0, 'Q'}, {"full", 0, 0, 'F'}, {"file-hash", 0, 0, 'H'},
-                                       {"threads", 1, 0, 'j'}, {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'},
-                                       {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"quick", 0, 0, 'Q'},   {"full", 0, 0, 'F'},    {"file-hash", 0, 0, 'H'},
+        {"threads", 1, 0, 'j'}, {"json", 0, 0, 'J'},    {"quiet", 0, 0, 'q'},
+        {"help", 0, 0, 'h'},    {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.full = true, .threads = ncpu > 0 ? (unsigned)ncpu : 1};
     int ch;
     uint64_t v;
     while ((ch = getopt_long(argc, argv, "j:qhV", lo, NULL)) != -1) {
         switch (ch) {
-        case 'Q': o->full = false; break;
-        case 'F': o->full = true; break;
-        case 'H': o->file_hash = true; break;
+        case 'Q':
+            o->full = false;
+            break;
+        case 'F':
+            o->full = true;
+            break;
+        case 'H':
+            o->file_hash = true;
+            break;
         case 'j':
             if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1024) {
                 fprintf(stderr, "shardcheck: invalid thread count '%s' (1 to 1024)\n", optarg);
@@ -404,11 +420,21 @@ static int parse(int argc, char **argv, opts *o)
             }
             o->threads = (unsigned)v;
             break;
-        case 'J': o->json = true; break;
-        case 'q': o->quiet = true; break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("shardcheck (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR, STK_FORMAT_MINOR); exit(EXIT_OK);
-        default: return EXIT_USAGE;
+        case 'J':
+            o->json = true;
+            break;
+        case 'q':
+            o->quiet = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(EXIT_OK);
+        case 'V':
+            printf("shardcheck (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR,
+                   STK_FORMAT_MINOR);
+            exit(EXIT_OK);
+        default:
+            return EXIT_USAGE;
         }
     }
     if (optind >= argc) {

@@ -14,27 +14,26 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: shardgen [OPTIONS] OUTDIR\n"
-            "Write a synthetic stoker dataset (fields: image u8[N,N,3], label i64,\n"
-            "and with --captions a variable-length 'caption') into OUTDIR.\n\n"
-            "  -n, --records N           records to write (default 1000)\n"
-            "      --size N              image side in pixels (default 64)\n"
-            "      --classes N           number of classes (default 10)\n"
-            "      --records-per-shard N start a new shard every N records\n"
-            "      --shard-size BYTES    shard size limit, whole records (default 64M;\n"
-            "                            suffixes K, M, G)\n"
-            "      --seed S              content seed (default 0)\n"
-            "      --captions            add a variable-length bytes field 'caption'\n"
-            "      --compress zstd[:L]   store image and caption compressed (zstd level L,\n"
-            "                            default 3; format 1.1)\n"
-            "      --block-size BYTES    uncompressed bytes per compressed block (1M)\n"
-            "      --force               replace a dataset already in OUTDIR\n"
-            "      --json                print the result as one JSON object\n"
-            "  -q, --quiet               no progress bar or summary\n"
-            "  -h, --help                this help\n"
-            "  -V, --version             version\n\n"
-            "Exit status: 0 success, 1 the dataset could not be written, 2 usage error.\n");
+    fprintf(f, "Usage: shardgen [OPTIONS] OUTDIR\n"
+               "Write a synthetic stoker dataset (fields: image u8[N,N,3], label i64,\n"
+               "and with --captions a variable-length 'caption') into OUTDIR.\n\n"
+               "  -n, --records N           records to write (default 1000)\n"
+               "      --size N              image side in pixels (default 64)\n"
+               "      --classes N           number of classes (default 10)\n"
+               "      --records-per-shard N start a new shard every N records\n"
+               "      --shard-size BYTES    shard size limit, whole records (default 64M;\n"
+               "                            suffixes K, M, G)\n"
+               "      --seed S              content seed (default 0)\n"
+               "      --captions            add a variable-length bytes field 'caption'\n"
+               "      --compress zstd[:L]   store image and caption compressed (zstd level L,\n"
+               "                            default 3; format 1.1)\n"
+               "      --block-size BYTES    uncompressed bytes per compressed block (1M)\n"
+               "      --force               replace a dataset already in OUTDIR\n"
+               "      --json                print the result as one JSON object\n"
+               "  -q, --quiet               no progress bar or summary\n"
+               "  -h, --help                this help\n"
+               "  -V, --version             version\n\n"
+               "Exit status: 0 success, 1 the dataset could not be written, 2 usage error.\n");
 }
 
 typedef struct {
@@ -46,39 +45,75 @@ typedef struct {
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {
-        {"records", 1, 0, 'n'}, {"size", 1, 0, 's'}, {"classes", 1, 0, 'c'},
-        {"records-per-shard", 1, 0, 'r'}, {"shard-size", 1, 0, 'b'}, {"seed", 1, 0, 'e'},
-        {"captions", 0, 0, 'C'}, {"force", 0, 0, 'f'}, {"json", 0, 0, 'j'}, {"quiet", 0, 0, 'q'},
-        {"compress", 1, 0, 'z'}, {"block-size", 1, 0, 'k'},
-        {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"records", 1, 0, 'n'},
+                                       {"size", 1, 0, 's'},
+                                       {"classes", 1, 0, 'c'},
+                                       {"records-per-shard", 1, 0, 'r'},
+                                       {"shard-size", 1, 0, 'b'},
+                                       {"seed", 1, 0, 'e'},
+                                       {"captions", 0, 0, 'C'},
+                                       {"force", 0, 0, 'f'},
+                                       {"json", 0, 0, 'j'},
+                                       {"quiet", 0, 0, 'q'},
+                                       {"compress", 1, 0, 'z'},
+                                       {"block-size", 1, 0, 'k'},
+                                       {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
+                                       {0, 0, 0, 0}};
     *o = (opts){.records = 1000, .size = 64, .classes = 10, .shard_bytes = 64u << 20};
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'n': ok = cli_parse_u64(optarg, &o->records); break;
-        case 's': ok = cli_parse_u64(optarg, &o->size) && o->size > 0 && o->size <= 16384; break;
-        case 'c': ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000; break;
-        case 'r': ok = cli_parse_u64(optarg, &o->per_shard); break;
-        case 'b': ok = cli_parse_size(optarg, &o->shard_bytes); break;
-        case 'e': ok = cli_parse_u64(optarg, &o->seed); break;
-        case 'C': o->captions = true; break;
+        case 'n':
+            ok = cli_parse_u64(optarg, &o->records);
+            break;
+        case 's':
+            ok = cli_parse_u64(optarg, &o->size) && o->size > 0 && o->size <= 16384;
+            break;
+        case 'c':
+            ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000;
+            break;
+        case 'r':
+            ok = cli_parse_u64(optarg, &o->per_shard);
+            break;
+        case 'b':
+            ok = cli_parse_size(optarg, &o->shard_bytes);
+            break;
+        case 'e':
+            ok = cli_parse_u64(optarg, &o->seed);
+            break;
+        case 'C':
+            o->captions = true;
+            break;
         case 'z': {
             uint64_t lv = 3;
-            ok = !strncmp(optarg, "zstd", 4) && (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &lv) &&
-                                                                 lv >= 1 && lv <= 19));
+            ok = !strncmp(optarg, "zstd", 4) &&
+                 (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &lv) && lv >= 1 && lv <= 19));
             if (!strcmp(optarg, "none")) ok = true, lv = 0;
             o->zstd = (int)lv;
             break;
         }
-        case 'k': ok = cli_parse_size(optarg, &o->block) && o->block > 0; break;
-        case 'f': o->force = true; break;
-        case 'j': o->json = true; break;
-        case 'q': o->quiet = true; break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("shardgen (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
-        default: return EXIT_USAGE;
+        case 'k':
+            ok = cli_parse_size(optarg, &o->block) && o->block > 0;
+            break;
+        case 'f':
+            o->force = true;
+            break;
+        case 'j':
+            o->json = true;
+            break;
+        case 'q':
+            o->quiet = true;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(EXIT_OK);
+        case 'V':
+            printf("shardgen (stoker) %s\n", STK_VERSION_STRING);
+            exit(EXIT_OK);
+        default:
+            return EXIT_USAGE;
         }
         if (!ok) {
             fprintf(stderr, "shardgen: invalid value '%s' for --%s (try --help)\n", optarg,
@@ -111,7 +146,8 @@ static void make_image(uint8_t *img, uint64_t n, int64_t label, uint64_t *rng)
         for (uint64_t x = 0; x < n; x++)
             for (int ch = 0; ch < 3; ch++, k++) {
                 if ((k & 7) == 0) noise = splitmix(rng);
-                uint64_t base = (x * gx + y * gy) * 256 / (n * 6) + bias + (uint64_t)ch * 40 + (uint64_t)label * 13;
+                uint64_t base =
+                    (x * gx + y * gy) * 256 / (n * 6) + bias + (uint64_t)ch * 40 + (uint64_t)label * 13;
                 img[k] = (uint8_t)(base + ((noise >> (8 * (k & 7))) & 15));
             }
 }
@@ -147,10 +183,14 @@ int main(int argc, char **argv)
     char pack[256];
     snprintf(pack, sizeof pack, "{\"tool\": \"shardgen\", \"seed\": %llu, \"size\": %llu}",
              (unsigned long long)o.seed, (unsigned long long)o.size);
-    stk_dataset_options dopt = {.records_per_shard = o.per_shard, .shard_bytes = o.shard_bytes,
-                                .force = o.force, .nclasses = (size_t)o.classes,
-                                .classes = (const char *const *)names, .pack_json = pack,
-                                .zstd_level = o.zstd, .zstd_block_bytes = o.block};
+    stk_dataset_options dopt = {.records_per_shard = o.per_shard,
+                                .shard_bytes = o.shard_bytes,
+                                .force = o.force,
+                                .nclasses = (size_t)o.classes,
+                                .classes = (const char *const *)names,
+                                .pack_json = pack,
+                                .zstd_level = o.zstd,
+                                .zstd_block_bytes = o.block};
     uint8_t *img = malloc((size_t)(o.size * o.size * 3));
     if (!names || !img) {
         fprintf(stderr, "shardgen: out of memory\n");
@@ -166,7 +206,8 @@ int main(int argc, char **argv)
         make_image(img, o.size, label, &rng);
         char cap[160];
         int clen = snprintf(cap, sizeof cap, "record %llu of %s%.*s", (unsigned long long)i, names[label],
-                            (int)(splitmix(&rng) % 64), " a synthetic caption of variable length, for testing bytes");
+                            (int)(splitmix(&rng) % 64),
+                            " a synthetic caption of variable length, for testing bytes");
         stk_value v[3] = {{img, o.size * o.size * 3}, {&label, 8}, {cap, (uint64_t)clen}};
         if (stk_dataset_writer_append(dw, v, &err)) {
             stk_dataset_writer_abort(dw);
@@ -179,10 +220,10 @@ int main(int argc, char **argv)
     rc = dw && stk_dataset_writer_finish(dw, &err) == STK_OK ? EXIT_OK : EXIT_PROBLEMS;
     double el = cli_now() - t0;
     if (rc) fprintf(stderr, "shardgen: %s\n", err.msg);
-    else if (o.json)
-        printf("{\"records\": %llu, \"seconds\": %.3f}\n", (unsigned long long)o.records, el);
+    else if (o.json) printf("{\"records\": %llu, \"seconds\": %.3f}\n", (unsigned long long)o.records, el);
     else if (!o.quiet)
-        fprintf(stderr, "shardgen: wrote %llu records to %s in %.2f s\n", (unsigned long long)o.records, o.out, el);
+        fprintf(stderr, "shardgen: wrote %llu records to %s in %.2f s\n", (unsigned long long)o.records,
+                o.out, el);
     for (uint64_t i = 0; i < o.classes; i++) free(names[i]);
     free(names);
     free(img);

@@ -13,17 +13,16 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: shardinfo [OPTIONS] DATASET\n"
-            "Describe a stoker dataset: schema, record and byte counts, shards, pack\n"
-            "parameters, class histogram and fingerprint.\n\n"
-            "      --shards        list every shard (default: the first and last 5)\n"
-            "      --no-histogram  skip the class histogram (it reads every label)\n"
-            "      --json          print one JSON object instead\n"
-            "  -h, --help          this help\n"
-            "  -V, --version       version\n\n"
-            "Exit status: 0 described, 1 the dataset cannot be opened (the message says\n"
-            "why), 2 usage error.\n");
+    fprintf(f, "Usage: shardinfo [OPTIONS] DATASET\n"
+               "Describe a stoker dataset: schema, record and byte counts, shards, pack\n"
+               "parameters, class histogram and fingerprint.\n\n"
+               "      --shards        list every shard (default: the first and last 5)\n"
+               "      --no-histogram  skip the class histogram (it reads every label)\n"
+               "      --json          print one JSON object instead\n"
+               "  -h, --help          this help\n"
+               "  -V, --version       version\n\n"
+               "Exit status: 0 described, 1 the dataset cannot be opened (the message says\n"
+               "why), 2 usage error.\n");
 }
 
 typedef struct {
@@ -47,7 +46,8 @@ typedef struct {
 static int label_field(const stk_schema *s)
 {
     int f = stk_schema_find(s, "label");
-    if (f < 0 || s->fields[f].kind != STK_KIND_TENSOR || s->fields[f].ndim != 0 || s->fields[f].dtype > STK_DT_I64)
+    if (f < 0 || s->fields[f].kind != STK_KIND_TENSOR || s->fields[f].ndim != 0 ||
+        s->fields[f].dtype > STK_DT_I64)
         return -1;
     return f;
 }
@@ -55,13 +55,35 @@ static int label_field(const stk_schema *s)
 static int64_t as_i64(const void *p, int dtype)
 {
     switch (dtype) {
-    case STK_DT_U8: return *(const uint8_t *)p;
-    case STK_DT_I8: return *(const int8_t *)p;
-    case STK_DT_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case STK_DT_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case STK_DT_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case STK_DT_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    default: { int64_t v; memcpy(&v, p, 8); return v; }
+    case STK_DT_U8:
+        return *(const uint8_t *)p;
+    case STK_DT_I8:
+        return *(const int8_t *)p;
+    case STK_DT_U16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case STK_DT_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case STK_DT_U32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case STK_DT_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    default: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
     }
 }
 
@@ -128,8 +150,9 @@ static void print_text(const char *path, const stk_dataset *ds, const histogram 
     printf("dataset      %s\n", path);
     printf("format       %u.%u, fingerprint %016llx\n", m->version_major, m->version_minor,
            (unsigned long long)m->fingerprint);
-    printf("records      %llu in %zu shard%s, %.3f GB (%.0f bytes per record with overhead)\n", (unsigned long long)n,
-           stk_dataset_nshards(ds), stk_dataset_nshards(ds) == 1 ? "" : "s", bytes / 1e9, n ? (double)bytes / n : 0);
+    printf("records      %llu in %zu shard%s, %.3f GB (%.0f bytes per record with overhead)\n",
+           (unsigned long long)n, stk_dataset_nshards(ds), stk_dataset_nshards(ds) == 1 ? "" : "s",
+           bytes / 1e9, n ? (double)bytes / n : 0);
     printf("fields\n");
     for (unsigned f = 0; f < s->nfields; f++) {
         char d[128];
@@ -165,7 +188,8 @@ static void print_text(const char *path, const stk_dataset *ds, const histogram 
                 i = h->n - 20;
             }
             const char *c = class_name(m, h->value[i]);
-            printf("  %6lld %-24s %10llu\n", (long long)h->value[i], c ? c : "", (unsigned long long)h->count[i]);
+            printf("  %6lld %-24s %10llu\n", (long long)h->value[i], c ? c : "",
+                   (unsigned long long)h->count[i]);
         }
     }
 }
@@ -176,24 +200,27 @@ static void print_json(const char *path, const stk_dataset *ds, const histogram 
     const stk_schema *s = stk_dataset_schema(ds);
     printf("{\"dataset\":");
     cli_json_string(stdout, path);
-    printf(",\"format_version\":[%u,%u],\"fingerprint\":\"%016llx\",\"records\":%llu,\"bytes\":%llu,\"fields\":[",
+    printf(",\"format_version\":[%u,%u],\"fingerprint\":\"%016llx\",\"records\":%llu,\"bytes\":%llu,"
+           "\"fields\":[",
            m->version_major, m->version_minor, (unsigned long long)m->fingerprint,
            (unsigned long long)stk_dataset_records(ds), (unsigned long long)total_bytes(ds));
     for (unsigned f = 0; f < s->nfields; f++) {
         const stk_field *fd = &s->fields[f];
         printf("%s{\"name\":", f ? "," : "");
         cli_json_string(stdout, fd->name);
-        printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[", fd->kind == STK_KIND_TENSOR ? "tensor" : "bytes",
-               stk_dtype_name(fd->dtype));
-        for (unsigned d = 0; d < fd->ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)fd->shape[d]);
+        printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[",
+               fd->kind == STK_KIND_TENSOR ? "tensor" : "bytes", stk_dtype_name(fd->dtype));
+        for (unsigned d = 0; d < fd->ndim; d++)
+            printf("%s%llu", d ? "," : "", (unsigned long long)fd->shape[d]);
         printf("],\"bytes_per_record\":%llu}", (unsigned long long)stk_field_stride(fd));
     }
     printf("],\"shards\":[");
     for (size_t i = 0; i < m->nshards; i++) {
         printf("%s{\"path\":", i ? "," : "");
         cli_json_string(stdout, m->shards[i].path);
-        printf(",\"records\":%llu,\"bytes\":%llu,\"xxh3\":\"%016llx\"}", (unsigned long long)m->shards[i].records,
-               (unsigned long long)m->shards[i].file_size, (unsigned long long)m->shards[i].file_hash);
+        printf(",\"records\":%llu,\"bytes\":%llu,\"xxh3\":\"%016llx\"}",
+               (unsigned long long)m->shards[i].records, (unsigned long long)m->shards[i].file_size,
+               (unsigned long long)m->shards[i].file_hash);
     }
     printf("],\"pack\":%s,\"classes\":[", m->pack_json);
     for (size_t i = 0; i < m->nclasses; i++) {
@@ -202,7 +229,8 @@ static void print_json(const char *path, const stk_dataset *ds, const histogram 
     }
     printf("],\"histogram\":[");
     for (size_t i = 0; i < h->n; i++)
-        printf("%s{\"label\":%lld,\"count\":%llu}", i ? "," : "", (long long)h->value[i], (unsigned long long)h->count[i]);
+        printf("%s{\"label\":%lld,\"count\":%llu}", i ? "," : "", (long long)h->value[i],
+               (unsigned long long)h->count[i]);
     printf("]}\n");
 }
 
@@ -216,12 +244,24 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
-        case O_SHARDS: o.all_shards = 1; break;
-        case O_NOHIST: o.histogram = 0; break;
-        case O_JSON: o.json = 1; break;
-        case 'h': usage(stdout); return EXIT_OK;
-        case 'V': printf("shardinfo (stoker) %s\n", STK_VERSION_STRING); return EXIT_OK;
-        default: usage(stderr); return EXIT_USAGE;
+        case O_SHARDS:
+            o.all_shards = 1;
+            break;
+        case O_NOHIST:
+            o.histogram = 0;
+            break;
+        case O_JSON:
+            o.json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        case 'V':
+            printf("shardinfo (stoker) %s\n", STK_VERSION_STRING);
+            return EXIT_OK;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
         }
     }
     if (optind + 1 != argc) {
@@ -236,8 +276,9 @@ int main(int argc, char **argv)
     }
     histogram h = {0, NULL, NULL};
     if (o.histogram && make_histogram(ds, &h)) /* 24 bytes per record: a billion records may not fit */
-        fprintf(stderr, "shardinfo: the class histogram could not be made (memory, or a corrupt label block); "
-                        "described without it\n");
+        fprintf(stderr,
+                "shardinfo: the class histogram could not be made (memory, or a corrupt label block); "
+                "described without it\n");
     if (o.json) print_json(argv[optind], ds, &h);
     else print_text(argv[optind], ds, &h, &o);
     free(h.value);

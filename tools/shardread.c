@@ -23,57 +23,56 @@ enum { EXIT_DATA = 1 }; /* the data failed to read: checksum, I/O, truncation */
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: shardread [OPTIONS] DATASET\n"
-            "Read a stoker dataset as a trainer would; print throughput, the reader's\n"
-            "statistics and whether a trainer would be input-bound.\n\n"
-            "  -b, --batch-size N      records per batch on this rank (default 256)\n"
-            "  -o, --order ORDER       sequential (default), shuffle or quasi\n"
-            "  -s, --seed S            seed of the shuffled orders (default 0)\n"
-            "  -e, --epochs E          epochs to read (default 1)\n"
-            "      --rank R            this rank (default: $RANK, $SLURM_PROCID, 0)\n"
-            "      --world-size W      ranks (default: $WORLD_SIZE, $SLURM_NTASKS, 1)\n"
-            "  -j, --threads T         worker threads (default: cores, at most 8)\n"
-            "  -p, --prefetch D        batches prepared ahead (default 2 x threads)\n"
-            "      --drop-last         same as --tail drop\n"
-            "      --tail POLICY       pad (default), drop or partial: the last global\n"
-            "                          batch of an epoch (spec/ORDERS.md)\n"
-            "  -f, --fields LIST       comma-separated fields to read (default all)\n"
-            "      --verify MODE       off (default), once or always: check record\n"
-            "                          checksums on read\n"
-            "      --memory-budget SIZE  refuse settings whose slots exceed SIZE\n"
-            "      --quasi-block SIZE  quasi: bytes of consecutive records per block (4M)\n"
-            "      --quasi-window N    quasi: blocks mixed together (64)\n"
-            "      --device DEV        none (default: host batches), host (the host\n"
-            "                          backend of the device protocol) or cuda[:N]\n"
-            "      --fallback          with --device cuda: use host batches when no\n"
-            "                          device is usable instead of failing\n"
-            "      --transform T       device-side image transform: imagenet-train[:SIZE]\n"
-            "                          (random-resized crop + flip) or imagenet-eval[:SIZE]\n"
-            "                          (centre crop), f32 NCHW, normalised (SIZE 224)\n"
-            "      --step-ms X         simulate a training step of X ms after each batch\n"
-            "      --step-busy         ... as a busy loop instead of a sleep\n"
-            "      --touch             read every byte of each batch (a consumer's work)\n"
-            "      --dump-order        print each batch's global record indices, one\n"
-            "                          line per batch (the summary goes to stderr)\n"
-            "      --stop-after N      stop after N batches\n"
-            "      --state-out FILE    save the reader's state at the end (resume point)\n"
-            "      --state-in FILE     start from a saved state\n"
-            "      --json              print the result as one JSON object (last line)\n"
-            "      --sweep             measure a grid of settings instead (a table, the knee:\n"
-            "                          the cheapest setting within 5%% of the best)\n"
-            "      --sweep-threads L   thread counts (default 1,2,4,... up to 2 x cores)\n"
-            "      --sweep-prefetch L  prefetch depths (default 1,2,4,8)\n"
-            "      --sweep-batch L     batch sizes (default: --batch-size)\n"
-            "      --sweep-seconds S   time per point (default 1)\n"
-            "      --csv FILE          write the sweep as CSV (header, one row per point)\n"
-            "      --plot FILE         write the sweep as an SVG chart\n"
-            "  -q, --quiet             no progress bar or summary\n"
-            "  -h, --help              this help\n"
-            "  -V, --version           version\n\n"
-            "Exit status: 0 read to the end, 1 the data failed (checksum mismatch,\n"
-            "truncated or unreadable shard: the message names shard and record),\n"
-            "2 usage error or a dataset that cannot be opened.\n");
+    fprintf(f, "Usage: shardread [OPTIONS] DATASET\n"
+               "Read a stoker dataset as a trainer would; print throughput, the reader's\n"
+               "statistics and whether a trainer would be input-bound.\n\n"
+               "  -b, --batch-size N      records per batch on this rank (default 256)\n"
+               "  -o, --order ORDER       sequential (default), shuffle or quasi\n"
+               "  -s, --seed S            seed of the shuffled orders (default 0)\n"
+               "  -e, --epochs E          epochs to read (default 1)\n"
+               "      --rank R            this rank (default: $RANK, $SLURM_PROCID, 0)\n"
+               "      --world-size W      ranks (default: $WORLD_SIZE, $SLURM_NTASKS, 1)\n"
+               "  -j, --threads T         worker threads (default: cores, at most 8)\n"
+               "  -p, --prefetch D        batches prepared ahead (default 2 x threads)\n"
+               "      --drop-last         same as --tail drop\n"
+               "      --tail POLICY       pad (default), drop or partial: the last global\n"
+               "                          batch of an epoch (spec/ORDERS.md)\n"
+               "  -f, --fields LIST       comma-separated fields to read (default all)\n"
+               "      --verify MODE       off (default), once or always: check record\n"
+               "                          checksums on read\n"
+               "      --memory-budget SIZE  refuse settings whose slots exceed SIZE\n"
+               "      --quasi-block SIZE  quasi: bytes of consecutive records per block (4M)\n"
+               "      --quasi-window N    quasi: blocks mixed together (64)\n"
+               "      --device DEV        none (default: host batches), host (the host\n"
+               "                          backend of the device protocol) or cuda[:N]\n"
+               "      --fallback          with --device cuda: use host batches when no\n"
+               "                          device is usable instead of failing\n"
+               "      --transform T       device-side image transform: imagenet-train[:SIZE]\n"
+               "                          (random-resized crop + flip) or imagenet-eval[:SIZE]\n"
+               "                          (centre crop), f32 NCHW, normalised (SIZE 224)\n"
+               "      --step-ms X         simulate a training step of X ms after each batch\n"
+               "      --step-busy         ... as a busy loop instead of a sleep\n"
+               "      --touch             read every byte of each batch (a consumer's work)\n"
+               "      --dump-order        print each batch's global record indices, one\n"
+               "                          line per batch (the summary goes to stderr)\n"
+               "      --stop-after N      stop after N batches\n"
+               "      --state-out FILE    save the reader's state at the end (resume point)\n"
+               "      --state-in FILE     start from a saved state\n"
+               "      --json              print the result as one JSON object (last line)\n"
+               "      --sweep             measure a grid of settings instead (a table, the knee:\n"
+               "                          the cheapest setting within 5%% of the best)\n"
+               "      --sweep-threads L   thread counts (default 1,2,4,... up to 2 x cores)\n"
+               "      --sweep-prefetch L  prefetch depths (default 1,2,4,8)\n"
+               "      --sweep-batch L     batch sizes (default: --batch-size)\n"
+               "      --sweep-seconds S   time per point (default 1)\n"
+               "      --csv FILE          write the sweep as CSV (header, one row per point)\n"
+               "      --plot FILE         write the sweep as an SVG chart\n"
+               "  -q, --quiet             no progress bar or summary\n"
+               "  -h, --help              this help\n"
+               "  -V, --version           version\n\n"
+               "Exit status: 0 read to the end, 1 the data failed (checksum mismatch,\n"
+               "truncated or unreadable shard: the message names shard and record),\n"
+               "2 usage error or a dataset that cannot be opened.\n");
 }
 
 typedef struct {
@@ -105,22 +104,71 @@ static int bad(const char *opt, const char *val)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    enum { O_RANK = 256, O_WORLD, O_DROP, O_TAIL, O_VERIFY, O_BUDGET, O_QBLOCK, O_QWIN, O_STEP, O_BUSY,
-           O_TOUCH, O_DUMP, O_STOP, O_SOUT, O_SIN, O_JSON, O_DEVICE, O_FALLBACK, O_XFORM, O_SWEEP, O_SW_T, O_SW_P,
-           O_SW_B, O_SW_S, O_CSV, O_PLOT };
-    static const struct option lo[] = {
-        {"batch-size", 1, 0, 'b'}, {"order", 1, 0, 'o'}, {"seed", 1, 0, 's'}, {"epochs", 1, 0, 'e'},
-        {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD}, {"threads", 1, 0, 'j'},
-        {"prefetch", 1, 0, 'p'}, {"drop-last", 0, 0, O_DROP}, {"tail", 1, 0, O_TAIL},
-        {"fields", 1, 0, 'f'}, {"verify", 1, 0, O_VERIFY}, {"memory-budget", 1, 0, O_BUDGET},
-        {"quasi-block", 1, 0, O_QBLOCK}, {"quasi-window", 1, 0, O_QWIN}, {"step-ms", 1, 0, O_STEP},
-        {"step-busy", 0, 0, O_BUSY}, {"touch", 0, 0, O_TOUCH}, {"dump-order", 0, 0, O_DUMP},
-        {"stop-after", 1, 0, O_STOP}, {"state-out", 1, 0, O_SOUT}, {"state-in", 1, 0, O_SIN},
-        {"json", 0, 0, O_JSON}, {"device", 1, 0, O_DEVICE}, {"fallback", 0, 0, O_FALLBACK},
-        {"transform", 1, 0, O_XFORM}, {"sweep", 0, 0, O_SWEEP}, {"sweep-threads", 1, 0, O_SW_T},
-        {"sweep-prefetch", 1, 0, O_SW_P}, {"sweep-batch", 1, 0, O_SW_B}, {"sweep-seconds", 1, 0, O_SW_S},
-        {"csv", 1, 0, O_CSV}, {"plot", 1, 0, O_PLOT}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
-        {0, 0, 0, 0}};
+    enum {
+        O_RANK = 256,
+        O_WORLD,
+        O_DROP,
+        O_TAIL,
+        O_VERIFY,
+        O_BUDGET,
+        O_QBLOCK,
+        O_QWIN,
+        O_STEP,
+        O_BUSY,
+        O_TOUCH,
+        O_DUMP,
+        O_STOP,
+        O_SOUT,
+        O_SIN,
+        O_JSON,
+        O_DEVICE,
+        O_FALLBACK,
+        O_XFORM,
+        O_SWEEP,
+        O_SW_T,
+        O_SW_P,
+        O_SW_B,
+        O_SW_S,
+        O_CSV,
+        O_PLOT
+    };
+    static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
+                                       {"order", 1, 0, 'o'},
+                                       {"seed", 1, 0, 's'},
+                                       {"epochs", 1, 0, 'e'},
+                                       {"rank", 1, 0, O_RANK},
+                                       {"world-size", 1, 0, O_WORLD},
+                                       {"threads", 1, 0, 'j'},
+                                       {"prefetch", 1, 0, 'p'},
+                                       {"drop-last", 0, 0, O_DROP},
+                                       {"tail", 1, 0, O_TAIL},
+                                       {"fields", 1, 0, 'f'},
+                                       {"verify", 1, 0, O_VERIFY},
+                                       {"memory-budget", 1, 0, O_BUDGET},
+                                       {"quasi-block", 1, 0, O_QBLOCK},
+                                       {"quasi-window", 1, 0, O_QWIN},
+                                       {"step-ms", 1, 0, O_STEP},
+                                       {"step-busy", 0, 0, O_BUSY},
+                                       {"touch", 0, 0, O_TOUCH},
+                                       {"dump-order", 0, 0, O_DUMP},
+                                       {"stop-after", 1, 0, O_STOP},
+                                       {"state-out", 1, 0, O_SOUT},
+                                       {"state-in", 1, 0, O_SIN},
+                                       {"json", 0, 0, O_JSON},
+                                       {"device", 1, 0, O_DEVICE},
+                                       {"fallback", 0, 0, O_FALLBACK},
+                                       {"transform", 1, 0, O_XFORM},
+                                       {"sweep", 0, 0, O_SWEEP},
+                                       {"sweep-threads", 1, 0, O_SW_T},
+                                       {"sweep-prefetch", 1, 0, O_SW_P},
+                                       {"sweep-batch", 1, 0, O_SW_B},
+                                       {"sweep-seconds", 1, 0, O_SW_S},
+                                       {"csv", 1, 0, O_CSV},
+                                       {"plot", 1, 0, O_PLOT},
+                                       {"quiet", 0, 0, 'q'},
+                                       {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
+                                       {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
     o->ro.batch_size = 256;
@@ -160,11 +208,15 @@ static int parse_args(int argc, char **argv, opts *o)
             if (!cli_parse_u64(optarg, &v) || v == 0 || v > 4096) return bad("--prefetch", optarg);
             o->ro.prefetch = (unsigned)v;
             break;
-        case O_DROP: o->ro.tail = STK_TAIL_DROP; break;
+        case O_DROP:
+            o->ro.tail = STK_TAIL_DROP;
+            break;
         case O_TAIL:
             if ((o->ro.tail = parse_enum(optarg, TAILS, 3)) < 0) return bad("--tail", optarg);
             break;
-        case 'f': o->ro.fields = optarg; break;
+        case 'f':
+            o->ro.fields = optarg;
+            break;
         case O_VERIFY:
             if ((o->ro.verify = parse_enum(optarg, VERIFY, 3)) < 0) return bad("--verify", optarg);
             break;
@@ -185,31 +237,49 @@ static int parse_args(int argc, char **argv, opts *o)
             if (errno || *end || !(d >= 0 && d <= 1e6)) return bad("--step-ms", optarg);
             o->step_us = (uint64_t)(d * 1000 + 0.5);
             break;
-        case O_BUSY: o->step_busy = 1; break;
-        case O_TOUCH: o->touch = 1; break;
-        case O_DUMP: o->dump = 1; break;
+        case O_BUSY:
+            o->step_busy = 1;
+            break;
+        case O_TOUCH:
+            o->touch = 1;
+            break;
+        case O_DUMP:
+            o->dump = 1;
+            break;
         case O_STOP:
             if (!cli_parse_u64(optarg, &o->stop_after) || !o->stop_after) return bad("--stop-after", optarg);
             break;
-        case O_SOUT: o->state_out = optarg; break;
-        case O_SIN: o->state_in = optarg; break;
-        case O_JSON: o->json = 1; break;
+        case O_SOUT:
+            o->state_out = optarg;
+            break;
+        case O_SIN:
+            o->state_in = optarg;
+            break;
+        case O_JSON:
+            o->json = 1;
+            break;
         case O_DEVICE:
             if (!strcmp(optarg, "none")) o->ro.device = STK_DEVICE_NONE;
             else if (!strcmp(optarg, "host")) o->ro.device = STK_DEVICE_HOST;
-            else if (!strncmp(optarg, "cuda", 4) && (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &v) && v < 1024))) {
+            else if (!strncmp(optarg, "cuda", 4) &&
+                     (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &v) && v < 1024))) {
                 o->ro.device = STK_DEVICE_CUDA;
                 o->ro.device_index = optarg[4] ? (int)v : 0;
-            } else
-                return bad("--device", optarg);
+            } else return bad("--device", optarg);
             break;
-        case O_FALLBACK: o->ro.device_fallback = 1; break;
-        case O_SWEEP: o->sweep = 1; break;
+        case O_FALLBACK:
+            o->ro.device_fallback = 1;
+            break;
+        case O_SWEEP:
+            o->sweep = 1;
+            break;
         case O_SW_T:
-            if (!(o->so.nthreads = sweep_parse_list(optarg, o->so.threads))) return bad("--sweep-threads", optarg);
+            if (!(o->so.nthreads = sweep_parse_list(optarg, o->so.threads)))
+                return bad("--sweep-threads", optarg);
             break;
         case O_SW_P:
-            if (!(o->so.nprefetch = sweep_parse_list(optarg, o->so.prefetch))) return bad("--sweep-prefetch", optarg);
+            if (!(o->so.nprefetch = sweep_parse_list(optarg, o->so.prefetch)))
+                return bad("--sweep-prefetch", optarg);
             break;
         case O_SW_B:
             if (!(o->so.nbatch = sweep_parse_list(optarg, o->so.batch))) return bad("--sweep-batch", optarg);
@@ -220,22 +290,35 @@ static int parse_args(int argc, char **argv, opts *o)
             if (errno || *end || !(d > 0 && d <= 3600)) return bad("--sweep-seconds", optarg);
             o->so.seconds = d;
             break;
-        case O_CSV: o->so.csv = optarg; break;
-        case O_PLOT: o->so.plot = optarg; break;
+        case O_CSV:
+            o->so.csv = optarg;
+            break;
+        case O_PLOT:
+            o->so.plot = optarg;
+            break;
         case O_XFORM: {
             int train = !strncmp(optarg, "imagenet-train", 14), eval = !strncmp(optarg, "imagenet-eval", 13);
             const char *rest = optarg + (train ? 14 : eval ? 13 : 0);
             v = 224;
-            if ((!train && !eval) || (*rest && (*rest != ':' || !cli_parse_u64(rest + 1, &v) || !v || v > 8192)))
+            if ((!train && !eval) ||
+                (*rest && (*rest != ':' || !cli_parse_u64(rest + 1, &v) || !v || v > 8192)))
                 return bad("--transform", optarg);
             stk_transform_imagenet(&o->xf, train, (uint32_t)v);
             o->ro.transform = &o->xf;
             break;
         }
-        case 'q': o->quiet = 1; break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("shardread (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
-        default: usage(stderr); return EXIT_USAGE;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(EXIT_OK);
+        case 'V':
+            printf("shardread (stoker) %s\n", STK_VERSION_STRING);
+            exit(EXIT_OK);
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
         }
     }
     if (optind + 1 != argc) {
@@ -248,7 +331,8 @@ static int parse_args(int argc, char **argv, opts *o)
         return EXIT_USAGE;
     }
     if (o->sweep && (o->dump || o->stop_after || o->state_in || o->state_out || o->touch)) {
-        fprintf(stderr, "shardread: --dump-order, --stop-after, --state-in/out and --touch do not go with --sweep\n");
+        fprintf(stderr,
+                "shardread: --dump-order, --stop-after, --state-in/out and --touch do not go with --sweep\n");
         return EXIT_USAGE;
     }
     return EXIT_OK;
@@ -260,7 +344,8 @@ static void sweep_defaults(opts *o)
     sweep_opts *so = &o->so;
     if (!so->nthreads) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        for (unsigned t = 1; t <= (unsigned)(cpus > 0 ? 2 * cpus : 2) && so->nthreads < SWEEP_MAX_VALUES; t *= 2)
+        for (unsigned t = 1; t <= (unsigned)(cpus > 0 ? 2 * cpus : 2) && so->nthreads < SWEEP_MAX_VALUES;
+             t *= 2)
             so->threads[so->nthreads++] = t;
     }
     if (!so->nprefetch)
@@ -293,13 +378,11 @@ static void step(const opts *o)
     if (!o->step_us) return;
     if (o->step_busy) {
         double until = cli_now() + o->step_us * 1e-6;
-        while (cli_now() < until) {
-        }
+        while (cli_now() < until) {}
         return;
     }
     struct timespec ts = {(time_t)(o->step_us / 1000000), (long)(o->step_us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* Read every byte once, as a consumer copying the batch out would. */
@@ -313,7 +396,8 @@ static uint64_t touch(const stk_batch *b)
             for (uint64_t i = 0; i < f->nbytes / 8; i++) sum += p[i];
         } else {
             for (uint32_t i = 0; i < b->size; i++)
-                for (uint64_t j = 0; j < f->values[i].size; j++) sum += ((const uint8_t *)f->values[i].data)[j];
+                for (uint64_t j = 0; j < f->values[i].size; j++)
+                    sum += ((const uint8_t *)f->values[i].data)[j];
         }
     }
     return sum;
@@ -405,7 +489,8 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
 {
     char verdict[256];
     stk_reader_verdict(s, verdict, sizeof verdict);
-    double sps = s->wall_s > 0 ? s->samples / s->wall_s : 0, gbs = s->wall_s > 0 ? s->bytes / s->wall_s / 1e9 : 0;
+    double sps = s->wall_s > 0 ? s->samples / s->wall_s : 0,
+           gbs = s->wall_s > 0 ? s->bytes / s->wall_s / 1e9 : 0;
     double wf = s->wall_s > 0 ? s->wait_s / s->wall_s : 0;
     uint64_t e, b;
     stk_reader_position(r, &e, &b);
@@ -414,10 +499,12 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         fprintf(out,
                 "read %llu batches, %llu samples, %.3f GB in %.3f s: %.0f samples/s, %.3f GB/s "
                 "(%llu zero-copy batches, %llu records verified)\n",
-                (unsigned long long)s->batches, (unsigned long long)s->samples, s->bytes / 1e9, s->wall_s, sps, gbs,
-                (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified);
-        fprintf(out, "waited %.3f s (%.1f%%), workers busy %.3f s over %u threads, %.1f batches ready on average\n",
-                s->wait_s, wf * 100, s->busy_s, s->threads, s->mean_ready);
+                (unsigned long long)s->batches, (unsigned long long)s->samples, s->bytes / 1e9, s->wall_s,
+                sps, gbs, (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified);
+        fprintf(
+            out,
+            "waited %.3f s (%.1f%%), workers busy %.3f s over %u threads, %.1f batches ready on average\n",
+            s->wait_s, wf * 100, s->busy_s, s->threads, s->mean_ready);
         fprintf(out, "%s\n", verdict);
         if (o->ro.order == STK_ORDER_QUASI) shuffle_quality(r, o, out);
     }
@@ -425,14 +512,17 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         printf("{\"ok\":%s,\"batches\":%llu,\"samples\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
                "\"samples_per_s\":%.1f,\"gb_per_s\":%.4f,\"wait_fraction\":%.4f,\"wait_s\":%.6f,"
                "\"busy_s\":%.6f,\"mean_ready\":%.2f,\"zero_copy_batches\":%llu,\"verified\":%llu,"
-               "\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"device\":\"%s\",\"order\":\"%s\",\"next_epoch\":%llu,"
+               "\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"device\":\"%s\",\"order\":\"%s\",\"next_"
+               "epoch\":%llu,"
                "\"next_batch\":%llu,\"verdict\":",
                rc ? "false" : "true", (unsigned long long)s->batches, (unsigned long long)s->samples,
                (unsigned long long)s->bytes, s->wall_s, sps, gbs, wf, s->wait_s, s->busy_s, s->mean_ready,
                (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified, s->threads,
-               s->prefetch, o->ro.batch_size, s->device == STK_DEVICE_CUDA ? "cuda" : s->device == STK_DEVICE_HOST ? "host" : "none",
-               ORDERS[o->ro.order], (unsigned long long)e,
-               (unsigned long long)b);
+               s->prefetch, o->ro.batch_size,
+               s->device == STK_DEVICE_CUDA   ? "cuda"
+               : s->device == STK_DEVICE_HOST ? "host"
+                                              : "none",
+               ORDERS[o->ro.order], (unsigned long long)e, (unsigned long long)b);
         cli_json_string(stdout, verdict);
         if (errmsg) {
             printf(",\"error\":");

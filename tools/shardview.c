@@ -26,25 +26,24 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: shardview [OPTIONS] DATASET --out FILE\n"
-            "Write a contact sheet of a dataset's stored images (FILE.jpg or FILE.png),\n"
-            "or one record's image with --record.\n\n"
-            "  -o, --out FILE        output image: .jpg/.jpeg (TurboJPEG) or .png (libspng)\n"
-            "  -n, --records N       the first N records (default 64)\n"
-            "      --random N        N records drawn at random (without repeats)\n"
-            "      --seed S          seed for --random (default 0)\n"
-            "      --first I         start at record I (with --records)\n"
-            "      --record I        only record I, at its stored size\n"
-            "      --label           draw each record's label under it\n"
-            "      --field NAME      the image field, u8 [H, W, 1|3|4] (default image)\n"
-            "      --columns C       cells per row (default: a square-ish grid)\n"
-            "      --quality Q       JPEG quality (default 90)\n"
-            "      --json            print the sheet's geometry and cells as JSON\n"
-            "  -h, --help            this help\n"
-            "  -V, --version         version\n\n"
-            "Exit status: 0 written, 1 the dataset or output failed (the message says\n"
-            "why), 2 usage error.\n");
+    fprintf(f, "Usage: shardview [OPTIONS] DATASET --out FILE\n"
+               "Write a contact sheet of a dataset's stored images (FILE.jpg or FILE.png),\n"
+               "or one record's image with --record.\n\n"
+               "  -o, --out FILE        output image: .jpg/.jpeg (TurboJPEG) or .png (libspng)\n"
+               "  -n, --records N       the first N records (default 64)\n"
+               "      --random N        N records drawn at random (without repeats)\n"
+               "      --seed S          seed for --random (default 0)\n"
+               "      --first I         start at record I (with --records)\n"
+               "      --record I        only record I, at its stored size\n"
+               "      --label           draw each record's label under it\n"
+               "      --field NAME      the image field, u8 [H, W, 1|3|4] (default image)\n"
+               "      --columns C       cells per row (default: a square-ish grid)\n"
+               "      --quality Q       JPEG quality (default 90)\n"
+               "      --json            print the sheet's geometry and cells as JSON\n"
+               "  -h, --help            this help\n"
+               "  -V, --version         version\n\n"
+               "Exit status: 0 written, 1 the dataset or output failed (the message says\n"
+               "why), 2 usage error.\n");
 }
 
 typedef struct {
@@ -60,7 +59,8 @@ static const uint8_t DIGITS[11][5] = {
     {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}, {0, 0, 7, 0, 0},
 };
 
-static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsigned y, unsigned xmax, long long v)
+static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsigned y, unsigned xmax,
+                        long long v)
 {
     char s[32];
     int len = snprintf(s, sizeof s, "%lld", v);
@@ -69,15 +69,16 @@ static void draw_number(uint8_t *img, unsigned W, unsigned H, unsigned x, unsign
         for (unsigned r = 0; r < 5 * GLYPH_SCALE; r++)
             for (unsigned c = 0; c < 3 * GLYPH_SCALE; c++) {
                 unsigned px = x + (unsigned)k * 4 * GLYPH_SCALE + c, py = y + r;
-                if (px >= W || px >= xmax || py >= H || !(g[r / GLYPH_SCALE] & (4 >> (c / GLYPH_SCALE)))) continue;
+                if (px >= W || px >= xmax || py >= H || !(g[r / GLYPH_SCALE] & (4 >> (c / GLYPH_SCALE))))
+                    continue;
                 memset(img + ((size_t)py * W + px) * 3, INK, 3);
             }
     }
 }
 
 /* Copy a u8 [h, w, ch] value into the RGB canvas at (x, y). */
-static void blit(uint8_t *dst, unsigned W, const uint8_t *src, unsigned w, unsigned h, unsigned ch, unsigned x,
-                 unsigned y)
+static void blit(uint8_t *dst, unsigned W, const uint8_t *src, unsigned w, unsigned h, unsigned ch,
+                 unsigned x, unsigned y)
 {
     for (unsigned r = 0; r < h; r++)
         for (unsigned c = 0; c < w; c++) {
@@ -98,7 +99,8 @@ static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigne
     char msg[256] = "";
     if (png) {
         spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-        struct spng_ihdr ihdr = {.width = W, .height = H, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
+        struct spng_ihdr ihdr = {
+            .width = W, .height = H, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_TRUECOLOR};
         int e = ctx ? 0 : SPNG_EMEM;
         if (!e) e = spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
         if (!e) e = spng_set_ihdr(ctx, &ihdr);
@@ -109,8 +111,10 @@ static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigne
     } else {
         tjhandle tj = tjInitCompress();
         unsigned long size = 0;
-        if (!tj || tjCompress2(tj, rgb, (int)W, 0, (int)H, TJPF_RGB, &buf, &size, TJSAMP_444, quality, 0) != 0)
-            snprintf(msg, sizeof msg, "JPEG encoding failed: %s", tj ? tjGetErrorStr2(tj) : "no TurboJPEG handle");
+        if (!tj ||
+            tjCompress2(tj, rgb, (int)W, 0, (int)H, TJPF_RGB, &buf, &size, TJSAMP_444, quality, 0) != 0)
+            snprintf(msg, sizeof msg, "JPEG encoding failed: %s",
+                     tj ? tjGetErrorStr2(tj) : "no TurboJPEG handle");
         len = size;
         if (tj) tjDestroy(tj);
     }
@@ -126,12 +130,13 @@ static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigne
 static int parse_args(int argc, char **argv, opts *o)
 {
     enum { O_RANDOM = 256, O_SEED, O_FIRST, O_RECORD, O_LABEL, O_FIELD, O_COLS, O_QUALITY, O_JSON };
-    static const struct option lo[] = {
-        {"out", 1, 0, 'o'},         {"records", 1, 0, 'n'},       {"random", 1, 0, O_RANDOM},
-        {"seed", 1, 0, O_SEED},     {"first", 1, 0, O_FIRST},     {"record", 1, 0, O_RECORD},
-        {"label", 0, 0, O_LABEL},   {"field", 1, 0, O_FIELD},     {"columns", 1, 0, O_COLS},
-        {"quality", 1, 0, O_QUALITY}, {"json", 0, 0, O_JSON},     {"help", 0, 0, 'h'},
-        {"version", 0, 0, 'V'},     {0, 0, 0, 0}};
+    static const struct option lo[] = {{"out", 1, 0, 'o'},         {"records", 1, 0, 'n'},
+                                       {"random", 1, 0, O_RANDOM}, {"seed", 1, 0, O_SEED},
+                                       {"first", 1, 0, O_FIRST},   {"record", 1, 0, O_RECORD},
+                                       {"label", 0, 0, O_LABEL},   {"field", 1, 0, O_FIELD},
+                                       {"columns", 1, 0, O_COLS},  {"quality", 1, 0, O_QUALITY},
+                                       {"json", 0, 0, O_JSON},     {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},     {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->n = 64;
     o->field = "image";
@@ -140,20 +145,30 @@ static int parse_args(int argc, char **argv, opts *o)
     uint64_t v;
     while ((c = getopt_long(argc, argv, "o:n:hV", lo, NULL)) != -1) {
         switch (c) {
-        case 'o': o->out = optarg; break;
+        case 'o':
+            o->out = optarg;
+            break;
         case 'n':
         case O_RANDOM:
             if (!cli_parse_u64(optarg, &o->n) || !o->n || o->n > 100000) goto bad;
             o->random = c == O_RANDOM;
             break;
-        case O_SEED: if (!cli_parse_u64(optarg, &o->seed)) goto bad; break;
-        case O_FIRST: if (!cli_parse_u64(optarg, &o->first)) goto bad; break;
+        case O_SEED:
+            if (!cli_parse_u64(optarg, &o->seed)) goto bad;
+            break;
+        case O_FIRST:
+            if (!cli_parse_u64(optarg, &o->first)) goto bad;
+            break;
         case O_RECORD:
             if (!cli_parse_u64(optarg, &o->record)) goto bad;
             o->one = 1;
             break;
-        case O_LABEL: o->label = 1; break;
-        case O_FIELD: o->field = optarg; break;
+        case O_LABEL:
+            o->label = 1;
+            break;
+        case O_FIELD:
+            o->field = optarg;
+            break;
         case O_COLS:
             if (!cli_parse_u64(optarg, &v) || !v || v > 1000) goto bad;
             o->columns = (unsigned)v;
@@ -162,10 +177,18 @@ static int parse_args(int argc, char **argv, opts *o)
             if (!cli_parse_u64(optarg, &v) || !v || v > 100) goto bad;
             o->quality = (int)v;
             break;
-        case O_JSON: o->json = 1; break;
-        case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': printf("shardview (stoker) %s\n", STK_VERSION_STRING); exit(EXIT_OK);
-        default: usage(stderr); return EXIT_USAGE;
+        case O_JSON:
+            o->json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(EXIT_OK);
+        case 'V':
+            printf("shardview (stoker) %s\n", STK_VERSION_STRING);
+            exit(EXIT_OK);
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
         }
     }
     if (optind + 1 != argc || !o->out) {
@@ -226,7 +249,9 @@ int main(int argc, char **argv)
     const stk_schema *sc = stk_dataset_schema(ds);
     const stk_manifest *m = stk_dataset_manifest(ds);
     int f = stk_schema_find(sc, o.field), lf = stk_schema_find(sc, "label");
-    if (lf >= 0 && (sc->fields[lf].kind != STK_KIND_TENSOR || sc->fields[lf].ndim || sc->fields[lf].dtype > STK_DT_I64)) lf = -1;
+    if (lf >= 0 &&
+        (sc->fields[lf].kind != STK_KIND_TENSOR || sc->fields[lf].ndim || sc->fields[lf].dtype > STK_DT_I64))
+        lf = -1;
     const stk_field *fd = f >= 0 ? &sc->fields[f] : NULL;
     if (!fd || fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 ||
         (fd->shape[2] != 1 && fd->shape[2] != 3 && fd->shape[2] != 4)) {
@@ -252,8 +277,10 @@ int main(int argc, char **argv)
     uint64_t rows = (n + cols - 1) / cols, lab = o.label && !o.one ? LABEL_H : 0;
     uint64_t cw = w + 2 * pad, chh = h + 2 * pad + lab, W = cols * cw, H = rows * chh;
     if (W > 65500 || H > 65500 || W * H > 400000000ULL) {
-        fprintf(stderr, "shardview: a %llux%llu sheet is too large (at most 65500 a side, 400 megapixels): fewer "
-                "--records or --columns\n", (unsigned long long)W, (unsigned long long)H);
+        fprintf(stderr,
+                "shardview: a %llux%llu sheet is too large (at most 65500 a side, 400 megapixels): fewer "
+                "--records or --columns\n",
+                (unsigned long long)W, (unsigned long long)H);
         stk_dataset_close(ds);
         return EXIT_USAGE;
     }
@@ -282,19 +309,22 @@ int main(int argc, char **argv)
         blit(rgb, (unsigned)W, p, (unsigned)w, (unsigned)h, (unsigned)ch, x, y);
         labels[i] = label_of(ds, lf, rec, &lb);
         /* drawn inside its own cell only: a long label is cut, not spilled */
-        if (lab && lf >= 0) draw_number(rgb, (unsigned)W, (unsigned)H, x + 1, y + (unsigned)h + 2, x + (unsigned)w,
-                                        labels[i]);
+        if (lab && lf >= 0)
+            draw_number(rgb, (unsigned)W, (unsigned)H, x + 1, y + (unsigned)h + 2, x + (unsigned)w,
+                        labels[i]);
     }
     if (!rc && write_image(o.out, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = EXIT_PROBLEMS;
     if (!rc && o.json) { /* only for a sheet that was written */
         printf("{\"out\":");
         cli_json_string(stdout, o.out);
         printf(",\"width\":%llu,\"height\":%llu,\"columns\":%llu,\"rows\":%llu,\"cell_width\":%llu,"
-               "\"cell_height\":%llu,\"pad\":%llu,\"cells\":[", (unsigned long long)W, (unsigned long long)H,
-               (unsigned long long)cols, (unsigned long long)rows, (unsigned long long)cw, (unsigned long long)chh,
+               "\"cell_height\":%llu,\"pad\":%llu,\"cells\":[",
+               (unsigned long long)W, (unsigned long long)H, (unsigned long long)cols,
+               (unsigned long long)rows, (unsigned long long)cw, (unsigned long long)chh,
                (unsigned long long)pad);
         for (uint64_t i = 0; i < n; i++) {
-            const char *cls = lf >= 0 && labels[i] >= 0 && (uint64_t)labels[i] < m->nclasses ? m->classes[labels[i]] : NULL;
+            const char *cls =
+                lf >= 0 && labels[i] >= 0 && (uint64_t)labels[i] < m->nclasses ? m->classes[labels[i]] : NULL;
             printf("%s{\"record\":%llu,\"x\":%llu,\"y\":%llu", i ? "," : "", (unsigned long long)recs[i],
                    (unsigned long long)((i % cols) * cw + pad), (unsigned long long)((i / cols) * chh + pad));
             if (lf >= 0) printf(",\"label\":%lld", (long long)labels[i]);

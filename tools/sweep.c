@@ -65,13 +65,11 @@ static void step(const sweep_opts *so)
 {
     if (so->step_busy) { /* a compute-bound step holds a core, as a CPU trainer would */
         double until = cli_now() + so->step_us * 1e-6;
-        while (cli_now() < until) {
-        }
+        while (cli_now() < until) {}
         return;
     }
     struct timespec ts = {(time_t)(so->step_us / 1000000), (long)(so->step_us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static int measure(const stk_dataset *ds, const stk_reader_options *base, const sweep_opts *so, point *p)
@@ -83,8 +81,8 @@ static int measure(const stk_dataset *ds, const stk_reader_options *base, const 
     stk_error err;
     stk_reader *r = stk_reader_open_dataset(ds, &o, &err);
     if (!r) {
-        fprintf(stderr, "shardread: sweep point threads=%u prefetch=%u batch=%u: %s\n", p->threads, p->prefetch,
-                p->batch, err.msg);
+        fprintf(stderr, "shardread: sweep point threads=%u prefetch=%u batch=%u: %s\n", p->threads,
+                p->prefetch, p->batch, err.msg);
         return -1;
     }
     /* Warm-up: every slot used once. Fresh memory is slow to touch the first
@@ -130,7 +128,8 @@ static void mark_knee(point *pt, size_t n)
         if (!pt[i].ok || pt[i].sps < 0.95 * best) continue;
         if (k == SIZE_MAX || pt[i].threads < pt[k].threads ||
             (pt[i].threads == pt[k].threads &&
-             (pt[i].prefetch < pt[k].prefetch || (pt[i].prefetch == pt[k].prefetch && pt[i].batch < pt[k].batch))))
+             (pt[i].prefetch < pt[k].prefetch ||
+              (pt[i].prefetch == pt[k].prefetch && pt[i].batch < pt[k].batch))))
             k = i;
     }
     if (k != SIZE_MAX) pt[k].knee = 1;
@@ -146,8 +145,8 @@ static int write_csv(const char *path, const point *pt, size_t n)
     fprintf(f, "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee\n");
     for (size_t i = 0; i < n; i++)
         if (pt[i].ok)
-            fprintf(f, "%u,%u,%u,%.1f,%.4f,%.4f,%.1f,%d\n", pt[i].threads, pt[i].prefetch, pt[i].batch, pt[i].sps,
-                    pt[i].gbs, pt[i].wait, pt[i].mib, pt[i].knee);
+            fprintf(f, "%u,%u,%u,%.1f,%.4f,%.4f,%.1f,%d\n", pt[i].threads, pt[i].prefetch, pt[i].batch,
+                    pt[i].sps, pt[i].gbs, pt[i].wait, pt[i].mib, pt[i].knee);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -184,20 +183,29 @@ static int write_svg(const char *path, const point *pt, size_t n, const sweep_op
                                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define X(t) (L + ((so->nthreads > 1 ? (double)(t) : 1.0) - 1) / (tmax > 1 ? tmax - 1 : 1) * (W - L - R))
 #define Y(v) (H - B - (v) / ymax * (H - T - B))
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
-               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">shardread --sweep: samples/s by worker threads</text>\n", L);
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
+    fprintf(
+        f,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+        "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+        W, H);
+    fprintf(
+        f,
+        "<text x=\"%.0f\" y=\"18\" font-size=\"14\">shardread --sweep: samples/s by worker threads</text>\n",
+        L);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R,
+            H - B);
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T, L, H - B);
     for (int k = 0; k <= 4; k++) {
         double v = ymax * k / 4;
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, Y(v) + 4, v);
-        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(v), W - R, Y(v));
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(v),
+                W - R, Y(v));
     }
     for (unsigned i = 0; i < so->nthreads; i++)
-        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%u</text>\n", X(so->threads[i]), H - B + 16,
-                so->threads[i]);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">threads</text>\n", (L + W - R) / 2, H - 12);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%u</text>\n", X(so->threads[i]),
+                H - B + 16, so->threads[i]);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">threads</text>\n", (L + W - R) / 2,
+            H - 12);
     unsigned line = 0;
     for (unsigned pi = 0; pi < so->nprefetch; pi++)
         for (unsigned bi = 0; bi < so->nbatch; bi++, line++) {
@@ -206,13 +214,15 @@ static int write_svg(const char *path, const point *pt, size_t n, const sweep_op
             for (size_t i = 0; i < n; i++)
                 if (pt[i].ok && pt[i].prefetch == so->prefetch[pi] && pt[i].batch == so->batch[bi])
                     fprintf(f, "%.1f,%.1f ", X(pt[i].threads), Y(pt[i].sps));
-            fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">prefetch %u, batch %u</text>\n", W - R + 10,
-                    T + 16.0 * line, c, so->prefetch[pi], so->batch[bi]);
+            fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">prefetch %u, batch %u</text>\n",
+                    W - R + 10, T + 16.0 * line, c, so->prefetch[pi], so->batch[bi]);
         }
     for (size_t i = 0; i < n; i++)
         if (pt[i].knee)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"black\" stroke-width=\"2\"/>\n"
-                       "<text x=\"%.1f\" y=\"%.1f\">knee</text>\n",
+            fprintf(f,
+                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"black\" "
+                    "stroke-width=\"2\"/>\n"
+                    "<text x=\"%.1f\" y=\"%.1f\">knee</text>\n",
                     X(pt[i].threads), Y(pt[i].sps), X(pt[i].threads) + 8, Y(pt[i].sps) + 18);
 #undef X
 #undef Y
@@ -243,10 +253,11 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
         printf("{\"points\":[");
         for (size_t i = 0, first = 1; i < n; i++)
             if (pt[i].ok) {
-                printf("%s{\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"samples_per_s\":%.1f,\"gb_per_s\":%.4f,"
+                printf("%s{\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"samples_per_s\":%.1f,\"gb_per_"
+                       "s\":%.4f,"
                        "\"wait_fraction\":%.4f,\"peak_anon_mib\":%.1f,\"knee\":%s}",
-                       first ? "" : ",", pt[i].threads, pt[i].prefetch, pt[i].batch, pt[i].sps, pt[i].gbs, pt[i].wait,
-                       pt[i].mib, pt[i].knee ? "true" : "false");
+                       first ? "" : ",", pt[i].threads, pt[i].prefetch, pt[i].batch, pt[i].sps, pt[i].gbs,
+                       pt[i].wait, pt[i].mib, pt[i].knee ? "true" : "false");
                 first = 0;
             }
         printf("]}\n");

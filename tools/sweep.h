@@ -13,9 +13,9 @@ typedef struct {
     unsigned threads[SWEEP_MAX_VALUES], nthreads;
     unsigned prefetch[SWEEP_MAX_VALUES], nprefetch;
     uint32_t batch[SWEEP_MAX_VALUES], nbatch;
-    double seconds;       /* per point, after a warm-up batch */
-    uint64_t step_us;     /* simulated step per batch (0: none) */
-    int step_busy;        /* the step as a busy loop instead of a sleep */
+    double seconds;   /* per point, after a warm-up batch */
+    uint64_t step_us; /* simulated step per batch (0: none) */
+    int step_busy;    /* the step as a busy loop instead of a sleep */
     const char *csv, *plot;
     int json, quiet;
 } sweep_opts;

@@ -34,14 +34,14 @@ extern "C" {
 #include <stoker/reader.h>
 }
 
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            fprintf(stderr, "gpu_bench: %s: %s\n", #x, cudaGetErrorString(e_));            \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#define CK(x)                                                             \
+  do {                                                                    \
+    cudaError_t e_ = (x);                                                 \
+    if (e_ != cudaSuccess) {                                              \
+      fprintf(stderr, "gpu_bench: %s: %s\n", #x, cudaGetErrorString(e_)); \
+      exit(1);                                                            \
+    }                                                                     \
+  } while (0)
 
 static double now(void)
 {
@@ -174,13 +174,16 @@ int main(int argc, char **argv)
         if (fd >= 0 && fstat(fd, &fst) == 0 && (uint64_t)fst.st_size > 2 * batch_bytes) {
             size_t len = (size_t)fst.st_size;
             void *map = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-            cudaError_t e = map == MAP_FAILED ? cudaErrorInvalidValue
-                                              : cudaHostRegister(map, len, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+            cudaError_t e =
+                map == MAP_FAILED
+                    ? cudaErrorInvalidValue
+                    : cudaHostRegister(map, len, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
             size_t chunks = len / batch_bytes;
             if (e == cudaSuccess) {
                 double z0 = now();
                 for (size_t i = 0; i < chunks; i++)
-                    CK(cudaMemcpyAsync(dev, (const char *)map + i * batch_bytes, batch_bytes, cudaMemcpyHostToDevice, st));
+                    CK(cudaMemcpyAsync(dev, (const char *)map + i * batch_bytes, batch_bytes,
+                                       cudaMemcpyHostToDevice, st));
                 CK(cudaStreamSynchronize(st));
                 reg_gbs = chunks * (double)batch_bytes / (now() - z0) / 1e9;
                 cudaHostUnregister(map);
@@ -222,12 +225,16 @@ int main(int argc, char **argv)
     double fed_step = (now() - f0) / steps;
     double upload_ms = batch_bytes / (engine_gbs > 0 ? engine_gbs : plain_gbs) / 1e6;
 
-    printf("batch %u records = %.1f MB, %u threads, prefetch %u\n", batch, batch_bytes / 1e6, threads, 2 * threads);
+    printf("batch %u records = %.1f MB, %u threads, prefetch %u\n", batch, batch_bytes / 1e6, threads,
+           2 * threads);
     printf("RESULT h2d_plain %.2f GB/s\n", plain_gbs);
     printf("RESULT h2d_reader %.2f GB/s (copy engine %.2f GB/s; %.0f samples/s)\n", reader_gbs, engine_gbs,
            n * batch / (t - t0));
-    printf("RESULT zero_copy_registered %.2f GB/s (cudaMemcpyAsync from a cudaHostRegister'ed shard mapping)\n", reg_gbs);
-    printf("RESULT zero_copy_staged %.2f GB/s (memcpy into pinned, then cudaMemcpyAsync; one buffer, not overlapped)\n",
+    printf(
+        "RESULT zero_copy_registered %.2f GB/s (cudaMemcpyAsync from a cudaHostRegister'ed shard mapping)\n",
+        reg_gbs);
+    printf("RESULT zero_copy_staged %.2f GB/s (memcpy into pinned, then cudaMemcpyAsync; one buffer, not "
+           "overlapped)\n",
            staged_gbs);
     printf("RESULT step_compute_only %.3f ms\n", compute_step * 1e3);
     printf("RESULT step_with_loader %.3f ms (upload of one batch %.2f ms)\n", fed_step * 1e3, upload_ms);
@@ -236,7 +243,8 @@ int main(int argc, char **argv)
     printf("H2D through the reader / plain pinned cudaMemcpyAsync   %.3f  target >= 0.90  %s\n", r1,
            r1 >= 0.90 ? "PASS" : "BELOW TARGET");
     printf("step with loader / compute-only step                    %.3f  target <= 1.03  %s%s\n", r2,
-           r2 <= 1.03 ? "PASS" : "BELOW TARGET", upload_ms < kernel_ms ? "" : " (upload longer than the kernel)");
+           r2 <= 1.03 ? "PASS" : "BELOW TARGET",
+           upload_ms < kernel_ms ? "" : " (upload longer than the kernel)");
     stk_reader_close(r);
     CK(cudaFreeHost(host));
     CK(cudaFree(dev));

@@ -36,7 +36,10 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int is_jpeg(const unsigned char *d, unsigned long n) { return n > 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff; }
+static int is_jpeg(const unsigned char *d, unsigned long n)
+{
+    return n > 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff;
+}
 
 static void load(set_t *s, const char *path)
 {
@@ -108,15 +111,18 @@ int main(int argc, char **argv)
             int w, h, sub, cs;
             if (tjDecompressHeader3(tj, s.f[i].data, s.f[i].size, &w, &h, &sub, &cs)) continue;
             int shorter = w < h ? w : h, den = 1;
-            while (den < 8 && (shorter + 2 * den - 1) / (2 * den) >= size) den *= 2; /* ceil(short / 2den) >= N */
+            while (den < 8 && (shorter + 2 * den - 1) / (2 * den) >= size)
+                den *= 2; /* ceil(short / 2den) >= N */
             int sw = (w + den - 1) / den, sh = (h + den - 1) / den;
             if ((size_t)sw * sh * 3 > cap) cap = (size_t)sw * sh * 3, out = realloc(out, cap);
-            int ycc = (cs == TJCS_YCbCr && (sub == TJSAMP_444 || sub == TJSAMP_422 || sub == TJSAMP_420 ||
-                                            sub == TJSAMP_440)) || (cs == TJCS_GRAY && sub == TJSAMP_GRAY);
+            int ycc = (cs == TJCS_YCbCr &&
+                       (sub == TJSAMP_444 || sub == TJSAMP_422 || sub == TJSAMP_420 || sub == TJSAMP_440)) ||
+                      (cs == TJCS_GRAY && sub == TJSAMP_GRAY);
             if (planes && den == 1 && ycc) {
                 unsigned char *pl[3] = {out, NULL, NULL};
                 for (int c = 1; c < 3 && sub != TJSAMP_GRAY; c++)
-                    pl[c] = pl[c - 1] + (size_t)tjPlaneWidth(c - 1, w, sub) * (size_t)tjPlaneHeight(c - 1, h, sub);
+                    pl[c] = pl[c - 1] +
+                            (size_t)tjPlaneWidth(c - 1, w, sub) * (size_t)tjPlaneHeight(c - 1, h, sub);
                 tjDecompressToYUVPlanes(tj, s.f[i].data, s.f[i].size, pl, w, NULL, h, 0);
             } else {
                 tjDecompress2(tj, s.f[i].data, s.f[i].size, out, sw, 0, sh, TJPF_RGB, 0);
@@ -126,8 +132,10 @@ int main(int argc, char **argv)
         }
         el = now() - t0;
     }
-    printf("decode_limit: %zu JPEG files, %zu decodes%s in %.2f s at the DCT scale for --size %d: %.0f images/s, %.1f source MP/s\n",
-           s.n, done, planes ? " (to planes where pack does)" : "", el, size, (double)done / el, src_px / el / 1e6);
+    printf("decode_limit: %zu JPEG files, %zu decodes%s in %.2f s at the DCT scale for --size %d: %.0f "
+           "images/s, %.1f source MP/s\n",
+           s.n, done, planes ? " (to planes where pack does)" : "", el, size, (double)done / el,
+           src_px / el / 1e6);
     printf("RESULT decode_limit %.1f\n", (double)done / el);
     tjDestroy(tj);
     free(out);

@@ -40,7 +40,7 @@
 
 typedef struct {
     unsigned nfields;
-    size_t size[MAX_FIELDS];        /* bytes per record of each field */
+    size_t size[MAX_FIELDS]; /* bytes per record of each field */
     unsigned char *region[MAX_FIELDS];
     size_t records, batch;
     const uint32_t *perm;
@@ -52,7 +52,7 @@ typedef struct {
 typedef struct {
     shared_t *sh;
     unsigned id;
-    uint64_t records;               /* records copied */
+    uint64_t records; /* records copied */
     double elapsed;
     int failed;
 } worker_t;
@@ -126,7 +126,8 @@ static void *worker(void *arg)
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: gather_limit [-t THREADS] [-r BYTES[,BYTES...]] [-b BATCH] [-n RECORDS] [-s SECONDS] [--seed S]\n"
+    fprintf(to, "usage: gather_limit [-t THREADS] [-r BYTES[,BYTES...]] [-b BATCH] [-n RECORDS] [-s SECONDS] "
+                "[--seed S]\n"
                 "  -t  copying threads (default 1)\n"
                 "  -r  bytes per record of each field (default 196608,8: u8[256,256,3] image + i64 label)\n"
                 "  -b  records per batch (default 256)\n"
@@ -146,7 +147,8 @@ static int parse_u64(const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    shared_t sh = {.nfields = 2, .size = {196608, 8}, .records = 10000, .batch = 256, .threads = 1, .seconds = 3};
+    shared_t sh = {
+        .nfields = 2, .size = {196608, 8}, .records = 10000, .batch = 256, .threads = 1, .seconds = 3};
     uint64_t seed = 1, v;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *a = i + 1 < argc ? argv[i + 1] : NULL;
@@ -193,7 +195,8 @@ int main(int argc, char **argv)
         /* Distinct content per field, so no page is shared or all-zero. */
         sh.region[f] = alloc_touched(sh.records * sh.size[f], 0x11 * (int)(f + 1));
         if (!sh.region[f]) {
-            fprintf(stderr, "gather_limit: cannot allocate %zu x %zu bytes: %s\n", sh.records, sh.size[f], strerror(errno));
+            fprintf(stderr, "gather_limit: cannot allocate %zu x %zu bytes: %s\n", sh.records, sh.size[f],
+                    strerror(errno));
             return 1;
         }
     }
@@ -238,8 +241,8 @@ int main(int argc, char **argv)
     double rps = (double)records / longest, gbs = rps * (double)record_bytes / 1e9;
     printf("gather_limit: %u thread(s), %zu records of %zu bytes in %u field(s) (%.2f GB), batch %zu: "
            "%.0f records/s, %.2f GB/s over %.2f s\n",
-           sh.threads, sh.records, record_bytes, sh.nfields, (double)sh.records * (double)record_bytes / 1e9, sh.batch,
-           rps, gbs, longest);
+           sh.threads, sh.records, record_bytes, sh.nfields, (double)sh.records * (double)record_bytes / 1e9,
+           sh.batch, rps, gbs, longest);
     printf("RESULT gather_limit_t%u %.1f records/s %.3f GB/s\n", sh.threads, rps, gbs);
     for (unsigned f = 0; f < sh.nfields; f++) munmap(sh.region[f], sh.records * sh.size[f]);
     free(perm);

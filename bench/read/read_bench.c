@@ -79,18 +79,29 @@ typedef struct {
 static void usage(FILE *to)
 {
     fprintf(to, "usage: read_bench info    DATASET [--fields F]\n"
-                "       read_bench shuffle DATASET [-t THREADS] [-b BATCH] [-p PREFETCH] [-s SECONDS] [--fields F] [--seed S]\n"
-                "       read_bench seq     DATASET [-t THREADS] [-b BATCH] [-n CALLS] [--step-calls N] [--step-us US]\n"
+                "       read_bench shuffle DATASET [-t THREADS] [-b BATCH] [-p PREFETCH] [-s SECONDS] "
+                "[--fields F] [--seed S]\n"
+                "       read_bench seq     DATASET [-t THREADS] [-b BATCH] [-n CALLS] [--step-calls N] "
+                "[--step-us US]\n"
                 "                          [--release 0|1] [--fields F] [--no-touch]\n"
-                "       read_bench open    DATASET [-t THREADS] [-b BATCH] [-r REPEATS] [--order shuffle|sequential]\n"
+                "       read_bench open    DATASET [-t THREADS] [-b BATCH] [-r REPEATS] [--order "
+                "shuffle|sequential]\n"
                 "defaults: --fields image,label, -b 256, -t 0 (the library's default), -p 0 (default),\n"
                 "          -s 5, -n 2000, --step-calls 300, --step-us 10000, -r 5, --order shuffle\n");
 }
 
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    *a = (args_t){.fields = "image,label", .order = "shuffle", .batch = 256, .seconds = 5, .calls = 2000,
-                  .step_calls = 300, .step_us = 10000, .repeats = 5, .touch = 1, .release = -1};
+    *a = (args_t){.fields = "image,label",
+                  .order = "shuffle",
+                  .batch = 256,
+                  .seconds = 5,
+                  .calls = 2000,
+                  .step_calls = 300,
+                  .step_us = 10000,
+                  .repeats = 5,
+                  .touch = 1,
+                  .release = -1};
     if (argc < 3) return -1;
     a->cmd = argv[1];
     a->path = argv[2];
@@ -135,7 +146,7 @@ static void reader_options(const args_t *a, int order, stk_reader_options *o)
     o->prefetch = a->prefetch;
     o->fields = a->fields;
     o->release_pages = a->release;
-    o->rank = 0;          /* a benchmark of one process, whatever the environment says */
+    o->rank = 0; /* a benchmark of one process, whatever the environment says */
     o->world_size = 1;
 }
 
@@ -267,14 +278,17 @@ static int cmd_shuffle(const args_t *a)
     if (anon1 > peak) peak = anon1;
     char verdict[256];
     stk_reader_verdict(&st, verdict, sizeof verdict);
-    double sps = st.wall_s > 0 ? (double)st.samples / st.wall_s : 0, gbs = st.wall_s > 0 ? (double)st.bytes / st.wall_s / 1e9 : 0;
+    double sps = st.wall_s > 0 ? (double)st.samples / st.wall_s : 0,
+           gbs = st.wall_s > 0 ? (double)st.bytes / st.wall_s / 1e9 : 0;
     unsigned slots = o->prefetch + 1;
     uint64_t allowed = (uint64_t)slots * per_record * o->batch_size + (32u << 20);
     printf("read_bench: shuffle, %u thread(s), prefetch %u, batch %u, fields %s (%llu bytes per record): "
-           "%llu batches in %.2f s (own clock %.2f s): %.0f samples/s, %.2f GB/s; wait %.2f s, workers busy %.2f s, "
+           "%llu batches in %.2f s (own clock %.2f s): %.0f samples/s, %.2f GB/s; wait %.2f s, workers busy "
+           "%.2f s, "
            "%.2f batches ready on average\n",
-           o->threads, o->prefetch, o->batch_size, o->fields ? o->fields : "(all)", (unsigned long long)per_record,
-           (unsigned long long)st.batches, st.wall_s, el, sps, gbs, st.wait_s, st.busy_s, st.mean_ready);
+           o->threads, o->prefetch, o->batch_size, o->fields ? o->fields : "(all)",
+           (unsigned long long)per_record, (unsigned long long)st.batches, st.wall_s, el, sps, gbs, st.wait_s,
+           st.busy_s, st.mean_ready);
     printf("read_bench: %s\n", verdict);
     printf("read_bench: RssAnon %.1f MiB before open, %.1f MiB peak, %.1f MiB at the end; growth %.1f MiB; "
            "allowed %u slots x %.1f MiB + 32 MiB = %.1f MiB\n",
@@ -283,8 +297,9 @@ static int cmd_shuffle(const args_t *a)
     printf("RESULT shuffle_t%u %.1f samples/s %.3f GB/s\n", o->threads, sps, gbs);
     printf("RESULT check_t%u %llu bad %llu dup %llu missing\n", o->threads, (unsigned long long)bad,
            (unsigned long long)dup, (unsigned long long)missing);
-    printf("RESULT anon_t%u %.1f MiB_growth %.1f MiB_allowed %.1f MiB_before %.1f MiB_peak %u slots\n", o->threads,
-           (double)(peak - anon0) / 1048576.0, allowed / 1048576.0, anon0 / 1048576.0, peak / 1048576.0, slots);
+    printf("RESULT anon_t%u %.1f MiB_growth %.1f MiB_allowed %.1f MiB_before %.1f MiB_peak %u slots\n",
+           o->threads, (double)(peak - anon0) / 1048576.0, allowed / 1048576.0, anon0 / 1048576.0,
+           peak / 1048576.0, slots);
     stk_reader_close(r);
     return bad ? 1 : 0;
 fail:
@@ -335,8 +350,7 @@ static void touch(const stk_batch *b)
 static void step(uint64_t us)
 {
     struct timespec ts = {.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) && errno == EINTR) {}
 }
 
 typedef struct {
@@ -345,8 +359,8 @@ typedef struct {
 
 /* `calls` timed calls of next, a step of step_us between them (0: none).
  * Fills t[] with each call's seconds (sorted) and returns 0, or -1 on error. */
-static int timed_nexts(const args_t *a, stk_reader *r, uint64_t calls, uint64_t step_us, double *t, zc_count *z,
-                       stk_error *err)
+static int timed_nexts(const args_t *a, stk_reader *r, uint64_t calls, uint64_t step_us, double *t,
+                       zc_count *z, stk_error *err)
 {
     const stk_dataset *ds = stk_reader_dataset(r);
     for (uint64_t k = 0; k < calls; k++) {
@@ -366,7 +380,10 @@ static int timed_nexts(const args_t *a, stk_reader *r, uint64_t calls, uint64_t 
     return 0;
 }
 
-static double pct(const double *sorted, uint64_t n, double p) { return sorted[(size_t)((double)(n - 1) * p)] * 1e6; }
+static double pct(const double *sorted, uint64_t n, double p)
+{
+    return sorted[(size_t)((double)(n - 1) * p)] * 1e6;
+}
 
 static int cmd_seq(const args_t *a)
 {
@@ -398,7 +415,8 @@ static int cmd_seq(const args_t *a)
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);
     double tmed = pct(t, a->calls, 0.5), tp99 = pct(t, a->calls, 0.99);
-    double sps = st.wall_s > 0 ? (double)st.samples / st.wall_s : 0, gbs = st.wall_s > 0 ? (double)st.bytes / st.wall_s / 1e9 : 0;
+    double sps = st.wall_s > 0 ? (double)st.samples / st.wall_s : 0,
+           gbs = st.wall_s > 0 ? (double)st.bytes / st.wall_s / 1e9 : 0;
     /* 2. With a training step between calls (the workers keep the ring
      *    full): what next itself costs a trainer when its batch is ready. */
     stk_reader_stats_reset(r);
@@ -408,22 +426,28 @@ static int cmd_seq(const args_t *a)
     }
     stk_reader_stats st2;
     stk_reader_stats_get(r, &st2);
-    double med = pct(t, a->step_calls, 0.5), p99 = pct(t, a->step_calls, 0.99), mx = t[a->step_calls - 1] * 1e6;
+    double med = pct(t, a->step_calls, 0.5), p99 = pct(t, a->step_calls, 0.99),
+           mx = t[a->step_calls - 1] * 1e6;
     free(t);
-    printf("read_bench: sequential, %u thread(s), prefetch %u, batch %u, fields %s, release_pages %d, %llu batches "
+    printf("read_bench: sequential, %u thread(s), prefetch %u, batch %u, fields %s, release_pages %d, %llu "
+           "batches "
            "per epoch; warm-up epoch: %llu values differ from the dataset%s\n",
            o->threads, o->prefetch, o->batch_size, o->fields ? o->fields : "(all)", o->release_pages,
-           (unsigned long long)nb, (unsigned long long)bad, a->touch ? "; the consumer reads each 4 KiB page of every batch" : "");
-    printf("read_bench: back to back, %llu calls: %.0f samples/s, %.2f GB/s; next median %.1f us, p99 %.1f us "
-           "(waiting for the workers: busy %.2f s in %.2f s)\n",
-           (unsigned long long)a->calls, sps, gbs, tmed, tp99, st.busy_s, st.wall_s);
-    printf("read_bench: with a %.1f ms step between calls, %llu calls: next median %.2f us, p99 %.2f us, max %.1f us; "
+           (unsigned long long)nb, (unsigned long long)bad,
+           a->touch ? "; the consumer reads each 4 KiB page of every batch" : "");
+    printf(
+        "read_bench: back to back, %llu calls: %.0f samples/s, %.2f GB/s; next median %.1f us, p99 %.1f us "
+        "(waiting for the workers: busy %.2f s in %.2f s)\n",
+        (unsigned long long)a->calls, sps, gbs, tmed, tp99, st.busy_s, st.wall_s);
+    printf("read_bench: with a %.1f ms step between calls, %llu calls: next median %.2f us, p99 %.2f us, max "
+           "%.1f us; "
            "%.2f batches ready on average\n",
            a->step_us / 1e3, (unsigned long long)a->step_calls, med, p99, mx, st2.mean_ready);
-    printf("read_bench: zero-copy %llu of %llu batches (expected %llu: those inside one shard; %llu expected but "
+    printf("read_bench: zero-copy %llu of %llu batches (expected %llu: those inside one shard; %llu expected "
+           "but "
            "copied, %llu zero-copy unexpectedly)\n",
-           (unsigned long long)z.zc, (unsigned long long)(a->calls + a->step_calls), (unsigned long long)z.expected,
-           (unsigned long long)z.missed, (unsigned long long)z.wrong);
+           (unsigned long long)z.zc, (unsigned long long)(a->calls + a->step_calls),
+           (unsigned long long)z.expected, (unsigned long long)z.missed, (unsigned long long)z.wrong);
     printf("RESULT seq_next %.3f us_median %.3f us_p99 %.3f us_max\n", med, p99, mx);
     printf("RESULT seq_backtoback %.1f samples/s %.3f GB/s %.3f us_median\n", sps, gbs, tmed);
     printf("RESULT seq_zero_copy %llu batches %llu expected %llu missed %llu bad\n", (unsigned long long)z.zc,
@@ -477,12 +501,14 @@ static int cmd_open(const args_t *a)
     qsort(t, a->repeats, sizeof *t, cmp_double);
     double med = t[a->repeats / 2] * 1e3, mx = t[a->repeats - 1] * 1e3;
     free(t);
-    printf("read_bench: open to first batch, %s order, %zu shards, batch %u, %u runs: first %.2f ms, median %.2f ms, "
-           "max %.2f ms; on average %.2f ms mapping the dataset, %.2f ms starting the reader, %.2f ms to the first batch\n",
+    printf("read_bench: open to first batch, %s order, %zu shards, batch %u, %u runs: first %.2f ms, median "
+           "%.2f ms, "
+           "max %.2f ms; on average %.2f ms mapping the dataset, %.2f ms starting the reader, %.2f ms to the "
+           "first batch\n",
            a->order, nshards, a->batch, a->repeats, first, med, mx, part[0] / a->repeats * 1e3,
            part[1] / a->repeats * 1e3, part[2] / a->repeats * 1e3);
-    printf("RESULT open_first_%s %.3f ms_median %.3f ms_first %.3f ms_max %zu shards\n", a->order, med, first, mx,
-           nshards);
+    printf("RESULT open_first_%s %.3f ms_median %.3f ms_first %.3f ms_max %zu shards\n", a->order, med, first,
+           mx, nshards);
     return 0;
 }
 

@@ -29,7 +29,8 @@ static int write_npy_header(FILE *f, const char *descr, const uint64_t *shape, u
     n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
     size_t total = 10 + (size_t)n + 1, padded = (total + 63) / 64 * 64;
     size_t hlen = padded - 10;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+    unsigned char pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
     if (fwrite(pre, 1, 10, f) != 10 || fwrite(dict, 1, (size_t)n, f) != (size_t)n) return -1;
     for (size_t i = 10 + (size_t)n; i + 1 < padded; i++)
         if (fputc(' ', f) == EOF) return -1;
@@ -40,8 +41,8 @@ static int find_field(const stk_schema *s, const char *name, int kind, int dtype
 {
     int f = stk_schema_find(s, name);
     if (f < 0 || s->fields[f].kind != kind || s->fields[f].dtype != dtype) {
-        fprintf(stderr, "to_memmap: %s: no %s field '%s' (a dataset written by pack or shardgen has one)\n", path,
-                stk_dtype_name(dtype), name);
+        fprintf(stderr, "to_memmap: %s: no %s field '%s' (a dataset written by pack or shardgen has one)\n",
+                path, stk_dtype_name(dtype), name);
         return -1;
     }
     return f;
@@ -50,7 +51,8 @@ static int find_field(const stk_schema *s, const char *name, int kind, int dtype
 int main(int argc, char **argv)
 {
     if (argc != 3 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        fprintf(argc == 2 ? stdout : stderr, "usage: to_memmap DATASET OUT.npy   (also writes OUT.labels.npy)\n");
+        fprintf(argc == 2 ? stdout : stderr,
+                "usage: to_memmap DATASET OUT.npy   (also writes OUT.labels.npy)\n");
         return argc == 2 ? 0 : 2;
     }
     const char *out = argv[2];
@@ -87,7 +89,8 @@ int main(int argc, char **argv)
         perror("to_memmap: cannot create the output");
         goto done;
     }
-    if (write_npy_header(fimg, "|u1", shape, 1 + s->fields[fi].ndim) || write_npy_header(flab, "<i8", shape, 1))
+    if (write_npy_header(fimg, "|u1", shape, 1 + s->fields[fi].ndim) ||
+        write_npy_header(flab, "<i8", shape, 1))
         goto write_error;
     for (uint64_t i = 0; i < n; i++) {
         const void *img, *label;

@@ -55,7 +55,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: soak DATASET [EPOCHS] [BATCH]\n");
         return 2;
     }
-    unsigned epochs = argc > 2 ? (unsigned)atoi(argv[2]) : 100, batch = argc > 3 ? (unsigned)atoi(argv[3]) : 64;
+    unsigned epochs = argc > 2 ? (unsigned)atoi(argv[2]) : 100,
+             batch = argc > 3 ? (unsigned)atoi(argv[3]) : 64;
     stk_reader_options o;
     stk_reader_options_init(&o);
     o.batch_size = batch ? batch : 64;
@@ -92,7 +93,8 @@ int main(int argc, char **argv)
     }
     stk_reader_close(r);
     double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    printf("soak: %u epochs, %llu batches, %llu samples in %.1f s (%.0f samples/s), shuffled, 2 threads, verify once\n",
+    printf("soak: %u epochs, %llu batches, %llu samples in %.1f s (%.0f samples/s), shuffled, 2 threads, "
+           "verify once\n",
            epochs, (unsigned long long)n, (unsigned long long)samples, s, samples / s);
     printf("%-24s %10s %10s %10s\n", "after each epoch", "first", "last", "max");
     printf("%-24s %10ld %10ld %10ld\n", "RSS (kB)", rss.first, rss.last, rss.max);

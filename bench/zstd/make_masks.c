@@ -30,7 +30,8 @@ int main(int argc, char **argv)
     uint64_t shape[2] = {side, side};
     if (stk_schema_add_tensor(&s, "mask", STK_DT_U8, 2, shape, &err) ||
         stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &err) ||
-        (level && (stk_schema_set_codec(&s, 0, STK_CODEC_ZSTD, &err) || stk_schema_set_codec(&s, 1, STK_CODEC_ZSTD, &err)))) {
+        (level && (stk_schema_set_codec(&s, 0, STK_CODEC_ZSTD, &err) ||
+                   stk_schema_set_codec(&s, 1, STK_CODEC_ZSTD, &err)))) {
         fprintf(stderr, "make_masks: %s\n", err.msg);
         return 1;
     }

@@ -16,26 +16,26 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                           \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "abi_sized_test:%d: %s: ", __LINE__, #cond);         \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fputc('\n', stderr);                                                   \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
+#define CHECK(cond, ...)                                           \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      fprintf(stderr, "abi_sized_test:%d: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                \
+      fputc('\n', stderr);                                         \
+      failures++;                                                  \
+    }                                                              \
+  } while (0)
 
 /* Evaluates cond once (it is often the call under test); stops the test on failure. */
-#define REQUIRE(cond, ...)                                                              \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "abi_sized_test:%d: %s: ", __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                               \
-            fputc('\n', stderr);                                                        \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#define REQUIRE(cond, ...)                                         \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      fprintf(stderr, "abi_sized_test:%d: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                \
+      fputc('\n', stderr);                                         \
+      exit(1);                                                     \
+    }                                                              \
+  } while (0)
 
 #define POISON 0xAB
 #define SPARE 64
@@ -97,8 +97,9 @@ static void struct_end_respected(void)
     stk_reader *r = stk_reader_open_sized(dir, o, sizeof *o, sizeof(stk_transform), &err);
     REQUIRE(r, "%s", err.msg);
     const stk_reader_options *in = stk_reader_get_options(r);
-    CHECK(in->batch_size == 3 && in->block_cache_bytes == 0, "in force: batch_size %u, block_cache_bytes %llx",
-          in->batch_size, (unsigned long long)in->block_cache_bytes);
+    CHECK(in->batch_size == 3 && in->block_cache_bytes == 0,
+          "in force: batch_size %u, block_cache_bytes %llx", in->batch_size,
+          (unsigned long long)in->block_cache_bytes);
     const stk_batch *b = stk_reader_next(r, &err);
     CHECK(b && b->size == 3 && b->records[2] == 2, "first batch");
     stk_reader_close(r);
@@ -111,7 +112,8 @@ static void newer_reader_options(void)
     unsigned char buf[sizeof(stk_reader_options) + SPARE];
     memset(buf, POISON, sizeof buf);
     stk_reader_options_init_sized((stk_reader_options *)(void *)buf, sizeof buf);
-    CHECK(buf[sizeof(stk_reader_options)] == 0 && buf[sizeof buf - 1] == 0, "init leaves unknown fields unset");
+    CHECK(buf[sizeof(stk_reader_options)] == 0 && buf[sizeof buf - 1] == 0,
+          "init leaves unknown fields unset");
     stk_reader_options *o = (stk_reader_options *)(void *)buf;
     o->rank = 0;
     o->world_size = 1;
@@ -172,7 +174,8 @@ static void transform_through_wrappers(void)
     const stk_batch *b = stk_reader_next(r, &err);
     REQUIRE(b && stk_reader_synchronize(r, &err) == 0, "%s", err.msg);
     const float *x = b->fields[0].data;
-    CHECK(b->fields[0].dtype == STK_DT_F32 && x[0] == 0.0f && x[48] == 1.0f / 255.0f, "x / 255: %g %g", x[0], x[48]);
+    CHECK(b->fields[0].dtype == STK_DT_F32 && x[0] == 0.0f && x[48] == 1.0f / 255.0f, "x / 255: %g %g", x[0],
+          x[48]);
     stk_reader_close(r);
 }
 
@@ -200,7 +203,8 @@ static void dataset_options(void)
     snprintf(d, sizeof d, "%s-w", dir);
     memset(buf, 0, sizeof buf);
     buf[sizeof buf - 1] = 1;
-    stk_dataset_writer *dw = stk_dataset_writer_create_sized(d, &s, (stk_dataset_options *)(void *)buf, sizeof buf, &err);
+    stk_dataset_writer *dw =
+        stk_dataset_writer_create_sized(d, &s, (stk_dataset_options *)(void *)buf, sizeof buf, &err);
     CHECK(!dw && err.code == STK_E_ARG && strstr(err.msg, "newer"), "newer dataset options: %s",
           dw ? "accepted" : err.msg);
     stk_dataset_writer_abort(dw);

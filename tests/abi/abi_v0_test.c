@@ -28,33 +28,30 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                           \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "abi_v0_test:%d: %s: ", __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fputc('\n', stderr);                                                   \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
+#define CHECK(cond, ...)                                        \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      fprintf(stderr, "abi_v0_test:%d: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                             \
+      fputc('\n', stderr);                                      \
+      failures++;                                               \
+    }                                                           \
+  } while (0)
 
 /* Evaluates cond once (it is often the call under test); stops the test on failure. */
-#define REQUIRE(cond, ...)                                                              \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "abi_v0_test:%d: %s: ", __LINE__, #cond);                   \
-            fprintf(stderr, __VA_ARGS__);                                               \
-            fputc('\n', stderr);                                                        \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#define REQUIRE(cond, ...)                                      \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      fprintf(stderr, "abi_v0_test:%d: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                             \
+      fputc('\n', stderr);                                      \
+      exit(1);                                                  \
+    }                                                           \
+  } while (0)
 
 static char tmp[1024];
 
-static void path_in_tmp(char *buf, size_t cap, const char *name)
-{
-    snprintf(buf, cap, "%s/%s", tmp, name);
-}
+static void path_in_tmp(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
 
 /* ----------------------------------------------- 0.1.0 dataset options */
 
@@ -83,7 +80,8 @@ static void write_with_v0_dataset_options(void)
         uint8_t x[4] = {(uint8_t)i, (uint8_t)(i * 3), (uint8_t)(i * 7), 0xA5};
         int64_t label = (int64_t)(i % 3);
         stk_value v[2] = {{x, 4}, {&label, 8}};
-        REQUIRE(stk_dataset_writer_append(dw, v, &err) == 0, "append %llu: %s", (unsigned long long)i, err.msg);
+        REQUIRE(stk_dataset_writer_append(dw, v, &err) == 0, "append %llu: %s", (unsigned long long)i,
+                err.msg);
     }
     REQUIRE(stk_dataset_writer_finish(dw, &err) == 0, "finish: %s", err.msg);
 
@@ -110,8 +108,8 @@ static void make_shardgen_dataset(char *dir, size_t cap)
     REQUIRE(tools && *tools, "STOKER_TOOLS is not set");
     snprintf(dir, cap, "%s/gen", tmp);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s/shardgen' -q --force -n 53 --size 8 --records-per-shard 10 --seed 3 '%s'", tools,
-             dir);
+    snprintf(cmd, sizeof cmd, "'%s/shardgen' -q --force -n 53 --size 8 --records-per-shard 10 --seed 3 '%s'",
+             tools, dir);
     REQUIRE(system(cmd) == 0, "%s failed", cmd);
 }
 
@@ -128,7 +126,8 @@ static void read_with_v0_options(const char *dir)
     memset(&mem, 0xAB, sizeof mem);
     stk_reader_options *o = &mem.o;
     stk_reader_options_init(o); /* the 0.1.0 symbol: writes 0.1.0's layout */
-    for (size_t i = 0; i < sizeof mem.after; i++) CHECK(mem.after[i] == 0xAB, "init wrote past the struct: byte %zu", i);
+    for (size_t i = 0; i < sizeof mem.after; i++)
+        CHECK(mem.after[i] == 0xAB, "init wrote past the struct: byte %zu", i);
     o->batch_size = 4;
     o->order = STK_ORDER_SHUFFLE;
     o->seed = 7;
@@ -147,7 +146,8 @@ static void read_with_v0_options(const char *dir)
               in->world_size == 1 && in->threads == 2 && in->prefetch == 3 && in->tail == STK_TAIL_PARTIAL &&
               in->verify == STK_VERIFY_ALWAYS && in->release_pages == -1 && in->device == STK_DEVICE_NONE,
           "options in force differ from the ones given");
-    CHECK(in->fields && strcmp(in->fields, "image,label") == 0, "fields in force: %s", in->fields ? in->fields : "NULL");
+    CHECK(in->fields && strcmp(in->fields, "image,label") == 0, "fields in force: %s",
+          in->fields ? in->fields : "NULL");
 
     const stk_dataset *ds = stk_reader_dataset(r);
     const uint64_t n = stk_dataset_records(ds);
@@ -162,7 +162,8 @@ static void read_with_v0_options(const char *dir)
         uint32_t want = b->index == 13 ? 1 : 4;
         CHECK(b->size == want, "epoch %llu batch %llu: %u records, want %u", (unsigned long long)b->epoch,
               (unsigned long long)b->index, b->size, want);
-        CHECK(b->nfields == 2 && strcmp(b->fields[0].name, "image") == 0 && strcmp(b->fields[1].name, "label") == 0,
+        CHECK(b->nfields == 2 && strcmp(b->fields[0].name, "image") == 0 &&
+                  strcmp(b->fields[1].name, "label") == 0,
               "fields of the batch");
         CHECK(b->fields[0].ndim == 4 && b->fields[0].shape[0] == b->size && b->fields[0].shape[1] == 8 &&
                   b->fields[0].shape[3] == 3,
@@ -190,8 +191,9 @@ static void read_with_v0_options(const char *dir)
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);
     CHECK(st.batches == 28 && st.samples == 106 && st.threads == 2 && st.prefetch == 3 && st.verified == 106,
-          "stats: %llu batches, %llu samples, %u threads, %u prefetch, %llu verified", (unsigned long long)st.batches,
-          (unsigned long long)st.samples, st.threads, st.prefetch, (unsigned long long)st.verified);
+          "stats: %llu batches, %llu samples, %u threads, %u prefetch, %llu verified",
+          (unsigned long long)st.batches, (unsigned long long)st.samples, st.threads, st.prefetch,
+          (unsigned long long)st.verified);
 
     /* Resume: the state saved after batch 5 leads to batch 5 again. */
     char json[512];
@@ -201,7 +203,8 @@ static void read_with_v0_options(const char *dir)
     REQUIRE(stk_reader_restore(r, &back, &err) == 0, "restore: %s", err.msg);
     b = stk_reader_next(r, &err);
     REQUIRE(b, "next after restore: %s", err.msg);
-    CHECK(b->epoch == 0 && b->index == 5 && b->records[0] == stk_order_record(STK_ORDER_SHUFFLE, n, 7, 0, 0, 0, 20),
+    CHECK(b->epoch == 0 && b->index == 5 &&
+              b->records[0] == stk_order_record(STK_ORDER_SHUFFLE, n, 7, 0, 0, 0, 20),
           "after restore: epoch %llu batch %llu", (unsigned long long)b->epoch, (unsigned long long)b->index);
     stk_reader_close(r);
 }
@@ -237,8 +240,8 @@ static void transform_with_v0_struct(const char *dir)
         CHECK(strcmp(f->name, "image") == 0 && f->dtype == STK_DT_F32 && f->ndim == 4 && f->shape[0] == 5 &&
                   f->shape[1] == 3 && f->shape[2] == 4 && f->shape[3] == 4,
               "transformed image: dtype %d, shape [%llu, %llu, %llu, %llu]", f->dtype,
-              (unsigned long long)f->shape[0], (unsigned long long)f->shape[1], (unsigned long long)f->shape[2],
-              (unsigned long long)f->shape[3]);
+              (unsigned long long)f->shape[0], (unsigned long long)f->shape[1],
+              (unsigned long long)f->shape[2], (unsigned long long)f->shape[3]);
         const float *out = f->data;
         for (uint32_t i = 0; i < b->size; i++) {
             const void *img;

@@ -56,7 +56,8 @@ START_TEST(test_kill_at_random_moments)
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 480 --classes 4 --min-side 48 --max-side 96 raw", tu_tools), 0);
     ck_assert_int_eq(tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw ref", tu_pack_bin()), 0);
     double t0 = now(); /* time a second run: the first one also read the inputs from disk */
-    ck_assert_int_eq(tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw warm && rm -rf warm", tu_pack_bin()), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw warm && rm -rf warm", tu_pack_bin()), 0);
     double ref_s = now() - t0;
     const char *s = getenv("STOKER_FAULT_TRIALS"); /* STK_FAULT_TRIALS: its old name */
     if (!s) s = getenv("STK_FAULT_TRIALS");
@@ -85,7 +86,8 @@ START_TEST(test_kill_at_random_moments)
             if (part_left) { /* the same command finishes the tidy-up */
                 ck_assert_msg(rc == 0, "trial %u: re-run after a kill past the manifest exited %d: %s", t, rc,
                               tu_slurp("err.txt"));
-                ck_assert_msg(tu_sh("diff -r ref out") == 0, "trial %u: bookkeeping left after the re-run", t);
+                ck_assert_msg(tu_sh("diff -r ref out") == 0, "trial %u: bookkeeping left after the re-run",
+                              t);
             } else { /* finished (or its record already removed): an existing dataset is refused */
                 ck_assert_int_eq(rc, 1);
             }
@@ -94,13 +96,16 @@ START_TEST(test_kill_at_random_moments)
         }
         /* the same command again finishes it, byte for byte */
         int rc = tu_sh("'%s' -q -j 2 --size 32 --records-per-shard 16 raw out", tu_pack_bin());
-        ck_assert_msg(rc == 0, "trial %u (killed after %.3f s): re-run exited %d: %s", t, at, rc, tu_slurp("err.txt"));
-        ck_assert_msg(tu_sh("diff -r ref out") == 0, "trial %u (killed after %.3f s): resumed output differs", t, at);
+        ck_assert_msg(rc == 0, "trial %u (killed after %.3f s): re-run exited %d: %s", t, at, rc,
+                      tu_slurp("err.txt"));
+        ck_assert_msg(tu_sh("diff -r ref out") == 0, "trial %u (killed after %.3f s): resumed output differs",
+                      t, at);
         /* the manifest's whole-file hashes (computed while writing) match the files */
         ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --file-hash out", tu_tools), 0);
         survived++;
     }
-    printf("RESULT pack_kill_trials %u survived of %u (%u killed mid-run, the rest had finished)\n", survived, n, mid);
+    printf("RESULT pack_kill_trials %u survived of %u (%u killed mid-run, the rest had finished)\n", survived,
+           n, mid);
     ck_assert_uint_eq(survived, n);
     ck_assert_msg(mid > 0, "no trial killed pack while it ran (ref run %.3f s)", ref_s);
 }
@@ -122,7 +127,9 @@ START_TEST(test_rerun_after_kill_past_manifest)
     /* (LeakSanitizer cannot run under ptrace: off for this one run of an ASan build) */
     ck_assert_int_eq(tu_sh("ASAN_OPTIONS=detect_leaks=0 strace -f -o /dev/null -e trace=unlink,unlinkat "
                            "-e inject=unlink,unlinkat:error=EPERM "
-                           "'%s' -q --size 16 --records-per-shard 8 raw out", tu_pack_bin()), 0);
+                           "'%s' -q --size 16 --records-per-shard 8 raw out",
+                           tu_pack_bin()),
+                     0);
     ck_assert_int_eq(tu_sh("ls out/pack-part-*.json"), 0); /* the bookkeeping stayed */
     ck_assert_int_eq(tu_sh("'%s' -q --size 16 --records-per-shard 8 raw out", tu_pack_bin()), 0);
     ck_assert_int_eq(tu_sh("diff -r ref out"), 0);
@@ -139,7 +146,8 @@ START_TEST(test_inputs_vanish)
     tu_cli_setup();
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 40 --classes 2 --min-side 40 --max-side 60 raw", tu_tools), 0);
     ck_assert_int_eq(tu_sh("(echo path,label; cd raw && for f in class000/*.jpg; do echo \"$f,0\"; done; "
-                           "echo gone.jpg,1; echo dir.jpg,1) > raw/list.csv && mkdir raw/dir.jpg"), 0);
+                           "echo gone.jpg,1; echo dir.jpg,1) > raw/list.csv && mkdir raw/dir.jpg"),
+                     0);
     int rc = tu_sh("'%s' --size 16 raw/list.csv out", tu_pack_bin());
     ck_assert_msg(rc == 3, "exit %d (3: packed, some skipped): %s", rc, tu_slurp("err.txt"));
     const char *err = tu_slurp("err.txt");
@@ -174,10 +182,11 @@ START_TEST(test_inputs_vanish)
     char *info = tu_slurp("out.txt");
     const char *rec = strstr(info, "\"records\":");
     ck_assert_ptr_nonnull(rec);
-    int packed = atoi(rec + 10), skipped = WEXITSTATUS(st) == 3 ? tu_count_lines(tu_slurp("out2/skipped.tsv")) - 1 : 0;
+    int packed = atoi(rec + 10),
+        skipped = WEXITSTATUS(st) == 3 ? tu_count_lines(tu_slurp("out2/skipped.tsv")) - 1 : 0;
     ck_assert_int_eq(packed + skipped, 400);
-    printf("RESULT pack_vanishing_inputs 2 removed mid-run: %d packed in all, %d skipped with a reason\n", packed,
-           skipped);
+    printf("RESULT pack_vanishing_inputs 2 removed mid-run: %d packed in all, %d skipped with a reason\n",
+           packed, skipped);
 }
 END_TEST
 

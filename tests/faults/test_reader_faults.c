@@ -76,7 +76,8 @@ START_TEST(test_flips_under_verify_always)
         stk__layout L;
         ck_assert_int_eq(stk__layout_decode(file, hl, hl, "shard", &L, NULL), 0);
         free(file);
-        const uint8_t *map0 = (const uint8_t *)stk_shard_field_base(sh, TU_IMAGE) - L.region[TU_IMAGE].data_off;
+        const uint8_t *map0 =
+            (const uint8_t *)stk_shard_field_base(sh, TU_IMAGE) - L.region[TU_IMAGE].data_off;
         off_t off = (off_t)((const uint8_t *)p - map0) + (off_t)((unsigned)rand() % size);
         int fd = open(stk_shard_path(sh), O_RDWR);
         ck_assert_int_ge(fd, 0);
@@ -87,13 +88,15 @@ START_TEST(test_flips_under_verify_always)
         close(fd);
         stk_error err;
         const stk_batch *bt;
-        while ((bt = stk_reader_next(r, &err))) {
-        }
+        while ((bt = stk_reader_next(r, &err))) {}
         char want[64];
         snprintf(want, sizeof want, "record %llu (dataset record %llu)", (unsigned long long)local,
                  (unsigned long long)rec);
-        if (err.code == STK_E_CHECKSUM && strstr(err.msg, want) && strstr(err.msg, stk_shard_path(sh))) detected++;
-        else fprintf(stderr, "flip %u (record %llu field %u) not reported: %s\n", t, (unsigned long long)rec, field, err.msg);
+        if (err.code == STK_E_CHECKSUM && strstr(err.msg, want) && strstr(err.msg, stk_shard_path(sh)))
+            detected++;
+        else
+            fprintf(stderr, "flip %u (record %llu field %u) not reported: %s\n", t, (unsigned long long)rec,
+                    field, err.msg);
         stk_reader_close(r);
         make(dir, sizeof dir, "flips", 90, 30); /* a clean copy for the next trial */
     }
@@ -166,7 +169,8 @@ START_TEST(test_open_close_cycles_leak_nothing)
     }
     rss1 = rss_anon_kb();
     int fds1 = count_fds();
-    printf("RESULT reader_open_close_cycles %u fds %d -> %d rss_anon_kb %ld -> %ld\n", n, fds0, fds1, rss0, rss1);
+    printf("RESULT reader_open_close_cycles %u fds %d -> %d rss_anon_kb %ld -> %ld\n", n, fds0, fds1, rss0,
+           rss1);
     ck_assert_int_eq(fds1, fds0);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     /* the sanitizers keep freed memory in quarantine: LeakSanitizer checks leaks here instead */

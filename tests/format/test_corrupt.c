@@ -84,7 +84,7 @@ static void collect(void *user, const stk_shard *sh, uint64_t record, int field,
 
 /* ------------------------------------------------ header fields, one by one */
 
-#define DESC(f, field) (STK_HEADER_FIXED + (f) * STK_FIELD_DESC + (field))
+#define DESC(f, field) (STK_HEADER_FIXED + (f)*STK_FIELD_DESC + (field))
 
 enum { SET, ADD };
 
@@ -93,7 +93,7 @@ typedef struct {
     unsigned off, width; /* bytes of the field */
     int mode;            /* SET: store val; ADD: add val to what is there */
     int64_t val;
-    int code;            /* STK_OK: the file must still open */
+    int code; /* STK_OK: the file must still open */
     const char *sub;
 } header_case;
 
@@ -112,17 +112,21 @@ static const header_case CASES[] = {
     {"nfields 0", H_NFIELDS, 4, SET, 0, STK_E_FORMAT, "header declares 0 fields (1 to 32 allowed)"},
     {"nfields 33", H_NFIELDS, 4, SET, 33, STK_E_FORMAT, "header declares 33 fields"},
     {"nfields 2", H_NFIELDS, 4, SET, 2, STK_E_FORMAT, "header size 456 does not fit 2 fields"},
-    {"records +1", H_RECORDS, 8, ADD, 1, STK_E_FORMAT, "checksum table length 120 is not records x fields x 8"},
+    {"records +1", H_RECORDS, 8, ADD, 1, STK_E_FORMAT,
+     "checksum table length 120 is not records x fields x 8"},
     {"records 0", H_RECORDS, 8, SET, 0, STK_E_FORMAT, "checksum table length"},
     {"records huge", H_RECORDS, 8, SET, INT64_MAX, STK_E_FORMAT, "checksum table length"},
-    {"file_size +1", H_FILE_SIZE, 8, ADD, 1, STK_E_TRUNCATED, "truncated: file is 20632 bytes, header says 20633 (1 missing)"},
+    {"file_size +1", H_FILE_SIZE, 8, ADD, 1, STK_E_TRUNCATED,
+     "truncated: file is 20632 bytes, header says 20633 (1 missing)"},
     {"file_size -1", H_FILE_SIZE, 8, ADD, -1, STK_E_FORMAT, "header says 20631 (1 extra)"},
-    {"cksum_off +4096", H_CKSUM_OFF, 8, ADD, 4096, STK_E_FORMAT, "checksum table at 24576 (+120) and the footer do not end the file"},
+    {"cksum_off +4096", H_CKSUM_OFF, 8, ADD, 4096, STK_E_FORMAT,
+     "checksum table at 24576 (+120) and the footer do not end the file"},
     {"cksum_off +8", H_CKSUM_OFF, 8, ADD, 8, STK_E_FORMAT, "checksum table at 20488"},
     {"cksum_off -4096", H_CKSUM_OFF, 8, ADD, -4096, STK_E_FORMAT, "checksum table at 16384"},
     {"cksum_off 0", H_CKSUM_OFF, 8, SET, 0, STK_E_FORMAT, "checksum table at 0"},
     {"cksum_len +8", H_CKSUM_LEN, 8, ADD, 8, STK_E_FORMAT, "checksum table length 128"},
-    {"alignment 3000", H_ALIGN, 4, SET, 3000, STK_E_FORMAT, "region alignment is not a power of two from 4096 to 2^30 (3000)"},
+    {"alignment 3000", H_ALIGN, 4, SET, 3000, STK_E_FORMAT,
+     "region alignment is not a power of two from 4096 to 2^30 (3000)"},
     {"alignment 2048", H_ALIGN, 4, SET, 2048, STK_E_FORMAT, "region alignment is not a power of two"},
     {"alignment 0", H_ALIGN, 4, SET, 0, STK_E_FORMAT, "region alignment is not a power of two"},
     {"alignment 2^31", H_ALIGN, 4, SET, 0x80000000, STK_E_FORMAT, "region alignment is not a power of two"},
@@ -132,62 +136,101 @@ static const header_case CASES[] = {
 
     {"name empty", DESC(0, D_NAME), 8, SET, 0, STK_E_FORMAT, "schema: field 0: invalid name"},
     {"name bad char", DESC(0, D_NAME + 2), 1, SET, ' ', STK_E_FORMAT, "field 0: invalid name"},
-    {"name tail", DESC(0, D_NAME + 20), 1, SET, 'X', STK_E_FORMAT, "field 0: bytes after the name are not zero"},
-    {"name last byte", DESC(2, D_NAME + 31), 1, SET, 'X', STK_E_FORMAT, "field 2: bytes after the name are not zero"},
-    {"kind 3", DESC(1, D_KIND), 1, SET, 3, STK_E_UNSUPPORTED, "field 'label': kind 3 is not supported by this build"},
+    {"name tail", DESC(0, D_NAME + 20), 1, SET, 'X', STK_E_FORMAT,
+     "field 0: bytes after the name are not zero"},
+    {"name last byte", DESC(2, D_NAME + 31), 1, SET, 'X', STK_E_FORMAT,
+     "field 2: bytes after the name are not zero"},
+    {"kind 3", DESC(1, D_KIND), 1, SET, 3, STK_E_UNSUPPORTED,
+     "field 'label': kind 3 is not supported by this build"},
     {"kind 0", DESC(1, D_KIND), 1, SET, 0, STK_E_UNSUPPORTED, "field 'label': kind 0 is not supported"},
-    {"tensor as bytes", DESC(0, D_KIND), 1, SET, STK_KIND_BYTES, STK_E_FORMAT, "bytes field 'image' must have dtype u8 and no shape"},
-    {"bytes as tensor", DESC(2, D_KIND), 1, SET, STK_KIND_TENSOR, STK_E_FORMAT, "field 'text': stride 8 does not match its shape (1)"},
-    {"dtype 0", DESC(0, D_DTYPE), 1, SET, 0, STK_E_UNSUPPORTED, "field 'image': dtype 0 is not supported by this build"},
+    {"tensor as bytes", DESC(0, D_KIND), 1, SET, STK_KIND_BYTES, STK_E_FORMAT,
+     "bytes field 'image' must have dtype u8 and no shape"},
+    {"bytes as tensor", DESC(2, D_KIND), 1, SET, STK_KIND_TENSOR, STK_E_FORMAT,
+     "field 'text': stride 8 does not match its shape (1)"},
+    {"dtype 0", DESC(0, D_DTYPE), 1, SET, 0, STK_E_UNSUPPORTED,
+     "field 'image': dtype 0 is not supported by this build"},
     {"dtype 13", DESC(1, D_DTYPE), 1, SET, 13, STK_E_UNSUPPORTED, "field 'label': dtype 13 is not supported"},
-    {"dtype wider", DESC(0, D_DTYPE), 1, SET, STK_DT_F32, STK_E_FORMAT, "field 'image': stride 30 does not match its shape (60)"},
-    {"dtype of bytes", DESC(2, D_DTYPE), 1, SET, STK_DT_I8, STK_E_FORMAT, "bytes field 'text' must have dtype u8"},
+    {"dtype wider", DESC(0, D_DTYPE), 1, SET, STK_DT_F32, STK_E_FORMAT,
+     "field 'image': stride 30 does not match its shape (60)"},
+    {"dtype of bytes", DESC(2, D_DTYPE), 1, SET, STK_DT_I8, STK_E_FORMAT,
+     "bytes field 'text' must have dtype u8"},
     {"codec", DESC(0, D_CODEC), 1, SET, 2, STK_E_UNSUPPORTED, "field 'image' uses codec 2"},
-    {"zstd in a 1.0 file", DESC(0, D_CODEC), 1, SET, 1, STK_E_FORMAT, "codec zstd needs format 1.1, the file says 1.0"},
+    {"zstd in a 1.0 file", DESC(0, D_CODEC), 1, SET, 1, STK_E_FORMAT,
+     "codec zstd needs format 1.1, the file says 1.0"},
     {"codec of bytes", DESC(2, D_CODEC), 1, SET, 200, STK_E_UNSUPPORTED, "field 'text' uses codec 200"},
     {"ndim 7", DESC(0, D_NDIM), 1, SET, 7, STK_E_FORMAT, "field 'image': 7 dimensions (at most 6)"},
     {"ndim 1", DESC(0, D_NDIM), 1, SET, 1, STK_E_FORMAT, "field 'image': shape entry 1 set beyond ndim"},
     {"ndim 3", DESC(0, D_NDIM), 1, SET, 3, STK_E_FORMAT, "field 'image': dimension 2 is 0"},
     {"ndim of scalar", DESC(1, D_NDIM), 1, SET, 1, STK_E_FORMAT, "field 'label': dimension 0 is 0"},
-    {"ndim of bytes", DESC(2, D_NDIM), 1, SET, 1, STK_E_FORMAT, "bytes field 'text' must have dtype u8 and no shape"},
+    {"ndim of bytes", DESC(2, D_NDIM), 1, SET, 1, STK_E_FORMAT,
+     "bytes field 'text' must have dtype u8 and no shape"},
     {"reserved", DESC(1, D_RESERVED), 4, SET, 1, STK_E_FORMAT, "field 1: reserved bytes are not zero"},
     {"shape 0", DESC(0, D_SHAPE), 8, SET, 0, STK_E_FORMAT, "field 'image': dimension 0 is 0"},
-    {"shape grown", DESC(0, D_SHAPE + 8), 8, SET, 6, STK_E_FORMAT, "field 'image': stride 30 does not match its shape (36)"},
+    {"shape grown", DESC(0, D_SHAPE + 8), 8, SET, 6, STK_E_FORMAT,
+     "field 'image': stride 30 does not match its shape (36)"},
     {"shape huge", DESC(0, D_SHAPE), 8, SET, 1ll << 40, STK_E_FORMAT, "field 'image': record size overflows"},
-    {"shape of scalar", DESC(1, D_SHAPE + 40), 8, SET, 1, STK_E_FORMAT, "field 'label': shape entry 5 set beyond ndim"},
+    {"shape of scalar", DESC(1, D_SHAPE + 40), 8, SET, 1, STK_E_FORMAT,
+     "field 'label': shape entry 5 set beyond ndim"},
     {"shape of bytes", DESC(2, D_SHAPE), 8, SET, 4, STK_E_FORMAT, "bytes field 'text' has a shape"},
-    {"stride +2", DESC(0, D_STRIDE), 8, ADD, 2, STK_E_FORMAT, "field 'image': stride 32 does not match its shape (30)"},
-    {"stride 0", DESC(1, D_STRIDE), 8, SET, 0, STK_E_FORMAT, "field 'label': stride 0 does not match its shape (4)"},
-    {"stride of bytes", DESC(2, D_STRIDE), 8, SET, 16, STK_E_FORMAT, "field 'text': offsets column is not (records + 1) x 8 bytes"},
-    {"data_off +2", DESC(0, D_DATA_OFF), 8, ADD, 2, STK_E_FORMAT, "field 'image': data region [4098, +150) is misaligned or outside the data area"},
-    {"data_off 0", DESC(0, D_DATA_OFF), 8, SET, 0, STK_E_FORMAT, "field 'image': data region [0, +150) is misaligned or outside"},
-    {"data_off at table", DESC(1, D_DATA_OFF), 8, SET, 20480, STK_E_FORMAT, "field 'label': data region [20480, +20) is misaligned or outside"},
+    {"stride +2", DESC(0, D_STRIDE), 8, ADD, 2, STK_E_FORMAT,
+     "field 'image': stride 32 does not match its shape (30)"},
+    {"stride 0", DESC(1, D_STRIDE), 8, SET, 0, STK_E_FORMAT,
+     "field 'label': stride 0 does not match its shape (4)"},
+    {"stride of bytes", DESC(2, D_STRIDE), 8, SET, 16, STK_E_FORMAT,
+     "field 'text': offsets column is not (records + 1) x 8 bytes"},
+    {"data_off +2", DESC(0, D_DATA_OFF), 8, ADD, 2, STK_E_FORMAT,
+     "field 'image': data region [4098, +150) is misaligned or outside the data area"},
+    {"data_off 0", DESC(0, D_DATA_OFF), 8, SET, 0, STK_E_FORMAT,
+     "field 'image': data region [0, +150) is misaligned or outside"},
+    {"data_off at table", DESC(1, D_DATA_OFF), 8, SET, 20480, STK_E_FORMAT,
+     "field 'label': data region [20480, +20) is misaligned or outside"},
     {"data_off overlap", DESC(0, D_DATA_OFF), 8, SET, 8192, STK_E_FORMAT, "regions at 8192 and 8192 overlap"},
-    {"data_off bytes", DESC(2, D_DATA_OFF), 8, ADD, 8, STK_E_FORMAT, "field 'text': data region [12296, +48) is misaligned"},
-    {"data_len +1", DESC(0, D_DATA_LEN), 8, ADD, 1, STK_E_FORMAT, "field 'image': region length 151 is not records x stride"},
-    {"data_len 0", DESC(1, D_DATA_LEN), 8, SET, 0, STK_E_FORMAT, "field 'label': region length 0 is not records x stride"},
-    {"data_len bytes", DESC(2, D_DATA_LEN), 8, ADD, 8, STK_E_FORMAT, "field 'text': offsets column is not (records + 1) x 8 bytes"},
-    {"heap_off of tensor", DESC(0, D_HEAP_OFF), 8, SET, 4096, STK_E_FORMAT, "field 'image': tensor field has a heap"},
-    {"heap_len of tensor", DESC(1, D_HEAP_LEN), 8, SET, 1, STK_E_FORMAT, "field 'label': tensor field has a heap"},
+    {"data_off bytes", DESC(2, D_DATA_OFF), 8, ADD, 8, STK_E_FORMAT,
+     "field 'text': data region [12296, +48) is misaligned"},
+    {"data_len +1", DESC(0, D_DATA_LEN), 8, ADD, 1, STK_E_FORMAT,
+     "field 'image': region length 151 is not records x stride"},
+    {"data_len 0", DESC(1, D_DATA_LEN), 8, SET, 0, STK_E_FORMAT,
+     "field 'label': region length 0 is not records x stride"},
+    {"data_len bytes", DESC(2, D_DATA_LEN), 8, ADD, 8, STK_E_FORMAT,
+     "field 'text': offsets column is not (records + 1) x 8 bytes"},
+    {"heap_off of tensor", DESC(0, D_HEAP_OFF), 8, SET, 4096, STK_E_FORMAT,
+     "field 'image': tensor field has a heap"},
+    {"heap_len of tensor", DESC(1, D_HEAP_LEN), 8, SET, 1, STK_E_FORMAT,
+     "field 'label': tensor field has a heap"},
     {"heap_off +1", DESC(2, D_HEAP_OFF), 8, ADD, 1, STK_E_FORMAT, "field 'text': heap region [16385, "},
-    {"heap_off at table", DESC(2, D_HEAP_OFF), 8, ADD, 4096, STK_E_FORMAT, "field 'text': heap region [20480, "},
-    {"heap_off overlap", DESC(2, D_HEAP_OFF), 8, SET, 12288, STK_E_FORMAT, "regions at 12288 and 12288 overlap"},
-    {"heap_len +1", DESC(2, D_HEAP_LEN), 8, ADD, 1, STK_E_FORMAT, "field 'text': offsets column does not span the"},
-    {"heap_len -1", DESC(2, D_HEAP_LEN), 8, ADD, -1, STK_E_FORMAT, "field 'text': offsets column does not span the"},
-    {"heap_len past table", DESC(2, D_HEAP_LEN), 8, ADD, 4096, STK_E_FORMAT, "field 'text': heap region [16384, "},
+    {"heap_off at table", DESC(2, D_HEAP_OFF), 8, ADD, 4096, STK_E_FORMAT,
+     "field 'text': heap region [20480, "},
+    {"heap_off overlap", DESC(2, D_HEAP_OFF), 8, SET, 12288, STK_E_FORMAT,
+     "regions at 12288 and 12288 overlap"},
+    {"heap_len +1", DESC(2, D_HEAP_LEN), 8, ADD, 1, STK_E_FORMAT,
+     "field 'text': offsets column does not span the"},
+    {"heap_len -1", DESC(2, D_HEAP_LEN), 8, ADD, -1, STK_E_FORMAT,
+     "field 'text': offsets column does not span the"},
+    {"heap_len past table", DESC(2, D_HEAP_LEN), 8, ADD, 4096, STK_E_FORMAT,
+     "field 'text': heap region [16384, "},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
 static void apply(uint8_t *b, const header_case *c)
 {
-    uint64_t old = c->width == 1 ? b[c->off] : c->width == 2 ? rd16(b + c->off)
-                 : c->width == 4 ? rd32(b + c->off) : rd64(b + c->off);
+    uint64_t old = c->width == 1   ? b[c->off]
+                   : c->width == 2 ? rd16(b + c->off)
+                   : c->width == 4 ? rd32(b + c->off)
+                                   : rd64(b + c->off);
     uint64_t v = c->mode == SET ? (uint64_t)c->val : old + (uint64_t)c->val;
     switch (c->width) {
-    case 1: b[c->off] = (uint8_t)v; break;
-    case 2: wr16(b + c->off, (uint16_t)v); break;
-    case 4: wr32(b + c->off, (uint32_t)v); break;
-    default: wr64(b + c->off, v); break;
+    case 1:
+        b[c->off] = (uint8_t)v;
+        break;
+    case 2:
+        wr16(b + c->off, (uint16_t)v);
+        break;
+    case 4:
+        wr32(b + c->off, (uint32_t)v);
+        break;
+    default:
+        wr64(b + c->off, v);
+        break;
     }
     ck_assert_msg(v != old, "%s: the corruption changes nothing", c->what);
 }
@@ -229,7 +272,8 @@ START_TEST(header_fields_rehashed)
                           stk_status_name(c->code), e.msg);
             ck_assert_msg(strstr(e.msg, c->sub) != NULL, "%s: message \"%s\" lacks \"%s\"", c->what, e.msg,
                           c->sub);
-            ck_assert_msg(strncmp(e.msg, NAME ": ", strlen(NAME) + 2) == 0, "%s: unnamed: %s", c->what, e.msg);
+            ck_assert_msg(strncmp(e.msg, NAME ": ", strlen(NAME) + 2) == 0, "%s: unnamed: %s", c->what,
+                          e.msg);
         }
         free(b);
     }
@@ -313,7 +357,7 @@ START_TEST(newer_minor_larger_header)
 
     wr32(b + H_HEADER_SIZE, hs + 12); /* not a multiple of 8 */
     expect_open_fails(b, len, STK_E_FORMAT, "header size 468 does not fit 3 fields");
-    wr32(b + H_HEADER_SIZE, hs - 8);  /* smaller than the fields need */
+    wr32(b + H_HEADER_SIZE, hs - 8); /* smaller than the fields need */
     expect_open_fails(b, len, STK_E_FORMAT, "header size 448 does not fit");
     wr32(b + H_HEADER_SIZE, 2u << 20); /* over the cap */
     expect_open_fails(b, len, STK_E_FORMAT, "does not fit");
@@ -423,8 +467,8 @@ START_TEST(padding_per_gap)
     read_layout(b, &L);
     b[L.hs + 10] = 1; /* gap after the header, twice */
     b[L.hs + 900] = 2;
-    b[L.data_off[TU_LABEL] - 1] = 3;    /* end of the gap after "image" */
-    b[L.cksum_off - 1] = 4;             /* end of the gap after the heap */
+    b[L.data_off[TU_LABEL] - 1] = 3; /* end of the gap after "image" */
+    b[L.cksum_off - 1] = 4;          /* end of the gap after the heap */
     stk_error e;
     stk_shard *sh = stk_shard_open_memory(b, len, NAME, &e);
     ck_assert_ptr_nonnull(sh);
@@ -528,7 +572,8 @@ static void expect_detected(const stk_shard *sh, size_t off, bool index_bad, boo
 {
     stk_error e = {0, ""};
     int rc = stk_shard_verify_index(sh, 0, &e);
-    ck_assert_msg((rc == STK_E_CHECKSUM) == index_bad, "offset %zu: verify_index gave %d (%s)", off, rc, e.msg);
+    ck_assert_msg((rc == STK_E_CHECKSUM) == index_bad, "offset %zu: verify_index gave %d (%s)", off, rc,
+                  e.msg);
     ck_assert_msg(rc == STK_OK || rc == STK_E_CHECKSUM, "offset %zu: %s", off, e.msg);
 
     problems p;
@@ -546,7 +591,8 @@ static void expect_detected(const stk_shard *sh, size_t off, bool index_bad, boo
 
     memset(&p, 0, sizeof p);
     n = stk_shard_verify_padding(sh, collect, &p);
-    ck_assert_msg((n == 1) == pad_bad && n <= 1, "offset %zu: %llu padding problems", off, (unsigned long long)n);
+    ck_assert_msg((n == 1) == pad_bad && n <= 1, "offset %zu: %llu padding problems", off,
+                  (unsigned long long)n);
     if (pad_bad) {
         char want[48];
         snprintf(want, sizeof want, "nonzero padding byte at offset %zu ", off);
@@ -573,8 +619,8 @@ static void check_flip(const uint8_t *b, size_t len, const layout *L, size_t off
         else if (off < H_MINOR) code = STK_E_VERSION, sub = "unsupported format version";
         else if (in(off, H_HEADER_SIZE, 4) || in(off, H_NFIELDS, 4)) code = STK_E_FORMAT, sub = "fields";
         ck_assert_msg(sh == NULL, "offset %zu (header): opened", off);
-        ck_assert_msg(e.code == code && strstr(e.msg, sub), "offset %zu: got %s, expected %s \"%s\"", off, e.msg,
-                      stk_status_name(code), sub);
+        ck_assert_msg(e.code == code && strstr(e.msg, sub), "offset %zu: got %s, expected %s \"%s\"", off,
+                      e.msg, stk_status_name(code), sub);
         return;
     }
     /* Footer: the index hash is checked by verify_index, the rest at open. */
@@ -587,9 +633,11 @@ static void check_flip(const uint8_t *b, size_t len, const layout *L, size_t off
             stk_shard_close(sh);
             return;
         }
-        const char *sub = rel < F_RESERVED ? "footer file size" : rel < F_MAGIC ? "footer reserved" : "footer magic";
-        ck_assert_msg(sh == NULL && e.code == STK_E_FORMAT && strstr(e.msg, sub), "offset %zu: got \"%s\", expected %s",
-                      off, sh ? "(opened)" : e.msg, sub);
+        const char *sub = rel < F_RESERVED ? "footer file size"
+                          : rel < F_MAGIC  ? "footer reserved"
+                                           : "footer magic";
+        ck_assert_msg(sh == NULL && e.code == STK_E_FORMAT && strstr(e.msg, sub),
+                      "offset %zu: got \"%s\", expected %s", off, sh ? "(opened)" : e.msg, sub);
         return;
     }
     /* First and last entries of an offsets column: refused at open. */
@@ -597,7 +645,8 @@ static void check_flip(const uint8_t *b, size_t len, const layout *L, size_t off
         if (L->kind[f] != STK_KIND_BYTES || !in(off, L->data_off[f], L->data_len[f])) continue;
         uint64_t k = (off - L->data_off[f]) / 8;
         if (k == 0 || k == L->records) {
-            ck_assert_msg(sh == NULL && e.code == STK_E_FORMAT && strstr(e.msg, "offsets column does not span"),
+            ck_assert_msg(sh == NULL && e.code == STK_E_FORMAT &&
+                              strstr(e.msg, "offsets column does not span"),
                           "offset %zu: got \"%s\"", off, sh ? "(opened)" : e.msg);
             return;
         }

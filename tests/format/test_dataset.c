@@ -210,8 +210,7 @@ START_TEST(shard_bytes_rotation)
         /* Cut as late as possible: the next record would not have fit. */
         uint64_t first = stk_dataset_shard_first(ds, k);
         ck_assert_uint_eq(big_size(first, n), size);
-        if (k + 1 < ns)
-            ck_assert_msg(big_size(first, n + 1) > limit, "shard %zu was cut early", k);
+        if (k + 1 < ns) ck_assert_msg(big_size(first, n + 1) > limit, "shard %zu was cut early", k);
         ck_assert_uint_eq(stk_shard_verify_records(sh, 0, n, NULL, NULL), 0);
     }
     ck_assert(huge_alone);
@@ -223,7 +222,8 @@ START_TEST(shard_bytes_rotation)
             uint64_t n;
             ck_assert_msg(stk_dataset_value(ds, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
             ck_assert_uint_eq(n, r.v[f].size);
-            ck_assert_msg(memcmp(p, r.v[f].data, (size_t)n) == 0, "record %llu field %u", (unsigned long long)i, f);
+            ck_assert_msg(memcmp(p, r.v[f].data, (size_t)n) == 0, "record %llu field %u",
+                          (unsigned long long)i, f);
         }
         free(r.blob);
     }
@@ -581,7 +581,8 @@ START_TEST(locate_across_empty_shards)
         tu_join(path, sizeof path, dir, name);
         tu_write_std_shard(path, 6, first, counts[i], &info);
         first += counts[i];
-        m->shards[i] = (stk_shard_entry){strdup(name), info.records, info.file_size, info.file_hash, info.index_hash};
+        m->shards[i] =
+            (stk_shard_entry){strdup(name), info.records, info.file_size, info.file_hash, info.index_hash};
     }
     ck_assert_int_eq(stk_manifest_commit(m, dir, &e), STK_OK);
     stk_manifest_free(m);
@@ -745,74 +746,72 @@ END_TEST
 
 /* spec/FORMAT.md section 10, byte for byte: the header dump, the checksum
  * table, the hashes and the manifest text printed there. */
-static const char EXAMPLE_HEADER_HEX[] =
-    "53544b534841524401000000c801000000000000030000000200000000000000"
-    "5050000000000000005000000000000030000000000000000010000001000000"
-    "696d616765000000000000000000000000000000000000000000000000000000"
-    "0101000300000000020000000000000002000000000000000300000000000000"
-    "0000000000000000000000000000000000000000000000000c00000000000000"
-    "0010000000000000180000000000000000000000000000000000000000000000"
-    "6c6162656c000000000000000000000000000000000000000000000000000000"
-    "0108000000000000000000000000000000000000000000000000000000000000"
-    "0000000000000000000000000000000000000000000000000800000000000000"
-    "0020000000000000100000000000000000000000000000000000000000000000"
-    "63617074696f6e00000000000000000000000000000000000000000000000000"
-    "0201000000000000000000000000000000000000000000000000000000000000"
-    "0000000000000000000000000000000000000000000000000800000000000000"
-    "0030000000000000180000000000000000400000000000000200000000000000"
-    "5c8e88c563c0b7df";
+static const char EXAMPLE_HEADER_HEX[] = "53544b534841524401000000c801000000000000030000000200000000000000"
+                                         "5050000000000000005000000000000030000000000000000010000001000000"
+                                         "696d616765000000000000000000000000000000000000000000000000000000"
+                                         "0101000300000000020000000000000002000000000000000300000000000000"
+                                         "0000000000000000000000000000000000000000000000000c00000000000000"
+                                         "0010000000000000180000000000000000000000000000000000000000000000"
+                                         "6c6162656c000000000000000000000000000000000000000000000000000000"
+                                         "0108000000000000000000000000000000000000000000000000000000000000"
+                                         "0000000000000000000000000000000000000000000000000800000000000000"
+                                         "0020000000000000100000000000000000000000000000000000000000000000"
+                                         "63617074696f6e00000000000000000000000000000000000000000000000000"
+                                         "0201000000000000000000000000000000000000000000000000000000000000"
+                                         "0000000000000000000000000000000000000000000000000800000000000000"
+                                         "0030000000000000180000000000000000400000000000000200000000000000"
+                                         "5c8e88c563c0b7df";
 
-static const char EXAMPLE_MANIFEST[] =
-    "{\n"
-    "  \"format\": \"stoker-dataset\",\n"
-    "  \"format_version\": [\n"
-    "    1,\n"
-    "    0\n"
-    "  ],\n"
-    "  \"record_count\": 2,\n"
-    "  \"fingerprint\": \"7b214cf204ab3822\",\n"
-    "  \"schema\": [\n"
-    "    {\n"
-    "      \"name\": \"image\",\n"
-    "      \"kind\": \"tensor\",\n"
-    "      \"dtype\": \"u8\",\n"
-    "      \"shape\": [\n"
-    "        2,\n"
-    "        2,\n"
-    "        3\n"
-    "      ],\n"
-    "      \"codec\": \"none\"\n"
-    "    },\n"
-    "    {\n"
-    "      \"name\": \"label\",\n"
-    "      \"kind\": \"tensor\",\n"
-    "      \"dtype\": \"i64\",\n"
-    "      \"shape\": [],\n"
-    "      \"codec\": \"none\"\n"
-    "    },\n"
-    "    {\n"
-    "      \"name\": \"caption\",\n"
-    "      \"kind\": \"bytes\",\n"
-    "      \"codec\": \"none\"\n"
-    "    }\n"
-    "  ],\n"
-    "  \"classes\": [\n"
-    "    \"cat\",\n"
-    "    \"dog\"\n"
-    "  ],\n"
-    "  \"pack\": {\n"
-    "    \"tool\": \"example\"\n"
-    "  },\n"
-    "  \"shards\": [\n"
-    "    {\n"
-    "      \"path\": \"shard-00000.stk\",\n"
-    "      \"records\": 2,\n"
-    "      \"bytes\": 20560,\n"
-    "      \"xxh3\": \"6907795eac862503\",\n"
-    "      \"index_xxh3\": \"674f82362d91715d\"\n"
-    "    }\n"
-    "  ]\n"
-    "}\n";
+static const char EXAMPLE_MANIFEST[] = "{\n"
+                                       "  \"format\": \"stoker-dataset\",\n"
+                                       "  \"format_version\": [\n"
+                                       "    1,\n"
+                                       "    0\n"
+                                       "  ],\n"
+                                       "  \"record_count\": 2,\n"
+                                       "  \"fingerprint\": \"7b214cf204ab3822\",\n"
+                                       "  \"schema\": [\n"
+                                       "    {\n"
+                                       "      \"name\": \"image\",\n"
+                                       "      \"kind\": \"tensor\",\n"
+                                       "      \"dtype\": \"u8\",\n"
+                                       "      \"shape\": [\n"
+                                       "        2,\n"
+                                       "        2,\n"
+                                       "        3\n"
+                                       "      ],\n"
+                                       "      \"codec\": \"none\"\n"
+                                       "    },\n"
+                                       "    {\n"
+                                       "      \"name\": \"label\",\n"
+                                       "      \"kind\": \"tensor\",\n"
+                                       "      \"dtype\": \"i64\",\n"
+                                       "      \"shape\": [],\n"
+                                       "      \"codec\": \"none\"\n"
+                                       "    },\n"
+                                       "    {\n"
+                                       "      \"name\": \"caption\",\n"
+                                       "      \"kind\": \"bytes\",\n"
+                                       "      \"codec\": \"none\"\n"
+                                       "    }\n"
+                                       "  ],\n"
+                                       "  \"classes\": [\n"
+                                       "    \"cat\",\n"
+                                       "    \"dog\"\n"
+                                       "  ],\n"
+                                       "  \"pack\": {\n"
+                                       "    \"tool\": \"example\"\n"
+                                       "  },\n"
+                                       "  \"shards\": [\n"
+                                       "    {\n"
+                                       "      \"path\": \"shard-00000.stk\",\n"
+                                       "      \"records\": 2,\n"
+                                       "      \"bytes\": 20560,\n"
+                                       "      \"xxh3\": \"6907795eac862503\",\n"
+                                       "      \"index_xxh3\": \"674f82362d91715d\"\n"
+                                       "    }\n"
+                                       "  ]\n"
+                                       "}\n";
 
 static void write_example(const char *dir)
 {
@@ -824,7 +823,8 @@ static void write_example(const char *dir)
     ck_assert_int_eq(stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &e), STK_OK);
     ck_assert_int_eq(stk_schema_add_bytes(&s, "caption", &e), STK_OK);
     const char *classes[] = {"cat", "dog"};
-    stk_dataset_options o = {.force = 1, .nclasses = 2, .classes = classes, .pack_json = "{\"tool\": \"example\"}"};
+    stk_dataset_options o = {
+        .force = 1, .nclasses = 2, .classes = classes, .pack_json = "{\"tool\": \"example\"}"};
     stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
     ck_assert_msg(dw != NULL, "%s", e.msg);
     uint8_t img[2][12];
@@ -851,7 +851,8 @@ START_TEST(worked_example)
     char *text = (char *)tu_read(p, &n);
     ck_assert_uint_eq(n, 775);
     ck_assert_uint_eq(n, strlen(EXAMPLE_MANIFEST));
-    ck_assert_msg(memcmp(text, EXAMPLE_MANIFEST, n) == 0, "manifest differs from the spec:\n%.*s", (int)n, text);
+    ck_assert_msg(memcmp(text, EXAMPLE_MANIFEST, n) == 0, "manifest differs from the spec:\n%.*s", (int)n,
+                  text);
     free(text);
 
     tu_join(p, sizeof p, dir, "shard-00000.stk");

@@ -38,13 +38,14 @@ START_TEST(value_hash_and_sums)
         for (size_t k = 0; k < sizeof blocks / sizeof *blocks; k++) {
             size_t len = blocks[k] * BLK;
             uint8_t *p = bytes(len, len + (size_t)level);
-            uint64_t *sums = malloc(len / BLK * 8 * sizeof *sums), *base = malloc(len / BLK * 8 * sizeof *base);
+            uint64_t *sums = malloc(len / BLK * 8 * sizeof *sums),
+                     *base = malloc(len / BLK * 8 * sizeof *base);
             ck_assert_uint_eq(stk__hash_blocks_isa(p, len, sums, level), XXH3_64bits(p, len));
             /* every level's sums are the portable kernels' (a writer may fold
              * sums made on one level into a hash kept on another) */
             stk__hash_blocks_isa(p, len, base, STK_HASH_ISA_BASE);
-            ck_assert_msg(memcmp(sums, base, len / BLK * 64) == 0, "level %d: sums differ from the portable ones",
-                          level);
+            ck_assert_msg(memcmp(sums, base, len / BLK * 64) == 0,
+                          "level %d: sums differ from the portable ones", level);
             free(base);
             uint8_t pair[2 * BLK];
             uint64_t two[16];
@@ -52,7 +53,8 @@ START_TEST(value_hash_and_sums)
             for (size_t b = 0; b < len / BLK; b += 7) {
                 memcpy(pair, p + b * BLK, BLK);
                 stk__hash_blocks_isa(pair, sizeof pair, two, level);
-                ck_assert_msg(memcmp(two, sums + 8 * b, 64) == 0, "block %zu of %zu: sums differ", b, len / BLK);
+                ck_assert_msg(memcmp(two, sums + 8 * b, 64) == 0, "block %zu of %zu: sums differ", b,
+                              len / BLK);
             }
             free(sums);
             free(p);
@@ -111,9 +113,23 @@ START_TEST(file_hash_any_split)
     /* around the short/long boundary (240), a block, two, and a tail of
      * fewer than 64 bytes after whole blocks (the last stripe reaches back
      * into the previous block) */
-    static const size_t lens[] = {0,        1,           200,         240,          241,       1000,
-                                  BLK - 1,  BLK,         BLK + 1,     BLK + 63,     BLK + 64,  2 * BLK,
-                                  2 * BLK + 5, 3 * BLK - 64, 7 * BLK,  10 * BLK + 17, 50 * BLK + 900};
+    static const size_t lens[] = {0,
+                                  1,
+                                  200,
+                                  240,
+                                  241,
+                                  1000,
+                                  BLK - 1,
+                                  BLK,
+                                  BLK + 1,
+                                  BLK + 63,
+                                  BLK + 64,
+                                  2 * BLK,
+                                  2 * BLK + 5,
+                                  3 * BLK - 64,
+                                  7 * BLK,
+                                  10 * BLK + 17,
+                                  50 * BLK + 900};
     static const size_t cut_sets[][4] = {{1 << 30, 1 << 30, 1 << 30, 1 << 30}, /* one update */
                                          {BLK, BLK, BLK, BLK},
                                          {1, 7, 64, 1000},
@@ -173,7 +189,8 @@ START_TEST(sums_are_used_on_boundaries_only)
         stk__hasher_update(h, p, off ? 100 : 0);
         stk__hasher_absorb(h, p + 100, sums, img);
         stk__hasher_update(h, p + 100 + img, 77);
-        uint64_t got = stk__hasher_digest(h), want = XXH3_64bits(off ? p : p + 100, (off ? 100 : 0) + img + 77);
+        uint64_t got = stk__hasher_digest(h),
+                 want = XXH3_64bits(off ? p : p + 100, (off ? 100 : 0) + img + 77);
         if (off) ck_assert_uint_eq(got, want);
         else ck_assert_uint_ne(got, want);
         stk__hasher_free(h);
@@ -208,11 +225,13 @@ START_TEST(every_length_to_4_blocks)
             for (size_t len = 0; len <= max; len++) {
                 const uint8_t *d = p + off;
                 uint64_t want = XXH3_64bits(d, len);
-                ck_assert_msg(stk__hash_isa_cap(d, len, level) == want, "stk_hash, level %d, len %zu", level, len);
-                static const size_t one[] = {SIZE_MAX}, pieces[] = {1, 63, 64, 65, BLK - 1, BLK, 7};
-                ck_assert_msg(fed(d, len, one, 1, level, 0) == want, "one update, level %d, len %zu", level, len);
-                ck_assert_msg(fed(d, len, pieces, 7, level, len % 2) == want, "pieces, level %d, len %zu", level,
+                ck_assert_msg(stk__hash_isa_cap(d, len, level) == want, "stk_hash, level %d, len %zu", level,
                               len);
+                static const size_t one[] = {SIZE_MAX}, pieces[] = {1, 63, 64, 65, BLK - 1, BLK, 7};
+                ck_assert_msg(fed(d, len, one, 1, level, 0) == want, "one update, level %d, len %zu", level,
+                              len);
+                ck_assert_msg(fed(d, len, pieces, 7, level, len % 2) == want, "pieces, level %d, len %zu",
+                              level, len);
                 if (len == 0 || len % BLK) continue;
                 ck_assert_uint_eq(stk__hash_blocks_isa(d, len, sums, level), want);
                 stk__hasher *h = stk__hasher_new_isa(level);
@@ -250,8 +269,8 @@ START_TEST(block_multiples_to_mibs)
                 stk__hasher_absorb(h, v, sums, n * BLK);
                 if (with_tail) stk__hasher_update(h, v + n * BLK, tail);
                 size_t total = head + n * BLK + (with_tail ? tail : 0);
-                ck_assert_msg(stk__hasher_digest(h) == XXH3_64bits(p, total), "file of %zu blocks, tail %d, level %d",
-                              n, with_tail, level);
+                ck_assert_msg(stk__hasher_digest(h) == XXH3_64bits(p, total),
+                              "file of %zu blocks, tail %d, level %d", n, with_tail, level);
                 stk__hasher_free(h);
             }
         }

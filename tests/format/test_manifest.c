@@ -99,8 +99,14 @@ static stk_manifest *accept_tree(json_t *j)
     return m;
 }
 
-static json_t *shard_obj(json_t *root, size_t i) { return json_array_get(json_object_get(root, "shards"), i); }
-static json_t *field_obj(json_t *root, size_t i) { return json_array_get(json_object_get(root, "schema"), i); }
+static json_t *shard_obj(json_t *root, size_t i)
+{
+    return json_array_get(json_object_get(root, "shards"), i);
+}
+static json_t *field_obj(json_t *root, size_t i)
+{
+    return json_array_get(json_object_get(root, "schema"), i);
+}
 
 /* ---------------------------------------------------------- round trip */
 
@@ -158,7 +164,7 @@ START_TEST(serialised_form)
     ck_assert_ptr_nonnull(strstr(t, "\"format\": \"stoker-dataset\""));
     ck_assert_ptr_nonnull(strstr(t, "\"format_version\": [\n    1,\n    0\n  ]"));
     const char *order[] = {"\"format\"", "\"format_version\"", "\"record_count\"", "\"fingerprint\"",
-                           "\"schema\"", "\"classes\"", "\"pack\"", "\"shards\""};
+                           "\"schema\"", "\"classes\"",        "\"pack\"",         "\"shards\""};
     const char *prev = t;
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         const char *at = strstr(t, order[i]);
@@ -295,8 +301,8 @@ END_TEST
 
 START_TEST(unsafe_paths)
 {
-    const char *bad[] = {"../x.stk", "/abs.stk", "a//b", ".", "..", "a/", "a/./b", "sub/../x.stk",
-                         "a b.stk", "", "x\\y.stk", "./x.stk"};
+    const char *bad[] = {"../x.stk", "/abs.stk",     "a//b",    ".", "..",       "a/",
+                         "a/./b",    "sub/../x.stk", "a b.stk", "",  "x\\y.stk", "./x.stk"};
     char *t = base_text();
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *j = load(t);
@@ -439,8 +445,9 @@ START_TEST(versions)
     json_object_set_new(j, "schema", json_string("a v7 schema"));
     refuse_tree(j, STK_E_VERSION, "unsupported format version 7.0");
 
-    json_t *bad_versions[] = {json_string("1.0"), json_pack("[i]", 1), json_pack("[i,i,i]", 1, 0, 0),
-                              json_pack("[s,i]", "1", 0), json_pack("[i,i]", -1, 0), json_pack("[i,i]", 1, 70000)};
+    json_t *bad_versions[] = {
+        json_string("1.0"),         json_pack("[i]", 1),       json_pack("[i,i,i]", 1, 0, 0),
+        json_pack("[s,i]", "1", 0), json_pack("[i,i]", -1, 0), json_pack("[i,i]", 1, 70000)};
     for (size_t i = 0; i < sizeof bad_versions / sizeof bad_versions[0]; i++) {
         j = load(t);
         json_object_set_new(j, "format_version", bad_versions[i]);
@@ -466,18 +473,18 @@ START_TEST(wrong_types)
 {
     char *t = base_text();
     json_t *j;
-#define TOP(key, val, sub)                            \
-    j = load(t);                                      \
-    json_object_set_new(j, key, val);                 \
-    refuse_tree(j, STK_E_MANIFEST, sub)
-#define SHARD(i, key, val, sub)                       \
-    j = load(t);                                      \
-    json_object_set_new(shard_obj(j, i), key, val);   \
-    refuse_tree(j, STK_E_MANIFEST, sub)
-#define FIELD(i, key, val, sub)                       \
-    j = load(t);                                      \
-    json_object_set_new(field_obj(j, i), key, val);   \
-    refuse_tree(j, STK_E_MANIFEST, sub)
+#define TOP(key, val, sub)          \
+  j = load(t);                      \
+  json_object_set_new(j, key, val); \
+  refuse_tree(j, STK_E_MANIFEST, sub)
+#define SHARD(i, key, val, sub)                   \
+  j = load(t);                                    \
+  json_object_set_new(shard_obj(j, i), key, val); \
+  refuse_tree(j, STK_E_MANIFEST, sub)
+#define FIELD(i, key, val, sub)                   \
+  j = load(t);                                    \
+  json_object_set_new(field_obj(j, i), key, val); \
+  refuse_tree(j, STK_E_MANIFEST, sub)
 
     TOP("record_count", json_string("10"), "manifest: \"record_count\" must be a non-negative integer");
     TOP("record_count", json_integer(-1), "\"record_count\" must be a non-negative integer");
@@ -505,7 +512,8 @@ START_TEST(wrong_types)
     SHARD(1, "index_xxh3", json_integer(12), "shards[1]: \"index_xxh3\" must be a string");
 
     FIELD(0, "kind", json_integer(1), "schema[0]: \"kind\" must be a string");
-    FIELD(0, "shape", json_pack("[i,i]", 3, 0), "schema[0]: \"shape\" must be an array of at most 6 positive integers");
+    FIELD(0, "shape", json_pack("[i,i]", 3, 0),
+          "schema[0]: \"shape\" must be an array of at most 6 positive integers");
     FIELD(0, "shape", json_pack("[i,i]", 3, -5), "\"shape\" must be an array");
     FIELD(0, "shape", json_pack("[i,i,i,i,i,i,i]", 1, 1, 1, 1, 1, 1, 1), "\"shape\" must be an array");
     FIELD(0, "shape", json_pack("[i,s]", 3, "5"), "\"shape\" must be an array");
@@ -552,8 +560,15 @@ END_TEST
 
 START_TEST(invalid_json)
 {
-    const char *bad[] = {"", "{", "not json", "{\"format\": }", "[1, 2", "{} x", "\xff\xfe{}",
-                         "{\"format\": \"stoker-dataset\",}", "{\"a\": \"\\u0000\"}"};
+    const char *bad[] = {"",
+                         "{",
+                         "not json",
+                         "{\"format\": }",
+                         "[1, 2",
+                         "{} x",
+                         "\xff\xfe{}",
+                         "{\"format\": \"stoker-dataset\",}",
+                         "{\"a\": \"\\u0000\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_refused(bad[i], strlen(bad[i]), STK_E_MANIFEST, "invalid JSON at line ");
     /* A NUL byte inside the text. */

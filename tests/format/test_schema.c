@@ -10,11 +10,14 @@
 
 START_TEST(dtype_table)
 {
-    static const struct { int dt; const char *name; size_t size; } want[] = {
-        {STK_DT_U8, "u8", 1},   {STK_DT_I8, "i8", 1},     {STK_DT_U16, "u16", 2},
-        {STK_DT_I16, "i16", 2}, {STK_DT_U32, "u32", 4},   {STK_DT_I32, "i32", 4},
-        {STK_DT_U64, "u64", 8}, {STK_DT_I64, "i64", 8},   {STK_DT_F16, "f16", 2},
-        {STK_DT_BF16, "bf16", 2}, {STK_DT_F32, "f32", 4}, {STK_DT_F64, "f64", 8},
+    static const struct {
+        int dt;
+        const char *name;
+        size_t size;
+    } want[] = {
+        {STK_DT_U8, "u8", 1},   {STK_DT_I8, "i8", 1},     {STK_DT_U16, "u16", 2}, {STK_DT_I16, "i16", 2},
+        {STK_DT_U32, "u32", 4}, {STK_DT_I32, "i32", 4},   {STK_DT_U64, "u64", 8}, {STK_DT_I64, "i64", 8},
+        {STK_DT_F16, "f16", 2}, {STK_DT_BF16, "bf16", 2}, {STK_DT_F32, "f32", 4}, {STK_DT_F64, "f64", 8},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         ck_assert_uint_eq(stk_dtype_size(want[i].dt), want[i].size);
@@ -280,8 +283,8 @@ END_TEST
 START_TEST(path_rules)
 {
     const char *safe[] = {"a.stk", "shard-00000.stk", "sub/dir/x.stk", "a..b", "...", ".hidden", "A_b-9"};
-    const char *unsafe[] = {"", "/abs.stk", "../x.stk", "a/../b", "..", ".", "a//b", "a/", "./a", "a/./b",
-                            "a b", "a\\b", "caf\xc3\xa9", "x:y", "a/.."};
+    const char *unsafe[] = {"",    "/abs.stk", "../x.stk", "a/../b", "..",          ".",   "a//b", "a/",
+                            "./a", "a/./b",    "a b",      "a\\b",   "caf\xc3\xa9", "x:y", "a/.."};
     for (size_t i = 0; i < sizeof safe / sizeof safe[0]; i++)
         ck_assert_msg(stk__path_is_safe(safe[i]), "'%s' should be safe", safe[i]);
     for (size_t i = 0; i < sizeof unsafe / sizeof unsafe[0]; i++)

@@ -11,10 +11,7 @@
 /* ------------------------------------------------- deterministic values */
 
 /* Length of bytes-field values: every fourth is empty, the rest vary. */
-static uint64_t bytes_len(unsigned f, uint64_t i)
-{
-    return i % 4 == 1 ? 0 : (i * 13 + f * 5) % 300 + 1;
-}
+static uint64_t bytes_len(unsigned f, uint64_t i) { return i % 4 == 1 ? 0 : (i * 13 + f * 5) % 300 + 1; }
 
 /* Value of field f of record i (malloc'd; the caller frees). */
 static uint8_t *make_value(const stk_field *fd, unsigned f, uint64_t i, uint64_t seed, uint64_t *size)
@@ -30,8 +27,8 @@ static uint8_t *make_value(const stk_field *fd, unsigned f, uint64_t i, uint64_t
 
 /* Write n records of `schema` to dir/name, then check the file through the
  * reader; returns what finish reported. */
-static stk_shard_info round_trip(const char *dir, const char *name, const stk_schema *schema,
-                                 uint64_t n, uint64_t seed)
+static stk_shard_info round_trip(const char *dir, const char *name, const stk_schema *schema, uint64_t n,
+                                 uint64_t seed)
 {
     char path[TU_PATH], tmp[TU_PATH];
     stk_error e;
@@ -272,7 +269,7 @@ START_TEST(large_streamed_field)
 {
     char dir[TU_PATH];
     tu_scratch(dir, sizeof dir, "large_field");
-    static const uint64_t mid[2] = {3, 1u << 19};   /* 1.5 MiB per record */
+    static const uint64_t mid[2] = {3, 1u << 19};        /* 1.5 MiB per record */
     static const uint64_t big[1] = {(4u << 20) / 8 + 1}; /* 4 MiB + 8 bytes */
     stk_schema s;
     stk_schema_init(&s);

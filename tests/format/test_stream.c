@@ -113,11 +113,11 @@ static uint64_t pool_outstanding(pool_t *p)
 /* ------------------------------------------------------------- writing */
 
 typedef enum {
-    PLAIN,     /* stk_writer_append, no expect: the reference */
-    COPY,      /* expect, stk_writer_append */
-    LEND,      /* expect, every value lent */
-    MIX,       /* expect, lent / copied / lent one byte off alignment, in turns */
-    NO_STREAM  /* no expect, values lent: the writer must copy */
+    PLAIN,    /* stk_writer_append, no expect: the reference */
+    COPY,     /* expect, stk_writer_append */
+    LEND,     /* expect, every value lent */
+    MIX,      /* expect, lent / copied / lent one byte off alignment, in turns */
+    NO_STREAM /* no expect, values lent: the writer must copy */
 } how_t;
 
 static void fill_record(uint8_t *img, size_t n, int64_t *label, uint64_t i)
@@ -155,8 +155,8 @@ static stk_shard_info write_shard(const char *path, uint64_t side, uint64_t n, u
             uint64_t *sums = (uint64_t *)(void *)(img - (mode == 2) + bytes + 64);
             stk_prehash pre = {stk_hash(img, bytes), NULL};
             if (i % 4 >= 2) pre.hash = stk_hash_blocks(img, bytes, sums), pre.sums = sums;
-            ck_assert_msg(stk_writer_append_lent(w, v, i % 4 ? &pre : NULL, pool_done, pool, &e) == STK_OK, "%s",
-                          e.msg);
+            ck_assert_msg(stk_writer_append_lent(w, v, i % 4 ? &pre : NULL, pool_done, pool, &e) == STK_OK,
+                          "%s", e.msg);
         }
     }
     free(own);
@@ -241,7 +241,7 @@ START_TEST(lent_and_copied_give_the_same_bytes)
     char dir[TU_PATH];
     tu_scratch(dir, sizeof dir, "same");
     all_paths_agree(dir, 1000);
-    all_paths_agree(dir, 1); /* one record: the last chunk is also the first */
+    all_paths_agree(dir, 1);   /* one record: the last chunk is also the first */
     all_paths_agree(dir, 341); /* 341 x 12 KiB: just under one staging buffer */
 }
 END_TEST

@@ -44,7 +44,8 @@ static void make_rec(rec *r, uint64_t i)
     r->v[3] = (stk_value){r->meta, ml};
 }
 
-static void write_shard_threads(const char *path, uint64_t n, uint64_t block_bytes, int level, unsigned threads)
+static void write_shard_threads(const char *path, uint64_t n, uint64_t block_bytes, int level,
+                                unsigned threads)
 {
     stk_schema s;
     schema(&s);

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
+#define CHECK(cond)                \
+  do {                             \
+    if (!(cond)) __builtin_trap(); \
+  } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
+#define CHECK(cond)                \
+  do {                             \
+    if (!(cond)) __builtin_trap(); \
+  } while (0)
 
 static void same_dataset(const stk_manifest *a, const stk_manifest *b)
 {

@@ -34,7 +34,8 @@ static void count_problem(void *user, const stk_shard *sh, uint64_t record, int 
 {
     (void)record, (void)code;
     /* Callers print the field name and the message: both must be readable. */
-    if (field >= 0) touch(stk_shard_schema(sh)->fields[field].name, strlen(stk_shard_schema(sh)->fields[field].name));
+    if (field >= 0)
+        touch(stk_shard_schema(sh)->fields[field].name, strlen(stk_shard_schema(sh)->fields[field].name));
     touch(what, strlen(what));
     ++*(uint64_t *)user;
 }
@@ -60,8 +61,8 @@ static void exercise(const uint8_t *data, size_t size)
 
     uint64_t n = records < MAX_RECORDS ? records : MAX_RECORDS;
     stk_shard_verify_records(sh, 0, n, count_problem, &problems);
-    stk_shard_verify_records(sh, records, 1, count_problem, &problems);          /* out of range */
-    stk_shard_verify_records(sh, UINT64_MAX, 2, NULL, NULL);                     /* overflows    */
+    stk_shard_verify_records(sh, records, 1, count_problem, &problems); /* out of range */
+    stk_shard_verify_records(sh, UINT64_MAX, 2, NULL, NULL);            /* overflows    */
     if (records > n) stk_shard_verify_records(sh, records - 1, 1, count_problem, &problems);
     stk_shard_verify_padding(sh, count_problem, &problems);
 
@@ -105,8 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Second pass: the same bytes with a valid header checksum. The header
      * size is the u32 at offset 12; its last 8 bytes are the checksum. */
     if (size < 64) return 0;
-    uint32_t hs = (uint32_t)data[12] | (uint32_t)data[13] << 8 | (uint32_t)data[14] << 16 |
-                  (uint32_t)data[15] << 24;
+    uint32_t hs =
+        (uint32_t)data[12] | (uint32_t)data[13] << 8 | (uint32_t)data[14] << 16 | (uint32_t)data[15] << 24;
     if (hs < 72 || hs > size || hs % 8) return 0;
     uint8_t *copy = malloc(size); /* exactly `size` bytes, so ASan sees overreads */
     if (!copy) return 0;

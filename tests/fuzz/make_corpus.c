@@ -62,7 +62,8 @@ static stk_shard_info write_shard(const char *dir, const char *name, const stk_s
         stk_value v[STK_MAX_FIELDS];
         uint8_t buf[STK_MAX_FIELDS][64];
         for (uint32_t f = 0; f < s->nfields; f++) {
-            uint64_t size = s->fields[f].kind == STK_KIND_BYTES ? (i * 3 + f) % 7 : stk_field_stride(&s->fields[f]);
+            uint64_t size =
+                s->fields[f].kind == STK_KIND_BYTES ? (i * 3 + f) % 7 : stk_field_stride(&s->fields[f]);
             if (size > sizeof buf[f]) die("make_corpus: field too large for a seed", NULL);
             for (uint64_t k = 0; k < size; k++) buf[f][k] = next_byte(&seed);
             v[f] = (stk_value){buf[f], size};
@@ -89,8 +90,8 @@ static void write_manifest(const char *dir, const char *name, const stk_schema *
     m.shards = calloc(nshards ? nshards : 1, sizeof *m.shards);
     if (!m.shards) die("out of memory", NULL);
     for (size_t i = 0; i < nshards; i++)
-        m.shards[i] = (stk_shard_entry){(char *)paths[i], info[i].records, info[i].file_size, info[i].file_hash,
-                                        info[i].index_hash};
+        m.shards[i] = (stk_shard_entry){(char *)paths[i], info[i].records, info[i].file_size,
+                                        info[i].file_hash, info[i].index_hash};
     m.nclasses = nclasses;
     m.classes = (char **)classes;
     m.pack_json = (char *)pack;
@@ -133,13 +134,15 @@ int main(int argc, char **argv)
         stk_schema_add_bytes(&bytes, "caption", &err) ||
         stk_schema_add_tensor(&bytes, "label", STK_DT_I64, 0, NULL, &err))
         die("schema", &err);
-    stk_shard_info bi[2] = {write_shard(sdir, "bytes.stk", &bytes, 5), write_shard(sdir, "bytes-1.stk", &bytes, 1)};
+    stk_shard_info bi[2] = {write_shard(sdir, "bytes.stk", &bytes, 5),
+                            write_shard(sdir, "bytes-1.stk", &bytes, 1)};
 
     /* 3. no records at all. */
     stk_schema empty;
     stk_schema_init(&empty);
     uint64_t eight[1] = {8};
-    if (stk_schema_add_tensor(&empty, "v", STK_DT_U8, 1, eight, &err) || stk_schema_add_bytes(&empty, "b", &err))
+    if (stk_schema_add_tensor(&empty, "v", STK_DT_U8, 1, eight, &err) ||
+        stk_schema_add_bytes(&empty, "b", &err))
         die("schema", &err);
     stk_shard_info ei = write_shard(sdir, "empty.stk", &empty, 0);
 

@@ -97,7 +97,8 @@ static void make_images(char *dir, size_t cap)
     ck_assert_int_eq(stk_dataset_writer_finish(w, NULL), 0);
 }
 
-static void read_all(const char *dir, int device, const stk_transform *t, uint8_t *out, size_t cap, size_t *len)
+static void read_all(const char *dir, int device, const stk_transform *t, uint8_t *out, size_t cap,
+                     size_t *len)
 {
     stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
     o.seed = 4;
@@ -139,8 +140,8 @@ START_TEST(test_transform_matches_host)
             read_all(dir, STK_DEVICE_CUDA, &t, a, sizeof a, &na);
             read_all(dir, STK_DEVICE_HOST, &t, b, sizeof b, &nb);
             ck_assert_uint_eq(na, nb);
-            ck_assert_msg(memcmp(a, b, na) == 0, "CUDA and host transforms differ (dtype %d, layout %d)", dtypes[d],
-                          layout);
+            ck_assert_msg(memcmp(a, b, na) == 0, "CUDA and host transforms differ (dtype %d, layout %d)",
+                          dtypes[d], layout);
         }
 }
 END_TEST

@@ -186,7 +186,8 @@ static const void *value(const stk_dataset *ds, unsigned f, uint64_t i, uint64_t
     const void *p;
     uint64_t size;
     stk_error err;
-    ck_assert_msg(stk_dataset_value(ds, f, i, &p, &size, &err) == 0, "record %llu: %s", (unsigned long long)i, err.msg);
+    ck_assert_msg(stk_dataset_value(ds, f, i, &p, &size, &err) == 0, "record %llu: %s", (unsigned long long)i,
+                  err.msg);
     ck_assert_uint_eq(size, expect_size);
     return p;
 }
@@ -219,8 +220,8 @@ static uint8_t *decode_jpeg(const char *rel, int *w, int *h)
                   tjGetErrorStr2(tj));
     uint8_t *px = malloc((size_t)*w * *h * 3);
     ck_assert(px != NULL);
-    ck_assert_msg(tjDecompress2(tj, (unsigned char *)data, len, px, *w, 0, *h, TJPF_RGB, 0) == 0, "%s: %s", rel,
-                  tjGetErrorStr2(tj));
+    ck_assert_msg(tjDecompress2(tj, (unsigned char *)data, len, px, *w, 0, *h, TJPF_RGB, 0) == 0, "%s: %s",
+                  rel, tjGetErrorStr2(tj));
     tjDestroy(tj);
     free(data);
     return px;
@@ -252,15 +253,18 @@ START_TEST(help_version_and_rawgen)
     json_t *j = rawgen(args, "b");
     ck_assert_int_eq(json_integer_value(json_object_get(j, "images")), 30);
     ck_assert_int_eq(json_array_size(json_object_get(j, "broken_files")), 10);
-    if (access("/usr/bin/cjpeg", X_OK) == 0) ck_assert_int_eq(json_array_size(json_object_get(j, "variant_files")), 12);
+    if (access("/usr/bin/cjpeg", X_OK) == 0)
+        ck_assert_int_eq(json_array_size(json_object_get(j, "variant_files")), 12);
     json_decref(j);
     ck_assert_int_eq(tu_sh("diff -r a b"), 0);
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 3 a", tu_tools), 1); /* not empty */
     s = slurp_own("err.txt");
     ck_assert_ptr_nonnull(strstr(s, "--force"));
     free(s);
-    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 3 --force a && test $(find a -type f | wc -l) = 3", tu_tools), 0);
-    ck_assert_int_eq(tu_sh("mkdir -p c && touch c/mine && '%s/rawgen' -q -n 3 --force c", tu_tools), 1); /* not ours */
+    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 3 --force a && test $(find a -type f | wc -l) = 3", tu_tools),
+                     0);
+    ck_assert_int_eq(tu_sh("mkdir -p c && touch c/mine && '%s/rawgen' -q -n 3 --force c", tu_tools),
+                     1); /* not ours */
     ck_assert(exists("c/mine"));
 }
 END_TEST
@@ -294,18 +298,21 @@ START_TEST(variants_packed_broken_skipped)
     static const struct {
         const char *name;
         const char *const *reason;
-    } expect[] = {{"broken-empty.jpg", empty},        {"broken-truncated.jpg", corrupt}, {"broken-truncated.png", corrupt},
-                  {"broken-truncated-header.jpg", corrupt},
-                  {"broken-random.jpg", unsupported}, {"broken-header-only.jpg", corrupt}, {"broken-bomb.jpg", bomb},
-                  {"broken-bomb.png", bomb},          {"broken-gif.jpg", unsupported},   {"broken-notes.txt", unsupported}};
+    } expect[] = {{"broken-empty.jpg", empty},        {"broken-truncated.jpg", corrupt},
+                  {"broken-truncated.png", corrupt},  {"broken-truncated-header.jpg", corrupt},
+                  {"broken-random.jpg", unsupported}, {"broken-header-only.jpg", corrupt},
+                  {"broken-bomb.jpg", bomb},          {"broken-bomb.png", bomb},
+                  {"broken-gif.jpg", unsupported},    {"broken-notes.txt", unsupported}};
     size_t i;
     json_t *v;
-    json_array_foreach(broken, i, v) {
+    json_array_foreach(broken, i, v)
+    {
         const char *rel = json_string_value(v), *base = strrchr(rel, '/') + 1;
         /* named on stderr, one line */
         char needle[512];
         snprintf(needle, sizeof needle, "raw/%s: ", rel);
-        ck_assert_msg(count_substr(err, needle) == 1, "%s should be named once on stderr:\n%s", rel, clip(err));
+        ck_assert_msg(count_substr(err, needle) == 1, "%s should be named once on stderr:\n%s", rel,
+                      clip(err));
         /* listed in skipped.tsv with the right kind of reason */
         const char *reason = NULL;
         for (size_t k = 0; k < skipped.n; k++)
@@ -321,12 +328,14 @@ START_TEST(variants_packed_broken_skipped)
         ck_assert_msg(known, "rawgen wrote an unexpected broken file %s", rel);
     }
     /* every variant was packed: in listing.tsv, not in skipped.tsv */
-    json_array_foreach(variants, i, v) {
+    json_array_foreach(variants, i, v)
+    {
         const char *rel = json_string_value(v);
         char tab[512];
         snprintf(tab, sizeof tab, "%s\t", rel);
         ck_assert_msg(!strstr(err, rel), "variant %s was reported:\n%s", rel, clip(err));
-        for (size_t k = 0; k < skipped.n; k++) ck_assert_msg(strncmp(skipped.line[k], tab, strlen(tab)), "variant %s skipped", rel);
+        for (size_t k = 0; k < skipped.n; k++)
+            ck_assert_msg(strncmp(skipped.line[k], tab, strlen(tab)), "variant %s skipped", rel);
         bool listed = false;
         for (size_t k = 0; k < listing.n; k++) {
             const char *p = strrchr(listing.line[k], '\t');
@@ -364,7 +373,8 @@ START_TEST(bad_input_does_not_poison_next)
     setup_pack();
     json_t *j = rawgen("-n 12 --classes 1 --min-side 40 --max-side 90 --broken", "raw");
     json_t *broken = json_object_get(j, "broken_files");
-    ck_assert_int_eq(tu_sh("sh -c \"cd raw && find . -name 'img-*.jpg' | sed 's#^./##' | sort > ../good.txt\""), 0);
+    ck_assert_int_eq(
+        tu_sh("sh -c \"cd raw && find . -name 'img-*.jpg' | sed 's#^./##' | sort > ../good.txt\""), 0);
     lines_t good = read_lines("good.txt", false);
     ck_assert_int_ge(good.n, json_array_size(broken));
     /* a JPEG cut inside its tables too, made here, whatever rawgen does */
@@ -376,7 +386,8 @@ START_TEST(bad_input_does_not_poison_next)
     fprintf(c, "path,label\n");
     size_t i;
     json_t *v;
-    json_array_foreach(broken, i, v) {
+    json_array_foreach(broken, i, v)
+    {
         fprintf(m, "raw/%s,0\ncut.jpg,0\nraw/%s,0\n", json_string_value(v), good.line[i]);
         fprintf(c, "raw/%s,0\n", good.line[i]);
     }
@@ -393,8 +404,8 @@ START_TEST(bad_input_does_not_poison_next)
                       (unsigned long long)k, (unsigned long long)x.source, (unsigned long long)(3 * k + 2));
         ck_assert_msg(!memcmp(x.size, y.size, 8) && !memcmp(x.image, y.image, 24 * 24 * 3),
                       "%s after %s: orig_size %ux%u (alone: %ux%u)%s", good.line[k],
-                      json_string_value(json_array_get(broken, k)), x.size[0], x.size[1], y.size[0], y.size[1],
-                      memcmp(x.image, y.image, 24 * 24 * 3) ? ", pixels differ" : "");
+                      json_string_value(json_array_get(broken, k)), x.size[0], x.size[1], y.size[0],
+                      y.size[1], memcmp(x.image, y.image, 24 * 24 * 3) ? ", pixels differ" : "");
     }
     stk_dataset_close(a);
     stk_dataset_close(b);
@@ -482,12 +493,15 @@ START_TEST(pixels_match_reference)
         ck_assert(r.label >= 0 && (size_t)r.label < m->nclasses);
         char *slash = strchr(rel, '/');
         ck_assert_ptr_nonnull(slash);
-        ck_assert_msg(!strncmp(rel, m->classes[r.label], (size_t)(slash - rel)) && strlen(m->classes[r.label]) == (size_t)(slash - rel),
-                      "record %llu: label %lld (%s) but file %s", (unsigned long long)i, (long long)r.label, m->classes[r.label], rel);
+        ck_assert_msg(!strncmp(rel, m->classes[r.label], (size_t)(slash - rel)) &&
+                          strlen(m->classes[r.label]) == (size_t)(slash - rel),
+                      "record %llu: label %lld (%s) but file %s", (unsigned long long)i, (long long)r.label,
+                      m->classes[r.label], rel);
         char want_dir[64];
-        snprintf(want_dir, sizeof want_dir, "class%03lld/", (long long)r.label); /* rawgen's classes sort numerically */
-        ck_assert_msg(!strncmp(rel, want_dir, strlen(want_dir)), "record %llu: label %lld, file %s", (unsigned long long)i,
-                      (long long)r.label, rel);
+        snprintf(want_dir, sizeof want_dir, "class%03lld/",
+                 (long long)r.label); /* rawgen's classes sort numerically */
+        ck_assert_msg(!strncmp(rel, want_dir, strlen(want_dir)), "record %llu: label %lld, file %s",
+                      (unsigned long long)i, (long long)r.label, rel);
         size_t len = strlen(rel);
         if (len < 4 || strcmp(rel + len - 4, ".jpg")) continue; /* the reference decode is TurboJPEG's */
         char src[600];
@@ -503,8 +517,8 @@ START_TEST(pixels_match_reference)
          * flip, swapped channels, a missing antialias (the noise comes
          * through) or a grossly wrong crop is far over. */
         double mad = mean_abs_diff(r.image, ref, (size_t)N * N * 3);
-        ck_assert_msg(mad <= 3.0, "record %llu (%s, %dx%d): mean abs difference %.2f > 3 levels", (unsigned long long)i,
-                      rel, w, h, mad);
+        ck_assert_msg(mad <= 3.0, "record %llu (%s, %dx%d): mean abs difference %.2f > 3 levels",
+                      (unsigned long long)i, rel, w, h, mad);
         /* The crop: where the documented window can move 3 resized pixels
          * either way, both moved references must match worse. */
         uint64_t lng = w > h ? (uint64_t)((double)N * w / h) : (uint64_t)((double)N * h / w);
@@ -512,8 +526,11 @@ START_TEST(pixels_match_reference)
         for (int dir = -1; dir <= 1 && off >= 3 && off + 3 <= lng - N; dir += 2) {
             reference_shorter(px, w, h, N, 3 * dir, ref);
             double moved = mean_abs_diff(r.image, ref, (size_t)N * N * 3);
-            ck_assert_msg(mad < moved, "record %llu (%s, %dx%d): the crop moved by %d pixels matches better (%.2f) than the "
-                          "documented one (%.2f)", (unsigned long long)i, rel, w, h, 3 * dir, moved, mad);
+            ck_assert_msg(
+                mad < moved,
+                "record %llu (%s, %dx%d): the crop moved by %d pixels matches better (%.2f) than the "
+                "documented one (%.2f)",
+                (unsigned long long)i, rel, w, h, 3 * dir, moved, mad);
             crops++;
         }
         worst = mad > worst ? mad : worst;
@@ -523,8 +540,11 @@ START_TEST(pixels_match_reference)
     }
     ck_assert_int_ge(checked, 15);
     ck_assert_int_ge(crops, 6);
-    fprintf(stderr, "pixels_match_reference: %d JPEG records, mean abs difference %.2f levels on average, %.2f at worst; "
-            "%d moved crops match worse\n", checked, total / checked, worst, crops);
+    fprintf(
+        stderr,
+        "pixels_match_reference: %d JPEG records, mean abs difference %.2f levels on average, %.2f at worst; "
+        "%d moved crops match worse\n",
+        checked, total / checked, worst, crops);
     free(ref);
     free_lines(&listing);
     stk_dataset_close(ds);
@@ -553,7 +573,8 @@ START_TEST(resample_space_rgb_and_ycc)
     for (uint64_t i = 0; i < stk_dataset_records(a); i++) {
         rec_t x = record(a, i, 48), y = record(b, i, 48);
         double mad = mean_abs_diff(x.image, y.image, 48 * 48 * 3);
-        ck_assert_msg(mad <= 0.5, "record %llu: ycc and rgb routes differ by %.2f levels on average", (unsigned long long)i, mad);
+        ck_assert_msg(mad <= 0.5, "record %llu: ycc and rgb routes differ by %.2f levels on average",
+                      (unsigned long long)i, mad);
         differ += memcmp(x.image, y.image, 48 * 48 * 3) != 0;
     }
     ck_assert_msg(differ > 0, "the two routes gave identical images: was --resample-space ignored?");
@@ -605,7 +626,8 @@ static void pack_killed_after(const char *name, const char *size, size_t shards)
         dup2(null, 1);
         dup2(null, 2);
         if (chdir(tu_tmp) != 0) _exit(126);
-        execl(pack, "pack", "-q", "-j2", "--size", size, "--records-per-shard", "4", "raw", name, (char *)NULL);
+        execl(pack, "pack", "-q", "-j2", "--size", size, "--records-per-shard", "4", "raw", name,
+              (char *)NULL);
         _exit(127);
     }
     int st = 0;
@@ -622,8 +644,8 @@ static void pack_killed_after(const char *name, const char *size, size_t shards)
         kill(pid, SIGKILL);
         ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     }
-    ck_assert_msg(!done && WIFSIGNALED(st), "pack finished before %zu shards were committed: make the run longer",
-                  shards);
+    ck_assert_msg(!done && WIFSIGNALED(st),
+                  "pack finished before %zu shards were committed: make the run longer", shards);
     free(dir);
 }
 
@@ -649,7 +671,8 @@ START_TEST(kill_and_resume_gives_same_bytes)
         ck_assert_msg(!exists(mf), "a killed pack left %s", mf);
         if (t == 0) { /* resumed with --on-error fail: the inputs skipped before the kill now stop it */
             ck_assert_int_eq(tu_sh("cp -r %s kfail", name), 0);
-            ck_assert_int_eq(tu_sh("'%s' -q --on-error fail --size 16 --records-per-shard 4 raw kfail", pack), 1);
+            ck_assert_int_eq(tu_sh("'%s' -q --on-error fail --size 16 --records-per-shard 4 raw kfail", pack),
+                             1);
             expect_in("err.txt", "(--on-error fail: stopping)");
             ck_assert(!exists("kfail/manifest.json"));
             char *kf = path_in("kfail");
@@ -660,10 +683,11 @@ START_TEST(kill_and_resume_gives_same_bytes)
         int rc = tu_sh("'%s' -j1 --size 16 --records-per-shard 4 raw %s", pack, name);
         char *err = slurp_own("err.txt");
         ck_assert_msg(rc == 3, "re-run after kill at %zu shards: exit %d:\n%s", kill_at[t], rc, clip(err));
-        ck_assert_msg(strstr(err, "resuming: kept"), "the re-run did not keep the committed shards:\n%s", clip(err));
+        ck_assert_msg(strstr(err, "resuming: kept"), "the re-run did not keep the committed shards:\n%s",
+                      clip(err));
         free(err);
-        ck_assert_msg(tu_sh("diff -r ref %s", name) == 0, "resumed run (killed at %zu shards) differs:\n%s", kill_at[t],
-                      clipf(slurp_own("out.txt")));
+        ck_assert_msg(tu_sh("diff -r ref %s", name) == 0, "resumed run (killed at %zu shards) differs:\n%s",
+                      kill_at[t], clipf(slurp_own("out.txt")));
         free(dir);
     }
 }
@@ -700,7 +724,8 @@ START_TEST(parts_merge_equals_plain_pack)
     ck_assert_msg(rc == 0 || rc == 3, "part 3/3: exit %d", rc);
     ck_assert_int_ne(tu_sh("'%s' -q --merge parts", pack), 0);
     char *err = slurp_own("err.txt");
-    ck_assert_msg(strstr(err, "missing") && strstr(err, ": 1, 2"), "merge must name parts 1 and 2:\n%s", clip(err));
+    ck_assert_msg(strstr(err, "missing") && strstr(err, ": 1, 2"), "merge must name parts 1 and 2:\n%s",
+                  clip(err));
     free(err);
     ck_assert(!exists("parts/manifest.json"));
     rc = tu_sh("'%s' %s --part 1/3 raw parts", pack, flags);
@@ -710,13 +735,15 @@ START_TEST(parts_merge_equals_plain_pack)
     ck_assert_int_ne(tu_sh("'%s' -q --merge parts", pack), 0);
     err = slurp_own("err.txt");
     ck_assert_msg(strstr(err, "missing") && strstr(err, ": 2"), "merge must name part 2:\n%s", clip(err));
-    ck_assert_msg(!strstr(err, ": 1, 2") && !strstr(err, "3\n"), "merge names a part that is there:\n%s", clip(err));
+    ck_assert_msg(!strstr(err, ": 1, 2") && !strstr(err, "3\n"), "merge names a part that is there:\n%s",
+                  clip(err));
     free(err);
     ck_assert(!exists("parts/manifest.json"));
     rc = tu_sh("'%s' %s --part 2/3 raw parts", pack, flags);
     ck_assert_msg(rc == 0 || rc == 3, "part 2/3: exit %d", rc);
     rc = tu_sh("'%s' -q --merge parts", pack);
-    ck_assert_msg(rc == 3, "merge of all parts (with skipped files): exit %d: %s", rc, clipf(slurp_own("err.txt")));
+    ck_assert_msg(rc == 3, "merge of all parts (with skipped files): exit %d: %s", rc,
+                  clipf(slurp_own("err.txt")));
     ck_assert_int_eq(tu_sh("'%s/shardcheck' --full parts", tu_tools), 0);
 
     ck_assert_int_eq(tu_sh("'%s' %s raw plain", pack, flags), 3);
@@ -725,9 +752,10 @@ START_TEST(parts_merge_equals_plain_pack)
     ck_assert_uint_ge(stk_dataset_records(a), 80);
     for (uint64_t i = 0; i < stk_dataset_records(a); i++) {
         rec_t x = record(a, i, 24), y = record(b, i, 24);
-        ck_assert_msg(x.source == y.source && x.label == y.label && !memcmp(x.size, y.size, 8), "record %llu differs",
+        ck_assert_msg(x.source == y.source && x.label == y.label && !memcmp(x.size, y.size, 8),
+                      "record %llu differs", (unsigned long long)i);
+        ck_assert_msg(!memcmp(x.image, y.image, 24 * 24 * 3), "record %llu: image differs",
                       (unsigned long long)i);
-        ck_assert_msg(!memcmp(x.image, y.image, 24 * 24 * 3), "record %llu: image differs", (unsigned long long)i);
     }
     const stk_manifest *ma = stk_dataset_manifest(a), *mb = stk_dataset_manifest(b);
     ck_assert_uint_eq(ma->nclasses, mb->nclasses);
@@ -800,7 +828,8 @@ START_TEST(list_file_inputs)
     setup_pack();
     json_decref(rawgen("-n 12 --classes 3 --min-side 40 --max-side 90", "raw"));
     /* the JPEGs, in an order of our own (reverse), class names as labels */
-    ck_assert_int_eq(tu_sh("sh -c \"cd raw && find . -name '*.jpg' | sed 's#^./##' | sort -r > ../files.txt\""), 0);
+    ck_assert_int_eq(
+        tu_sh("sh -c \"cd raw && find . -name '*.jpg' | sed 's#^./##' | sort -r > ../files.txt\""), 0);
     lines_t files = read_lines("files.txt", false);
     ck_assert_int_ge(files.n, 8);
     static const char *const names[] = {"zebra", "apple", "mango"}; /* sorted: apple 0, mango 1, zebra 2 */
@@ -878,7 +907,9 @@ START_TEST(review_refusals)
     ck_assert_int_eq(tu_sh("'%s' -q --size 16 neg.csv dneg", pack), 1);
     expect_in("err.txt", "label -3 is negative");
     /* a class name that is not UTF-8 cannot go into the manifest */
-    ck_assert_int_eq(tu_sh("mkdir -p bad/$(printf 'caf\\351') && cp raw/class000/img-00000000.jpg bad/$(printf 'caf\\351')/"), 0);
+    ck_assert_int_eq(tu_sh("mkdir -p bad/$(printf 'caf\\351') && cp raw/class000/img-00000000.jpg "
+                           "bad/$(printf 'caf\\351')/"),
+                     0);
     ck_assert_int_eq(tu_sh("'%s' -q --size 16 bad dbad", pack), 1);
     expect_in("err.txt", "not valid UTF-8");
     /* re-running a finished part reports what the first run found */
@@ -895,20 +926,23 @@ START_TEST(disk_full_fails_cleanly)
     /* RLIMIT_FSIZE of 64 blocks (32 KiB in dash's 512-byte units; a shard of
      * 64 records of 32x32x3 is ~200 KiB): write() fails with EFBIG once
      * SIGXFSZ is ignored (an ignored signal stays ignored across exec). */
-    int rc = tu_sh("sh -c \"trap '' XFSZ; ulimit -f 64; exec '%s' -q --size 32 --records-per-shard 64 raw full\"", pack);
+    int rc = tu_sh(
+        "sh -c \"trap '' XFSZ; ulimit -f 64; exec '%s' -q --size 32 --records-per-shard 64 raw full\"", pack);
     char *err = slurp_own("err.txt");
     ck_assert_msg(rc == 1, "exit %d, want 1:\n%s", rc, clip(err));
-    ck_assert_msg(strstr(err, "full/shard-") && strstr(err, "File too large"), "the error must name the file and the cause:\n%s",
-                  clip(err));
+    ck_assert_msg(strstr(err, "full/shard-") && strstr(err, "File too large"),
+                  "the error must name the file and the cause:\n%s", clip(err));
     free(err);
     ck_assert(!exists("full/manifest.json"));
     /* the limit hit after the shards: the listing slice (1500 lines, ~48 KiB)
      * does not fit, the shards (2 records of 8x8x3, ~20 KiB) do */
     json_decref(rawgen("-n 1500 --classes 2 --min-side 8 --max-side 16", "many"));
-    rc = tu_sh("sh -c \"trap '' XFSZ; ulimit -f 64; exec '%s' -q --size 8 --records-per-shard 2 many full2\"", pack);
+    rc = tu_sh("sh -c \"trap '' XFSZ; ulimit -f 64; exec '%s' -q --size 8 --records-per-shard 2 many full2\"",
+               pack);
     err = slurp_own("err.txt");
     ck_assert_msg(rc == 1, "exit %d, want 1:\n%s", rc, clip(err));
-    ck_assert_msg(strstr(err, "full2/") && strstr(err, "File too large"), "the error must name the file and the cause:\n%s", clip(err));
+    ck_assert_msg(strstr(err, "full2/") && strstr(err, "File too large"),
+                  "the error must name the file and the cause:\n%s", clip(err));
     free(err);
     ck_assert(!exists("full2/manifest.json"));
     /* without the limit the same command succeeds in the same directory */

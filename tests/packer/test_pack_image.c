@@ -98,8 +98,8 @@ static void image_free(image *im)
 
 /* ----------------------------------------------------------------- JPEG */
 
-static uint8_t *jpeg_encode(const uint8_t *px, uint32_t w, uint32_t h, int pf, int subsamp,
-                            int quality, int flags, size_t *len)
+static uint8_t *jpeg_encode(const uint8_t *px, uint32_t w, uint32_t h, int pf, int subsamp, int quality,
+                            int flags, size_t *len)
 {
     tjhandle c = tjInitCompress();
     ck_assert_ptr_nonnull(c);
@@ -146,9 +146,9 @@ static size_t find_marker(const uint8_t *d, size_t len, uint8_t m)
 /* ------------------------------------------------------------------ PNG */
 
 /* Encode raw PNG samples (big-endian for 16 bits, packed for fewer than 8). */
-static uint8_t *png_encode(const uint8_t *raw, size_t raw_len, uint32_t w, uint32_t h, int color,
-                           int depth, int interlace, const struct spng_plte *plte,
-                           const struct spng_trns *trns, size_t *len)
+static uint8_t *png_encode(const uint8_t *raw, size_t raw_len, uint32_t w, uint32_t h, int color, int depth,
+                           int interlace, const struct spng_plte *plte, const struct spng_trns *trns,
+                           size_t *len)
 {
     spng_ctx *e = spng_ctx_new(SPNG_CTX_ENCODER);
     ck_assert_ptr_nonnull(e);
@@ -173,8 +173,8 @@ static uint8_t *png_encode(const uint8_t *raw, size_t raw_len, uint32_t w, uint3
 /* An 8-bit RGB PNG of im. */
 static uint8_t *png_rgb(const image *im, size_t *len)
 {
-    return png_encode(im->px, (size_t)im->w * im->h * 3, im->w, im->h, SPNG_COLOR_TYPE_TRUECOLOR, 8, 0,
-                      NULL, NULL, len);
+    return png_encode(im->px, (size_t)im->w * im->h * 3, im->w, im->h, SPNG_COLOR_TYPE_TRUECOLOR, 8, 0, NULL,
+                      NULL, len);
 }
 
 static uint32_t crc32_png(const uint8_t *p, size_t n)
@@ -203,8 +203,8 @@ static pk_params params(uint32_t size, pk_resize_mode mode)
 }
 
 /* pk_process that must succeed; returns a malloc'd size^2*3 result. */
-static uint8_t *process_ok(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
-                           uint32_t *ow, uint32_t *oh)
+static uint8_t *process_ok(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, uint32_t *ow,
+                           uint32_t *oh)
 {
     uint8_t *out = xmalloc((size_t)p->size * p->size * 3);
     char msg[MSG] = "unset";
@@ -215,15 +215,15 @@ static uint8_t *process_ok(pk_decoder *d, const uint8_t *data, size_t len, const
 }
 
 /* pk_process that must fail with `want` and a message containing `sub`. */
-static void process_fails(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p,
-                          int want, const char *sub)
+static void process_fails(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, int want,
+                          const char *sub)
 {
     uint8_t *out = xmalloc((size_t)p->size * p->size * 3);
     char msg[MSG] = "";
     uint8_t *copy = dup_bytes(data, len);
     int rc = pk_process(d, copy, len, p, out, NULL, NULL, msg, sizeof msg);
-    ck_assert_msg(rc == want, "status %s, expected %s; message: %s", pk_status_name(rc),
-                  pk_status_name(want), msg);
+    ck_assert_msg(rc == want, "status %s, expected %s; message: %s", pk_status_name(rc), pk_status_name(want),
+                  msg);
     ck_assert_msg(strstr(msg, sub) != NULL, "message \"%s\" lacks \"%s\"", msg, sub);
     ck_assert_msg(strchr(msg, '\n') == NULL, "message \"%s\" is not one line", msg);
     free(copy);
@@ -293,10 +293,7 @@ static double *ref_resize(const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t
     return out;
 }
 
-static int ref_level(double v)
-{
-    return v < 0 ? 0 : v > 255 ? 255 : (int)floor(v + 0.5);
-}
+static int ref_level(double v) { return v < 0 ? 0 : v > 255 ? 255 : (int)floor(v + 0.5); }
 
 /* got (gw x gh at stride gs bytes) against the window (x0, y0) of ref
  * (rw wide): every byte within `tol`. Returns the largest difference. */
@@ -311,8 +308,8 @@ static int compare_ref(const uint8_t *got, uint32_t gw, uint32_t gh, size_t gs, 
                 int r = ref_level(ref[((size_t)(y + y0) * rw + x + x0) * 3 + c]);
                 int diff = abs(g - r);
                 if (diff > worst) worst = diff;
-                ck_assert_msg(diff <= tol, "%s: pixel (%u,%u) channel %d is %d, reference %d", what, x, y,
-                              c, g, r);
+                ck_assert_msg(diff <= tol, "%s: pixel (%u,%u) channel %d is %d, reference %d", what, x, y, c,
+                              g, r);
             }
     return worst;
 }
@@ -320,8 +317,8 @@ static int compare_ref(const uint8_t *got, uint32_t gw, uint32_t gh, size_t gs, 
 /* torchvision Resize(size) + CenterCrop(size) geometry, written the way
  * torchvision's Python reads: int(size * long / short), then
  * int(round((resized - size) / 2.0)) with round-half-to-even (rint). */
-static void tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_t *rh,
-                        uint32_t *left, uint32_t *top)
+static void tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_t *rh, uint32_t *left,
+                        uint32_t *top)
 {
     if (w <= h) {
         *rw = size;
@@ -345,7 +342,8 @@ static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
 
 START_TEST(sniff_magic_not_names)
 {
-    static const uint8_t jpg[] = {0xff, 0xd8, 0xff, 0xe0}, png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    static const uint8_t jpg[] = {0xff, 0xd8, 0xff, 0xe0},
+                         png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     ck_assert_int_eq(pk_sniff(jpg, sizeof jpg), PK_FMT_JPEG);
     ck_assert_int_eq(pk_sniff(png, sizeof png), PK_FMT_PNG);
     ck_assert_int_eq(pk_sniff(png, 4), PK_FMT_PNG); /* cut inside the signature: still PNG */
@@ -423,10 +421,11 @@ START_TEST(jpeg_flavours_exact)
         for (size_t s = 0; s < sizeof samp / sizeof samp[0]; s++)
             for (int prog = 0; prog < 2; prog++) {
                 size_t len;
-                uint8_t *jpg = jpeg_encode(im.px, 64, 64, TJPF_RGB, samp[s], 85,
-                                           prog ? TJFLAG_PROGRESSIVE : 0, &len);
+                uint8_t *jpg =
+                    jpeg_encode(im.px, 64, 64, TJPF_RGB, samp[s], 85, prog ? TJFLAG_PROGRESSIVE : 0, &len);
                 char what[64];
-                snprintf(what, sizeof what, "kind %d, %s, %s", kind, sname[s], prog ? "progressive" : "baseline");
+                snprintf(what, sizeof what, "kind %d, %s, %s", kind, sname[s],
+                         prog ? "progressive" : "baseline");
                 check_jpeg_exact(d, jpg, len, 64, what);
                 free(jpg);
             }
@@ -458,10 +457,7 @@ END_TEST
 
 /* Pillow's CMYK -> RGB for Adobe (inverted) CMYK, in floating point:
  * R = K' * C' / 255 on the stored bytes. */
-static int cmyk_pillow_float(uint8_t c, uint8_t k)
-{
-    return (int)floor(c * (double)k / 255.0 + 0.5);
-}
+static int cmyk_pillow_float(uint8_t c, uint8_t k) { return (int)floor(c * (double)k / 255.0 + 0.5); }
 
 START_TEST(jpeg_ycck_to_rgb)
 {
@@ -505,16 +501,18 @@ static const uint8_t cmyk_jpeg[] = {
 
 START_TEST(jpeg_plain_cmyk_matches_pillow)
 {
-    static const struct { uint32_t x, y; uint8_t rgb[3]; } want[] = {
+    static const struct {
+        uint32_t x, y;
+        uint8_t rgb[3];
+    } want[] = {
         {4, 4, {207, 46, 190}}, {12, 4, {5, 235, 155}}, {4, 12, {0, 0, 0}}, {12, 12, {119, 179, 209}}};
     pk_decoder *d = pk_decoder_new();
     pk_params p = params(16, PK_RESIZE_STRETCH);
     uint8_t *got = process_ok(d, cmyk_jpeg, sizeof cmyk_jpeg, &p, NULL, NULL);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const uint8_t *px = got + (want[i].y * 16 + want[i].x) * 3;
-        ck_assert_msg(memcmp(px, want[i].rgb, 3) == 0, "(%u,%u) is %d,%d,%d; Pillow says %d,%d,%d",
-                      want[i].x, want[i].y, px[0], px[1], px[2], want[i].rgb[0], want[i].rgb[1],
-                      want[i].rgb[2]);
+        ck_assert_msg(memcmp(px, want[i].rgb, 3) == 0, "(%u,%u) is %d,%d,%d; Pillow says %d,%d,%d", want[i].x,
+                      want[i].y, px[0], px[1], px[2], want[i].rgb[0], want[i].rgb[1], want[i].rgb[2]);
     }
     free(got);
     pk_decoder_free(d);
@@ -555,8 +553,8 @@ START_TEST(jpeg_cjpeg_variants)
      * TurboJPEG 2.1's header reader has no name for (it refuses them; the
      * decode itself works) */
     static const char *const variants[] = {
-        "-arithmetic", "-restart 1", "-restart 1 -arithmetic", "-progressive -arithmetic",
-        "-sample 2x1,1x2,1x1", "-sample 3x1", "-sample 1x1,2x2,1x1", "-sample 1x2 -restart 2B",
+        "-arithmetic",         "-restart 1",  "-restart 1 -arithmetic", "-progressive -arithmetic",
+        "-sample 2x1,1x2,1x1", "-sample 3x1", "-sample 1x1,2x2,1x1",    "-sample 1x2 -restart 2B",
     };
     if (!getenv("STOKER_CJPEG") || !*getenv("STOKER_CJPEG")) {
         printf("jpeg_cjpeg_variants: skipped, cjpeg not found (install libjpeg-turbo-progs)\n");
@@ -582,7 +580,8 @@ START_TEST(jpeg_truncated)
     pk_params p = params(32, PK_RESIZE_SHORTER);
     for (int prog = 0; prog < 2; prog++) {
         size_t len;
-        uint8_t *jpg = jpeg_encode(im.px, 64, 48, TJPF_RGB, TJSAMP_420, 90, prog ? TJFLAG_PROGRESSIVE : 0, &len);
+        uint8_t *jpg =
+            jpeg_encode(im.px, 64, 48, TJPF_RGB, TJSAMP_420, 90, prog ? TJFLAG_PROGRESSIVE : 0, &len);
         size_t sos = find_marker(jpg, len, 0xda);
         ck_assert_uint_gt(sos, 0);
         /* inside the header, right before the scan, inside the scan, and
@@ -777,10 +776,12 @@ static double *ref_planes_rgb(const uint8_t *y, const uint8_t *cb, const uint8_t
         for (size_t i = 0; i < (size_t)cw * ch; i++) c[i] = src[k][i];
         for (uint32_t r = 0; r < ch; r++)
             for (uint32_t x = 0; x < w; x++)
-                mid[(size_t)r * w + x] = sx == 2 ? fancy_at(c + (size_t)r * cw, cw, x, 1, cw <= 2) : c[(size_t)r * cw + x];
+                mid[(size_t)r * w + x] =
+                    sx == 2 ? fancy_at(c + (size_t)r * cw, cw, x, 1, cw <= 2) : c[(size_t)r * cw + x];
         for (uint32_t yy = 0; yy < h; yy++)
             for (uint32_t x = 0; x < w; x++)
-                up[k][(size_t)yy * w + x] = sy == 2 ? fancy_at(mid + x, ch, yy, w, sx == 2 && cw <= 2) : mid[(size_t)yy * w + x];
+                up[k][(size_t)yy * w + x] =
+                    sy == 2 ? fancy_at(mid + x, ch, yy, w, sx == 2 && cw <= 2) : mid[(size_t)yy * w + x];
         free(c);
         free(mid);
     }
@@ -820,7 +821,11 @@ static planes make_planes(uint32_t w, uint32_t h, unsigned sx, unsigned sy, int 
             }
     }
     p.v = (pk_ycc_view){{p.mem + at[0], gray ? NULL : p.mem + at[1], gray ? NULL : p.mem + at[2]},
-                        {st[0], st[1], st[2]}, w, h, sx, sy};
+                        {st[0], st[1], st[2]},
+                        w,
+                        h,
+                        sx,
+                        sy};
     return p;
 }
 
@@ -844,14 +849,15 @@ static void check_ycc(pk_resizer *r, uint32_t w, uint32_t h, unsigned sx, unsign
     pk_rect all = {0, 0, dw, dh};
     uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
     char what[96];
-    snprintf(what, sizeof what, "planes %ux%u sub %ux%u%s -> %ux%u", w, h, sx, sy, gray ? " gray" : "", dw, dh);
+    snprintf(what, sizeof what, "planes %ux%u sub %ux%u%s -> %ux%u", w, h, sx, sy, gray ? " gray" : "", dw,
+             dh);
     ck_assert_int_eq(pk__resizer_test_simd(r, 0), 0);
     ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
     /* every vector level the CPU has (AVX2, AVX-512BW) against the scalar kernels */
     for (int level = 1; level <= 2 && pk__resizer_test_simd(r, level) == level; level++) {
         ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
-        ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD level %d and scalar differ", what,
-                      level);
+        ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD level %d and scalar differ",
+                      what, level);
     }
     pk_resizer_force_scalar(r, 0);
     ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
@@ -859,15 +865,16 @@ static void check_ycc(pk_resizer *r, uint32_t w, uint32_t h, unsigned sx, unsign
      * rounded once, at the end (weights are 14-bit, which moves a value by
      * far less than a level). */
     compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
-    const pk_rect wins[] = {{dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1}, {1, 0, dw - 1, dh}};
+    const pk_rect wins[] = {
+        {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1}, {1, 0, dw - 1, dh}};
     for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
         const pk_rect *wn = &wins[i];
         if (!wn->w || wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
         uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
         ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
         for (uint32_t yy = 0; yy < wn->h; yy++)
-            ck_assert_msg(memcmp(part + (size_t)yy * wn->w * 3, simd + ((size_t)(wn->y + yy) * dw + wn->x) * 3,
-                                 (size_t)wn->w * 3) == 0,
+            ck_assert_msg(memcmp(part + (size_t)yy * wn->w * 3,
+                                 simd + ((size_t)(wn->y + yy) * dw + wn->x) * 3, (size_t)wn->w * 3) == 0,
                           "%s: window %zu row %u differs from the full resize", what, i, yy);
         free(part);
     }
@@ -886,14 +893,15 @@ START_TEST(ycc_resize_matches_reference)
     pk_resizer *r = pk_resizer_new();
     static const unsigned subs[][3] = {{1, 1, 0}, {2, 2, 0}, {2, 1, 0}, {1, 2, 0}, {1, 1, 1}};
     static const uint32_t sizes[][4] = {
-        {97, 61, 40, 25},  {97, 61, 150, 90}, {97, 61, 97, 61}, {97, 61, 96, 60}, {96, 64, 48, 32},
-        {61, 97, 31, 47},  {33, 21, 13, 7},   {200, 9, 70, 3},  {7, 1, 3, 4},     {1, 1, 5, 3},
-        {640, 480, 256, 192}, {500, 375, 341, 256}, {375, 500, 256, 341}, {1200, 8, 64, 8},
-        {3, 2, 24, 16}, {4, 40, 8, 80}, {2, 7, 9, 9}, {5, 5, 16, 16},
+        {97, 61, 40, 25},     {97, 61, 150, 90},    {97, 61, 97, 61},     {97, 61, 96, 60}, {96, 64, 48, 32},
+        {61, 97, 31, 47},     {33, 21, 13, 7},      {200, 9, 70, 3},      {7, 1, 3, 4},     {1, 1, 5, 3},
+        {640, 480, 256, 192}, {500, 375, 341, 256}, {375, 500, 256, 341}, {1200, 8, 64, 8}, {3, 2, 24, 16},
+        {4, 40, 8, 80},       {2, 7, 9, 9},         {5, 5, 16, 16},
     };
     for (size_t s = 0; s < sizeof subs / sizeof subs[0]; s++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-            check_ycc(r, sizes[i][0], sizes[i][1], subs[s][0], subs[s][1], (int)subs[s][2], sizes[i][2], sizes[i][3]);
+            check_ycc(r, sizes[i][0], sizes[i][1], subs[s][0], subs[s][1], (int)subs[s][2], sizes[i][2],
+                      sizes[i][3]);
     pk_resizer_free(r);
 }
 END_TEST
@@ -924,8 +932,9 @@ START_TEST(jpeg_planar_close_to_rgb_route)
                 off1 += df > 1;
                 worst = df > worst ? df : worst;
             }
-            ck_assert_msg(off1 * 1000 <= total && worst <= 3, "subsampling %d, size %u: %zu of %zu bytes off by more than 1, worst %d",
-                          samp[s], n, off1, total, worst);
+            ck_assert_msg(off1 * 1000 <= total && worst <= 3,
+                          "subsampling %d, size %u: %zu of %zu bytes off by more than 1, worst %d", samp[s],
+                          n, off1, total, worst);
             free(x);
             free(y);
         }
@@ -944,7 +953,8 @@ START_TEST(jpeg_planar_close_to_rgb_route)
         b.resample_rgb = 1;
         uint8_t *x = process_ok(d, jpg, len, &a, &ow, &oh), *y = process_ok(d, jpg, len, &b, &ow, &oh);
         for (size_t i = 0; i < 16 * 16 * 3; i++)
-            ck_assert_msg(abs(x[i] - y[i]) <= 2, "%ux%u: byte %zu is %d, RGB route %d", sm.w, sm.h, i, x[i], y[i]);
+            ck_assert_msg(abs(x[i] - y[i]) <= 2, "%ux%u: byte %zu is %d, RGB route %d", sm.w, sm.h, i, x[i],
+                          y[i]);
         free(x);
         free(y);
         free(jpg);
@@ -981,8 +991,8 @@ START_TEST(ycc_row_levels_agree)
             for (int level = 1; level <= levels; level++) {
                 memset(got, 0xEE, sizeof got);
                 pk_ycc_row(level, y, gray ? NULL : cb, gray ? NULL : cr, got, n);
-                ck_assert_msg(memcmp(got, want, 3 * n) == 0, "level %d, %zu pixels%s: differs from scalar", level, n,
-                              gray ? " (gray)" : "");
+                ck_assert_msg(memcmp(got, want, 3 * n) == 0, "level %d, %zu pixels%s: differs from scalar",
+                              level, n, gray ? " (gray)" : "");
                 ck_assert_msg(n == N || got[3 * n] == 0xEE, "level %d wrote past %zu pixels", level, n);
             }
         }
@@ -1061,7 +1071,8 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
             }
             uint8_t *px = want + ((size_t)y * w + x) * 3;
             if (color == SPNG_COLOR_TYPE_INDEXED) {
-                px[0] = plte.entries[s[0]].red, px[1] = plte.entries[s[0]].green, px[2] = plte.entries[s[0]].blue;
+                px[0] = plte.entries[s[0]].red, px[1] = plte.entries[s[0]].green,
+                px[2] = plte.entries[s[0]].blue;
             } else if (color == SPNG_COLOR_TYPE_GRAYSCALE || color == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA) {
                 uint8_t g = (uint8_t)(depth == 16 ? s[0] >> 8 : s[0] * 255 / maxv);
                 px[0] = px[1] = px[2] = g;
@@ -1072,8 +1083,9 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
     if (with_trns && color == SPNG_COLOR_TYPE_TRUECOLOR) trns.red = 5, trns.green = 6, trns.blue = 7;
     if (with_trns && color == SPNG_COLOR_TYPE_GRAYSCALE) trns.gray = 1;
     size_t len;
-    uint8_t *png = png_encode(raw, h * row, w, h, color, depth, interlace,
-                              color == SPNG_COLOR_TYPE_INDEXED ? &plte : NULL, with_trns ? &trns : NULL, &len);
+    uint8_t *png =
+        png_encode(raw, h * row, w, h, color, depth, interlace,
+                   color == SPNG_COLOR_TYPE_INDEXED ? &plte : NULL, with_trns ? &trns : NULL, &len);
     /* stretch to 23x23 would resample; fit keeps 23x17 as it is and pads */
     pk_params p = params(w, PK_RESIZE_FIT);
     p.fill[0] = 1, p.fill[1] = 2, p.fill[2] = 3;
@@ -1102,13 +1114,17 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
 
 START_TEST(png_flavours_exact)
 {
-    static const struct { int color, depth; } f[] = {
-        {SPNG_COLOR_TYPE_GRAYSCALE, 1}, {SPNG_COLOR_TYPE_GRAYSCALE, 2}, {SPNG_COLOR_TYPE_GRAYSCALE, 4},
-        {SPNG_COLOR_TYPE_GRAYSCALE, 8}, {SPNG_COLOR_TYPE_GRAYSCALE, 16},
-        {SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 8}, {SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 16},
-        {SPNG_COLOR_TYPE_INDEXED, 1}, {SPNG_COLOR_TYPE_INDEXED, 2}, {SPNG_COLOR_TYPE_INDEXED, 4},
-        {SPNG_COLOR_TYPE_INDEXED, 8}, {SPNG_COLOR_TYPE_TRUECOLOR, 8}, {SPNG_COLOR_TYPE_TRUECOLOR, 16},
-        {SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 8}, {SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 16},
+    static const struct {
+        int color, depth;
+    } f[] = {
+        {SPNG_COLOR_TYPE_GRAYSCALE, 1},        {SPNG_COLOR_TYPE_GRAYSCALE, 2},
+        {SPNG_COLOR_TYPE_GRAYSCALE, 4},        {SPNG_COLOR_TYPE_GRAYSCALE, 8},
+        {SPNG_COLOR_TYPE_GRAYSCALE, 16},       {SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 8},
+        {SPNG_COLOR_TYPE_GRAYSCALE_ALPHA, 16}, {SPNG_COLOR_TYPE_INDEXED, 1},
+        {SPNG_COLOR_TYPE_INDEXED, 2},          {SPNG_COLOR_TYPE_INDEXED, 4},
+        {SPNG_COLOR_TYPE_INDEXED, 8},          {SPNG_COLOR_TYPE_TRUECOLOR, 8},
+        {SPNG_COLOR_TYPE_TRUECOLOR, 16},       {SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 8},
+        {SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 16},
     };
     pk_decoder *d = pk_decoder_new();
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -1211,7 +1227,9 @@ static void check_resize(pk_resizer *r, const image *src, uint32_t dw, uint32_t 
     ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD and scalar differ", what);
     compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
     /* windows of it, as a crop asks for: the same bytes as the full result */
-    const pk_rect wins[] = {{0, 0, 1, 1}, {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1},
+    const pk_rect wins[] = {{0, 0, 1, 1},
+                            {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1},
+                            {dw - 1, dh - 1, 1, 1},
                             {1, 0, dw - 1 > 0 ? dw - 1 : 1, dh}};
     for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
         const pk_rect *wn = &wins[i];
@@ -1219,8 +1237,8 @@ static void check_resize(pk_resizer *r, const image *src, uint32_t dw, uint32_t 
         uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
         ck_assert_int_eq(pk_resize(r, &v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
         for (uint32_t y = 0; y < wn->h; y++)
-            ck_assert_msg(memcmp(part + (size_t)y * wn->w * 3,
-                                 simd + ((size_t)(wn->y + y) * dw + wn->x) * 3, (size_t)wn->w * 3) == 0,
+            ck_assert_msg(memcmp(part + (size_t)y * wn->w * 3, simd + ((size_t)(wn->y + y) * dw + wn->x) * 3,
+                                 (size_t)wn->w * 3) == 0,
                           "%s: window %zu row %u differs from the full resize", what, i, y);
         free(part);
     }
@@ -1234,10 +1252,11 @@ START_TEST(resize_matches_reference)
     pk_resizer *r = pk_resizer_new();
     image im = synth(97, 61, DETAIL, 12);
     static const uint32_t sizes[][2] = {
-        {40, 25}, {31, 47}, {150, 90}, {60, 61}, {97, 30}, {13, 7}, {97, 61},
-        {70, 44}, {96, 60}, {48, 30}, {33, 21}, {1, 1}, {200, 3}, {5, 122},
+        {40, 25}, {31, 47}, {150, 90}, {60, 61}, {97, 30}, {13, 7},  {97, 61},
+        {70, 44}, {96, 60}, {48, 30},  {33, 21}, {1, 1},   {200, 3}, {5, 122},
     };
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) check_resize(r, &im, sizes[i][0], sizes[i][1]);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        check_resize(r, &im, sizes[i][0], sizes[i][1]);
     image_free(&im);
     /* tiny and degenerate sources */
     image one = synth(1, 1, DETAIL, 13), strip = synth(7, 1, DETAIL, 14);
@@ -1268,20 +1287,22 @@ END_TEST
 
 /* Window `win` of v resized to dw x dh (ycc: of the planes yv) by a used
  * resizer equals a fresh resizer's result. */
-static void expect_as_fresh(pk_resizer *used, const pk_rgb_view *v, const pk_ycc_view *yv, uint64_t dw, uint64_t dh,
-                            const pk_rect *win, int round)
+static void expect_as_fresh(pk_resizer *used, const pk_rgb_view *v, const pk_ycc_view *yv, uint64_t dw,
+                            uint64_t dh, const pk_rect *win, int round)
 {
     size_t n = (size_t)win->w * win->h * 3, stride = (size_t)win->w * 3;
     uint8_t *a = xmalloc(n), *b = xmalloc(n);
     pk_resizer *fresh = pk_resizer_new();
     ck_assert_ptr_nonnull(fresh);
-    ck_assert_int_eq(yv ? pk_resize_ycc(used, yv, dw, dh, win, a, stride) : pk_resize(used, v, dw, dh, win, a, stride),
+    ck_assert_int_eq(
+        yv ? pk_resize_ycc(used, yv, dw, dh, win, a, stride) : pk_resize(used, v, dw, dh, win, a, stride), 0);
+    ck_assert_int_eq(yv ? pk_resize_ycc(fresh, yv, dw, dh, win, b, stride)
+                        : pk_resize(fresh, v, dw, dh, win, b, stride),
                      0);
-    ck_assert_int_eq(yv ? pk_resize_ycc(fresh, yv, dw, dh, win, b, stride) : pk_resize(fresh, v, dw, dh, win, b, stride),
-                     0);
-    ck_assert_msg(memcmp(a, b, n) == 0, "%s %llux%llu window %llu+%u, %llu+%u differs with a used resizer (round %d)",
-                  yv ? "planes" : "rgb", (unsigned long long)dw, (unsigned long long)dh, (unsigned long long)win->x,
-                  win->w, (unsigned long long)win->y, win->h, round);
+    ck_assert_msg(memcmp(a, b, n) == 0,
+                  "%s %llux%llu window %llu+%u, %llu+%u differs with a used resizer (round %d)",
+                  yv ? "planes" : "rgb", (unsigned long long)dw, (unsigned long long)dh,
+                  (unsigned long long)win->x, win->w, (unsigned long long)win->y, win->h, round);
     pk_resizer_free(fresh);
     free(a);
     free(b);
@@ -1322,8 +1343,8 @@ START_TEST(resize_cache_evicts)
     /* chroma 3 wide from 5 and from 6 (keys that differ in `full` alone);
      * chroma 2 wide, which libjpeg repeats instead of interpolating, and 45
      * wide over the same 35 rows (keys that differ in `kind` alone) */
-    planes q[4] = {make_planes(5, 70, 2, 2, 0, 78), make_planes(6, 70, 2, 2, 0, 79), make_planes(3, 70, 2, 2, 0, 80),
-                   p};
+    planes q[4] = {make_planes(5, 70, 2, 2, 0, 78), make_planes(6, 70, 2, 2, 0, 79),
+                   make_planes(3, 70, 2, 2, 0, 80), p};
     pk_resizer *shared = NULL;
     for (int round = 0; round < 4; round++) {
         if (round % 2 == 0) {
@@ -1395,7 +1416,8 @@ START_TEST(ycc_scalar_groups_in_simd)
      * scales, so the test seam makes every k-th group such a group (the
      * first, odd and even ones, neighbours of pairs). check_ycc: bytes equal
      * the all-scalar run's (and the reference, windows included). */
-    static const uint32_t sizes[][4] = {{97, 61, 40, 25}, {500, 375, 341, 256}, {375, 500, 256, 341}, {61, 97, 150, 90}};
+    static const uint32_t sizes[][4] = {
+        {97, 61, 40, 25}, {500, 375, 341, 256}, {375, 500, 256, 341}, {61, 97, 150, 90}};
     for (unsigned every = 1; every <= 3; every++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             for (unsigned sub = 1; sub <= 2; sub++) {
@@ -1481,14 +1503,14 @@ static void check_shorter(pk_decoder *d, uint32_t w, uint32_t h, uint32_t n)
 START_TEST(process_shorter_crops)
 {
     pk_decoder *d = pk_decoder_new();
-    check_shorter(d, 120, 80, 48);  /* landscape: 72x48, left 12 */
-    check_shorter(d, 80, 120, 48);  /* portrait: 48x72, top 12 */
-    check_shorter(d, 101, 48, 48);  /* no resize, left round(26.5) = 26 */
-    check_shorter(d, 48, 103, 48);  /* no resize, top round(27.5) = 28 */
-    check_shorter(d, 97, 61, 40);   /* 63x40, left round(11.5) = 12 */
+    check_shorter(d, 120, 80, 48); /* landscape: 72x48, left 12 */
+    check_shorter(d, 80, 120, 48); /* portrait: 48x72, top 12 */
+    check_shorter(d, 101, 48, 48); /* no resize, left round(26.5) = 26 */
+    check_shorter(d, 48, 103, 48); /* no resize, top round(27.5) = 28 */
+    check_shorter(d, 97, 61, 40);  /* 63x40, left round(11.5) = 12 */
     check_shorter(d, 61, 97, 40);
-    check_shorter(d, 30, 20, 45);   /* upscaling: 67x45 */
-    check_shorter(d, 64, 64, 64);   /* identity */
+    check_shorter(d, 30, 20, 45); /* upscaling: 67x45 */
+    check_shorter(d, 64, 64, 64); /* identity */
     pk_decoder_free(d);
 }
 END_TEST
@@ -1514,7 +1536,8 @@ START_TEST(process_fit_pads)
             for (uint32_t x = 0; x < n; x++) {
                 if (x >= l.pad_x && x < l.pad_x + l.w && y >= l.pad_y && y < l.pad_y + l.h) continue;
                 const uint8_t *g = got + ((size_t)y * n + x) * 3;
-                ck_assert_msg(g[0] == 10 && g[1] == 20 && g[2] == 30, "%ux%u: (%u,%u) is not fill", w, h, x, y);
+                ck_assert_msg(g[0] == 10 && g[1] == 20 && g[2] == 30, "%ux%u: (%u,%u) is not fill", w, h, x,
+                              y);
             }
         /* centred: the margins differ by at most one pixel */
         ck_assert_uint_le(n - l.w - 2 * l.pad_x, 1);

@@ -30,19 +30,19 @@ typedef struct {
     uint64_t first, end;
     atomic_int produced[MAX_ITEMS];
     atomic_int announced[MAX_ITEMS];
-    atomic_int early;      /* items produced before they were announced */
-    uint64_t next;         /* consumer: the item it expects */
-    uint64_t stop_at;      /* consumer returns 7 at this item (0: never) */
+    atomic_int early; /* items produced before they were announced */
+    uint64_t next;    /* consumer: the item it expects */
+    uint64_t stop_at; /* consumer returns 7 at this item (0: never) */
     pk_pool *pool;
-    bool keep;             /* consumer keeps buffers (HELD at a time) */
+    bool keep; /* consumer keeps buffers (HELD at a time) */
     uint8_t *held[HELD];
     uint64_t held_item[HELD];
     unsigned nheld;
-    int bad;               /* consumer-side failures (asserted on the main thread) */
-    atomic_int inside;     /* consume calls running now (never more than one) */
-    atomic_int overlaps;   /* times a consume call found another one running */
+    int bad;             /* consumer-side failures (asserted on the main thread) */
+    atomic_int inside;   /* consume calls running now (never more than one) */
+    atomic_int overlaps; /* times a consume call found another one running */
     atomic_int inits, finis;
-    int fail_init;         /* thread_init's call number that fails (1-based; 0: none; -1: all) */
+    int fail_init; /* thread_init's call number that fails (1-based; 0: none; -1: all) */
 } ctx_t;
 
 static void pattern(uint64_t i, uint8_t *out)
@@ -141,10 +141,18 @@ static int run(ctx_t *c, unsigned threads, size_t window, uint64_t ahead, bool w
 {
     c->pool = pk_pool_new(window + HELD + 1, SLOT);
     ck_assert_ptr_nonnull(c->pool);
-    pk_pipeline p = {.threads = threads, .window = window, .pool = c->pool, .first = c->first,
-                     .end = c->end, .user = c, .produce = produce, .consume = consume,
-                     .prefetch = with_prefetch ? prefetch : NULL, .ahead = ahead,
-                     .thread_init = c->fail_init ? thread_init : NULL, .thread_fini = thread_fini};
+    pk_pipeline p = {.threads = threads,
+                     .window = window,
+                     .pool = c->pool,
+                     .first = c->first,
+                     .end = c->end,
+                     .user = c,
+                     .produce = produce,
+                     .consume = consume,
+                     .prefetch = with_prefetch ? prefetch : NULL,
+                     .ahead = ahead,
+                     .thread_init = c->fail_init ? thread_init : NULL,
+                     .thread_fini = thread_fini};
     int rc = pk_pipeline_run(&p);
     while (c->nheld) release_oldest(c);
     ck_assert_uint_eq(pk_pool_free_count(c->pool), window + HELD + 1); /* every buffer back */
@@ -162,8 +170,8 @@ START_TEST(in_order_and_intact)
                 ctx_t *c = ctx_new(7, 407);
                 c->keep = keep;
                 ck_assert_int_eq(run(c, threads[t], window, 0, false), 0);
-                ck_assert_msg(c->bad == 0, "%d bad items (threads %u, window %zu, keep %d)", c->bad, threads[t],
-                              window, keep);
+                ck_assert_msg(c->bad == 0, "%d bad items (threads %u, window %zu, keep %d)", c->bad,
+                              threads[t], window, keep);
                 ck_assert_int_eq(atomic_load(&c->overlaps), 0);
                 ck_assert_uint_eq(c->next, 407);
                 for (uint64_t i = 0; i < MAX_ITEMS; i++)
@@ -245,8 +253,9 @@ START_TEST(prefetch_announces_each_item_once)
             ck_assert_int_eq(c->bad, 0);
             for (uint64_t i = 0; i < MAX_ITEMS; i++) {
                 int want = ahead[a] && i >= 5 && i < 605;
-                ck_assert_msg(atomic_load(&c->announced[i]) == want, "item %llu announced %d times (ahead %llu)",
-                              (unsigned long long)i, atomic_load(&c->announced[i]), (unsigned long long)ahead[a]);
+                ck_assert_msg(atomic_load(&c->announced[i]) == want,
+                              "item %llu announced %d times (ahead %llu)", (unsigned long long)i,
+                              atomic_load(&c->announced[i]), (unsigned long long)ahead[a]);
             }
             /* ahead >= window: no worker can take an item before the one
              * `ahead` places earlier has been consumed, hence announced */
@@ -260,8 +269,14 @@ START_TEST(bad_arguments_refused)
 {
     ctx_t *c = ctx_new(0, 10);
     c->pool = pk_pool_new(4, SLOT);
-    pk_pipeline p = {.threads = 0, .window = 4, .pool = c->pool, .first = 0, .end = 10, .user = c,
-                     .produce = produce, .consume = consume};
+    pk_pipeline p = {.threads = 0,
+                     .window = 4,
+                     .pool = c->pool,
+                     .first = 0,
+                     .end = 10,
+                     .user = c,
+                     .produce = produce,
+                     .consume = consume};
     ck_assert_int_eq(pk_pipeline_run(&p), -1); /* no threads */
     p.threads = 5;
     ck_assert_int_eq(pk_pipeline_run(&p), -1); /* window < threads */

@@ -86,14 +86,13 @@ static uint64_t window_key(uint64_t seed, uint64_t epoch, uint64_t w)
 }
 
 /* The spec's formula: q0, C(x), the largest window w with C(w Wq) <= p. */
-static uint64_t quasi_record(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K, uint64_t Wq,
-                             uint64_t p)
+static uint64_t quasi_record(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K, uint64_t Wq, uint64_t p)
 {
     uint64_t nb = nblocks(n, K);
     uint64_t Lz = n - (nb - 1) * K;
     uint64_t kb = ref_key(seed, epoch, REF_TAG_BLOCKS);
     uint64_t q0 = ref_perm_inv(nb, kb, nb - 1);
-#define C(x) ((x) * K - (q0 < (x) ? K - Lz : 0))
+#define C(x) ((x)*K - (q0 < (x) ? K - Lz : 0))
     uint64_t nw = nb / Wq + (nb % Wq != 0);
     uint64_t w = 0;
     for (uint64_t v = 0; v < nw; v++)
@@ -112,13 +111,15 @@ static uint64_t quasi_record(uint64_t n, uint64_t seed, uint64_t epoch, uint64_t
     return ref_perm(nb, kb, x) * K + c;
 }
 
-uint64_t ref_record(int order, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K, uint64_t Wq,
-                    uint64_t p)
+uint64_t ref_record(int order, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K, uint64_t Wq, uint64_t p)
 {
     switch (order) {
-    case REF_SEQUENTIAL: return p;
-    case REF_SHUFFLE: return ref_perm(n, ref_key(seed, epoch, REF_TAG_SHUFFLE), p);
-    default: return quasi_record(n, seed, epoch, K, Wq, p);
+    case REF_SEQUENTIAL:
+        return p;
+    case REF_SHUFFLE:
+        return ref_perm(n, ref_key(seed, epoch, REF_TAG_SHUFFLE), p);
+    default:
+        return quasi_record(n, seed, epoch, K, Wq, p);
     }
 }
 
@@ -158,8 +159,8 @@ uint64_t ref_batches_per_epoch(uint64_t n, uint64_t G, int tail)
     return tail == REF_DROP ? n / G : n / G + (n % G != 0);
 }
 
-uint32_t ref_rank_batch(const uint64_t *ord, uint64_t n, uint64_t G, uint32_t B, uint32_t r,
-                        int tail, uint64_t j, uint64_t *out)
+uint32_t ref_rank_batch(const uint64_t *ord, uint64_t n, uint64_t G, uint32_t B, uint32_t r, int tail,
+                        uint64_t j, uint64_t *out)
 {
     uint32_t k = 0;
     for (uint32_t i = 0; i < B; i++) {

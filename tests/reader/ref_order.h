@@ -30,8 +30,8 @@ uint64_t ref_perm_inv(uint64_t n, uint64_t key, uint64_t i);
 
 /* record(p) of epoch e by the spec's position formulas (K, Wq used by quasi
  * only; both >= 1). */
-uint64_t ref_record(int order, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K,
-                    uint64_t Wq, uint64_t p);
+uint64_t ref_record(int order, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K, uint64_t Wq,
+                    uint64_t p);
 /* The whole epoch's stream record(0..n-1) into out[n], by construction. */
 void ref_epoch_order(int order, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t K, uint64_t Wq,
                      uint64_t *out);
@@ -42,7 +42,7 @@ uint64_t ref_batches_per_epoch(uint64_t n, uint64_t G, int tail);
  * records into out[B] and returns how many (B, or fewer for a partial tail).
  * A pad position p >= n reads ord[p - n] (ord[p % n] where p - n >= n too,
  * which the spec leaves open: see the report). */
-uint32_t ref_rank_batch(const uint64_t *ord, uint64_t n, uint64_t G, uint32_t B, uint32_t r,
-                        int tail, uint64_t j, uint64_t *out);
+uint32_t ref_rank_batch(const uint64_t *ord, uint64_t n, uint64_t G, uint32_t B, uint32_t r, int tail,
+                        uint64_t j, uint64_t *out);
 
 #endif

@@ -53,7 +53,8 @@ static void check_later(void *arg)
         if (memcmp(j->image + (size_t)i * TU_IMG_ELEMS, want.image, sizeof want.image) != 0 ||
             j->label[i] != want.label) {
             __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
-            fprintf(stderr, "batch data overwritten or wrong: record %llu\n", (unsigned long long)j->records[i]);
+            fprintf(stderr, "batch data overwritten or wrong: record %llu\n",
+                    (unsigned long long)j->records[i]);
         }
     }
     free(j);
@@ -249,7 +250,10 @@ END_TEST
  * any crop and scale is known in closed form. */
 #define IH 20
 #define IW 30
-static uint8_t pix(int y, int x, int c) { return (uint8_t)(c == 0 ? 4 * x + 3 : c == 1 ? 5 * y + 1 : 2 * x + 3 * y); }
+static uint8_t pix(int y, int x, int c)
+{
+    return (uint8_t)(c == 0 ? 4 * x + 3 : c == 1 ? 5 * y + 1 : 2 * x + 3 * y);
+}
 
 static void make_ramp(char *dir, size_t cap, uint64_t n)
 {
@@ -348,10 +352,12 @@ static void run_transform(int crop, int dtype, int layout, uint32_t oh, uint32_t
                         double got = dtype == STK_DT_F32   ? ((const float *)f->data)[i]
                                      : dtype == STK_DT_F16 ? half_to_float(((const uint16_t *)f->data)[i])
                                                            : bf16_to_float(((const uint16_t *)f->data)[i]);
-                        double want = (expect(&box, (int)oh, (int)ow, (int)y, (int)x, (int)c) / 255.0 - t.mean[c]) / t.std[c];
+                        double want =
+                            (expect(&box, (int)oh, (int)ow, (int)y, (int)x, (int)c) / 255.0 - t.mean[c]) /
+                            t.std[c];
                         ck_assert_msg(fabs(got - want) <= tol * (1 + fabs(want)),
-                                      "crop %d dtype %d layout %d: sample %u c %u (%u,%u): got %f want %f", crop, dtype,
-                                      layout, n, c, y, x, got, want);
+                                      "crop %d dtype %d layout %d: sample %u c %u (%u,%u): got %f want %f",
+                                      crop, dtype, layout, n, c, y, x, got, want);
                     }
         }
     }
@@ -452,8 +458,9 @@ START_TEST(test_cuda_unavailable_falls_back)
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);
     ck_assert_int_eq(st.device, STK_DEVICE_NONE);
-    ck_assert_msg(strstr(stk_reader_device_note(r), "fell back to host batches: ") == stk_reader_device_note(r), "%s",
-                  stk_reader_device_note(r));
+    ck_assert_msg(strstr(stk_reader_device_note(r), "fell back to host batches: ") ==
+                      stk_reader_device_note(r),
+                  "%s", stk_reader_device_note(r));
     stk_reader_close(r);
     /* with a transform: the host backend, and the CUDA stream handle is not
      * mistaken for a host stream */

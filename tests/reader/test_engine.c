@@ -63,7 +63,8 @@ START_TEST(test_zero_copy_points_into_map)
             ck_assert_int_eq(stk_dataset_locate(ds, b->records[0], &s, &local, NULL), 0);
             const stk_shard *sh = stk_dataset_shard(ds, s);
             const uint8_t *base = stk_shard_field_base(sh, TU_IMAGE);
-            int inside = local + b->size <= stk_shard_records(sh) && b->records[b->size - 1] == b->records[0] + b->size - 1;
+            int inside = local + b->size <= stk_shard_records(sh) &&
+                         b->records[b->size - 1] == b->records[0] + b->size - 1;
             ck_assert_int_eq(b->fields[TU_IMAGE].zero_copy, inside);
             if (inside) {
                 ck_assert_ptr_eq(b->fields[TU_IMAGE].data, base + local * sizeof(uint16_t) * TU_IMG_ELEMS);
@@ -136,11 +137,14 @@ START_TEST(test_stats_sane)
     stk_reader_close(r);
 
     /* the verdicts themselves, from fixed figures (no timing) */
-    stk_reader_stats q = {.batches = 10, .samples = 100, .wall_s = 1, .wait_s = 0.02, .busy_s = 0.3, .threads = 2};
+    stk_reader_stats q = {
+        .batches = 10, .samples = 100, .wall_s = 1, .wait_s = 0.02, .busy_s = 0.3, .threads = 2};
     stk_reader_verdict(&q, v, sizeof v);
-    ck_assert_msg(strcmp(v, "not input-bound: 2% of wall time spent waiting for data (threads=2)") == 0, "%s", v);
+    ck_assert_msg(strcmp(v, "not input-bound: 2% of wall time spent waiting for data (threads=2)") == 0, "%s",
+                  v);
     /* a verdict for a starved consumer names the wait and a way out */
-    stk_reader_stats t = {.batches = 10, .samples = 100, .wall_s = 1, .wait_s = 0.37, .busy_s = 0.3, .threads = 2};
+    stk_reader_stats t = {
+        .batches = 10, .samples = 100, .wall_s = 1, .wait_s = 0.37, .busy_s = 0.3, .threads = 2};
     stk_reader_verdict(&t, v, sizeof v);
     ck_assert_msg(strstr(v, "input-bound: 37% of wall time spent waiting for data (threads=2") == v, "%s", v);
 }
@@ -185,7 +189,8 @@ START_TEST(test_checksum_error_names_shard_and_record)
         r = tu_open_reader(dir, &o);
         for (int i = 0; i < 4; i++) ck_assert_ptr_nonnull(stk_reader_next(r, &err));
         ck_assert_ptr_null(stk_reader_next(r, &err)); /* batch 4 holds record 45 */
-        tu_assert_error(&err, STK_E_CHECKSUM, "record 5 (dataset record 45), field 'image': checksum mismatch");
+        tu_assert_error(&err, STK_E_CHECKSUM,
+                        "record 5 (dataset record 45), field 'image': checksum mismatch");
         ck_assert_msg(strstr(err.msg, shard) != NULL, "%s lacks %s", err.msg, shard);
         stk_error again;
         ck_assert_ptr_null(stk_reader_next(r, &again)); /* sticky */
@@ -205,8 +210,7 @@ START_TEST(test_verify_once_hashes_each_record_once)
     stk_reader *r = tu_open_reader(dir, &o);
     stk_error err;
     stk_reader_set_epochs(r, 3);
-    while (stk_reader_next(r, &err)) {
-    }
+    while (stk_reader_next(r, &err)) {}
     ck_assert_int_eq(err.code, STK_OK);
     stk_reader_stats s;
     stk_reader_stats_get(r, &s);
@@ -366,18 +370,30 @@ END_TEST
 START_TEST(test_state_text_rejects_junk)
 {
     static const char *const bad[] = {
-        "", "[]", "{}", "{\"stoker_reader_state\":2}",
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"1\","
-        "\"global_batch\":0,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,\"batch\":0}",
+        "",
+        "[]",
+        "{}",
+        "{\"stoker_reader_state\":2}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"1\","
+        "\"global_batch\":0,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,"
+        "\"batch\":0}",
         "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"random\",\"seed\":\"1\","
-        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,\"batch\":0}",
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"-1\","
-        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,\"batch\":0}",
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"1\","
-        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,\"batch\":0,"
+        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,"
+        "\"batch\":0}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"-"
+        "1\","
+        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,"
+        "\"batch\":0}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"1\","
+        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,"
+        "\"batch\":0,"
         "\"extra\":1}",
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"99999999999999999999\","
-        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,\"batch\":0}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"99999999999999999999\","
+        "\"global_batch\":8,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":0,"
+        "\"batch\":0}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         stk_reader_state st;
@@ -385,9 +401,15 @@ START_TEST(test_state_text_rejects_junk)
         ck_assert_msg(stk_reader_state_parse(bad[i], strlen(bad[i]), &st, &err) != 0, "accepted: %s", bad[i]);
         ck_assert(err.code == STK_E_FORMAT || err.code == STK_E_VERSION);
     }
-    stk_reader_state st = {.fingerprint = 0xfedcba9876543210ULL, .order = 2, .seed = UINT64_MAX,
-                           .global_batch = 24, .tail = 2, .quasi_block_records = 5, .quasi_window = 3,
-                           .epoch = 9, .batch = 4},
+    stk_reader_state st = {.fingerprint = 0xfedcba9876543210ULL,
+                           .order = 2,
+                           .seed = UINT64_MAX,
+                           .global_batch = 24,
+                           .tail = 2,
+                           .quasi_block_records = 5,
+                           .quasi_window = 3,
+                           .epoch = 9,
+                           .batch = 4},
                      back;
     char buf[512];
     size_t n = stk_reader_state_format(&st, buf, sizeof buf);

@@ -21,10 +21,12 @@
 #include "ref_order.h"
 
 
-_Static_assert((int)REF_SEQUENTIAL == (int)STK_ORDER_SEQUENTIAL && (int)REF_SHUFFLE == (int)STK_ORDER_SHUFFLE &&
-                   (int)REF_QUASI == (int)STK_ORDER_QUASI, "order numbers");
+_Static_assert((int)REF_SEQUENTIAL == (int)STK_ORDER_SEQUENTIAL &&
+                   (int)REF_SHUFFLE == (int)STK_ORDER_SHUFFLE && (int)REF_QUASI == (int)STK_ORDER_QUASI,
+               "order numbers");
 _Static_assert((int)REF_PAD == (int)STK_TAIL_PAD && (int)REF_DROP == (int)STK_TAIL_DROP &&
-                   (int)REF_PARTIAL == (int)STK_TAIL_PARTIAL, "tail numbers");
+                   (int)REF_PARTIAL == (int)STK_TAIL_PARTIAL,
+               "tail numbers");
 
 #define U(x) ((unsigned long long)(x))
 enum { IMG = 8 * 8 * 3 };
@@ -141,8 +143,8 @@ static const test_ds *ds_b(void)
         }
         stk_shard_info info;
         expect(stk_writer_finish(w, &info, &e) == STK_OK, "%s", e.msg);
-        m->shards[k] = (stk_shard_entry){strdup(name), info.records, info.file_size, info.file_hash,
-                                         info.index_hash};
+        m->shards[k] =
+            (stk_shard_entry){strdup(name), info.records, info.file_size, info.file_hash, info.index_hash};
         first += counts[k];
     }
     expect(stk_manifest_commit(m, DS_B.dir, &e) == STK_OK, "%s", e.msg);
@@ -233,8 +235,7 @@ static stk_reader *open_ref(const test_ds *d, stk_reader_options *o, uint64_t K,
     if (o->order == STK_ORDER_QUASI)
         expect(stk_reader_quasi_block_records(r) == K, "quasi K: %llu, expected %llu (bytes %llu, avg %llu)",
                U(stk_reader_quasi_block_records(r)), U(K), U(o->quasi_block_bytes), U(d->avg));
-    else
-        ck_assert_uint_eq(stk_reader_quasi_block_records(r), 0);
+    else ck_assert_uint_eq(stk_reader_quasi_block_records(r), 0);
     if (rs) rs_init(rs, d->n, o, K, Wq ? Wq : 64);
     return r;
 }
@@ -289,7 +290,8 @@ static void check_batch(const stk_batch *b, ref_stream *rs, uint64_t e, uint64_t
         } else if (strcmp(bf->name, "image") == 0) {
             expect_eq(bf->dtype, STK_DT_U8);
             expect_eq(bf->ndim, 4);
-            expect(bf->shape[1] == 8 && bf->shape[2] == 8 && bf->shape[3] == 3, "bf->shape[1] == 8 && bf->shape[2] == 8 && bf->shape[3] == 3");
+            expect(bf->shape[1] == 8 && bf->shape[2] == 8 && bf->shape[3] == 3,
+                   "bf->shape[1] == 8 && bf->shape[2] == 8 && bf->shape[3] == 3");
             expect_eq(bf->nbytes, (uint64_t)IMG * k);
             for (uint32_t i = 0; i < k; i++) {
                 uint8_t img[IMG];
@@ -303,8 +305,10 @@ static void check_batch(const stk_batch *b, ref_stream *rs, uint64_t e, uint64_t
     }
     if (nfields == 3) {
         expect(strcmp(b->fields[0].name, "x") == 0, "%s: field %s, expected %s", ctx, b->fields[0].name, "x");
-        expect(strcmp(b->fields[1].name, "label") == 0, "%s: field %s, expected %s", ctx, b->fields[1].name, "label");
-        expect(strcmp(b->fields[2].name, "image") == 0, "%s: field %s, expected %s", ctx, b->fields[2].name, "image");
+        expect(strcmp(b->fields[1].name, "label") == 0, "%s: field %s, expected %s", ctx, b->fields[1].name,
+               "label");
+        expect(strcmp(b->fields[2].name, "image") == 0, "%s: field %s, expected %s", ctx, b->fields[2].name,
+               "image");
     }
 }
 
@@ -403,7 +407,8 @@ END_TEST
 START_TEST(reader_batches_match_reference)
 {
     const test_ds *d = ds_a();
-    static const uint32_t BWR[][3] = {{4, 1, 0}, {3, 2, 1}, {2, 3, 2}, {5, 2, 0}, {1, 1, 0}, {7, 3, 1}, {6, 1, 0}};
+    static const uint32_t BWR[][3] = {{4, 1, 0}, {3, 2, 1}, {2, 3, 2}, {5, 2, 0},
+                                      {1, 1, 0}, {7, 3, 1}, {6, 1, 0}};
     static const uint32_t KW[][2] = {{3, 2}, {4, 3}, {1, 1}, {5, 0}, {30, 1}, {2, 5}};
     static const unsigned THREADS[] = {1, 2, 4};
     unsigned combo = 0;
@@ -413,14 +418,16 @@ START_TEST(reader_batches_match_reference)
                 for (unsigned pf = 1; pf <= 8; pf++, combo++) {
                     const uint32_t *bwr = BWR[combo % 7];
                     const uint32_t *kw = KW[combo % 6];
-                    stk_reader_options o = ropts(order, tail, bwr[0], (int)bwr[2], (int)bwr[1], combo * 0x9e37ull);
+                    stk_reader_options o =
+                        ropts(order, tail, bwr[0], (int)bwr[2], (int)bwr[1], combo * 0x9e37ull);
                     o.threads = THREADS[t];
                     o.prefetch = pf;
                     o.verify = (int)(combo % 3);
                     char ctx[200];
-                    snprintf(ctx, sizeof ctx, "%s/%s threads=%u prefetch=%u B=%u rank %u/%u seed=%llu K=%u Wq=%u",
-                             ORDER_NAME[order], TAIL_NAME[tail], o.threads, pf, bwr[0], bwr[2], bwr[1], U(o.seed), kw[0],
-                             kw[1]);
+                    snprintf(ctx, sizeof ctx,
+                             "%s/%s threads=%u prefetch=%u B=%u rank %u/%u seed=%llu K=%u Wq=%u",
+                             ORDER_NAME[order], TAIL_NAME[tail], o.threads, pf, bwr[0], bwr[2], bwr[1],
+                             U(o.seed), kw[0], kw[1]);
                     ref_stream rs;
                     stk_reader *r = open_ref(d, &o, kw[0], kw[1], &rs);
                     const stk_reader_options *eff = stk_reader_get_options(r);
@@ -511,7 +518,8 @@ START_TEST(quasi_defaults)
     stk_reader *r = stk_reader_open(d->dir, &o, &e);
     expect(r != NULL, "%s", e.msg);
     uint64_t K = (4ull << 20) / d->avg;
-    expect(stk_reader_quasi_block_records(r) == K, "default K %llu, expected 4 MiB / (%llu bytes per record) = %llu",
+    expect(stk_reader_quasi_block_records(r) == K,
+           "default K %llu, expected 4 MiB / (%llu bytes per record) = %llu",
            U(stk_reader_quasi_block_records(r)), U(d->avg), U(K));
     stk_reader_state st;
     stk_reader_save(r, &st);
@@ -547,7 +555,8 @@ START_TEST(ranks_cover_the_epoch)
             for (size_t c = 0; c < sizeof BW / sizeof BW[0]; c++) {
                 uint32_t B = BW[c][0], W = BW[c][1];
                 uint64_t G = (uint64_t)B * W;
-                if (tail == STK_TAIL_DROP && G > n) continue; /* refused: see drop_smaller_than_global_batch */
+                if (tail == STK_TAIL_DROP && G > n)
+                    continue; /* refused: see drop_smaller_than_global_batch */
                 const uint64_t epochs = 2;
                 unsigned count[2][23];
                 memset(count, 0, sizeof count);
@@ -555,7 +564,8 @@ START_TEST(ranks_cover_the_epoch)
                 ref_stream all = {0}; /* the global stream, for the pad duplicates */
                 for (uint32_t rank = 0; rank < W; rank++) {
                     char ctx[160];
-                    snprintf(ctx, sizeof ctx, "%s/%s B=%u rank %u/%u", ORDER_NAME[order], TAIL_NAME[tail], B, rank, W);
+                    snprintf(ctx, sizeof ctx, "%s/%s B=%u rank %u/%u", ORDER_NAME[order], TAIL_NAME[tail], B,
+                             rank, W);
                     stk_reader_options o = ropts(order, tail, B, (int)rank, (int)W, 1234);
                     ref_stream rs;
                     stk_reader *r = open_ref(d, &o, 3, 2, &rs);
@@ -566,8 +576,9 @@ START_TEST(ranks_cover_the_epoch)
                         all.ord = malloc(n * sizeof *all.ord);
                         all.epoch = UINT64_MAX;
                     }
-                    expect(stk_reader_batches_per_epoch(r) == bpe, "%s: %llu batches per epoch, rank 0 has %llu",
-                           ctx, U(stk_reader_batches_per_epoch(r)), U(bpe));
+                    expect(stk_reader_batches_per_epoch(r) == bpe,
+                           "%s: %llu batches per epoch, rank 0 has %llu", ctx,
+                           U(stk_reader_batches_per_epoch(r)), U(bpe));
                     stk_reader_set_epochs(r, epochs);
                     stk_error e;
                     const stk_batch *b;
@@ -601,9 +612,12 @@ START_TEST(ranks_cover_the_epoch)
                         else
                             expect(count[ep][i] == want[i],
                                    "%s/%s B=%u W=%u epoch %llu: record %llu read %u times, expected %u",
-                                   ORDER_NAME[order], TAIL_NAME[tail], B, W, U(ep), U(i), count[ep][i], want[i]);
+                                   ORDER_NAME[order], TAIL_NAME[tail], B, W, U(ep), U(i), count[ep][i],
+                                   want[i]);
                     }
-                    uint64_t want_total = tail == STK_TAIL_DROP ? n / G * G : tail == STK_TAIL_PAD ? bpe * G : n;
+                    uint64_t want_total = tail == STK_TAIL_DROP  ? n / G * G
+                                          : tail == STK_TAIL_PAD ? bpe * G
+                                                                 : n;
                     expect(total == want_total, "%s/%s B=%u W=%u: %llu records in epoch %llu, expected %llu",
                            ORDER_NAME[order], TAIL_NAME[tail], B, W, U(total), U(ep), U(want_total));
                 }
@@ -639,19 +653,16 @@ START_TEST(bad_options_refused)
         int rank, world, order, tail;
         const char *what;
     } bad[] = {
-        {0, 0, 1, 0, 0, "batch_size"},
-        {2, 2, 2, 0, 0, "rank"},
-        {2, 0, 0, 0, 0, "world"},
-        {2, 0, 1, 9, 0, "order"},
-        {2, 0, 1, 0, 9, "tail"},
+        {0, 0, 1, 0, 0, "batch_size"}, {2, 2, 2, 0, 0, "rank"}, {2, 0, 0, 0, 0, "world"},
+        {2, 0, 1, 9, 0, "order"},      {2, 0, 1, 0, 9, "tail"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         stk_reader_options o = ropts(bad[i].order, bad[i].tail, bad[i].B, bad[i].rank, bad[i].world, 0);
         stk_error e = {0, ""};
         stk_reader *r = stk_reader_open(d->dir, &o, &e);
         if (r) stk_reader_close(r);
-        expect(r == NULL, "opened with bad %s (case %zu: B=%u rank %d world %d order %d tail %d)", bad[i].what, i,
-               bad[i].B, bad[i].rank, bad[i].world, bad[i].order, bad[i].tail);
+        expect(r == NULL, "opened with bad %s (case %zu: B=%u rank %d world %d order %d tail %d)",
+               bad[i].what, i, bad[i].B, bad[i].rank, bad[i].world, bad[i].order, bad[i].tail);
         expect(e.code == STK_E_ARG, "bad %s: code %d (%s)", bad[i].what, e.code, e.msg);
     }
 }
@@ -675,8 +686,8 @@ START_TEST(elastic_same_global_batches)
                 memset(gsize[c], 0, sizeof gsize[c]);
                 for (uint32_t rank = 0; rank < W; rank++) {
                     char ctx[160];
-                    snprintf(ctx, sizeof ctx, "elastic %s/%s B=%u rank %u/%u", ORDER_NAME[order], TAIL_NAME[tail], B,
-                             rank, W);
+                    snprintf(ctx, sizeof ctx, "elastic %s/%s B=%u rank %u/%u", ORDER_NAME[order],
+                             TAIL_NAME[tail], B, rank, W);
                     stk_reader_options o = ropts(order, tail, B, (int)rank, (int)W, 99);
                     o.threads = 2;
                     ref_stream rs;
@@ -695,11 +706,13 @@ START_TEST(elastic_same_global_batches)
                     rs_free(&rs);
                 }
                 for (uint64_t k = 0; k < EP * bpe; k++) {
-                    expect(gsize[c][k] == gsize[0][k], "elastic %s/%s: global batch %llu has %u records with W=%u, %u with W=1",
+                    expect(gsize[c][k] == gsize[0][k],
+                           "elastic %s/%s: global batch %llu has %u records with W=%u, %u with W=1",
                            ORDER_NAME[order], TAIL_NAME[tail], U(k), gsize[c][k], W, gsize[0][k]);
                     for (unsigned i = 0; i < gsize[c][k]; i++)
                         expect(glob[c][k][i] == glob[0][k][i],
-                               "elastic %s/%s: global batch %llu slot %u: %llu with B=%u W=%u, %llu with B=12 W=1",
+                               "elastic %s/%s: global batch %llu slot %u: %llu with B=%u W=%u, %llu with "
+                               "B=12 W=1",
                                ORDER_NAME[order], TAIL_NAME[tail], U(k), i, U(glob[c][k][i]), B, W,
                                U(glob[0][k][i]));
                 }
@@ -748,14 +761,16 @@ START_TEST(resume_equals_uninterrupted)
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
                 uint64_t k = ks[ki];
                 char ctx[160];
-                snprintf(ctx, sizeof ctx, "resume %s/%s after %llu batches", ORDER_NAME[order], TAIL_NAME[tail], U(k));
+                snprintf(ctx, sizeof ctx, "resume %s/%s after %llu batches", ORDER_NAME[order],
+                         TAIL_NAME[tail], U(k));
                 stk_reader_options o = ropts(order, tail, 4, 1, 2, 0xfeedull << 40);
                 o.threads = 2;
                 o.prefetch = 3;
                 ref_stream rs;
                 stk_reader *r = open_ref(d, &o, 3, 2, &rs);
                 stk_error e;
-                for (uint64_t i = 0; i < k; i++) check_batch(stk_reader_next(r, &e), &rs, i / bpe, i % bpe, 3, ctx);
+                for (uint64_t i = 0; i < k; i++)
+                    check_batch(stk_reader_next(r, &e), &rs, i / bpe, i % bpe, 3, ctx);
                 stk_reader_state st, back;
                 stk_reader_save(r, &st);
                 expect(st.epoch == k / bpe && st.batch == k % bpe, "%s: saved (%llu, %llu)", ctx, U(st.epoch),
@@ -779,9 +794,10 @@ START_TEST(resume_equals_uninterrupted)
                 for (size_t c = 0; c < sizeof NEW_BW / sizeof NEW_BW[0]; c++)
                     for (uint32_t rank = 0; rank < NEW_BW[c][1]; rank++) {
                         char ctx2[400];
-                        snprintf(ctx2, sizeof ctx2, "%s, restored into B=%u rank %u/%u", ctx, NEW_BW[c][0], rank,
-                                 NEW_BW[c][1]);
-                        stk_reader_options o2 = ropts(order, tail, NEW_BW[c][0], (int)rank, (int)NEW_BW[c][1], o.seed);
+                        snprintf(ctx2, sizeof ctx2, "%s, restored into B=%u rank %u/%u", ctx, NEW_BW[c][0],
+                                 rank, NEW_BW[c][1]);
+                        stk_reader_options o2 =
+                            ropts(order, tail, NEW_BW[c][0], (int)rank, (int)NEW_BW[c][1], o.seed);
                         o2.threads = 1 + rank % 2;
                         ref_stream rs2;
                         stk_reader *r2 = open_ref(d, &o2, 3, 2, &rs2);
@@ -891,8 +907,9 @@ START_TEST(state_json)
 
     /* Full ranges round-trip. */
     /* (epoch, batch and the other JSON numbers kept below 2^63: see the report) */
-    stk_reader_state big = {0xfedcba9876543210ull, STK_ORDER_QUASI, UINT64_MAX, 1ull << 40, STK_TAIL_PARTIAL,
-                            123456789, 4000000000u, INT64_MAX, 1ull << 50};
+    stk_reader_state big = {
+        0xfedcba9876543210ull, STK_ORDER_QUASI, UINT64_MAX, 1ull << 40, STK_TAIL_PARTIAL, 123456789,
+        4000000000u,           INT64_MAX,       1ull << 50};
     stk_reader_state back;
     roundtrip(&big, &back, "big");
     stk_reader_state_format(&big, buf, sizeof buf);
@@ -918,63 +935,95 @@ START_TEST(state_json)
         "{}",
         "null",
         /* wrong version */
-        "{\"stoker_reader_state\":2,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":2,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* missing batch */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
         "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3}",
         /* short fingerprint */
         "{\"stoker_reader_state\":1,\"fingerprint\":\"0123\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* non-hex fingerprint */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdeg\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdeg\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* unknown order */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"random\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"random\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* unknown tail */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"wrap\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"wrap\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* seed not a number */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"4x2\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"4x2\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* seed beyond 64 bits */
         "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\","
         "\"seed\":\"18446744073709551616\",\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,"
         "\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
         /* negative epoch */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":-3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":-3,"
+        "\"batch\":117}",
         /* global batch 0 */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":0,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":0,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* batch as a string */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":\"1\"}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":\"1\"}",
         /* upper-case fingerprint (the spec: lower-case) */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789ABCDEF\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789ABCDEF\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* seed as a JSON number (the spec: a decimal string) */
         "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":42,"
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* negative seed */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"-1\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"-"
+        "1\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* fractional epoch */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3.5,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3.5,"
+        "\"batch\":117}",
         /* quasi_window beyond 32 bits */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":4294967296,\"epoch\":3,\"batch\":117}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":4294967296,"
+        "\"epoch\":3,\"batch\":117}",
         /* duplicate key */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117,\"batch\":5}",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117,\"batch\":5}",
         /* order as a number */
         "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":1,\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}",
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}",
         /* trailing garbage inside len */
-        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":\"42\","
-        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,\"batch\":117}x",
+        "{\"stoker_reader_state\":1,\"fingerprint\":\"0123456789abcdef\",\"order\":\"shuffle\",\"seed\":"
+        "\"42\","
+        "\"global_batch\":512,\"tail\":\"pad\",\"quasi_block_records\":0,\"quasi_window\":0,\"epoch\":3,"
+        "\"batch\":117}x",
     };
     char accepted[256] = "";
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1012,7 +1061,7 @@ START_TEST(seek_equals_reading_there)
         stk_reader *u = open_ref(d, &o, 4, 2, NULL);
         uint64_t bpe = stk_reader_batches_per_epoch(u);
         ck_assert_uint_eq(bpe, 11);
-        uint64_t (*seen)[3] = calloc(4 * bpe, sizeof *seen);
+        uint64_t(*seen)[3] = calloc(4 * bpe, sizeof *seen);
         stk_error e;
         stk_reader_set_epochs(u, 4);
         for (uint64_t k = 0; k < 4 * bpe; k++) {
@@ -1035,8 +1084,8 @@ START_TEST(seek_equals_reading_there)
             for (uint64_t k = k0; k < k0 + 1 + t && k < 4 * bpe; k++) {
                 const stk_batch *b = stk_reader_next(r, &e);
                 check_batch(b, &rs, k / bpe, k % bpe, 3, ctx);
-                expect(memcmp(b->records, seen[k], 3 * sizeof(uint64_t)) == 0, "%s: batch %llu differs from the uninterrupted run",
-                       ctx, U(k));
+                expect(memcmp(b->records, seen[k], 3 * sizeof(uint64_t)) == 0,
+                       "%s: batch %llu differs from the uninterrupted run", ctx, U(k));
             }
         }
         free(seen);

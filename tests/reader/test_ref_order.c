@@ -16,7 +16,8 @@
 #include "testutil.h"
 
 
-static const uint64_t NS[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 32, 33, 64, 97, 100, 127, 128, 257, 1000, 1024};
+static const uint64_t NS[] = {1,  2,  3,  4,  5,   7,   8,   13,  16,   17,  31,
+                              32, 33, 64, 97, 100, 127, 128, 257, 1000, 1024};
 #define NN (sizeof NS / sizeof NS[0])
 static const uint64_t SEEDS[] = {0, 1, 42, 0xdeadbeefull, UINT64_MAX};
 #define NSEEDS (sizeof SEEDS / sizeof SEEDS[0])
@@ -89,8 +90,7 @@ START_TEST(quasi_formula_equals_construction)
                         for (uint64_t p = 0; p < n; p++)
                             expect(ref_record(REF_QUASI, n, SEEDS[s], e, K, WS[ww], p) == v[p],
                                    "quasi n=%llu K=%llu Wq=%llu p=%llu", (unsigned long long)n,
-                                   (unsigned long long)K, (unsigned long long)WS[ww],
-                                   (unsigned long long)p);
+                                   (unsigned long long)K, (unsigned long long)WS[ww], (unsigned long long)p);
                     }
                 }
         free(v);
@@ -143,7 +143,8 @@ START_TEST(rank_slices_tile_the_stream)
                         count[out[i] - 100]++;
                         total++;
                         /* position j G + r B + i */
-                        if (tail != REF_PAD || j * G + r * B + i < n) expect_eq(out[i], 100 + j * G + r * B + i);
+                        if (tail != REF_PAD || j * G + r * B + i < n)
+                            expect_eq(out[i], 100 + j * G + r * B + i);
                     }
                 }
             if (tail == REF_PARTIAL) expect_eq(total, n);

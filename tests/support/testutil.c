@@ -202,8 +202,7 @@ void tu_std_record(tu_record *r, uint64_t seed, uint64_t i)
     r->v[TU_TEXT] = (stk_value){r->text, tl};
 }
 
-void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n,
-                        stk_shard_info *info)
+void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info)
 {
     stk_schema s;
     stk_error e;

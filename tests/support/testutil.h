@@ -24,15 +24,13 @@
 #define TU_PATH 1024
 
 /* Assert an stk_error's code and that its message contains `sub`. */
-#define tu_assert_error(e, want, sub)                                                         \
-    do {                                                                                      \
-        const stk_error *e_ = (e);                                                            \
-        ck_assert_msg(e_->code == (want), "error code %d (%s), expected %d (%s); message: %s", \
-                      e_->code, stk_status_name(e_->code), (int)(want),                       \
-                      stk_status_name(want), e_->msg);                                        \
-        ck_assert_msg(strstr(e_->msg, (sub)) != NULL, "message \"%s\" lacks \"%s\"", e_->msg,  \
-                      (sub));                                                                 \
-    } while (0)
+#define tu_assert_error(e, want, sub)                                                                \
+  do {                                                                                               \
+    const stk_error *e_ = (e);                                                                       \
+    ck_assert_msg(e_->code == (want), "error code %d (%s), expected %d (%s); message: %s", e_->code, \
+                  stk_status_name(e_->code), (int)(want), stk_status_name(want), e_->msg);           \
+    ck_assert_msg(strstr(e_->msg, (sub)) != NULL, "message \"%s\" lacks \"%s\"", e_->msg, (sub));    \
+  } while (0)
 
 /* ------------------------------------------------------------- files */
 
@@ -78,8 +76,7 @@ void tu_std_schema(stk_schema *s);
 /* Record i of the dataset identified by seed. */
 void tu_std_record(tu_record *r, uint64_t seed, uint64_t i);
 /* Write records [first, first+n) of `seed` as one shard at path. */
-void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n,
-                        stk_shard_info *info);
+void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info);
 /* Assert that every value of the shard equals records [first, ...) of seed. */
 void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first);
 /* The shard of ds that holds dataset record rec, with the record's index in

@@ -11,7 +11,7 @@
 
 /* White-box tests see everything the format library does, its advanced API too. */
 #ifndef STOKER_ADVANCED_API
-#define STOKER_ADVANCED_API
+#  define STOKER_ADVANCED_API
 #endif
 #include "internal.h"
 #include "testutil.h"

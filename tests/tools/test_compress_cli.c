@@ -32,7 +32,8 @@ static uint64_t same_records(const char *a, const char *b)
         ck_assert_uint_eq(x->size, y->size);
         for (unsigned k = 0; k < x->nfields; k++) {
             ck_assert_uint_eq(x->fields[k].nbytes, y->fields[k].nbytes);
-            if (x->fields[k].data) ck_assert(memcmp(x->fields[k].data, y->fields[k].data, x->fields[k].nbytes) == 0);
+            if (x->fields[k].data)
+                ck_assert(memcmp(x->fields[k].data, y->fields[k].data, x->fields[k].nbytes) == 0);
         }
         n += x->size;
     }
@@ -49,15 +50,18 @@ START_TEST(test_pack_compress)
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 120 --classes 3 --min-side 40 --max-side 80 raw", tu_tools), 0);
     ck_assert_int_eq(tu_sh("'%s' -q --size 24 raw plain", tu_pack_bin()), 0);
     ck_assert_int_eq(tu_sh("'%s' -q -j 1 --size 24 --compress image=zstd:5,label=zstd --block-size 4K raw z1",
-                           tu_pack_bin()), 0);
+                           tu_pack_bin()),
+                     0);
     ck_assert_int_eq(tu_sh("'%s' -q -j 2 --size 24 --compress image=zstd:5,label=zstd --block-size 4K raw z2",
-                           tu_pack_bin()), 0);
+                           tu_pack_bin()),
+                     0);
     ck_assert_int_eq(tu_sh("diff -r z1 z2"), 0); /* byte-identical whatever -j */
     ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --file-hash z1", tu_tools), 0);
     ck_assert_int_eq(same_records("plain", "z1"), 120);
     ck_assert_int_eq(tu_sh("'%s/shardinfo' z1", tu_tools), 0);
     char *info = tu_slurp("out.txt");
-    ck_assert(strstr(info, "format       1.1") && strstr(info, "image u8[24,24,3] zstd") && strstr(info, "source u64[]  "));
+    ck_assert(strstr(info, "format       1.1") && strstr(info, "image u8[24,24,3] zstd") &&
+              strstr(info, "source u64[]  "));
     ck_assert_int_eq(tu_sh("'%s' -q --size 24 --compress brotli raw bad", tu_pack_bin()), 2);
     ck_assert_int_eq(tu_sh("'%s' -q --size 24 --compress image=zstd:30 raw bad", tu_pack_bin()), 2);
 }
@@ -67,18 +71,23 @@ START_TEST(test_shardcheck_names_block)
 {
     tu_cli_setup();
     ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 200 --size 16 --captions --compress zstd:1 --block-size 2K "
-                           "--records-per-shard 100 ds", tu_tools), 0);
+                           "--records-per-shard 100 ds",
+                           tu_tools),
+                     0);
     ck_assert_int_eq(tu_sh("'%s/shardcheck' -q ds", tu_tools), 0);
     /* a byte in the middle of shard 1's file: inside the image frames */
     ck_assert_int_eq(tu_sh("cp -r ds bad && f=bad/shard-00001.stk && n=$(stat -c %%s $f) && "
-                           "printf '\\001' | dd of=$f bs=1 seek=$((n / 2)) conv=notrunc status=none"), 0);
+                           "printf '\\001' | dd of=$f bs=1 seek=$((n / 2)) conv=notrunc status=none"),
+                     0);
     ck_assert_int_eq(tu_sh("'%s/shardcheck' bad", tu_tools), 1);
     const char *out = tu_slurp("out.txt");
     ck_assert_msg(strstr(out, "bad/shard-00001.stk: record ") && strstr(out, "block "), "%s", out);
     /* the reader reads the intact copy in every order */
     for (int order = 0; order < 3; order++) {
         ck_assert_int_eq(tu_sh("'%s/shardread' -q --verify always -b 16 -e 2 --order %s ds", tu_tools,
-                               order == 0 ? "sequential" : order == 1 ? "shuffle" : "quasi"),
+                               order == 0   ? "sequential"
+                               : order == 1 ? "shuffle"
+                                            : "quasi"),
                          0);
     }
     ck_assert_int_eq(tu_sh("'%s/shardread' -q --verify always -b 16 bad", tu_tools), 1);

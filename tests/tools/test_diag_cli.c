@@ -17,7 +17,8 @@
 
 static void make_dataset(void)
 {
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 50 --size %d --classes 7 --records-per-shard 20 ds", tu_tools, SIDE), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 50 --size %d --classes 7 --records-per-shard 20 ds", tu_tools, SIDE), 0);
 }
 
 static json_t *last_json_line(const char *out)
@@ -73,14 +74,16 @@ static double cell_mad(const stk_dataset *ds, const uint8_t *rgb, int W, int x, 
     const uint8_t *img = p;
     double sum = 0;
     for (int r = 0; r < SIDE; r++)
-        for (int c = 0; c < SIDE * 3; c++) sum += abs((int)rgb[((size_t)(y + r) * W + x) * 3 + c] - (int)img[r * SIDE * 3 + c]);
+        for (int c = 0; c < SIDE * 3; c++)
+            sum += abs((int)rgb[((size_t)(y + r) * W + x) * 3 + c] - (int)img[r * SIDE * 3 + c]);
     return sum / (SIDE * SIDE * 3);
 }
 
 static void check_sheet(const char *file, double tol)
 {
     json_t *j = last_json_line(tu_slurp("out.txt"));
-    int W = (int)json_integer_value(json_object_get(j, "width")), H = (int)json_integer_value(json_object_get(j, "height"));
+    int W = (int)json_integer_value(json_object_get(j, "width")),
+        H = (int)json_integer_value(json_object_get(j, "height"));
     ck_assert_int_eq(json_integer_value(json_object_get(j, "columns")), 4); /* 13 cells: a 4 x 4 grid */
     ck_assert_int_eq(json_integer_value(json_object_get(j, "rows")), 4);
     ck_assert_int_eq(W, 4 * (SIDE + 4));
@@ -96,12 +99,15 @@ static void check_sheet(const char *file, double tol)
     ck_assert_int_eq(json_array_size(cells), 13);
     for (size_t i = 0; i < 13; i++) {
         json_t *c = json_array_get(cells, i);
-        int x = (int)json_integer_value(json_object_get(c, "x")), y = (int)json_integer_value(json_object_get(c, "y"));
+        int x = (int)json_integer_value(json_object_get(c, "x")),
+            y = (int)json_integer_value(json_object_get(c, "y"));
         uint64_t rec = (uint64_t)json_integer_value(json_object_get(c, "record"));
         ck_assert_int_eq(x, (int)(i % 4) * (SIDE + 4) + 2);
         double own = cell_mad(ds, rgb, W, x, y, rec), other = cell_mad(ds, rgb, W, x, y, (rec + 1) % 50);
-        ck_assert_msg(own <= tol, "cell %zu (record %llu): differs by %.2f on average", i, (unsigned long long)rec, own);
-        ck_assert_msg(other > own + 10, "cell %zu does not tell record %llu from its neighbour", i, (unsigned long long)rec);
+        ck_assert_msg(own <= tol, "cell %zu (record %llu): differs by %.2f on average", i,
+                      (unsigned long long)rec, own);
+        ck_assert_msg(other > own + 10, "cell %zu does not tell record %llu from its neighbour", i,
+                      (unsigned long long)rec);
         ck_assert(json_is_integer(json_object_get(c, "label")));
     }
     stk_dataset_close(ds);
@@ -113,7 +119,8 @@ START_TEST(test_contact_sheet_png_exact)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(tu_sh("'%s/shardview' ds --out s.png --records 13 --first 5 --label --json", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --out s.png --records 13 --first 5 --label --json", tu_tools),
+                     0);
     check_sheet("s.png", 0);
 }
 END_TEST
@@ -122,7 +129,8 @@ START_TEST(test_contact_sheet_jpeg_and_random)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(tu_sh("'%s/shardview' ds --out s.jpg --random 13 --seed 4 --label --quality 95 --json", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardview' ds --out s.jpg --random 13 --seed 4 --label --quality 95 --json", tu_tools), 0);
     check_sheet("s.jpg", 8);
     /* one record at its stored size */
     ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 7 --out one.png", tu_tools), 0);
@@ -154,7 +162,8 @@ START_TEST(test_shardinfo_json)
     ck_assert_int_eq(strlen(json_string_value(json_object_get(j, "fingerprint"))), 16);
     json_t *hist = json_object_get(j, "histogram");
     json_int_t total = 0;
-    for (size_t i = 0; i < json_array_size(hist); i++) total += json_integer_value(json_object_get(json_array_get(hist, i), "count"));
+    for (size_t i = 0; i < json_array_size(hist); i++)
+        total += json_integer_value(json_object_get(json_array_get(hist, i), "count"));
     ck_assert_int_eq(total, 50);
     ck_assert(json_array_size(hist) <= 7 && json_array_size(hist) > 1);
     json_decref(j);
@@ -168,24 +177,32 @@ START_TEST(test_sweep_csv_and_json)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(tu_sh("'%s/shardread' -q --sweep --sweep-threads 1,2 --sweep-prefetch 1,3 --sweep-batch 4,8 "
-                           "--sweep-seconds 0.05 -o shuffle --csv sweep.csv --plot sweep.svg ds", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardread' -q --sweep --sweep-threads 1,2 --sweep-prefetch 1,3 --sweep-batch 4,8 "
+              "--sweep-seconds 0.05 -o shuffle --csv sweep.csv --plot sweep.svg ds",
+              tu_tools),
+        0);
     char *csv = tu_slurp("sweep.csv");
     ck_assert_int_eq(tu_count_lines(csv), 1 + 8);
-    static const char header[] = "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee\n";
+    static const char header[] =
+        "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee\n";
     ck_assert(strncmp(csv, header, sizeof header - 1) == 0);
     int knees = 0;
     for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
         unsigned t, p, b;
         double sps, gbs, wait, mib;
         int knee;
-        ck_assert_int_eq(sscanf(line, "%u,%u,%u,%lf,%lf,%lf,%lf,%d", &t, &p, &b, &sps, &gbs, &wait, &mib, &knee), 8);
+        ck_assert_int_eq(
+            sscanf(line, "%u,%u,%u,%lf,%lf,%lf,%lf,%d", &t, &p, &b, &sps, &gbs, &wait, &mib, &knee), 8);
         ck_assert(sps > 0 && wait >= 0 && wait <= 1 && mib > 0);
         knees += knee;
     }
     ck_assert_int_eq(knees, 1);
     ck_assert(strstr(tu_slurp("sweep.svg"), "<svg") != NULL);
-    ck_assert_int_eq(tu_sh("'%s/shardread' -q --sweep --json --sweep-threads 1 --sweep-prefetch 1 --sweep-seconds 0.05 ds", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardread' -q --sweep --json --sweep-threads 1 --sweep-prefetch 1 --sweep-seconds 0.05 ds",
+              tu_tools),
+        0);
     json_t *j = last_json_line(tu_slurp("out.txt"));
     ck_assert_int_eq(json_array_size(json_object_get(j, "points")), 1);
     json_decref(j);

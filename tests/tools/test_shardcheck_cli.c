@@ -20,7 +20,8 @@
 /* A dataset with an image, a label and a caption field in several shards. */
 static void make_dataset(const char *name)
 {
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 120 --size 24 --captions --records-per-shard 40 %s", tu_tools, name), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 120 --size 24 --captions --records-per-shard 40 %s", tu_tools, name), 0);
 }
 
 static void copy_dataset(const char *from, const char *to)
@@ -137,7 +138,8 @@ START_TEST(quick_is_structure_only)
     flip("bad/shard-00001.stk", L.region[0].data_off + 3);
     ck_assert_int_eq(tu_sh("'%s/shardcheck' --quick bad", tu_tools), 0); /* data is not read */
     ck_assert_int_eq(tu_sh("'%s/shardcheck' --full bad", tu_tools), 1);
-    ck_assert_int_eq(tu_sh("truncate -s 9000 bad/shard-00002.stk && '%s/shardcheck' --quick bad", tu_tools), 1);
+    ck_assert_int_eq(tu_sh("truncate -s 9000 bad/shard-00002.stk && '%s/shardcheck' --quick bad", tu_tools),
+                     1);
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "bad/shard-00002.stk: truncated"));
 }
 END_TEST
@@ -151,15 +153,21 @@ START_TEST(manifest_tampering)
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "shard-00002.stk: cannot open"));
     copy_dataset("ds", "bad");
     ck_assert_int_eq(tu_sh("mv bad/shard-00000.stk x && mv bad/shard-00001.stk bad/shard-00000.stk && "
-                           "mv x bad/shard-00001.stk && '%s/shardcheck' --quick bad", tu_tools), 1);
+                           "mv x bad/shard-00001.stk && '%s/shardcheck' --quick bad",
+                           tu_tools),
+                     1);
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "differs from the manifest's"));
     copy_dataset("ds", "bad");
     ck_assert_int_eq(tu_sh("sed -i 's#\"shard-00001.stk\"#\"../shard-00001.stk\"#' bad/manifest.json && "
-                           "'%s/shardcheck' bad", tu_tools), 1);
+                           "'%s/shardcheck' bad",
+                           tu_tools),
+                     1);
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "not a plain relative path"));
     copy_dataset("ds", "bad");
     ck_assert_int_eq(tu_sh("sed -i '0,/\"records\": 40/s//\"records\": 41/' bad/manifest.json && "
-                           "'%s/shardcheck' bad", tu_tools), 1);
+                           "'%s/shardcheck' bad",
+                           tu_tools),
+                     1);
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "record_count"));
 }
 END_TEST
@@ -167,7 +175,8 @@ END_TEST
 START_TEST(threads_give_the_same_report)
 {
     tu_cli_setup();
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 400 --size 32 --captions --records-per-shard 25 ds", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 400 --size 32 --captions --records-per-shard 25 ds", tu_tools), 0);
     copy_dataset("ds", "bad");
     for (int s = 0; s < 16; s += 3) {
         char f[64];
@@ -191,10 +200,13 @@ END_TEST
 START_TEST(capped_report_does_not_depend_on_threads)
 {
     tu_cli_setup();
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 1400 --size 192 --records-per-shard 1400 --shard-size 1G ds", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 1400 --size 192 --records-per-shard 1400 --shard-size 1G ds", tu_tools),
+        0);
     stk__layout L = layout_of("ds/shard-00000.stk");
     ck_assert_uint_gt(L.file_size, (uint64_t)130 << 20); /* at least three work units */
-    for (uint64_t r = 0; r < 1400; r += 4) flip("ds/shard-00000.stk", L.region[0].data_off + r * L.region[0].stride + 7);
+    for (uint64_t r = 0; r < 1400; r += 4)
+        flip("ds/shard-00000.stk", L.region[0].data_off + r * L.region[0].stride + 7);
     ck_assert_int_eq(tu_sh("'%s/shardcheck' -j1 ds", tu_tools), 1);
     static char one[1 << 16];
     snprintf(one, sizeof one, "%s", tu_slurp("out.txt"));

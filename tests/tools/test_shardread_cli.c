@@ -13,7 +13,8 @@
 /* 150 records in shards of 40: batches of 16 cross shard boundaries. */
 static void make_dataset(void)
 {
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 150 --size 8 --classes 7 --records-per-shard 40 ds", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 150 --size 8 --classes 7 --records-per-shard 40 ds", tu_tools), 0);
 }
 
 static char *dup_out(const char *name)
@@ -30,13 +31,15 @@ START_TEST(test_dump_order_format)
     ck_assert_int_eq(tu_sh("'%s/shardread' --dump-order -b 16 -e 2 ds", tu_tools), 0);
     const char *out = tu_slurp("out.txt");
     ck_assert_int_eq(tu_count_lines(out), 2 * 10); /* ceil(150 / 16) per epoch */
-    for (const char *p = out; *p; p++) ck_assert_msg((*p >= '0' && *p <= '9') || *p == ' ' || *p == '\n', "junk in dump");
+    for (const char *p = out; *p; p++)
+        ck_assert_msg((*p >= '0' && *p <= '9') || *p == ' ' || *p == '\n', "junk in dump");
     /* sequential, padded: epoch 0's last batch is 144..149 then 0..9 */
     char want[512] = "";
     for (int i = 0; i < 16; i++) sprintf(want + strlen(want), i ? " %d" : "%d", i < 6 ? 144 + i : i - 6);
     const char *line10 = out;
     for (int i = 0; i < 9; i++) line10 = strchr(line10, '\n') + 1;
-    ck_assert_msg(strncmp(line10, want, strlen(want)) == 0 && line10[strlen(want)] == '\n', "last batch: %.80s", line10);
+    ck_assert_msg(strncmp(line10, want, strlen(want)) == 0 && line10[strlen(want)] == '\n',
+                  "last batch: %.80s", line10);
     ck_assert(strstr(tu_slurp("err.txt"), "samples/s") != NULL); /* the summary went to stderr */
 }
 END_TEST
@@ -51,7 +54,8 @@ START_TEST(test_resume_across_processes)
     const char *common = "--order shuffle --seed 9 --dump-order -e 2 -q";
     ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 ds", tu_tools, common), 0);
     char *whole = dup_out("out.txt");
-    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 --stop-after 7 --state-out st.json ds", tu_tools, common), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 --stop-after 7 --state-out st.json ds", tu_tools, common),
+                     0);
     char *first = dup_out("out.txt");
     ck_assert_int_eq(tu_count_lines(first), 7);
     ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 16 --state-in st.json ds", tu_tools, common), 0);
@@ -63,7 +67,9 @@ START_TEST(test_resume_across_processes)
     /* elastic: world 2, batch 8 each, from the same state */
     char *rank[2];
     for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 8 --rank %d --world-size 2 --state-in st.json ds", tu_tools, common, r), 0);
+        ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 8 --rank %d --world-size 2 --state-in st.json ds",
+                               tu_tools, common, r),
+                         0);
         rank[r] = dup_out("out.txt");
     }
     const char *a = rank[0], *b = rank[1], *w = whole + n1;
@@ -80,7 +86,8 @@ START_TEST(test_resume_across_processes)
     }
     ck_assert(*a == 0 && *b == 0);
     /* a state from another seed is refused */
-    ck_assert_int_eq(tu_sh("'%s/shardread' --order shuffle --seed 10 -b 16 --state-in st.json ds", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --order shuffle --seed 10 -b 16 --state-in st.json ds", tu_tools),
+                     2);
     ck_assert(strstr(tu_slurp("err.txt"), "seed differs") != NULL);
     free(whole);
     free(first);
@@ -94,7 +101,10 @@ START_TEST(test_json_and_quasi_quality)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(tu_sh("'%s/shardread' --json -b 10 --order quasi --quasi-block 1K --quasi-window 3 -e 2 ds", tu_tools), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardread' --json -b 10 --order quasi --quasi-block 1K --quasi-window 3 -e 2 ds",
+              tu_tools),
+        0);
     const char *out = tu_slurp("out.txt"), *last = out, *p;
     while ((p = strchr(last, '\n')) && p[1]) last = p + 1;
     json_error_t je;
@@ -127,11 +137,14 @@ START_TEST(test_exit_codes)
     ck_assert_int_eq(tu_sh("cp -r ds bad && '%s/shardread' -q -b 1 --stop-after 1 bad", tu_tools), 0);
     ck_assert_int_eq(tu_sh("'%s/shardcheck' -q bad", tu_tools), 0);
     /* the image region starts at the first 4096-aligned offset after the header */
-    ck_assert_int_eq(tu_sh("printf '\\377' | dd of=bad/shard-00001.stk bs=1 seek=$((4096 + 5 * 8 * 8 * 3 + 7)) conv=notrunc status=none"), 0);
+    ck_assert_int_eq(tu_sh("printf '\\377' | dd of=bad/shard-00001.stk bs=1 seek=$((4096 + 5 * 8 * 8 * 3 + "
+                           "7)) conv=notrunc status=none"),
+                     0);
     ck_assert_int_eq(tu_sh("'%s/shardread' -q --verify always -b 10 bad", tu_tools), 1);
     const char *err = tu_slurp("err.txt");
-    ck_assert_msg(strstr(err, "shard-00001.stk: record 5 (dataset record 45), field 'image': checksum mismatch"),
-                  "%s", err);
+    ck_assert_msg(
+        strstr(err, "shard-00001.stk: record 5 (dataset record 45), field 'image': checksum mismatch"), "%s",
+        err);
     ck_assert_int_eq(tu_sh("'%s/shardread' -q --verify off -b 10 bad", tu_tools), 0);
 }
 END_TEST

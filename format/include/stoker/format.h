@@ -72,24 +72,24 @@ STK_API const char *stk_version_string(void);
 
 typedef enum {
     STK_OK = 0,
-    STK_E_ARG = 1,       /* invalid argument from the caller              */
-    STK_E_IO = 2,        /* the operating system refused (errno in text)  */
-    STK_E_NOMEM = 3,     /* out of memory                                 */
-    STK_E_FORMAT = 4,    /* bytes that break the format's rules           */
-    STK_E_VERSION = 5,   /* a format version this build does not read     */
-    STK_E_TRUNCATED = 6, /* the file is shorter than its header says      */
-    STK_E_CHECKSUM = 7,  /* stored and computed checksums differ          */
-    STK_E_MANIFEST = 8,  /* manifest invalid or disagrees with the shards */
-    STK_E_EXISTS = 9,    /* refusing to overwrite                         */
-    STK_E_RANGE = 10,    /* record or field index out of range            */
+    STK_E_ARG = 1,         /* invalid argument from the caller              */
+    STK_E_IO = 2,          /* the operating system refused (errno in text)  */
+    STK_E_NOMEM = 3,       /* out of memory                                 */
+    STK_E_FORMAT = 4,      /* bytes that break the format's rules           */
+    STK_E_VERSION = 5,     /* a format version this build does not read     */
+    STK_E_TRUNCATED = 6,   /* the file is shorter than its header says      */
+    STK_E_CHECKSUM = 7,    /* stored and computed checksums differ          */
+    STK_E_MANIFEST = 8,    /* manifest invalid or disagrees with the shards */
+    STK_E_EXISTS = 9,      /* refusing to overwrite                         */
+    STK_E_RANGE = 10,      /* record or field index out of range            */
     STK_E_UNSUPPORTED = 11 /* a feature (codec, dtype) this build lacks   */
 } stk_status;
 
 #define STK_ERROR_MSG_MAX 512
 
 typedef struct {
-    int code;                      /* a stk_status              */
-    char msg[STK_ERROR_MSG_MAX];   /* one line, no trailing '\n' */
+    int code;                    /* a stk_status              */
+    char msg[STK_ERROR_MSG_MAX]; /* one line, no trailing '\n' */
 } stk_error;
 
 /* Short stable name of a status code, e.g. "checksum". Never NULL. */
@@ -101,9 +101,18 @@ STK_API int stk_error_set(stk_error *err, int code, const char *fmt, ...) STK_PR
 /* --------------------------------------------------------------- schema */
 
 typedef enum {
-    STK_DT_U8 = 1, STK_DT_I8 = 2, STK_DT_U16 = 3, STK_DT_I16 = 4,
-    STK_DT_U32 = 5, STK_DT_I32 = 6, STK_DT_U64 = 7, STK_DT_I64 = 8,
-    STK_DT_F16 = 9, STK_DT_BF16 = 10, STK_DT_F32 = 11, STK_DT_F64 = 12
+    STK_DT_U8 = 1,
+    STK_DT_I8 = 2,
+    STK_DT_U16 = 3,
+    STK_DT_I16 = 4,
+    STK_DT_U32 = 5,
+    STK_DT_I32 = 6,
+    STK_DT_U64 = 7,
+    STK_DT_I64 = 8,
+    STK_DT_F16 = 9,
+    STK_DT_BF16 = 10,
+    STK_DT_F32 = 11,
+    STK_DT_F64 = 12
 } stk_dtype;
 
 typedef enum {
@@ -117,7 +126,7 @@ typedef enum {
                            consecutive records (format 1.1)                  */
 } stk_codec;
 
-#define STK_NAME_MAX 32   /* field name bytes including the terminating NUL */
+#define STK_NAME_MAX 32 /* field name bytes including the terminating NUL */
 #define STK_MAX_DIMS 6
 #define STK_MAX_FIELDS 32
 
@@ -145,9 +154,8 @@ STK_API int stk_dtype_from_name(const char *name);
 /* Zero the schema. */
 STK_API void stk_schema_init(stk_schema *s);
 /* Append a fixed-shape tensor field (ndim may be 0 for a scalar). */
-STK_API int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype,
-                                  unsigned ndim, const uint64_t *shape,
-                                  stk_error *err);
+STK_API int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned ndim,
+                                  const uint64_t *shape, stk_error *err);
 /* Append a variable-length bytes field. */
 STK_API int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err);
 /* Store field f compressed (STK_CODEC_ZSTD) or not (STK_CODEC_NONE). */
@@ -185,9 +193,9 @@ typedef struct {
     int force;                  /* replace an existing dataset in the directory */
     size_t nclasses;
     const char *const *classes;
-    const char *pack_json;      /* a JSON object stored as "pack"; NULL for {} */
-    int zstd_level;             /* compressed fields: zstd level (0: 3)         */
-    uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)      */
+    const char *pack_json;     /* a JSON object stored as "pack"; NULL for {} */
+    int zstd_level;            /* compressed fields: zstd level (0: 3)         */
+    uint64_t zstd_block_bytes; /* compressed fields: block size (0: 1 MiB)      */
 } stk_dataset_options;
 
 /* The exported calls behind the inline wrappers below: `size` is sizeof the
@@ -214,8 +222,7 @@ static inline stk_dataset_writer *stk_dataset_writer_create(const char *dir, con
     return stk_dataset_writer_create_sized(dir, schema, opts, sizeof *opts, err);
 }
 /* Append a record; starts a new shard when the current one is full. */
-STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values,
-                                      stk_error *err);
+STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values, stk_error *err);
 /* Commit the last shard, then the manifest. Frees dw whatever the outcome. */
 STK_API int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err);
 /* Abort: remove the open shard's temporary file; committed shards stay but no
@@ -238,14 +245,14 @@ typedef struct {
  * temporary file `path.tmp` in the same directory, which is fsynced and
  * renamed over `path` by stk_writer_finish. An existing file at `path` is only
  * replaced at that moment. */
-STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema,
-                                      stk_error *err);
+STK_API stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_error *err);
 /* Compressed fields: zstd `level` (1..19; 0: 3) and the target uncompressed
  * size of a block (0: 1 MiB; a block closes at the first record that reaches
  * it) for field f, or for every compressed field when f is UINT32_MAX.
  * Before the first append. Blocks are compressed one by one with a fixed
  * level: the bytes do not depend on threads or timing. */
-STK_API int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err);
+STK_API int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes,
+                                   stk_error *err);
 /* Compress blocks on `threads` threads (0 or 1: on the appending thread, the
  * default). Frames are compressed independently and placed in block order,
  * so the shard's bytes do not depend on the number. Before the first append. */
@@ -281,8 +288,7 @@ typedef struct stk_shard stk_shard;
 STK_API stk_shard *stk_shard_open(const char *path, stk_error *err);
 /* The same over bytes in memory (not copied: they must outlive the shard).
  * `name` is used in messages. */
-STK_API stk_shard *stk_shard_open_memory(const void *data, size_t len,
-                                         const char *name, stk_error *err);
+STK_API stk_shard *stk_shard_open_memory(const void *data, size_t len, const char *name, stk_error *err);
 STK_API void stk_shard_close(stk_shard *sh);
 
 STK_API const char *stk_shard_path(const stk_shard *sh);
@@ -305,27 +311,29 @@ STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
  * variable-length offsets validated. The pointer lives until close. A
  * compressed field has no value in the map: STK_E_UNSUPPORTED (use the block
  * calls below, or the reader). */
-STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i,
-                            const void **data, uint64_t *size, stk_error *err);
+STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
+                            stk_error *err);
 
 /* Compressed fields (codec STK_CODEC_ZSTD) hold their values in blocks of
  * consecutive records, each an independent zstd frame. Blocks of field f:
  * 0 for an uncompressed field. */
 STK_API uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f);
 /* The block holding record i of a compressed field. */
-STK_API int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block, stk_error *err);
+STK_API int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block,
+                                 stk_error *err);
 /* Block b: its first record and record count, its size decompressed and
  * compressed. */
 STK_API int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *first,
-                                 uint64_t *count, uint64_t *raw_bytes, uint64_t *packed_bytes, stk_error *err);
+                                 uint64_t *count, uint64_t *raw_bytes, uint64_t *packed_bytes,
+                                 stk_error *err);
 /* Decompress block b into dst (at least raw_bytes of room). A frame that does
  * not decompress to exactly raw_bytes is STK_E_FORMAT, naming shard, field and
  * block. */
 STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
                                  stk_error *err);
 /* Record i's value inside `raw`, block b decompressed by stk_shard_block_read. */
-STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,
-                                  const void **data, uint64_t *size, stk_error *err);
+STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw,
+                                  uint64_t i, const void **data, uint64_t *size, stk_error *err);
 
 /* Any field's value, compressed or not, for readers that go record by
  * record (tools): uncompressed values point into the map as with
@@ -354,15 +362,15 @@ STK_API int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_err
 
 /* Called once per problem found by stk_shard_verify_records / _padding.
  * record is UINT64_MAX and field is -1 where the problem is not in a record. */
-typedef void (*stk_problem_fn)(void *user, const stk_shard *sh, uint64_t record,
-                               int field, int code, const char *what);
+typedef void (*stk_problem_fn)(void *user, const stk_shard *sh, uint64_t record, int field, int code,
+                               const char *what);
 
 /* Check records [first, first+count): every field's bytes against the
  * checksum table, and bytes fields' offsets. Reports each bad (record, field)
  * through `fn` (may be NULL) and returns the number of problems found (0 when
  * clean). Hints the kernel to read ahead and drops nothing. */
-STK_API uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first,
-                                          uint64_t count, stk_problem_fn fn, void *user);
+STK_API uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t count,
+                                          stk_problem_fn fn, void *user);
 /* Check that every byte of the file outside header, regions, checksum table
  * and footer (the alignment padding) is zero. Returns the number of problems. */
 STK_API uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *user);
@@ -375,31 +383,30 @@ STK_API uint64_t stk_shard_file_hash(const stk_shard *sh);
 #define STK_MANIFEST_NAME "manifest.json"
 
 typedef struct {
-    char *path;           /* relative to the dataset directory, never escapes it */
+    char *path; /* relative to the dataset directory, never escapes it */
     uint64_t records;
     uint64_t file_size;
-    uint64_t file_hash;   /* XXH3-64 of the whole shard file */
-    uint64_t index_hash;  /* the shard footer's hash */
+    uint64_t file_hash;  /* XXH3-64 of the whole shard file */
+    uint64_t index_hash; /* the shard footer's hash */
 } stk_shard_entry;
 
 typedef struct {
     unsigned version_major, version_minor;
     stk_schema schema;
-    uint64_t record_count;  /* sum of the shards' records */
-    uint64_t fingerprint;   /* see stk_manifest_fingerprint */
+    uint64_t record_count; /* sum of the shards' records */
+    uint64_t fingerprint;  /* see stk_manifest_fingerprint */
     size_t nshards;
     stk_shard_entry *shards;
     size_t nclasses;
-    char **classes;         /* class names, label i is classes[i]; may be empty */
-    char *pack_json;        /* the "pack" object as compact JSON text ("{}" if none) */
+    char **classes;  /* class names, label i is classes[i]; may be empty */
+    char *pack_json; /* the "pack" object as compact JSON text ("{}" if none) */
 } stk_manifest;
 
 /* Parse and strictly validate manifest bytes (UTF-8 JSON). `name` is used in
  * messages. Rejects duplicate keys, unknown keys (unless the file's minor
  * version is newer than this build's), wrong types, unsafe paths, counts that
  * do not add up, and a fingerprint that does not match. */
-STK_API stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name,
-                                         stk_error *err);
+STK_API stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name, stk_error *err);
 /* Read `path`: a manifest file, or a dataset directory holding manifest.json. */
 STK_API stk_manifest *stk_manifest_load(const char *path, stk_error *err);
 STK_API void stk_manifest_free(stk_manifest *m);
@@ -445,7 +452,7 @@ STK_API uint64_t stk_hash(const void *data, size_t len);
 STK_API int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err);
 
 /* XXH3 consumes long inputs in blocks of this many bytes. */
-#define STK_HASH_BLOCK 1024u
+#  define STK_HASH_BLOCK 1024u
 /* stk_hash(data, len), and for a len that is a non-zero multiple of
  * STK_HASH_BLOCK also each block's contribution to XXH3's accumulators:
  * 8 u64 per block, len / STK_HASH_BLOCK * 8 of them into sums. For other
@@ -465,10 +472,10 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * few MiB, or once they have waited 20 ms, so lending from a pool of any size
  * makes progress; a pool with this much beyond the caller's own never waits
  * for the disk's batching. */
-#define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
+#  define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
 /* A lent value is taken by reference only when its address, its size and
  * its place in the file are multiples of this (whole pages: O_DIRECT). */
-#define STK_WRITER_LEND_ALIGN 4096u
+#  define STK_WRITER_LEND_ALIGN 4096u
 /* stk_writer_append without copying field 0: the writer may keep
  * values[0].data and write the bytes from there, later, on its I/O thread,
  * so that a packer's images go to the disk without a copy. It calls

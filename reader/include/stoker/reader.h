@@ -93,56 +93,56 @@ typedef enum {
 } stk_order;
 
 typedef enum {
-    STK_TAIL_PAD = 0,     /* the last global batch is completed by wrapping
+    STK_TAIL_PAD = 0,    /* the last global batch is completed by wrapping
                              around to the start of the epoch's order (as
                              PyTorch's DistributedSampler pads)              */
-    STK_TAIL_DROP = 1,    /* the incomplete last global batch is dropped     */
-    STK_TAIL_PARTIAL = 2  /* the last global batch is short; each rank takes
+    STK_TAIL_DROP = 1,   /* the incomplete last global batch is dropped     */
+    STK_TAIL_PARTIAL = 2 /* the last global batch is short; each rank takes
                              its slice of it, which may be short or empty:
                              PyTorch's DataLoader default for one process    */
 } stk_tail;
 
 typedef enum {
-    STK_VERIFY_OFF = 0,    /* trust the bytes (shardcheck verified them)    */
-    STK_VERIFY_ONCE = 1,   /* hash each record the first time this process
+    STK_VERIFY_OFF = 0,   /* trust the bytes (shardcheck verified them)    */
+    STK_VERIFY_ONCE = 1,  /* hash each record the first time this process
                               reads it (one bit per record of memory)       */
-    STK_VERIFY_ALWAYS = 2  /* hash every record every time it is read       */
+    STK_VERIFY_ALWAYS = 2 /* hash every record every time it is read       */
 } stk_verify;
 
 /* Caller-allocated; fill it with stk_reader_options_init, then set fields.
  * Grows at the end only (see "ABI" above). */
 typedef struct {
-    uint32_t batch_size;      /* records per batch on this rank (>= 1)        */
-    int order;                /* stk_order                                    */
+    uint32_t batch_size; /* records per batch on this rank (>= 1)        */
+    int order;           /* stk_order                                    */
     uint64_t seed;
-    int rank;                 /* < 0: $RANK, else $SLURM_PROCID, else 0       */
-    int world_size;           /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1 */
-    unsigned threads;         /* worker threads; 0: online CPUs, at most 8    */
-    unsigned prefetch;        /* batches prepared ahead; 0: 2 x threads       */
-    int tail;                 /* stk_tail                                     */
-    int verify;               /* stk_verify                                   */
-    const char *fields;       /* comma-separated field names; NULL: all       */
-    uint64_t memory_budget;   /* host bytes the slots may take (staging, record
+    int rank;                   /* < 0: $RANK, else $SLURM_PROCID, else 0       */
+    int world_size;             /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1 */
+    unsigned threads;           /* worker threads; 0: online CPUs, at most 8    */
+    unsigned prefetch;          /* batches prepared ahead; 0: 2 x threads       */
+    int tail;                   /* stk_tail                                     */
+    int verify;                 /* stk_verify                                   */
+    const char *fields;         /* comma-separated field names; NULL: all       */
+    uint64_t memory_budget;     /* host bytes the slots may take (staging, record
                                  indices, bytes-field values; with the host
                                  backend its buffers too); 0: no limit        */
     uint64_t quasi_block_bytes; /* quasi: block size in bytes; 0: 4 MiB       */
-    uint32_t quasi_window;    /* quasi: blocks mixed together; 0: 64          */
-    int release_pages;        /* sequential/quasi: drop consumed pages from the
+    uint32_t quasi_window;      /* quasi: blocks mixed together; 0: 64          */
+    int release_pages;          /* sequential/quasi: drop consumed pages from the
                                  process (MADV_COLD + MADV_DONTNEED); -1 auto:
                                  when the dataset exceeds half of RAM; 1 on;
                                  0 off                                         */
     /* Device upload (see "the device path" below). */
-    int device;               /* stk_device; STK_DEVICE_NONE: host batches    */
-    int device_index;         /* CUDA device ordinal                          */
-    int device_fallback;      /* CUDA unavailable: 1 fall back to host batches
+    int device;                            /* stk_device; STK_DEVICE_NONE: host batches    */
+    int device_index;                      /* CUDA device ordinal                          */
+    int device_fallback;                   /* CUDA unavailable: 1 fall back to host batches
                                  (stats.device says which), 0 fail at open     */
-    void *stream;             /* the consumer's stream: a cudaStream_t (CUDA) or
+    void *stream;                          /* the consumer's stream: a cudaStream_t (CUDA) or
                                  an stk_host_stream * (host backend); NULL: the
                                  default stream (CUDA) / the calling thread. It
                                  must outlive the reader (close waits on it)  */
     const struct stk_transform *transform; /* device-side image transform; NULL:
                                  none (copied for the reader's lifetime)       */
-    uint64_t block_cache_bytes; /* compressed fields: decompressed blocks kept,
+    uint64_t block_cache_bytes;            /* compressed fields: decompressed blocks kept,
                                  shared by the workers; 0: auto (the quasi
                                  window, quasi_window x quasi_block_bytes up
                                  to 1 GiB; else 4 MiB per thread + 4 MiB)     */
@@ -155,30 +155,30 @@ static inline void stk_reader_options_init(stk_reader_options *opts);
 /* One field of a batch. */
 typedef struct {
     const char *name;
-    int kind;                 /* stk_kind */
-    int dtype;                /* stk_dtype (u8 for bytes fields) */
-    unsigned ndim;            /* 1 + the field's ndim: shape[0] is the batch */
+    int kind;      /* stk_kind */
+    int dtype;     /* stk_dtype (u8 for bytes fields) */
+    unsigned ndim; /* 1 + the field's ndim: shape[0] is the batch */
     uint64_t shape[STK_MAX_DIMS + 1];
-    const void *data;         /* tensors: shape[0] records, contiguous, C order;
+    const void *data;        /* tensors: shape[0] records, contiguous, C order;
                                  NULL for bytes fields                         */
-    const stk_value *values;  /* bytes fields: shape[0] values pointing into the
+    const stk_value *values; /* bytes fields: shape[0] values pointing into the
                                  mapping; NULL for tensors                      */
-    uint64_t nbytes;          /* bytes at data (tensors), sum of sizes (bytes)  */
-    int zero_copy;            /* 1: data points into the mapped shard          */
+    uint64_t nbytes;         /* bytes at data (tensors), sum of sizes (bytes)  */
+    int zero_copy;           /* 1: data points into the mapped shard          */
 } stk_batch_field;
 
 typedef struct {
-    uint64_t epoch;           /* epoch this batch belongs to                   */
-    uint64_t index;           /* batch index within the epoch (0-based)        */
-    uint32_t size;            /* records in this batch (< batch_size only for a
+    uint64_t epoch;          /* epoch this batch belongs to                   */
+    uint64_t index;          /* batch index within the epoch (0-based)        */
+    uint32_t size;           /* records in this batch (< batch_size only for a
                                  STK_TAIL_PARTIAL tail)                         */
-    const uint64_t *records;  /* global record index of each of them           */
+    const uint64_t *records; /* global record index of each of them           */
     unsigned nfields;
     const stk_batch_field *fields; /* the selected fields, in schema order     */
-    int on_device;            /* tensors' data are device pointers (CUDA) or the
+    int on_device;                 /* tensors' data are device pointers (CUDA) or the
                                  host backend's buffers; bytes fields stay on
                                  the host                                      */
-    void *event;              /* device path: the event the batch is ready at
+    void *event;                   /* device path: the event the batch is ready at
                                  (cudaEvent_t); next has already made the
                                  consumer's stream wait for it                 */
 } stk_batch;
@@ -221,12 +221,12 @@ typedef struct {
     uint64_t fingerprint;
     int order;
     uint64_t seed;
-    uint64_t global_batch;    /* batch_size x world_size */
+    uint64_t global_batch; /* batch_size x world_size */
     int tail;
     uint64_t quasi_block_records;
     uint32_t quasi_window;
     uint64_t epoch;
-    uint64_t batch;           /* next batch within the epoch */
+    uint64_t batch; /* next batch within the epoch */
 } stk_reader_state;
 
 /* Save the position (what next would return next) / restore it, checking that
@@ -237,27 +237,26 @@ STK_API int stk_reader_restore(stk_reader *r, const stk_reader_state *st, stk_er
 /* State as one line of JSON (NUL-terminated, no newline) / parsed back.
  * format returns the length written, or what it needs when cap is too small. */
 STK_API size_t stk_reader_state_format(const stk_reader_state *st, char *buf, size_t cap);
-STK_API int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st,
-                                   stk_error *err);
+STK_API int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st, stk_error *err);
 
 /* Frozen: the library writes it whole into the caller's struct; new
  * statistics come through new calls. */
 typedef struct {
-    uint64_t batches;         /* batches returned by next                      */
-    uint64_t samples;         /* records in them                               */
-    uint64_t bytes;           /* bytes of the selected fields in them          */
+    uint64_t batches; /* batches returned by next                      */
+    uint64_t samples; /* records in them                               */
+    uint64_t bytes;   /* bytes of the selected fields in them          */
     uint64_t zero_copy_batches;
-    uint64_t verified;        /* record values hashed and found good           */
-    double wall_s;            /* since the first next (or the last stats reset) */
-    double wait_s;            /* time the caller spent blocked in next         */
-    double busy_s;            /* worker time spent preparing batches, summed   */
-    double mean_ready;        /* batches ready when next was called, averaged  */
+    uint64_t verified; /* record values hashed and found good           */
+    double wall_s;     /* since the first next (or the last stats reset) */
+    double wait_s;     /* time the caller spent blocked in next         */
+    double busy_s;     /* worker time spent preparing batches, summed   */
+    double mean_ready; /* batches ready when next was called, averaged  */
     unsigned threads;
     unsigned prefetch;
-    int device;               /* the device path in use (after any fallback)   */
-    double h2d_s;             /* device path: time the copy engine spent on
+    int device;         /* the device path in use (after any fallback)   */
+    double h2d_s;       /* device path: time the copy engine spent on
                                  uploads (of batches whose slot was reused)     */
-    uint64_t h2d_bytes;       /* bytes uploaded                                */
+    uint64_t h2d_bytes; /* bytes uploaded                                */
 } stk_reader_stats;
 
 /* Statistics since open or the last reset. Cheap: a few clock reads per batch. */
@@ -296,11 +295,11 @@ STK_API const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i);
 STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
 
 /* Which shard holds global record `index`, and its index inside that shard. */
-STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard,
-                               uint64_t *local, stk_error *err);
+STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local,
+                               stk_error *err);
 /* Field f of global record `index` (pointer into the mapping; valid until close). */
-STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index,
-                              const void **data, uint64_t *size, stk_error *err);
+STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data,
+                              uint64_t *size, stk_error *err);
 
 /* The dataset a reader reads (its own for stk_reader_open). */
 STK_API const stk_dataset *stk_reader_dataset(const stk_reader *r);
@@ -325,20 +324,20 @@ STK_API const stk_dataset *stk_reader_dataset(const stk_reader *r);
  * CPU consumer can pass its own stk_host_stream and queue work on it. */
 
 typedef enum {
-    STK_DEVICE_NONE = 0,  /* batches in host memory (zero-copy where possible) */
-    STK_DEVICE_HOST = 1,  /* the host backend: the device protocol (staging
+    STK_DEVICE_NONE = 0, /* batches in host memory (zero-copy where possible) */
+    STK_DEVICE_HOST = 1, /* the host backend: the device protocol (staging
                              slots, a copy stream, events, the transform) run
                              against ordinary memory and threads: for tests,
                              and for CPU training that wants the transform   */
-    STK_DEVICE_CUDA = 2   /* pinned staging slots, cudaMemcpyAsync on a copy
+    STK_DEVICE_CUDA = 2  /* pinned staging slots, cudaMemcpyAsync on a copy
                              stream, device buffers, events                   */
 } stk_device;
 
 typedef enum { STK_IMAGE_NCHW = 0, STK_IMAGE_NHWC = 1 } stk_image_layout;
 typedef enum {
-    STK_CROP_NONE = 0,           /* the whole image, resized to out size      */
-    STK_CROP_CENTER = 1,         /* the central out_height x out_width        */
-    STK_CROP_RANDOM_RESIZED = 2  /* torchvision's RandomResizedCrop            */
+    STK_CROP_NONE = 0,          /* the whole image, resized to out size      */
+    STK_CROP_CENTER = 1,        /* the central out_height x out_width        */
+    STK_CROP_RANDOM_RESIZED = 2 /* torchvision's RandomResizedCrop            */
 } stk_crop;
 
 /* A per-sample image transform on the device, in one kernel: u8 HWC in,
@@ -348,15 +347,15 @@ typedef enum {
  * reproduces whatever the threads, ranks or device. Caller-allocated; fill it
  * with stk_transform_init or stk_transform_imagenet. Grows at the end only. */
 typedef struct stk_transform {
-    const char *field;           /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
-    int dtype;                   /* STK_DT_F32, STK_DT_F16 or STK_DT_BF16        */
-    int layout;                  /* stk_image_layout                            */
-    float mean[4], std[4];       /* per channel, in [0, 1] units (torchvision)  */
-    int crop;                    /* stk_crop                                    */
+    const char *field;              /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
+    int dtype;                      /* STK_DT_F32, STK_DT_F16 or STK_DT_BF16        */
+    int layout;                     /* stk_image_layout                            */
+    float mean[4], std[4];          /* per channel, in [0, 1] units (torchvision)  */
+    int crop;                       /* stk_crop                                    */
     uint32_t out_height, out_width; /* 0: the input's size                      */
-    float scale_min, scale_max;  /* random-resized: area fraction of the image  */
-    float ratio_min, ratio_max;  /* random-resized: aspect ratio range          */
-    float flip_prob;             /* horizontal flip probability                 */
+    float scale_min, scale_max;     /* random-resized: area fraction of the image  */
+    float ratio_min, ratio_max;     /* random-resized: aspect ratio range          */
+    float flip_prob;                /* horizontal flip probability                 */
 } stk_transform;
 
 /* Defaults: the whole image as f32 NCHW, mean 0 and std 1 (x / 255), no crop
@@ -420,10 +419,7 @@ static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const s
 {
     return stk_reader_open_dataset_sized(ds, opts, sizeof *opts, sizeof(stk_transform), err);
 }
-static inline void stk_transform_init(stk_transform *t)
-{
-    stk_transform_init_sized(t, sizeof *t);
-}
+static inline void stk_transform_init(stk_transform *t) { stk_transform_init_sized(t, sizeof *t); }
 static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
 {
     stk_transform_imagenet_sized(t, sizeof *t, train, size);
