@@ -206,6 +206,11 @@ const void *stk_shard_field_base(const stk_shard *sh, unsigned f)
     return sh->map + sh->L.region[f].data_off;
 }
 
+uint64_t stk_shard_field_offset(const stk_shard *sh, unsigned f)
+{
+    return stk_shard_field_base(sh, f) ? sh->L.region[f].data_off : 0;
+}
+
 uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i)
 {
     if (f >= sh->L.schema.nfields || i >= sh->L.records) return 0;

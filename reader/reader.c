@@ -193,7 +193,8 @@ static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64
  * shard. Pure, so every part of the batch decides alike. */
 static int zero_copy_shard(const stk_reader *r, uint64_t p0, uint32_t n, size_t *shard, uint64_t *local)
 {
-    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be || r->has_compressed) return 0; /* staged */
+    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be || r->has_compressed || r->direct)
+        return 0;                /* staged */
     if (p0 + n > r->N) return 0; /* wraps around */
     if (stk_dataset_locate(r->ds, p0, shard, local, NULL)) return 0;
     return stk_dataset_shard_first(r->ds, *shard + 1) >= p0 + n;
@@ -256,7 +257,7 @@ static void unpin_blocks(stk_reader *r, stk__worker *w)
 
 /* Copy (or point at) every selected field of record `i` of the batch. */
 static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, int zc, uint64_t *heap,
-                      stk__zheap *zh, stk_error *err)
+                      stk__zheap *zh, const uint8_t *landed, stk_error *err)
 {
     uint64_t rec = sl->records[i], local;
     size_t s;
@@ -279,6 +280,9 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
             src = v ? (const void *)(zh->p + (uintptr_t)v->data) : dst;
             size = v ? v->size : r->sel_stride[k];
             if (v) heap[k] += size;
+        } else if (landed && landed[k]) { /* read into the slot by direct_part */
+            size = r->sel_stride[k];
+            src = sl->buf + r->sel_off[k] + (uint64_t)i * size;
         } else {
             if ((rc = stk_shard_value(sh, r->sel[k], local, &src, &size, err))) return rc;
             if (bf->kind == STK_KIND_BYTES) {
@@ -325,6 +329,51 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
         }
         i += run - 1;
     }
+}
+
+/* The direct path: queue a read per run of records adjacent in one shard and
+ * per uncompressed tensor field, straight into the slot, and run them all at
+ * once. landed[k] says which fields arrived this way; the rest (bytes and
+ * compressed fields) gather_one copies as usual. A shard the engine cannot
+ * read (replaced since open) is copied from its mapping here. */
+static int direct_part(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i0, uint32_t i1,
+                       uint8_t *landed, stk_error *err)
+{
+    const stk_schema *sc = stk_dataset_schema(r->ds);
+    for (unsigned k = 0; k < r->nsel; k++) {
+        const stk_field *fd = &sc->fields[r->sel[k]];
+        landed[k] = fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
+    }
+    for (uint32_t i = i0; i < i1;) {
+        size_t s;
+        uint64_t local;
+        int rc = stk_dataset_locate(r->ds, sl->records[i], &s, &local, err);
+        if (rc) return rc;
+        const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        uint32_t run = 1;
+        while (i + run < i1 && sl->records[i + run] == sl->records[i] + run &&
+               local + run < stk_shard_records(sh))
+            run++;
+        for (unsigned k = 0; k < r->nsel; k++) {
+            if (!landed[k]) continue;
+            uint64_t stride = r->sel_stride[k], len = run * stride;
+            uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * stride;
+            /* a run under one block (a label, a small crop) costs a whole
+             * block read: such columns are small, the page cache keeps them */
+            rc = len < STK__IO_MIN_READ
+                     ? STK__IO_USE_MAP
+                     : stk__ioq_add(w->ioq, s, stk_shard_field_offset(sh, r->sel[k]) + local * stride, len,
+                                    dst, local, run, err);
+            if (rc == STK__IO_USE_MAP)
+                memcpy(dst, (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len);
+            else if (rc) {
+                stk__ioq_run(w->ioq, NULL); /* nothing may stay in flight */
+                return rc;
+            }
+        }
+        i += run;
+    }
+    return stk__ioq_run(w->ioq, err);
 }
 
 /* Part 0 of a batch also fills in the view: where each field's data is. */
@@ -380,16 +429,18 @@ static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
      * are already in the page cache (the kernel still walks every page). So
      * advise only after a part that copied slower than memory does, and for
      * the next ADVISE_RUN parts; a fast part is the cheap probe. */
-    if (!zc && w->advise_left > 0) {
+    if (!zc && !r->direct && w->advise_left > 0) {
         advise_records(r, sl->records, i0, i1, MADV_WILLNEED);
         w->advise_left--;
     }
     double t0 = stk__now();
+    uint8_t landed_buf[STK_MAX_FIELDS], *landed = r->direct ? landed_buf : NULL;
+    if (landed && direct_part(r, w, sl, i0, i1, landed, err)) return;
     stk__zheap *zh = sl->zheap ? &sl->zheap[part] : NULL;
     if (zh) zh->len = 0;
     for (uint32_t i = i0; i < i1; i++) {
         if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != gen) return; /* seek or close: abandon */
-        if (gather_one(r, w, sl, i, zc, heap, zh, err)) return;
+        if (gather_one(r, w, sl, i, zc, heap, zh, landed, err)) return;
     }
     if (zh) /* the part's heap stops moving: offsets become pointers */
         for (unsigned k = 0; k < r->nsel; k++)

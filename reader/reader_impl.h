@@ -5,6 +5,7 @@
 
 #include "stoker/reader.h"
 #include "device.h"
+#include "io.h"
 #include "order.h"
 
 #include <pthread.h>
@@ -64,6 +65,7 @@ typedef struct {
     uint64_t *stamp;      /* per shard: batch_no that last checked it */
     uint64_t verified;    /* records verified, not yet added to stats */
     unsigned advise_left; /* batches to read ahead for (reader.c, prepare) */
+    stk__ioq *ioq;        /* direct path: this worker's read queue */
     double h2d;           /* upload seconds, not yet added to stats */
     /* compressed fields: the block in use per selected field, pinned in the
      * cache while this worker's records stay in it (reader.c) */
@@ -93,6 +95,11 @@ struct stk_reader {
     int zbytes;          /* a selected bytes field is compressed: slots get zheaps */
     stk__zcache *zcache; /* when a selected field is compressed */
     uint64_t zcache_bytes;
+
+    /* the read path (io_plan.c) */
+    int direct;                           /* STK_IO_DIRECT chosen */
+    stk__io *io;                          /* its engine */
+    char io_reason[STK_ERROR_MSG_MAX];    /* why, and any fallback */
 
     uint64_t N, G, nbatches, K;
     uint32_t Wq;
@@ -138,6 +145,11 @@ struct stk_reader {
 
 double stk__now(void);
 void *stk__worker_main(void *arg);
+
+/* io_plan.c: choose the read path (before the slots are sized), start it */
+int stk__io_plan(stk_reader *r, stk_error *err);
+uint64_t stk__io_plan_bytes(const stk_reader *r);
+int stk__io_start(stk_reader *r, stk_error *err);
 
 /* upload.c */
 int stk__upload_backend(stk_reader *r, stk_error *err);

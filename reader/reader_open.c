@@ -13,6 +13,7 @@
 
 #define SLOT_ALIGN 4096 /* page-aligned slots: pinnable, DMA-friendly */
 #define FIELD_ALIGN 64
+#define FIELD_ALIGN_DIRECT 4096 /* direct reads land in place: O_DIRECT alignment */
 
 /* Non-negative integer from the environment, -1 if absent; -2 if invalid. */
 static long env_int(const char *name)
@@ -134,25 +135,33 @@ static int select_fields(stk_reader *r, stk_error *err)
                 r->sel[j - 1] = t;
             }
     }
-    uint64_t off = 0;
     for (unsigned i = 0; i < r->nsel; i++) {
         const stk_field *fd = &sc->fields[r->sel[i]];
         r->sel_stride[i] = stk_field_stride(fd);
         r->has_bytes |= fd->kind == STK_KIND_BYTES;
         r->has_compressed |= fd->codec != STK_CODEC_NONE;
         r->zbytes |= fd->codec != STK_CODEC_NONE && fd->kind == STK_KIND_BYTES;
-        r->sel_off[i] = off;
         uint64_t sz = r->sel_stride[i] * r->o.batch_size;
         /* strides are below 2^40 (the format's cap) and batch_size below
          * 2^32; 2^48 bytes per field per slot keeps every sum below 2^64 */
         if ((r->sel_stride[i] && sz / r->sel_stride[i] != r->o.batch_size) || sz > (1ULL << 48))
             return stk_error_set(err, STK_E_ARG, "batch_size %u x field '%s': too large", r->o.batch_size,
                                  fd->name);
-        off += (sz + FIELD_ALIGN - 1) & ~(uint64_t)(FIELD_ALIGN - 1);
+        r->slot_stride_bytes += r->sel_stride[i];
+    }
+    return STK_OK;
+}
+
+/* Where each field's [B, ...] tensor sits in a slot (once the read path is
+ * chosen: direct reads want block-aligned destinations). */
+static void layout_slot(stk_reader *r)
+{
+    uint64_t off = 0, align = r->direct ? FIELD_ALIGN_DIRECT : FIELD_ALIGN;
+    for (unsigned i = 0; i < r->nsel; i++) {
+        r->sel_off[i] = off;
+        off += (r->sel_stride[i] * r->o.batch_size + align - 1) & ~(align - 1);
     }
     r->slot_bytes = off;
-    for (unsigned i = 0; i < r->nsel; i++) r->slot_stride_bytes += r->sel_stride[i];
-    return STK_OK;
 }
 
 /* The transform: which field, its shape, and room for the crop boxes at the
@@ -287,8 +296,8 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
-    uint64_t per = host_bytes_per_slot(r),
-             total = per * r->nslots + r->zcache_bytes; /* < 2^62: see select_fields */
+    uint64_t per = host_bytes_per_slot(r), total = per * r->nslots + r->zcache_bytes +
+                                                   stk__io_plan_bytes(r); /* < 2^62: see select_fields */
     if (r->o.memory_budget && total > r->o.memory_budget)
         return stk_error_set(err, STK_E_ARG,
                              "memory budget %llu bytes is too small for %u slots x %llu bytes = %llu "
@@ -368,6 +377,7 @@ static int start_workers(stk_reader *r, stk_error *err)
         w->r = r;
         w->ord_epoch = UINT64_MAX;
         w->advise_left = 1; /* the first batch may be cold */
+        w->ioq = r->io ? stk__io_queue(r->io, i) : NULL;
         if (!(w->stamp = calloc(nsh ? nsh : 1, sizeof *w->stamp)))
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         int e = pthread_create(&w->thread, NULL, stk__worker_main, w);
@@ -400,17 +410,21 @@ stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reade
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
     r->xf_sel = -1;
-    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) ||
-        plan_transform(r, err) || plan_stream(r, err) || stk__upload_backend(r, err) ||
-        plan_block_cache(r, err) || alloc_slots(r, err) || stk__upload_open(r, err) ||
-        remember_shards(r, err))
+    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) || plan_stream(r, err) ||
+        stk__io_plan(r, err))
         goto fail;
-    r->release = (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
-                 (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
+    layout_slot(r);
+    if (plan_transform(r, err)) goto fail;
     /* Each batch is prepared by all threads at once, in one part each, so
      * the batch the consumer waits for (the first one, above all) comes
      * sooner; tiny batches stay whole. */
     r->parts = r->o.batch_size >= 2 * r->o.threads ? r->o.threads : 1;
+    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || alloc_slots(r, err) ||
+        stk__upload_open(r, err) || remember_shards(r, err) || stk__io_start(r, err))
+        goto fail;
+    /* the direct path does not go through the page cache: nothing to release */
+    r->release = !r->direct && (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
+                 (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
     if (start_workers(r, err)) goto fail;
     if (r->be) {
         int e = pthread_create(&r->copier, NULL, stk__copier_main, r);
@@ -459,6 +473,7 @@ void stk_reader_close(stk_reader *r)
         free(r->workers);
     }
     if (r->copier_started) pthread_join(r->copier, NULL);
+    stk__io_close(r->io); /* after the workers: no read is in flight */
     /* Uploads still queued read the staging slots: drain them first. The
      * caller's stream must still exist (it holds the last release events). */
     stk__backend *be = r->be;

@@ -173,6 +173,7 @@ size_t stk_reader_sizeof(const char *type)
              {"stk_batch_field", sizeof(stk_batch_field)},
              {"stk_reader_state", sizeof(stk_reader_state)},
              {"stk_reader_stats", sizeof(stk_reader_stats)},
+             {"stk_reader_io_stats", sizeof(stk_reader_io_stats)},
              {"stk_transform", sizeof(stk_transform)},
              {"stk_error", sizeof(stk_error)},
              {"stk_value", sizeof(stk_value)},

@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +45,10 @@ static void usage(FILE *f)
                "      --memory-budget SIZE  refuse settings whose slots exceed SIZE\n"
                "      --quasi-block SIZE  quasi: bytes of consecutive records per block (4M)\n"
                "      --quasi-window N    quasi: blocks mixed together (64)\n"
+               "      --io MODE           auto (default), mmap or direct: how records reach\n"
+               "                          the batches (direct: asynchronous O_DIRECT reads,\n"
+               "                          for cold or larger-than-RAM data; see README)\n"
+               "      --io-depth N        direct: reads in flight per thread (default 32)\n"
                "      --device DEV        none (default: host batches), host (the host\n"
                "                          backend of the device protocol) or cuda[:N]\n"
                "      --fallback          with --device cuda: use host batches when no\n"
@@ -64,6 +70,10 @@ static void usage(FILE *f)
                "      --sweep-threads L   thread counts (default 1,2,4,... up to 2 x cores)\n"
                "      --sweep-prefetch L  prefetch depths (default 1,2,4,8)\n"
                "      --sweep-batch L     batch sizes (default: --batch-size)\n"
+               "      --sweep-io L        read paths: mmap,direct (default: --io)\n"
+               "      --sweep-io-depth L  direct: reads in flight per thread (default: --io-depth)\n"
+               "      --sweep-drop-cache  drop the page cache before each point (root): the\n"
+               "                          cold-storage sweep\n"
                "      --sweep-seconds S   time per point (default 1)\n"
                "      --csv FILE          write the sweep as CSV (header, one row per point)\n"
                "      --plot FILE         write the sweep as an SVG chart\n"
@@ -95,6 +105,7 @@ static int parse_enum(const char *s, const char *const *names, int n)
 static const char *const ORDERS[] = {"sequential", "shuffle", "quasi"};
 static const char *const TAILS[] = {"pad", "drop", "partial"};
 static const char *const VERIFY[] = {"off", "once", "always"};
+static const char *const IO_MODES[] = {"auto", "mmap", "direct"};
 
 static int bad(const char *opt, const char *val)
 {
@@ -113,6 +124,11 @@ static int parse_args(int argc, char **argv, opts *o)
         O_BUDGET,
         O_QBLOCK,
         O_QWIN,
+        O_IO,
+        O_IO_DEPTH,
+        O_SW_IO,
+        O_SW_DEPTH,
+        O_SW_DROP,
         O_STEP,
         O_BUSY,
         O_TOUCH,
@@ -147,6 +163,11 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"memory-budget", 1, 0, O_BUDGET},
                                        {"quasi-block", 1, 0, O_QBLOCK},
                                        {"quasi-window", 1, 0, O_QWIN},
+                                       {"io", 1, 0, O_IO},
+                                       {"io-depth", 1, 0, O_IO_DEPTH},
+                                       {"sweep-io", 1, 0, O_SW_IO},
+                                       {"sweep-io-depth", 1, 0, O_SW_DEPTH},
+                                       {"sweep-drop-cache", 0, 0, O_SW_DROP},
                                        {"step-ms", 1, 0, O_STEP},
                                        {"step-busy", 0, 0, O_BUSY},
                                        {"touch", 0, 0, O_TOUCH},
@@ -226,6 +247,34 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_QBLOCK:
             if (!cli_parse_size(optarg, &o->ro.quasi_block_bytes) || !o->ro.quasi_block_bytes)
                 return bad("--quasi-block", optarg);
+            break;
+        case O_IO:
+            if ((o->ro.io = parse_enum(optarg, IO_MODES, 3)) < 0) return bad("--io", optarg);
+            break;
+        case O_IO_DEPTH:
+            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1024) return bad("--io-depth", optarg);
+            o->ro.io_depth = (unsigned)v;
+            break;
+        case O_SW_IO: {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            o->so.nio = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int m = parse_enum(t, IO_MODES, 3);
+                if (m < 0 || o->so.nio == 3) return bad("--sweep-io", optarg);
+                o->so.io[o->so.nio++] = m;
+            }
+            if (!o->so.nio) return bad("--sweep-io", optarg);
+            break;
+        }
+        case O_SW_DEPTH:
+            if (!(o->so.ndepth = sweep_parse_list(optarg, o->so.io_depth)))
+                return bad("--sweep-io-depth", optarg);
+            for (unsigned i = 0; i < o->so.ndepth; i++)
+                if (o->so.io_depth[i] > 1024) return bad("--sweep-io-depth", optarg);
+            break;
+        case O_SW_DROP:
+            o->so.drop_cache = 1;
             break;
         case O_QWIN:
             if (!cli_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--quasi-window", optarg);
@@ -326,7 +375,8 @@ static int parse_args(int argc, char **argv, opts *o)
         return EXIT_USAGE;
     }
     o->path = argv[optind];
-    if (!o->sweep && (o->so.csv || o->so.plot || o->so.nthreads || o->so.nprefetch || o->so.nbatch)) {
+    if (!o->sweep && (o->so.csv || o->so.plot || o->so.nthreads || o->so.nprefetch || o->so.nbatch ||
+                      o->so.nio || o->so.ndepth || o->so.drop_cache)) {
         fprintf(stderr, "shardread: --sweep-* options, --csv and --plot go with --sweep\n");
         return EXIT_USAGE;
     }
@@ -485,7 +535,28 @@ static void shuffle_quality(const stk_reader *r, const opts *o, FILE *out)
             q, (unsigned long long)B, s, l, s > l ? (q - l) / (s - l) : 1.0, (unsigned long long)K, W);
 }
 
-static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s, int rc, const char *errmsg)
+/* CPU seconds this process used (all threads) and its anonymous memory now. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+static double rss_anon_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb / 1024;
+}
+
+static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s, int rc, const char *errmsg,
+                   double cpu_s, double anon_mib)
 {
     char verdict[256];
     stk_reader_verdict(s, verdict, sizeof verdict);
@@ -494,6 +565,11 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
     double wf = s->wall_s > 0 ? s->wait_s / s->wall_s : 0;
     uint64_t e, b;
     stk_reader_position(r, &e, &b);
+    stk_reader_io_stats io;
+    stk_reader_io_stats_get(r, &io);
+    const char *engine = io.engine == STK_IO_ENGINE_URING     ? "io_uring"
+                         : io.engine == STK_IO_ENGINE_THREADS ? "threads"
+                                                              : "none";
     if (!o->quiet) {
         FILE *out = o->dump || o->json ? stderr : stdout;
         fprintf(out,
@@ -506,6 +582,17 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
             "waited %.3f s (%.1f%%), workers busy %.3f s over %u threads, %.1f batches ready on average\n",
             s->wait_s, wf * 100, s->busy_s, s->threads, s->mean_ready);
         fprintf(out, "%s\n", verdict);
+        fprintf(out, "cpu %.3f s (%.3f core-s per GB), anonymous memory %.1f MiB\n", cpu_s,
+                s->bytes ? cpu_s / (s->bytes / 1e9) : 0.0, anon_mib);
+        if (io.io == STK_IO_DIRECT)
+            fprintf(
+                out,
+                "io: direct (%s, depth %u): %llu reads, %.3f GB, %llu retried, %.3f GB bounced, %llu from "
+                "the map, %u files without O_DIRECT; %s\n",
+                engine, io.depth, (unsigned long long)io.reads, io.bytes / 1e9,
+                (unsigned long long)io.retries, io.bounced_bytes / 1e9, (unsigned long long)io.map_reads,
+                io.buffered_files, io.reason);
+        else fprintf(out, "io: mmap; %s\n", io.reason);
         if (o->ro.order == STK_ORDER_QUASI) shuffle_quality(r, o, out);
     }
     if (o->json) {
@@ -514,7 +601,9 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                "\"busy_s\":%.6f,\"mean_ready\":%.2f,\"zero_copy_batches\":%llu,\"verified\":%llu,"
                "\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"device\":\"%s\",\"order\":\"%s\",\"next_"
                "epoch\":%llu,"
-               "\"next_batch\":%llu,\"verdict\":",
+               "\"next_batch\":%llu,\"io\":\"%s\",\"io_engine\":\"%s\",\"io_depth\":%u,\"io_reads\":%llu,"
+               "\"io_retries\":%llu,\"io_bounced_bytes\":%llu,\"io_map_reads\":%llu,\"cpu_s\":%.4f,"
+               "\"rss_anon_mib\":%.1f,\"io_reason\":",
                rc ? "false" : "true", (unsigned long long)s->batches, (unsigned long long)s->samples,
                (unsigned long long)s->bytes, s->wall_s, sps, gbs, wf, s->wait_s, s->busy_s, s->mean_ready,
                (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified, s->threads,
@@ -522,7 +611,11 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                s->device == STK_DEVICE_CUDA   ? "cuda"
                : s->device == STK_DEVICE_HOST ? "host"
                                               : "none",
-               ORDERS[o->ro.order], (unsigned long long)e, (unsigned long long)b);
+               ORDERS[o->ro.order], (unsigned long long)e, (unsigned long long)b, IO_MODES[io.io], engine,
+               io.depth, (unsigned long long)io.reads, (unsigned long long)io.retries,
+               (unsigned long long)io.bounced_bytes, (unsigned long long)io.map_reads, cpu_s, anon_mib);
+        cli_json_string(stdout, io.reason);
+        printf(",\"verdict\":");
         cli_json_string(stdout, verdict);
         if (errmsg) {
             printf(",\"error\":");
@@ -545,6 +638,7 @@ int main(int argc, char **argv)
     if (rc) return rc;
     if (o.sweep) return run_sweep(&o);
     stk_error err;
+    double cpu0 = cpu_seconds();
     stk_reader *r = stk_reader_open(o.path, &o.ro, &err);
     if (!r) {
         fprintf(stderr, "shardread: %s\n", err.msg);
@@ -590,8 +684,9 @@ int main(int argc, char **argv)
     if (sink == 1) fputc(' ', stderr); /* keep the touch loop from being optimised away */
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);
+    double cpu_s = cpu_seconds() - cpu0, anon = rss_anon_mib();
     if (!rc && o.state_out) rc = save_state(r, o.state_out);
-    report(r, &o, &st, rc, errmsg);
+    report(r, &o, &st, rc, errmsg, cpu_s, anon);
     stk_reader_close(r);
     return rc;
 }

@@ -5,7 +5,9 @@
  * is the process's anonymous resident memory (RssAnon) sampled every few
  * batches: the slots plus what the reader allocates, as a trainer would see
  * it. The knee is the cheapest point within 5% of the best samples/s:
- * fewest threads, then the shallowest prefetch, then the smallest batch. */
+ * fewest threads, then the shallowest prefetch, then the smallest batch,
+ * then the shallowest io depth. With --sweep-drop-cache every point starts
+ * with an empty page cache, as the first epoch on cold storage does. */
 #define _GNU_SOURCE
 #include "sweep.h"
 
@@ -14,12 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 typedef struct {
     unsigned threads, prefetch;
     uint32_t batch;
+    int io; /* as asked; resolved (auto) after the point ran */
+    unsigned depth;
+    unsigned series; /* the chart's line: every setting but threads */
     double sps, gbs, wait, mib;
     int ok, knee;
 } point;
@@ -72,13 +78,33 @@ static void step(const sweep_opts *so)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
+static const char *io_name(int io)
+{
+    return io == STK_IO_DIRECT ? "direct" : io == STK_IO_MMAP ? "mmap" : "auto";
+}
+
+static int drop_cache(void)
+{
+    sync();
+    FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+    if (!f || fputs("3\n", f) < 0 || fclose(f) != 0) {
+        fprintf(stderr,
+                "shardread: --sweep-drop-cache: cannot write /proc/sys/vm/drop_caches (root needed)\n");
+        return -1;
+    }
+    return 0;
+}
+
 static int measure(const stk_dataset *ds, const stk_reader_options *base, const sweep_opts *so, point *p)
 {
     stk_reader_options o = *base;
     o.threads = p->threads;
     o.prefetch = p->prefetch;
     o.batch_size = p->batch;
+    o.io = p->io;
+    o.io_depth = p->depth;
     stk_error err;
+    if (so->drop_cache && drop_cache()) return -1;
     stk_reader *r = stk_reader_open_dataset(ds, &o, &err);
     if (!r) {
         fprintf(stderr, "shardread: sweep point threads=%u prefetch=%u batch=%u: %s\n", p->threads,
@@ -110,6 +136,10 @@ static int measure(const stk_dataset *ds, const stk_reader_options *base, const 
     stk_reader_synchronize(r, NULL);
     stk_reader_stats s;
     stk_reader_stats_get(r, &s);
+    stk_reader_io_stats io;
+    stk_reader_io_stats_get(r, &io);
+    p->io = io.io;
+    p->depth = io.io == STK_IO_DIRECT ? io.depth : 0;
     p->sps = s.wall_s > 0 ? s.samples / s.wall_s : 0;
     p->gbs = s.wall_s > 0 ? s.bytes / s.wall_s / 1e9 : 0;
     p->wait = s.wall_s > 0 ? s.wait_s / s.wall_s : 0;
@@ -129,7 +159,8 @@ static void mark_knee(point *pt, size_t n)
         if (k == SIZE_MAX || pt[i].threads < pt[k].threads ||
             (pt[i].threads == pt[k].threads &&
              (pt[i].prefetch < pt[k].prefetch ||
-              (pt[i].prefetch == pt[k].prefetch && pt[i].batch < pt[k].batch))))
+              (pt[i].prefetch == pt[k].prefetch &&
+               (pt[i].batch < pt[k].batch || (pt[i].batch == pt[k].batch && pt[i].depth < pt[k].depth))))))
             k = i;
     }
     if (k != SIZE_MAX) pt[k].knee = 1;
@@ -142,11 +173,13 @@ static int write_csv(const char *path, const point *pt, size_t n)
         fprintf(stderr, "shardread: %s: %s\n", path, strerror(errno));
         return -1;
     }
-    fprintf(f, "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee\n");
+    fprintf(
+        f,
+        "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee,io,io_depth\n");
     for (size_t i = 0; i < n; i++)
         if (pt[i].ok)
-            fprintf(f, "%u,%u,%u,%.1f,%.4f,%.4f,%.1f,%d\n", pt[i].threads, pt[i].prefetch, pt[i].batch,
-                    pt[i].sps, pt[i].gbs, pt[i].wait, pt[i].mib, pt[i].knee);
+            fprintf(f, "%u,%u,%u,%.1f,%.4f,%.4f,%.1f,%d,%s,%u\n", pt[i].threads, pt[i].prefetch, pt[i].batch,
+                    pt[i].sps, pt[i].gbs, pt[i].wait, pt[i].mib, pt[i].knee, io_name(pt[i].io), pt[i].depth);
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -206,17 +239,21 @@ static int write_svg(const char *path, const point *pt, size_t n, const sweep_op
                 H - B + 16, so->threads[i]);
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">threads</text>\n", (L + W - R) / 2,
             H - 12);
-    unsigned line = 0;
-    for (unsigned pi = 0; pi < so->nprefetch; pi++)
-        for (unsigned bi = 0; bi < so->nbatch; bi++, line++) {
-            const char *c = colours[line % 10];
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", c);
-            for (size_t i = 0; i < n; i++)
-                if (pt[i].ok && pt[i].prefetch == so->prefetch[pi] && pt[i].batch == so->batch[bi])
-                    fprintf(f, "%.1f,%.1f ", X(pt[i].threads), Y(pt[i].sps));
-            fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">prefetch %u, batch %u</text>\n",
-                    W - R + 10, T + 16.0 * line, c, so->prefetch[pi], so->batch[bi]);
-        }
+    unsigned nseries = n ? pt[n - 1].series + 1 : 0;
+    for (unsigned line = 0; line < nseries; line++) {
+        const char *c = colours[line % 10];
+        const point *first = NULL;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", c);
+        for (size_t i = 0; i < n; i++)
+            if (pt[i].series == line) {
+                if (!first) first = &pt[i];
+                if (pt[i].ok) fprintf(f, "%.1f,%.1f ", X(pt[i].threads), Y(pt[i].sps));
+            }
+        fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">prefetch %u, batch %u, %s", W - R + 10,
+                T + 16.0 * line, c, first->prefetch, first->batch, io_name(first->io));
+        if (first->depth) fprintf(f, " %u", first->depth);
+        fprintf(f, "</text>\n");
+    }
     for (size_t i = 0; i < n; i++)
         if (pt[i].knee)
             fprintf(f,
@@ -232,20 +269,34 @@ static int write_svg(const char *path, const point *pt, size_t n, const sweep_op
 
 int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep_opts *so)
 {
-    size_t n = (size_t)so->nthreads * so->nprefetch * so->nbatch, k = 0;
+    int ios[3] = {base->io};
+    unsigned nio = so->nio ? so->nio : 1, depths[SWEEP_MAX_VALUES] = {base->io_depth},
+             ndepth = so->ndepth ? so->ndepth : 1;
+    if (so->nio) memcpy(ios, so->io, sizeof ios);
+    if (so->ndepth) memcpy(depths, so->io_depth, sizeof depths);
+    /* io depth matters to direct points only: the others take the first */
+    size_t nser = 0;
+    for (unsigned i = 0; i < nio; i++) nser += ios[i] == STK_IO_MMAP ? 1 : ndepth;
+    size_t n = (size_t)so->nthreads * so->nprefetch * so->nbatch * nser, k = 0;
+    unsigned series = 0;
     point *pt = calloc(n, sizeof *pt);
     if (!pt) return EXIT_PROBLEMS;
     cli_progress bar;
     cli_progress_start_units(&bar, "sweep", "points", n, so->quiet);
     for (unsigned b = 0; b < so->nbatch; b++)
         for (unsigned p = 0; p < so->nprefetch; p++)
-            for (unsigned t = 0; t < so->nthreads; t++, k++) {
-                pt[k].threads = so->threads[t];
-                pt[k].prefetch = so->prefetch[p];
-                pt[k].batch = so->batch[b];
-                measure(ds, base, so, &pt[k]);
-                cli_progress_update(&bar, k + 1, NULL);
-            }
+            for (unsigned i = 0; i < nio; i++)
+                for (unsigned d = 0; d < (ios[i] == STK_IO_MMAP ? 1 : ndepth); d++, series++)
+                    for (unsigned t = 0; t < so->nthreads; t++, k++) {
+                        pt[k].threads = so->threads[t];
+                        pt[k].prefetch = so->prefetch[p];
+                        pt[k].batch = so->batch[b];
+                        pt[k].io = ios[i];
+                        pt[k].depth = depths[d];
+                        pt[k].series = series;
+                        measure(ds, base, so, &pt[k]);
+                        cli_progress_update(&bar, k + 1, NULL);
+                    }
     cli_progress_end(&bar);
     mark_knee(pt, n);
     int rc = EXIT_OK;
@@ -253,29 +304,35 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
         printf("{\"points\":[");
         for (size_t i = 0, first = 1; i < n; i++)
             if (pt[i].ok) {
-                printf("%s{\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"samples_per_s\":%.1f,\"gb_per_"
-                       "s\":%.4f,"
+                printf("%s{\"threads\":%u,\"prefetch\":%u,\"batch_size\":%u,\"io\":\"%s\",\"io_depth\":%u,"
+                       "\"samples_per_s\":%.1f,\"gb_per_s\":%.4f,"
                        "\"wait_fraction\":%.4f,\"peak_anon_mib\":%.1f,\"knee\":%s}",
-                       first ? "" : ",", pt[i].threads, pt[i].prefetch, pt[i].batch, pt[i].sps, pt[i].gbs,
-                       pt[i].wait, pt[i].mib, pt[i].knee ? "true" : "false");
+                       first ? "" : ",", pt[i].threads, pt[i].prefetch, pt[i].batch, io_name(pt[i].io),
+                       pt[i].depth, pt[i].sps, pt[i].gbs, pt[i].wait, pt[i].mib,
+                       pt[i].knee ? "true" : "false");
                 first = 0;
             }
         printf("]}\n");
     } else {
-        printf("%7s %8s %6s %12s %8s %6s %10s\n", "threads", "prefetch", "batch", "samples/s", "GB/s", "wait",
-               "anon MiB");
+        printf("%7s %8s %6s %6s %5s %12s %8s %6s %10s\n", "threads", "prefetch", "batch", "io", "depth",
+               "samples/s", "GB/s", "wait", "anon MiB");
         for (size_t i = 0; i < n; i++) {
             if (!pt[i].ok) {
-                printf("%7u %8u %6u %12s\n", pt[i].threads, pt[i].prefetch, pt[i].batch, "failed");
+                printf("%7u %8u %6u %6s %5u %12s\n", pt[i].threads, pt[i].prefetch, pt[i].batch,
+                       io_name(pt[i].io), pt[i].depth, "failed");
                 continue;
             }
-            printf("%7u %8u %6u %12.0f %8.3f %5.1f%% %10.1f%s\n", pt[i].threads, pt[i].prefetch, pt[i].batch,
-                   pt[i].sps, pt[i].gbs, pt[i].wait * 100, pt[i].mib, pt[i].knee ? "  <- knee" : "");
+            printf("%7u %8u %6u %6s %5u %12.0f %8.3f %5.1f%% %10.1f%s\n", pt[i].threads, pt[i].prefetch,
+                   pt[i].batch, io_name(pt[i].io), pt[i].depth, pt[i].sps, pt[i].gbs, pt[i].wait * 100,
+                   pt[i].mib, pt[i].knee ? "  <- knee" : "");
         }
         for (size_t i = 0; i < n; i++)
-            if (pt[i].knee)
-                printf("knee: threads=%u prefetch=%u batch=%u: the cheapest setting within 5%% of the best\n",
-                       pt[i].threads, pt[i].prefetch, pt[i].batch);
+            if (pt[i].knee) {
+                printf("knee: threads=%u prefetch=%u batch=%u io=%s", pt[i].threads, pt[i].prefetch,
+                       pt[i].batch, io_name(pt[i].io));
+                if (pt[i].io == STK_IO_DIRECT) printf(" io-depth=%u", pt[i].depth);
+                printf(": the cheapest setting within 5%% of the best\n");
+            }
     }
     for (size_t i = 0; i < n; i++)
         if (!pt[i].ok) rc = EXIT_PROBLEMS;

@@ -1,5 +1,6 @@
 /* tools/sweep.h - shardread --sweep: the reader over a grid of threads x
- * prefetch depth x batch size, with a table, the knee, CSV and an SVG chart. */
+ * prefetch depth x batch size x read path (io mode, io depth), with a table,
+ * the knee, CSV and an SVG chart. */
 #ifndef STOKER_TOOLS_SWEEP_H
 #define STOKER_TOOLS_SWEEP_H
 
@@ -13,6 +14,10 @@ typedef struct {
     unsigned threads[SWEEP_MAX_VALUES], nthreads;
     unsigned prefetch[SWEEP_MAX_VALUES], nprefetch;
     uint32_t batch[SWEEP_MAX_VALUES], nbatch;
+    int io[3]; /* stk_io values; 0 entries: the base's io */
+    unsigned nio;
+    unsigned io_depth[SWEEP_MAX_VALUES], ndepth; /* direct points only; 0 entries: the base's */
+    int drop_cache;   /* drop the page cache before each point (root): cold storage */
     double seconds;   /* per point, after a warm-up batch */
     uint64_t step_us; /* simulated step per batch (0: none) */
     int step_busy;    /* the step as a busy loop instead of a sleep */

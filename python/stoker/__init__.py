@@ -279,6 +279,10 @@ class Reader:
     copy          True: every batch's arrays are owned copies (valid forever)
     debug         True: catch views used after they expired (see the module doc)
     verify        "off", "once" or "always": check record checksums on read
+    io            "auto" (default), "mmap" or "direct": how records reach the batches
+                  (direct: asynchronous O_DIRECT reads for cold or larger-than-RAM
+                  data; io_stats() says which path auto chose and why)
+    io_depth      direct: reads in flight per worker thread (0: 32)
     memory_budget, quasi_block_bytes, quasi_window, release_pages, device_fallback:
                   as in stk_reader_options
     stream        CUDA: the stream batches are consumed on (torch.cuda.Stream or
@@ -294,7 +298,7 @@ class Reader:
                  threads=0, prefetch=0, drop_last=False, fields=None, device=None, transform=None,
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
-                 device_fallback=False, stream=None):
+                 device_fallback=False, stream=None, io="auto", io_depth=0):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -312,6 +316,8 @@ class Reader:
             raise ValueError(f"tail {tail!r}: pad, drop or partial")
         if verify not in L.VERIFY:
             raise ValueError(f"verify {verify!r}: off, once or always")
+        if io not in L.IO:
+            raise ValueError(f"io {io!r}: auto, mmap or direct")
         if transform is not None and not isinstance(transform, Transform):
             raise TypeError("transform: a stoker.Transform")
         try:
@@ -349,6 +355,7 @@ class Reader:
         o.fields = self._fields_c
         o.memory_budget, o.quasi_block_bytes, o.quasi_window = int(memory_budget), int(quasi_block_bytes), int(quasi_window)
         o.release_pages = int(release_pages)
+        o.io, o.io_depth = L.IO[io], int(io_depth)
         o.device, o.device_index, o.device_fallback = dev, dev_index, 1 if device_fallback else 0
         self._stream_handle = None
         if dev == L.DEVICE_CUDA:
@@ -645,6 +652,19 @@ class Reader:
         d["gb_per_s"] = s.bytes / wall / 1e9 if wall > 0 else 0.0
         d["wait_fraction"] = s.wait_s / wall if wall > 0 else 0.0
         d["verdict"] = self._verdict(s)
+        return d
+
+    def io_stats(self):
+        """How records are read, as a dict: io ("mmap" or "direct"), engine ("io_uring",
+        "threads" or "none"), depth, reads, bytes, retries, bounced_bytes, map_reads,
+        buffered_files, and reason (why this path, and any fallback)."""
+        s = L.padded(L.IoStats)
+        h = self._handle()
+        L.stk_reader_io_stats_get(h.r, ctypes.addressof(s))
+        d = {name: getattr(s, name) for name, _ in L.IoStats._fields_}
+        d["io"] = L.IO_NAMES.get(s.io, str(s.io))
+        d["engine"] = L.IO_ENGINE_NAMES.get(s.engine, str(s.engine))
+        d["reason"] = s.reason.decode(errors="replace")
         return d
 
     def _verdict(self, s):

@@ -29,6 +29,9 @@ DT_U8, DT_I8, DT_U16, DT_I16, DT_U32, DT_I32, DT_U64, DT_I64, DT_F16, DT_BF16, D
 ORDERS = {"sequential": 0, "shuffle": 1, "quasi": 2}
 TAILS = {"pad": 0, "drop": 1, "partial": 2}
 VERIFY = {"off": 0, "once": 1, "always": 2}
+IO = {"auto": 0, "mmap": 1, "direct": 2}
+IO_NAMES = {v: k for k, v in IO.items()}
+IO_ENGINE_NAMES = {0: "none", 1: "io_uring", 2: "threads"}
 DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 DEVICE_NAMES = {DEVICE_NONE: "none", DEVICE_HOST: "host", DEVICE_CUDA: "cuda"}
 LAYOUTS = {"NCHW": 0, "NHWC": 1}
@@ -59,7 +62,8 @@ class Options(ctypes.Structure):
                 ("memory_budget", c_u64), ("quasi_block_bytes", c_u64), ("quasi_window", c_u32),
                 ("release_pages", c_int), ("device", c_int), ("device_index", c_int),
                 ("device_fallback", c_int), ("stream", c_void_p),
-                ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64)]
+                ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64),
+                ("io", c_int), ("io_depth", c_uint)]
 
 
 class BatchField(ctypes.Structure):
@@ -86,6 +90,12 @@ class Stats(ctypes.Structure):
                 ("wall_s", c_double), ("wait_s", c_double), ("busy_s", c_double),
                 ("mean_ready", c_double), ("threads", c_uint), ("prefetch", c_uint),
                 ("device", c_int), ("h2d_s", c_double), ("h2d_bytes", c_u64)]
+
+
+class IoStats(ctypes.Structure):
+    _fields_ = [("io", c_int), ("engine", c_int), ("depth", c_uint), ("reads", c_u64), ("bytes", c_u64),
+                ("retries", c_u64), ("bounced_bytes", c_u64), ("map_reads", c_u64),
+                ("buffered_files", c_uint), ("reason", ctypes.c_char * 512)]
 
 
 def padded(struct_type):
@@ -148,7 +158,7 @@ def _check_abi():
     sizeof = _fn("stk_reader_sizeof", c_size_t, c_char_p)
     mirrors = {"stk_error": Error_, "stk_value": Value, "stk_transform": Transform, "stk_reader_options": Options,
                "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
-               "stk_reader_stats": Stats}
+               "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats}
     for name, cls in mirrors.items():
         theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
         if theirs and theirs != ours:
@@ -163,6 +173,7 @@ _open_sized = _fn("stk_reader_open_sized", c_void_p, c_char_p, c_void_p, c_size_
 _transform_init_sized = _fn("stk_transform_init_sized", None, c_void_p, c_size_t)
 _transform_imagenet_sized = _fn("stk_transform_imagenet_sized", None, c_void_p, c_size_t, c_int, c_u32)
 _version_string = _fn("stk_version_string", c_char_p)
+_io_stats_get_sized = _fn("stk_reader_io_stats_get_sized", None, c_void_p, c_void_p, c_size_t)
 
 
 # The C header's inline wrappers, with this binding's struct sizes.
@@ -180,6 +191,10 @@ def stk_transform_init(addr):
 
 def stk_transform_imagenet(addr, train, size):
     _transform_imagenet_sized(addr, ctypes.sizeof(Transform), train, size)
+
+
+def stk_reader_io_stats_get(r, addr):
+    _io_stats_get_sized(r, addr, ctypes.sizeof(IoStats))
 
 
 def version():

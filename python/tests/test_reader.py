@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import stoker
-from conftest import dump_order, run_tool, tool
+from conftest import dump_order, run_tool, shardgen, tool
 
 
 def read_records(reader, epochs=1):
@@ -435,3 +435,40 @@ def test_a_forked_child_gets_an_error_not_a_hang(ds):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert r.next_batch().index == 1  # the parent's reader is unaffected
     r.close()
+
+
+# ----------------------------------------------------------------- the read path
+@pytest.fixture(scope="session")
+def ds48(tmp_path_factory):
+    """60 records of image u8[48,48,3] (6912 bytes: direct reads, through the bounce area)."""
+    return shardgen(tmp_path_factory.mktemp("ds48") / "ds", 60, size=48, per_shard=13)
+
+
+@pytest.mark.parametrize("order", ["sequential", "shuffle", "quasi"])
+def test_direct_reads_give_the_mmap_batches(ds48, order):
+    kw = dict(batch_size=7, order=order, seed=3, threads=2, tail="partial", copy=True)
+    with stoker.Reader(ds48, io="mmap", **kw) as a, stoker.Reader(ds48, io="direct", io_depth=4, **kw) as b:
+        for _ in range(2):
+            for x, y in zip(a, b):
+                assert x.records.tolist() == y.records.tolist()
+                assert np.array_equal(x["image"], y["image"]) and np.array_equal(x["label"], y["label"])
+        s = b.io_stats()
+        assert s["io"] == "direct" and s["engine"] in ("io_uring", "threads") and s["depth"] == 4
+        assert s["reads"] > 0 and s["bounced_bytes"] > 0 and s["reason"] == "direct: asked for"
+        assert a.io_stats()["io"] == "mmap"
+
+
+def test_io_auto_says_why_and_bad_io_is_refused(ds48):
+    with stoker.Reader(ds48, batch_size=4) as r:
+        s = r.io_stats()
+        assert s["io"] == "mmap" and s["reason"].startswith("auto: ")
+    with pytest.raises(ValueError, match="io 'fast'"):
+        stoker.Reader(ds48, io="fast")
+
+
+def test_direct_read_error_names_shard_and_record(ds48, monkeypatch):
+    monkeypatch.setenv("STOKER_IO_FAULT", "eio:2/3")
+    with stoker.Reader(ds48, batch_size=1, io="direct", threads=1) as r:
+        with pytest.raises(stoker.Error, match=r"-00002\.stk: record 3: read of 6912 bytes .*Input/output error"):
+            for _ in r:
+                pass

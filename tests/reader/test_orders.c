@@ -466,11 +466,14 @@ START_TEST(endless_stream_and_release)
 }
 END_TEST
 
-/* A sequential batch inside one shard points into the mapping (reader.h). */
+/* A sequential batch inside one shard points into the mapping (reader.h):
+ * on the mmap path, which this test pins (test_orders_direct runs the suite
+ * with STOKER_IO=direct, which applies to io = auto only). */
 START_TEST(sequential_zero_copy)
 {
     const test_ds *d = ds_b(); /* shards [0,17) [17,18) [18,48) [48,61) */
     stk_reader_options o = ropts(STK_ORDER_SEQUENTIAL, STK_TAIL_PARTIAL, 3, 0, 1, 0);
+    o.io = STK_IO_MMAP;
     ref_stream rs;
     stk_reader *r = open_ref(d, &o, 0, 0, &rs);
     stk_error e;

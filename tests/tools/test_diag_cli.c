@@ -185,7 +185,7 @@ START_TEST(test_sweep_csv_and_json)
     char *csv = tu_slurp("sweep.csv");
     ck_assert_int_eq(tu_count_lines(csv), 1 + 8);
     static const char header[] =
-        "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee\n";
+        "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee,io,io_depth\n";
     ck_assert(strncmp(csv, header, sizeof header - 1) == 0);
     int knees = 0;
     for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1) {
@@ -210,6 +210,33 @@ START_TEST(test_sweep_csv_and_json)
 }
 END_TEST
 
+/* The read path as sweep axes: io depth applies to direct points only. */
+START_TEST(test_sweep_io_axes)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(
+        tu_sh("'%s/shardread' -q --sweep --sweep-threads 1 --sweep-prefetch 1 --sweep-io mmap,direct "
+              "--sweep-io-depth 2,8 --sweep-seconds 0.05 -o shuffle --csv io.csv ds",
+              tu_tools),
+        0);
+    char *csv = tu_slurp("io.csv");
+    ck_assert_int_eq(tu_count_lines(csv), 1 + 3);
+    ck_assert_msg(strstr(csv, ",mmap,0\n") && strstr(csv, ",direct,2\n") && strstr(csv, ",direct,8\n"), "%s",
+                  csv);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --sweep --sweep-io fast ds", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --sweep-io-depth 4 ds", tu_tools), 2); /* without --sweep */
+    ck_assert_int_eq(tu_sh("'%s/shardread' --io sideways ds", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --json --io direct --io-depth 3 ds", tu_tools), 0);
+    json_t *j = last_json_line(tu_slurp("out.txt"));
+    ck_assert_str_eq(json_string_value(json_object_get(j, "io")), "direct");
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "io_depth")), 3);
+    ck_assert_int_gt(json_integer_value(json_object_get(j, "io_reads")), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "io_reason")), "direct: asked for");
+    json_decref(j);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("diagnostics cli");
@@ -219,6 +246,7 @@ int main(void)
     tcase_add_test(tc, test_contact_sheet_jpeg_and_random);
     tcase_add_test(tc, test_shardinfo_json);
     tcase_add_test(tc, test_sweep_csv_and_json);
+    tcase_add_test(tc, test_sweep_io_axes);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -513,6 +513,12 @@ STK_API int stk_shard_file_name(char *buf, size_t cap, const char *prefix, uint6
  * them a reader tells a file rewritten in place from one replaced by rename. */
 STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
 
+/* The file offset of tensor field f's region (where stk_shard_field_base
+ * points, counted from the start of the file), for readers that read the
+ * file rather than the mapping (the reader's direct I/O). 0 where
+ * stk_shard_field_base is NULL. */
+STK_API uint64_t stk_shard_field_offset(const stk_shard *sh, unsigned f);
+
 #endif /* STOKER_ADVANCED_API */
 
 #ifdef __cplusplus

@@ -84,6 +84,24 @@ struct stk_transform;
  * Shards must be replaced by rename, never rewritten in place: a mapped file
  * truncated in place between the reader's size check and its copy raises
  * SIGBUS, which a library cannot catch without owning the process's signals.
+ *
+ * Storage: records reach the slots one of two ways (opts.io). The mmap path
+ * copies from the mapped shards (or, for a sequential batch inside one shard,
+ * does not copy at all): the fastest path for data in the page cache, but
+ * cold data arrives one page fault at a time per thread, and a dataset larger
+ * than RAM pushes other memory out through the page cache (consumed pages are
+ * released in sequential and quasi order, see release_pages). The direct path
+ * reads the records of each part straight into the slot with O_DIRECT (no
+ * page cache, no second copy), io_depth reads in flight per worker, through
+ * io_uring or, where the kernel refuses it (or $STOKER_IO_ENGINE=threads), a
+ * pool of pread threads; records adjacent in the file are read together.
+ * Tensor fields use it; bytes and compressed fields are still read through
+ * the mapping. STK_IO_AUTO picks direct when the selected tensor fields are
+ * larger than half of physical memory, or when a sample of their pages
+ * (mincore) is mostly not resident and they are larger than a quarter of the
+ * available memory; stk_reader_io_stats_get says which path and why. A failed
+ * read names the shard, the records and errno; short reads, EINTR and EAGAIN
+ * are retried.
  */
 
 typedef enum {
@@ -108,6 +126,17 @@ typedef enum {
                               reads it (one bit per record of memory)       */
     STK_VERIFY_ALWAYS = 2 /* hash every record every time it is read       */
 } stk_verify;
+
+/* How records reach the slots (see "Storage" below). */
+typedef enum {
+    STK_IO_AUTO = 0,  /* mmap, unless the selected fields are larger than half
+                          of RAM, or cold and larger than a quarter of the
+                          memory available                                 */
+    STK_IO_MMAP = 1,  /* copy from the mapped shards (page faults, page cache;
+                          zero-copy sequential batches)                     */
+    STK_IO_DIRECT = 2 /* read into the slots with asynchronous O_DIRECT reads,
+                          many in flight, bypassing the page cache         */
+} stk_io;
 
 /* Caller-allocated; fill it with stk_reader_options_init, then set fields.
  * Grows at the end only (see "ABI" above). */
@@ -146,6 +175,10 @@ typedef struct {
                                  shared by the workers; 0: auto (the quasi
                                  window, quasi_window x quasi_block_bytes up
                                  to 1 GiB; else 4 MiB per thread + 4 MiB)     */
+    int io;                                /* stk_io; STK_IO_AUTO: $STOKER_IO (auto, mmap or
+                                 direct), else auto                            */
+    unsigned io_depth;                     /* direct: reads in flight per worker (at most
+                                 1024); 0: 32                                  */
 } stk_reader_options;
 
 /* Fill opts with the defaults above (batch_size 1, sequential, seed 0,
@@ -262,6 +295,25 @@ typedef struct {
 /* Statistics since open or the last reset. Cheap: a few clock reads per batch. */
 STK_API void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s);
 STK_API void stk_reader_stats_reset(stk_reader *r);
+
+/* How the records are read: the path chosen, why, and the direct path's
+ * counters (since open). Written by the library; grows at the end only. */
+typedef enum { STK_IO_ENGINE_NONE = 0, STK_IO_ENGINE_URING = 1, STK_IO_ENGINE_THREADS = 2 } stk_io_engine;
+typedef struct {
+    int io;                         /* STK_IO_MMAP or STK_IO_DIRECT                  */
+    int engine;                     /* stk_io_engine (NONE on the mmap path)         */
+    unsigned depth;                 /* reads in flight per worker                    */
+    uint64_t reads;                 /* direct reads completed                        */
+    uint64_t bytes;                 /* bytes they delivered                          */
+    uint64_t retries;               /* short reads, EINTR, EAGAIN resubmitted        */
+    uint64_t bounced_bytes;         /* read through the alignment bounce area        */
+    uint64_t map_reads;             /* runs copied from the mapping instead (a shard
+                                 replaced or deleted since open)              */
+    unsigned buffered_files;        /* shard files the file system opened without
+                                 O_DIRECT (read through the page cache)       */
+    char reason[STK_ERROR_MSG_MAX]; /* why this path, and any fallback        */
+} stk_reader_io_stats;
+static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s);
 /* One line: "input-bound: 37% of wall time spent waiting for data (threads=2;
  * try 4)" or "not input-bound: ...". Returns the length like snprintf. */
 STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap);
@@ -404,6 +456,7 @@ STK_API stk_reader *stk_reader_open_sized(const char *path, const stk_reader_opt
 STK_API stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reader_options *opts,
                                                   size_t size, size_t transform_size, stk_error *err);
 STK_API void stk_transform_init_sized(stk_transform *t, size_t size);
+STK_API void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, size_t size);
 STK_API void stk_transform_imagenet_sized(stk_transform *t, size_t size, int train, uint32_t out_size);
 
 static inline void stk_reader_options_init(stk_reader_options *opts)
@@ -420,6 +473,10 @@ static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const s
     return stk_reader_open_dataset_sized(ds, opts, sizeof *opts, sizeof(stk_transform), err);
 }
 static inline void stk_transform_init(stk_transform *t) { stk_transform_init_sized(t, sizeof *t); }
+static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s)
+{
+    stk_reader_io_stats_get_sized(r, s, sizeof *s);
+}
 static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
 {
     stk_transform_imagenet_sized(t, sizeof *t, train, size);
@@ -433,7 +490,8 @@ static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t 
  * Exported like the rest, but tied to how the reader works inside. */
 
 /* sizeof of a public struct by name ("stk_reader_options", "stk_batch",
- * "stk_batch_field", "stk_reader_state", "stk_reader_stats", "stk_transform",
+ * "stk_batch_field", "stk_reader_state", "stk_reader_stats",
+ * "stk_reader_io_stats", "stk_transform",
  * "stk_error", "stk_value", "stk_dataset_options"), 0 for another name: lets
  * bindings that mirror these structs (python/stoker) check them against the
  * library they load. */

@@ -1,0 +1,71 @@
+/* reader/io.h - the direct-read engine: reads of record runs from shard files
+ * straight into the slot buffers, many in flight, bypassing the page cache.
+ *
+ * One stk__io per reader holds the shard files (opened lazily with O_DIRECT)
+ * and, for the portable engine, a pool of pread threads; one stk__ioq per
+ * worker queues the reads of a part and runs them: through its own io_uring
+ * ring where the kernel allows it, else through the shared pool. A read that
+ * O_DIRECT cannot do in place (an offset, length or buffer off the block
+ * alignment) reads the aligned superset into the queue's bounce area and
+ * copies the part asked for. Short reads, EINTR and EAGAIN are retried; any
+ * other failure names the shard, the records and errno. */
+#ifndef STK_READER_IO_H
+#define STK_READER_IO_H
+
+#include "stoker/reader.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct stk__io stk__io;
+typedef struct stk__ioq stk__ioq;
+
+enum { STK__ENGINE_AUTO = 0, STK__ENGINE_URING = 1, STK__ENGINE_THREADS = 2 };
+
+/* Returned by stk__ioq_add when the shard's file cannot be read directly
+ * (deleted, replaced by rename since the dataset was opened, a shard in
+ * memory, out of descriptors): the caller copies from the mapping instead,
+ * which still holds the file the dataset opened. */
+#define STK__IO_USE_MAP 1
+
+/* Runs shorter than this are copied from the mapping by the reader. */
+#define STK__IO_MIN_READ 4096u
+
+typedef struct {
+    int engine;        /* STK__ENGINE_* wanted; AUTO: io_uring, else threads */
+    unsigned depth;    /* reads in flight per queue (>= 1) */
+    unsigned queues;   /* one per worker */
+    const char *fault; /* test seam (STOKER_IO_FAULT, see io.c); NULL: none */
+} stk__io_config;
+
+typedef struct {
+    uint64_t reads;     /* reads completed */
+    uint64_t bytes;     /* bytes delivered to the callers' buffers */
+    uint64_t retries;   /* short reads, EINTR and EAGAIN resubmitted */
+    uint64_t bounced;   /* bytes read through the bounce area */
+    uint64_t map_reads; /* runs copied from the mapping (STK__IO_USE_MAP) */
+    unsigned buffered;  /* shard files without O_DIRECT (the file system refused it) */
+} stk__io_counts;
+
+/* note gets a line when the engine differs from the one asked for (io_uring
+ * unavailable: which error). */
+int stk__io_open(stk__io **out, const stk_dataset *ds, const stk__io_config *c, char *note, size_t note_cap,
+                 stk_error *err);
+void stk__io_close(stk__io *io);
+int stk__io_engine(const stk__io *io);
+stk__ioq *stk__io_queue(stk__io *io, unsigned i);
+void stk__io_counts_get(stk__io *io, stk__io_counts *c);
+/* Bounce bytes a queue may need for a run of `len` bytes (for the memory plan). */
+uint64_t stk__io_bounce_bound(uint64_t len);
+
+/* Queue a read of len bytes at file offset off of shard `shard` into dst.
+ * rec and nrec (the shard's local records covered) only name the records in
+ * an error message. STK__IO_USE_MAP: not queued, copy from the mapping. */
+int stk__ioq_add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
+                 uint32_t nrec, stk_error *err);
+/* Run every queued read to completion (on failure too: no read is left
+ * writing into a buffer) and empty the queue. The first failure, in queue
+ * order, is the error. */
+int stk__ioq_run(stk__ioq *q, stk_error *err);
+
+#endif

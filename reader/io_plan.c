@@ -1,0 +1,188 @@
+/* reader/io_plan.c - which path records take to the slots (mmap or direct
+ * reads), why, and the direct engine's start. The choice is made once, at
+ * open; the reason is kept for stk_reader_io_stats_get and shardread. */
+#define _GNU_SOURCE /* mincore */
+#include "reader_impl.h"
+#include "abi_v0.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define DEFAULT_IO_DEPTH 32 /* per worker; see bench/README.md, "cold" */
+#define PROBE_PAGES 64
+
+/* A selected field that direct reads serve: an uncompressed tensor. */
+static int direct_field(const stk_reader *r, unsigned k)
+{
+    const stk_field *fd = &stk_dataset_schema(r->ds)->fields[r->sel[k]];
+    return fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
+}
+
+static uint64_t meminfo_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            kb = strtoull(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* Pages of the selected tensor fields found resident, out of those probed:
+ * PROBE_PAGES records spread evenly over the dataset. */
+static unsigned probe_resident(const stk_reader *r, unsigned *probed)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    unsigned hit = 0;
+    *probed = 0;
+    for (unsigned i = 0; i < PROBE_PAGES; i++) {
+        uint64_t rec = (r->N * i + r->N / 2) / PROBE_PAGES, local;
+        size_t s;
+        if (stk_dataset_locate(r->ds, rec, &s, &local, NULL)) continue;
+        const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        for (unsigned k = 0; k < r->nsel; k++) {
+            const uint8_t *base = stk_shard_field_base(sh, r->sel[k]);
+            if (!base || !direct_field(r, k)) continue;
+            uintptr_t a = (uintptr_t)(base + local * r->sel_stride[k]) & ~(page - 1);
+            unsigned char v = 0;
+            if (mincore((void *)a, page, &v) == 0) {
+                hit += v & 1;
+                ++*probed;
+            }
+        }
+    }
+    return hit;
+}
+
+static double gb(uint64_t b) { return (double)b / 1e9; }
+
+/* auto: direct when the selected tensor bytes cannot stay in the page cache
+ * (more than half of RAM), or when they are cold and large enough that
+ * caching them would crowd the trainer (more than a quarter of what is
+ * available). A small cold dataset stays on the mmap path: after the first
+ * epoch it is resident, and resident data is fastest through the map. */
+static int choose_auto(stk_reader *r, uint64_t sel_bytes)
+{
+    uint64_t ram = meminfo_bytes("MemTotal"), avail = meminfo_bytes("MemAvailable");
+    if (ram && sel_bytes > ram / 2) {
+        snprintf(r->io_reason, sizeof r->io_reason,
+                 "auto: the selected fields (%.1f GB) are larger than half of RAM (%.1f GB)", gb(sel_bytes),
+                 gb(ram));
+        return STK_IO_DIRECT;
+    }
+    unsigned probed, hit = probe_resident(r, &probed);
+    int cold = probed && hit * 2 < probed;
+    if (cold && avail && sel_bytes > avail / 4) {
+        snprintf(r->io_reason, sizeof r->io_reason,
+                 "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident) and larger "
+                 "than a quarter of available memory (%.1f GB)",
+                 gb(sel_bytes), hit, probed, gb(avail));
+        return STK_IO_DIRECT;
+    }
+    snprintf(r->io_reason, sizeof r->io_reason,
+             "auto: the selected fields (%.1f GB, %u of %u sampled pages resident) fit in memory (%.1f GB "
+             "available)",
+             gb(sel_bytes), hit, probed, gb(avail));
+    return STK_IO_MMAP;
+}
+
+int stk__io_plan(stk_reader *r, stk_error *err)
+{
+    stk_reader_options *o = &r->o;
+    if (o->io == STK_IO_AUTO) {
+        const char *v = getenv("STOKER_IO");
+        if (v && *v) {
+            if (!strcmp(v, "mmap")) o->io = STK_IO_MMAP;
+            else if (!strcmp(v, "direct")) o->io = STK_IO_DIRECT;
+            else if (strcmp(v, "auto"))
+                return stk_error_set(err, STK_E_ARG,
+                                     "environment STOKER_IO='%s': expected auto, mmap or direct", v);
+        }
+    }
+    if (o->io < STK_IO_AUTO || o->io > STK_IO_DIRECT)
+        return stk_error_set(err, STK_E_ARG, "io %d unknown (auto, mmap or direct)", o->io);
+    if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
+    if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
+    uint64_t sel_bytes = 0;
+    for (unsigned k = 0; k < r->nsel; k++)
+        if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * r->N;
+    int io = o->io;
+    if (io == STK_IO_AUTO) {
+        io = choose_auto(r, sel_bytes);
+    } else {
+        snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
+    }
+    if (io == STK_IO_DIRECT && !sel_bytes) {
+        snprintf(
+            r->io_reason, sizeof r->io_reason,
+            "mmap: no uncompressed tensor field selected (bytes and compressed fields read through the map)");
+        io = STK_IO_MMAP;
+    }
+    o->io = io;
+    r->direct = io == STK_IO_DIRECT;
+    return STK_OK;
+}
+
+/* The bounce area each worker may need for one part: only fields whose
+ * stride is off O_DIRECT's alignment need one. */
+uint64_t stk__io_plan_bytes(const stk_reader *r)
+{
+    if (!r->direct) return 0;
+    uint64_t part = ((uint64_t)r->o.batch_size + r->parts - 1) / r->parts, per = 0;
+    for (unsigned k = 0; k < r->nsel; k++)
+        if (direct_field(r, k) && (r->sel_stride[k] & 4095))
+            per += stk__io_bounce_bound(part * r->sel_stride[k]);
+    return per * r->o.threads;
+}
+
+int stk__io_start(stk_reader *r, stk_error *err)
+{
+    if (!r->direct) return STK_OK;
+    stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, r->o.threads, getenv("STOKER_IO_FAULT")};
+    const char *e = getenv("STOKER_IO_ENGINE");
+    if (e && *e) {
+        if (!strcmp(e, "threads")) c.engine = STK__ENGINE_THREADS;
+        else if (!strcmp(e, "io_uring")) c.engine = STK__ENGINE_URING;
+        else if (strcmp(e, "auto"))
+            return stk_error_set(err, STK_E_ARG,
+                                 "environment STOKER_IO_ENGINE='%s': expected auto, io_uring or threads", e);
+    }
+    char note[200];
+    int rc = stk__io_open(&r->io, r->ds, &c, note, sizeof note, err);
+    if (rc) return rc;
+    if (note[0]) {
+        size_t n = strlen(r->io_reason);
+        snprintf(r->io_reason + n, sizeof r->io_reason - n, "; %s", note);
+    }
+    return STK_OK;
+}
+
+void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, size_t size)
+{
+    stk_reader_io_stats v;
+    memset(&v, 0, sizeof v);
+    v.io = r->direct ? STK_IO_DIRECT : STK_IO_MMAP;
+    if (r->io) {
+        stk__io_counts c;
+        stk__io_counts_get(r->io, &c);
+        v.engine = stk__io_engine(r->io) == STK__ENGINE_URING ? STK_IO_ENGINE_URING : STK_IO_ENGINE_THREADS;
+        v.depth = r->o.io_depth;
+        v.reads = c.reads;
+        v.bytes = c.bytes;
+        v.retries = c.retries;
+        v.bounced_bytes = c.bounced;
+        v.map_reads = c.map_reads;
+        v.buffered_files = c.buffered;
+    }
+    snprintf(v.reason, sizeof v.reason, "%s", r->io_reason);
+    if (s) stk__write_sized(s, size, &v, sizeof v);
+}

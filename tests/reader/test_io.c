@@ -1,0 +1,427 @@
+/*
+ * tests/reader/test_io.c - the direct read path (reader/io.c) against the
+ * mmap path: every order, tail, thread count and rank, both engines
+ * (io_uring and the pread pool), aligned and unaligned strides, bytes and
+ * compressed fields, resume; short reads, EINTR and EAGAIN injected through
+ * the engine's fault seam (STOKER_IO_FAULT) and retried; a failed read and a
+ * shard truncated in place name the shard and the record; a shard replaced
+ * by rename is still read from the file the dataset opened.
+ */
+#include "testutil.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { N = 157, PER = 20, IMG = 32 * 32 * 4, ODD = 40 * 40 * 3 };
+static const char *const ENGINES[] = {"io_uring", "threads"};
+
+static void make_dataset(char *dir, size_t cap, const char *name, int compress)
+{
+    stk_schema s;
+    stk_error e;
+    const uint64_t img[3] = {32, 32, 4}, odd[3] = {40, 40, 3};
+    stk_schema_init(&s);
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, img, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "odd", STK_DT_U8, 3, odd, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_bytes(&s, "text", &e), STK_OK);
+    if (compress) ck_assert_int_eq(stk_schema_set_codec(&s, 1, STK_CODEC_ZSTD, &e), STK_OK);
+    tu_scratch(dir, cap, name);
+    stk_dataset_options o;
+    memset(&o, 0, sizeof o);
+    o.records_per_shard = PER;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    static uint8_t im[IMG], od[ODD];
+    char text[32];
+    for (uint64_t i = 0; i < N; i++) {
+        tu_fill(im, compress ? IMG / 4 : IMG, 1000 + i); /* compressible when asked */
+        tu_fill(od, ODD, 5000 + i);
+        int tl = snprintf(text, sizeof text, "record %llu", (unsigned long long)i);
+        stk_value v[4] = {{&i, 8}, {im, IMG}, {od, ODD}, {text, (uint64_t)tl}};
+        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+}
+
+static const char *plain_ds(void)
+{
+    static char dir[TU_PATH];
+    if (!dir[0]) make_dataset(dir, sizeof dir, "plain", 0);
+    return dir;
+}
+
+/* Two batches hold the same records and the same bytes in every field. */
+static void same_batch(const stk_batch *a, const stk_batch *b, const char *what)
+{
+    ck_assert_msg(a->size == b->size && a->epoch == b->epoch && a->index == b->index, "%s: batch shape",
+                  what);
+    ck_assert_msg(!memcmp(a->records, b->records, a->size * sizeof *a->records), "%s: records", what);
+    ck_assert_uint_eq(a->nfields, b->nfields);
+    for (unsigned k = 0; k < a->nfields; k++) {
+        const stk_batch_field *fa = &a->fields[k], *fb = &b->fields[k];
+        ck_assert_msg(fa->nbytes == fb->nbytes, "%s: field %s size", what, fa->name);
+        if (fa->kind == STK_KIND_TENSOR) {
+            ck_assert_msg(!memcmp(fa->data, fb->data, fa->nbytes),
+                          "%s: epoch %llu batch %llu field %s differs", what, (unsigned long long)a->epoch,
+                          (unsigned long long)a->index, fa->name);
+        } else {
+            for (uint32_t i = 0; i < a->size; i++)
+                ck_assert_msg(fa->values[i].size == fb->values[i].size &&
+                                  !memcmp(fa->values[i].data, fb->values[i].data, fa->values[i].size),
+                              "%s: bytes value %u of field %s", what, i, fa->name);
+        }
+    }
+}
+
+/* Read `batches` batches from both readers in lockstep, comparing each. */
+static void same_stream(stk_reader *ref, stk_reader *got, uint64_t batches, const char *what)
+{
+    stk_error e1, e2;
+    for (uint64_t j = 0; j < batches; j++) {
+        const stk_batch *a = stk_reader_next(ref, &e1), *b = stk_reader_next(got, &e2);
+        ck_assert_msg(a != NULL, "%s: mmap reader: %s", what, e1.msg);
+        ck_assert_msg(b != NULL, "%s: direct reader: %s", what, e2.msg);
+        same_batch(a, b, what);
+    }
+}
+
+static stk_reader *open_io(const char *dir, const stk_reader_options *base, int io)
+{
+    stk_reader_options o = *base;
+    o.io = io;
+    return tu_open_reader(dir, &o);
+}
+
+static void check_direct(stk_reader *r, const char *engine, int expect_bounce)
+{
+    stk_reader_io_stats s;
+    stk_reader_io_stats_get(r, &s);
+    ck_assert_int_eq(s.io, STK_IO_DIRECT);
+    ck_assert_int_eq(s.engine, strcmp(engine, "threads") ? STK_IO_ENGINE_URING : STK_IO_ENGINE_THREADS);
+    ck_assert_uint_gt(s.reads, 0);
+    ck_assert_uint_gt(s.bytes, 0);
+    if (expect_bounce) ck_assert_uint_gt(s.bounced_bytes, 0);
+    ck_assert_str_eq(s.reason, "direct: asked for");
+}
+
+/* io_uring refused by the kernel falls back with a note: then this machine
+ * cannot test the ring, and says so. */
+static int have_uring(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        stk_reader_options o = tu_reader_options(4, STK_ORDER_SEQUENTIAL);
+        setenv("STOKER_IO_ENGINE", "io_uring", 1);
+        stk_reader *r = open_io(plain_ds(), &o, STK_IO_DIRECT);
+        stk_reader_io_stats s;
+        stk_reader_io_stats_get(r, &s);
+        known = s.engine == STK_IO_ENGINE_URING;
+        if (!known)
+            printf("test_io: io_uring unavailable here (%s): only the thread pool is tested\n", s.reason);
+        stk_reader_close(r);
+    }
+    return known;
+}
+
+START_TEST(test_same_batches)
+{
+    const char *engine = ENGINES[_i];
+    if (_i == 0 && !have_uring()) return;
+    setenv("STOKER_IO_ENGINE", engine, 1);
+    static const int tails[] = {STK_TAIL_PAD, STK_TAIL_PARTIAL, STK_TAIL_DROP};
+    for (int order = 0; order < 3; order++)
+        for (int t = 0; t < 3; t++)
+            for (unsigned threads = 1; threads <= 3; threads += 2)
+                for (int world = 1; world <= 2; world++) {
+                    stk_reader_options o = tu_reader_options(12, order);
+                    o.tail = tails[t];
+                    o.threads = threads;
+                    o.world_size = world;
+                    o.rank = world - 1;
+                    o.seed = 7;
+                    o.quasi_block_bytes = 4 * (8 + IMG + ODD + 16);
+                    o.quasi_window = 3;
+                    char what[128];
+                    snprintf(what, sizeof what, "%s order %d tail %d threads %u rank %d/%d", engine, order,
+                             tails[t], threads, o.rank, world);
+                    stk_reader *ref = open_io(plain_ds(), &o, STK_IO_MMAP),
+                               *got = open_io(plain_ds(), &o, STK_IO_DIRECT);
+                    same_stream(ref, got, 2 * stk_reader_batches_per_epoch(ref) + 1, what);
+                    check_direct(got, engine, 1);
+                    stk_reader_close(ref);
+                    stk_reader_close(got);
+                }
+    unsetenv("STOKER_IO_ENGINE");
+}
+END_TEST
+
+/* One field at a time too: aligned alone (no bounce), unaligned alone. */
+START_TEST(test_field_selection)
+{
+    static const char *const sel[] = {"image", "odd", "x,odd", "text,image"};
+    for (unsigned i = 0; i < 4; i++) {
+        stk_reader_options o = tu_reader_options(9, STK_ORDER_SHUFFLE);
+        o.fields = sel[i];
+        o.threads = 2;
+        stk_reader *ref = open_io(plain_ds(), &o, STK_IO_MMAP), *got = open_io(plain_ds(), &o, STK_IO_DIRECT);
+        same_stream(ref, got, 30, sel[i]);
+        stk_reader_io_stats s;
+        stk_reader_io_stats_get(got, &s);
+        ck_assert_int_eq(s.io, STK_IO_DIRECT);
+        if (!strcmp(sel[i], "image")) ck_assert_uint_eq(s.bounced_bytes, 0);
+        else if (strstr(sel[i], "odd")) ck_assert_uint_gt(s.bounced_bytes, 0);
+        stk_reader_close(ref);
+        stk_reader_close(got);
+    }
+}
+END_TEST
+
+START_TEST(test_faults_retried)
+{
+    const char *engine = ENGINES[_i];
+    if (_i == 0 && !have_uring()) return;
+    setenv("STOKER_IO_ENGINE", engine, 1);
+    setenv("STOKER_IO_FAULT", "short:3,eintr:4,eagain:7", 1);
+    for (int order = 0; order < 3; order++) {
+        stk_reader_options o = tu_reader_options(16, order);
+        o.threads = 2;
+        stk_reader *ref = open_io(plain_ds(), &o, STK_IO_MMAP), *got = open_io(plain_ds(), &o, STK_IO_DIRECT);
+        same_stream(ref, got, 25, engine);
+        stk_reader_io_stats s;
+        stk_reader_io_stats_get(got, &s);
+        ck_assert_uint_gt(s.retries, 0);
+        stk_reader_close(ref);
+        stk_reader_close(got);
+    }
+    unsetenv("STOKER_IO_FAULT");
+    unsetenv("STOKER_IO_ENGINE");
+}
+END_TEST
+
+/* A read failing with EIO on record 5 of shard 1 (dataset record 25). */
+START_TEST(test_read_error_names_record)
+{
+    const char *engine = ENGINES[_i];
+    if (_i == 0 && !have_uring()) return;
+    setenv("STOKER_IO_ENGINE", engine, 1);
+    setenv("STOKER_IO_FAULT", "eio:1/5", 1);
+    stk_reader_options o = tu_reader_options(1, STK_ORDER_SEQUENTIAL);
+    o.fields = "image";
+    stk_reader *r = open_io(plain_ds(), &o, STK_IO_DIRECT);
+    stk_error e;
+    const stk_batch *b;
+    uint64_t good = 0;
+    while ((b = stk_reader_next(r, &e))) good++;
+    ck_assert_uint_eq(good, PER + 5);
+    ck_assert_int_eq(e.code, STK_E_IO);
+    ck_assert_msg(strstr(e.msg, "-00001.stk: record 5: read of 4096 bytes"), "%s", e.msg);
+    ck_assert_msg(strstr(e.msg, strerror(EIO)), "%s", e.msg);
+    ck_assert_ptr_null(stk_reader_next(r, &e)); /* sticky */
+    ck_assert_int_eq(e.code, STK_E_IO);
+    stk_reader_close(r);
+    unsetenv("STOKER_IO_FAULT");
+    unsetenv("STOKER_IO_ENGINE");
+}
+END_TEST
+
+START_TEST(test_truncated_shard)
+{
+    char dir[TU_PATH], path[TU_PATH];
+    make_dataset(dir, sizeof dir, "trunc", 0);
+    stk_reader_options o = tu_reader_options(PER, STK_ORDER_SEQUENTIAL);
+    o.fields = "image";
+    o.prefetch = 1;
+    o.threads = 1;
+    stk_reader *r = open_io(dir, &o, STK_IO_DIRECT);
+    stk_error e;
+    ck_assert_ptr_nonnull(stk_reader_next(r, &e)); /* shard 0; shard 1 may be read ahead */
+    ck_assert_ptr_nonnull(stk_reader_next(r, &e));
+    tu_join(path, sizeof path, dir, "shard-00003.stk");
+    ck_assert_int_eq(truncate(path, 8192), 0); /* in place, under the mapping */
+    const stk_batch *b;
+    while ((b = stk_reader_next(r, &e)) && b->index < 3) {}
+    ck_assert_ptr_null(b);
+    ck_assert_msg(e.code == STK_E_TRUNCATED, "%d %s", e.code, e.msg);
+    ck_assert_msg(strstr(e.msg, "shard-00003.stk") && strstr(e.msg, "record"), "%s", e.msg);
+    stk_reader_close(r);
+}
+END_TEST
+
+/* A shard replaced by rename after the dataset was opened: the reader reads
+ * the file the dataset opened (through its mapping), not the new one. */
+START_TEST(test_replaced_shard)
+{
+    char dir[TU_PATH], other[TU_PATH], path[TU_PATH], tmp[TU_PATH];
+    make_dataset(dir, sizeof dir, "replaced", 0);
+    make_dataset(other, sizeof other, "replaced_other", 1);
+    stk_error e;
+    stk_dataset *ds = stk_dataset_open(dir, &e);
+    ck_assert_msg(ds != NULL, "%s", e.msg);
+    stk_reader_options o = tu_reader_options(7, STK_ORDER_SHUFFLE);
+    o.io = STK_IO_MMAP;
+    stk_reader *ref = stk_reader_open_dataset(ds, &o, &e);
+    ck_assert_msg(ref != NULL, "%s", e.msg);
+    tu_join(path, sizeof path, dir, "shard-00002.stk");
+    tu_join(tmp, sizeof tmp, other, "shard-00002.stk");
+    ck_assert_int_eq(rename(tmp, path), 0);
+    o.io = STK_IO_DIRECT;
+    stk_reader *got = stk_reader_open_dataset(ds, &o, &e);
+    ck_assert_msg(got != NULL, "%s", e.msg);
+    same_stream(ref, got, 2 * stk_reader_batches_per_epoch(ref), "replaced");
+    stk_reader_io_stats s;
+    stk_reader_io_stats_get(got, &s);
+    ck_assert_uint_gt(s.map_reads, 0);
+    stk_reader_close(ref);
+    stk_reader_close(got);
+    stk_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_resume)
+{
+    stk_reader_options o = tu_reader_options(10, STK_ORDER_QUASI);
+    o.quasi_block_bytes = 3 * (8 + IMG + ODD + 16);
+    o.threads = 2;
+    stk_reader *ref = open_io(plain_ds(), &o, STK_IO_MMAP), *first = open_io(plain_ds(), &o, STK_IO_DIRECT);
+    same_stream(ref, first, 21, "before");
+    stk_reader_state st;
+    stk_reader_save(first, &st);
+    stk_reader_close(first);
+    stk_reader *again = open_io(plain_ds(), &o, STK_IO_DIRECT);
+    stk_error e;
+    ck_assert_msg(stk_reader_restore(again, &st, &e) == STK_OK, "%s", e.msg);
+    same_stream(ref, again, 25, "after restore");
+    ck_assert_int_eq(stk_reader_seek(again, 3, 2, &e), STK_OK);
+    ck_assert_int_eq(stk_reader_seek(ref, 3, 2, &e), STK_OK);
+    same_stream(ref, again, 5, "after seek");
+    stk_reader_close(ref);
+    stk_reader_close(again);
+}
+END_TEST
+
+/* A compressed field is read through the block cache; the plain ones of
+ * the same dataset directly. */
+START_TEST(test_compressed)
+{
+    char dir[TU_PATH];
+    make_dataset(dir, sizeof dir, "zstd", 1);
+    for (int order = 0; order < 3; order++) {
+        stk_reader_options o = tu_reader_options(8, order);
+        o.threads = 2;
+        stk_reader *ref = open_io(dir, &o, STK_IO_MMAP), *got = open_io(dir, &o, STK_IO_DIRECT);
+        same_stream(ref, got, 45, "compressed");
+        stk_reader_io_stats s;
+        stk_reader_io_stats_get(got, &s);
+        ck_assert_int_eq(s.io, STK_IO_DIRECT);
+        stk_reader_close(ref);
+        stk_reader_close(got);
+    }
+    /* nothing plain selected: the direct path has nothing to do, and says so */
+    stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
+    o.fields = "image,text";
+    stk_reader *r = open_io(dir, &o, STK_IO_DIRECT);
+    stk_reader_io_stats s;
+    stk_reader_io_stats_get(r, &s);
+    ck_assert_int_eq(s.io, STK_IO_MMAP);
+    ck_assert_msg(strstr(s.reason, "no uncompressed tensor field"), "%s", s.reason);
+    stk_reader_close(r);
+}
+END_TEST
+
+START_TEST(test_auto_and_options)
+{
+    stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
+    stk_reader *r = tu_open_reader(plain_ds(), &o);
+    stk_reader_io_stats s;
+    stk_reader_io_stats_get(r, &s);
+    /* a 2 MB dataset on any machine that runs the tests fits in memory */
+    ck_assert_int_eq(s.io, STK_IO_MMAP);
+    ck_assert_msg(!strncmp(s.reason, "auto: ", 6), "%s", s.reason);
+    ck_assert_int_eq(stk_reader_get_options(r)->io, STK_IO_MMAP);
+    stk_reader_close(r);
+
+    setenv("STOKER_IO", "direct", 1);
+    r = tu_open_reader(plain_ds(), &o);
+    stk_reader_io_stats_get(r, &s);
+    ck_assert_int_eq(s.io, STK_IO_DIRECT);
+    ck_assert_uint_eq(s.depth, 32);
+    stk_reader_close(r);
+
+    stk_error e;
+    setenv("STOKER_IO", "fast", 1);
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO='fast'"), "%s", e.msg);
+    unsetenv("STOKER_IO");
+
+    o.io = 9;
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "io 9"), "%s", e.msg);
+    o.io = STK_IO_DIRECT;
+    o.io_depth = 5000;
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "io_depth"), "%s", e.msg);
+
+    o.io_depth = 3;
+    setenv("STOKER_IO_FAULT", "short:x", 1);
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO_FAULT"), "%s", e.msg);
+    unsetenv("STOKER_IO_FAULT");
+    setenv("STOKER_IO_ENGINE", "aio", 1);
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO_ENGINE"), "%s", e.msg);
+    unsetenv("STOKER_IO_ENGINE");
+
+    r = tu_open_reader(plain_ds(), &o);
+    stk_reader_io_stats_get(r, &s);
+    ck_assert_uint_eq(s.depth, 3);
+    stk_reader_close(r);
+}
+END_TEST
+
+/* The bounce area of unaligned fields counts in the memory budget. */
+START_TEST(test_memory_budget)
+{
+    stk_reader_options o = tu_reader_options(16, STK_ORDER_SHUFFLE);
+    o.fields = "odd";
+    o.threads = 2;
+    o.prefetch = 1;
+    stk_error e;
+    uint64_t lo = 1, hi = 1ull << 30; /* the smallest budget the mmap path takes */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        o.memory_budget = mid;
+        o.io = STK_IO_MMAP;
+        stk_reader *r = stk_reader_open(plain_ds(), &o, &e);
+        if (r) hi = mid;
+        else lo = mid + 1;
+        stk_reader_close(r);
+    }
+    o.memory_budget = lo;
+    o.io = STK_IO_DIRECT;
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "memory budget"), "%s", e.msg);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("io");
+    TCase *tc = tcase_create("io");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_same_batches, 0, 2);
+    tcase_add_test(tc, test_field_selection);
+    tcase_add_loop_test(tc, test_faults_retried, 0, 2);
+    tcase_add_loop_test(tc, test_read_error_names_record, 0, 2);
+    tcase_add_test(tc, test_truncated_shard);
+    tcase_add_test(tc, test_replaced_shard);
+    tcase_add_test(tc, test_resume);
+    tcase_add_test(tc, test_compressed);
+    tcase_add_test(tc, test_auto_and_options);
+    tcase_add_test(tc, test_memory_budget);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
