@@ -54,7 +54,7 @@ typedef struct {
 
 #define STK__SAME(cur, v0, f)                                                                           \
   _Static_assert(offsetof(cur, f) == offsetof(v0, f), #cur "." #f " moved: fields are appended, never " \
-                                                                  "moved")
+                                                           "moved")
 STK__SAME(stk_reader_options, stk__reader_options_v0, batch_size);
 STK__SAME(stk_reader_options, stk__reader_options_v0, order);
 STK__SAME(stk_reader_options, stk__reader_options_v0, seed);

@@ -43,7 +43,9 @@ struct stk__ioreq {
     uint64_t roff, rlen, need, done;
     uint8_t *rbuf;
     int bounce;
-    int err; /* errno of a failure; -1: end of file */
+    int padded; /* the caller's buffer has IO_ALIGN writable bytes around dst */
+    int err;    /* errno of a failure; -1: end of file */
+    void *tag;  /* the caller's */
     stk__ioq *q;
     stk__ioreq *next; /* the pool's queue */
 };
@@ -55,10 +57,13 @@ struct stk__ioq {
     uint8_t *bounce;
     uint64_t bounce_cap;
     size_t left; /* pool: reads not yet done (under io->pmu) */
+    int planned; /* submitted, not yet waited for */
     pthread_cond_t done_cv;
 #ifdef STOKER_HAVE_URING
     struct io_uring ring;
     int ring_ok;
+    size_t next, inflight, nre; /* the ring's progress through req[] */
+    int broken;                 /* a submit failed: no more submits */
 #endif
 };
 
@@ -261,10 +266,9 @@ static void *pool_main(void *arg)
     return NULL;
 }
 
-static void pool_run(stk__ioq *q)
+static void pool_submit(stk__ioq *q)
 {
     stk__io *io = q->io;
-    if (!q->n) return;
     pthread_mutex_lock(&io->pmu);
     for (size_t i = 0; i < q->n; i++) {
         stk__ioreq *rq = &q->req[i];
@@ -275,6 +279,13 @@ static void pool_run(stk__ioq *q)
     }
     q->left = q->n;
     pthread_cond_broadcast(&io->pcv);
+    pthread_mutex_unlock(&io->pmu);
+}
+
+static void pool_wait(stk__ioq *q)
+{
+    stk__io *io = q->io;
+    pthread_mutex_lock(&io->pmu);
     while (q->left) pthread_cond_wait(&q->done_cv, &io->pmu);
     pthread_mutex_unlock(&io->pmu);
 }
@@ -290,37 +301,40 @@ static void ring_prep(stk__ioq *q, stk__ioreq *rq)
     io_uring_sqe_set_data(sqe, rq);
 }
 
-/* Keep up to depth reads in flight until every request is finished. Reads
- * to resubmit (short, EINTR) go first. A failed submit or wait fails the
- * requests not yet finished; those in flight are waited for regardless. */
-static void ring_run(stk__ioq *q)
+/* Submit queued reads (resubmits first) while fewer than depth are in
+ * flight. A failed submit fails the requests not yet finished; those in
+ * flight are waited for regardless. */
+static void ring_fill(stk__ioq *q)
 {
     stk__io *io = q->io;
-    size_t next = 0, inflight = 0, nre = 0;
     stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap); /* see grow_reqs */
-    int broken = 0;
-    while ((!broken && (next < q->n || nre)) || inflight) {
-        unsigned queued = 0;
-        while (!broken && inflight < io->depth && (nre || next < q->n)) {
-            ring_prep(q, nre ? again[--nre] : &q->req[next++]);
-            inflight++;
-            queued++;
-        }
-        if (queued) {
-            int rc;
-            do rc = io_uring_submit(&q->ring);
-            while (rc == -EINTR || rc == -EAGAIN);
-            if (rc < 0) { /* nothing was taken: fail what is left, drain what is in flight */
-                inflight -= queued;
-                for (size_t i = 0; i < q->n; i++)
-                    if (q->req[i].done < q->req[i].need) fail(&q->req[i], -rc);
-                broken = 1;
-                nre = 0;
-                next = q->n;
-                continue;
-            }
-        }
-        if (!inflight) continue;
+    unsigned queued = 0;
+    while (!q->broken && q->inflight < io->depth && (q->nre || q->next < q->n)) {
+        ring_prep(q, q->nre ? again[--q->nre] : &q->req[q->next++]);
+        q->inflight++;
+        queued++;
+    }
+    if (!queued) return;
+    int rc;
+    do rc = io_uring_submit(&q->ring);
+    while (rc == -EINTR || rc == -EAGAIN);
+    if (rc >= 0) return;
+    q->inflight -= queued; /* nothing was taken */
+    for (size_t i = 0; i < q->n; i++)
+        if (q->req[i].done < q->req[i].need) fail(&q->req[i], -rc);
+    q->broken = 1;
+    q->nre = 0;
+    q->next = q->n;
+}
+
+/* Reap completions, refilling the ring, until every request is finished. */
+static void ring_wait(stk__ioq *q)
+{
+    stk__io *io = q->io;
+    stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap);
+    while (q->inflight || (!q->broken && (q->next < q->n || q->nre))) {
+        ring_fill(q);
+        if (!q->inflight) continue;
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&q->ring, &cqe);
         if (rc == -EINTR || rc == -EAGAIN) continue;
@@ -329,9 +343,9 @@ static void ring_run(stk__ioq *q)
         io_uring_for_each_cqe(&q->ring, head, cqe)
         {
             stk__ioreq *rq = io_uring_cqe_get_data(cqe);
-            inflight--;
+            q->inflight--;
             seen++;
-            if (complete(io, rq, cqe->res) && !broken) again[nre++] = rq;
+            if (complete(io, rq, cqe->res) && !q->broken) again[q->nre++] = rq;
         }
         io_uring_cq_advance(&q->ring, seen);
     }
@@ -359,29 +373,49 @@ static int grow_reqs(stk__ioq *q, stk_error *err)
     return STK_OK;
 }
 
-int stk__ioq_add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
-                 uint32_t nrec, stk_error *err)
+static int add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec, uint32_t nrec,
+               void *tag, int padded, stk_error *err)
 {
     int fd = shard_fd(q->io, shard);
     if (fd < 0) {
         __atomic_add_fetch(&q->io->c_map, 1, __ATOMIC_RELAXED);
         return STK__IO_USE_MAP;
     }
-    for (uint64_t pos = 0; pos < len; pos += IO_CHUNK) {
+    for (uint64_t pos = 0; pos < len;) {
         int rc = grow_reqs(q, err);
         if (rc) return rc;
+        /* padded reads end chunks on aligned offsets: their aligned
+         * supersets then never overlap one another */
+        uint64_t cur = off + pos,
+                 end = padded ? (cur + IO_CHUNK) & ~(uint64_t)(IO_ALIGN - 1) : cur + IO_CHUNK;
+        uint64_t n = end - cur < len - pos ? end - cur : len - pos;
         stk__ioreq *rq = &q->req[q->n++];
         memset(rq, 0, sizeof *rq);
         rq->shard = shard;
-        rq->off = off + pos;
-        rq->len = len - pos < IO_CHUNK ? len - pos : IO_CHUNK;
+        rq->off = cur;
+        rq->len = n;
         rq->dst = (uint8_t *)dst + pos;
         rq->rec = rec;
         rq->nrec = nrec;
         rq->fd = fd;
+        rq->tag = tag;
+        rq->padded = padded;
         rq->q = q;
+        pos += n;
     }
     return STK_OK;
+}
+
+int stk__ioq_add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
+                 uint32_t nrec, void *tag, stk_error *err)
+{
+    return add(q, shard, off, len, dst, rec, nrec, tag, 0, err);
+}
+
+int stk__ioq_add_padded(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
+                        uint32_t nrec, void *tag, stk_error *err)
+{
+    return add(q, shard, off, len, dst, rec, nrec, tag, 1, err);
 }
 
 /* Where each read goes: in place, or (O_DIRECT off alignment) the aligned
@@ -392,10 +426,15 @@ static int plan_reads(stk__ioq *q, stk_error *err)
     uint64_t need = 0;
     for (size_t i = 0; i < q->n; i++) {
         stk__ioreq *rq = &q->req[i];
-        rq->bounce = io->direct[rq->shard] && ((rq->off | rq->len | (uintptr_t)rq->dst) & (IO_ALIGN - 1));
-        rq->roff = rq->bounce ? rq->off & ~(uint64_t)(IO_ALIGN - 1) : rq->off;
+        int off_align = io->direct[rq->shard] && ((rq->off | rq->len | (uintptr_t)rq->dst) & (IO_ALIGN - 1));
+        /* padded, with dst and off alike modulo the alignment: the aligned
+         * superset lands in place, around dst */
+        int in_place = off_align && rq->padded && !(((uintptr_t)rq->dst ^ rq->off) & (IO_ALIGN - 1));
+        rq->bounce = off_align && !in_place;
+        rq->roff = off_align ? rq->off & ~(uint64_t)(IO_ALIGN - 1) : rq->off;
         rq->need = rq->off + rq->len - rq->roff;
-        rq->rlen = rq->bounce ? (rq->need + IO_ALIGN - 1) & ~(uint64_t)(IO_ALIGN - 1) : rq->len;
+        rq->rlen = off_align ? (rq->need + IO_ALIGN - 1) & ~(uint64_t)(IO_ALIGN - 1) : rq->len;
+        rq->rbuf = in_place ? rq->dst - (rq->off - rq->roff) : rq->dst;
         if (rq->bounce) need += rq->rlen;
     }
     if (need > q->bounce_cap) {
@@ -410,33 +449,81 @@ static int plan_reads(stk__ioq *q, stk_error *err)
     uint64_t pos = 0;
     for (size_t i = 0; i < q->n; i++) {
         stk__ioreq *rq = &q->req[i];
-        rq->rbuf = rq->bounce ? q->bounce + pos : rq->dst;
-        if (rq->bounce) pos += rq->rlen;
+        if (!rq->bounce) continue;
+        rq->rbuf = q->bounce + pos;
+        pos += rq->rlen;
     }
     return STK_OK;
 }
 
-int stk__ioq_run(stk__ioq *q, stk_error *err)
+int stk__ioq_submit(stk__ioq *q, stk_error *err)
 {
+    q->planned = 0;
     if (!q->n) return STK_OK;
     int rc = plan_reads(q, err);
     if (rc) {
         q->n = 0;
         return rc;
     }
+    q->planned = 1;
 #ifdef STOKER_HAVE_URING
-    if (q->ring_ok) ring_run(q);
+    if (q->ring_ok) {
+        q->next = q->inflight = q->nre = 0;
+        q->broken = 0;
+        ring_fill(q);
+        return STK_OK;
+    }
+#endif
+    pool_submit(q);
+    return STK_OK;
+}
+
+void stk__ioq_drain(stk__ioq *q)
+{
+    if (q->planned != 1) return;
+#ifdef STOKER_HAVE_URING
+    if (q->ring_ok) ring_wait(q);
     else
 #endif
-        pool_run(q);
-    rc = STK_OK;
-    for (size_t i = 0; i < q->n && !rc; i++)
-        if (q->req[i].err || q->req[i].done < q->req[i].need) {
-            if (!q->req[i].err) q->req[i].err = EIO; /* the ring failed under it */
-            rc = req_error(q->io, &q->req[i], err);
-        }
+        pool_wait(q);
+    q->planned = 2;
+}
+
+size_t stk__ioq_count(const stk__ioq *q) { return q->planned ? q->n : 0; }
+
+int stk__ioq_result(stk__ioq *q, size_t i, void **tag, stk_error *err)
+{
+    stk__ioreq *rq = &q->req[i];
+    if (tag) *tag = rq->tag;
+    if (!rq->err && rq->done >= rq->need) return STK_OK;
+    if (!rq->err) rq->err = EIO; /* the ring failed under it */
+    return req_error(q->io, rq, err);
+}
+
+void stk__ioq_clear(stk__ioq *q)
+{
     q->n = 0;
+    q->planned = 0;
+}
+
+int stk__ioq_wait(stk__ioq *q, stk_error *err)
+{
+    if (!q->planned) { /* queued but never submitted (the part failed first) */
+        stk__ioq_clear(q);
+        return STK_OK;
+    }
+    stk__ioq_drain(q);
+    int rc = STK_OK;
+    for (size_t i = 0; i < q->n && !rc; i++) rc = stk__ioq_result(q, i, NULL, err);
+    stk__ioq_clear(q);
     return rc;
+}
+
+int stk__ioq_run(stk__ioq *q, stk_error *err)
+{
+    int rc = stk__ioq_submit(q, err);
+    int w = stk__ioq_wait(q, rc ? NULL : err);
+    return rc ? rc : w;
 }
 
 /* ------------------------------------------------------------ open, close */

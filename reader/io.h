@@ -34,7 +34,7 @@ enum { STK__ENGINE_AUTO = 0, STK__ENGINE_URING = 1, STK__ENGINE_THREADS = 2 };
 typedef struct {
     int engine;        /* STK__ENGINE_* wanted; AUTO: io_uring, else threads */
     unsigned depth;    /* reads in flight per queue (>= 1) */
-    unsigned queues;   /* one per worker */
+    unsigned queues;   /* two per worker: the part being finished, the next */
     const char *fault; /* test seam (STOKER_IO_FAULT, see io.c); NULL: none */
 } stk__io_config;
 
@@ -60,12 +60,32 @@ uint64_t stk__io_bounce_bound(uint64_t len);
 
 /* Queue a read of len bytes at file offset off of shard `shard` into dst.
  * rec and nrec (the shard's local records covered) only name the records in
- * an error message. STK__IO_USE_MAP: not queued, copy from the mapping. */
+ * an error message; tag is the caller's (stk__ioq_result gives it back).
+ * STK__IO_USE_MAP: not queued, copy from the mapping. */
 int stk__ioq_add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
-                 uint32_t nrec, stk_error *err);
-/* Run every queued read to completion (on failure too: no read is left
+                 uint32_t nrec, void *tag, stk_error *err);
+/* The same for a dst with IO_ALIGN (4096) writable bytes before and after
+ * it that may be overwritten: when dst and off agree modulo 4096, O_DIRECT
+ * reads the aligned span in place instead of through the bounce area. */
+int stk__ioq_add_padded(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
+                        uint32_t nrec, void *tag, stk_error *err);
+/* Start the queued reads (up to depth in flight) and return: a worker
+ * submits the next part's reads before it waits for the current part's, so
+ * the device queue does not drain between parts. */
+int stk__ioq_submit(stk__ioq *q, stk_error *err);
+/* Wait for every submitted read to finish (on failure too: no read is left
  * writing into a buffer) and empty the queue. The first failure, in queue
  * order, is the error. */
+int stk__ioq_wait(stk__ioq *q, stk_error *err);
+/* Both. */
 int stk__ioq_run(stk__ioq *q, stk_error *err);
+
+/* The pieces of stk__ioq_wait, for callers that need each read's outcome
+ * (quasi blocks, qblocks.c): wait for every submitted read; the reads
+ * submitted (0 before submit); read i's status and tag; empty the queue. */
+void stk__ioq_drain(stk__ioq *q);
+size_t stk__ioq_count(const stk__ioq *q);
+int stk__ioq_result(stk__ioq *q, size_t i, void **tag, stk_error *err);
+void stk__ioq_clear(stk__ioq *q);
 
 #endif

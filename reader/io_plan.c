@@ -95,6 +95,41 @@ static int choose_auto(stk_reader *r, uint64_t sel_bytes)
     return STK_IO_MMAP;
 }
 
+/* Quasi order on the direct path reads blocks whole (qblocks.c) when one
+ * rank reads them all: with W ranks each would read whole blocks to use a
+ * W-th of them. The cache holds two windows (the one being consumed, the
+ * next being read) plus a few blocks per worker, at most 1 GiB; a window
+ * that does not fit in 1 GiB reads records one by one instead. */
+#define QCACHE_MAX (1ull << 30)
+static void plan_quasi_blocks(stk_reader *r)
+{
+    if (r->o.order != STK_ORDER_QUASI || r->o.world_size != 1 || r->K < 2) return;
+    const char *env = getenv("STOKER_QUASI_BLOCKS"); /* 0: record by record (storage fast at random reads) */
+    if (env && !strcmp(env, "0")) return;
+    uint64_t bytes = 0;
+    for (unsigned k = 0; k < r->nsel; k++) {
+        r->qb_off[k] = bytes;
+        if (direct_field(r, k)) /* room for the aligned overrun: see stk__qentry_shift */
+            bytes += (r->sel_stride[k] * r->K + 2 * 4096 - 1) & ~(uint64_t)4095;
+    }
+    uint64_t min = ((uint64_t)r->Wq + 4ull * r->o.threads) * bytes,
+             want = (2ull * r->Wq + 4ull * r->o.threads) * bytes;
+    size_t n = strlen(r->io_reason);
+    if (!bytes || bytes > QCACHE_MAX / 4 || min > QCACHE_MAX) {
+        snprintf(r->io_reason + n, sizeof r->io_reason - n,
+                 "; quasi blocks read record by record (a window of %u blocks of %.1f MB exceeds %llu MiB)",
+                 r->Wq, bytes / 1e6, QCACHE_MAX >> 20);
+        return;
+    }
+    uint64_t nblocks = (r->N + r->K - 1) / r->K; /* no more than the dataset's blocks */
+    r->qb_bytes = bytes;
+    r->qcache_bytes = want < QCACHE_MAX ? want : (QCACHE_MAX / bytes) * bytes;
+    if (r->qcache_bytes > nblocks * bytes) r->qcache_bytes = nblocks * bytes;
+    snprintf(r->io_reason + n, sizeof r->io_reason - n,
+             "; quasi blocks read whole (%.2f MiB each, cache %.1f MiB)", bytes / 1048576.0,
+             r->qcache_bytes / 1048576.0);
+}
+
 int stk__io_plan(stk_reader *r, stk_error *err)
 {
     stk_reader_options *o = &r->o;
@@ -129,25 +164,27 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     }
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
+    if (r->direct) plan_quasi_blocks(r);
     return STK_OK;
 }
 
-/* The bounce area each worker may need for one part: only fields whose
- * stride is off O_DIRECT's alignment need one. */
+/* The bounce area the workers may need: two parts each (the one ending and
+ * the next); only fields whose stride is off O_DIRECT's alignment need one. */
 uint64_t stk__io_plan_bytes(const stk_reader *r)
 {
     if (!r->direct) return 0;
+    if (r->qb_bytes) return r->qcache_bytes; /* blocks land in their buffers, never bounced */
     uint64_t part = ((uint64_t)r->o.batch_size + r->parts - 1) / r->parts, per = 0;
     for (unsigned k = 0; k < r->nsel; k++)
         if (direct_field(r, k) && (r->sel_stride[k] & 4095))
             per += stk__io_bounce_bound(part * r->sel_stride[k]);
-    return per * r->o.threads;
+    return 2 * per * r->o.threads;
 }
 
 int stk__io_start(stk_reader *r, stk_error *err)
 {
     if (!r->direct) return STK_OK;
-    stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, r->o.threads, getenv("STOKER_IO_FAULT")};
+    stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, 2 * r->o.threads, getenv("STOKER_IO_FAULT")};
     const char *e = getenv("STOKER_IO_ENGINE");
     if (e && *e) {
         if (!strcmp(e, "threads")) c.engine = STK__ENGINE_THREADS;
@@ -159,6 +196,8 @@ int stk__io_start(stk_reader *r, stk_error *err)
     char note[200];
     int rc = stk__io_open(&r->io, r->ds, &c, note, sizeof note, err);
     if (rc) return rc;
+    if (r->qb_bytes && !(r->qcache = stk__qcache_new(r->qcache_bytes, r->qb_bytes, r->K, r->N)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (note[0]) {
         size_t n = strlen(r->io_reason);
         snprintf(r->io_reason + n, sizeof r->io_reason - n, "; %s", note);
@@ -182,6 +221,7 @@ void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, 
         v.bounced_bytes = c.bounced;
         v.map_reads = c.map_reads;
         v.buffered_files = c.buffered;
+        v.quasi_blocks = r->qcache ? stk__qcache_loads(r->qcache) : 0;
     }
     snprintf(v.reason, sizeof v.reason, "%s", r->io_reason);
     if (s) stk__write_sized(s, size, &v, sizeof v);

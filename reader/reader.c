@@ -332,12 +332,12 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
 }
 
 /* The direct path: queue a read per run of records adjacent in one shard and
- * per uncompressed tensor field, straight into the slot, and run them all at
- * once. landed[k] says which fields arrived this way; the rest (bytes and
+ * per uncompressed tensor field, straight into the slot, and submit them.
+ * landed[k] says which fields arrive this way; the rest (bytes and
  * compressed fields) gather_one copies as usual. A shard the engine cannot
  * read (replaced since open) is copied from its mapping here. */
-static int direct_part(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i0, uint32_t i1,
-                       uint8_t *landed, stk_error *err)
+static int direct_submit(stk_reader *r, stk__ioq *q, stk__slot *sl, uint32_t i0, uint32_t i1, uint8_t *landed,
+                         stk_error *err)
 {
     const stk_schema *sc = stk_dataset_schema(r->ds);
     for (unsigned k = 0; k < r->nsel; k++) {
@@ -362,18 +362,15 @@ static int direct_part(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i0
              * block read: such columns are small, the page cache keeps them */
             rc = len < STK__IO_MIN_READ
                      ? STK__IO_USE_MAP
-                     : stk__ioq_add(w->ioq, s, stk_shard_field_offset(sh, r->sel[k]) + local * stride, len,
-                                    dst, local, run, err);
+                     : stk__ioq_add(q, s, stk_shard_field_offset(sh, r->sel[k]) + local * stride, len, dst,
+                                    local, run, NULL, err);
             if (rc == STK__IO_USE_MAP)
                 memcpy(dst, (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len);
-            else if (rc) {
-                stk__ioq_run(w->ioq, NULL); /* nothing may stay in flight */
-                return rc;
-            }
+            else if (rc) return rc; /* part_end waits for what was queued */
         }
         i += run;
     }
-    return stk__ioq_run(w->ioq, err);
+    return stk__ioq_submit(q, err);
 }
 
 /* Part 0 of a batch also fills in the view: where each field's data is. */
@@ -397,31 +394,165 @@ static void setup_view(stk_reader *r, stk__slot *sl, uint32_t n, int zc, size_t 
     }
 }
 
-/* Prepare records [i0, i1) of the batch in slot sl (part `part`). Errors go
- * to err; bytes-field sizes to heap[k] (the view's totals are summed under
- * the lock when the part is done). */
-static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned part, uint64_t gen,
-                         uint64_t *heap, stk_error *err)
+/* One part of a batch on its way through a worker: begun (records chosen,
+ * direct reads submitted), then ended (reads waited for, the rest gathered).
+ * A worker on the direct path begins its next part before it ends the
+ * current one, so the device always has reads queued. */
+typedef struct {
+    stk__slot *sl;
+    uint64_t s, gen;
+    unsigned part;
+    uint32_t i0, i1;
+    int zc, over; /* over: nothing left for part_end (zero-copy, or failed) */
+    stk__ioq *q;  /* direct: the queue its reads went to */
+    uint8_t landed[STK_MAX_FIELDS];
+    /* quasi blocks (qblocks.c): the block of each record, pinned; those this
+     * part reads itself, published (loaded or failed) once its reads are done */
+    stk__qentry **blk, **own;
+    uint32_t npinned, nown;
+    int submitted, published;
+    uint64_t heap[STK_MAX_FIELDS];
+    stk_error err;
+    double busy;
+} stk__part;
+
+static int qblock_field(const stk_reader *r, unsigned k)
 {
-    w->batch_no++;
+    const stk_field *fd = &stk_dataset_schema(r->ds)->fields[r->sel[k]];
+    return fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
+}
+
+/* Read quasi block b whole into e's buffer: per direct field, one run per
+ * shard the block spans (the block's records are consecutive). A block
+ * inside one shard reads in place (the aligned overrun has room); the
+ * second run of a block that spans shards goes through the bounce area. */
+static int qblock_load(stk_reader *r, stk__ioq *q, uint64_t b, stk__qentry *e, stk_error *err)
+{
+    uint64_t first = b * r->K, end = first + r->K < r->N ? first + r->K : r->N;
+    uint8_t *buf = stk__qentry_buf(e);
+    uint32_t *shift = stk__qentry_shift(e);
+    for (uint64_t g = first; g < end;) {
+        size_t s;
+        uint64_t local;
+        int rc = stk_dataset_locate(r->ds, g, &s, &local, err);
+        if (rc) return rc;
+        const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        uint64_t run = stk_shard_records(sh) - local;
+        if (run > end - g) run = end - g;
+        for (unsigned k = 0; k < r->nsel; k++) {
+            if (!qblock_field(r, k)) continue;
+            uint64_t stride = r->sel_stride[k], len = run * stride,
+                     off = stk_shard_field_offset(sh, r->sel[k]) + local * stride;
+            if (g == first) shift[k] = (uint32_t)(off & 4095);
+            uint8_t *dst = buf + r->qb_off[k] + shift[k] + (g - first) * stride;
+            rc = len < STK__IO_MIN_READ ? STK__IO_USE_MAP
+                 : run == end - first ? stk__ioq_add_padded(q, s, off, len, dst, local, (uint32_t)run, e, err)
+                                      : stk__ioq_add(q, s, off, len, dst, local, (uint32_t)run, e, err);
+            if (rc == STK__IO_USE_MAP)
+                memcpy(dst, (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len);
+            else if (rc) return rc;
+        }
+        g += run;
+    }
+    return STK_OK;
+}
+
+/* Pin the block of every record of the part; read those nobody has yet. */
+static int qblock_begin(stk_reader *r, stk__part *p, stk_error *err)
+{
+    const stk_schema *sc = stk_dataset_schema(r->ds);
+    for (unsigned k = 0; k < r->nsel; k++) {
+        const stk_field *fd = &sc->fields[r->sel[k]];
+        p->landed[k] = fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
+    }
+    for (uint32_t i = p->i0; i < p->i1; i++) {
+        int load, rc;
+        uint64_t b = p->sl->records[i] / r->K;
+        stk__qentry *e = stk__qcache_pin(r->qcache, b, &load, err);
+        if (!e) return err->code;
+        p->blk[p->npinned++] = e;
+        if (load) {
+            p->own[p->nown++] = e;
+            if ((rc = qblock_load(r, p->q, b, e, err))) return rc;
+        }
+    }
+    int rc = stk__ioq_submit(p->q, err);
+    p->submitted = !rc;
+    return rc;
+}
+
+/* The part's own block reads are over: say so to every part waiting for
+ * them. A worker publishes every part it has begun before it waits for
+ * another worker's block, so no two workers wait on each other. */
+static void qblock_publish(stk_reader *r, stk__part *p)
+{
+    if (!r->qcache || p->published) return;
+    p->published = 1;
+    stk__ioq_drain(p->q);
+    for (size_t i = 0, n = stk__ioq_count(p->q); i < n; i++) {
+        void *tag;
+        stk_error e;
+        if (stk__ioq_result(p->q, i, &tag, &e))
+            stk__qcache_loaded(r->qcache, tag, &e); /* first failure wins */
+    }
+    stk__ioq_clear(p->q);
+    stk_error fail = p->err;
+    if (!p->submitted && !fail.code) stk_error_set(&fail, STK_E_IO, "quasi block not read");
+    for (uint32_t j = 0; j < p->nown; j++)
+        stk__qcache_loaded(r->qcache, p->own[j], p->submitted ? NULL : &fail);
+}
+
+/* Copy record i's direct fields out of its block (once the block is in). */
+static int qblock_copy(stk_reader *r, stk__part *p, const stk__part *other, uint32_t i, stk_error *err)
+{
+    stk__qentry *e = p->blk[i - p->i0];
+    if (!stk__qcache_ready(r->qcache, e) && other) qblock_publish(r, (stk__part *)other);
+    int rc = stk__qcache_wait(r->qcache, e, err);
+    if (rc) return rc;
+    uint64_t idx = p->sl->records[i] % r->K;
+    const uint8_t *buf = stk__qentry_buf(e);
+    const uint32_t *shift = stk__qentry_shift(e);
+    for (unsigned k = 0; k < r->nsel; k++)
+        if (p->landed[k])
+            memcpy(p->sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k],
+                   buf + r->qb_off[k] + shift[k] + idx * r->sel_stride[k], r->sel_stride[k]);
+    return STK_OK;
+}
+
+static void qblock_unpin(stk_reader *r, stk__part *p, uint32_t copied)
+{
+    for (uint32_t j = 0; j < p->npinned; j++) stk__qcache_unpin(r->qcache, p->blk[j], j < copied);
+    p->npinned = 0;
+}
+
+/* Choose records [i0, i1) of the batch in slot sl (part p->part), set up
+ * the view (part 0), and start their reads (direct path). */
+static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
+{
+    stk__slot *sl = p->sl;
+    stk_error *err = &p->err;
     uint64_t p0, local = 0;
     size_t shard = 0;
     uint32_t n = batch_span(r, sl->seq, &p0);
     uint64_t chunk = ((uint64_t)n + r->parts - 1) / r->parts;
-    uint32_t i0 = (uint32_t)(part * chunk < n ? part * chunk : n),
-             i1 = (uint32_t)(i0 + chunk < n ? i0 + chunk : n);
-    int zc = zero_copy_shard(r, p0, n, &shard, &local);
-    if (part == 0) setup_view(r, sl, n, zc, shard, local);
-    part_records(r, w, sl->seq, p0, i0, i1, sl->records);
-    if (zc && (err->code = check_shard(r, shard, local + i0, err))) return;
-    if (zc && !r->has_bytes && r->o.verify == STK_VERIFY_OFF) {
+    p->i0 = (uint32_t)(p->part * chunk < n ? p->part * chunk : n);
+    p->i1 = (uint32_t)(p->i0 + chunk < n ? p->i0 + chunk : n);
+    p->zc = zero_copy_shard(r, p0, n, &shard, &local);
+    if (p->part == 0) setup_view(r, sl, n, p->zc, shard, local);
+    part_records(r, w, sl->seq, p0, p->i0, p->i1, sl->records);
+    if (p->zc && (err->code = check_shard(r, shard, local + p->i0, err))) {
+        p->over = 1;
+        return;
+    }
+    if (p->zc && !r->has_bytes && r->o.verify == STK_VERIFY_OFF) {
         /* The caller reads the map: fault it in here, off the caller's
          * thread (that is the prefetch), or at least start the reads. */
 #ifdef MADV_POPULATE_READ
-        advise_records(r, sl->records, i0, i1, MADV_POPULATE_READ);
+        advise_records(r, sl->records, p->i0, p->i1, MADV_POPULATE_READ);
 #else
-        advise_records(r, sl->records, i0, i1, MADV_WILLNEED);
+        advise_records(r, sl->records, p->i0, p->i1, MADV_WILLNEED);
 #endif
+        p->over = 1;
         return;
     }
     /* Readahead pays on storage (all of a part's reads in flight at once
@@ -429,32 +560,61 @@ static void prepare_part(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
      * are already in the page cache (the kernel still walks every page). So
      * advise only after a part that copied slower than memory does, and for
      * the next ADVISE_RUN parts; a fast part is the cheap probe. */
-    if (!zc && !r->direct && w->advise_left > 0) {
-        advise_records(r, sl->records, i0, i1, MADV_WILLNEED);
+    if (!p->zc && !r->direct && w->advise_left > 0) {
+        advise_records(r, sl->records, p->i0, p->i1, MADV_WILLNEED);
         w->advise_left--;
     }
-    double t0 = stk__now();
-    uint8_t landed_buf[STK_MAX_FIELDS], *landed = r->direct ? landed_buf : NULL;
-    if (landed && direct_part(r, w, sl, i0, i1, landed, err)) return;
-    stk__zheap *zh = sl->zheap ? &sl->zheap[part] : NULL;
-    if (zh) zh->len = 0;
-    for (uint32_t i = i0; i < i1; i++) {
-        if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != gen) return; /* seek or close: abandon */
-        if (gather_one(r, w, sl, i, zc, heap, zh, landed, err)) return;
+    if (r->qcache) {
+        if (qblock_begin(r, p, err)) p->over = 1;
+    } else if (r->direct && direct_submit(r, p->q, sl, p->i0, p->i1, p->landed, err)) {
+        p->over = 1;
     }
+}
+
+/* Wait for the part's reads, then gather what they did not bring. Errors go
+ * to p->err; bytes-field sizes to p->heap[k] (the view's totals are summed
+ * under the lock when the part is done). */
+static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__part *other)
+{
+    stk__slot *sl = p->sl;
+    stk_error *err = &p->err;
+    double t0 = stk__now();
+    if (r->qcache) {
+        qblock_publish(r, p);
+    } else if (r->direct) { /* failed or not, nothing may stay in flight into the slot */
+        int rc = stk__ioq_wait(p->q, err->code ? NULL : err);
+        if (rc && !err->code) err->code = rc;
+        if (err->code) p->over = 1;
+    }
+    uint32_t i = p->i0;
+    int whole = 0; /* every record gathered */
+    const uint8_t *landed = r->direct ? p->landed : NULL;
+    stk__zheap *zh = sl->zheap ? &sl->zheap[p->part] : NULL;
+    if (!p->over) {
+        w->batch_no++;
+        if (zh) zh->len = 0;
+        for (; i < p->i1; i++) {
+            if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != p->gen) break; /* seek or close: abandon */
+            if (r->qcache && qblock_copy(r, p, other, i, err)) break;
+            if (gather_one(r, w, sl, i, p->zc, p->heap, zh, landed, err)) break;
+        }
+        whole = i == p->i1;
+    }
+    if (r->qcache) qblock_unpin(r, p, i - p->i0);
+    if (!whole) return;
     if (zh) /* the part's heap stops moving: offsets become pointers */
         for (unsigned k = 0; k < r->nsel; k++)
             if (sl->fields[k].kind == STK_KIND_BYTES && stk_dataset_schema(r->ds)->fields[r->sel[k]].codec)
-                for (uint32_t i = i0; i < i1; i++) {
-                    stk_value *v = (stk_value *)&sl->fields[k].values[i];
+                for (uint32_t j = p->i0; j < p->i1; j++) {
+                    stk_value *v = (stk_value *)&sl->fields[k].values[j];
                     v->data = zh->p + (uintptr_t)v->data;
                 }
     if (r->xf_sel >= 0) /* the transform's crop boxes travel with the batch */
-        for (uint32_t i = i0; i < i1; i++)
-            stk__xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[i],
-                           (stk__crop_box *)(sl->buf + r->boxes_off) + i);
-    double dt = stk__now() - t0, bytes = (double)(i1 - i0) * (double)(r->slot_stride_bytes);
-    if (!zc && dt > 0 && bytes / dt < ADVISE_BELOW_BYTES_PER_S) w->advise_left = ADVISE_RUN;
+        for (uint32_t j = p->i0; j < p->i1; j++)
+            stk__xform_box(&r->xf, r->xf_job.H, r->xf_job.W, r->o.seed, sl->seq / r->nbatches, sl->records[j],
+                           (stk__crop_box *)(sl->buf + r->boxes_off) + j);
+    double dt = stk__now() - t0, bytes = (double)(p->i1 - p->i0) * (double)(r->slot_stride_bytes);
+    if (!p->zc && !r->direct && dt > 0 && bytes / dt < ADVISE_BELOW_BYTES_PER_S) w->advise_left = ADVISE_RUN;
 }
 
 /* A part is done: merge its error (the lowest part's wins, so the message
@@ -473,63 +633,123 @@ static void finish_part(stk_reader *r, stk__slot *sl, unsigned part, uint64_t ge
     pthread_cond_broadcast(&r->ready_cv);
 }
 
+/* Under the lock: whether a part can be claimed now. */
+static int can_claim(const stk_reader *r)
+{
+    return !r->stop && !r->pausing && r->claim < r->end_seq && r->claim < r->released + r->nslots;
+}
+
+/* Under the lock: claim the next part of the earliest unclaimed batch (the
+ * batch the consumer will want first gets all the threads first). */
+static void claim_part(stk_reader *r, stk__part *p)
+{
+    uint64_t s = r->claim;
+    unsigned part = r->claim_part++;
+    if (r->claim_part == r->parts) {
+        r->claim++;
+        r->claim_part = 0;
+    }
+    stk__slot *sl = &r->slots[s % r->nslots];
+    if (part == 0) {
+        sl->seq = s;
+        sl->state = SLOT_BUSY;
+        sl->parts_left = r->parts;
+        sl->err.code = STK_OK;
+        sl->err.msg[0] = 0;
+        for (unsigned k = 0; k < r->nsel; k++) sl->fields[k].nbytes = 0;
+    }
+    stk__ioq *q = p->q;
+    stk__qentry **blk = p->blk, **own = p->own;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->blk = blk;
+    p->own = own;
+    p->sl = sl;
+    p->s = s;
+    p->gen = r->gen;
+    p->part = part;
+    r->active++;
+    if (r->claim_part && r->idle) pthread_cond_signal(&r->work_cv); /* more parts: another hand */
+}
+
+/* Unlocked: everything before the part's reads are waited for. */
+static void begin(stk_reader *r, stk__worker *w, stk__part *p, uint64_t *win_epoch, uint64_t *win_next)
+{
+    double t0 = stk__now();
+    if (r->be) { /* the staging buffer's last upload must be over; a device fault surfaces here */
+        double h2d = stk__upload_reclaim(r, (unsigned)(p->s % r->nslots), &p->err);
+        if (p->part == 0) w->h2d += h2d;
+        if (p->err.code) p->over = 1;
+    }
+    if (r->release && p->part == 0) release_consumed(r, p->s, win_epoch, win_next);
+    if (!p->err.code) part_begin(r, w, p);
+    p->busy = stk__now() - t0;
+}
+
+/* Unlocked: the rest of the part's work (other: the worker's next part, if
+ * begun). */
+static void end(stk_reader *r, stk__worker *w, stk__part *p, const stk__part *other)
+{
+    double t0 = stk__now();
+    STK_TRACE_PUSH("stoker gather %llu.%u", (unsigned long long)p->s, p->part);
+    part_end(r, w, p, other);
+    if (r->zcache) unpin_blocks(r, w);
+    STK_TRACE_POP();
+    p->busy += stk__now() - t0;
+}
+
+/* A worker holds at most two parts: the one it is ending and, on the direct
+ * path, the next, whose reads are already queued. */
 void *stk__worker_main(void *arg)
 {
     stk__worker *w = arg;
     stk_reader *r = w->r;
     uint64_t win_epoch = UINT64_MAX, win_next = 0;
+    stk__part parts[2];
+    memset(parts, 0, sizeof parts);
+    for (unsigned i = 0; i < 2; i++) {
+        parts[i].q = w->ioq[i];
+        parts[i].blk = w->qblk[i];
+        parts[i].own = w->qown[i];
+    }
+    unsigned cur = 0;
+    int have = 0; /* parts[cur] is begun and not yet ended */
     pthread_mutex_lock(&r->mu);
-    while (!r->stop) {
-        if (r->pausing || r->claim >= r->end_seq || r->claim >= r->released + r->nslots) {
+    for (;;) {
+        int can = can_claim(r);
+        if (!have && !can) {
+            if (r->stop) break;
             r->idle++;
             pthread_cond_wait(&r->work_cv, &r->mu);
             r->idle--;
             continue;
         }
-        /* Claim the next part of the earliest unclaimed batch: the batch the
-         * consumer will want first gets all the threads first. */
-        uint64_t s = r->claim, gen = r->gen;
-        unsigned part = r->claim_part++;
-        if (r->claim_part == r->parts) {
-            r->claim++;
-            r->claim_part = 0;
+        stk__part *next = NULL;
+        if (can && (!have || r->direct)) {
+            next = &parts[have ? cur ^ 1 : cur];
+            claim_part(r, next);
+            pthread_mutex_unlock(&r->mu);
+            begin(r, w, next, &win_epoch, &win_next);
+            pthread_mutex_lock(&r->mu);
+            if (!have) { /* the first part: see whether another can be begun */
+                have = 1;
+                continue;
+            }
         }
-        stk__slot *sl = &r->slots[s % r->nslots];
-        if (part == 0) {
-            sl->seq = s;
-            sl->state = SLOT_BUSY;
-            sl->parts_left = r->parts;
-            sl->err.code = STK_OK;
-            sl->err.msg[0] = 0;
-            for (unsigned k = 0; k < r->nsel; k++) sl->fields[k].nbytes = 0;
-        }
-        r->active++;
-        if (r->claim_part && r->idle) pthread_cond_signal(&r->work_cv); /* more parts: another hand */
+        stk__part *p = &parts[cur];
         pthread_mutex_unlock(&r->mu);
-
-        stk_error err = {STK_OK, ""};
-        uint64_t heap[STK_MAX_FIELDS] = {0};
-        if (r->be) { /* the staging buffer's last upload must be over; a device fault surfaces here */
-            double h2d = stk__upload_reclaim(r, (unsigned)(s % r->nslots), &err);
-            if (part == 0) w->h2d += h2d;
-        }
-        double t0 = stk__now();
-        if (r->release && part == 0) release_consumed(r, s, &win_epoch, &win_next);
-        STK_TRACE_PUSH("stoker gather %llu.%u", (unsigned long long)s, part);
-        if (!err.code) prepare_part(r, w, sl, part, gen, heap, &err);
-        if (r->zcache) unpin_blocks(r, w);
-        STK_TRACE_POP();
-        double dt = stk__now() - t0;
-
+        end(r, w, p, next);
         pthread_mutex_lock(&r->mu);
         r->active--;
-        r->st_busy += dt;
+        r->st_busy += p->busy;
         r->st_h2d += w->h2d;
         w->h2d = 0;
         r->st_verified += w->verified;
         w->verified = 0;
-        finish_part(r, sl, part, gen, heap, &err);
+        finish_part(r, p->sl, p->part, p->gen, p->heap, &p->err);
         if (!r->active) pthread_cond_broadcast(&r->ready_cv); /* restart_at waits for that */
+        have = next != NULL;
+        if (next) cur ^= 1;
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;

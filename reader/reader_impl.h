@@ -39,6 +39,27 @@ typedef struct {
     uint64_t len, cap;
 } stk__zheap;
 
+/* Quasi blocks read whole on the direct path, shared and bounded (qblocks.c). */
+typedef struct stk__qcache stk__qcache;
+typedef struct stk__qentry stk__qentry;
+stk__qcache *stk__qcache_new(uint64_t cap, uint64_t block_bytes, uint64_t K, uint64_t N);
+void stk__qcache_free(stk__qcache *c);
+/* Pin block `block`; *load = 1 when the caller created the entry and must
+ * read it, then call stk__qcache_loaded. NULL: out of memory (err). */
+stk__qentry *stk__qcache_pin(stk__qcache *c, uint64_t block, int *load, stk_error *err);
+uint8_t *stk__qentry_buf(const stk__qentry *e);
+/* Per field: the data of field k starts at buf + qb_off[k] + shift[k]
+ * (shift: the block's file offset modulo 4096), so that O_DIRECT reads the
+ * aligned span in place; each field's region has room for the overrun. */
+uint32_t *stk__qentry_shift(stk__qentry *e);
+void stk__qcache_loaded(stk__qcache *c, stk__qentry *e, const stk_error *err);
+int stk__qcache_ready(stk__qcache *c, stk__qentry *e);
+int stk__qcache_wait(stk__qcache *c, stk__qentry *e, stk_error *err);
+/* Unpin; used: one of its records was copied (a block whose records have
+ * all been copied is freed). */
+void stk__qcache_unpin(stk__qcache *c, stk__qentry *e, int used);
+uint64_t stk__qcache_loads(stk__qcache *c);
+
 typedef struct {
     uint64_t seq;        /* the batch it holds or is being filled with */
     int state;           /* SLOT_* (under the reader's mutex) */
@@ -61,12 +82,14 @@ typedef struct {
     int started;
     stk__epoch_order ord; /* the epoch this worker computed last */
     uint64_t ord_epoch;
-    uint64_t batch_no;    /* batches prepared, for stamp[] */
-    uint64_t *stamp;      /* per shard: batch_no that last checked it */
-    uint64_t verified;    /* records verified, not yet added to stats */
-    unsigned advise_left; /* batches to read ahead for (reader.c, prepare) */
-    stk__ioq *ioq;        /* direct path: this worker's read queue */
-    double h2d;           /* upload seconds, not yet added to stats */
+    uint64_t batch_no;     /* batches prepared, for stamp[] */
+    uint64_t *stamp;       /* per shard: batch_no that last checked it */
+    uint64_t verified;     /* records verified, not yet added to stats */
+    unsigned advise_left;  /* batches to read ahead for (reader.c, prepare) */
+    stk__ioq *ioq[2];      /* direct path: read queues, the part ending and the next */
+    stk__qentry **qblk[2]; /* quasi blocks: per record of each part, its block */
+    stk__qentry **qown[2]; /* ... and the blocks the part reads itself */
+    double h2d;            /* upload seconds, not yet added to stats */
     /* compressed fields: the block in use per selected field, pinned in the
      * cache while this worker's records stay in it (reader.c) */
     stk__zentry *pin[STK_MAX_FIELDS];
@@ -97,9 +120,12 @@ struct stk_reader {
     uint64_t zcache_bytes;
 
     /* the read path (io_plan.c) */
-    int direct;                           /* STK_IO_DIRECT chosen */
-    stk__io *io;                          /* its engine */
-    char io_reason[STK_ERROR_MSG_MAX];    /* why, and any fallback */
+    int direct;                        /* STK_IO_DIRECT chosen */
+    stk__io *io;                       /* its engine */
+    char io_reason[STK_ERROR_MSG_MAX]; /* why, and any fallback */
+    stk__qcache *qcache;               /* quasi order, one rank: blocks read whole */
+    uint64_t qb_off[STK_MAX_FIELDS];   /* a direct field's offset in a block's buffer */
+    uint64_t qb_bytes, qcache_bytes;   /* a block's buffer; the cache's bound */
 
     uint64_t N, G, nbatches, K;
     uint32_t Wq;

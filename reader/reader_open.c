@@ -377,7 +377,12 @@ static int start_workers(stk_reader *r, stk_error *err)
         w->r = r;
         w->ord_epoch = UINT64_MAX;
         w->advise_left = 1; /* the first batch may be cold */
-        w->ioq = r->io ? stk__io_queue(r->io, i) : NULL;
+        for (unsigned k = 0; k < 2; k++) {
+            w->ioq[k] = r->io ? stk__io_queue(r->io, 2 * i + k) : NULL;
+            if (r->qcache && (!(w->qblk[k] = malloc(sizeof *w->qblk[k] * r->o.batch_size)) ||
+                              !(w->qown[k] = malloc(sizeof *w->qown[k] * r->o.batch_size))))
+                return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        }
         if (!(w->stamp = calloc(nsh ? nsh : 1, sizeof *w->stamp)))
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         int e = pthread_create(&w->thread, NULL, stk__worker_main, w);
@@ -469,11 +474,16 @@ void stk_reader_close(stk_reader *r)
         for (unsigned i = 0; i < r->o.threads; i++) {
             if (r->workers[i].started) pthread_join(r->workers[i].thread, NULL);
             free(r->workers[i].stamp);
+            for (unsigned k = 0; k < 2; k++) {
+                free(r->workers[i].qblk[k]);
+                free(r->workers[i].qown[k]);
+            }
         }
         free(r->workers);
     }
     if (r->copier_started) pthread_join(r->copier, NULL);
     stk__io_close(r->io); /* after the workers: no read is in flight */
+    stk__qcache_free(r->qcache);
     /* Uploads still queued read the staging slots: drain them first. The
      * caller's stream must still exist (it holds the last release events). */
     stk__backend *be = r->be;

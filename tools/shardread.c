@@ -62,6 +62,8 @@ static void usage(FILE *f)
                "      --dump-order        print each batch's global record indices, one\n"
                "                          line per batch (the summary goes to stderr)\n"
                "      --stop-after N      stop after N batches\n"
+               "      --warmup N          leave the first N batches out of the statistics\n"
+               "                          (first touch of fresh buffers; the reader's ramp)\n"
                "      --state-out FILE    save the reader's state at the end (resume point)\n"
                "      --state-in FILE     start from a saved state\n"
                "      --json              print the result as one JSON object (last line)\n"
@@ -88,7 +90,7 @@ static void usage(FILE *f)
 typedef struct {
     stk_reader_options ro;
     stk_transform xf;
-    uint64_t epochs, stop_after, step_us;
+    uint64_t epochs, stop_after, step_us, warmup;
     int step_busy, touch, dump, json, quiet;
     const char *state_in, *state_out, *path;
     int sweep;
@@ -134,6 +136,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_TOUCH,
         O_DUMP,
         O_STOP,
+        O_WARMUP,
         O_SOUT,
         O_SIN,
         O_JSON,
@@ -173,6 +176,7 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"touch", 0, 0, O_TOUCH},
                                        {"dump-order", 0, 0, O_DUMP},
                                        {"stop-after", 1, 0, O_STOP},
+                                       {"warmup", 1, 0, O_WARMUP},
                                        {"state-out", 1, 0, O_SOUT},
                                        {"state-in", 1, 0, O_SIN},
                                        {"json", 0, 0, O_JSON},
@@ -294,6 +298,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_DUMP:
             o->dump = 1;
+            break;
+        case O_WARMUP:
+            if (!cli_parse_u64(optarg, &o->warmup)) return bad("--warmup", optarg);
             break;
         case O_STOP:
             if (!cli_parse_u64(optarg, &o->stop_after) || !o->stop_after) return bad("--stop-after", optarg);
@@ -674,6 +681,10 @@ int main(int argc, char **argv)
         if (o.touch && (!b->on_device || o.ro.device == STK_DEVICE_HOST)) sink += touch(b);
         step(&o);
         cli_progress_update(&bar, ++n, NULL);
+        if (n == o.warmup) { /* the statistics, CPU time included, start here */
+            stk_reader_stats_reset(r);
+            cpu0 = cpu_seconds();
+        }
     }
     if (!rc && stk_reader_synchronize(r, &err)) { /* the last upload is part of the time */
         fprintf(stderr, "shardread: %s\n", err.msg);

@@ -95,7 +95,7 @@ class Stats(ctypes.Structure):
 class IoStats(ctypes.Structure):
     _fields_ = [("io", c_int), ("engine", c_int), ("depth", c_uint), ("reads", c_u64), ("bytes", c_u64),
                 ("retries", c_u64), ("bounced_bytes", c_u64), ("map_reads", c_u64),
-                ("buffered_files", c_uint), ("reason", ctypes.c_char * 512)]
+                ("buffered_files", c_uint), ("quasi_blocks", c_u64), ("reason", ctypes.c_char * 512)]
 
 
 def padded(struct_type):

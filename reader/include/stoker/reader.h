@@ -94,10 +94,14 @@ struct stk_transform;
  * reads the records of each part straight into the slot with O_DIRECT (no
  * page cache, no second copy), io_depth reads in flight per worker, through
  * io_uring or, where the kernel refuses it (or $STOKER_IO_ENGINE=threads), a
- * pool of pread threads; records adjacent in the file are read together.
- * Tensor fields use it; bytes and compressed fields are still read through
- * the mapping. STK_IO_AUTO picks direct when the selected tensor fields are
- * larger than half of physical memory, or when a sample of their pages
+ * pool of pread threads; records adjacent in the file are read together,
+ * and a worker queues its next part's reads before it waits for the current
+ * part's. Tensor fields use it; bytes and compressed fields are still read
+ * through the mapping. In quasi order with one rank, blocks are read whole
+ * (per field, at the device's best size) into a cache of two windows (at
+ * most 1 GiB, counted in memory_budget) and records are copied out of it.
+ * STK_IO_AUTO picks direct when the selected tensor fields are larger than
+ * half of physical memory, or when a sample of their pages
  * (mincore) is mostly not resident and they are larger than a quarter of the
  * available memory; stk_reader_io_stats_get says which path and why. A failed
  * read names the shard, the records and errno; short reads, EINTR and EAGAIN
@@ -311,6 +315,7 @@ typedef struct {
                                  replaced or deleted since open)              */
     unsigned buffered_files;        /* shard files the file system opened without
                                  O_DIRECT (read through the page cache)       */
+    uint64_t quasi_blocks;          /* quasi order: blocks read whole         */
     char reason[STK_ERROR_MSG_MAX]; /* why this path, and any fallback        */
 } stk_reader_io_stats;
 static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s);
