@@ -27,8 +27,9 @@
 #  include <liburing.h>
 #endif
 
-#define IO_ALIGN 4096u      /* O_DIRECT alignment of offsets, lengths, buffers */
-#define IO_CHUNK (1u << 20) /* reads are split at 1 MiB: a coalesced run spreads over the queue */
+#define IO_ALIGN 4096u                  /* O_DIRECT alignment of offsets, lengths, buffers */
+#define IO_CHUNK (4u << 20)             /* reads are split at 4 MiB: a coalesced run spreads over the queue */
+#define IO_BYTES_PER_DEPTH (256u << 10) /* bytes in flight per unit of depth (large reads) */
 #define POOL_THREADS_MAX 64u
 
 typedef struct stk__ioreq stk__ioreq;
@@ -41,6 +42,7 @@ struct stk__ioreq {
     /* the read as issued: [roff, roff + need) into rbuf (dst, or the bounce area) */
     int fd;
     uint64_t roff, rlen, need, done;
+    uint64_t sub; /* bytes of the read in flight (the ring) */
     uint8_t *rbuf;
     int bounce;
     int padded; /* the caller's buffer has IO_ALIGN writable bytes around dst */
@@ -63,7 +65,8 @@ struct stk__ioq {
     struct io_uring ring;
     int ring_ok;
     size_t next, inflight, nre; /* the ring's progress through req[] */
-    int broken;                 /* a submit failed: no more submits */
+    uint64_t inflight_bytes;
+    int broken; /* a submit failed: no more submits */
 #endif
 };
 
@@ -301,16 +304,27 @@ static void ring_prep(stk__ioq *q, stk__ioreq *rq)
     io_uring_sqe_set_data(sqe, rq);
 }
 
-/* Submit queued reads (resubmits first) while fewer than depth are in
- * flight. A failed submit fails the requests not yet finished; those in
- * flight are waited for regardless. */
+/* Submit queued reads (resubmits first) while fewer than depth, and fewer
+ * than depth x 256 KiB, are in flight: record-sized reads want many in
+ * flight, 4 MiB block reads want a few (deeper queues of them were slower,
+ * bench/README.md). A failed submit fails the requests not yet finished;
+ * those in flight are waited for regardless. */
 static void ring_fill(stk__ioq *q)
 {
     stk__io *io = q->io;
     stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap); /* see grow_reqs */
+    uint64_t max_bytes = (uint64_t)io->depth * IO_BYTES_PER_DEPTH;
     unsigned queued = 0;
     while (!q->broken && q->inflight < io->depth && (q->nre || q->next < q->n)) {
-        ring_prep(q, q->nre ? again[--q->nre] : &q->req[q->next++]);
+        stk__ioreq *rq = q->nre ? again[q->nre - 1] : &q->req[q->next];
+        if (q->inflight && q->inflight_bytes + (rq->rlen - rq->done) > max_bytes) break;
+        if (q->nre)
+            q->nre--;
+        else
+            q->next++;
+        rq->sub = rq->rlen - rq->done;
+        q->inflight_bytes += rq->sub;
+        ring_prep(q, rq);
         q->inflight++;
         queued++;
     }
@@ -320,6 +334,7 @@ static void ring_fill(stk__ioq *q)
     while (rc == -EINTR || rc == -EAGAIN);
     if (rc >= 0) return;
     q->inflight -= queued; /* nothing was taken */
+    q->inflight_bytes = 0;
     for (size_t i = 0; i < q->n; i++)
         if (q->req[i].done < q->req[i].need) fail(&q->req[i], -rc);
     q->broken = 1;
@@ -344,6 +359,7 @@ static void ring_wait(stk__ioq *q)
         {
             stk__ioreq *rq = io_uring_cqe_get_data(cqe);
             q->inflight--;
+            q->inflight_bytes -= rq->sub;
             seen++;
             if (complete(io, rq, cqe->res) && !q->broken) again[q->nre++] = rq;
         }
@@ -469,6 +485,7 @@ int stk__ioq_submit(stk__ioq *q, stk_error *err)
 #ifdef STOKER_HAVE_URING
     if (q->ring_ok) {
         q->next = q->inflight = q->nre = 0;
+        q->inflight_bytes = 0;
         q->broken = 0;
         ring_fill(q);
         return STK_OK;

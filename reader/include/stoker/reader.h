@@ -64,7 +64,9 @@ struct stk_transform;
  * Memory: anonymous memory is the slots ((prefetch + 1) x batch bytes of the
  * selected tensor fields, plus B pointers per bytes field and B record
  * indices), one bit per record when verify is STK_VERIFY_ONCE, the block
- * cache when a selected field is compressed, and a small constant. It does
+ * cache when a selected field is compressed, on the direct path (see
+ * "Storage") the bounce area of strides off 4 KiB or the quasi block cache,
+ * and a small constant. It does
  * not grow with the dataset otherwise: orders are computed per position,
  * never stored. `memory_budget` is checked at open.
  *
