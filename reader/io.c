@@ -18,10 +18,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef STOKER_HAVE_URING
 #  include <liburing.h>
@@ -64,9 +66,9 @@ struct stk__ioq {
 #ifdef STOKER_HAVE_URING
     struct io_uring ring;
     int ring_ok;
+    int dead; /* a submit failed for good: the rest of this queue's reads are read synchronously */
     size_t next, inflight, nre; /* the ring's progress through req[] */
     uint64_t inflight_bytes;
-    int broken; /* a submit failed: no more submits */
 #endif
 };
 
@@ -121,6 +123,9 @@ static int parse_fault(stk__io *io, const char *spec, stk_error *err)
                 "comma-separated",
                 spec);
         }
+        if (io->f_eintr == 1 || io->f_eagain == 1)
+            return stk_error_set(err, STK_E_ARG,
+                                 "STOKER_IO_FAULT='%s': eintr:1 or eagain:1 would retry forever", spec);
         p += used;
         if (*p == ',') p++;
         else if (*p) return stk_error_set(err, STK_E_ARG, "STOKER_IO_FAULT='%s': stray '%s'", spec, p);
@@ -314,54 +319,87 @@ static void ring_fill(stk__ioq *q)
     stk__io *io = q->io;
     stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap); /* see grow_reqs */
     uint64_t max_bytes = (uint64_t)io->depth * IO_BYTES_PER_DEPTH;
+    stk__ioreq *prepared[1024]; /* io_depth <= 1024 (io_plan.c) */
     unsigned queued = 0;
-    while (!q->broken && q->inflight < io->depth && (q->nre || q->next < q->n)) {
+    while (!q->dead && q->inflight < io->depth && queued < 1024 && (q->nre || q->next < q->n)) {
         stk__ioreq *rq = q->nre ? again[q->nre - 1] : &q->req[q->next];
         if (q->inflight && q->inflight_bytes + (rq->rlen - rq->done) > max_bytes) break;
-        if (q->nre)
-            q->nre--;
-        else
-            q->next++;
+        if (q->nre) q->nre--;
+        else q->next++;
         rq->sub = rq->rlen - rq->done;
         q->inflight_bytes += rq->sub;
         ring_prep(q, rq);
         q->inflight++;
-        queued++;
+        prepared[queued++] = rq;
     }
     if (!queued) return;
-    int rc;
-    do rc = io_uring_submit(&q->ring);
-    while (rc == -EINTR || rc == -EAGAIN);
-    if (rc >= 0) return;
-    q->inflight -= queued; /* nothing was taken */
-    q->inflight_bytes = 0;
-    for (size_t i = 0; i < q->n; i++)
-        if (q->req[i].done < q->req[i].need) fail(&q->req[i], -rc);
-    q->broken = 1;
-    q->nre = 0;
+    /* io_uring_submit may take fewer than were prepared (short of memory):
+     * submit again until every prepared read is in the kernel's hands */
+    unsigned taken = 0, spins = 0;
+    while (taken < queued) {
+        int rc = io_uring_submit(&q->ring);
+        if (rc > 0) {
+            taken += (unsigned)rc;
+            spins = 0;
+        } else if (rc == -EINTR || ((rc == -EAGAIN || rc == -EBUSY || rc == 0) && ++spins < 1000)) {
+            if (rc != -EINTR) sched_yield();
+        } else { /* the ring is unusable: what it did not take is read here, synchronously */
+            for (unsigned i = taken; i < queued; i++) {
+                q->inflight_bytes -= prepared[i]->sub;
+                prepared[i]->sub = 0;
+            }
+            q->inflight -= queued - taken;
+            q->dead = 1;
+            return;
+        }
+    }
+}
+
+/* A dead ring's reads, from the one the ring refused on: synchronously, on
+ * the worker's thread. Reads the ring took still complete through it. */
+static void sync_rest(stk__ioq *q)
+{
+    stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap);
+    while (q->nre) pool_read(q->io, again[--q->nre]);
+    for (size_t i = 0; i < q->n; i++) {
+        stk__ioreq *rq = &q->req[i];
+        if (!rq->err && rq->done < rq->need && !rq->sub) pool_read(q->io, rq);
+    }
     q->next = q->n;
 }
 
-/* Reap completions, refilling the ring, until every request is finished. */
+/* Reap completions, refilling the ring, until every request is finished.
+ * It never returns with a read in flight: the buffers are the reads' until
+ * they complete. */
 static void ring_wait(stk__ioq *q)
 {
     stk__io *io = q->io;
     stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap);
-    while (q->inflight || (!q->broken && (q->next < q->n || q->nre))) {
-        ring_fill(q);
-        if (!q->inflight) continue;
+    for (;;) {
+        if (!q->dead) ring_fill(q);
+        if (q->dead) sync_rest(q);
+        if (!q->inflight) {
+            if (q->dead || (q->next >= q->n && !q->nre)) break;
+            continue;
+        }
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&q->ring, &cqe);
-        if (rc == -EINTR || rc == -EAGAIN) continue;
-        if (rc < 0) break; /* the ring is unusable; nothing more can complete */
+        if (rc < 0) { /* EINTR, EAGAIN; anything else, retried too: reads are still out */
+            if (rc != -EINTR) {
+                struct timespec ts = {0, 1000000};
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
         unsigned head, seen = 0;
         io_uring_for_each_cqe(&q->ring, head, cqe)
         {
             stk__ioreq *rq = io_uring_cqe_get_data(cqe);
             q->inflight--;
             q->inflight_bytes -= rq->sub;
+            rq->sub = 0;
             seen++;
-            if (complete(io, rq, cqe->res) && !q->broken) again[q->nre++] = rq;
+            if (complete(io, rq, cqe->res)) again[q->nre++] = rq;
         }
         io_uring_cq_advance(&q->ring, seen);
     }
@@ -369,12 +407,6 @@ static void ring_wait(stk__ioq *q)
 #endif
 
 /* ------------------------------------------------------------ queues */
-
-uint64_t stk__io_bounce_bound(uint64_t len)
-{
-    uint64_t chunks = (len + IO_CHUNK - 1) / IO_CHUNK;
-    return len + chunks * 2 * IO_ALIGN;
-}
 
 static int grow_reqs(stk__ioq *q, stk_error *err)
 {
@@ -486,8 +518,7 @@ int stk__ioq_submit(stk__ioq *q, stk_error *err)
     if (q->ring_ok) {
         q->next = q->inflight = q->nre = 0;
         q->inflight_bytes = 0;
-        q->broken = 0;
-        ring_fill(q);
+        if (!q->dead) ring_fill(q);
         return STK_OK;
     }
 #endif
@@ -555,6 +586,11 @@ static int start_engine(stk__io *io, const stk__io_config *c, char *note, size_t
         for (i = 0; i < io->nq && !rc; i++) {
             rc = io_uring_queue_init(io->depth, &io->q[i].ring, 0);
             io->q[i].ring_ok = rc == 0;
+        }
+        if (!rc) { /* IORING_OP_READ needs Linux 5.6: older rings take the ring but fail every read */
+            struct io_uring_probe *pr = io_uring_get_probe_ring(&io->q[0].ring);
+            if (!pr || !io_uring_opcode_supported(pr, IORING_OP_READ)) rc = -EOPNOTSUPP;
+            if (pr) io_uring_free_probe(pr);
         }
         if (!rc) {
             io->engine = STK__ENGINE_URING;

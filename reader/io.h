@@ -33,7 +33,8 @@ enum { STK__ENGINE_AUTO = 0, STK__ENGINE_URING = 1, STK__ENGINE_THREADS = 2 };
 
 typedef struct {
     int engine;        /* STK__ENGINE_* wanted; AUTO: io_uring, else threads */
-    unsigned depth;    /* reads in flight per queue (>= 1) */
+    unsigned depth;    /* reads in flight per queue (>= 1), and at most depth x 256 KiB;
+                          the pool has depth x queues threads, at most 64 */
     unsigned queues;   /* two per worker: the part being finished, the next */
     const char *fault; /* test seam (STOKER_IO_FAULT, see io.c); NULL: none */
 } stk__io_config;
@@ -55,8 +56,6 @@ void stk__io_close(stk__io *io);
 int stk__io_engine(const stk__io *io);
 stk__ioq *stk__io_queue(stk__io *io, unsigned i);
 void stk__io_counts_get(stk__io *io, stk__io_counts *c);
-/* Bounce bytes a queue may need for a run of `len` bytes (for the memory plan). */
-uint64_t stk__io_bounce_bound(uint64_t len);
 
 /* Queue a read of len bytes at file offset off of shard `shard` into dst.
  * rec and nrec (the shard's local records covered) only name the records in
@@ -69,7 +68,8 @@ int stk__ioq_add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *ds
  * reads the aligned span in place instead of through the bounce area. */
 int stk__ioq_add_padded(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
                         uint32_t nrec, void *tag, stk_error *err);
-/* Start the queued reads (up to depth in flight) and return: a worker
+/* Start the queued reads (io_uring: up to depth in flight; the pool: all
+ * queued for its threads) and return: a worker
  * submits the next part's reads before it waits for the current part's, so
  * the device queue does not drain between parts. */
 int stk__ioq_submit(stk__ioq *q, stk_error *err);

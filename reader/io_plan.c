@@ -168,17 +168,23 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
-/* The bounce area the workers may need: two parts each (the one ending and
- * the next); only fields whose stride is off O_DIRECT's alignment need one. */
+/* What the direct path adds to a reader's memory. Each worker has two
+ * queues (the part it ends, the next); a queue's bounce area holds, for the
+ * fields whose stride is off 4 KiB, the aligned span of each record of a
+ * part: at most the stride rounded up plus one block. In quasi block mode,
+ * the cache, and a bounce area for blocks that straddle two shards (both
+ * runs of such a block bounce): two blocks per queue are planned for, more
+ * only when shards hold fewer than a few blocks each. */
 uint64_t stk__io_plan_bytes(const stk_reader *r)
 {
     if (!r->direct) return 0;
-    if (r->qb_bytes) return r->qcache_bytes; /* blocks land in their buffers, never bounced */
+    uint64_t queues = 2ull * r->o.threads;
+    if (r->qb_bytes) return r->qcache_bytes + queues * 2 * r->qb_bytes;
     uint64_t part = ((uint64_t)r->o.batch_size + r->parts - 1) / r->parts, per = 0;
     for (unsigned k = 0; k < r->nsel; k++)
         if (direct_field(r, k) && (r->sel_stride[k] & 4095))
-            per += stk__io_bounce_bound(part * r->sel_stride[k]);
-    return 2 * per * r->o.threads;
+            per += part * (((r->sel_stride[k] + 4095) & ~(uint64_t)4095) + 4096);
+    return queues * per;
 }
 
 int stk__io_start(stk_reader *r, stk_error *err)

@@ -72,8 +72,7 @@ static void drop(stk__qcache *c, stk__qentry **link)
     c->bytes -= c->block_bytes;
     if (c->nspare < c->spare_cap && c->bytes + (c->nspare + 1) * c->block_bytes <= c->cap)
         c->spare[c->nspare++] = e->buf;
-    else
-        free(e->buf);
+    else free(e->buf);
     free(e);
 }
 

@@ -331,13 +331,29 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
     }
 }
 
+/* A copy from the mapping on the direct path (a short run, a shard the
+ * engine cannot open): the shard's size is checked first, once per shard
+ * and part, as gather_one does, so that a shard cut in place is an error and
+ * not SIGBUS. */
+static int map_copy(stk_reader *r, stk__worker *w, size_t s, uint64_t local, void *dst, const void *src,
+                    uint64_t len, stk_error *err)
+{
+    if (w->stamp[s] != w->batch_no) {
+        w->stamp[s] = w->batch_no;
+        int rc = check_shard(r, s, local, err);
+        if (rc) return rc;
+    }
+    memcpy(dst, src, len);
+    return STK_OK;
+}
+
 /* The direct path: queue a read per run of records adjacent in one shard and
  * per uncompressed tensor field, straight into the slot, and submit them.
  * landed[k] says which fields arrive this way; the rest (bytes and
  * compressed fields) gather_one copies as usual. A shard the engine cannot
  * read (replaced since open) is copied from its mapping here. */
-static int direct_submit(stk_reader *r, stk__ioq *q, stk__slot *sl, uint32_t i0, uint32_t i1, uint8_t *landed,
-                         stk_error *err)
+static int direct_submit(stk_reader *r, stk__worker *w, stk__ioq *q, stk__slot *sl, uint32_t i0, uint32_t i1,
+                         uint8_t *landed, stk_error *err)
 {
     const stk_schema *sc = stk_dataset_schema(r->ds);
     for (unsigned k = 0; k < r->nsel; k++) {
@@ -365,8 +381,10 @@ static int direct_submit(stk_reader *r, stk__ioq *q, stk__slot *sl, uint32_t i0,
                      : stk__ioq_add(q, s, stk_shard_field_offset(sh, r->sel[k]) + local * stride, len, dst,
                                     local, run, NULL, err);
             if (rc == STK__IO_USE_MAP)
-                memcpy(dst, (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len);
-            else if (rc) return rc; /* part_end waits for what was queued */
+                rc =
+                    map_copy(r, w, s, local, dst,
+                             (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len, err);
+            if (rc) return rc; /* part_end waits for what was queued */
         }
         i += run;
     }
@@ -424,9 +442,10 @@ static int qblock_field(const stk_reader *r, unsigned k)
 
 /* Read quasi block b whole into e's buffer: per direct field, one run per
  * shard the block spans (the block's records are consecutive). A block
- * inside one shard reads in place (the aligned overrun has room); the
- * second run of a block that spans shards goes through the bounce area. */
-static int qblock_load(stk_reader *r, stk__ioq *q, uint64_t b, stk__qentry *e, stk_error *err)
+ * inside one shard reads in place (the aligned overrun has room); both
+ * runs of a block that spans two shards go through the bounce area (an
+ * overrun of one would land on the other's bytes). */
+static int qblock_load(stk_reader *r, stk__worker *w, stk__ioq *q, uint64_t b, stk__qentry *e, stk_error *err)
 {
     uint64_t first = b * r->K, end = first + r->K < r->N ? first + r->K : r->N;
     uint8_t *buf = stk__qentry_buf(e);
@@ -449,8 +468,10 @@ static int qblock_load(stk_reader *r, stk__ioq *q, uint64_t b, stk__qentry *e, s
                  : run == end - first ? stk__ioq_add_padded(q, s, off, len, dst, local, (uint32_t)run, e, err)
                                       : stk__ioq_add(q, s, off, len, dst, local, (uint32_t)run, e, err);
             if (rc == STK__IO_USE_MAP)
-                memcpy(dst, (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len);
-            else if (rc) return rc;
+                rc =
+                    map_copy(r, w, s, local, dst,
+                             (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * stride, len, err);
+            if (rc) return rc;
         }
         g += run;
     }
@@ -458,7 +479,7 @@ static int qblock_load(stk_reader *r, stk__ioq *q, uint64_t b, stk__qentry *e, s
 }
 
 /* Pin the block of every record of the part; read those nobody has yet. */
-static int qblock_begin(stk_reader *r, stk__part *p, stk_error *err)
+static int qblock_begin(stk_reader *r, stk__worker *w, stk__part *p, stk_error *err)
 {
     const stk_schema *sc = stk_dataset_schema(r->ds);
     for (unsigned k = 0; k < r->nsel; k++) {
@@ -473,7 +494,7 @@ static int qblock_begin(stk_reader *r, stk__part *p, stk_error *err)
         p->blk[p->npinned++] = e;
         if (load) {
             p->own[p->nown++] = e;
-            if ((rc = qblock_load(r, p->q, b, e, err))) return rc;
+            if ((rc = qblock_load(r, w, p->q, b, e, err))) return rc;
         }
     }
     int rc = stk__ioq_submit(p->q, err);
@@ -529,6 +550,7 @@ static void qblock_unpin(stk_reader *r, stk__part *p, uint32_t copied)
  * the view (part 0), and start their reads (direct path). */
 static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
 {
+    w->batch_no++; /* map_copy checks each shard once per part */
     stk__slot *sl = p->sl;
     stk_error *err = &p->err;
     uint64_t p0, local = 0;
@@ -565,8 +587,8 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
         w->advise_left--;
     }
     if (r->qcache) {
-        if (qblock_begin(r, p, err)) p->over = 1;
-    } else if (r->direct && direct_submit(r, p->q, sl, p->i0, p->i1, p->landed, err)) {
+        if (qblock_begin(r, w, p, err)) p->over = 1;
+    } else if (r->direct && direct_submit(r, w, p->q, sl, p->i0, p->i1, p->landed, err)) {
         p->over = 1;
     }
 }
@@ -725,7 +747,9 @@ void *stk__worker_main(void *arg)
             continue;
         }
         stk__part *next = NULL;
-        if (can && (!have || r->direct)) {
+        /* read ahead only when no other worker is idle: it would take the
+         * part sooner, and batches stay spread over the workers */
+        if (can && (!have || (r->direct && !r->idle))) {
             next = &parts[have ? cur ^ 1 : cur];
             claim_part(r, next);
             pthread_mutex_unlock(&r->mu);

@@ -48,7 +48,7 @@ static void usage(FILE *f)
                "      --io MODE           auto (default), mmap or direct: how records reach\n"
                "                          the batches (direct: asynchronous O_DIRECT reads,\n"
                "                          for cold or larger-than-RAM data; see README)\n"
-               "      --io-depth N        direct: reads in flight per thread (default 32)\n"
+               "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
                "      --device DEV        none (default: host batches), host (the host\n"
                "                          backend of the device protocol) or cuda[:N]\n"
                "      --fallback          with --device cuda: use host batches when no\n"

@@ -282,7 +282,7 @@ class Reader:
     io            "auto" (default), "mmap" or "direct": how records reach the batches
                   (direct: asynchronous O_DIRECT reads for cold or larger-than-RAM
                   data; io_stats() says which path auto chose and why)
-    io_depth      direct: reads in flight per worker thread (0: 32)
+    io_depth      direct: reads in flight per worker queue (0: 32; see the README)
     memory_budget, quasi_block_bytes, quasi_window, release_pages, device_fallback:
                   as in stk_reader_options
     stream        CUDA: the stream batches are consumed on (torch.cuda.Stream or

@@ -183,8 +183,9 @@ typedef struct {
                                  to 1 GiB; else 4 MiB per thread + 4 MiB)     */
     int io;                                /* stk_io; STK_IO_AUTO: $STOKER_IO (auto, mmap or
                                  direct), else auto                            */
-    unsigned io_depth;                     /* direct: reads in flight per worker (at most
-                                 1024); 0: 32                                  */
+    unsigned io_depth;                     /* direct: reads in flight per worker queue (at
+                                 most 1024, and io_depth x 256 KiB; a worker
+                                 reads one part ahead: up to 2 x io_depth); 0: 32 */
 } stk_reader_options;
 
 /* Fill opts with the defaults above (batch_size 1, sequential, seed 0,
