@@ -11,7 +11,8 @@
 /* Exit codes shared by the tools (documented in each --help). */
 enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
 
-double cli_now(void); /* monotonic seconds */
+double cli_now(void);          /* monotonic seconds */
+double cli_rss_anon_mib(void); /* this process's anonymous resident memory (RssAnon), MiB */
 
 /* "4096", "64K", "1.5G" (powers of 1024) -> bytes; false on junk/overflow. */
 bool cli_parse_size(const char *s, uint64_t *out);

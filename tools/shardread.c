@@ -542,7 +542,7 @@ static void shuffle_quality(const stk_reader *r, const opts *o, FILE *out)
             q, (unsigned long long)B, s, l, s > l ? (q - l) / (s - l) : 1.0, (unsigned long long)K, W);
 }
 
-/* CPU seconds this process used (all threads) and its anonymous memory now. */
+/* CPU seconds this process used (all threads). */
 static double cpu_seconds(void)
 {
     struct rusage ru;
@@ -551,16 +551,6 @@ static double cpu_seconds(void)
            ru.ru_stime.tv_usec * 1e-6;
 }
 
-static double rss_anon_mib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "RssAnon: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb / 1024;
-}
 
 static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s, int rc, const char *errmsg,
                    double cpu_s, double anon_mib)
@@ -695,7 +685,7 @@ int main(int argc, char **argv)
     if (sink == 1) fputc(' ', stderr); /* keep the touch loop from being optimised away */
     stk_reader_stats st;
     stk_reader_stats_get(r, &st);
-    double cpu_s = cpu_seconds() - cpu0, anon = rss_anon_mib();
+    double cpu_s = cpu_seconds() - cpu0, anon = cli_rss_anon_mib();
     if (!rc && o.state_out) rc = save_state(r, o.state_out);
     report(r, &o, &st, rc, errmsg, cpu_s, anon);
     stk_reader_close(r);

@@ -56,16 +56,6 @@ unsigned sweep_parse_list(const char *s, unsigned *out)
     return n;
 }
 
-static double rss_anon_mib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "RssAnon: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb / 1024;
-}
 
 static void step(const sweep_opts *so)
 {
@@ -118,13 +108,13 @@ static int measure(const stk_dataset *ds, const stk_reader_options *base, const 
     for (unsigned i = 0; i < p->prefetch + 2; i++)
         if (!(b = stk_reader_next(r, &err))) break;
     stk_reader_stats_reset(r);
-    double t0 = cli_now(), peak = rss_anon_mib();
+    double t0 = cli_now(), peak = cli_rss_anon_mib();
     uint64_t n = 0;
     while (b && cli_now() - t0 < so->seconds) {
         if (!(b = stk_reader_next(r, &err))) break;
         if (so->step_us) step(so);
         if (++n % 8 == 0) {
-            double m = rss_anon_mib();
+            double m = cli_rss_anon_mib();
             peak = m > peak ? m : peak;
         }
     }
