@@ -51,7 +51,9 @@ static unsigned probe_resident(const stk_reader *r, unsigned *probed)
         const stk_shard *sh = stk_dataset_shard(r->ds, s);
         for (unsigned k = 0; k < r->nsel; k++) {
             const uint8_t *base = stk_shard_field_base(sh, r->sel[k]);
-            if (!base || !direct_field(r, k)) continue;
+            /* only the fields read directly: small columns (labels) are
+             * read through the map, and dataset open may have touched them */
+            if (!base || !direct_field(r, k) || r->sel_stride[k] < STK__IO_MIN_READ) continue;
             uintptr_t a = (uintptr_t)(base + local * r->sel_stride[k]) & ~(page - 1);
             unsigned char v = 0;
             if (mincore((void *)a, page, &v) == 0) {
