@@ -567,13 +567,6 @@ int stk__ioq_wait(stk__ioq *q, stk_error *err)
     return rc;
 }
 
-int stk__ioq_run(stk__ioq *q, stk_error *err)
-{
-    int rc = stk__ioq_submit(q, err);
-    int w = stk__ioq_wait(q, rc ? NULL : err);
-    return rc ? rc : w;
-}
-
 /* ------------------------------------------------------------ open, close */
 
 static int start_engine(stk__io *io, const stk__io_config *c, char *note, size_t note_cap, stk_error *err)

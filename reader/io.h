@@ -77,8 +77,6 @@ int stk__ioq_submit(stk__ioq *q, stk_error *err);
  * writing into a buffer) and empty the queue. The first failure, in queue
  * order, is the error. */
 int stk__ioq_wait(stk__ioq *q, stk_error *err);
-/* Both. */
-int stk__ioq_run(stk__ioq *q, stk_error *err);
 
 /* The pieces of stk__ioq_wait, for callers that need each read's outcome
  * (quasi blocks, qblocks.c): wait for every submitted read; the reads

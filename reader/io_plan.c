@@ -14,7 +14,9 @@
 #define DEFAULT_IO_DEPTH 32 /* per worker; see bench/README.md, "cold" */
 #define PROBE_PAGES 64
 
-/* A selected field that direct reads serve: an uncompressed tensor. */
+/* A selected field that direct reads serve: an uncompressed tensor
+ * (r->io_field, set by stk__io_plan, says the same for the rest of the
+ * reader). */
 static int direct_field(const stk_reader *r, unsigned k)
 {
     const stk_field *fd = &stk_dataset_schema(r->ds)->fields[r->sel[k]];
@@ -166,6 +168,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     }
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
+    for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
     if (r->direct) plan_quasi_blocks(r);
     return STK_OK;
 }

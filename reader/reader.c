@@ -255,7 +255,18 @@ static void unpin_blocks(stk_reader *r, stk__worker *w)
         }
 }
 
-/* Copy (or point at) every selected field of record `i` of the batch. */
+/* check_shard for the first record of shard s in this part (w->batch_no
+ * counts parts). */
+static int check_shard_once(stk_reader *r, stk__worker *w, size_t s, uint64_t local, stk_error *err)
+{
+    if (w->stamp[s] == w->batch_no) return STK_OK;
+    w->stamp[s] = w->batch_no;
+    return check_shard(r, s, local, err);
+}
+
+/* Copy (or point at) every selected field of record `i` of the batch.
+ * landed: the direct path's r->io_field (those fields are in the slot
+ * already), else NULL. */
 static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, int zc, uint64_t *heap,
                       stk__zheap *zh, const uint8_t *landed, stk_error *err)
 {
@@ -264,10 +275,7 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
     int rc = stk_dataset_locate(r->ds, rec, &s, &local, err);
     if (rc) return rc;
     const stk_shard *sh = stk_dataset_shard(r->ds, s);
-    if (w->stamp[s] != w->batch_no) { /* first record of this shard in this part */
-        w->stamp[s] = w->batch_no;
-        if ((rc = check_shard(r, s, local, err))) return rc;
-    }
+    if ((rc = check_shard_once(r, w, s, local, err))) return rc;
     int verify = needs_verify(r, rec);
     for (unsigned k = 0; k < r->nsel; k++) {
         stk_batch_field *bf = &sl->fields[k];
@@ -280,7 +288,7 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
             src = v ? (const void *)(zh->p + (uintptr_t)v->data) : dst;
             size = v ? v->size : r->sel_stride[k];
             if (v) heap[k] += size;
-        } else if (landed && landed[k]) { /* read into the slot by direct_part */
+        } else if (landed && landed[k]) { /* read into the slot (direct_submit, qblock_copy) */
             size = r->sel_stride[k];
             src = sl->buf + r->sel_off[k] + (uint64_t)i * size;
         } else {
@@ -338,28 +346,19 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
 static int map_copy(stk_reader *r, stk__worker *w, size_t s, uint64_t local, void *dst, const void *src,
                     uint64_t len, stk_error *err)
 {
-    if (w->stamp[s] != w->batch_no) {
-        w->stamp[s] = w->batch_no;
-        int rc = check_shard(r, s, local, err);
-        if (rc) return rc;
-    }
-    memcpy(dst, src, len);
-    return STK_OK;
+    int rc = check_shard_once(r, w, s, local, err);
+    if (!rc) memcpy(dst, src, len);
+    return rc;
 }
 
 /* The direct path: queue a read per run of records adjacent in one shard and
- * per uncompressed tensor field, straight into the slot, and submit them.
- * landed[k] says which fields arrive this way; the rest (bytes and
- * compressed fields) gather_one copies as usual. A shard the engine cannot
+ * per field read directly (r->io_field), straight into the slot, and
+ * submit them; the rest (bytes and compressed fields) gather_one copies as
+ * usual. A shard the engine cannot
  * read (replaced since open) is copied from its mapping here. */
 static int direct_submit(stk_reader *r, stk__worker *w, stk__ioq *q, stk__slot *sl, uint32_t i0, uint32_t i1,
-                         uint8_t *landed, stk_error *err)
+                         stk_error *err)
 {
-    const stk_schema *sc = stk_dataset_schema(r->ds);
-    for (unsigned k = 0; k < r->nsel; k++) {
-        const stk_field *fd = &sc->fields[r->sel[k]];
-        landed[k] = fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
-    }
     for (uint32_t i = i0; i < i1;) {
         size_t s;
         uint64_t local;
@@ -371,7 +370,7 @@ static int direct_submit(stk_reader *r, stk__worker *w, stk__ioq *q, stk__slot *
                local + run < stk_shard_records(sh))
             run++;
         for (unsigned k = 0; k < r->nsel; k++) {
-            if (!landed[k]) continue;
+            if (!r->io_field[k]) continue;
             uint64_t stride = r->sel_stride[k], len = run * stride;
             uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * stride;
             /* a run under one block (a label, a small crop) costs a whole
@@ -423,7 +422,6 @@ typedef struct {
     uint32_t i0, i1;
     int zc, over; /* over: nothing left for part_end (zero-copy, or failed) */
     stk__ioq *q;  /* direct: the queue its reads went to */
-    uint8_t landed[STK_MAX_FIELDS];
     /* quasi blocks (qblocks.c): the block of each record, pinned; those this
      * part reads itself, published (loaded or failed) once its reads are done */
     stk__qentry **blk, **own;
@@ -433,12 +431,6 @@ typedef struct {
     stk_error err;
     double busy;
 } stk__part;
-
-static int qblock_field(const stk_reader *r, unsigned k)
-{
-    const stk_field *fd = &stk_dataset_schema(r->ds)->fields[r->sel[k]];
-    return fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
-}
 
 /* Read quasi block b whole into e's buffer: per direct field, one run per
  * shard the block spans (the block's records are consecutive). A block
@@ -459,7 +451,7 @@ static int qblock_load(stk_reader *r, stk__worker *w, stk__ioq *q, uint64_t b, s
         uint64_t run = stk_shard_records(sh) - local;
         if (run > end - g) run = end - g;
         for (unsigned k = 0; k < r->nsel; k++) {
-            if (!qblock_field(r, k)) continue;
+            if (!r->io_field[k]) continue;
             uint64_t stride = r->sel_stride[k], len = run * stride,
                      off = stk_shard_field_offset(sh, r->sel[k]) + local * stride;
             if (g == first) shift[k] = (uint32_t)(off & 4095);
@@ -481,11 +473,6 @@ static int qblock_load(stk_reader *r, stk__worker *w, stk__ioq *q, uint64_t b, s
 /* Pin the block of every record of the part; read those nobody has yet. */
 static int qblock_begin(stk_reader *r, stk__worker *w, stk__part *p, stk_error *err)
 {
-    const stk_schema *sc = stk_dataset_schema(r->ds);
-    for (unsigned k = 0; k < r->nsel; k++) {
-        const stk_field *fd = &sc->fields[r->sel[k]];
-        p->landed[k] = fd->kind == STK_KIND_TENSOR && fd->codec == STK_CODEC_NONE && r->sel_stride[k] > 0;
-    }
     for (uint32_t i = p->i0; i < p->i1; i++) {
         int load, rc;
         uint64_t b = p->sl->records[i] / r->K;
@@ -534,7 +521,7 @@ static int qblock_copy(stk_reader *r, stk__part *p, const stk__part *other, uint
     const uint8_t *buf = stk__qentry_buf(e);
     const uint32_t *shift = stk__qentry_shift(e);
     for (unsigned k = 0; k < r->nsel; k++)
-        if (p->landed[k])
+        if (r->io_field[k])
             memcpy(p->sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k],
                    buf + r->qb_off[k] + shift[k] + idx * r->sel_stride[k], r->sel_stride[k]);
     return STK_OK;
@@ -588,7 +575,7 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
     }
     if (r->qcache) {
         if (qblock_begin(r, w, p, err)) p->over = 1;
-    } else if (r->direct && direct_submit(r, w, p->q, sl, p->i0, p->i1, p->landed, err)) {
+    } else if (r->direct && direct_submit(r, w, p->q, sl, p->i0, p->i1, err)) {
         p->over = 1;
     }
 }
@@ -610,7 +597,7 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
     }
     uint32_t i = p->i0;
     int whole = 0; /* every record gathered */
-    const uint8_t *landed = r->direct ? p->landed : NULL;
+    const uint8_t *landed = r->direct ? r->io_field : NULL;
     stk__zheap *zh = sl->zheap ? &sl->zheap[p->part] : NULL;
     if (!p->over) {
         w->batch_no++;

@@ -120,8 +120,9 @@ struct stk_reader {
     uint64_t zcache_bytes;
 
     /* the read path (io_plan.c) */
-    int direct;                        /* STK_IO_DIRECT chosen */
-    stk__io *io;                       /* its engine */
+    int direct;                       /* STK_IO_DIRECT chosen */
+    uint8_t io_field[STK_MAX_FIELDS]; /* direct: selected field k is read directly (an uncompressed tensor) */
+    stk__io *io;                      /* its engine */
     char io_reason[STK_ERROR_MSG_MAX]; /* why, and any fallback */
     stk__qcache *qcache;               /* quasi order, one rank: blocks read whole */
     uint64_t qb_off[STK_MAX_FIELDS];   /* a direct field's offset in a block's buffer */
