@@ -14,6 +14,7 @@
  * engines. */
 #define _GNU_SOURCE
 #include "io.h"
+#include "membuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -486,8 +487,8 @@ static int plan_reads(stk__ioq *q, stk_error *err)
         if (rq->bounce) need += rq->rlen;
     }
     if (need > q->bounce_cap) {
-        void *p = NULL;
-        if (posix_memalign(&p, IO_ALIGN, need))
+        void *p = stk__buf_alloc(need); /* IO_ALIGN-aligned */
+        if (!p)
             return stk_error_set(err, STK_E_NOMEM, "out of memory for %llu bytes of read bounce area",
                                  (unsigned long long)need);
         free(q->bounce);

@@ -119,7 +119,7 @@ stk__qentry *stk__qcache_pin(stk__qcache *c, uint64_t block, int *load, stk_erro
         make_room(c);
         e = calloc(1, sizeof *e);
         void *buf = c->nspare ? c->spare[--c->nspare] : NULL;
-        if (!e || (!buf && posix_memalign(&buf, 4096, c->block_bytes))) {
+        if (!e || (!buf && !(buf = stk__buf_alloc(c->block_bytes)))) {
             if (buf && c->nspare < c->spare_cap) c->spare[c->nspare++] = buf;
             free(e);
             pthread_mutex_unlock(&c->mu);

@@ -6,6 +6,7 @@
 #include "stoker/reader.h"
 #include "device.h"
 #include "io.h"
+#include "membuf.h"
 #include "order.h"
 
 #include <pthread.h>

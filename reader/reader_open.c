@@ -1,7 +1,6 @@
 /* reader/reader_open.c - options, memory plan, slots and workers: the
  * reader's construction and teardown. Everything that can be refused is
  * refused here, before a thread starts, with the option named. */
-#define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include "reader_impl.h"
 #include "abi_v0.h"
 
@@ -9,12 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SLOT_ALIGN 4096      /* page-aligned slots: pinnable, DMA-friendly */
-#define SLOT_HUGE (2u << 20) /* x86-64 and arm64 (4 KiB base pages) huge page */
 #define FIELD_ALIGN 64
 #define FIELD_ALIGN_DIRECT 4096 /* direct reads land in place: O_DIRECT alignment */
 
@@ -296,23 +292,6 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
-/* A host slot of n bytes. Slots of a huge page or more are aligned to one and
- * advised as huge-page memory: the first touch of a slot then takes one fault
- * per 2 MiB instead of one per 4 KiB, which in a virtual machine (a fault
- * costs ~10 us there) is most of a short run's time, and the copies into the
- * slot miss the TLB less. Where transparent huge pages are off the advice
- * fails and is ignored: the slot is ordinary memory. Freed with free(). */
-static void *slot_alloc(uint64_t n)
-{
-    void *p = NULL;
-    if (n < SLOT_HUGE) return posix_memalign(&p, SLOT_ALIGN, n) ? NULL : p;
-    if (posix_memalign(&p, SLOT_HUGE, n)) return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n & ~(uint64_t)(SLOT_HUGE - 1), MADV_HUGEPAGE); /* whole huge pages inside the slot */
-#endif
-    return p;
-}
-
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
@@ -336,7 +315,7 @@ static int alloc_slots(stk_reader *r, stk_error *err)
             if (r->be->host_alloc(r->be, r->slot_bytes ? r->slot_bytes : 1, &buf, err))
                 return err ? err->code : STK_E_NOMEM;
         } else if (r->slot_bytes) {
-            buf = slot_alloc(r->slot_bytes);
+            buf = stk__buf_alloc(r->slot_bytes); /* huge pages: membuf.c */
         }
         sl->buf = buf;
         sl->records = malloc(sizeof *sl->records * r->o.batch_size);
