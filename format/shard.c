@@ -393,8 +393,19 @@ int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64
     return STK_OK;
 }
 
-int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
-                         stk_error *err)
+int stk_shard_block_span(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *file_off,
+                         uint64_t *packed_bytes, stk_error *err)
+{
+    uint64_t packed;
+    int rc = stk_shard_block_info(sh, f, block, NULL, NULL, NULL, &packed, err);
+    if (rc) return rc;
+    if (file_off) *file_off = sh->L.region[f].heap_off + rd64(block_table(sh, f) + 16 + 16 * block);
+    if (packed_bytes) *packed_bytes = packed;
+    return STK_OK;
+}
+
+int stk_shard_block_decode(const stk_shard *sh, unsigned f, uint64_t block, const void *src, void *dst,
+                           uint64_t cap, stk_error *err)
 {
     uint64_t first, count, raw, packed;
     int rc = stk_shard_block_info(sh, f, block, &first, &count, &raw, &packed, err);
@@ -402,8 +413,6 @@ int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *
     if (cap < raw)
         return stk_error_set(err, STK_E_ARG, "%s: block %llu needs %llu bytes, %llu given", sh->path,
                              (unsigned long long)block, (unsigned long long)raw, (unsigned long long)cap);
-    const uint8_t *t = block_table(sh, f);
-    const uint8_t *src = sh->map + sh->L.region[f].heap_off + rd64(t + 16 + 16 * block);
     size_t got = ZSTD_decompress(dst, (size_t)raw, src, (size_t)packed);
     if (ZSTD_isError(got) || got != raw)
         return stk_error_set(err, STK_E_FORMAT,
@@ -412,6 +421,14 @@ int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *
                              (unsigned long long)first, (unsigned long long)(first + count - 1),
                              ZSTD_isError(got) ? ZSTD_getErrorName(got) : "decompresses to a different size");
     return STK_OK;
+}
+
+int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
+                         stk_error *err)
+{
+    uint64_t off;
+    int rc = stk_shard_block_span(sh, f, block, &off, NULL, err);
+    return rc ? rc : stk_shard_block_decode(sh, f, block, sh->map + off, dst, cap, err);
 }
 
 int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,

@@ -9,7 +9,11 @@
  * cache holds its window (the default size, see reader_open.c). Entries in
  * use are pinned; the least recently used unpinned ones go when the cache
  * would exceed its size. A full cache of pinned blocks is allowed to grow
- * past the bound rather than stall (at most one block per worker). */
+ * past the bound rather than stall (at most one block per worker).
+ *
+ * On the direct path the worker reads the block's frame from the file
+ * through its I/O queue (O_DIRECT, not the page cache) and decompresses that
+ * copy; otherwise it decompresses straight from the map. */
 #include "reader_impl.h"
 
 #include <stdlib.h>
@@ -73,7 +77,29 @@ static void make_room(stk__zcache *c, uint64_t need)
     }
 }
 
-int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block,
+/* Block b's frame read through q (its reads are over when this returns),
+ * then decompressed into dst. A frame that the queue cannot read directly
+ * (under 4 KiB, or a file it cannot open) is decompressed from the map. */
+static int load_direct(stk__ioq *q, const stk_shard *sh, size_t s, unsigned f, uint64_t b, uint8_t *dst,
+                       uint64_t size, stk_error *err)
+{
+    uint64_t off, packed, first, count;
+    int rc = stk_shard_block_span(sh, f, b, &off, &packed, err);
+    if (!rc) rc = stk_shard_block_info(sh, f, b, &first, &count, NULL, NULL, err);
+    if (rc) return rc;
+    uint8_t *frame = packed >= STK__IO_MIN_READ ? stk__buf_alloc(packed) : NULL;
+    if (!frame) return stk_shard_block_read(sh, f, b, dst, size, err);
+    rc = stk__ioq_add(q, s, off, packed, frame, first, (uint32_t)count, NULL, err);
+    if (!rc) rc = stk__ioq_submit(q, err);
+    int wrc = stk__ioq_wait(q, rc ? NULL : err); /* always: nothing may stay reading into frame */
+    if (!rc) rc = wrc;
+    if (rc == STK__IO_USE_MAP) rc = stk_shard_block_read(sh, f, b, dst, size, err);
+    else if (!rc) rc = stk_shard_block_decode(sh, f, b, frame, dst, size, err);
+    free(frame);
+    return rc;
+}
+
+int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__ioq *q,
                     stk__zentry **out, const uint8_t **raw, stk_error *err)
 {
     pthread_mutex_lock(&c->mu);
@@ -110,9 +136,10 @@ int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f,
 
     stk_error local = {STK_OK, ""};
     uint8_t *buf = malloc(size ? size : 1);
-    rc = buf ? stk_shard_block_read(sh, f, block, buf, size, &local)
-             : stk_error_set(&local, STK_E_NOMEM, "out of memory for a %llu-byte block",
-                             (unsigned long long)size);
+    rc = !buf ? stk_error_set(&local, STK_E_NOMEM, "out of memory for a %llu-byte block",
+                              (unsigned long long)size)
+         : q  ? load_direct(q, sh, s, f, block, buf, size, &local)
+              : stk_shard_block_read(sh, f, block, buf, size, &local);
     if (rc) {
         free(buf);
         buf = NULL;

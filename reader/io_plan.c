@@ -69,6 +69,24 @@ static unsigned probe_resident(const stk_reader *r, unsigned *probed)
 
 static double gb(uint64_t b) { return (double)b / 1e9; }
 
+/* The stored (compressed) bytes of the selected compressed fields: from
+ * each shard's first and last block, so two lookups per shard. */
+static uint64_t compressed_bytes(const stk_reader *r)
+{
+    uint64_t total = 0;
+    for (unsigned k = 0; k < r->nsel; k++) {
+        if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec == STK_CODEC_NONE) continue;
+        for (size_t s = 0; s < stk_dataset_nshards(r->ds); s++) {
+            const stk_shard *sh = stk_dataset_shard(r->ds, s);
+            uint64_t nb = stk_shard_nblocks(sh, r->sel[k]), a, b, n;
+            if (nb && !stk_shard_block_span(sh, r->sel[k], 0, &a, NULL, NULL) &&
+                !stk_shard_block_span(sh, r->sel[k], nb - 1, &b, &n, NULL) && b + n >= a)
+                total += b + n - a;
+        }
+    }
+    return total;
+}
+
 /* auto: direct when the selected tensor bytes cannot stay in the page cache
  * (more than half of RAM), or when they are cold and large enough that
  * caching them would crowd the trainer (more than a quarter of what is
@@ -116,6 +134,7 @@ static void plan_quasi_blocks(stk_reader *r)
         if (direct_field(r, k)) /* room for the aligned overrun: see stk__qentry_shift */
             bytes += (r->sel_stride[k] * r->K + 2 * 4096 - 1) & ~(uint64_t)4095;
     }
+    if (!bytes) return; /* compressed fields only: the block cache serves quasi order */
     uint64_t min = ((uint64_t)r->Wq + 4ull * r->o.threads) * bytes,
              want = (2ull * r->Wq + 4ull * r->o.threads) * bytes;
     size_t n = strlen(r->io_reason);
@@ -152,18 +171,21 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0;
-    for (unsigned k = 0; k < r->nsel; k++)
+    unsigned zsel = 0; /* compressed fields: their blocks go through the engine too (blockcache.c) */
+    for (unsigned k = 0; k < r->nsel; k++) {
         if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * r->N;
+        zsel += stk_dataset_schema(r->ds)->fields[r->sel[k]].codec != STK_CODEC_NONE;
+    }
+    sel_bytes += compressed_bytes(r);
     int io = o->io;
     if (io == STK_IO_AUTO) {
         io = choose_auto(r, sel_bytes);
     } else {
         snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
     }
-    if (io == STK_IO_DIRECT && !sel_bytes) {
-        snprintf(
-            r->io_reason, sizeof r->io_reason,
-            "mmap: no uncompressed tensor field selected (bytes and compressed fields read through the map)");
+    if (io == STK_IO_DIRECT && !sel_bytes && !zsel) {
+        snprintf(r->io_reason, sizeof r->io_reason,
+                 "mmap: no tensor or compressed field selected (bytes fields read through the map)");
         io = STK_IO_MMAP;
     }
     o->io = io;

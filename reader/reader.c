@@ -234,7 +234,8 @@ static int compressed_value(stk_reader *r, stk__worker *w, size_t s, unsigned k,
     if (!w->pin[k] || w->pin_shard[k] != s || w->pin_block[k] != b) { /* another block: swap the pin */
         if (w->pin[k]) stk__zcache_put(r->zcache, w->pin[k]);
         w->pin[k] = NULL;
-        if ((rc = stk__zcache_get(r->zcache, r->ds, s, f, b, &w->pin[k], &w->pin_raw[k], err))) return rc;
+        if ((rc = stk__zcache_get(r->zcache, r->ds, s, f, b, w->zq, &w->pin[k], &w->pin_raw[k], err)))
+            return rc;
         w->pin_shard[k] = s;
         w->pin_block[k] = b;
     }
@@ -353,8 +354,8 @@ static int map_copy(stk_reader *r, stk__worker *w, size_t s, uint64_t local, voi
 
 /* The direct path: queue a read per run of records adjacent in one shard and
  * per field read directly (r->io_field), straight into the slot, and
- * submit them; the rest (bytes and compressed fields) gather_one copies as
- * usual. A shard the engine cannot
+ * submit them; the rest (bytes fields; compressed fields, whose blocks
+ * blockcache.c reads through the same queue) gather_one copies as usual. A shard the engine cannot
  * read (replaced since open) is copied from its mapping here. */
 static int direct_submit(stk_reader *r, stk__worker *w, stk__ioq *q, stk__slot *sl, uint32_t i0, uint32_t i1,
                          stk_error *err)
@@ -601,6 +602,7 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
     stk__zheap *zh = sl->zheap ? &sl->zheap[p->part] : NULL;
     if (!p->over) {
         w->batch_no++;
+        w->zq = r->direct ? p->q : NULL; /* waited for above: free for compressed blocks */
         if (zh) zh->len = 0;
         for (; i < p->i1; i++) {
             if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != p->gen) break; /* seek or close: abandon */

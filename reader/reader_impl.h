@@ -28,8 +28,9 @@ typedef struct stk__zcache stk__zcache;
 typedef struct stk__zentry stk__zentry;
 stk__zcache *stk__zcache_new(uint64_t cap);
 void stk__zcache_free(stk__zcache *c);
-/* Block `block` of field f of shard s, decompressed, pinned until put. */
-int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block,
+/* Block `block` of field f of shard s, decompressed, pinned until put. q:
+ * the direct path's queue to read the frame through (empty; NULL: the map). */
+int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__ioq *q,
                     stk__zentry **e, const uint8_t **raw, stk_error *err);
 void stk__zcache_put(stk__zcache *c, stk__zentry *e);
 
@@ -97,6 +98,7 @@ typedef struct {
     const uint8_t *pin_raw[STK_MAX_FIELDS];
     size_t pin_shard[STK_MAX_FIELDS];
     uint64_t pin_block[STK_MAX_FIELDS];
+    stk__ioq *zq; /* direct path: the ending part's queue, empty, for blocks */
 } stk__worker;
 
 typedef struct {

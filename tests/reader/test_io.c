@@ -349,15 +349,58 @@ START_TEST(test_compressed)
         stk_reader_close(ref);
         stk_reader_close(got);
     }
-    /* nothing plain selected: the direct path has nothing to do, and says so */
+    /* only the compressed field (and a bytes field): its blocks' frames come
+     * through the engine, on both engines, in every order, and decode to the
+     * same batches as through the map */
+    for (int e = 0; e < 2; e++) {
+        if (e == 0 && !have_uring()) continue;
+        setenv("STOKER_IO_ENGINE", ENGINES[e], 1);
+        for (int order = 0; order < 3; order++) {
+            stk_reader_options o = tu_reader_options(8, order);
+            o.threads = 2;
+            o.fields = "image,text";
+            stk_reader *ref = open_io(dir, &o, STK_IO_MMAP), *got = open_io(dir, &o, STK_IO_DIRECT);
+            same_stream(ref, got, 45, "compressed only");
+            stk_reader_io_stats s;
+            stk_reader_io_stats_get(got, &s);
+            ck_assert_int_eq(s.io, STK_IO_DIRECT);
+            ck_assert_msg(s.reads > 0 && s.bytes > 0, "%s order %d: %llu block reads", ENGINES[e], order,
+                          (unsigned long long)s.reads);
+            stk_reader_close(ref);
+            stk_reader_close(got);
+        }
+    }
+    unsetenv("STOKER_IO_ENGINE");
+    /* nothing but a bytes field: the direct path has nothing to do, and says so */
     stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
-    o.fields = "image,text";
+    o.fields = "text";
     stk_reader *r = open_io(dir, &o, STK_IO_DIRECT);
     stk_reader_io_stats s;
     stk_reader_io_stats_get(r, &s);
     ck_assert_int_eq(s.io, STK_IO_MMAP);
-    ck_assert_msg(strstr(s.reason, "no uncompressed tensor field"), "%s", s.reason);
+    ck_assert_msg(strstr(s.reason, "no tensor or compressed field"), "%s", s.reason);
     stk_reader_close(r);
+}
+END_TEST
+
+/* A compressed block whose read fails names the shard and its records. */
+START_TEST(test_compressed_read_error)
+{
+    char dir[TU_PATH];
+    make_dataset(dir, sizeof dir, "zstd_eio", 1);
+    setenv("STOKER_IO_FAULT", "eio:1/1", 1);
+    stk_reader_options o = tu_reader_options(8, STK_ORDER_SEQUENTIAL);
+    o.fields = "image";
+    stk_reader *r = open_io(dir, &o, STK_IO_DIRECT);
+    stk_error err;
+    uint64_t good = 0;
+    while (stk_reader_next(r, &err)) good++;
+    ck_assert_uint_eq(good, PER / 8); /* the batches before shard 1's block */
+    ck_assert_int_eq(err.code, STK_E_IO);
+    ck_assert_msg(strstr(err.msg, "-00001.stk: records 0-19: read of"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, strerror(EIO)), "%s", err.msg);
+    stk_reader_close(r);
+    unsetenv("STOKER_IO_FAULT");
 }
 END_TEST
 
@@ -453,6 +496,7 @@ int main(void)
     tcase_add_test(tc, test_replaced_shard);
     tcase_add_test(tc, test_resume);
     tcase_add_test(tc, test_compressed);
+    tcase_add_test(tc, test_compressed_read_error);
     tcase_add_test(tc, test_auto_and_options);
     tcase_add_test(tc, test_memory_budget);
     suite_add_tcase(s, tc);

@@ -331,6 +331,14 @@ STK_API int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block
  * block. */
 STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
                                  stk_error *err);
+/* Where block b's zstd frame lies in the shard's file: its byte offset and
+ * packed_bytes (for readers that read the file themselves, e.g. O_DIRECT). */
+STK_API int stk_shard_block_span(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *file_off,
+                                 uint64_t *packed_bytes, stk_error *err);
+/* stk_shard_block_read from a copy of block b's frame (packed_bytes at src,
+ * as stk_shard_block_span places them) instead of the map. */
+STK_API int stk_shard_block_decode(const stk_shard *sh, unsigned f, uint64_t block, const void *src,
+                                   void *dst, uint64_t cap, stk_error *err);
 /* Record i's value inside `raw`, block b decompressed by stk_shard_block_read. */
 STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw,
                                   uint64_t i, const void **data, uint64_t *size, stk_error *err);

@@ -100,12 +100,14 @@ struct stk_transform;
  * io_uring or, where the kernel refuses it (or $STOKER_IO_ENGINE=threads), a
  * pool of pread threads; records adjacent in the file are read together,
  * and a worker queues its next part's reads before it waits for the current
- * part's. Tensor fields use it; bytes and compressed fields are still read
- * through the mapping. In quasi order with one rank, blocks are read whole
+ * part's. Uncompressed tensor fields use it; compressed fields read each
+ * block's frame through the same queues (then decompress it into the block
+ * cache); uncompressed bytes fields are read through the mapping. In quasi order with one rank, blocks are read whole
  * (per field, at the device's best size) into a cache of two windows (at
  * most 1 GiB, counted in memory_budget) and records are copied out of it.
- * STK_IO_AUTO picks direct when the selected tensor fields are larger than
- * half of physical memory, or when a sample of their pages
+ * STK_IO_AUTO picks direct when the selected tensor and compressed fields
+ * (stored bytes) are larger than half of physical memory, or when a sample of
+ * the tensor fields' pages
  * (mincore) is mostly not resident and they are larger than a quarter of the
  * available memory; stk_reader_io_stats_get says which path and why. A failed
  * read names the shard, the records and errno; short reads, EINTR and EAGAIN
