@@ -12,7 +12,12 @@
  * records appear once per epoch), else the least recently used unpinned
  * entry goes when the cache would exceed its bound. Entries being loaded or
  * pinned are never evicted: the cache may grow past the bound by what the
- * parts in flight hold. */
+ * parts in flight hold.
+ *
+ * Parts also read the next window's blocks ahead (stk__qcache_claim: only
+ * into room the cache has, never evicting), so that the device reads window
+ * w + 1 while the workers copy records out of window w; without it the
+ * device idled for half of every window. */
 #include "reader_impl.h"
 
 #include <stdlib.h>
@@ -110,6 +115,27 @@ static void make_room(stk__qcache *c)
     }
 }
 
+/* Under the lock: a new entry for block, LOADING (the caller reads it). */
+static stk__qentry *new_entry(stk__qcache *c, uint64_t block)
+{
+    stk__qentry *e = calloc(1, sizeof *e);
+    void *buf = c->nspare ? c->spare[--c->nspare] : NULL;
+    if (!e || (!buf && !(buf = stk__buf_alloc(c->block_bytes)))) {
+        if (buf && c->nspare < c->spare_cap) c->spare[c->nspare++] = buf;
+        free(e);
+        return NULL;
+    }
+    e->buf = buf;
+    e->block = block;
+    uint64_t first = block * c->K;
+    e->left = first + c->K <= c->N ? c->K : c->N - first;
+    e->next = c->bucket[block & (NBUCKETS - 1)];
+    c->bucket[block & (NBUCKETS - 1)] = e;
+    c->bytes += c->block_bytes;
+    c->loads++;
+    return e;
+}
+
 stk__qentry *stk__qcache_pin(stk__qcache *c, uint64_t block, int *load, stk_error *err)
 {
     pthread_mutex_lock(&c->mu);
@@ -117,28 +143,28 @@ stk__qentry *stk__qcache_pin(stk__qcache *c, uint64_t block, int *load, stk_erro
     *load = 0;
     if (!e) {
         make_room(c);
-        e = calloc(1, sizeof *e);
-        void *buf = c->nspare ? c->spare[--c->nspare] : NULL;
-        if (!e || (!buf && !(buf = stk__buf_alloc(c->block_bytes)))) {
-            if (buf && c->nspare < c->spare_cap) c->spare[c->nspare++] = buf;
-            free(e);
+        if (!(e = new_entry(c, block))) {
             pthread_mutex_unlock(&c->mu);
             stk_error_set(err, STK_E_NOMEM, "out of memory for a %llu-byte quasi block",
                           (unsigned long long)c->block_bytes);
             return NULL;
         }
-        e->buf = buf;
-        e->block = block;
-        uint64_t first = block * c->K;
-        e->left = first + c->K <= c->N ? c->K : c->N - first;
-        e->next = c->bucket[block & (NBUCKETS - 1)];
-        c->bucket[block & (NBUCKETS - 1)] = e;
-        c->bytes += c->block_bytes;
-        c->loads++;
         *load = 1;
     }
     e->refs++;
     e->stamp = ++c->clock;
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+stk__qentry *stk__qcache_claim(stk__qcache *c, uint64_t block)
+{
+    pthread_mutex_lock(&c->mu);
+    stk__qentry *e = NULL;
+    if (!*find(c, block) && c->bytes + c->block_bytes <= c->cap && (e = new_entry(c, block))) {
+        e->refs = 1;
+        e->stamp = ++c->clock;
+    }
     pthread_mutex_unlock(&c->mu);
     return e;
 }

@@ -425,8 +425,8 @@ typedef struct {
     stk__ioq *q;  /* direct: the queue its reads went to */
     /* quasi blocks (qblocks.c): the block of each record, pinned; those this
      * part reads itself, published (loaded or failed) once its reads are done */
-    stk__qentry **blk, **own;
-    uint32_t npinned, nown;
+    stk__qentry **blk, **own, **pre; /* pre: own blocks read ahead, not this part's */
+    uint32_t npinned, nown, npre;
     int submitted, published;
     uint64_t heap[STK_MAX_FIELDS];
     stk_error err;
@@ -471,8 +471,32 @@ static int qblock_load(stk_reader *r, stk__worker *w, stk__ioq *q, uint64_t b, s
     return STK_OK;
 }
 
+/* Read ahead: the blocks of the records one window (W x K positions) after
+ * the part's, in this epoch, that are not cached and fit; each goes through
+ * the part's queue and is published with its own blocks. A read-ahead that
+ * cannot be queued marks its block failed (a part that needs the block then
+ * reports why); the part itself goes on. */
+static void qblock_ahead(stk_reader *r, stk__worker *w, stk__part *p, uint64_t p0)
+{
+    uint64_t WK = (uint64_t)r->Wq * r->K;
+    for (uint32_t i = p->i0; i < p->i1; i++) {
+        uint64_t pos = (p0 + i) % r->N;
+        if (pos + WK >= r->N) continue; /* the next epoch's order is another */
+        uint64_t b = stk__epoch_order_record(&w->ord, pos + WK) / r->K;
+        stk__qentry *e = stk__qcache_claim(r->qcache, b);
+        if (!e) continue;
+        p->own[p->nown++] = e;
+        p->pre[p->npre++] = e;
+        stk_error err;
+        if (qblock_load(r, w, p->q, b, e, &err)) {
+            stk__qcache_loaded(r->qcache, e, &err);
+            break;
+        }
+    }
+}
+
 /* Pin the block of every record of the part; read those nobody has yet. */
-static int qblock_begin(stk_reader *r, stk__worker *w, stk__part *p, stk_error *err)
+static int qblock_begin(stk_reader *r, stk__worker *w, stk__part *p, uint64_t p0, stk_error *err)
 {
     for (uint32_t i = p->i0; i < p->i1; i++) {
         int load, rc;
@@ -485,6 +509,7 @@ static int qblock_begin(stk_reader *r, stk__worker *w, stk__part *p, stk_error *
             if ((rc = qblock_load(r, w, p->q, b, e, err))) return rc;
         }
     }
+    qblock_ahead(r, w, p, p0);
     int rc = stk__ioq_submit(p->q, err);
     p->submitted = !rc;
     return rc;
@@ -531,7 +556,8 @@ static int qblock_copy(stk_reader *r, stk__part *p, const stk__part *other, uint
 static void qblock_unpin(stk_reader *r, stk__part *p, uint32_t copied)
 {
     for (uint32_t j = 0; j < p->npinned; j++) stk__qcache_unpin(r->qcache, p->blk[j], j < copied);
-    p->npinned = 0;
+    for (uint32_t j = 0; j < p->npre; j++) stk__qcache_unpin(r->qcache, p->pre[j], 0);
+    p->npinned = p->npre = 0;
 }
 
 /* Choose records [i0, i1) of the batch in slot sl (part p->part), set up
@@ -575,7 +601,7 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
         w->advise_left--;
     }
     if (r->qcache) {
-        if (qblock_begin(r, w, p, err)) p->over = 1;
+        if (qblock_begin(r, w, p, p0, err)) p->over = 1;
     } else if (r->direct && direct_submit(r, w, p->q, sl, p->i0, p->i1, err)) {
         p->over = 1;
     }
@@ -670,11 +696,12 @@ static void claim_part(stk_reader *r, stk__part *p)
         for (unsigned k = 0; k < r->nsel; k++) sl->fields[k].nbytes = 0;
     }
     stk__ioq *q = p->q;
-    stk__qentry **blk = p->blk, **own = p->own;
+    stk__qentry **blk = p->blk, **own = p->own, **pre = p->pre;
     memset(p, 0, sizeof *p);
     p->q = q;
     p->blk = blk;
     p->own = own;
+    p->pre = pre;
     p->sl = sl;
     p->s = s;
     p->gen = r->gen;
@@ -722,6 +749,7 @@ void *stk__worker_main(void *arg)
         parts[i].q = w->ioq[i];
         parts[i].blk = w->qblk[i];
         parts[i].own = w->qown[i];
+        parts[i].pre = w->qpre[i];
     }
     unsigned cur = 0;
     int have = 0; /* parts[cur] is begun and not yet ended */

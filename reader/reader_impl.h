@@ -49,6 +49,9 @@ void stk__qcache_free(stk__qcache *c);
 /* Pin block `block`; *load = 1 when the caller created the entry and must
  * read it, then call stk__qcache_loaded. NULL: out of memory (err). */
 stk__qentry *stk__qcache_pin(stk__qcache *c, uint64_t block, int *load, stk_error *err);
+/* Read-ahead: a new LOADING entry for block, pinned, when the block is not
+ * cached and fits without evicting anything; else NULL. */
+stk__qentry *stk__qcache_claim(stk__qcache *c, uint64_t block);
 uint8_t *stk__qentry_buf(const stk__qentry *e);
 /* Per field: the data of field k starts at buf + qb_off[k] + shift[k]
  * (shift: the block's file offset modulo 4096), so that O_DIRECT reads the
@@ -91,6 +94,7 @@ typedef struct {
     stk__ioq *ioq[2];      /* direct path: read queues, the part ending and the next */
     stk__qentry **qblk[2]; /* quasi blocks: per record of each part, its block */
     stk__qentry **qown[2]; /* ... and the blocks the part reads itself */
+    stk__qentry **qpre[2]; /* ... of which read ahead for the next window */
     double h2d;            /* upload seconds, not yet added to stats */
     /* compressed fields: the block in use per selected field, pinned in the
      * cache while this worker's records stay in it (reader.c) */

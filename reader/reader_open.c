@@ -379,7 +379,8 @@ static int start_workers(stk_reader *r, stk_error *err)
         for (unsigned k = 0; k < 2; k++) {
             w->ioq[k] = r->io ? stk__io_queue(r->io, 2 * i + k) : NULL;
             if (r->qcache && (!(w->qblk[k] = malloc(sizeof *w->qblk[k] * r->o.batch_size)) ||
-                              !(w->qown[k] = malloc(sizeof *w->qown[k] * r->o.batch_size))))
+                              !(w->qown[k] = malloc(sizeof *w->qown[k] * 2 * r->o.batch_size)) ||
+                              !(w->qpre[k] = malloc(sizeof *w->qpre[k] * r->o.batch_size))))
                 return stk_error_set(err, STK_E_NOMEM, "out of memory");
         }
         if (!(w->stamp = calloc(nsh ? nsh : 1, sizeof *w->stamp)))
@@ -476,6 +477,7 @@ void stk_reader_close(stk_reader *r)
             for (unsigned k = 0; k < 2; k++) {
                 free(r->workers[i].qblk[k]);
                 free(r->workers[i].qown[k]);
+                free(r->workers[i].qpre[k]);
             }
         }
         free(r->workers);
