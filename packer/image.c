@@ -4,9 +4,7 @@
  * read the header only, refuse over max_pixels, and only then allocate and
  * decode. Decoded pixels go to a buffer kept in the decoder and reused.
  */
-#include "image.h"
-
-#include "resize.h"
+#include "image_internal.h"
 
 #include <spng.h>
 #include <turbojpeg.h>
@@ -57,8 +55,7 @@ typedef struct {
 
 /* ------------------------------------------------------------- plumbing */
 
-static int fail(char *msg, size_t cap, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *msg, size_t cap, int code, const char *fmt, ...)
+int pk__fail(char *msg, size_t cap, int code, const char *fmt, ...)
 {
     if (msg && cap) {
         va_list ap;
@@ -133,7 +130,7 @@ static int grow(pk_decoder *d, size_t n, char *msg, size_t cap)
     free(d->pix);
     d->cap = 0;
     if (!(d->pix = malloc(n ? n : 1)))
-        return fail(msg, cap, PK_E_NOMEM, "out of memory (%zu bytes for the decoded image)", n);
+        return pk__fail(msg, cap, PK_E_NOMEM, "out of memory (%zu bytes for the decoded image)", n);
     d->cap = n;
     return PK_OK;
 }
@@ -148,6 +145,21 @@ pk_format pk_sniff(const uint8_t *data, size_t len)
      * truncated JPEG/PNG, which is worth saying. */
     if (len >= 2 && data[0] == 0xff && data[1] == 0xd8 && (len == 2 || data[2] == 0xff)) return PK_FMT_JPEG;
     if (len >= 2 && memcmp(data, png_sig, len < 8 ? len : 8) == 0) return PK_FMT_PNG;
+    if (len >= 12 && !memcmp(data, "RIFF", 4) && !memcmp(data + 8, "WEBP", 4)) return PK_FMT_WEBP;
+    if (len >= 4 && !memcmp(data, "GIF8", 4)) return PK_FMT_GIF;
+    /* "II*\0", "MM\0*", and BigTIFF's "II+\0", "MM\0+" */
+    if (len >= 4 && ((!memcmp(data, "II", 2) && (data[2] == 42 || data[2] == 43) && data[3] == 0) ||
+                     (!memcmp(data, "MM", 2) && data[2] == 0 && (data[3] == 42 || data[3] == 43))))
+        return PK_FMT_TIFF;
+    /* "BM" alone also starts text; a DIB header size it knows makes it a BMP
+     * (a file cut before that is a truncated BMP, worth saying) */
+    if (len >= 2 && !memcmp(data, "BM", 2)) {
+        if (len < 18) return len >= 14 ? PK_FMT_BMP : PK_FMT_UNKNOWN;
+        uint32_t hs = (uint32_t)data[14] | (uint32_t)data[15] << 8 | (uint32_t)data[16] << 16 |
+                      (uint32_t)data[17] << 24;
+        if (hs == 12 || hs == 40 || hs == 52 || hs == 56 || hs == 64 || hs == 108 || hs == 124)
+            return PK_FMT_BMP;
+    }
     return PK_FMT_UNKNOWN;
 }
 
@@ -184,8 +196,8 @@ static int unsupported(const uint8_t *data, size_t len, char *msg, size_t cap)
     for (size_t i = 0; i < n; i++)
         at += (size_t)snprintf(hex + at, sizeof hex - at, "%s%02x", i ? " " : "", data[i]);
     const char *name = format_name(data, len);
-    return fail(msg, cap, PK_E_UNSUPPORTED, "unsupported image format (starts with %s%s%s)", hex,
-                name ? ": " : "", name ? name : "");
+    return pk__fail(msg, cap, PK_E_UNSUPPORTED, "unsupported image format (starts with %s%s%s)", hex,
+                    name ? ": " : "", name ? name : "");
 }
 
 /* ------------------------------------------------------------- geometry */
@@ -226,16 +238,23 @@ void pk_layout_compute(const pk_params *p, uint32_t src_w, uint32_t src_h, pk_la
     }
 }
 
+int pk__pixels(pk_decoder *d, size_t n, uint8_t **pix, char *msg, size_t cap)
+{
+    int rc = grow(d, n, msg, cap);
+    *pix = rc == PK_OK ? d->pix : NULL;
+    return rc;
+}
+
 /* Refuse from the header, before any pixel memory exists. */
-static int check_pixels(uint32_t w, uint32_t h, const pk_params *p, char *msg, size_t cap)
+int pk__check_pixels(uint32_t w, uint32_t h, const pk_params *p, char *msg, size_t cap)
 {
     uint64_t px = (uint64_t)w * h;
     if (p->max_pixels && px > p->max_pixels)
-        return fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, over --max-pixels %llu", w, h,
-                    (unsigned long long)px, (unsigned long long)p->max_pixels);
+        return pk__fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, over --max-pixels %llu", w,
+                        h, (unsigned long long)px, (unsigned long long)p->max_pixels);
     if (px > SIZE_MAX / 8)
-        return fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, too large to decode", w, h,
-                    (unsigned long long)px);
+        return pk__fail(msg, cap, PK_E_TOO_LARGE, "image is %ux%u = %llu pixels, too large to decode", w, h,
+                        (unsigned long long)px);
     return PK_OK;
 }
 
@@ -282,8 +301,8 @@ static int jpeg_fail(pk_decoder *d, char *msg, size_t cap)
      * hierarchical processes) are unsupported; everything else is damage,
      * "Unsupported marker type" included, which noise produces. */
     int rc = strncmp(why, "Unsupported JPEG", 16) == 0
-                 ? fail(msg, cap, PK_E_UNSUPPORTED, "unsupported JPEG: %s", why)
-                 : fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %s", why);
+                 ? pk__fail(msg, cap, PK_E_UNSUPPORTED, "unsupported JPEG: %s", why)
+                 : pk__fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: %s", why);
     tjDestroy(d->tj);
     d->tj = tjInitDecompress(); /* NULL: the next JPEG reports out of memory */
     return rc;
@@ -334,7 +353,8 @@ static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t 
             (uint32_t)ih != fh) {
             tjDestroy(d->tj);
             d->tj = tjInitDecompress();
-            return fail(msg, cap, PK_E_CORRUPT, "corrupt JPEG: no complete frame header (truncated file?)");
+            return pk__fail(msg, cap, PK_E_CORRUPT,
+                            "corrupt JPEG: no complete frame header (truncated file?)");
         }
         *w = (uint32_t)iw;
         *h = (uint32_t)ih;
@@ -402,12 +422,12 @@ static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_
 {
     int cmyk = 0, subsamp = -1, cs = -1;
     if (!d->tj && !(d->tj = tjInitDecompress()))
-        return fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
+        return pk__fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
     int rc = jpeg_header(d, data, len, ow, oh, &cmyk, &subsamp, &cs, msg, cap);
-    if (rc == PK_OK) rc = check_pixels(*ow, *oh, p, msg, cap);
+    if (rc == PK_OK) rc = pk__check_pixels(*ow, *oh, p, msg, cap);
     if (rc != PK_OK) return rc;
     if (!d->tj && !(d->tj = tjInitDecompress()))
-        return fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
+        return pk__fail(msg, cap, PK_E_NOMEM, "out of memory (TurboJPEG handle)");
     pk_layout l;
     pk_layout_compute(p, *ow, *oh, &l);
     tjscalingfactor sf = {1, jpeg_denominator(d, *ow, *oh, &l)};
@@ -428,8 +448,8 @@ static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_
 
 static int png_fail(int err, char *msg, size_t cap)
 {
-    if (err == SPNG_EMEM) return fail(msg, cap, PK_E_NOMEM, "out of memory decoding PNG");
-    return fail(msg, cap, PK_E_CORRUPT, "corrupt PNG: %s", spng_strerror(err));
+    if (err == SPNG_EMEM) return pk__fail(msg, cap, PK_E_NOMEM, "out of memory decoding PNG");
+    return pk__fail(msg, cap, PK_E_CORRUPT, "corrupt PNG: %s", spng_strerror(err));
 }
 
 /* Header, limits, decode; ctx is the caller's to free. */
@@ -446,7 +466,7 @@ static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len
         return png_fail(err, msg, cap);
     *ow = ihdr.width;
     *oh = ihdr.height;
-    int rc = check_pixels(ihdr.width, ihdr.height, p, msg, cap);
+    int rc = pk__check_pixels(ihdr.width, ihdr.height, p, msg, cap);
     if (rc != PK_OK) return rc;
     if ((err = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &need))) return png_fail(err, msg, cap);
     if ((rc = grow(d, need, msg, cap)) != PK_OK) return rc;
@@ -462,7 +482,7 @@ static int png_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_p
     pk_rgb_view *v = &out->rgb;
     out->planar = false;
     spng_ctx *ctx = spng_ctx_new(0);
-    if (!ctx) return fail(msg, cap, PK_E_NOMEM, "out of memory decoding PNG");
+    if (!ctx) return pk__fail(msg, cap, PK_E_NOMEM, "out of memory decoding PNG");
     int rc = png_run(d, ctx, data, len, p, v, ow, oh, msg, cap);
     spng_ctx_free(ctx);
     return rc;
@@ -491,8 +511,8 @@ static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, con
     uint8_t *at = out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x;
     if ((v->planar ? pk_resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
                    : pk_resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, at, stride)) != 0)
-        return fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
-                    (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
+        return pk__fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
+                        (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
     if (l.w == n && l.h == n) return PK_OK;
     fill_rect(out, stride, 0, 0, n, l.pad_y, p->fill);                               /* top */
     fill_rect(out, stride, 0, l.pad_y + l.h, n, n - l.pad_y - l.h, p->fill);         /* bottom */
@@ -505,11 +525,11 @@ static int check_args(const pk_decoder *d, const uint8_t *data, size_t len, cons
                       const uint8_t *out, char *msg, size_t cap)
 {
     if (!d || !p || !out || (!data && len))
-        return fail(msg, cap, PK_E_ARG, "invalid argument (NULL decoder, params, data or output)");
+        return pk__fail(msg, cap, PK_E_ARG, "invalid argument (NULL decoder, params, data or output)");
     if (p->size == 0 || p->size > PK_MAX_SIZE)
-        return fail(msg, cap, PK_E_ARG, "invalid size %u (1 .. %u)", p->size, PK_MAX_SIZE);
+        return pk__fail(msg, cap, PK_E_ARG, "invalid size %u (1 .. %u)", p->size, PK_MAX_SIZE);
     if (p->mode != PK_RESIZE_SHORTER && p->mode != PK_RESIZE_STRETCH && p->mode != PK_RESIZE_FIT)
-        return fail(msg, cap, PK_E_ARG, "invalid resize mode %d", (int)p->mode);
+        return pk__fail(msg, cap, PK_E_ARG, "invalid resize mode %d", (int)p->mode);
     return PK_OK;
 }
 
@@ -519,7 +539,7 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
     uint32_t ow = 0, oh = 0;
     decoded v;
     int rc = check_args(d, data, len, p, out, msg, msgcap);
-    if (rc == PK_OK && len == 0) rc = fail(msg, msgcap, PK_E_EMPTY, "empty file");
+    if (rc == PK_OK && len == 0) rc = pk__fail(msg, msgcap, PK_E_EMPTY, "empty file");
     if (rc == PK_OK) {
         switch (pk_sniff(data, len)) {
         case PK_FMT_JPEG:
@@ -527,6 +547,22 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
             break;
         case PK_FMT_PNG:
             rc = png_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap);
+            break;
+        case PK_FMT_WEBP:
+            v.planar = false;
+            rc = pk__webp_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
+            break;
+        case PK_FMT_GIF:
+            v.planar = false;
+            rc = pk__gif_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
+            break;
+        case PK_FMT_BMP:
+            v.planar = false;
+            rc = pk__bmp_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
+            break;
+        case PK_FMT_TIFF:
+            v.planar = false;
+            rc = pk__tiff_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
             break;
         default:
             rc = unsupported(data, len, msg, msgcap);

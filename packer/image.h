@@ -5,7 +5,10 @@
  * The format is sniffed from the magic bytes, never from the file name.
  * JPEG goes through TurboJPEG (every JPEG libjpeg-turbo decodes: baseline,
  * progressive, arithmetic, any subsampling, grayscale, CMYK and YCCK), PNG
- * through libspng (every colour type and depth). The result matches what
+ * through libspng (every colour type and depth); WebP (libwebp), GIF
+ * (giflib: the first frame), TIFF (libtiff: the first page) and BMP (read
+ * here) through image_formats.c, which says where they differ from Pillow.
+ * The result matches what
  * torchvision does to a PIL image:
  *
  *   Image.open(f).convert("RGB") -> Resize(size) -> CenterCrop(size)     (shorter)
@@ -70,9 +73,11 @@ void pk_params_init(pk_params *p, uint32_t size);
 typedef enum {
     PK_OK = 0,
     PK_E_EMPTY = 1,       /* zero-length input                                    */
-    PK_E_UNSUPPORTED = 2, /* not JPEG or PNG (GIF, WebP, text, ...), or a JPEG
-                             libjpeg-turbo does not decode (12-bit, lossless)    */
-    PK_E_CORRUPT = 3,     /* a JPEG or PNG that does not decode cleanly, including
+    PK_E_UNSUPPORTED = 2, /* none of the formats read here (AVIF, HEIF, text, ...),
+                             or a variant its decoder lacks (12-bit or lossless
+                             JPEG, a BMP holding a JPEG, a TIFF layout libtiff's
+                             RGBA interface refuses)                            */
+    PK_E_CORRUPT = 3,     /* an image that does not decode cleanly, including
                              truncated data and any libjpeg warning              */
     PK_E_TOO_LARGE = 4,   /* over max_pixels, or too large to address              */
     PK_E_NOMEM = 5,       /* out of memory                                        */
@@ -82,7 +87,15 @@ typedef enum {
 /* Short stable name of a status, e.g. "corrupt". Never NULL. */
 const char *pk_status_name(int status);
 
-typedef enum { PK_FMT_UNKNOWN = 0, PK_FMT_JPEG = 1, PK_FMT_PNG = 2 } pk_format;
+typedef enum {
+    PK_FMT_UNKNOWN = 0,
+    PK_FMT_JPEG = 1,
+    PK_FMT_PNG = 2,
+    PK_FMT_WEBP = 3,
+    PK_FMT_GIF = 4,
+    PK_FMT_BMP = 5,
+    PK_FMT_TIFF = 6
+} pk_format;
 
 /* What the magic bytes say (PK_FMT_UNKNOWN for anything not decoded here). */
 pk_format pk_sniff(const uint8_t *data, size_t len);
@@ -122,7 +135,7 @@ void pk_decoder_free(pk_decoder *d);
  * Returns PK_OK (msg then empty) or a pk_status; on failure out is
  * unspecified and msg gets one line without the file name (the caller
  * prefixes it), e.g.
- *   unsupported image format (starts with 47 49 46 38: GIF)
+ *   unsupported image format (starts with 00 00 00 1c: AVIF)
  *   corrupt JPEG: Premature end of JPEG file
  *   image is 20000x20000 = 400000000 pixels, over --max-pixels 100000000
  * msg may be NULL when msgcap is 0. */

@@ -66,7 +66,7 @@ static void usage(FILE *f)
             "                        in the header) and PNG, random bytes\n"
             "                        named .jpg, a JPEG that ends after its headers,\n"
             "                        decompression bombs (small JPEG and PNG whose headers\n"
-            "                        claim %ux%u pixels), a GIF named .jpg and a text file\n"
+            "                        claim %ux%u pixels), a HEIF named .jpg and a text file\n"
             "      --force           replace an earlier rawgen tree in OUTDIR\n"
             "      --json            print the result as one JSON object on stdout\n"
             "  -q, --quiet           no progress bar or summary\n"
@@ -813,13 +813,13 @@ enum {
     B_HEADER_ONLY,
     B_BOMB_JPEG,
     B_BOMB_PNG,
-    B_GIF,
+    B_HEIC,
     B_TEXT,
     B_COUNT
 };
 static const char *const bname[B_COUNT] = {"empty.jpg",     "truncated.jpg", "truncated-header.jpg",
                                            "truncated.png", "random.jpg",    "header-only.jpg",
-                                           "bomb.jpg",      "bomb.png",      "gif.jpg",
+                                           "bomb.jpg",      "bomb.png",      "heic.jpg",
                                            "notes.txt"};
 
 static int write_broken(run_t *r, unsigned k)
@@ -907,18 +907,16 @@ static int write_broken(run_t *r, unsigned k)
             uint64_t v = next(&rg);
             memcpy(buf + i, &v, 8);
         }
-        buf[0] = 0x00; /* never a JPEG (FF D8), PNG (89 50) or GIF ('G') signature */
+        buf[0] = 0x00; /* no signature pack reads starts with 00 (FF, 89, R, G, B, I, M) */
         rc = emit(r, rel, buf, sizeof buf, 2);
         break;
-    case B_GIF: {
-        /* GIF89a, 2x2, 4-colour global table, one LZW-coded frame */
-        static const uint8_t gif[] = {
-            'G',  'I',  'F',  '8',  '9',  'a',  2,    0,    2,    0,    0x81, 0,    0, /* screen 2x2, GCT of 4 */
-            0xff, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0x2c, 0,
-            0,    0,    0,    2,    0,    2,    0,    0, /* image descriptor */
-            2,    3,    0x44, 0x34, 0x05, 0,             /* min code size 2; data; end */
-            0x3b};                                       /* trailer */
-        rc = emit(r, rel, gif, sizeof gif, 2);
+    case B_HEIC: {
+        /* what a phone saves and a user names .jpg: a HEIF file (its ftyp box;
+         * pack reads no HEIF) */
+        static const uint8_t heic[] = {0,   0,   0, 24, 'f', 't', 'y', 'p', 'h', 'e', 'i',
+                                       'c', 0,   0, 0,  0,   'm', 'i', 'f', '1', 'h', 'e',
+                                       'i', 'c', 0, 0,  0,   8,   'm', 'e', 't', 'a'};
+        rc = emit(r, rel, heic, sizeof heic, 2);
         break;
     }
     case B_TEXT: {

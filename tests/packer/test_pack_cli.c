@@ -302,7 +302,7 @@ START_TEST(variants_packed_broken_skipped)
                   {"broken-truncated.png", corrupt},  {"broken-truncated-header.jpg", corrupt},
                   {"broken-random.jpg", unsupported}, {"broken-header-only.jpg", corrupt},
                   {"broken-bomb.jpg", bomb},          {"broken-bomb.png", bomb},
-                  {"broken-gif.jpg", unsupported},    {"broken-notes.txt", unsupported}};
+                  {"broken-heic.jpg", unsupported},   {"broken-notes.txt", unsupported}};
     size_t i;
     json_t *v;
     json_array_foreach(broken, i, v)

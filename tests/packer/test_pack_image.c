@@ -1,13 +1,14 @@
 /* tests/packer/test_pack_image.c - pack's image ingest (packer/image.c,
  * packer/resize.c).
  *
- * Every JPEG and PNG flavour decodes to the pixels its own decoder gives;
+ * Every JPEG and PNG flavour decodes to the pixels its own decoder gives,
+ * every WebP, GIF, BMP and TIFF one to what a PNG of its pixels gives;
  * the resize agrees with an independent double-precision implementation of
  * Pillow's BILINEAR filter written here; the geometry is torchvision's
  * (Resize(size) + CenterCrop(size)); broken and hostile files are refused
  * with the right status and message, and do not upset the decoder for the
- * next file. Test images are made here with TurboJPEG, libspng and (when
- * installed) cjpeg; the one committed image is a 385-byte plain-CMYK JPEG,
+ * next file. Test images are made here with TurboJPEG, libspng, libwebp,
+ * giflib, libtiff, a BMP writer of its own and (when installed) cjpeg; the one committed image is a 385-byte plain-CMYK JPEG,
  * which TurboJPEG cannot write.
  *
  * Tolerances: decodes without resampling must match byte for byte; resampled
@@ -23,14 +24,18 @@
 
 #include <check.h>
 #include <errno.h>
+#include <gif_lib.h>
 #include <math.h>
 #include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <tiffio.h>
 #include <turbojpeg.h>
 #include <unistd.h>
+#include <webp/encode.h>
+#include <webp/mux.h>
 
 /* ================================================================ helpers */
 
@@ -347,7 +352,13 @@ START_TEST(sniff_magic_not_names)
     ck_assert_int_eq(pk_sniff(jpg, sizeof jpg), PK_FMT_JPEG);
     ck_assert_int_eq(pk_sniff(png, sizeof png), PK_FMT_PNG);
     ck_assert_int_eq(pk_sniff(png, 4), PK_FMT_PNG); /* cut inside the signature: still PNG */
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"GIF89a", 6), PK_FMT_UNKNOWN);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"GIF89a", 6), PK_FMT_GIF);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"RIFF\x10\0\0\0WEBPVP8L", 16), PK_FMT_WEBP);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"RIFF\x10\0\0\0WAVEfmt ", 16), PK_FMT_UNKNOWN);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"II*\0", 4), PK_FMT_TIFF);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"MM\0*", 4), PK_FMT_TIFF);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"BM\0\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0", 18), PK_FMT_BMP);
+    ck_assert_int_eq(pk_sniff((const uint8_t *)"BMW is a car, not a bitmap", 26), PK_FMT_UNKNOWN);
     ck_assert_int_eq(pk_sniff(jpg, 1), PK_FMT_UNKNOWN);
     ck_assert_int_eq(pk_sniff(NULL, 0), PK_FMT_UNKNOWN);
 }
@@ -373,15 +384,16 @@ START_TEST(unsupported_formats)
     pk_decoder *d = pk_decoder_new();
     pk_params p = params(32, PK_RESIZE_SHORTER);
     /* what a .jpg can hold that is no JPEG: the name is never consulted */
-    static const uint8_t gif[] = "GIF89a\x10\x00\x10\x00\x80\x00\x00";
-    process_fails(d, gif, sizeof gif - 1, &p, PK_E_UNSUPPORTED,
-                  "unsupported image format (starts with 47 49 46 38: GIF)");
-    static const uint8_t webp[] = "RIFF\x24\x00\x00\x00WEBPVP8 ";
-    process_fails(d, webp, sizeof webp - 1, &p, PK_E_UNSUPPORTED, "(starts with 52 49 46 46: WebP)");
+    static const uint8_t avif[] = "\x00\x00\x00\x1c"
+                                  "ftypavif\x00\x00\x00\x00";
+    process_fails(d, avif, sizeof avif - 1, &p, PK_E_UNSUPPORTED,
+                  "unsupported image format (starts with 00 00 00 1c: AVIF)");
+    static const uint8_t psd[] = "8BPS\x00\x01";
+    process_fails(d, psd, sizeof psd - 1, &p, PK_E_UNSUPPORTED, "(starts with 38 42 50 53: Photoshop)");
     static const char html[] = "<!DOCTYPE html><html>404 Not Found</html>\n";
     process_fails(d, (const uint8_t *)html, sizeof html - 1, &p, PK_E_UNSUPPORTED,
                   "(starts with 3c 21 44 4f: text)");
-    static const uint8_t bmp[] = "BM\x36\x00\x00\x00";
+    static const uint8_t bmp[] = "BM\x36\x00\x00\x00"; /* too short to be sure it is one */
     process_fails(d, bmp, sizeof bmp - 1, &p, PK_E_UNSUPPORTED, ": BMP)");
     static const uint8_t junk[] = {0x00, 0x9c, 0xfe, 0x13, 0x77};
     process_fails(d, junk, sizeof junk, &p, PK_E_UNSUPPORTED,
@@ -1209,6 +1221,570 @@ START_TEST(png_bomb_refused_from_header)
 }
 END_TEST
 
+/* ===================================================== WebP, GIF, BMP, TIFF */
+
+/* The output of `data` equals that of a PNG of `want` (w x h RGB) under the
+ * same params: the same pixels went into the same resize. */
+static void same_as_png(pk_decoder *d, const uint8_t *data, size_t len, const uint8_t *want, uint32_t w,
+                        uint32_t h, uint32_t size, const char *what)
+{
+    image ref = {(uint8_t *)(uintptr_t)want, w, h};
+    size_t plen;
+    uint8_t *png = png_rgb(&ref, &plen);
+    pk_params p = params(size, PK_RESIZE_SHORTER);
+    uint32_t ow, oh, rw, rh;
+    uint8_t *got = process_ok(d, data, len, &p, &ow, &oh), *exp = process_ok(d, png, plen, &p, &rw, &rh);
+    ck_assert_msg(ow == w && oh == h, "%s: size %ux%u, expected %ux%u", what, ow, oh, w, h);
+    size_t n = (size_t)size * size * 3, bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != exp[i];
+    ck_assert_msg(bad == 0, "%s: %zu of %zu bytes differ from the PNG of the same pixels", what, bad, n);
+    free(got);
+    free(exp);
+    free(png);
+}
+
+/* Every cut of a valid file short of its end fails with `want`; none crashes. */
+static void cuts_fail(pk_decoder *d, const uint8_t *data, size_t len, const char *sub)
+{
+    pk_params p = params(16, PK_RESIZE_SHORTER);
+    const size_t cuts[] = {14, 20, 40, len / 3, len / 2, len - 9};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        if (cuts[i] < len) process_fails(d, data, cuts[i], &p, PK_E_CORRUPT, sub);
+}
+
+/* A header over max_pixels is refused before any decoding. */
+static void refused_over_max_pixels(pk_decoder *d, const uint8_t *data, size_t len, uint32_t w, uint32_t h)
+{
+    pk_params p = params(16, PK_RESIZE_SHORTER);
+    p.max_pixels = (uint64_t)w * h - 1;
+    char sub[96];
+    snprintf(sub, sizeof sub, "image is %ux%u = %llu pixels, over --max-pixels", w, h,
+             (unsigned long long)w * h);
+    process_fails(d, data, len, &p, PK_E_TOO_LARGE, sub);
+}
+
+static uint8_t *webp_owned(uint8_t *out, size_t n, size_t *len)
+{
+    ck_assert_msg(out && n, "WebP encoding failed");
+    uint8_t *copy = dup_bytes(out, n);
+    WebPFree(out);
+    *len = n;
+    return copy;
+}
+
+/* Two frames, the first `a`, the second `b` (RGB, w x h, opaque). */
+static uint8_t *webp_animated(const image *a, const image *b, size_t *len)
+{
+    WebPAnimEncoderOptions ao;
+    WebPConfig c;
+    ck_assert(WebPAnimEncoderOptionsInit(&ao) && WebPConfigInit(&c));
+    c.lossless = 1;
+    WebPAnimEncoder *enc = WebPAnimEncoderNew((int)a->w, (int)a->h, &ao);
+    ck_assert_ptr_nonnull(enc);
+    const image *fr[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        WebPPicture pic;
+        ck_assert(WebPPictureInit(&pic));
+        pic.use_argb = 1;
+        pic.width = (int)a->w, pic.height = (int)a->h;
+        ck_assert(WebPPictureImportRGB(&pic, fr[k]->px, (int)(3 * a->w)));
+        ck_assert(WebPAnimEncoderAdd(enc, &pic, 100 * k, &c));
+        WebPPictureFree(&pic);
+    }
+    ck_assert(WebPAnimEncoderAdd(enc, NULL, 200, NULL));
+    WebPData out;
+    WebPDataInit(&out);
+    ck_assert(WebPAnimEncoderAssemble(enc, &out));
+    uint8_t *copy = dup_bytes(out.bytes, out.size);
+    *len = out.size;
+    WebPDataClear(&out);
+    WebPAnimEncoderDelete(enc);
+    return copy;
+}
+
+START_TEST(webp_lossless_lossy_animated)
+{
+    pk_decoder *d = pk_decoder_new();
+    image im = synth(37, 23, DETAIL, 5), other = synth(37, 23, FLAT, 0);
+    uint8_t *out = NULL;
+    size_t len;
+    /* lossless: the very pixels */
+    uint8_t *ll = webp_owned(out, WebPEncodeLosslessRGB(im.px, 37, 23, 3 * 37, &out), &len);
+    same_as_png(d, ll, len, im.px, 37, 23, 16, "lossless WebP");
+    same_as_png(d, ll, len, im.px, 37, 23, 40, "lossless WebP, upscaled");
+    cuts_fail(d, ll, len, "corrupt WebP: ");
+    refused_over_max_pixels(d, ll, len, 37, 23);
+    /* alpha dropped, not composited (alpha never 0: the encoder may change
+     * the colour of fully transparent pixels) */
+    uint8_t *rgba = xmalloc((size_t)37 * 23 * 4);
+    for (size_t i = 0; i < (size_t)37 * 23; i++) {
+        memcpy(rgba + 4 * i, im.px + 3 * i, 3);
+        rgba[4 * i + 3] = (uint8_t)(1 + i % 255);
+    }
+    uint8_t *la = webp_owned(out, WebPEncodeLosslessRGBA(rgba, 37, 23, 4 * 37, &out), &len);
+    same_as_png(d, la, len, im.px, 37, 23, 16, "lossless WebP with alpha");
+    free(la);
+    free(rgba);
+    /* lossy: close to the source */
+    image big = synth(64, 64, GRADIENT, 1);
+    uint8_t *ly = webp_owned(out, WebPEncodeRGB(big.px, 64, 64, 3 * 64, 90, &out), &len);
+    pk_params p = params(64, PK_RESIZE_STRETCH);
+    uint8_t *got = process_ok(d, ly, len, &p, NULL, NULL);
+    double db = psnr(got, big.px, (size_t)64 * 64 * 3);
+    ck_assert_msg(db > 30, "lossy WebP: %.1f dB", db);
+    free(got);
+    cuts_fail(d, ly, len, "corrupt WebP: ");
+    free(ly);
+    /* animated: the first frame */
+    uint8_t *an = webp_animated(&im, &other, &len);
+    ck_assert_int_eq(pk_sniff(an, len), PK_FMT_WEBP);
+    same_as_png(d, an, len, im.px, 37, 23, 16, "animated WebP");
+    free(an);
+    /* the RIFF header of a WebP whose data is garbage */
+    ll[20] ^= 0xff, ll[21] ^= 0x5a;
+    process_fails(d, ll, 30, &p, PK_E_CORRUPT, "corrupt WebP: ");
+    free(ll);
+    image_free(&im);
+    image_free(&other);
+    image_free(&big);
+    pk_decoder_free(d);
+}
+END_TEST
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} membuf;
+
+static int gif_put(GifFileType *g, const GifByteType *b, int n)
+{
+    membuf *m = g->UserData;
+    if (m->len + (size_t)n > m->cap) {
+        m->cap = 2 * (m->len + (size_t)n);
+        m->p = realloc(m->p, m->cap);
+        ck_assert_ptr_nonnull(m->p);
+    }
+    memcpy(m->p + m->len, b, (size_t)n);
+    m->len += (size_t)n;
+    return n;
+}
+
+/* A GIF of the w x h canvas: frames[k] of fw x fh at (x, y), indices into
+ * the global palette (or its own, when local), optionally interlaced. */
+typedef struct {
+    uint32_t x, y, w, h;
+    const uint8_t *idx;
+    int local, interlace;
+} gif_frame_spec;
+
+static uint8_t *gif_encode(uint32_t w, uint32_t h, const GifColorType *pal, int bg, const gif_frame_spec *fr,
+                           int nfr, size_t *len)
+{
+    membuf m = {NULL, 0, 0};
+    int err = 0;
+    GifFileType *g = EGifOpen(&m, gif_put, &err);
+    ck_assert_ptr_nonnull(g);
+    ColorMapObject *cm = GifMakeMapObject(256, pal);
+    ck_assert_int_eq(EGifPutScreenDesc(g, (int)w, (int)h, 8, bg, cm), GIF_OK);
+    for (int k = 0; k < nfr; k++) {
+        const gif_frame_spec *f = &fr[k];
+        ColorMapObject *lm = f->local ? GifMakeMapObject(256, pal + 256) : NULL;
+        ck_assert_int_eq(EGifPutImageDesc(g, (int)f->x, (int)f->y, (int)f->w, (int)f->h, f->interlace, lm),
+                         GIF_OK);
+        static const int start[4] = {0, 4, 2, 1}, step[4] = {8, 8, 4, 2};
+        for (int pass = 0; pass < (f->interlace ? 4 : 1); pass++)
+            for (uint32_t r = f->interlace ? (uint32_t)start[pass] : 0; r < f->h;
+                 r += f->interlace ? step[pass] : 1)
+                ck_assert_int_eq(
+                    EGifPutLine(g, (GifPixelType *)(uintptr_t)(f->idx + (size_t)r * f->w), (int)f->w),
+                    GIF_OK);
+        GifFreeMapObject(lm);
+    }
+    ck_assert_int_eq(EGifCloseFile(g, &err), GIF_OK);
+    GifFreeMapObject(cm);
+    *len = m.len;
+    return m.p;
+}
+
+START_TEST(gif_first_frame)
+{
+    pk_decoder *d = pk_decoder_new();
+    enum { W = 29, H = 21 };
+    GifColorType pal[512]; /* global, then a local palette */
+    uint64_t seed = 3;
+    for (int i = 0; i < 512; i++)
+        pal[i] = (GifColorType){(GifByteType)rng_next(&seed), (GifByteType)rng_next(&seed),
+                                (GifByteType)rng_next(&seed)};
+    uint8_t idx[W * H], idx2[W * H], want[W * H * 3];
+    for (int i = 0; i < W * H; i++) idx[i] = (uint8_t)rng_next(&seed), idx2[i] = (uint8_t)(255 - idx[i]);
+    for (int local = 0; local < 2; local++)
+        for (int interlace = 0; interlace < 2; interlace++) {
+            gif_frame_spec fr[2] = {{0, 0, W, H, idx, local, interlace}, {0, 0, W, H, idx2, 0, 0}};
+            for (int i = 0; i < W * H; i++) {
+                const GifColorType *c = &pal[256 * local + idx[i]];
+                want[3 * i] = c->Red, want[3 * i + 1] = c->Green, want[3 * i + 2] = c->Blue;
+            }
+            size_t len;
+            uint8_t *gif = gif_encode(W, H, pal, 0, fr, 2, &len); /* two frames: the first counts */
+            char what[64];
+            snprintf(what, sizeof what, "GIF local %d interlace %d", local, interlace);
+            same_as_png(d, gif, len, want, W, H, 16, what);
+            if (!local && !interlace) refused_over_max_pixels(d, gif, len, W, H);
+            free(gif);
+            /* cut inside the one frame (a cut in a second frame is not read) */
+            gif = gif_encode(W, H, pal, 0, fr, 1, &len);
+            cuts_fail(d, gif, len - 1, "corrupt GIF: ");
+            free(gif);
+        }
+    /* a frame smaller than the canvas: the rest is the background colour */
+    gif_frame_spec small = {5, 3, 10, 8, idx, 0, 0};
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            int in = x >= 5 && x < 15 && y >= 3 && y < 11;
+            const GifColorType *c = &pal[in ? idx[(y - 3) * 10 + (x - 5)] : 7];
+            uint8_t *o = want + 3 * (y * W + x);
+            o[0] = c->Red, o[1] = c->Green, o[2] = c->Blue;
+        }
+    size_t len;
+    uint8_t *gif = gif_encode(W, H, pal, 7, &small, 1, &len);
+    same_as_png(d, gif, len, want, W, H, 16, "GIF frame inside the canvas");
+    free(gif);
+    /* no image at all */
+    gif = gif_encode(W, H, pal, 0, NULL, 0, &len);
+    pk_params p = params(16, PK_RESIZE_SHORTER);
+    process_fails(d, gif, len, &p, PK_E_CORRUPT, "corrupt GIF: no image in the file");
+    free(gif);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ BMP */
+
+static void le16_put(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void le32_put(uint8_t *p, uint32_t v) { le16_put(p, v), le16_put(p + 2, v >> 16); }
+
+typedef struct {
+    uint32_t hs, bpp, comp; /* info header size, bits per pixel, compression */
+    int top_down;
+    uint32_t mask[4]; /* bit fields (R, G, B, A) */
+} bmp_spec;
+
+/* A BMP of `px` (w x h) indices (bpp <= 8, with palette `pal` of 1 << bpp
+ * RGB entries) or RGB triples; fills want with what a reader must give. */
+static uint8_t *bmp_encode(const bmp_spec *s, uint32_t w, uint32_t h, const uint8_t *px, const uint8_t *pal,
+                           uint8_t *want, size_t *len)
+{
+    uint32_t ncol = s->bpp <= 8 ? 1u << s->bpp : 0, entry = s->hs == 12 ? 3 : 4;
+    int fields = s->comp == 3;
+    size_t masks = fields && s->hs == 40 ? 12 : 0, pal_off = 14 + s->hs + masks,
+           data_off = pal_off + ncol * entry;
+    size_t stride = ((size_t)w * s->bpp + 31) / 32 * 4, cap = data_off + (stride + 4 * (size_t)w + 16) * h;
+    uint8_t *b = calloc(1, cap);
+    ck_assert_ptr_nonnull(b);
+    b[0] = 'B', b[1] = 'M';
+    le32_put(b + 10, (uint32_t)data_off);
+    le32_put(b + 14, s->hs);
+    if (s->hs == 12) {
+        le16_put(b + 18, w), le16_put(b + 20, h), le16_put(b + 22, 1), le16_put(b + 24, s->bpp);
+    } else {
+        le32_put(b + 18, w), le32_put(b + 22, s->top_down ? (uint32_t) - (int32_t)h : h);
+        le16_put(b + 26, 1), le16_put(b + 28, s->bpp), le32_put(b + 30, s->comp);
+        if (fields)
+            for (int k = 0; k < (s->hs >= 56 ? 4 : 3); k++) le32_put(b + 54 + 4 * k, s->mask[k]);
+    }
+    for (uint32_t i = 0; i < ncol; i++) {
+        uint8_t *e = b + pal_off + i * entry;
+        e[0] = pal[3 * i + 2], e[1] = pal[3 * i + 1], e[2] = pal[3 * i];
+    }
+    size_t at = data_off;
+    for (uint32_t y = 0; y < h; y++) { /* file row y: image row h - 1 - y unless top-down */
+        uint32_t r = s->top_down ? y : h - 1 - y;
+        if (s->comp == 1 || s->comp == 2) { /* RLE8 / RLE4: 4 literal pixels, runs of 2, end of line */
+            const uint8_t *q = px + (size_t)r * w;
+            b[at++] = 0, b[at++] = 4;
+            if (s->comp == 1) b[at++] = q[0], b[at++] = q[1], b[at++] = q[2], b[at++] = q[3];
+            else b[at++] = (uint8_t)(q[0] << 4 | q[1]), b[at++] = (uint8_t)(q[2] << 4 | q[3]);
+            for (uint32_t x = 4; x < w; x += 2) {
+                uint32_t n = x + 1 < w ? 2 : 1, a = px[r * w + x], c = n == 2 ? px[r * w + x + 1] : 0;
+                if (s->comp == 1 && n == 2 && a != c) { /* absolute mode needs 3+: two runs of 1 */
+                    b[at++] = 1, b[at++] = (uint8_t)a, b[at++] = 1, b[at++] = (uint8_t)c;
+                } else {
+                    b[at++] = (uint8_t)n, b[at++] = (uint8_t)(s->comp == 2 ? a << 4 | c : a);
+                }
+            }
+            b[at++] = 0, b[at++] = y + 1 == h ? 1 : 0;
+            continue;
+        }
+        uint8_t *row = b + at;
+        for (uint32_t x = 0; x < w; x++) {
+            const uint8_t *c = s->bpp <= 8 ? NULL : px + 3 * ((size_t)r * w + x);
+            if (s->bpp <= 8) {
+                uint32_t per = 8 / s->bpp;
+                row[x / per] |= (uint8_t)(px[r * w + x] << (8 - s->bpp * (1 + x % per)));
+            } else if (s->bpp == 24) {
+                row[3 * x] = c[2], row[3 * x + 1] = c[1], row[3 * x + 2] = c[0];
+            } else {
+                uint32_t v = 0;
+                const uint32_t *m = fields         ? s->mask
+                                    : s->bpp == 16 ? (const uint32_t[4]){0x7c00, 0x3e0, 0x1f, 0}
+                                                   : (const uint32_t[4]){0xff0000, 0xff00, 0xff, 0};
+                for (int k = 0; k < 3; k++) {
+                    unsigned sh = 0;
+                    while (!((m[k] >> sh) & 1)) sh++;
+                    v |= ((uint32_t)c[k] * (m[k] >> sh) / 255) << sh;
+                }
+                if (s->bpp == 16) le16_put(row + 2 * x, v);
+                else le32_put(row + 4 * x, v | (fields ? 0 : 0xff000000u));
+            }
+        }
+        at += stride;
+    }
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++) {
+            uint8_t *o = want + 3 * ((size_t)y * w + x);
+            if (s->bpp <= 8) {
+                memcpy(o, pal + 3 * px[y * w + x], 3);
+            } else if (s->bpp == 24 || (s->bpp == 32 && !fields)) {
+                memcpy(o, px + 3 * ((size_t)y * w + x), 3);
+            } else { /* quantised to the field, then scaled back as Pillow does (v * 255 / max) */
+                const uint32_t *m = fields ? s->mask : (const uint32_t[4]){0x7c00, 0x3e0, 0x1f, 0};
+                for (int k = 0; k < 3; k++) {
+                    unsigned sh = 0;
+                    while (!((m[k] >> sh) & 1)) sh++;
+                    uint32_t max = m[k] >> sh;
+                    o[k] = (uint8_t)(px[3 * ((size_t)y * w + x) + k] * max / 255 * 255 / max);
+                }
+            }
+        }
+    *len = at;
+    return b;
+}
+
+START_TEST(bmp_variants)
+{
+    static const bmp_spec v[] = {
+        {40, 24, 0, 0, {0}},
+        {40, 24, 0, 1, {0}},
+        {12, 24, 0, 0, {0}},
+        {124, 24, 0, 0, {0}},
+        {40, 32, 0, 0, {0}},
+        {40, 16, 0, 0, {0}},
+        {40, 8, 0, 0, {0}},
+        {40, 4, 0, 0, {0}},
+        {40, 1, 0, 0, {0}},
+        {12, 8, 0, 0, {0}},
+        {40, 8, 1, 0, {0}},
+        {40, 4, 2, 0, {0}},
+        {40, 16, 3, 0, {0xf800, 0x7e0, 0x1f, 0}},
+        {40, 32, 3, 0, {0xff0000, 0xff00, 0xff, 0}},
+        {108, 32, 3, 1, {0xff, 0xff00, 0xff0000, 0xff000000u}},
+        {56, 16, 3, 0, {0x7c00, 0x3e0, 0x1f, 0x8000}},
+    };
+    pk_decoder *d = pk_decoder_new();
+    enum { W = 23, H = 17 };
+    image im = synth(W, H, DETAIL, 9);
+    uint8_t pal[256 * 3], idx[W * H], want[W * H * 3];
+    uint64_t seed = 5;
+    for (int i = 0; i < 256 * 3; i++) pal[i] = (uint8_t)rng_next(&seed);
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        for (int k = 0; k < W * H; k++)
+            idx[k] = (uint8_t)(rng_next(&seed) & ((1u << (v[i].bpp <= 8 ? v[i].bpp : 8)) - 1));
+        size_t len;
+        uint8_t *bmp = bmp_encode(&v[i], W, H, v[i].bpp <= 8 ? idx : im.px, pal, want, &len);
+        ck_assert_int_eq(pk_sniff(bmp, len), PK_FMT_BMP);
+        char what[96];
+        snprintf(what, sizeof what, "BMP header %u, %u bits, compression %u%s", v[i].hs, v[i].bpp, v[i].comp,
+                 v[i].top_down ? ", top-down" : "");
+        same_as_png(d, bmp, len, want, W, H, 12, what);
+        if (i == 0 || i == 10) {
+            cuts_fail(d, bmp, len, "corrupt BMP: ");
+            refused_over_max_pixels(d, bmp, len, W, H);
+        }
+        free(bmp);
+    }
+    /* what BMP can hold that is not read here */
+    size_t len;
+    bmp_spec jpg = {40, 24, 4, 0, {0}};
+    uint8_t *bmp = bmp_encode(&v[0], W, H, im.px, pal, want, &len);
+    le32_put(bmp + 30, jpg.comp);
+    pk_params p = params(16, PK_RESIZE_SHORTER);
+    process_fails(d, bmp, len, &p, PK_E_UNSUPPORTED, "unsupported BMP: compression 4");
+    le32_put(bmp + 30, 0);
+    le32_put(bmp + 18, 0x7fffffff);
+    le32_put(bmp + 22, 0x7fffffff);
+    process_fails(d, bmp, len, &p, PK_E_TOO_LARGE, "over --max-pixels");
+    free(bmp);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- TIFF */
+
+typedef struct {
+    uint16_t photometric, bits, spp, planar, compression;
+    uint32_t tile; /* 0: strips of 5 rows */
+    int pages;
+} tiff_spec;
+
+/* Write a TIFF of im (grey: its green channel; palette: idx) to a scratch
+ * file and read it back; fills want. */
+static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *idx, const uint16_t *cmap,
+                            uint8_t *want, size_t *len)
+{
+    char dir[TU_PATH], path[TU_PATH + 16];
+    tu_scratch(dir, sizeof dir, "tiff");
+    snprintf(path, sizeof path, "%s/t.tif", dir);
+    TIFF *t = TIFFOpen(path, "w");
+    ck_assert_ptr_nonnull(t);
+    uint32_t w = im->w, h = im->h;
+    for (int page = 0; page < s->pages; page++) {
+        TIFFSetField(t, TIFFTAG_IMAGEWIDTH, w);
+        TIFFSetField(t, TIFFTAG_IMAGELENGTH, h);
+        TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, s->bits);
+        TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, s->spp);
+        TIFFSetField(t, TIFFTAG_PHOTOMETRIC, s->photometric);
+        TIFFSetField(t, TIFFTAG_PLANARCONFIG, s->planar);
+        TIFFSetField(t, TIFFTAG_COMPRESSION, s->compression);
+        if (s->spp == 4 && s->photometric == PHOTOMETRIC_RGB) {
+            uint16_t extra = EXTRASAMPLE_ASSOCALPHA;
+            TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 1, &extra);
+        }
+        if (s->photometric == PHOTOMETRIC_PALETTE)
+            TIFFSetField(t, TIFFTAG_COLORMAP, cmap, cmap + 256, cmap + 512);
+        if (s->tile) {
+            TIFFSetField(t, TIFFTAG_TILEWIDTH, s->tile);
+            TIFFSetField(t, TIFFTAG_TILELENGTH, s->tile);
+        } else {
+            TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, 5);
+        }
+        if (s->pages > 1) TIFFSetField(t, TIFFTAG_SUBFILETYPE, FILETYPE_PAGE);
+        size_t bps = s->bits / 8, n = (size_t)w * h;
+        /* samples: page 0 is im, later pages its inverse */
+        uint8_t *smp = xmalloc(n * s->spp * bps);
+        for (size_t i = 0; i < n; i++)
+            for (unsigned c = 0; c < s->spp; c++) {
+                unsigned v = s->photometric == PHOTOMETRIC_PALETTE      ? idx[i]
+                             : s->photometric == PHOTOMETRIC_MINISBLACK ? im->px[3 * i + 1]
+                             : c < 3                                    ? im->px[3 * i + c]
+                                                                        : 255;
+                if (page) v = 255 - v;
+                size_t at = s->planar == PLANARCONFIG_SEPARATE ? c * n + i : i * s->spp + c;
+                if (bps == 2) ((uint16_t *)(void *)smp)[at] = (uint16_t)(v * 257);
+                else smp[at] = (uint8_t)v;
+            }
+        unsigned nplanes = s->planar == PLANARCONFIG_SEPARATE ? s->spp : 1,
+                 per = s->planar == PLANARCONFIG_SEPARATE ? 1 : s->spp;
+        for (unsigned pl = 0; pl < nplanes; pl++) {
+            const uint8_t *base = smp + (size_t)pl * n * bps;
+            if (s->tile) {
+                uint8_t *tb = xmalloc((size_t)s->tile * s->tile * per * bps);
+                for (uint32_t ty = 0; ty < h; ty += s->tile)
+                    for (uint32_t tx = 0; tx < w; tx += s->tile) {
+                        memset(tb, 0, (size_t)s->tile * s->tile * per * bps);
+                        for (uint32_t y = ty; y < ty + s->tile && y < h; y++)
+                            for (uint32_t x = tx; x < tx + s->tile && x < w; x++)
+                                memcpy(tb + (((size_t)(y - ty) * s->tile + (x - tx)) * per) * bps,
+                                       base + ((size_t)y * w + x) * per * bps, per * bps);
+                        ck_assert(TIFFWriteTile(t, tb, tx, ty, 0, (uint16_t)pl) >= 0);
+                    }
+                free(tb);
+            } else {
+                for (uint32_t y = 0; y < h; y++)
+                    ck_assert(TIFFWriteScanline(t, (void *)(base + (size_t)y * w * per * bps), y,
+                                                (uint16_t)pl) >= 0);
+            }
+        }
+        free(smp);
+        ck_assert(TIFFWriteDirectory(t));
+    }
+    TIFFClose(t);
+    for (size_t i = 0; i < (size_t)w * h; i++) { /* what page 0 must read as */
+        uint8_t *o = want + 3 * i;
+        if (s->photometric == PHOTOMETRIC_PALETTE)
+            for (int c = 0; c < 3; c++) o[c] = (uint8_t)(cmap[256 * c + idx[i]] >> 8);
+        else if (s->photometric == PHOTOMETRIC_MINISBLACK) o[0] = o[1] = o[2] = im->px[3 * i + 1];
+        else memcpy(o, im->px + 3 * i, 3);
+    }
+    uint8_t *data = tu_read(path, len);
+    unlink(path);
+    return data;
+}
+
+START_TEST(tiff_variants)
+{
+    static const tiff_spec v[] = {
+        {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
+        {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 1},
+        {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_ADOBE_DEFLATE, 16, 1},
+        {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_SEPARATE, COMPRESSION_PACKBITS, 0, 1},
+        {PHOTOMETRIC_RGB, 16, 3, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
+        {PHOTOMETRIC_RGB, 8, 4, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 1},
+        {PHOTOMETRIC_MINISBLACK, 8, 1, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
+        {PHOTOMETRIC_MINISBLACK, 16, 1, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 1},
+        {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 16, 1},
+        {PHOTOMETRIC_PALETTE, 8, 1, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
+        {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 3},
+    };
+    pk_decoder *d = pk_decoder_new();
+    enum { W = 26, H = 19 };
+    image im = synth(W, H, DETAIL, 4);
+    uint8_t idx[W * H], want[W * H * 3];
+    uint16_t cmap[768];
+    uint64_t seed = 8;
+    for (int i = 0; i < 768; i++) cmap[i] = (uint16_t)(rng_next(&seed) & 0xff) * 257;
+    for (int i = 0; i < W * H; i++) idx[i] = (uint8_t)rng_next(&seed);
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        size_t len;
+        uint8_t *tif = tiff_encode(&v[i], &im, idx, cmap, want, &len);
+        ck_assert_int_eq(pk_sniff(tif, len), PK_FMT_TIFF);
+        char what[96];
+        snprintf(what, sizeof what,
+                 "TIFF photometric %u, %u bits x %u, planar %u, compression %u, tile %u, %d pages",
+                 v[i].photometric, v[i].bits, v[i].spp, v[i].planar, v[i].compression, v[i].tile, v[i].pages);
+        same_as_png(d, tif, len, want, W, H, 12, what);
+        if (i == 1) {
+            cuts_fail(d, tif, len, "corrupt TIFF: ");
+            refused_over_max_pixels(d, tif, len, W, H);
+        }
+        free(tif);
+    }
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+START_TEST(other_formats_survive_garbage)
+{
+    /* a valid magic number followed by noise: refused, never a crash, and
+     * the decoder still decodes the next good file */
+    static const char *const magic[] = {"RIFF\x40\x00\x00\x00WEBPVP8 ", "GIF89a", "II*\x00", "MM\x00*",
+                                        "BM\x40\x00\x00\x00\x00\x00\x00\x00\x36\x00\x00\x00\x28\x00\x00\x00"};
+    static const size_t mlen[] = {16, 6, 4, 4, 18};
+    pk_decoder *d = pk_decoder_new();
+    pk_params p = params(16, PK_RESIZE_SHORTER);
+    uint64_t seed = 99;
+    uint8_t buf[600], out[16 * 16 * 3];
+    char msg[MSG];
+    for (int round = 0; round < 200; round++) {
+        int k = round % 5;
+        memcpy(buf, magic[k], mlen[k]);
+        for (size_t i = mlen[k]; i < sizeof buf; i++) buf[i] = (uint8_t)rng_next(&seed);
+        int rc =
+            pk_process(d, buf, 40 + (size_t)(rng_next(&seed) % 560), &p, out, NULL, NULL, msg, sizeof msg);
+        ck_assert_msg(rc == PK_E_CORRUPT || rc == PK_E_UNSUPPORTED || rc == PK_E_TOO_LARGE || rc == PK_OK,
+                      "round %d: status %d (%s)", round, rc, msg);
+    }
+    image im = synth(20, 20, GRADIENT, 0);
+    size_t len;
+    uint8_t *png = png_rgb(&im, &len);
+    free(process_ok(d, png, len, &p, NULL, NULL));
+    free(png);
+    image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
 /* ============================================================ resize */
 
 static void check_resize(pk_resizer *r, const image *src, uint32_t dw, uint32_t dh)
@@ -1668,6 +2244,14 @@ int main(void)
     tcase_add_test(tc, png_named_jpg_is_png);
     tcase_add_test(tc, png_corrupt_and_truncated);
     tcase_add_test(tc, png_bomb_refused_from_header);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("more");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, webp_lossless_lossy_animated);
+    tcase_add_test(tc, gif_first_frame);
+    tcase_add_test(tc, bmp_variants);
+    tcase_add_test(tc, tiff_variants);
+    tcase_add_test(tc, other_formats_survive_garbage);
     suite_add_tcase(s, tc);
     tc = tcase_create("resize");
     tcase_set_timeout(tc, 120);
