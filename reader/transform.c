@@ -75,13 +75,23 @@ static double rng_uniform(rng *r, double lo, double hi)
 /* Inclusive [0, n]. */
 static int32_t rng_int(rng *r, int32_t n) { return (int32_t)(rng_next(r) % (uint64_t)(n + 1)); }
 
+/* Python's round(), which torchvision's box arithmetic uses: half to even. */
+static int32_t round_even(double v)
+{
+    double f = floor(v), d = v - f;
+    if (d > 0.5 || (d == 0.5 && fmod(f, 2.0) != 0)) f += 1;
+    return (int32_t)f;
+}
+
+/* torchvision's RandomResizedCrop.get_params (tests/reader/test_crop.c
+ * compares the distributions). */
 static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W, stk__crop_box *b)
 {
     double area = (double)H * W, lr0 = log(t->ratio_min), lr1 = log(t->ratio_max);
     for (int attempt = 0; attempt < 10; attempt++) {
         double target = area * rng_uniform(r, t->scale_min, t->scale_max);
         double aspect = exp(rng_uniform(r, lr0, lr1));
-        int32_t w = (int32_t)lround(sqrt(target * aspect)), h = (int32_t)lround(sqrt(target / aspect));
+        int32_t w = round_even(sqrt(target * aspect)), h = round_even(sqrt(target / aspect));
         if (w > 0 && w <= W && h > 0 && h <= H) {
             b->y0 = rng_int(r, H - h);
             b->x0 = rng_int(r, W - w);
@@ -92,8 +102,8 @@ static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W,
     }
     double in_ratio = (double)W / H;
     int32_t w = W, h = H;
-    if (in_ratio < t->ratio_min) h = (int32_t)lround(w / (double)t->ratio_min);
-    else if (in_ratio > t->ratio_max) w = (int32_t)lround(h * (double)t->ratio_max);
+    if (in_ratio < t->ratio_min) h = round_even(w / (double)t->ratio_min);
+    else if (in_ratio > t->ratio_max) w = round_even(h * (double)t->ratio_max);
     b->y0 = (H - h) / 2;
     b->x0 = (W - w) / 2;
     b->w = w;
