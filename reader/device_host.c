@@ -9,6 +9,7 @@
  * every ordering rule of the upload protocol is exercised on machines
  * without a GPU, under ThreadSanitizer. */
 #include "device.h"
+#include "membuf.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -187,10 +188,13 @@ void stk_host_stream_synchronize(stk_host_stream *s)
 
 /* ------------------------------------------------------------- backend */
 
+/* "Pinned" and "device" memory alike: page-aligned, huge pages from 2 MiB
+ * (membuf.c: the transform's output ring is hundreds of MiB touched first
+ * by the transform). */
 static int h_alloc(stk__backend *b, size_t n, void **p, stk_error *err)
 {
     (void)b;
-    if (posix_memalign(p, 4096, n ? n : 1) != 0)
+    if (!(*p = stk__buf_alloc(n)))
         return stk_error_set(err, STK_E_NOMEM, "out of memory (%zu bytes of host-backend buffers)", n);
     return STK_OK;
 }

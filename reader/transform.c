@@ -13,7 +13,9 @@
 #include "order.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TAG_AUGMENT 0x73746b2d61756731ULL /* "stk-aug1" */
 
@@ -173,39 +175,109 @@ static void store(void *dst, uint64_t i, int dtype, float v)
     else ((uint16_t *)dst)[i] = to_bf16(v);
 }
 
-void stk__xform_host(const stk__xform_job *j)
+/* Where output column ox samples its box: byte offsets of columns x0, x1
+ * (relative to the box) and the weights. */
+typedef struct {
+    uint32_t x0, x1;
+    float fx, gx;
+} xcol;
+
+#define XCOLS 256 /* output columns per table: 4 KiB on the stack */
+
+/* Output columns [ox0, ox0 + n) of box b. */
+static void xform_cols(const stk__xform_job *j, const stk__crop_box *b, uint32_t ox0, uint32_t n, xcol *cols)
 {
-    for (uint32_t n = 0; n < j->n; n++) {
+    float sx_scale = (float)b->w / (float)j->out_w;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t ox = ox0 + k, xs = b->flip ? j->out_w - 1 - ox : ox;
+        float sx = ((float)xs + 0.5f) * sx_scale - 0.5f;
+        sx = sx < 0 ? 0 : sx > (float)(b->w - 1) ? (float)(b->w - 1) : sx;
+        int32_t x0 = (int32_t)sx, x1 = x0 + 1 < b->w ? x0 + 1 : x0;
+        cols[k].fx = sx - (float)x0;
+        cols[k].gx = 1.0f - cols[k].fx;
+        cols[k].x0 = (uint32_t)x0 * j->C;
+        cols[k].x1 = (uint32_t)x1 * j->C;
+    }
+}
+
+/* Samples [n0, n1) of the job. The arithmetic is the CUDA kernel's, term for
+ * term (this file is built without contraction, so the loop order changes no
+ * result); hoisted out of the pixel loop is only what does not depend on the
+ * pixel: a row's source rows and weight, a block of columns' positions. */
+static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
+{
+    const uint32_t C = j->C, OW = j->out_w, OH = j->out_h;
+    const int nchw = j->layout == STK_IMAGE_NCHW;
+    xcol cols[XCOLS];
+    for (uint32_t n = n0; n < n1; n++) {
         const stk__crop_box *b = &j->boxes[n];
-        const uint8_t *img = j->src + (uint64_t)n * j->H * j->W * j->C;
-        float sx_scale = (float)b->w / (float)j->out_w, sy_scale = (float)b->h / (float)j->out_h;
-        for (uint32_t oy = 0; oy < j->out_h; oy++) {
-            float sy = ((float)oy + 0.5f) * sy_scale - 0.5f;
-            sy = sy < 0 ? 0 : sy > (float)(b->h - 1) ? (float)(b->h - 1) : sy;
-            int32_t y0 = (int32_t)sy, y1 = y0 + 1 < b->h ? y0 + 1 : y0;
-            float fy = sy - (float)y0;
-            for (uint32_t ox = 0; ox < j->out_w; ox++) {
-                uint32_t xs = b->flip ? j->out_w - 1 - ox : ox;
-                float sx = ((float)xs + 0.5f) * sx_scale - 0.5f;
-                sx = sx < 0 ? 0 : sx > (float)(b->w - 1) ? (float)(b->w - 1) : sx;
-                int32_t x0 = (int32_t)sx, x1 = x0 + 1 < b->w ? x0 + 1 : x0;
-                float fx = sx - (float)x0;
-                const uint8_t *r0 = img + ((uint64_t)(b->y0 + y0) * j->W + (uint64_t)b->x0) * j->C;
-                const uint8_t *r1 = img + ((uint64_t)(b->y0 + y1) * j->W + (uint64_t)b->x0) * j->C;
-                float gx = 1.0f - fx, gy = 1.0f - fy;
-                for (uint32_t c = 0; c < j->C; c++) {
-                    float top =
-                        (float)r0[(uint32_t)x0 * j->C + c] * gx + (float)r0[(uint32_t)x1 * j->C + c] * fx;
-                    float bot =
-                        (float)r1[(uint32_t)x0 * j->C + c] * gx + (float)r1[(uint32_t)x1 * j->C + c] * fx;
-                    float v = top * gy + bot * fy;
-                    v = (v * (1.0f / 255.0f) - j->mean[c]) * j->inv_std[c];
-                    uint64_t i = j->layout == STK_IMAGE_NCHW
-                                     ? (((uint64_t)n * j->C + c) * j->out_h + oy) * j->out_w + ox
-                                     : (((uint64_t)n * j->out_h + oy) * j->out_w + ox) * j->C + c;
-                    store(j->dst, i, j->dtype, v);
+        const uint8_t *img = j->src + (uint64_t)n * j->H * j->W * C;
+        float sy_scale = (float)b->h / (float)OH;
+        for (uint32_t ox0 = 0; ox0 < OW; ox0 += XCOLS) {
+            uint32_t nc = OW - ox0 < XCOLS ? OW - ox0 : XCOLS;
+            xform_cols(j, b, ox0, nc, cols);
+            for (uint32_t oy = 0; oy < OH; oy++) {
+                float sy = ((float)oy + 0.5f) * sy_scale - 0.5f;
+                sy = sy < 0 ? 0 : sy > (float)(b->h - 1) ? (float)(b->h - 1) : sy;
+                int32_t y0 = (int32_t)sy, y1 = y0 + 1 < b->h ? y0 + 1 : y0;
+                float fy = sy - (float)y0, gy = 1.0f - fy;
+                const uint8_t *r0 = img + ((uint64_t)(b->y0 + y0) * j->W + (uint64_t)b->x0) * C;
+                const uint8_t *r1 = img + ((uint64_t)(b->y0 + y1) * j->W + (uint64_t)b->x0) * C;
+                for (uint32_t c = 0; c < C; c++) {
+                    const float mean = j->mean[c], inv = j->inv_std[c];
+                    /* NCHW: the row of channel c is contiguous; NHWC: stride C */
+                    uint64_t at = nchw ? (((uint64_t)n * C + c) * OH + oy) * OW + ox0
+                                       : (((uint64_t)n * OH + oy) * OW + ox0) * C + c,
+                             step = nchw ? 1 : C;
+                    for (uint32_t k = 0; k < nc; k++, at += step) {
+                        const xcol *q = &cols[k];
+                        float top = (float)r0[q->x0 + c] * q->gx + (float)r0[q->x1 + c] * q->fx;
+                        float bot = (float)r1[q->x0 + c] * q->gx + (float)r1[q->x1 + c] * q->fx;
+                        float v = top * gy + bot * fy;
+                        v = (v * (1.0f / 255.0f) - mean) * inv;
+                        if (j->dtype == STK_DT_F32) ((float *)j->dst)[at] = v;
+                        else store(j->dst, at, j->dtype, v);
+                    }
                 }
             }
         }
+    }
+}
+
+typedef struct {
+    const stk__xform_job *job;
+    uint32_t n0, n1;
+} xform_part;
+
+static void *xform_thread(void *arg)
+{
+    const xform_part *p = arg;
+    xform_range(p->job, p->n0, p->n1);
+    return NULL;
+}
+
+#define XFORM_MAX_THREADS 16
+
+/* The samples are independent: split them over the machine's cores (up to
+ * 16). On the CPU path there is no GPU to overlap with, and the reader's
+ * workers wait for this batch's slot meanwhile, so the cores are free. A
+ * thread that cannot be started leaves its share to the calling thread. */
+void stk__xform_host(const stk__xform_job *j)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t T = cpus < 1 ? 1 : cpus > XFORM_MAX_THREADS ? XFORM_MAX_THREADS : (uint32_t)cpus;
+    if (T > j->n) T = j->n ? j->n : 1;
+    pthread_t th[XFORM_MAX_THREADS];
+    xform_part part[XFORM_MAX_THREADS];
+    int started[XFORM_MAX_THREADS] = {0};
+    for (uint32_t t = 0; t < T; t++) {
+        part[t] =
+            (xform_part){j, (uint32_t)((uint64_t)j->n * t / T), (uint32_t)((uint64_t)j->n * (t + 1) / T)};
+        if (t > 0) started[t] = pthread_create(&th[t], NULL, xform_thread, &part[t]) == 0;
+    }
+    xform_range(j, part[0].n0, part[0].n1);
+    for (uint32_t t = 1; t < T; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else xform_range(j, part[t].n0, part[t].n1);
     }
 }
