@@ -459,6 +459,88 @@ static int tiff_warning(TIFF *t, void *user, const char *module, const char *fmt
     return 1; /* unknown tags and the like: ignored, as Pillow does */
 }
 
+/* The layouts read here rather than through libtiff's RGBA interface: 8- or
+ * 16-bit unsigned grey or RGB (extra samples such as alpha dropped, as
+ * Pillow's convert("RGB") drops them), contiguous or planar, strips or
+ * tiles. libtiff 4.5's RGBA interface premultiplies unassociated alpha and
+ * misplaces the pixels of partial tiles of 16-bit grey. */
+typedef struct {
+    uint32_t w, h;
+    uint16_t bps, spp, planar, photometric;
+} tiff_layout;
+
+static int tiff_direct_ok(TIFF *t, tiff_layout *l)
+{
+    uint16_t fmt = SAMPLEFORMAT_UINT;
+    TIFFGetFieldDefaulted(t, TIFFTAG_BITSPERSAMPLE, &l->bps);
+    TIFFGetFieldDefaulted(t, TIFFTAG_SAMPLESPERPIXEL, &l->spp);
+    TIFFGetFieldDefaulted(t, TIFFTAG_PLANARCONFIG, &l->planar);
+    TIFFGetFieldDefaulted(t, TIFFTAG_SAMPLEFORMAT, &fmt);
+    if (!TIFFGetField(t, TIFFTAG_PHOTOMETRIC, &l->photometric)) return 0;
+    int grey = l->photometric == PHOTOMETRIC_MINISBLACK || l->photometric == PHOTOMETRIC_MINISWHITE;
+    return fmt == SAMPLEFORMAT_UINT && (l->bps == 8 || l->bps == 16) &&
+           ((grey && l->spp >= 1) || (l->photometric == PHOTOMETRIC_RGB && l->spp >= 3)) && l->spp <= 8;
+}
+
+/* Pixels [x0, x0 + bw) x [y0, y0 + bh) of plane `plane` (or all samples,
+ * contiguous) from a decoded strip or tile of row length bw_alloc. */
+static void tiff_put(const tiff_layout *l, const uint8_t *buf, uint32_t bw_alloc, uint32_t x0, uint32_t y0,
+                     uint32_t bw, uint32_t bh, int plane, uint8_t *pix)
+{
+    unsigned B = l->bps / 8, per = l->planar == PLANARCONFIG_SEPARATE ? 1 : l->spp;
+    int grey = l->photometric != PHOTOMETRIC_RGB, inv = l->photometric == PHOTOMETRIC_MINISWHITE;
+    for (uint32_t y = 0; y < bh; y++)
+        for (uint32_t x = 0; x < bw; x++) {
+            const uint8_t *px = buf + ((size_t)y * bw_alloc + x) * per * B;
+            uint8_t *o = pix + 3 * ((size_t)(y0 + y) * l->w + x0 + x);
+            for (unsigned k = 0; k < per; k++) {
+                unsigned c = plane < 0 ? k : (unsigned)plane; /* the sample's channel */
+                if (c >= (grey ? 1u : 3u)) break;             /* alpha and other extras */
+                uint8_t v = B == 1 ? px[k] : (uint8_t)(*(const uint16_t *)(const void *)(px + 2 * k) >> 8);
+                if (inv) v = (uint8_t)(255 - v);
+                if (grey) o[0] = o[1] = o[2] = v;
+                else o[c] = v;
+            }
+        }
+}
+
+static int tiff_direct(TIFF *t, tiff_src *s, const tiff_layout *l, uint8_t *pix, char *msg, size_t cap)
+{
+    int tiled = TIFFIsTiled(t), sep = l->planar == PLANARCONFIG_SEPARATE;
+    uint32_t bw = l->w, bh = 0;
+    if (tiled) {
+        TIFFGetField(t, TIFFTAG_TILEWIDTH, &bw);
+        TIFFGetField(t, TIFFTAG_TILELENGTH, &bh);
+    } else {
+        TIFFGetFieldDefaulted(t, TIFFTAG_ROWSPERSTRIP, &bh);
+        if (bh > l->h) bh = l->h;
+    }
+    tmsize_t size = tiled ? TIFFTileSize(t) : TIFFStripSize(t);
+    if (!bw || !bh || size <= 0)
+        return pk__fail(msg, cap, PK_E_CORRUPT, "corrupt TIFF: no strip or tile size");
+    uint8_t *buf = malloc((size_t)size);
+    if (!buf) return pk__fail(msg, cap, PK_E_NOMEM, "out of memory decoding TIFF");
+    int rc = PK_OK;
+    unsigned planes = sep ? (l->photometric == PHOTOMETRIC_RGB ? 3u : 1u) : 1u;
+    for (uint32_t y0 = 0; y0 < l->h && rc == PK_OK; y0 += bh)
+        for (uint32_t x0 = 0; x0 < l->w && rc == PK_OK; x0 += bw)
+            for (unsigned pl = 0; pl < planes; pl++) {
+                tmsize_t got =
+                    tiled ? TIFFReadEncodedTile(t, TIFFComputeTile(t, x0, y0, 0, (uint16_t)pl), buf, size)
+                          : TIFFReadEncodedStrip(t, TIFFComputeStrip(t, y0, (uint16_t)pl), buf, size);
+                uint32_t cw = l->w - x0 < bw ? l->w - x0 : bw, ch = l->h - y0 < bh ? l->h - y0 : bh;
+                size_t need = ((size_t)(ch - 1) * bw + cw) * (sep ? 1 : l->spp) * (l->bps / 8);
+                if (got < 0 || (size_t)got < need) {
+                    rc = pk__fail(msg, cap, PK_E_CORRUPT, "corrupt TIFF: %s",
+                                  s->err[0] ? s->err : "a strip or tile does not decode");
+                    break;
+                }
+                tiff_put(l, buf, bw, x0, y0, cw, ch, sep ? (int)pl : -1, pix);
+            }
+    free(buf);
+    return rc;
+}
+
 static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_rgb_view *v, uint32_t *ow,
                     uint32_t *oh, char *msg, size_t cap)
 {
@@ -469,10 +551,17 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_
     *oh = h;
     int rc = pk__check_pixels(w, h, p, msg, cap);
     if (rc != PK_OK) return rc;
+    tiff_layout l = {w, h, 0, 0, 0, 0};
+    uint8_t *pix;
+    if (tiff_direct_ok(t, &l)) {
+        if ((rc = pk__pixels(d, 3 * (size_t)w * h, &pix, msg, cap)) != PK_OK) return rc;
+        if ((rc = tiff_direct(t, s, &l, pix, msg, cap)) == PK_OK)
+            *v = (pk_rgb_view){pix, w, h, 3 * (size_t)w};
+        return rc;
+    }
     char why[1024] = "";
     if (!TIFFRGBAImageOK(t, why))
         return pk__fail(msg, cap, PK_E_UNSUPPORTED, "unsupported TIFF: %s", why[0] ? why : "unknown layout");
-    uint8_t *pix;
     size_t px = (size_t)w * h;
     if ((rc = pk__pixels(d, 4 * px, &pix, msg, cap)) != PK_OK) return rc;
     uint32_t *raster = (uint32_t *)(void *)pix; /* the buffer is malloc'd: aligned for uint32_t */
@@ -488,11 +577,11 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_
     return PK_OK;
 }
 
-/* The first page, through libtiff's RGBA interface: every photometric
- * interpretation, bit depth, compression and tile or strip layout libtiff
- * reads. Differences from Pillow: samples with unassociated alpha come out
- * premultiplied by it, and CMYK is converted by libtiff's formula
- * (255 - c) * (255 - k) / 255, not Pillow's 255 - min(255, c + k). */
+/* The first page: 8- and 16-bit grey and RGB read here (tiff_direct), every
+ * other photometric interpretation, bit depth and layout libtiff reads
+ * through its RGBA interface. Differences from Pillow there: CMYK is
+ * converted by libtiff's formula (255 - c) * (255 - k) / 255, not Pillow's
+ * 255 - min(255, c + k), and unassociated alpha comes out premultiplied. */
 int pk__tiff_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
                     uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {

@@ -1648,8 +1648,8 @@ static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *
         TIFFSetField(t, TIFFTAG_PHOTOMETRIC, s->photometric);
         TIFFSetField(t, TIFFTAG_PLANARCONFIG, s->planar);
         TIFFSetField(t, TIFFTAG_COMPRESSION, s->compression);
-        if (s->spp == 4 && s->photometric == PHOTOMETRIC_RGB) {
-            uint16_t extra = EXTRASAMPLE_ASSOCALPHA;
+        if (s->spp == 4 && s->photometric == PHOTOMETRIC_RGB) { /* alpha that varies: dropped, not applied */
+            uint16_t extra = EXTRASAMPLE_UNASSALPHA;
             TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 1, &extra);
         }
         if (s->photometric == PHOTOMETRIC_PALETTE)
@@ -1666,10 +1666,10 @@ static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *
         uint8_t *smp = xmalloc(n * s->spp * bps);
         for (size_t i = 0; i < n; i++)
             for (unsigned c = 0; c < s->spp; c++) {
-                unsigned v = s->photometric == PHOTOMETRIC_PALETTE      ? idx[i]
-                             : s->photometric == PHOTOMETRIC_MINISBLACK ? im->px[3 * i + 1]
-                             : c < 3                                    ? im->px[3 * i + c]
-                                                                        : 255;
+                unsigned v = s->photometric == PHOTOMETRIC_PALETTE ? idx[i]
+                             : s->photometric != PHOTOMETRIC_RGB   ? im->px[3 * i + 1]
+                             : c < 3                               ? im->px[3 * i + c]
+                                                                   : (unsigned)(i * 7 % 256);
                 if (page) v = 255 - v;
                 size_t at = s->planar == PLANARCONFIG_SEPARATE ? c * n + i : i * s->spp + c;
                 if (bps == 2) ((uint16_t *)(void *)smp)[at] = (uint16_t)(v * 257);
@@ -1706,6 +1706,8 @@ static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *
         if (s->photometric == PHOTOMETRIC_PALETTE)
             for (int c = 0; c < 3; c++) o[c] = (uint8_t)(cmap[256 * c + idx[i]] >> 8);
         else if (s->photometric == PHOTOMETRIC_MINISBLACK) o[0] = o[1] = o[2] = im->px[3 * i + 1];
+        else if (s->photometric == PHOTOMETRIC_MINISWHITE)
+            o[0] = o[1] = o[2] = (uint8_t)(255 - im->px[3 * i + 1]);
         else memcpy(o, im->px + 3 * i, 3);
     }
     uint8_t *data = tu_read(path, len);
@@ -1724,6 +1726,10 @@ START_TEST(tiff_variants)
         {PHOTOMETRIC_RGB, 8, 4, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 1},
         {PHOTOMETRIC_MINISBLACK, 8, 1, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
         {PHOTOMETRIC_MINISBLACK, 16, 1, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 1},
+        {PHOTOMETRIC_MINISBLACK, 16, 1, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 16,
+         1}, /* libtiff RGBA misreads */
+        {PHOTOMETRIC_MINISWHITE, 8, 1, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
+        {PHOTOMETRIC_RGB, 16, 4, PLANARCONFIG_SEPARATE, COMPRESSION_ADOBE_DEFLATE, 16, 1},
         {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 16, 1},
         {PHOTOMETRIC_PALETTE, 8, 1, PLANARCONFIG_CONTIG, COMPRESSION_NONE, 0, 1},
         {PHOTOMETRIC_RGB, 8, 3, PLANARCONFIG_CONTIG, COMPRESSION_LZW, 0, 3},
