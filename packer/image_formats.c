@@ -396,6 +396,8 @@ int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_para
 
 /* ----------------------------------------------------------------- TIFF */
 
+#define TIFF_NAME "TIFF" /* the name libtiff knows the file by */
+
 typedef struct {
     const uint8_t *p;
     uint64_t len, at;
@@ -449,7 +451,11 @@ static int tiff_error(TIFF *t, void *user, const char *module, const char *fmt, 
 {
     (void)t, (void)module;
     tiff_src *s = user;
-    if (!s->err[0]) vsnprintf(s->err, sizeof s->err, fmt, ap);
+    if (!s->err[0]) {
+        vsnprintf(s->err, sizeof s->err, fmt, ap);
+        size_t n = strlen(TIFF_NAME) + 2; /* libtiff prefixes many messages with the file's name */
+        if (!strncmp(s->err, TIFF_NAME ": ", n)) memmove(s->err, s->err + n, strlen(s->err + n) + 1);
+    }
     return 1; /* handled: nothing reaches libtiff's global handler */
 }
 
@@ -590,7 +596,7 @@ int pk__tiff_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_par
     if (!o) return pk__fail(msg, cap, PK_E_NOMEM, "out of memory decoding TIFF");
     TIFFOpenOptionsSetErrorHandlerExtR(o, tiff_error, &s);
     TIFFOpenOptionsSetWarningHandlerExtR(o, tiff_warning, &s);
-    TIFF *t = TIFFClientOpenExt("TIFF", "rm", &s, tiff_read, tiff_write, tiff_seek, tiff_close, tiff_size,
+    TIFF *t = TIFFClientOpenExt(TIFF_NAME, "rm", &s, tiff_read, tiff_write, tiff_seek, tiff_close, tiff_size,
                                 tiff_map, tiff_unmap, o);
     TIFFOpenOptionsFree(o);
     if (!t)

@@ -11,12 +11,14 @@
  * and 4:2:2, quality 75..95); about one in 32 is an RGB PNG (PNG encoding
  * costs ~10x a JPEG's, so more would halve the rate).
  *
- * --variants adds one file of every JPEG/PNG flavour a decoder must handle,
+ * --variants adds one file of every JPEG/PNG flavour a decoder must handle
+ * and one of each other format pack reads (rawgen_formats.c),
  * --broken the bad files a packer must skip with a reason (see usage()).
  * The same flags give byte-identical files (from the same build: the content
  * uses float arithmetic, with no contraction or reassociation). */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "rawgen_formats.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -60,13 +62,14 @@ static void usage(FILE *f)
             "                        with arithmetic coding and restart markers with Huffman\n"
             "                        coding (these two need " CJPEG "; skipped, and said\n"
             "                        so, without it); PNG gray 8-bit, palette, RGB 16-bit,\n"
-            "                        RGBA\n"
+            "                        RGBA; lossy WebP, interlaced GIF, 24-bit BMP, LZW TIFF\n"
             "      --broken          also write files a packer must skip, named broken-*:\n"
             "                        an empty .jpg, truncated JPEGs (in the scan data and\n"
             "                        in the header) and PNG, random bytes\n"
             "                        named .jpg, a JPEG that ends after its headers,\n"
             "                        decompression bombs (small JPEG and PNG whose headers\n"
-            "                        claim %ux%u pixels), a HEIF named .jpg and a text file\n"
+            "                        claim %ux%u pixels), a HEIF named .jpg, a text file,\n"
+            "                        and WebP, GIF, BMP and TIFF files cut in half\n"
             "      --force           replace an earlier rawgen tree in OUTDIR\n"
             "      --json            print the result as one JSON object on stdout\n"
             "  -q, --quiet           no progress bar or summary\n"
@@ -637,6 +640,10 @@ enum {
     V_PNG_PAL,
     V_PNG_16,
     V_PNG_RGBA,
+    V_WEBP,
+    V_GIF,
+    V_BMP,
+    V_TIFF,
     V_COUNT
 };
 static const char *const vname[V_COUNT] = {"jpeg-420.jpg",
@@ -650,7 +657,11 @@ static const char *const vname[V_COUNT] = {"jpeg-420.jpg",
                                            "png-gray8.png",
                                            "png-palette.png",
                                            "png-rgb16.png",
-                                           "png-rgba.png"};
+                                           "png-rgba.png",
+                                           "webp-lossy.webp",
+                                           "gif-interlaced.gif",
+                                           "bmp-24bit.bmp",
+                                           "tiff-lzw.tif"};
 
 static int write_variant(run_t *r, unsigned k)
 {
@@ -673,6 +684,17 @@ static int write_variant(run_t *r, unsigned k)
     unsigned long jl = 0;
     int rc = -1;
     uint8_t *px = r->g.rgb;
+    if (k >= V_WEBP) { /* the other formats pack reads: one file each */
+        uint8_t *f = k == V_WEBP  ? rg_webp(px, w, h, q, &len, msg, sizeof msg)
+                     : k == V_GIF ? rg_gif(px, w, h, &len, msg, sizeof msg)
+                     : k == V_BMP ? rg_bmp(px, w, h, &len, msg, sizeof msg)
+                                  : rg_tiff(px, w, h, &len, msg, sizeof msg);
+        if (f) rc = emit(r, rel, f, len, 1);
+        else fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
+        free(f);
+        free(rel);
+        return rc;
+    }
     if (k >= V_PNG_GRAY && !grow((void **)&r->g.aux, &r->g.aux_cap, npx * 6)) {
         fprintf(stderr, "rawgen: out of memory\n");
         free(rel);
@@ -815,12 +837,17 @@ enum {
     B_BOMB_PNG,
     B_HEIC,
     B_TEXT,
+    B_TRUNC_WEBP,
+    B_TRUNC_GIF,
+    B_TRUNC_BMP,
+    B_TRUNC_TIFF,
     B_COUNT
 };
-static const char *const bname[B_COUNT] = {"empty.jpg",     "truncated.jpg", "truncated-header.jpg",
-                                           "truncated.png", "random.jpg",    "header-only.jpg",
-                                           "bomb.jpg",      "bomb.png",      "heic.jpg",
-                                           "notes.txt"};
+static const char *const bname[B_COUNT] = {"empty.jpg",     "truncated.jpg",  "truncated-header.jpg",
+                                           "truncated.png", "random.jpg",     "header-only.jpg",
+                                           "bomb.jpg",      "bomb.png",       "heic.jpg",
+                                           "notes.txt",     "truncated.webp", "truncated.gif",
+                                           "truncated.bmp", "truncated.tif"};
 
 static int write_broken(run_t *r, unsigned k)
 {
@@ -848,6 +875,19 @@ static int write_broken(run_t *r, unsigned k)
     case B_EMPTY:
         rc = emit(r, rel, "", 0, 2);
         break;
+    case B_TRUNC_WEBP:
+    case B_TRUNC_GIF:
+    case B_TRUNC_BMP:
+    case B_TRUNC_TIFF: { /* cut in half: inside the image data (a TIFF's directory is at its end) */
+        uint8_t *f = k == B_TRUNC_WEBP  ? rg_webp(r->g.rgb, w, h, 85, &len, msg, sizeof msg)
+                     : k == B_TRUNC_GIF ? rg_gif(r->g.rgb, w, h, &len, msg, sizeof msg)
+                     : k == B_TRUNC_BMP ? rg_bmp(r->g.rgb, w, h, &len, msg, sizeof msg)
+                                        : rg_tiff(r->g.rgb, w, h, &len, msg, sizeof msg);
+        if (f) rc = emit(r, rel, f, len / 2, 2);
+        else fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
+        free(f);
+        break;
+    }
     case B_TRUNC_JPEG:
     case B_TRUNC_HDR:
     case B_HEADER_ONLY:

@@ -252,9 +252,9 @@ START_TEST(help_version_and_rawgen)
     json_decref(rawgen(args, "a"));
     json_t *j = rawgen(args, "b");
     ck_assert_int_eq(json_integer_value(json_object_get(j, "images")), 30);
-    ck_assert_int_eq(json_array_size(json_object_get(j, "broken_files")), 10);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "broken_files")), 14);
     if (access("/usr/bin/cjpeg", X_OK) == 0)
-        ck_assert_int_eq(json_array_size(json_object_get(j, "variant_files")), 12);
+        ck_assert_int_eq(json_array_size(json_object_get(j, "variant_files")), 16);
     json_decref(j);
     ck_assert_int_eq(tu_sh("diff -r a b"), 0);
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 3 a", tu_tools), 1); /* not empty */
@@ -284,7 +284,7 @@ START_TEST(variants_packed_broken_skipped)
     json_t *j = rawgen("-n 40 --classes 3 --min-side 64 --max-side 160 --variants --broken", "raw");
     json_t *variants = json_object_get(j, "variant_files"), *broken = json_object_get(j, "broken_files");
     size_t nfiles = (size_t)json_integer_value(json_object_get(j, "files"));
-    ck_assert_int_eq(json_array_size(broken), 10);
+    ck_assert_int_eq(json_array_size(broken), 14);
     ck_assert_int_eq(tu_sh("'%s' -q --size 32 --records-per-shard 16 -j2 raw ds", pack), 3);
     char *err = slurp_own("err.txt");
     lines_t skipped = read_lines("ds/skipped.tsv", true), listing = read_lines("ds/listing.tsv", true);
@@ -302,7 +302,9 @@ START_TEST(variants_packed_broken_skipped)
                   {"broken-truncated.png", corrupt},  {"broken-truncated-header.jpg", corrupt},
                   {"broken-random.jpg", unsupported}, {"broken-header-only.jpg", corrupt},
                   {"broken-bomb.jpg", bomb},          {"broken-bomb.png", bomb},
-                  {"broken-heic.jpg", unsupported},   {"broken-notes.txt", unsupported}};
+                  {"broken-heic.jpg", unsupported},   {"broken-notes.txt", unsupported},
+                  {"broken-truncated.webp", corrupt}, {"broken-truncated.gif", corrupt},
+                  {"broken-truncated.bmp", corrupt},  {"broken-truncated.tif", corrupt}};
     size_t i;
     json_t *v;
     json_array_foreach(broken, i, v)
@@ -343,7 +345,7 @@ START_TEST(variants_packed_broken_skipped)
         }
         ck_assert_msg(listed, "variant %s not in listing.tsv", rel);
     }
-    if (access("/usr/bin/cjpeg", X_OK) == 0) ck_assert_int_eq(json_array_size(variants), 12);
+    if (access("/usr/bin/cjpeg", X_OK) == 0) ck_assert_int_eq(json_array_size(variants), 16);
     ck_assert_int_eq(count_substr(err, "pack: raw/"), (int)json_array_size(broken));
     /* records + skipped == listed */
     stk_error e;
@@ -371,7 +373,7 @@ END_TEST
 START_TEST(bad_input_does_not_poison_next)
 {
     setup_pack();
-    json_t *j = rawgen("-n 12 --classes 1 --min-side 40 --max-side 90 --broken", "raw");
+    json_t *j = rawgen("-n 16 --classes 1 --min-side 40 --max-side 90 --broken", "raw");
     json_t *broken = json_object_get(j, "broken_files");
     ck_assert_int_eq(
         tu_sh("sh -c \"cd raw && find . -name 'img-*.jpg' | sed 's#^./##' | sort > ../good.txt\""), 0);
