@@ -184,8 +184,8 @@ static int plan_transform(stk_reader *r, stk_error *err)
     if (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[2] < 1 ||
         fd->shape[2] > 4)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' must be u8 [H, W, C] with C <= 4", name);
-    if (t->dtype != STK_DT_F32 && t->dtype != STK_DT_F16 && t->dtype != STK_DT_BF16)
-        return stk_error_set(err, STK_E_ARG, "transform: output dtype must be f32, f16 or bf16");
+    if (t->dtype != STK_DT_F32 && t->dtype != STK_DT_F16 && t->dtype != STK_DT_BF16 && t->dtype != STK_DT_U8)
+        return stk_error_set(err, STK_E_ARG, "transform: output dtype must be f32, f16, bf16 or u8");
     if (t->layout != STK_IMAGE_NCHW && t->layout != STK_IMAGE_NHWC)
         return stk_error_set(err, STK_E_ARG, "transform: layout must be NCHW or NHWC");
     if (t->crop < STK_CROP_NONE || t->crop > STK_CROP_RANDOM_RESIZED)

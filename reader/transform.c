@@ -234,6 +234,12 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
                         float top = (float)r0[q->x0 + c] * q->gx + (float)r0[q->x1 + c] * q->fx;
                         float bot = (float)r1[q->x0 + c] * q->gx + (float)r1[q->x1 + c] * q->fx;
                         float v = top * gy + bot * fy;
+                        if (j->dtype == STK_DT_U8) { /* the resampled pixel, rounded half to even */
+                            float r = v < 0 ? 0 : v > 255 ? 255 : v;
+                            r = (r + 8388608.0f) - 8388608.0f; /* 2^23: rounds as the FPU does, to even */
+                            ((uint8_t *)j->dst)[at] = (uint8_t)r;
+                            continue;
+                        }
                         v = (v * (1.0f / 255.0f) - mean) * inv;
                         if (j->dtype == STK_DT_F32) ((float *)j->dst)[at] = v;
                         else store(j->dst, at, j->dtype, v);

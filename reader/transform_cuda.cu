@@ -48,10 +48,15 @@ __global__ void transform_kernel(stk__xform_job j)
         float top = __fadd_rn(__fmul_rn((float)r0[x0 * j.C + c], gx), __fmul_rn((float)r0[x1 * j.C + c], fx));
         float bot = __fadd_rn(__fmul_rn((float)r1[x0 * j.C + c], gx), __fmul_rn((float)r1[x1 * j.C + c], fx));
         float v = __fadd_rn(__fmul_rn(top, gy), __fmul_rn(bot, fy));
-        v = __fmul_rn(__fsub_rn(__fmul_rn(v, 1.0f / 255.0f), j.mean[c]), j.inv_std[c]);
         unsigned long long i = j.layout == STK_IMAGE_NCHW
                                    ? (((unsigned long long)n * j.C + c) * j.out_h + oy) * j.out_w + ox
                                    : (((unsigned long long)n * j.out_h + oy) * j.out_w + ox) * j.C + c;
+        if (j.dtype == STK_DT_U8) { /* the resampled pixel, rounded half to even, as the host's nearbyintf */
+            static_cast<unsigned char *>(j.dst)[i] =
+                (unsigned char)__float2uint_rn(fminf(fmaxf(v, 0.0f), 255.0f));
+            continue;
+        }
+        v = __fmul_rn(__fsub_rn(__fmul_rn(v, 1.0f / 255.0f), j.mean[c]), j.inv_std[c]);
         store(j.dst, i, j.dtype, v);
     }
 }

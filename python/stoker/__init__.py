@@ -95,7 +95,8 @@ class Transform:
     horizontal flip. Crop boxes and flips depend on (seed, epoch, record) only.
 
     field     the u8 [H, W, C] field (default "image")
-    dtype     "float32", "float16" or "bfloat16"
+    dtype     "float32", "float16", "bfloat16" or "uint8" (the cropped, resized
+              pixels, rounded: mean and std are not applied)
     layout    "NCHW" or "NHWC"
     mean, std per channel in [0, 1] units (up to 4 values)
     crop      "none" (whole image resized), "center" or "random_resized"

@@ -36,7 +36,7 @@ DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 DEVICE_NAMES = {DEVICE_NONE: "none", DEVICE_HOST: "host", DEVICE_CUDA: "cuda"}
 LAYOUTS = {"NCHW": 0, "NHWC": 1}
 CROPS = {"none": 0, "center": 1, "random_resized": 2}
-XFORM_DTYPES = {"float32": DT_F32, "float16": DT_F16, "bfloat16": DT_BF16}
+XFORM_DTYPES = {"float32": DT_F32, "float16": DT_F16, "bfloat16": DT_BF16, "uint8": DT_U8}
 
 
 class Error_(ctypes.Structure):

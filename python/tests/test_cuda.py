@@ -86,6 +86,15 @@ def test_transform_on_the_gpu_matches_the_host_backend(ds):
             torch.testing.assert_close(bg["image"].cpu(), bh["image"], rtol=1e-5, atol=1e-5)
 
 
+def test_uint8_transform_on_the_gpu_matches_the_host_backend(ds):
+    tf = stoker.Transform(crop="random_resized", size=5, dtype="uint8", flip_prob=0.5)
+    kw = dict(batch_size=8, order="shuffle", seed=7, transform=tf, output="torch")
+    with stoker.Reader(ds, device="host", **kw) as h, stoker.Reader(ds, device="cuda", **kw) as g:
+        for bh, bg in zip(h, g):
+            assert bg["image"].dtype == torch.uint8 and bg["image"].shape == (8, 3, 5, 5)
+            assert torch.equal(bg["image"].cpu(), bh["image"])
+
+
 def test_state_dict_on_the_device(ds):
     kw = dict(batch_size=8, order="shuffle", seed=8, device="cuda", fields="label")
     with stoker.Reader(ds, **kw) as r:

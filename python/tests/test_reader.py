@@ -390,6 +390,19 @@ def test_host_transform_matches_numpy(ds):
         assert r.stats()["device"] == "host"
 
 
+def test_host_transform_uint8(ds):
+    # u8 out: the cropped pixels themselves (no resampling at 6x6 of 8x8), mean and std not applied
+    tf = stoker.Transform(crop="center", size=6, dtype="uint8", layout="NHWC", mean=(0.5, 0.5, 0.5))
+    with stoker.Reader(ds, batch_size=8, order="shuffle", seed=3, transform=tf) as r:
+        ref = reference_images(ds)
+        b = next(iter(r))
+        x = b["image"]
+        assert x.dtype == np.uint8 and x.shape == (8, 6, 6, 3)
+        for i, rec in enumerate(b.records):
+            want = np.frombuffer(ref[int(rec)][0], np.uint8).reshape(8, 8, 3)[1:7, 1:7]
+            np.testing.assert_array_equal(x[i], want)
+
+
 def test_imagenet_transform_values():
     t = stoker.Transform.imagenet(train=True, size=224)
     assert t.crop == "random_resized" and t.size == (224, 224) and t.flip_prob == pytest.approx(0.5)

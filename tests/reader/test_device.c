@@ -327,6 +327,7 @@ static void run_transform(int crop, int dtype, int layout, uint32_t oh, uint32_t
     stk_reader_set_epochs(r, 2);
     const stk_batch *b;
     double tol = dtype == STK_DT_F32 ? 1e-4 : dtype == STK_DT_F16 ? 4e-3 : 3e-2;
+    int u8 = dtype == STK_DT_U8;
     int flips = 0;
     while ((b = stk_reader_next(r, &err))) {
         const stk_batch_field *f = &b->fields[0];
@@ -349,13 +350,15 @@ static void run_transform(int crop, int dtype, int layout, uint32_t oh, uint32_t
                     for (uint32_t x = 0; x < ow; x++) {
                         uint64_t i = layout == STK_IMAGE_NCHW ? ((n * 3ull + c) * oh + y) * ow + x
                                                               : ((n * (uint64_t)oh + y) * ow + x) * 3 + c;
-                        double got = dtype == STK_DT_F32   ? ((const float *)f->data)[i]
+                        double got = u8                    ? ((const uint8_t *)f->data)[i]
+                                     : dtype == STK_DT_F32 ? ((const float *)f->data)[i]
                                      : dtype == STK_DT_F16 ? half_to_float(((const uint16_t *)f->data)[i])
                                                            : bf16_to_float(((const uint16_t *)f->data)[i]);
-                        double want =
-                            (expect(&box, (int)oh, (int)ow, (int)y, (int)x, (int)c) / 255.0 - t.mean[c]) /
-                            t.std[c];
-                        ck_assert_msg(fabs(got - want) <= tol * (1 + fabs(want)),
+                        double px = expect(&box, (int)oh, (int)ow, (int)y, (int)x, (int)c),
+                               want = u8 ? px : (px / 255.0 - t.mean[c]) / t.std[c];
+                        /* u8: the pixel rounded (mean and std not applied) */
+                        ck_assert_msg(u8 ? fabs(got - want) <= 0.5 + 1e-3
+                                         : fabs(got - want) <= tol * (1 + fabs(want)),
                                       "crop %d dtype %d layout %d: sample %u c %u (%u,%u): got %f want %f",
                                       crop, dtype, layout, n, c, y, x, got, want);
                     }
@@ -378,6 +381,8 @@ START_TEST(test_transform_random_resized)
     run_transform(STK_CROP_RANDOM_RESIZED, STK_DT_F32, STK_IMAGE_NCHW, 12, 12, 0.5f);
     run_transform(STK_CROP_RANDOM_RESIZED, STK_DT_F16, STK_IMAGE_NHWC, 9, 14, 0.5f);
     run_transform(STK_CROP_RANDOM_RESIZED, STK_DT_BF16, STK_IMAGE_NCHW, 16, 8, 0);
+    run_transform(STK_CROP_RANDOM_RESIZED, STK_DT_U8, STK_IMAGE_NHWC, 11, 13, 0.5f);
+    run_transform(STK_CROP_CENTER, STK_DT_U8, STK_IMAGE_NCHW, 16, 16, 0);
     run_transform(STK_CROP_NONE, STK_DT_F16, STK_IMAGE_NCHW, 40, 60, 0); /* upscale */
 }
 END_TEST

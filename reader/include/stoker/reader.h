@@ -405,14 +405,15 @@ typedef enum {
 } stk_crop;
 
 /* A per-sample image transform on the device, in one kernel: u8 HWC in,
- * `dtype` out in `layout`, (x / 255 - mean[c]) / std[c], with a crop resized
+ * `dtype` out in `layout`, (x / 255 - mean[c]) / std[c] (u8 out: the
+ * resampled pixel rounded, mean and std not applied), with a crop resized
  * bilinearly to out_height x out_width and an optional horizontal flip. Crop
  * boxes and flips are chosen on the CPU from (seed, epoch, record), so a run
  * reproduces whatever the threads, ranks or device. Caller-allocated; fill it
  * with stk_transform_init or stk_transform_imagenet. Grows at the end only. */
 typedef struct stk_transform {
     const char *field;              /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
-    int dtype;                      /* STK_DT_F32, STK_DT_F16 or STK_DT_BF16        */
+    int dtype;                      /* STK_DT_F32, STK_DT_F16, STK_DT_BF16, STK_DT_U8 */
     int layout;                     /* stk_image_layout                            */
     float mean[4], std[4];          /* per channel, in [0, 1] units (torchvision)  */
     int crop;                       /* stk_crop                                    */
