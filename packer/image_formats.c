@@ -116,6 +116,8 @@ static int gif_read(GifFileType *g, GifByteType *buf, int n)
 static int gif_fail(int err, char *msg, size_t cap)
 {
     if (err == D_GIF_ERR_NOT_ENOUGH_MEM) return pk__fail(msg, cap, PK_E_NOMEM, "out of memory decoding GIF");
+    if (err == D_GIF_ERR_READ_FAILED) /* giflib: "Failed to read from given file" */
+        return pk__fail(msg, cap, PK_E_CORRUPT, "corrupt GIF: the file ends early (truncated?)");
     const char *why = GifErrorString(err);
     return pk__fail(msg, cap, PK_E_CORRUPT, "corrupt GIF: %s", why ? why : "unknown error");
 }
