@@ -157,8 +157,7 @@ pk_format pk_sniff(const uint8_t *data, size_t len)
         if (len < 18) return len >= 14 ? PK_FMT_BMP : PK_FMT_UNKNOWN;
         uint32_t hs = (uint32_t)data[14] | (uint32_t)data[15] << 8 | (uint32_t)data[16] << 16 |
                       (uint32_t)data[17] << 24;
-        if (hs == 12 || hs == 40 || hs == 52 || hs == 56 || hs == 64 || hs == 108 || hs == 124)
-            return PK_FMT_BMP;
+        if (pk__bmp_header_size_ok(hs)) return PK_FMT_BMP;
     }
     return PK_FMT_UNKNOWN;
 }
@@ -533,6 +532,11 @@ static int check_args(const pk_decoder *d, const uint8_t *data, size_t len, cons
     return PK_OK;
 }
 
+/* The decoders of image_formats.c, in pk_format order from PK_FMT_WEBP. */
+static int (*const other_decode[])(pk_decoder *, const uint8_t *, size_t, const pk_params *, pk_rgb_view *,
+                                   uint32_t *, uint32_t *, char *, size_t) = {
+    pk__webp_decode, pk__gif_decode, pk__bmp_decode, pk__tiff_decode};
+
 int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, uint8_t *out,
                uint32_t *orig_w, uint32_t *orig_h, char *msg, size_t msgcap)
 {
@@ -541,7 +545,8 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
     int rc = check_args(d, data, len, p, out, msg, msgcap);
     if (rc == PK_OK && len == 0) rc = pk__fail(msg, msgcap, PK_E_EMPTY, "empty file");
     if (rc == PK_OK) {
-        switch (pk_sniff(data, len)) {
+        pk_format fmt = pk_sniff(data, len);
+        switch (fmt) {
         case PK_FMT_JPEG:
             rc = jpeg_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap);
             break;
@@ -549,20 +554,11 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
             rc = png_decode(d, data, len, p, &v, &ow, &oh, msg, msgcap);
             break;
         case PK_FMT_WEBP:
-            v.planar = false;
-            rc = pk__webp_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
-            break;
         case PK_FMT_GIF:
-            v.planar = false;
-            rc = pk__gif_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
-            break;
         case PK_FMT_BMP:
+        case PK_FMT_TIFF: /* image_formats.c: RGB out */
             v.planar = false;
-            rc = pk__bmp_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
-            break;
-        case PK_FMT_TIFF:
-            v.planar = false;
-            rc = pk__tiff_decode(d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
+            rc = other_decode[fmt - PK_FMT_WEBP](d, data, len, p, &v.rgb, &ow, &oh, msg, msgcap);
             break;
         default:
             rc = unsupported(data, len, msg, msgcap);

@@ -224,12 +224,17 @@ typedef struct {
 static uint32_t le16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
 static uint32_t le32(const uint8_t *p) { return le16(p) | le16(p + 2) << 16; }
 
+int pk__bmp_header_size_ok(uint32_t hs)
+{
+    return hs == 12 || hs == 40 || hs == 52 || hs == 56 || hs == 64 || hs == 108 || hs == 124;
+}
+
 /* The file and DIB headers, the masks and the palette, all bounds-checked. */
 static int bmp_header(const uint8_t *d, size_t len, bmp_info *b, char *msg, size_t cap)
 {
     if (len < 18) return pk__fail(msg, cap, PK_E_CORRUPT, "corrupt BMP: the file ends inside its header");
     uint32_t hs = le32(d + 14);
-    if (hs != 12 && hs != 40 && hs != 52 && hs != 56 && hs != 64 && hs != 108 && hs != 124)
+    if (!pk__bmp_header_size_ok(hs))
         return pk__fail(msg, cap, PK_E_UNSUPPORTED, "unsupported BMP: a %u-byte info header", hs);
     if (len < 14 + (size_t)hs)
         return pk__fail(msg, cap, PK_E_CORRUPT, "corrupt BMP: the file ends inside its header");

@@ -16,6 +16,9 @@ int pk__check_pixels(uint32_t w, uint32_t h, const pk_params *p, char *msg, size
 /* The decoder's pixel buffer with room for n bytes (old contents lost). */
 int pk__pixels(pk_decoder *d, size_t n, uint8_t **pix, char *msg, size_t cap);
 
+/* Whether a BMP info header of hs bytes is one of the kinds read here. */
+int pk__bmp_header_size_ok(uint32_t hs);
+
 /* Decode a whole WebP, GIF (first frame), BMP or TIFF (first page) file to
  * RGB8 in the decoder's pixel buffer, *v pointing at it; *ow, *oh get the
  * source size as soon as the header gives it. Alpha is dropped, as Pillow's

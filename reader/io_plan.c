@@ -171,19 +171,15 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0;
-    unsigned zsel = 0; /* compressed fields: their blocks go through the engine too (blockcache.c) */
-    for (unsigned k = 0; k < r->nsel; k++) {
+    for (unsigned k = 0; k < r->nsel; k++)
         if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * r->N;
-        zsel += stk_dataset_schema(r->ds)->fields[r->sel[k]].codec != STK_CODEC_NONE;
-    }
-    sel_bytes += compressed_bytes(r);
     int io = o->io;
-    if (io == STK_IO_AUTO) {
-        io = choose_auto(r, sel_bytes);
+    if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
+        io = choose_auto(r, sel_bytes + compressed_bytes(r));
     } else {
         snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
     }
-    if (io == STK_IO_DIRECT && !sel_bytes && !zsel) {
+    if (io == STK_IO_DIRECT && !sel_bytes && !r->has_compressed) {
         snprintf(r->io_reason, sizeof r->io_reason,
                  "mmap: no tensor or compressed field selected (bytes fields read through the map)");
         io = STK_IO_MMAP;

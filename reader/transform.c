@@ -241,8 +241,7 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
                             continue;
                         }
                         v = (v * (1.0f / 255.0f) - mean) * inv;
-                        if (j->dtype == STK_DT_F32) ((float *)j->dst)[at] = v;
-                        else store(j->dst, at, j->dtype, v);
+                        store(j->dst, at, j->dtype, v);
                     }
                 }
             }

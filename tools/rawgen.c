@@ -685,10 +685,7 @@ static int write_variant(run_t *r, unsigned k)
     int rc = -1;
     uint8_t *px = r->g.rgb;
     if (k >= V_WEBP) { /* the other formats pack reads: one file each */
-        uint8_t *f = k == V_WEBP  ? rg_webp(px, w, h, q, &len, msg, sizeof msg)
-                     : k == V_GIF ? rg_gif(px, w, h, &len, msg, sizeof msg)
-                     : k == V_BMP ? rg_bmp(px, w, h, &len, msg, sizeof msg)
-                                  : rg_tiff(px, w, h, &len, msg, sizeof msg);
+        uint8_t *f = rg_encode((rg_format)(k - V_WEBP), px, w, h, q, &len, msg, sizeof msg);
         if (f) rc = emit(r, rel, f, len, 1);
         else fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
         free(f);
@@ -879,10 +876,7 @@ static int write_broken(run_t *r, unsigned k)
     case B_TRUNC_GIF:
     case B_TRUNC_BMP:
     case B_TRUNC_TIFF: { /* cut in half: inside the image data (a TIFF's directory is at its end) */
-        uint8_t *f = k == B_TRUNC_WEBP  ? rg_webp(r->g.rgb, w, h, 85, &len, msg, sizeof msg)
-                     : k == B_TRUNC_GIF ? rg_gif(r->g.rgb, w, h, &len, msg, sizeof msg)
-                     : k == B_TRUNC_BMP ? rg_bmp(r->g.rgb, w, h, &len, msg, sizeof msg)
-                                        : rg_tiff(r->g.rgb, w, h, &len, msg, sizeof msg);
+        uint8_t *f = rg_encode((rg_format)(k - B_TRUNC_WEBP), r->g.rgb, w, h, 85, &len, msg, sizeof msg);
         if (f) rc = emit(r, rel, f, len / 2, 2);
         else fprintf(stderr, "rawgen: %s: %s\n", rel, msg);
         free(f);

@@ -175,3 +175,18 @@ uint8_t *rg_tiff(const uint8_t *rgb, uint32_t w, uint32_t h, size_t *len, char *
     *len = m.len;
     return m.p;
 }
+
+uint8_t *rg_encode(rg_format fmt, const uint8_t *rgb, uint32_t w, uint32_t h, int q, size_t *len, char *msg,
+                   size_t cap)
+{
+    switch (fmt) {
+    case RG_WEBP:
+        return rg_webp(rgb, w, h, q, len, msg, cap);
+    case RG_GIF:
+        return rg_gif(rgb, w, h, len, msg, cap);
+    case RG_BMP:
+        return rg_bmp(rgb, w, h, len, msg, cap);
+    default:
+        return rg_tiff(rgb, w, h, len, msg, cap);
+    }
+}

@@ -17,4 +17,9 @@ uint8_t *rg_bmp(const uint8_t *rgb, uint32_t w, uint32_t h, size_t *len, char *m
 /* 8-bit RGB TIFF, LZW, strips of 16 rows. */
 uint8_t *rg_tiff(const uint8_t *rgb, uint32_t w, uint32_t h, size_t *len, char *msg, size_t cap);
 
+typedef enum { RG_WEBP, RG_GIF, RG_BMP, RG_TIFF } rg_format;
+/* The writer of `fmt` (q: the WebP quality). */
+uint8_t *rg_encode(rg_format fmt, const uint8_t *rgb, uint32_t w, uint32_t h, int q, size_t *len, char *msg,
+                   size_t cap);
+
 #endif

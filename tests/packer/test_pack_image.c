@@ -1309,7 +1309,8 @@ START_TEST(webp_lossless_lossy_animated)
     uint8_t *out = NULL;
     size_t len;
     /* lossless: the very pixels */
-    uint8_t *ll = webp_owned(out, WebPEncodeLosslessRGB(im.px, 37, 23, 3 * 37, &out), &len);
+    size_t n = WebPEncodeLosslessRGB(im.px, 37, 23, 3 * 37, &out);
+    uint8_t *ll = webp_owned(out, n, &len);
     same_as_png(d, ll, len, im.px, 37, 23, 16, "lossless WebP");
     same_as_png(d, ll, len, im.px, 37, 23, 40, "lossless WebP, upscaled");
     cuts_fail(d, ll, len, "corrupt WebP: ");
@@ -1321,13 +1322,15 @@ START_TEST(webp_lossless_lossy_animated)
         memcpy(rgba + 4 * i, im.px + 3 * i, 3);
         rgba[4 * i + 3] = (uint8_t)(1 + i % 255);
     }
-    uint8_t *la = webp_owned(out, WebPEncodeLosslessRGBA(rgba, 37, 23, 4 * 37, &out), &len);
+    n = WebPEncodeLosslessRGBA(rgba, 37, 23, 4 * 37, &out);
+    uint8_t *la = webp_owned(out, n, &len);
     same_as_png(d, la, len, im.px, 37, 23, 16, "lossless WebP with alpha");
     free(la);
     free(rgba);
     /* lossy: close to the source */
     image big = synth(64, 64, GRADIENT, 1);
-    uint8_t *ly = webp_owned(out, WebPEncodeRGB(big.px, 64, 64, 3 * 64, 90, &out), &len);
+    n = WebPEncodeRGB(big.px, 64, 64, 3 * 64, 90, &out);
+    uint8_t *ly = webp_owned(out, n, &len);
     pk_params p = params(64, PK_RESIZE_STRETCH);
     uint8_t *got = process_ok(d, ly, len, &p, NULL, NULL);
     double db = psnr(got, big.px, (size_t)64 * 64 * 3);
