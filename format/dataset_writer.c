@@ -250,6 +250,12 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
 
 int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *v, stk_error *err)
 {
+    return stk_dataset_writer_append_dims(dw, v, NULL, err);
+}
+
+int stk_dataset_writer_append_dims(stk_dataset_writer *dw, const stk_value *v, const uint64_t *dims,
+                                   stk_error *err)
+{
     if (!dw || !v) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_append: NULL argument");
     int rc;
     if (dw->cur && stk_writer_records(dw->cur) > 0) {
@@ -258,7 +264,7 @@ int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *v, stk_er
         if (full && (rc = close_shard(dw, err))) return rc;
     }
     if (!dw->cur && (rc = open_shard(dw, err))) return rc;
-    return stk_writer_append(dw->cur, v, err);
+    return dims ? stk_writer_append_dims(dw->cur, v, dims, err) : stk_writer_append(dw->cur, v, err);
 }
 
 int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)

@@ -76,24 +76,64 @@ typedef struct {
     uint64_t heap_off, heap_len;
 } stk__region;
 
-static inline bool stk__field_compressed(const stk_field *f) { return f->codec != STK_CODEC_NONE; }
+/* Block-compressed (zstd). A JPEG field is not: its values are stored one
+ * by one, like bytes, and the codec says how to decode each. */
+static inline bool stk__field_compressed(const stk_field *f) { return f->codec == STK_CODEC_ZSTD; }
 
-/* Bytes before a compressed field's block table in its data region. */
+/* Bytes and array fields keep their values in a heap, found through a
+ * column of (records + 1) u64 offsets; an array field's data region goes on
+ * with records x (its per-record dims) u64 (spec/FORMAT.md 4.7, 4.13). */
+static inline bool stk__field_has_heap(const stk_field *f) { return f->kind != STK_KIND_TENSOR; }
+
+/* Length of those columns, false on overflow (0 for tensor fields). */
+static inline bool stk__columns_len(const stk_field *f, uint64_t records, uint64_t *len)
+{
+    uint64_t a, b;
+    if (!stk__field_has_heap(f)) return *len = 0, true;
+    if (__builtin_add_overflow(records, 1, &a) || __builtin_mul_overflow(a, 8, &a) ||
+        __builtin_mul_overflow(records, (uint64_t)stk_field_var_dims(f) * 8, &b) ||
+        __builtin_add_overflow(a, b, len))
+        return false;
+    return true;
+}
+
+/* Bytes before a compressed field's block table in its data region (the
+ * columns; the layout has checked them for overflow). */
 static inline uint64_t stk__block_table_at(const stk_field *f, uint64_t records)
 {
-    return f->kind == STK_KIND_BYTES ? (records + 1) * 8 : 0;
+    uint64_t n = 0;
+    stk__columns_len(f, records, &n);
+    return n;
 }
+
+/* Elements' bytes of one unit of an array field's per-record extent: dtype
+ * size x its fixed dims (<= 2^40, checked by the schema). */
+static inline uint64_t stk__array_item(const stk_field *f)
+{
+    uint64_t n = stk_dtype_size(f->dtype);
+    for (unsigned d = 0; d < f->ndim && d < STK_MAX_DIMS; d++) n *= f->shape[d] ? f->shape[d] : 1;
+    return n;
+}
+
+/* A JPEG value's frame size, from its SOF marker (jpeg_dims.c); false when
+ * the bytes are no JPEG stream with a frame header. */
+bool stk__jpeg_dims(const uint8_t *p, uint64_t n, uint32_t *height, uint32_t *width, unsigned *components);
 
 /* Largest uncompressed block a reader must hold (1 GiB). */
 #define STK_BLOCK_RAW_MAX ((uint64_t)1 << 30)
 
-/* The minor version a shard of this schema is written with: 1 when a field
- * is compressed, else 0, so files without the 1.1 feature stay 1.0. */
+/* The minor version a shard of this schema is written with: the lowest its
+ * features need (2: array fields or JPEG values; 1: zstd; else 0), so a file
+ * without the newer features stays readable by older builds. */
 static inline unsigned stk__schema_minor(const stk_schema *s)
 {
-    for (uint32_t i = 0; i < s->nfields; i++)
-        if (stk__field_compressed(&s->fields[i])) return 1;
-    return 0;
+    unsigned m = 0;
+    for (uint32_t i = 0; i < s->nfields; i++) {
+        const stk_field *f = &s->fields[i];
+        if (f->kind == STK_KIND_ARRAY || f->codec == STK_CODEC_JPEG) return 2;
+        if (stk__field_compressed(f)) m = 1;
+    }
+    return m;
 }
 
 /* Everything the header says, decoded and validated. */

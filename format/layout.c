@@ -129,18 +129,18 @@ static int check_compressed(const stk__layout *L, const stk_field *f, const stk_
         return stk_error_set(err, STK_E_FORMAT,
                              "%s: field '%s': codec zstd needs format 1.1, the file says %u.%u", name,
                              f->name, L->major, L->minor);
-    uint64_t stride = f->kind == STK_KIND_TENSOR ? stk_field_stride(f) : 8, base = 0;
+    uint64_t stride = f->kind == STK_KIND_TENSOR ? stk_field_stride(f) : 8, base = 0, min;
     if (r->stride != stride)
         return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': stride %llu, expected %llu", name, f->name,
                              (unsigned long long)r->stride, (unsigned long long)stride);
-    if (f->kind == STK_KIND_BYTES && (!add_ok(L->records, 1, &base) || !mul_ok(base, 8, &base)))
+    if (!stk__columns_len(f, L->records, &base) || !add_ok(base, 8 + 16, &min))
         return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column overflows", name, f->name);
-    if (r->data_len < base + 8 + 16 || (r->data_len - base - 8) % 16)
+    if (r->data_len < min || (r->data_len - base - 8) % 16)
         return stk_error_set(err, STK_E_FORMAT,
                              "%s: field '%s': compressed data region of %llu bytes does not hold "
                              "%sa block table",
                              name, f->name, (unsigned long long)r->data_len,
-                             f->kind == STK_KIND_BYTES ? "the offsets column and " : "");
+                             stk__field_has_heap(f) ? "the offsets column and " : "");
     return check_region(L, r->heap_off, r->heap_len, name, f->name, "frames", err);
 }
 
@@ -148,11 +148,19 @@ static int check_fields(const stk__layout *L, const char *name, stk_error *err)
 {
     int rc = stk_schema_validate(&L->schema, err);
     if (rc) {
-        /* Prefix the file name: schema messages do not know it. */
+        /* Prefix the file name: schema messages do not know it. A feature of
+         * a newer minor version says which version it needs. */
         char tmp[STK_ERROR_MSG_MAX];
         snprintf(tmp, sizeof tmp, "%s", err ? err->msg : "");
+        if (rc == STK_E_UNSUPPORTED && L->minor > STK_FORMAT_MINOR)
+            return stk_error_set(err, rc, "%s: %s (the file is format %u.%u; this build reads up to %d.%d)",
+                                 name, tmp, L->major, L->minor, STK_FORMAT_MAJOR, STK_FORMAT_MINOR);
         return stk_error_set(err, rc, "%s: %s", name, tmp);
     }
+    if (stk__schema_minor(&L->schema) == 2 && L->minor < 2)
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: array fields and JPEG values need format 1.2, the file says %u.%u", name,
+                             L->major, L->minor);
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
         const stk_field *f = &L->schema.fields[i];
         const stk__region *r = &L->region[i];
@@ -172,11 +180,14 @@ static int check_fields(const stk__layout *L, const char *name, stk_error *err)
                 return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': tensor field has a heap", name,
                                      f->name);
         } else {
-            if (r->stride != 8 || !add_ok(L->records, 1, &want_len) || !mul_ok(want_len, 8, &want_len) ||
-                r->data_len != want_len)
-                return stk_error_set(err, STK_E_FORMAT,
-                                     "%s: field '%s': offsets column is not (records + 1) x 8 bytes", name,
-                                     f->name);
+            if (r->stride != 8 || !stk__columns_len(f, L->records, &want_len) || r->data_len != want_len)
+                return stk_error_set(
+                    err, STK_E_FORMAT,
+                    f->kind == STK_KIND_ARRAY
+                        ? "%s: field '%s': columns are not (records + 1) x 8 bytes of offsets "
+                          "and records x dims x 8 of shapes"
+                        : "%s: field '%s': offsets column is not (records + 1) x 8 bytes",
+                    name, f->name);
             if ((rc = check_region(L, r->heap_off, r->heap_len, name, f->name, "heap", err))) return rc;
         }
         if ((rc = check_region(L, r->data_off, r->data_len, name, f->name, "data", err))) return rc;
@@ -191,7 +202,7 @@ static int check_overlaps(const stk__layout *L, const char *name, stk_error *err
     unsigned n = 0;
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
         off[n] = L->region[i].data_off, len[n++] = L->region[i].data_len;
-        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk__field_compressed(&L->schema.fields[i]))
+        if (stk__field_has_heap(&L->schema.fields[i]) || stk__field_compressed(&L->schema.fields[i]))
             off[n] = L->region[i].heap_off, len[n++] = L->region[i].heap_len;
     }
     for (unsigned a = 0; a < n; a++)
@@ -277,7 +288,7 @@ uint64_t stk_shard_size_for(const stk_schema *s, uint64_t records)
             if (!mul_ok(records, r->stride, &r->data_len)) return 0;
         } else {
             r->stride = 8;
-            if (!add_ok(records, 1, &r->data_len) || !mul_ok(r->data_len, 8, &r->data_len)) return 0;
+            if (!stk__columns_len(&s->fields[f], records, &r->data_len)) return 0;
         }
     }
     return stk__layout_place(&L, NULL) == STK_OK ? L.file_size : 0;
@@ -293,7 +304,7 @@ int stk__layout_place(stk__layout *L, stk_error *err)
         stk__region *r = &L->region[i];
         r->data_off = off;
         if (!add_ok(off, r->data_len, &off) || !align_ok(off, a, &off)) goto overflow;
-        if (L->schema.fields[i].kind == STK_KIND_BYTES || stk__field_compressed(&L->schema.fields[i])) {
+        if (stk__field_has_heap(&L->schema.fields[i]) || stk__field_compressed(&L->schema.fields[i])) {
             r->heap_off = off;
             if (!add_ok(off, r->heap_len, &off) || !align_ok(off, a, &off)) goto overflow;
         }

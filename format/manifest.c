@@ -92,6 +92,7 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
     strcpy(f->name, name);
     if (strcmp(codec, "none") == 0) f->codec = STK_CODEC_NONE;
     else if (strcmp(codec, "zstd") == 0) f->codec = STK_CODEC_ZSTD;
+    else if (strcmp(codec, "jpeg") == 0) f->codec = STK_CODEC_JPEG;
     else
         return stk_error_set(c->err, STK_E_UNSUPPORTED,
                              "%s: %s: codec \"%.32s\" is not supported by this build", c->name, where, codec);
@@ -102,12 +103,13 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
         f->dtype = STK_DT_U8;
         return STK_OK;
     }
-    if (strcmp(kind, "tensor") != 0)
+    bool array = strcmp(kind, "array") == 0;
+    if (strcmp(kind, "tensor") != 0 && !array)
         return stk_error_set(c->err, STK_E_UNSUPPORTED,
                              "%s: %s: kind \"%.16s\" is not supported by this build", c->name, where, kind);
     const char *dt = NULL;
     if ((rc = get_str(c, j, "dtype", where, &dt))) return rc;
-    f->kind = STK_KIND_TENSOR;
+    f->kind = array ? STK_KIND_ARRAY : STK_KIND_TENSOR;
     f->dtype = (uint8_t)stk_dtype_from_name(dt);
     if (!f->dtype)
         return stk_error_set(c->err, STK_E_UNSUPPORTED,
@@ -117,11 +119,14 @@ static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
         return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where,
                      STK_MAX_DIMS);
     f->ndim = (uint8_t)json_array_size(shape);
-    for (unsigned d = 0; d < f->ndim; d++) {
+    for (unsigned d = 0; d < f->ndim; d++) { /* an array field's per-record dims are null */
         json_t *v = json_array_get(shape, d);
+        if (array && json_is_null(v)) continue;
         if (!json_is_integer(v) || json_integer_value(v) <= 0)
-            return mfail(c, "%s: \"shape\" must be an array of at most %d positive integers", where,
-                         STK_MAX_DIMS);
+            return mfail(c,
+                         array ? "%s: \"shape\" must be an array of at most %d positive integers or nulls"
+                               : "%s: \"shape\" must be an array of at most %d positive integers",
+                         where, STK_MAX_DIMS);
         f->shape[d] = (uint64_t)json_integer_value(v);
     }
     return STK_OK;
@@ -139,9 +144,10 @@ static int parse_schema(ctx *c, json_t *arr, stk_schema *s)
     }
     stk_error e;
     if (stk_schema_validate(s, &e)) return mfail(c, "%s", e.msg);
-    if (stk__schema_minor(s) > c->minor)
-        return mfail(c, "compressed (zstd) fields need format_version [1, 1], the manifest says [1, %u]",
-                     c->minor);
+    unsigned need = stk__schema_minor(s);
+    if (need > c->minor)
+        return mfail(c, "%s need format_version [1, %u], the manifest says [1, %u]",
+                     need == 1 ? "compressed (zstd) fields" : "array fields and JPEG values", need, c->minor);
     return STK_OK;
 }
 
@@ -380,14 +386,18 @@ static json_t *field_json(const stk_field *f)
     if (f->kind == STK_KIND_BYTES) {
         json_object_set_new(o, "kind", json_string("bytes"));
     } else {
-        json_object_set_new(o, "kind", json_string("tensor"));
+        bool array = f->kind == STK_KIND_ARRAY;
+        json_object_set_new(o, "kind", json_string(array ? "array" : "tensor"));
         json_object_set_new(o, "dtype", json_string(stk_dtype_name(f->dtype)));
         json_t *shape = json_array();
         for (unsigned d = 0; d < f->ndim; d++)
-            json_array_append_new(shape, json_integer((json_int_t)f->shape[d]));
+            json_array_append_new(shape, array && !f->shape[d] ? json_null()
+                                                               : json_integer((json_int_t)f->shape[d]));
         json_object_set_new(o, "shape", shape);
     }
-    json_object_set_new(o, "codec", json_string(f->codec == STK_CODEC_ZSTD ? "zstd" : "none"));
+    static const char *const codecs[] = {
+        [STK_CODEC_NONE] = "none", [STK_CODEC_ZSTD] = "zstd", [STK_CODEC_JPEG] = "jpeg"};
+    json_object_set_new(o, "codec", json_string(codecs[f->codec <= STK_CODEC_JPEG ? f->codec : 0]));
     return o;
 }
 

@@ -78,6 +78,36 @@ int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err)
     return STK_OK;
 }
 
+int stk_schema_add_array(stk_schema *s, const char *name, int dtype, unsigned ndim, const uint64_t *shape,
+                         stk_error *err)
+{
+    stk_field *f = NULL;
+    int rc = add_field(s, name, err, &f);
+    if (rc) return rc;
+    if (!stk_dtype_size(dtype))
+        return stk_error_set(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
+    if (ndim < 1 || ndim > STK_MAX_DIMS || !shape)
+        return stk_error_set(err, STK_E_ARG, "schema: array field '%s': %u dimensions (1 to %d)", name, ndim,
+                             STK_MAX_DIMS);
+    f->kind = STK_KIND_ARRAY;
+    f->dtype = (uint8_t)dtype;
+    f->codec = STK_CODEC_NONE;
+    f->ndim = (uint8_t)ndim;
+    for (unsigned d = 0; d < ndim; d++) f->shape[d] = shape[d];
+    s->nfields++;
+    rc = stk_schema_validate(s, err);
+    if (rc) s->nfields--;
+    return rc;
+}
+
+unsigned stk_field_var_dims(const stk_field *f)
+{
+    unsigned n = 0;
+    if (f->kind == STK_KIND_ARRAY)
+        for (unsigned d = 0; d < f->ndim && d < STK_MAX_DIMS; d++) n += f->shape[d] == 0;
+    return n;
+}
+
 int stk_schema_find(const stk_schema *s, const char *name)
 {
     for (uint32_t i = 0; i < s->nfields; i++)
@@ -121,10 +151,16 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
         for (uint32_t j = 0; j < i; j++)
             if (strncmp(s->fields[j].name, f->name, STK_NAME_MAX) == 0)
                 return stk_error_set(err, STK_E_FORMAT, "schema: field name '%s' repeated", f->name);
-        if (f->codec != STK_CODEC_NONE && f->codec != STK_CODEC_ZSTD)
+        if (f->codec > STK_CODEC_JPEG)
             return stk_error_set(err, STK_E_UNSUPPORTED,
                                  "schema: field '%s' uses codec %u, which this build does not support",
                                  f->name, f->codec);
+        if (f->codec == STK_CODEC_JPEG &&
+            (f->kind != STK_KIND_ARRAY || f->dtype != STK_DT_U8 || f->ndim != 3 || f->shape[0] ||
+             f->shape[1] || (f->shape[2] != 1 && f->shape[2] != 3)))
+            return stk_error_set(err, STK_E_FORMAT,
+                                 "schema: field '%s': codec jpeg needs an array field u8[*,*,1] or u8[*,*,3]",
+                                 f->name);
         if (f->kind == STK_KIND_BYTES) {
             if (f->dtype != STK_DT_U8 || f->ndim != 0)
                 return stk_error_set(err, STK_E_FORMAT,
@@ -134,7 +170,7 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
                     return stk_error_set(err, STK_E_FORMAT, "schema: bytes field '%s' has a shape", f->name);
             continue;
         }
-        if (f->kind != STK_KIND_TENSOR)
+        if (f->kind != STK_KIND_TENSOR && f->kind != STK_KIND_ARRAY)
             return stk_error_set(err, STK_E_UNSUPPORTED,
                                  "schema: field '%s': kind %u is not supported by this build", f->name,
                                  f->kind);
@@ -145,14 +181,22 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
         if (f->ndim > STK_MAX_DIMS)
             return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': %u dimensions (at most %d)", f->name,
                                  f->ndim, STK_MAX_DIMS);
+        bool array = f->kind == STK_KIND_ARRAY;
+        if (array && (f->ndim == 0 || stk_field_var_dims(f) == 0))
+            return stk_error_set(err, STK_E_FORMAT,
+                                 "schema: array field '%s' has no per-record dimension (a 0 in its shape)",
+                                 f->name);
         for (unsigned d = 0; d < STK_MAX_DIMS; d++) {
-            if (d < f->ndim && f->shape[d] == 0)
+            if (d < f->ndim && f->shape[d] == 0 && !array)
                 return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': dimension %u is 0", f->name, d);
             if (d >= f->ndim && f->shape[d] != 0)
                 return stk_error_set(err, STK_E_FORMAT, "schema: field '%s': shape entry %u set beyond ndim",
                                      f->name, d);
         }
-        uint64_t st = stk_field_stride(f);
+        uint64_t st = array ? 1 : stk_field_stride(f);
+        for (unsigned d = 0; array && d < f->ndim && st; d++)
+            if (!mul_ok(st, f->shape[d] ? f->shape[d] : 1, &st)) st = 0;
+        if (array && st && !mul_ok(st, stk_dtype_size(f->dtype), &st)) st = 0;
         if (st == 0 || st > STK_STRIDE_MAX)
             return stk_error_set(err, STK_E_FORMAT,
                                  "schema: field '%s': record size overflows (at most 2^40 bytes)", f->name);
@@ -162,7 +206,7 @@ int stk_schema_validate(const stk_schema *s, stk_error *err)
 
 void stk_field_describe(const stk_field *f, char *buf, size_t cap)
 {
-    const char *z = f->codec == STK_CODEC_ZSTD ? " zstd" : "";
+    const char *z = f->codec == STK_CODEC_ZSTD ? " zstd" : f->codec == STK_CODEC_JPEG ? " jpeg" : "";
     if (f->kind == STK_KIND_BYTES) {
         snprintf(buf, cap, "%s bytes%s", f->name, z);
         return;
@@ -170,15 +214,24 @@ void stk_field_describe(const stk_field *f, char *buf, size_t cap)
     const char *dt = stk_dtype_name(f->dtype);
     int n = snprintf(buf, cap, "%s %s[", f->name, dt ? dt : "?");
     for (unsigned d = 0; d < f->ndim && d < STK_MAX_DIMS && n >= 0 && (size_t)n < cap; d++)
-        n += snprintf(buf + n, cap - (size_t)n, "%s%llu", d ? "," : "", (unsigned long long)f->shape[d]);
+        n += f->shape[d] || f->kind != STK_KIND_ARRAY
+                 ? snprintf(buf + n, cap - (size_t)n, "%s%llu", d ? "," : "", (unsigned long long)f->shape[d])
+                 : snprintf(buf + n, cap - (size_t)n, "%s*", d ? "," : "");
     if (n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]%s", z);
 }
 
 int stk_schema_set_codec(stk_schema *s, unsigned f, int codec, stk_error *err)
 {
     if (!s || f >= s->nfields) return stk_error_set(err, STK_E_RANGE, "schema: field %u out of range", f);
-    if (codec != STK_CODEC_NONE && codec != STK_CODEC_ZSTD)
-        return stk_error_set(err, STK_E_UNSUPPORTED, "schema: codec %d unknown (none or zstd)", codec);
+    if (codec < STK_CODEC_NONE || codec > STK_CODEC_JPEG)
+        return stk_error_set(err, STK_E_UNSUPPORTED, "schema: codec %d unknown (none, zstd or jpeg)", codec);
+    uint8_t old = s->fields[f].codec;
     s->fields[f].codec = (uint8_t)codec;
+    int rc = stk_schema_validate(s, err);
+    if (rc) {
+        s->fields[f].codec = old;
+        if (err) err->code = STK_E_ARG; /* the caller's choice, not bytes from a file */
+        return STK_E_ARG;
+    }
     return STK_OK;
 }

@@ -84,12 +84,12 @@ static int check_heaps(const stk_shard *sh, stk_error *err)
         if (stk__field_compressed(&sh->L.schema.fields[f])) {
             int rc = check_blocks(sh, f, err);
             if (rc) return rc;
-            if (sh->L.schema.fields[f].kind == STK_KIND_BYTES && rd64(sh->map + r->data_off) != 0)
+            if (stk__field_has_heap(&sh->L.schema.fields[f]) && rd64(sh->map + r->data_off) != 0)
                 return stk_error_set(err, STK_E_FORMAT, "%s: field '%s': offsets column does not start at 0",
                                      sh->path, sh->L.schema.fields[f].name);
             continue;
         }
-        if (sh->L.schema.fields[f].kind != STK_KIND_BYTES) continue;
+        if (!stk__field_has_heap(&sh->L.schema.fields[f])) continue;
         const uint8_t *col = sh->map + r->data_off;
         if (rd64(col) != 0 || rd64(col + 8 * sh->L.records) != r->heap_len)
             return stk_error_set(
@@ -217,6 +217,35 @@ uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i)
     return rd64(sh->map + sh->L.cksum_off + (i * sh->L.schema.nfields + f) * 8);
 }
 
+/* Record i's per-record dims of array field f (stk_field_var_dims of them). */
+static void var_dims(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *var)
+{
+    const stk_field *fd = &sh->L.schema.fields[f];
+    unsigned nv = stk_field_var_dims(fd);
+    const uint8_t *col = sh->map + sh->L.region[f].data_off + (sh->L.records + 1) * 8 + i * nv * 8;
+    for (unsigned k = 0; k < nv; k++) var[k] = rd64(col + 8 * k);
+}
+
+/* An array value of `size` bytes (not JPEG) must hold exactly its shape's
+ * elements; on a mismatch, explain in `what`. */
+static int check_array_size(const stk_shard *sh, unsigned f, uint64_t i, uint64_t size, char *what,
+                            size_t cap)
+{
+    const stk_field *fd = &sh->L.schema.fields[f];
+    uint64_t var[STK_MAX_DIMS], want = stk__array_item(fd);
+    unsigned nv = stk_field_var_dims(fd);
+    var_dims(sh, f, i, var);
+    bool ok = true;
+    for (unsigned k = 0; k < nv; k++) ok = ok && mul_ok(want, var[k], &want);
+    if (ok && want == size) return STK_OK;
+    int n = snprintf(what, cap, "value of %llu bytes does not hold its shape (", (unsigned long long)size);
+    for (unsigned k = 0; k < nv && n > 0 && (size_t)n < cap; k++)
+        n += snprintf(what + n, cap - (size_t)n, "%s%llu", k ? " x " : "", (unsigned long long)var[k]);
+    if (n > 0 && (size_t)n < cap)
+        snprintf(what + n, cap - (size_t)n, " x %llu bytes)", (unsigned long long)stk__array_item(fd));
+    return STK_E_FORMAT;
+}
+
 /* Locate field f of record i; on bad offsets, explain in `what`. */
 static int locate(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t **data, uint64_t *size,
                   char *what, size_t cap)
@@ -249,7 +278,10 @@ static int locate(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t **d
     }
     *data = sh->map + r->heap_off + a;
     *size = b - a;
-    return STK_OK;
+    const stk_field *fd = &sh->L.schema.fields[f];
+    return fd->kind == STK_KIND_ARRAY && fd->codec != STK_CODEC_JPEG
+               ? check_array_size(sh, f, i, *size, what, cap)
+               : STK_OK;
 }
 
 int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
@@ -269,6 +301,27 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
                              sh->L.schema.fields[f].name, what);
     *data = p;
     return STK_OK;
+}
+
+int stk_shard_value_shape(const stk_shard *sh, unsigned f, uint64_t i, uint64_t dims[STK_MAX_DIMS],
+                          stk_error *err)
+{
+    if (f >= sh->L.schema.nfields)
+        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
+                             sh->L.schema.nfields);
+    if (i >= sh->L.records)
+        return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
+                             (unsigned long long)i, (unsigned long long)sh->L.records);
+    const stk_field *fd = &sh->L.schema.fields[f];
+    uint64_t var[STK_MAX_DIMS];
+    unsigned v = 0;
+    if (fd->kind == STK_KIND_ARRAY) var_dims(sh, f, i, var);
+    for (unsigned d = 0; d < fd->ndim && d < STK_MAX_DIMS; d++)
+        dims[d] = fd->kind == STK_KIND_ARRAY && fd->shape[d] == 0 ? var[v++] : fd->shape[d];
+    if (fd->kind != STK_KIND_ARRAY || stk__field_compressed(fd)) return STK_OK;
+    const void *p;
+    uint64_t size;
+    return stk_shard_value(sh, f, i, &p, &size, err);
 }
 
 int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err)
@@ -455,6 +508,10 @@ int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const
                              (unsigned long long)a, (unsigned long long)b);
     *data = (const uint8_t *)raw + (a - base);
     *size = b - a;
+    char what[160];
+    if (sh->L.schema.fields[f].kind == STK_KIND_ARRAY && check_array_size(sh, f, i, *size, what, sizeof what))
+        return stk_error_set(err, STK_E_FORMAT, "%s: record %llu, field '%s': %s", sh->path,
+                             (unsigned long long)i, sh->L.schema.fields[f].name, what);
     return STK_OK;
 }
 
@@ -542,6 +599,28 @@ static uint64_t verify_blocks(const stk_shard *sh, uint32_t f, uint64_t first, u
     return problems;
 }
 
+/* A JPEG value's frame header must give the record's stored shape. */
+static int check_jpeg(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t *p, uint64_t size,
+                      char *what, size_t cap)
+{
+    uint64_t var[STK_MAX_DIMS];
+    uint32_t h, w;
+    unsigned c;
+    var_dims(sh, f, i, var);
+    if (!stk__jpeg_dims(p, size, &h, &w, &c)) {
+        snprintf(what, cap, "the %llu-byte value is not a JPEG stream with a frame header",
+                 (unsigned long long)size);
+        return STK_E_FORMAT;
+    }
+    if (h != var[0] || w != var[1] || c != sh->L.schema.fields[f].shape[2]) {
+        snprintf(what, cap, "JPEG frame is %ux%u with %u components, the record says %llux%llu with %llu", h,
+                 w, c, (unsigned long long)var[0], (unsigned long long)var[1],
+                 (unsigned long long)sh->L.schema.fields[f].shape[2]);
+        return STK_E_FORMAT;
+    }
+    return STK_OK;
+}
+
 uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t count, stk_problem_fn fn,
                                   void *user)
 {
@@ -565,6 +644,8 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
                 uint64_t size;
                 char what[200];
                 int rc = locate(sh, f, i, &p, &size, what, sizeof what);
+                if (rc == STK_OK && sh->L.schema.fields[f].codec == STK_CODEC_JPEG)
+                    rc = check_jpeg(sh, f, i, p, size, what, sizeof what);
                 if (rc == STK_OK) {
                     uint64_t want = stk_shard_stored_hash(sh, f, i), got = stk_hash(p, (size_t)size);
                     if (got == want) continue;
@@ -599,7 +680,7 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
     s[n++] = (span){0, sh->L.header_size};
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
         s[n++] = (span){sh->L.region[f].data_off, sh->L.region[f].data_len};
-        if (sh->L.schema.fields[f].kind == STK_KIND_BYTES || stk__field_compressed(&sh->L.schema.fields[f]))
+        if (stk__field_has_heap(&sh->L.schema.fields[f]) || stk__field_compressed(&sh->L.schema.fields[f]))
             s[n++] = (span){sh->L.region[f].heap_off, sh->L.region[f].heap_len};
     }
     s[n++] = (span){sh->L.cksum_off, sh->L.file_size - sh->L.cksum_off}; /* table + footer */

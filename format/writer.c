@@ -75,7 +75,8 @@ struct stk_writer {
     uint64_t direct_off;           /* where the next direct bytes go      */
     buf_t direct_buf;              /* pending direct bytes                */
     buf_t spool[STK_MAX_FIELDS];   /* tensor values or bytes heaps   */
-    buf_t offsets[STK_MAX_FIELDS]; /* bytes fields: u64 offsets    */
+    buf_t offsets[STK_MAX_FIELDS]; /* bytes and array fields: u64 offsets */
+    buf_t dims[STK_MAX_FIELDS];    /* array fields: u64 per-record dims    */
     buf_t cksum;                   /* u64 per record per field            */
     stk__stream *st;               /* streaming (writer_stream.c), or NULL */
     /* compressed fields (spec 4.12): values gather in raw[f] until a block
@@ -102,7 +103,8 @@ static void writer_free(stk_writer *w)
     stk__stream_free(w->st);
     if (w->fd >= 0) close(w->fd);
     free(w->direct_buf.p);
-    for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->spool[i].p), free(w->offsets[i].p);
+    for (unsigned i = 0; i < STK_MAX_FIELDS; i++)
+        free(w->spool[i].p), free(w->offsets[i].p), free(w->dims[i].p);
     free(w->cksum.p);
     for (unsigned i = 0; i < STK_MAX_FIELDS; i++) free(w->raw[i].p), free(w->table[i].p);
     stk__zpool_free(w->pool);
@@ -128,7 +130,7 @@ stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_er
     memcpy(w->tmp, path, n);
     memcpy(w->tmp + n, ".tmp", 5);
     for (uint32_t f = 0; f < schema->nfields; f++) {
-        if (schema->fields[f].kind != STK_KIND_BYTES) continue;
+        if (!stk__field_has_heap(&schema->fields[f])) continue;
         if (!buf_reserve(&w->offsets[f], 8)) goto nomem;
         wr64(w->offsets[f].p, 0);
         w->offsets[f].len = 8;
@@ -171,9 +173,58 @@ static int flush_direct(stk_writer *w, stk_error *err)
     return STK_OK;
 }
 
+/* The per-record dims of array field f, from `dims` (advanced past them) or,
+ * without, from the value's size; checked against the value. */
+static int array_dims(const stk_writer *w, const stk_field *fd, const stk_value *v, const uint64_t **dims,
+                      uint64_t *var, stk_error *err)
+{
+    unsigned nv = stk_field_var_dims(fd);
+    uint64_t item = stk__array_item(fd), want = item;
+    unsigned long long rec = (unsigned long long)w->records;
+    if (*dims) {
+        memcpy(var, *dims, nv * sizeof *var);
+        *dims += nv;
+    } else if (nv == 1 && fd->codec != STK_CODEC_JPEG) {
+        if (v->size % item)
+            return stk_error_set(err, STK_E_ARG,
+                                 "%s: record %llu, field '%s': value of %llu bytes is not a whole number of "
+                                 "%llu-byte items",
+                                 w->path, rec, fd->name, (unsigned long long)v->size,
+                                 (unsigned long long)item);
+        var[0] = v->size / item;
+    } else {
+        return stk_error_set(err, STK_E_ARG,
+                             "%s: record %llu, field '%s': its shape has %u per-record dims: "
+                             "append with them (stk_writer_append_dims)",
+                             w->path, rec, fd->name, nv);
+    }
+    if (fd->codec == STK_CODEC_JPEG) {
+        uint32_t h, wd;
+        unsigned c;
+        if (!stk__jpeg_dims(v->data, v->size, &h, &wd, &c))
+            return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': value is not a JPEG stream",
+                                 w->path, rec, fd->name);
+        if (h != var[0] || wd != var[1] || c != fd->shape[2])
+            return stk_error_set(err, STK_E_ARG,
+                                 "%s: record %llu, field '%s': JPEG is %ux%u with %u components, dims say "
+                                 "%llux%llu with %llu",
+                                 w->path, rec, fd->name, h, wd, c, (unsigned long long)var[0],
+                                 (unsigned long long)var[1], (unsigned long long)fd->shape[2]);
+        return STK_OK;
+    }
+    for (unsigned k = 0; k < nv; k++)
+        if (!mul_ok(want, var[k], &want)) want = UINT64_MAX;
+    if (want != v->size)
+        return stk_error_set(err, STK_E_ARG,
+                             "%s: record %llu, field '%s': value is %llu bytes, its shape needs %llu",
+                             w->path, rec, fd->name, (unsigned long long)v->size, (unsigned long long)want);
+    return STK_OK;
+}
+
 /* Check every value and make room for all of them before copying any, so a
- * refused record leaves the writer as it was. */
-static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
+ * refused record leaves the writer as it was. var: the array fields'
+ * per-record dims, STK_MAX_DIMS per field. */
+static int prepare(stk_writer *w, const stk_value *v, const uint64_t *dims, uint64_t *var, stk_error *err)
 {
     const stk_schema *s = &w->schema;
     for (uint32_t f = 0; f < s->nfields; f++) {
@@ -181,6 +232,9 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
         if (!v[f].data && v[f].size)
             return stk_error_set(err, STK_E_ARG, "%s: record %llu, field '%s': NULL data", w->path,
                                  (unsigned long long)w->records, fd->name);
+        int rc =
+            fd->kind == STK_KIND_ARRAY ? array_dims(w, fd, &v[f], &dims, var + f * STK_MAX_DIMS, err) : 0;
+        if (rc) return rc;
         if (fd->kind == STK_KIND_TENSOR && v[f].size != stk_field_stride(fd))
             return stk_error_set(err, STK_E_ARG,
                                  "%s: record %llu, field '%s': value is %llu bytes, expected %llu", w->path,
@@ -191,7 +245,8 @@ static int prepare(stk_writer *w, const stk_value *v, stk_error *err)
                                  (unsigned long long)w->records, fd->name);
         buf_t *dst = stk__field_compressed(fd) ? &w->raw[f] : &w->spool[f];
         bool ok = (f == 0 && w->direct) || buf_reserve(dst, (size_t)v[f].size);
-        if (ok && fd->kind == STK_KIND_BYTES) ok = buf_reserve(&w->offsets[f], 8);
+        if (ok && stk__field_has_heap(fd)) ok = buf_reserve(&w->offsets[f], 8);
+        if (ok && fd->kind == STK_KIND_ARRAY) ok = buf_reserve(&w->dims[f], 8 * stk_field_var_dims(fd));
         if (!ok)
             return stk_error_set(err, STK_E_NOMEM, "%s: out of memory spooling field '%s'", w->path,
                                  fd->name);
@@ -271,12 +326,13 @@ static int append_field0(stk_writer *w, const stk_value *v0, const stk_prehash *
     return STK_OK;
 }
 
-static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk_lent_done_fn done, void *ctx,
-                  bool *lent, stk_error *err)
+static int append(stk_writer *w, const stk_value *v, const uint64_t *dims, const stk_prehash *pre,
+                  stk_lent_done_fn done, void *ctx, bool *lent, stk_error *err)
 {
     if (!w || !v) return stk_error_set(err, STK_E_ARG, "stk_writer_append: NULL argument");
     if (w->failed) return stk_error_set(err, w->failed, "%s: an earlier write failed", w->path);
-    int rc = prepare(w, v, err);
+    uint64_t var[STK_MAX_FIELDS * STK_MAX_DIMS];
+    int rc = prepare(w, v, dims, var, err);
     if (rc) return rc;
     const stk_schema *s = &w->schema;
     if (w->direct && (rc = append_field0(w, &v[0], pre, done, ctx, lent, err))) return rc;
@@ -290,9 +346,13 @@ static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk
         if (v[f].size) memcpy(dst->p + dst->len, v[f].data, (size_t)v[f].size);
         dst->len += (size_t)v[f].size;
         w->raw_total[f] += z ? v[f].size : 0;
-        if (s->fields[f].kind == STK_KIND_BYTES) {
+        if (stk__field_has_heap(&s->fields[f])) {
             wr64(w->offsets[f].p + w->offsets[f].len, z ? w->raw_total[f] : w->spool[f].len);
             w->offsets[f].len += 8;
+        }
+        for (unsigned k = 0; k < stk_field_var_dims(&s->fields[f]); k++) {
+            wr64(w->dims[f].p + w->dims[f].len, var[f * STK_MAX_DIMS + k]);
+            w->dims[f].len += 8;
         }
     }
     w->records++;
@@ -306,14 +366,21 @@ static int append(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk
 int stk_writer_append(stk_writer *w, const stk_value *v, stk_error *err)
 {
     bool lent = false;
-    return append(w, v, NULL, NULL, NULL, &lent, err);
+    return append(w, v, NULL, NULL, NULL, NULL, &lent, err);
+}
+
+int stk_writer_append_dims(stk_writer *w, const stk_value *v, const uint64_t *dims, stk_error *err)
+{
+    bool lent = false;
+    if (!dims) return stk_error_set(err, STK_E_ARG, "stk_writer_append_dims: NULL dims");
+    return append(w, v, dims, NULL, NULL, NULL, &lent, err);
 }
 
 int stk_writer_append_lent(stk_writer *w, const stk_value *v, const stk_prehash *pre, stk_lent_done_fn done,
                            void *ctx, stk_error *err)
 {
     bool lent = false;
-    int rc = append(w, v, pre, done, ctx, &lent, err);
+    int rc = append(w, v, NULL, pre, done, ctx, &lent, err);
     if (!lent && done && v) done(ctx, v[0].data);
     return rc;
 }
@@ -456,7 +523,7 @@ static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value 
             r->data_len = L->records * r->stride;
         } else {
             r->stride = 8;
-            r->data_len = w->offsets[f].len + (extra ? 8 : 0);
+            r->data_len = w->offsets[f].len + w->dims[f].len + (extra ? 8 + 8 * stk_field_var_dims(fd) : 0);
             r->heap_len = w->spool[f].len + (extra ? extra[f].size : 0);
         }
     }
@@ -524,16 +591,20 @@ static int write_all_parts(stk_writer *w, stk__layout *L, stk_shard_info *info, 
             uint64_t at = r->data_off, nb = w->table[f].len / 16 - 1;
             uint8_t n8[8];
             wr64(n8, nb);
-            if (w->schema.fields[f].kind == STK_KIND_BYTES &&
-                (rc = stk__pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, at, w->tmp, err)))
+            if (stk__field_has_heap(&w->schema.fields[f]) &&
+                ((rc = stk__pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, at, w->tmp, err)) ||
+                 (rc = stk__pwrite_all(w->fd, w->dims[f].p, w->dims[f].len, at + w->offsets[f].len, w->tmp,
+                                       err))))
                 return rc;
             at += stk__block_table_at(&w->schema.fields[f], w->records);
             if ((rc = stk__pwrite_all(w->fd, n8, 8, at, w->tmp, err)) ||
                 (rc = stk__pwrite_all(w->fd, w->table[f].p, w->table[f].len, at + 8, w->tmp, err)) ||
                 (rc = stk__pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
                 return rc;
-        } else if (w->schema.fields[f].kind == STK_KIND_BYTES) {
+        } else if (stk__field_has_heap(&w->schema.fields[f])) {
             if ((rc = stk__pwrite_all(w->fd, w->offsets[f].p, w->offsets[f].len, r->data_off, w->tmp, err)) ||
+                (rc = stk__pwrite_all(w->fd, w->dims[f].p, w->dims[f].len, r->data_off + w->offsets[f].len,
+                                      w->tmp, err)) ||
                 (rc = stk__pwrite_all(w->fd, w->spool[f].p, w->spool[f].len, r->heap_off, w->tmp, err)))
                 return rc;
         } else if (!(f == 0 && w->direct) &&

@@ -75,7 +75,7 @@ static uint64_t compressed_bytes(const stk_reader *r)
 {
     uint64_t total = 0;
     for (unsigned k = 0; k < r->nsel; k++) {
-        if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec == STK_CODEC_NONE) continue;
+        if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec != STK_CODEC_ZSTD) continue;
         for (size_t s = 0; s < stk_dataset_nshards(r->ds); s++) {
             const stk_shard *sh = stk_dataset_shard(r->ds, s);
             uint64_t nb = stk_shard_nblocks(sh, r->sel[k]), a, b, n;

@@ -282,8 +282,9 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
         stk_batch_field *bf = &sl->fields[k];
         const void *src;
         uint64_t size;
-        if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec) { /* out of a shared decompressed block */
-            stk_value *v = bf->kind == STK_KIND_BYTES ? (stk_value *)&bf->values[i] : NULL;
+        if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec ==
+            STK_CODEC_ZSTD) { /* out of a shared decompressed block */
+            stk_value *v = bf->kind != STK_KIND_TENSOR ? (stk_value *)&bf->values[i] : NULL;
             uint8_t *dst = v ? NULL : sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k];
             if ((rc = compressed_value(r, w, s, k, local, dst, zh, v, err))) return rc;
             src = v ? (const void *)(zh->p + (uintptr_t)v->data) : dst;
@@ -294,7 +295,7 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
             src = sl->buf + r->sel_off[k] + (uint64_t)i * size;
         } else {
             if ((rc = stk_shard_value(sh, r->sel[k], local, &src, &size, err))) return rc;
-            if (bf->kind == STK_KIND_BYTES) {
+            if (bf->kind != STK_KIND_TENSOR) {
                 stk_value *v = (stk_value *)&bf->values[i];
                 v->data = src;
                 v->size = size;
@@ -306,6 +307,10 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
             }
         }
         if (verify && (rc = verify_value(r, sh, r->sel[k], local, rec, src, size, err))) return rc;
+        if (sl->field_shapes[k] &&
+            (rc = stk_shard_value_shape(sh, r->sel[k], local,
+                                        sl->field_shapes[k] + (uint64_t)i * (bf->ndim - 1), err)))
+            return rc;
     }
     if (verify) {
         mark_verified(r, rec);
@@ -641,7 +646,8 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
     if (!whole) return;
     if (zh) /* the part's heap stops moving: offsets become pointers */
         for (unsigned k = 0; k < r->nsel; k++)
-            if (sl->fields[k].kind == STK_KIND_BYTES && stk_dataset_schema(r->ds)->fields[r->sel[k]].codec)
+            if (sl->fields[k].kind != STK_KIND_TENSOR &&
+                stk_dataset_schema(r->ds)->fields[r->sel[k]].codec == STK_CODEC_ZSTD)
                 for (uint32_t j = p->i0; j < p->i1; j++) {
                     stk_value *v = (stk_value *)&sl->fields[k].values[j];
                     v->data = zh->p + (uintptr_t)v->data;
@@ -664,7 +670,7 @@ static void finish_part(stk_reader *r, stk__slot *sl, unsigned part, uint64_t ge
         sl->err_part = part;
     }
     for (unsigned k = 0; k < r->nsel; k++)
-        if (sl->fields[k].kind == STK_KIND_BYTES) sl->fields[k].nbytes += heap[k];
+        if (sl->fields[k].kind != STK_KIND_TENSOR) sl->fields[k].nbytes += heap[k];
     if (--sl->parts_left) return;
     sl->state = r->gen != gen ? SLOT_FREE : r->be ? SLOT_GATHERED : SLOT_READY;
     pthread_cond_broadcast(&r->ready_cv);
@@ -834,6 +840,13 @@ static const stk_batch *fail_next(stk_reader *r, const stk_error *e, stk_error *
  * microseconds. The worker wake-up that the released slot allows is sent
  * after unlocking (or before blocking, so that a worker can fill the slot
  * we are about to wait for). */
+const uint64_t *stk_batch_shapes(const stk_batch *b, unsigned field)
+{
+    if (!b || field >= b->nfields) return NULL;
+    const stk__slot *sl = (const stk__slot *)(const void *)((const char *)b - offsetof(stk__slot, batch));
+    return sl->field_shapes[field];
+}
+
 const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
 {
     pthread_mutex_lock(&r->mu);

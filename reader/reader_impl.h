@@ -66,14 +66,18 @@ void stk__qcache_unpin(stk__qcache *c, stk__qentry *e, int used);
 uint64_t stk__qcache_loads(stk__qcache *c);
 
 typedef struct {
-    uint64_t seq;        /* the batch it holds or is being filled with */
-    int state;           /* SLOT_* (under the reader's mutex) */
-    stk_error err;       /* set when preparing failed */
-    unsigned err_part;   /* the part err came from */
-    unsigned parts_left; /* parts still being prepared (under mu) */
-    uint8_t *buf;        /* gathered tensors, one region per field */
-    uint64_t *records;   /* batch_size global record indices */
-    stk_value *values;   /* batch_size per bytes field */
+    uint64_t seq;                           /* the batch it holds or is being filled with */
+    int state;                              /* SLOT_* (under the reader's mutex) */
+    stk_error err;                          /* set when preparing failed */
+    unsigned err_part;                      /* the part err came from */
+    unsigned parts_left;                    /* parts still being prepared (under mu) */
+    uint8_t *buf;                           /* gathered tensors, one region per field */
+    uint64_t *records;                      /* batch_size global record indices */
+    stk_value *values;                      /* batch_size per bytes or array field */
+    uint64_t *shapes;                       /* batch_size x ndim per array field            */
+    uint64_t *field_shapes[STK_MAX_FIELDS]; /* into shapes, per selected field
+                                               (NULL but for array fields):
+                                               stk_batch_shapes */
     stk_batch batch;
     stk_batch_field fields[STK_MAX_FIELDS];
     stk__zheap *zheap; /* [parts] when a compressed bytes field is read */
@@ -121,9 +125,10 @@ struct stk_reader {
     uint64_t sel_stride[STK_MAX_FIELDS];
     uint64_t sel_off[STK_MAX_FIELDS];
     int has_bytes;
-    int has_compressed;  /* a selected field is compressed: no zero-copy */
-    int zbytes;          /* a selected bytes field is compressed: slots get zheaps */
-    stk__zcache *zcache; /* when a selected field is compressed */
+    unsigned shape_words; /* sum of the selected array fields' ndim */
+    int has_compressed;   /* a selected field is compressed: no zero-copy */
+    int zbytes;           /* a selected bytes field is compressed: slots get zheaps */
+    stk__zcache *zcache;  /* when a selected field is compressed */
     uint64_t zcache_bytes;
 
     /* the read path (io_plan.c) */

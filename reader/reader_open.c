@@ -137,9 +137,10 @@ static int select_fields(stk_reader *r, stk_error *err)
     for (unsigned i = 0; i < r->nsel; i++) {
         const stk_field *fd = &sc->fields[r->sel[i]];
         r->sel_stride[i] = stk_field_stride(fd);
-        r->has_bytes |= fd->kind == STK_KIND_BYTES;
-        r->has_compressed |= fd->codec != STK_CODEC_NONE;
-        r->zbytes |= fd->codec != STK_CODEC_NONE && fd->kind == STK_KIND_BYTES;
+        r->has_bytes |= fd->kind != STK_KIND_TENSOR;
+        r->has_compressed |= fd->codec == STK_CODEC_ZSTD;
+        r->zbytes |= fd->codec == STK_CODEC_ZSTD && fd->kind != STK_KIND_TENSOR;
+        r->shape_words += fd->kind == STK_KIND_ARRAY ? fd->ndim : 0;
         uint64_t sz = r->sel_stride[i] * r->o.batch_size;
         /* strides are below 2^40 (the format's cap) and batch_size below
          * 2^32; 2^48 bytes per field per slot keeps every sum below 2^64 */
@@ -262,7 +263,8 @@ static uint64_t host_bytes_per_slot(const stk_reader *r)
     const stk_schema *sc = stk_dataset_schema(r->ds);
     uint64_t b = r->slot_bytes + 8ull * r->o.batch_size;
     for (unsigned i = 0; i < r->nsel; i++)
-        if (sc->fields[r->sel[i]].kind == STK_KIND_BYTES) b += sizeof(stk_value) * (uint64_t)r->o.batch_size;
+        if (sc->fields[r->sel[i]].kind != STK_KIND_TENSOR) b += sizeof(stk_value) * (uint64_t)r->o.batch_size;
+    b += 8ull * r->shape_words * r->o.batch_size;
     if (r->be && r->be->kind == STK_DEVICE_HOST)
         b += r->slot_bytes + (r->xf_sel >= 0 ? r->xf_out_bytes * r->o.batch_size : 0);
     return b;
@@ -282,7 +284,8 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
             uint64_t raw = 0;
             const stk_schema *sc = stk_dataset_schema(r->ds);
             for (unsigned i = 0; i < r->nsel; i++)
-                if (sc->fields[r->sel[i]].codec) raw += r->sel_stride[i] ? r->sel_stride[i] : 1024;
+                if (sc->fields[r->sel[i]].codec == STK_CODEC_ZSTD)
+                    raw += r->sel_stride[i] ? r->sel_stride[i] : 1024;
             uint64_t win = (uint64_t)r->Wq * r->K * raw + ((uint64_t)r->o.threads + 1) * (2ULL << 20);
             if (win > cap) cap = win < (1ULL << 30) ? win : 1ULL << 30;
         }
@@ -307,7 +310,7 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_schema *sc = stk_dataset_schema(r->ds);
     unsigned nbytesf = 0;
-    for (unsigned i = 0; i < r->nsel; i++) nbytesf += sc->fields[r->sel[i]].kind == STK_KIND_BYTES;
+    for (unsigned i = 0; i < r->nsel; i++) nbytesf += sc->fields[r->sel[i]].kind != STK_KIND_TENSOR;
     for (unsigned s = 0; s < r->nslots; s++) {
         stk__slot *sl = &r->slots[s];
         void *buf = NULL;
@@ -322,10 +325,13 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         if (r->zbytes && !(sl->zheap = calloc(r->o.threads, sizeof *sl->zheap)))
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         sl->values = nbytesf ? malloc(sizeof *sl->values * r->o.batch_size * nbytesf) : NULL;
-        if ((r->slot_bytes && !sl->buf) || !sl->records || (nbytesf && !sl->values))
+        sl->shapes = r->shape_words ? malloc(8 * r->shape_words * r->o.batch_size) : NULL;
+        if ((r->slot_bytes && !sl->buf) || !sl->records || (nbytesf && !sl->values) ||
+            (r->shape_words && !sl->shapes))
             return stk_error_set(err, STK_E_NOMEM, "out of memory for %u slots of %llu bytes", r->nslots,
                                  (unsigned long long)r->slot_bytes);
         unsigned bi = 0;
+        uint64_t *shapes = sl->shapes;
         for (unsigned k = 0; k < r->nsel; k++) {
             const stk_field *fd = &sc->fields[r->sel[k]];
             stk_batch_field *bf = &sl->fields[k];
@@ -334,7 +340,11 @@ static int alloc_slots(stk_reader *r, stk_error *err)
             bf->dtype = fd->dtype;
             bf->ndim = 1 + fd->ndim;
             for (unsigned d = 0; d < fd->ndim; d++) bf->shape[1 + d] = fd->shape[d];
-            if (fd->kind == STK_KIND_BYTES) bf->values = sl->values + (uint64_t)r->o.batch_size * bi++;
+            if (fd->kind != STK_KIND_TENSOR) bf->values = sl->values + (uint64_t)r->o.batch_size * bi++;
+            if (fd->kind == STK_KIND_ARRAY) {
+                sl->field_shapes[k] = shapes;
+                shapes += (uint64_t)fd->ndim * r->o.batch_size;
+            }
             if ((int)k == r->xf_sel) { /* the view shows the transform's output */
                 const stk__xform_job *j = &r->xf_job;
                 bf->dtype = j->dtype;
@@ -505,6 +515,7 @@ void stk_reader_close(stk_reader *r)
             }
             free(r->slots[s].records);
             free(r->slots[s].values);
+            free(r->slots[s].shapes);
             for (unsigned p = 0; r->slots[s].zheap && p < r->o.threads; p++) free(r->slots[s].zheap[p].p);
             free(r->slots[s].zheap);
         }

@@ -140,8 +140,10 @@ static const header_case CASES[] = {
      "field 0: bytes after the name are not zero"},
     {"name last byte", DESC(2, D_NAME + 31), 1, SET, 'X', STK_E_FORMAT,
      "field 2: bytes after the name are not zero"},
-    {"kind 3", DESC(1, D_KIND), 1, SET, 3, STK_E_UNSUPPORTED,
-     "field 'label': kind 3 is not supported by this build"},
+    {"kind 4", DESC(1, D_KIND), 1, SET, 4, STK_E_UNSUPPORTED,
+     "field 'label': kind 4 is not supported by this build"},
+    {"tensor as array", DESC(1, D_KIND), 1, SET, STK_KIND_ARRAY, STK_E_FORMAT,
+     "array field 'label' has no per-record dimension"},
     {"kind 0", DESC(1, D_KIND), 1, SET, 0, STK_E_UNSUPPORTED, "field 'label': kind 0 is not supported"},
     {"tensor as bytes", DESC(0, D_KIND), 1, SET, STK_KIND_BYTES, STK_E_FORMAT,
      "bytes field 'image' must have dtype u8 and no shape"},
@@ -154,7 +156,8 @@ static const header_case CASES[] = {
      "field 'image': stride 30 does not match its shape (60)"},
     {"dtype of bytes", DESC(2, D_DTYPE), 1, SET, STK_DT_I8, STK_E_FORMAT,
      "bytes field 'text' must have dtype u8"},
-    {"codec", DESC(0, D_CODEC), 1, SET, 2, STK_E_UNSUPPORTED, "field 'image' uses codec 2"},
+    {"codec", DESC(0, D_CODEC), 1, SET, 3, STK_E_UNSUPPORTED, "field 'image' uses codec 3"},
+    {"codec jpeg on a tensor", DESC(0, D_CODEC), 1, SET, STK_CODEC_JPEG, STK_E_FORMAT, "codec jpeg needs an array field"},
     {"zstd in a 1.0 file", DESC(0, D_CODEC), 1, SET, 1, STK_E_FORMAT,
      "codec zstd needs format 1.1, the file says 1.0"},
     {"codec of bytes", DESC(2, D_CODEC), 1, SET, 200, STK_E_UNSUPPORTED, "field 'text' uses codec 200"},
@@ -327,7 +330,7 @@ START_TEST(version_from_file)
     memset(b + H_NFIELDS, 0xff, 4); /* a v2 header may say anything after the version */
     tu_write(path, b, len);
     ck_assert_ptr_null(stk_shard_open(path, &e));
-    tu_assert_error(&e, STK_E_VERSION, "unsupported format version 2.7 (this build reads 1.x, up to 1.1)");
+    tu_assert_error(&e, STK_E_VERSION, "unsupported format version 2.7 (this build reads 1.x, up to 1.2)");
     ck_assert_ptr_nonnull(strstr(e.msg, "v2.stk"));
     free(b);
 }

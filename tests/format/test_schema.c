@@ -160,8 +160,12 @@ START_TEST(schema_validate_rules)
     stk_schema s;
     stk_error e;
     tu_std_schema(&s);
-    s.fields[0].codec = 2; /* 1 is zstd */
-    expect_invalid(&s, STK_E_UNSUPPORTED, "codec 2");
+    s.fields[0].codec = 3; /* 1 is zstd, 2 jpeg */
+    expect_invalid(&s, STK_E_UNSUPPORTED, "codec 3");
+
+    tu_std_schema(&s);
+    s.fields[0].codec = STK_CODEC_JPEG; /* only on array fields */
+    expect_invalid(&s, STK_E_FORMAT, "codec jpeg needs an array field");
 
     tu_std_schema(&s);
     s.fields[1].kind = 0; /* a kind or dtype from a later minor version */

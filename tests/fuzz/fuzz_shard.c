@@ -8,7 +8,8 @@
  *
  * When a shard opens, everything a reader or shardcheck may call on it is
  * called: the index, record and padding checks, every value of every field
- * (of the first MAX_RECORDS records), the tensor base pointers and the
+ * (of the first MAX_RECORDS records; compressed ones block by block) and
+ * its shape, the tensor base pointers and the
  * whole-file hash; returned pointers are read to their full length so that
  * ASan sees any pointer that leaves the input. Must never crash. */
 #include "stoker/format.h"
@@ -68,7 +69,7 @@ static void exercise(const uint8_t *data, size_t size)
 
     for (unsigned f = 0; f <= s->nfields; f++) {
         const void *base = stk_shard_field_base(sh, f);
-        if (f < s->nfields && s->fields[f].kind == STK_KIND_TENSOR) {
+        if (f < s->nfields && s->fields[f].kind == STK_KIND_TENSOR && s->fields[f].codec != STK_CODEC_ZSTD) {
             uint64_t stride = stk_field_stride(&s->fields[f]);
             if (!base) __builtin_trap();
             /* The whole region, records x stride, must lie inside the input. */
@@ -76,17 +77,26 @@ static void exercise(const uint8_t *data, size_t size)
         } else if (base) {
             __builtin_trap();
         }
+        stk_block_cursor cur = {0};
         for (uint64_t i = 0; i < n; i++) {
             const void *p = NULL;
-            uint64_t len = 0;
-            if (stk_shard_value(sh, f, i, &p, &len, &err) == STK_OK) {
+            uint64_t len = 0, dims[STK_MAX_DIMS];
+            /* any codec: compressed values come out of their decompressed block */
+            if (stk_shard_value_at(sh, f, i, &cur, &p, &len, &err) == STK_OK) {
                 if (f >= s->nfields) __builtin_trap();
                 touch(p, len);
                 (void)stk_shard_stored_hash(sh, f, i);
             } else {
                 touch(err.msg, strlen(err.msg));
             }
+            if (stk_shard_value_shape(sh, f, i, dims, &err) == STK_OK) {
+                if (f >= s->nfields) __builtin_trap();
+                touch(dims, sizeof(uint64_t) * s->fields[f].ndim);
+            } else {
+                touch(err.msg, strlen(err.msg));
+            }
         }
+        stk_block_cursor_free(&cur);
         const void *p;
         uint64_t len;
         if (stk_shard_value(sh, f, records, &p, &len, NULL) == STK_OK) __builtin_trap();

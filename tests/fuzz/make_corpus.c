@@ -49,8 +49,22 @@ static uint8_t next_byte(uint32_t *s)
     return (uint8_t)(*s >> 16);
 }
 
+/* A JPEG stream as far as the format looks at one: SOI, the frame header
+ * (h x w, c components), a short scan, EOI. */
+static uint64_t fake_jpeg(uint8_t *p, unsigned h, unsigned w, unsigned c)
+{
+    uint64_t n = 0;
+    p[n++] = 0xFF, p[n++] = 0xD8, p[n++] = 0xFF, p[n++] = 0xC0, p[n++] = 0, p[n++] = (uint8_t)(8 + 3 * c);
+    p[n++] = 8, p[n++] = 0, p[n++] = (uint8_t)h, p[n++] = 0, p[n++] = (uint8_t)w, p[n++] = (uint8_t)c;
+    for (unsigned k = 0; k < c; k++) p[n++] = (uint8_t)(k + 1), p[n++] = 0x11, p[n++] = 0;
+    p[n++] = 0xFF, p[n++] = 0xDA, p[n++] = 0, p[n++] = 2, p[n++] = 0x12, p[n++] = 0x34, p[n++] = 0xFF,
+    p[n++] = 0xD9;
+    return n;
+}
+
 /* Write one shard of `records` records; values are filler bytes, bytes fields
- * get lengths 0, 1, 2, ... (mod 7). */
+ * get lengths 0, 1, 2, ... (mod 7); array fields get 0, 1, 2 (mod 3) in each
+ * per-record dim (JPEG ones 1 + that, with a frame header to match). */
 static stk_shard_info write_shard(const char *dir, const char *name, const stk_schema *s, uint64_t records)
 {
     stk_error err;
@@ -61,14 +75,27 @@ static stk_shard_info write_shard(const char *dir, const char *name, const stk_s
     for (uint64_t i = 0; i < records; i++) {
         stk_value v[STK_MAX_FIELDS];
         uint8_t buf[STK_MAX_FIELDS][64];
+        uint64_t dims[STK_MAX_FIELDS * STK_MAX_DIMS];
+        unsigned nd = 0;
         for (uint32_t f = 0; f < s->nfields; f++) {
-            uint64_t size =
-                s->fields[f].kind == STK_KIND_BYTES ? (i * 3 + f) % 7 : stk_field_stride(&s->fields[f]);
+            const stk_field *fd = &s->fields[f];
+            uint64_t size = fd->kind == STK_KIND_BYTES ? (i * 3 + f) % 7 : stk_field_stride(fd);
+            if (fd->kind == STK_KIND_ARRAY) {
+                size = stk_dtype_size(fd->dtype);
+                for (unsigned d = 0; d < fd->ndim; d++) {
+                    uint64_t x = fd->shape[d] ? fd->shape[d] : (i + d) % 3 + (fd->codec == STK_CODEC_JPEG);
+                    if (!fd->shape[d]) dims[nd++] = x;
+                    size *= x;
+                }
+            }
             if (size > sizeof buf[f]) die("make_corpus: field too large for a seed", NULL);
             for (uint64_t k = 0; k < size; k++) buf[f][k] = next_byte(&seed);
+            if (fd->codec == STK_CODEC_JPEG)
+                size =
+                    fake_jpeg(buf[f], (unsigned)dims[nd - 2], (unsigned)dims[nd - 1], (unsigned)fd->shape[2]);
             v[f] = (stk_value){buf[f], size};
         }
-        if (stk_writer_append(w, v, &err)) die(path, &err);
+        if (stk_writer_append_dims(w, v, dims, &err)) die(path, &err);
     }
     stk_shard_info info;
     if (stk_writer_finish(w, &info, &err)) die(path, &err);
@@ -157,6 +184,19 @@ int main(int argc, char **argv)
         die("schema", &err);
     stk_shard_info di = write_shard(sdir, "dtypes.stk", &dt, 2);
 
+    /* 5. format 1.2: an image of any size, token runs (zstd), boxes, JPEG. */
+    stk_schema arr;
+    stk_schema_init(&arr);
+    uint64_t hw3[3] = {0, 0, 3}, run[1] = {0}, box[2] = {0, 4}, hw1[3] = {0, 0, 1};
+    if (stk_schema_add_array(&arr, "image", STK_DT_U8, 3, hw3, &err) ||
+        stk_schema_add_array(&arr, "tokens", STK_DT_U16, 1, run, &err) ||
+        stk_schema_add_array(&arr, "boxes", STK_DT_F32, 2, box, &err) ||
+        stk_schema_add_array(&arr, "jpeg", STK_DT_U8, 3, hw1, &err) ||
+        stk_schema_set_codec(&arr, 1, STK_CODEC_ZSTD, &err) ||
+        stk_schema_set_codec(&arr, 3, STK_CODEC_JPEG, &err))
+        die("schema", &err);
+    stk_shard_info ai = write_shard(sdir, "array.stk", &arr, 4);
+
     static const char *const pets[] = {"cat", "dog", "Hamster_3"};
     const char *tp[] = {"tensor.stk"};
     write_manifest(mdir, "tensor.json", &tensor, 1, tp, &ti, 3, pets,
@@ -169,6 +209,8 @@ int main(int argc, char **argv)
     write_manifest(mdir, "no-shards.json", &empty, 0, NULL, NULL, 1, pets, NULL);
     const char *dp[] = {"d/t/dtypes.stk"};
     write_manifest(mdir, "dtypes.json", &dt, 1, dp, &di, 0, NULL, "{}");
+    const char *ap[] = {"array.stk"};
+    write_manifest(mdir, "array.json", &arr, 1, ap, &ai, 0, NULL, "{}");
     free(sdir);
     free(mdir);
     return 0;

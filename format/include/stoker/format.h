@@ -66,7 +66,9 @@ STK_API const char *stk_version_string(void);
  * Files of another major version are refused with STK_E_VERSION. Files of a
  * later minor version are read when they use no feature this build lacks. */
 #define STK_FORMAT_MAJOR 1
-#define STK_FORMAT_MINOR 1 /* 1.1: compressed (zstd) fields; files without any stay 1.0 */
+#define STK_FORMAT_MINOR \
+  2 /* 1.1: compressed (zstd) fields; 1.2: variable-shape (array) fields and
+                              JPEG values. A file is written with the lowest minor its features need */
 
 /* ------------------------------------------------------------------ errors */
 
@@ -117,13 +119,18 @@ typedef enum {
 
 typedef enum {
     STK_KIND_TENSOR = 1, /* fixed shape: every record's value has the same size */
-    STK_KIND_BYTES = 2   /* variable-length byte string per record             */
+    STK_KIND_BYTES = 2,  /* variable-length byte string per record             */
+    STK_KIND_ARRAY = 3   /* a tensor whose shape differs per record: the dims
+                            declared 0 are stored with each record (1.2)     */
 } stk_kind;
 
 typedef enum {
     STK_CODEC_NONE = 0, /* values stored as they are                          */
-    STK_CODEC_ZSTD = 1  /* values in independently compressed blocks of
+    STK_CODEC_ZSTD = 1, /* values in independently compressed blocks of
                            consecutive records (format 1.1)                  */
+    STK_CODEC_JPEG = 2  /* array fields u8[0,0,C], C = 1 or 3: each value is a
+                           JPEG stream whose decoded shape is the record's
+                           (format 1.2)                                      */
 } stk_codec;
 
 #define STK_NAME_MAX 32 /* field name bytes including the terminating NUL */
@@ -131,12 +138,12 @@ typedef enum {
 #define STK_MAX_FIELDS 32
 
 typedef struct {
-    char name[STK_NAME_MAX]; /* [A-Za-z0-9_.-]+, unique within a schema       */
-    uint8_t kind;            /* stk_kind                                       */
-    uint8_t dtype;           /* stk_dtype; STK_DT_U8 for bytes fields          */
-    uint8_t codec;           /* stk_codec                                      */
-    uint8_t ndim;            /* 0 (scalar) .. STK_MAX_DIMS; 0 for bytes fields */
-    uint64_t shape[STK_MAX_DIMS];
+    char name[STK_NAME_MAX];      /* [A-Za-z0-9_.-]+, unique within a schema       */
+    uint8_t kind;                 /* stk_kind                                       */
+    uint8_t dtype;                /* stk_dtype; STK_DT_U8 for bytes fields          */
+    uint8_t codec;                /* stk_codec                                      */
+    uint8_t ndim;                 /* 0 (scalar) .. STK_MAX_DIMS; 0 for bytes fields */
+    uint64_t shape[STK_MAX_DIMS]; /* array fields: 0 marks a per-record dimension */
 } stk_field;
 
 typedef struct {
@@ -158,7 +165,14 @@ STK_API int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, un
                                   const uint64_t *shape, stk_error *err);
 /* Append a variable-length bytes field. */
 STK_API int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err);
-/* Store field f compressed (STK_CODEC_ZSTD) or not (STK_CODEC_NONE). */
+/* Append a variable-shape (array) field: 1 .. STK_MAX_DIMS dimensions, those
+ * given as 0 (at least one) differ per record and are stored with it, the
+ * others are fixed. An image of any size: u8 with shape {0, 0, 3}; a token
+ * sequence: i32 {0}; boxes: f32 {0, 4}. */
+STK_API int stk_schema_add_array(stk_schema *s, const char *name, int dtype, unsigned ndim,
+                                 const uint64_t *shape, stk_error *err);
+/* Store field f compressed (STK_CODEC_ZSTD), as JPEG (STK_CODEC_JPEG: array
+ * fields u8 {0, 0, 1 or 3}) or as it is (STK_CODEC_NONE). */
 STK_API int stk_schema_set_codec(stk_schema *s, unsigned f, int codec, stk_error *err);
 /* Check names, kinds, dtypes, shapes and sizes. */
 STK_API int stk_schema_validate(const stk_schema *s, stk_error *err);
@@ -167,12 +181,16 @@ STK_API int stk_schema_equal(const stk_schema *a, const stk_schema *b);
 /* Index of the field called `name`, or -1. */
 STK_API int stk_schema_find(const stk_schema *s, const char *name);
 /* Bytes per record of a tensor field (product of shape x dtype size);
- * 0 for bytes fields. */
+ * 0 for bytes and array fields. */
 STK_API uint64_t stk_field_stride(const stk_field *f);
+/* The number of per-record (0) dimensions of an array field; 0 otherwise. */
+STK_API unsigned stk_field_var_dims(const stk_field *f);
 /* Writes e.g. "image u8[256,256,3]" or "caption bytes" into buf. */
 STK_API void stk_field_describe(const stk_field *f, char *buf, size_t cap);
 
-/* One record's value for one field. Tensor fields need size == stride. */
+/* One record's value for one field. Tensor fields need size == stride; an
+ * array field's value is its elements in C order (size = dtype size x the
+ * product of its shape), or for STK_CODEC_JPEG the JPEG stream. */
 typedef struct {
     const void *data;
     uint64_t size;
@@ -223,6 +241,10 @@ static inline stk_dataset_writer *stk_dataset_writer_create(const char *dir, con
 }
 /* Append a record; starts a new shard when the current one is full. */
 STK_API int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *values, stk_error *err);
+/* The same with the per-record dimensions of the array fields (see
+ * stk_writer_append_dims). */
+STK_API int stk_dataset_writer_append_dims(stk_dataset_writer *dw, const stk_value *values,
+                                           const uint64_t *dims, stk_error *err);
 /* Commit the last shard, then the manifest. Frees dw whatever the outcome. */
 STK_API int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err);
 /* Abort: remove the open shard's temporary file; committed shards stay but no
@@ -260,6 +282,15 @@ STK_API int stk_writer_threads(stk_writer *w, unsigned threads, stk_error *err);
 /* Append one record: values[f] for every field f of the schema. On error the
  * writer is unchanged and may still be aborted (or the error ignored). */
 STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error *err);
+/* stk_writer_append for schemas with array fields: dims holds, for each
+ * array field in schema order, the values of its per-record (0) dimensions,
+ * one after another (an image u8{0,0,3} gives height, width). stk_writer_append
+ * works too where each array field has one per-record dimension and no JPEG
+ * codec: that dimension follows from the value's size. The value's size must
+ * be dtype size x the product of the shape (JPEG: the stream must start with
+ * a JPEG marker and its frame header give these dims). */
+STK_API int stk_writer_append_dims(stk_writer *w, const stk_value *values, const uint64_t *dims,
+                                   stk_error *err);
 /* Records appended so far, and the bytes the shard would have if finished now. */
 STK_API uint64_t stk_writer_records(const stk_writer *w);
 STK_API uint64_t stk_writer_bytes(const stk_writer *w);
@@ -359,6 +390,13 @@ typedef struct {
 STK_API int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c,
                                const void **data, uint64_t *size, stk_error *err);
 STK_API void stk_block_cursor_free(stk_block_cursor *c);
+
+/* The shape of record i's value of field f: ndim entries into dims (the
+ * field's shape for tensors, with an array field's per-record dimensions
+ * filled in; nothing for bytes fields). STK_E_FORMAT when an uncompressed
+ * array value's size disagrees with its shape. */
+STK_API int stk_shard_value_shape(const stk_shard *sh, unsigned f, uint64_t i, uint64_t dims[STK_MAX_DIMS],
+                                  stk_error *err);
 
 /* Stored XXH3-64 of field f of record i. */
 STK_API uint64_t stk_shard_stored_hash(const stk_shard *sh, unsigned f, uint64_t i);

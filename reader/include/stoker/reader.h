@@ -205,8 +205,8 @@ typedef struct {
     uint64_t shape[STK_MAX_DIMS + 1];
     const void *data;        /* tensors: shape[0] records, contiguous, C order;
                                  NULL for bytes fields                         */
-    const stk_value *values; /* bytes fields: shape[0] values pointing into the
-                                 mapping; NULL for tensors                      */
+    const stk_value *values; /* bytes and array fields: shape[0] values pointing
+                                 into the mapping; NULL for tensors             */
     uint64_t nbytes;         /* bytes at data (tensors), sum of sizes (bytes)  */
     int zero_copy;           /* 1: data points into the mapped shard          */
 } stk_batch_field;
@@ -242,6 +242,12 @@ static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const s
  * stream (err->code == STK_OK; only when epochs is limited by
  * stk_reader_set_epochs) or on error (err->code != STK_OK). */
 STK_API const stk_batch *stk_reader_next(stk_reader *r, stk_error *err);
+/* Array fields (kind STK_KIND_ARRAY, spec/FORMAT.md 4.13): the per-record
+ * shapes of b->fields[field]. Record j's shape is the ndim - 1 u64 at
+ * result + j x (ndim - 1) (the field's shape[1..] shows 0 for the per-record
+ * dims); its value, elements in C order or a JPEG stream, is values[j].
+ * NULL for other fields. Valid as long as the batch. */
+STK_API const uint64_t *stk_batch_shapes(const stk_batch *b, unsigned field);
 /* Hand the current batch's slot back early (optional). */
 STK_API void stk_reader_release(stk_reader *r);
 
