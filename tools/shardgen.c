@@ -25,6 +25,9 @@ static void usage(FILE *f)
                "                            suffixes K, M, G)\n"
                "      --seed S              content seed (default 0)\n"
                "      --captions            add a variable-length bytes field 'caption'\n"
+               "      --aspect              images of their own aspect: 'image' becomes\n"
+               "                            u8[*,*,3] (format 1.2), the longer side N, the\n"
+               "                            shorter N/2..N, landscape or portrait\n"
                "      --compress zstd[:L]   store image and caption compressed (zstd level L,\n"
                "                            default 3; format 1.1)\n"
                "      --block-size BYTES    uncompressed bytes per compressed block (1M)\n"
@@ -39,27 +42,20 @@ static void usage(FILE *f)
 typedef struct {
     uint64_t records, size, classes, per_shard, shard_bytes, seed, block;
     int zstd; /* 0: none, else the level */
-    bool captions, force, json, quiet;
+    bool captions, aspect, force, json, quiet;
     const char *out;
 } opts;
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"records", 1, 0, 'n'},
-                                       {"size", 1, 0, 's'},
-                                       {"classes", 1, 0, 'c'},
-                                       {"records-per-shard", 1, 0, 'r'},
-                                       {"shard-size", 1, 0, 'b'},
-                                       {"seed", 1, 0, 'e'},
-                                       {"captions", 0, 0, 'C'},
-                                       {"force", 0, 0, 'f'},
-                                       {"json", 0, 0, 'j'},
-                                       {"quiet", 0, 0, 'q'},
-                                       {"compress", 1, 0, 'z'},
-                                       {"block-size", 1, 0, 'k'},
-                                       {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"records", 1, 0, 'n'},    {"size", 1, 0, 's'},
+                                       {"classes", 1, 0, 'c'},    {"records-per-shard", 1, 0, 'r'},
+                                       {"shard-size", 1, 0, 'b'}, {"seed", 1, 0, 'e'},
+                                       {"captions", 0, 0, 'C'},   {"aspect", 0, 0, 'A'},
+                                       {"force", 0, 0, 'f'},      {"json", 0, 0, 'j'},
+                                       {"quiet", 0, 0, 'q'},      {"compress", 1, 0, 'z'},
+                                       {"block-size", 1, 0, 'k'}, {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},    {0, 0, 0, 0}};
     *o = (opts){.records = 1000, .size = 64, .classes = 10, .shard_bytes = 64u << 20};
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
@@ -85,6 +81,9 @@ static int parse(int argc, char **argv, opts *o)
             break;
         case 'C':
             o->captions = true;
+            break;
+        case 'A':
+            o->aspect = true;
             break;
         case 'z': {
             uint64_t lv = 3;
@@ -138,12 +137,12 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static void make_image(uint8_t *img, uint64_t n, int64_t label, uint64_t *rng)
+static void make_image(uint8_t *img, uint64_t h, uint64_t w, int64_t label, uint64_t *rng)
 {
     uint64_t gx = 1 + (uint64_t)label % 7, gy = 1 + (uint64_t)label % 5, bias = splitmix(rng) & 0xff;
-    uint64_t noise = 0;
-    for (uint64_t y = 0, k = 0; y < n; y++)
-        for (uint64_t x = 0; x < n; x++)
+    uint64_t noise = 0, n = h > w ? h : w;
+    for (uint64_t y = 0, k = 0; y < h; y++)
+        for (uint64_t x = 0; x < w; x++)
             for (int ch = 0; ch < 3; ch++, k++) {
                 if ((k & 7) == 0) noise = splitmix(rng);
                 uint64_t base =
@@ -170,8 +169,9 @@ int main(int argc, char **argv)
     stk_schema s;
     stk_error err;
     stk_schema_init(&s);
-    uint64_t shape[3] = {o.size, o.size, 3};
-    if (stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, shape, &err) ||
+    uint64_t shape[3] = {o.size, o.size, 3}, any[3] = {0, 0, 3};
+    if ((o.aspect ? stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, &err)
+                  : stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, shape, &err)) ||
         stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &err) ||
         (o.captions && stk_schema_add_bytes(&s, "caption", &err)) ||
         (o.zstd && stk_schema_set_codec(&s, 0, STK_CODEC_ZSTD, &err)) ||
@@ -203,13 +203,18 @@ int main(int argc, char **argv)
     for (uint64_t i = 0; dw && i < o.records; i++) {
         uint64_t rng = o.seed * 0x2545f4914f6cdd1dull ^ (i + 1) * 0x9e3779b97f4a7c15ull;
         int64_t label = (int64_t)(splitmix(&rng) % o.classes);
-        make_image(img, o.size, label, &rng);
+        uint64_t dims[2] = {o.size, o.size};
+        if (o.aspect) { /* the shorter side N/2 .. N, either way round */
+            uint64_t r = splitmix(&rng), shorter = o.size / 2 + (r >> 1) % (o.size - o.size / 2 + 1);
+            dims[r & 1] = shorter ? shorter : 1;
+        }
+        make_image(img, dims[0], dims[1], label, &rng);
         char cap[160];
         int clen = snprintf(cap, sizeof cap, "record %llu of %s%.*s", (unsigned long long)i, names[label],
                             (int)(splitmix(&rng) % 64),
                             " a synthetic caption of variable length, for testing bytes");
-        stk_value v[3] = {{img, o.size * o.size * 3}, {&label, 8}, {cap, (uint64_t)clen}};
-        if (stk_dataset_writer_append(dw, v, &err)) {
+        stk_value v[3] = {{img, dims[0] * dims[1] * 3}, {&label, 8}, {cap, (uint64_t)clen}};
+        if (stk_dataset_writer_append_dims(dw, v, dims, &err)) {
             stk_dataset_writer_abort(dw);
             dw = NULL;
             break;

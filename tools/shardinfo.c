@@ -142,6 +142,56 @@ static uint64_t total_bytes(const stk_dataset *ds)
     return t;
 }
 
+/* Per-record shapes of the array fields (format 1.2): each dimension's
+ * range and mean, and the stored bytes per value. The shape column is read,
+ * not the values: O(records x dims x 8 bytes). */
+typedef struct {
+    uint64_t lo[STK_MAX_DIMS], hi[STK_MAX_DIMS], bytes, problems;
+    double sum[STK_MAX_DIMS];
+} shape_stats;
+
+static void array_stats(const stk_dataset *ds, unsigned f, shape_stats *st)
+{
+    const stk_field *fd = &stk_dataset_schema(ds)->fields[f];
+    memset(st, 0, sizeof *st);
+    for (unsigned d = 0; d < STK_MAX_DIMS; d++) st->lo[d] = UINT64_MAX;
+    for (size_t s = 0; s < stk_dataset_nshards(ds); s++) {
+        const stk_shard *sh = stk_dataset_shard(ds, s);
+        for (uint64_t i = 0; i < stk_shard_records(sh); i++) {
+            uint64_t dims[STK_MAX_DIMS], size = 0;
+            const void *p;
+            if (stk_shard_value_shape(sh, f, i, dims, NULL) ||
+                (fd->codec != STK_CODEC_ZSTD && stk_shard_value(sh, f, i, &p, &size, NULL))) {
+                st->problems++;
+                continue;
+            }
+            st->bytes += size;
+            for (unsigned d = 0; d < fd->ndim; d++) {
+                st->lo[d] = dims[d] < st->lo[d] ? dims[d] : st->lo[d];
+                st->hi[d] = dims[d] > st->hi[d] ? dims[d] : st->hi[d];
+                st->sum[d] += (double)dims[d];
+            }
+        }
+    }
+}
+
+static void print_array_text(const stk_dataset *ds, unsigned f)
+{
+    const stk_field *fd = &stk_dataset_schema(ds)->fields[f];
+    shape_stats st;
+    array_stats(ds, f, &st);
+    uint64_t n = stk_dataset_records(ds);
+    printf("      shapes");
+    for (unsigned d = 0; d < fd->ndim; d++)
+        if (!fd->shape[d] && n)
+            printf("  dim %u: %llu..%llu, mean %.1f", d, (unsigned long long)st.lo[d],
+                   (unsigned long long)st.hi[d], st.sum[d] / (double)n);
+    if (fd->codec != STK_CODEC_ZSTD && n)
+        printf("; %.0f bytes per value stored", (double)st.bytes / (double)n);
+    if (st.problems) printf("; %llu unreadable (run shardcheck)", (unsigned long long)st.problems);
+    printf("\n");
+}
+
 static void print_text(const char *path, const stk_dataset *ds, const histogram *h, const opts *o)
 {
     const stk_manifest *m = stk_dataset_manifest(ds);
@@ -159,7 +209,9 @@ static void print_text(const char *path, const stk_dataset *ds, const histogram 
         stk_field_describe(&s->fields[f], d, sizeof d);
         uint64_t st = stk_field_stride(&s->fields[f]);
         if (st) printf("  %-40s %llu bytes per record\n", d, (unsigned long long)st);
+        else if (s->fields[f].kind == STK_KIND_ARRAY) printf("  %-40s shape per record\n", d);
         else printf("  %-40s variable length\n", d);
+        if (s->fields[f].kind == STK_KIND_ARRAY) print_array_text(ds, f);
     }
     printf("shards\n");
     size_t ns = stk_dataset_nshards(ds);
@@ -208,11 +260,30 @@ static void print_json(const char *path, const stk_dataset *ds, const histogram 
         const stk_field *fd = &s->fields[f];
         printf("%s{\"name\":", f ? "," : "");
         cli_json_string(stdout, fd->name);
-        printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"shape\":[",
-               fd->kind == STK_KIND_TENSOR ? "tensor" : "bytes", stk_dtype_name(fd->dtype));
+        static const char *const kinds[] = {"?", "tensor", "bytes", "array"}, *const codecs[] = {
+                                                                                  "none", "zstd", "jpeg"};
+        printf(",\"kind\":\"%s\",\"dtype\":\"%s\",\"codec\":\"%s\",\"shape\":[",
+               kinds[fd->kind <= 3 ? fd->kind : 0], stk_dtype_name(fd->dtype),
+               codecs[fd->codec <= 2 ? fd->codec : 0]);
         for (unsigned d = 0; d < fd->ndim; d++)
-            printf("%s%llu", d ? "," : "", (unsigned long long)fd->shape[d]);
-        printf("],\"bytes_per_record\":%llu}", (unsigned long long)stk_field_stride(fd));
+            if (fd->kind == STK_KIND_ARRAY && !fd->shape[d]) printf("%snull", d ? "," : "");
+            else printf("%s%llu", d ? "," : "", (unsigned long long)fd->shape[d]);
+        printf("],\"bytes_per_record\":%llu", (unsigned long long)stk_field_stride(fd));
+        if (fd->kind == STK_KIND_ARRAY) {
+            shape_stats st;
+            array_stats(ds, f, &st);
+            double n = (double)stk_dataset_records(ds);
+            printf(",\"shapes\":[");
+            for (unsigned d = 0; d < fd->ndim; d++) {
+                if (fd->shape[d] || !n) printf("%snull", d ? "," : "");
+                else
+                    printf("%s{\"min\":%llu,\"max\":%llu,\"mean\":%.3f}", d ? "," : "",
+                           (unsigned long long)st.lo[d], (unsigned long long)st.hi[d], st.sum[d] / n);
+            }
+            printf("],\"stored_bytes\":%llu,\"unreadable\":%llu", (unsigned long long)st.bytes,
+                   (unsigned long long)st.problems);
+        }
+        putchar('}');
     }
     printf("],\"shards\":[");
     for (size_t i = 0; i < m->nshards; i++) {

@@ -221,6 +221,29 @@ static int value_of(const stk_dataset *ds, unsigned f, uint64_t rec, stk_block_c
     return rc ? rc : stk_shard_value_at(stk_dataset_shard(ds, s), f, local, bc, p, size, err);
 }
 
+/* Shape of record rec's image (array fields: its own). */
+static int shape_of(const stk_dataset *ds, unsigned f, uint64_t rec, uint64_t *dims, stk_error *err)
+{
+    size_t s;
+    uint64_t local;
+    int rc = stk_dataset_locate(ds, rec, &s, &local, err);
+    return rc ? rc : stk_shard_value_shape(stk_dataset_shard(ds, s), f, local, dims, err);
+}
+
+/* A JPEG value (codec jpeg) decoded to its stored shape into *buf (grown). */
+static int decode_jpeg(tjhandle tj, const void *p, uint64_t size, const uint64_t *dims, uint8_t **buf,
+                       uint64_t rec, stk_error *err)
+{
+    uint8_t *b = realloc(*buf, (size_t)(dims[0] * dims[1] * dims[2]));
+    if (!b) return stk_error_set(err, STK_E_NOMEM, "out of memory for record %llu", (unsigned long long)rec);
+    *buf = b;
+    if (!tj || tjDecompress2(tj, p, (unsigned long)size, b, (int)dims[1], 0, (int)dims[0],
+                             dims[2] == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0)
+        return stk_error_set(err, STK_E_FORMAT, "record %llu: the JPEG does not decode: %s",
+                             (unsigned long long)rec, tj ? tjGetErrorStr2(tj) : "no TurboJPEG handle");
+    return STK_OK;
+}
+
 static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec, stk_block_cursor *bb)
 {
     const void *p;
@@ -253,8 +276,8 @@ int main(int argc, char **argv)
         (sc->fields[lf].kind != STK_KIND_TENSOR || sc->fields[lf].ndim || sc->fields[lf].dtype > STK_DT_I64))
         lf = -1;
     const stk_field *fd = f >= 0 ? &sc->fields[f] : NULL;
-    if (!fd || fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 ||
-        (fd->shape[2] != 1 && fd->shape[2] != 3 && fd->shape[2] != 4)) {
+    if (!fd || (fd->kind != STK_KIND_TENSOR && fd->kind != STK_KIND_ARRAY) || fd->dtype != STK_DT_U8 ||
+        fd->ndim != 3 || (fd->shape[2] != 1 && fd->shape[2] != 3 && fd->shape[2] != 4)) {
         fprintf(stderr, "shardview: %s: no u8 [H, W, 1|3|4] field '%s'\n", o.path, o.field);
         stk_dataset_close(ds);
         return EXIT_PROBLEMS;
@@ -270,6 +293,19 @@ int main(int argc, char **argv)
                 (unsigned long long)(o.one ? o.record : o.first), (unsigned long long)N);
         stk_dataset_close(ds);
         return EXIT_PROBLEMS;
+    }
+    /* Images of their own shape (array fields) sit in cells of the largest
+     * shown, top left, at their stored size. */
+    for (uint64_t i = 0; fd->kind == STK_KIND_ARRAY && i < n; i++) {
+        uint64_t dims[STK_MAX_DIMS];
+        if (i == 0) h = w = 1;
+        if (shape_of(ds, (unsigned)f, pick(&o, N, i), dims, &err)) {
+            fprintf(stderr, "shardview: %s\n", err.msg);
+            stk_dataset_close(ds);
+            return EXIT_PROBLEMS;
+        }
+        h = dims[0] > h ? dims[0] : h;
+        w = dims[1] > w ? dims[1] : w;
     }
     uint64_t cols = o.one ? 1 : o.columns ? o.columns : 1, pad = o.one ? 0 : CELL_PAD;
     while (!o.one && !o.columns && cols * cols < n) cols++;
@@ -296,17 +332,21 @@ int main(int argc, char **argv)
     }
     memset(rgb, BACKGROUND, (size_t)(W * H * 3));
     stk_block_cursor ib = {0}, lb = {0}; /* image and label blocks (compressed fields) */
+    tjhandle tj = fd->codec == STK_CODEC_JPEG ? tjInitDecompress() : NULL;
+    uint8_t *pixels = NULL; /* a decoded JPEG */
     for (uint64_t i = 0; i < n && !rc; i++) {
-        uint64_t rec = recs[i] = pick(&o, N, i);
+        uint64_t rec = recs[i] = pick(&o, N, i), dims[STK_MAX_DIMS] = {h, w, ch};
         const void *p;
         uint64_t size;
-        if (value_of(ds, (unsigned)f, rec, &ib, &p, &size, &err)) {
+        if (value_of(ds, (unsigned)f, rec, &ib, &p, &size, &err) ||
+            (fd->kind == STK_KIND_ARRAY && shape_of(ds, (unsigned)f, rec, dims, &err)) ||
+            (tj && decode_jpeg(tj, p, size, dims, &pixels, rec, &err))) {
             fprintf(stderr, "shardview: %s\n", err.msg);
             rc = EXIT_PROBLEMS;
             break;
         }
         unsigned x = (unsigned)((i % cols) * cw + pad), y = (unsigned)((i / cols) * chh + pad);
-        blit(rgb, (unsigned)W, p, (unsigned)w, (unsigned)h, (unsigned)ch, x, y);
+        blit(rgb, (unsigned)W, tj ? pixels : p, (unsigned)dims[1], (unsigned)dims[0], (unsigned)ch, x, y);
         labels[i] = label_of(ds, lf, rec, &lb);
         /* drawn inside its own cell only: a long label is cut, not spilled */
         if (lab && lf >= 0)
@@ -339,6 +379,8 @@ int main(int argc, char **argv)
     free(labels);
     free(recs);
     stk_block_cursor_free(&ib);
+    free(pixels);
+    if (tj) tjDestroy(tj);
     stk_block_cursor_free(&lb);
     free(rgb);
     stk_dataset_close(ds);

@@ -387,6 +387,8 @@ class Reader:
         self.order, self.seed, self.tail, self.verify = order, o.seed, tail, verify
         self.device = L.DEVICE_NAMES.get(eff.device, str(eff.device))  # after any fallback
         self.num_records = L.stk_dataset_records(L.stk_reader_dataset(r))
+        sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents
+        self._codecs = {sc.fields[i].name.decode(): sc.fields[i].codec for i in range(sc.nfields)}
         self._nbatches = L.stk_reader_batches_per_epoch(r)
         self._torch = output == "torch"
         self._cuda = eff.device == L.DEVICE_CUDA
@@ -501,6 +503,9 @@ class Reader:
                 out[name] = [ctypes.string_at(vals[i].data, vals[i].size) if vals[i].size else b""
                              for i in range(n)]
                 continue
+            if f.kind == L.STK_KIND_ARRAY:
+                out[name] = self._array_field(b, k, f, n, self._codecs.get(name))
+                continue
             shape = tuple(f.shape[d] for d in range(f.ndim))
             out.data_ptrs[name] = f.data or 0
             out.zero_copy = out.zero_copy or bool(f.zero_copy)
@@ -511,6 +516,34 @@ class Reader:
         if lease is not None:
             self._lease = lease
         return out
+
+    def _array_field(self, b, k, f, n, codec):
+        """A variable-shape field: one array per record (copied out of the mapping), shaped as stored;
+        JPEG values come as their bytes (the image pipeline decodes them when a crop is asked for)."""
+        vals = f.values
+        if codec == L.STK_CODEC_JPEG:
+            return [ctypes.string_at(vals[i].data, vals[i].size) for i in range(n)]
+        nd = f.ndim - 1
+        shapes = L.stk_batch_shapes(ctypes.addressof(b), k)
+        dt = _NP[f.dtype]
+        out = []
+        for i in range(n):
+            shape = tuple(shapes[i * nd + d] for d in range(nd))
+            a = np.empty(shape, dt)  # owned: one copy out of the mapping (its size checked by the C reader)
+            if a.nbytes:
+                ctypes.memmove(a.ctypes.data, vals[i].data, a.nbytes)
+            out.append(self._to_torch(a, f.dtype) if self._torch else a)
+        return out
+
+    def _to_torch(self, a, dtype):
+        import torch
+        if dtype in (L.DT_U16, L.DT_U32):  # no such torch dtypes (1.13): widen, exactly
+            return torch.from_numpy(a.astype(np.int32 if dtype == L.DT_U16 else np.int64))
+        if dtype == L.DT_U64:
+            return torch.from_numpy(a.view(np.int64))
+        if dtype == L.DT_BF16:
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
 
     def _host_field(self, f, shape, lease):
         dt = _NP[f.dtype]

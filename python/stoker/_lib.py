@@ -23,7 +23,8 @@ SPARE = 1024  # bytes of room behind structs the library fills or copies
 STK_OK, STK_E_ARG, STK_E_IO, STK_E_NOMEM, STK_E_FORMAT, STK_E_VERSION = 0, 1, 2, 3, 4, 5
 STK_E_TRUNCATED, STK_E_CHECKSUM, STK_E_MANIFEST, STK_E_EXISTS, STK_E_RANGE, STK_E_UNSUPPORTED = 6, 7, 8, 9, 10, 11
 # stk_kind
-STK_KIND_TENSOR, STK_KIND_BYTES = 1, 2
+STK_KIND_TENSOR, STK_KIND_BYTES, STK_KIND_ARRAY = 1, 2, 3
+STK_CODEC_NONE, STK_CODEC_ZSTD, STK_CODEC_JPEG = 0, 1, 2
 # stk_dtype
 DT_U8, DT_I8, DT_U16, DT_I16, DT_U32, DT_I32, DT_U64, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(1, 13)
 ORDERS = {"sequential": 0, "shuffle": 1, "quasi": 2}
@@ -70,6 +71,15 @@ class BatchField(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("kind", c_int), ("dtype", c_int), ("ndim", c_uint),
                 ("shape", c_u64 * (STK_MAX_DIMS + 1)), ("data", c_void_p),
                 ("values", ctypes.POINTER(Value)), ("nbytes", c_u64), ("zero_copy", c_int)]
+
+
+class Field_(ctypes.Structure):  # stk_field
+    _fields_ = [("name", ctypes.c_char * 32), ("kind", ctypes.c_uint8), ("dtype", ctypes.c_uint8),
+                ("codec", ctypes.c_uint8), ("ndim", ctypes.c_uint8), ("shape", c_u64 * STK_MAX_DIMS)]
+
+
+class Schema_(ctypes.Structure):  # stk_schema
+    _fields_ = [("nfields", c_u32), ("fields", Field_ * 32)]
 
 
 class Batch(ctypes.Structure):
@@ -218,5 +228,7 @@ stk_reader_stats_reset = _fn("stk_reader_stats_reset", None, c_void_p)
 stk_reader_verdict = _fn("stk_reader_verdict", c_int, c_void_p, c_char_p, c_size_t)
 stk_reader_get_options = _fn("stk_reader_get_options", P(Options), c_void_p)
 stk_reader_dataset = _fn("stk_reader_dataset", c_void_p, c_void_p)
+stk_dataset_schema = _fn("stk_dataset_schema", P(Schema_), c_void_p)
+stk_batch_shapes = _fn("stk_batch_shapes", P(c_u64), c_void_p, c_uint)
 stk_dataset_records = _fn("stk_dataset_records", c_u64, c_void_p)
 stk_cuda_available = _fn("stk_cuda_available", c_int, P(Error_))

@@ -42,11 +42,13 @@ def run_tool(*args, check=True):
     return p
 
 
-def shardgen(out, n, size=8, classes=5, per_shard=17, captions=False, seed=0):
+def shardgen(out, n, size=8, classes=5, per_shard=17, captions=False, seed=0, aspect=False):
     args = [tool("shardgen"), "-q", "-n", n, "--size", size, "--classes", classes,
             "--records-per-shard", per_shard, "--seed", seed]
     if captions:
         args.append("--captions")
+    if aspect:
+        args.append("--aspect")
     run_tool(*args, out)
     return str(out)
 
@@ -61,6 +63,12 @@ def ds(tmp_path_factory):
 def ds_captions(tmp_path_factory):
     """40 records with a variable-length 'caption' field."""
     return shardgen(tmp_path_factory.mktemp("dscap") / "ds", 40, captions=True, per_shard=16)
+
+
+@pytest.fixture(scope="session")
+def ds_aspect(tmp_path_factory):
+    """30 records whose 'image' is u8[*,*,3]: each its own height and width (longer side 12)."""
+    return shardgen(tmp_path_factory.mktemp("dsasp") / "ds", 30, size=12, per_shard=11, aspect=True)
 
 
 @pytest.fixture

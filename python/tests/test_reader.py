@@ -245,6 +245,36 @@ def test_bytes_fields(ds_captions):
             assert b["caption"][rec] == c
 
 
+def test_array_fields_give_one_array_per_record(ds_aspect):
+    """A variable-shape field (u8[*,*,3]) comes as a list of arrays, each of its own record's shape."""
+    with stoker.Reader(ds_aspect, batch_size=30) as r:
+        b = next(iter(r))
+        seq = {int(rec): img for rec, img in zip(b.records, b["image"])}
+        assert "image" not in b.data_ptrs and len(b["label"]) == 30  # the label stays one tensor
+    shapes = {img.shape for img in seq.values()}
+    assert all(len(s) == 3 and s[2] == 3 and max(s[:2]) == 12 and 6 <= min(s[:2]) for s in shapes)
+    assert len(shapes) > 3 and any(h > w for h, w, _ in shapes) and any(h < w for h, w, _ in shapes)
+    assert all(img.dtype == np.uint8 and img.flags.owndata for img in seq.values())
+    with stoker.Reader(ds_aspect, batch_size=7, order="shuffle", seed=3, threads=2, verify="always",
+                       tail="partial") as r:
+        n = 0
+        for b in r:
+            if b.epoch:
+                break
+            for rec, img in zip(b.records, b["image"]):
+                np.testing.assert_array_equal(img, seq[int(rec)])
+                n += 1
+    assert n == 30
+
+
+def test_array_fields_as_torch(ds_aspect):
+    torch = pytest.importorskip("torch")
+    with stoker.Reader(ds_aspect, batch_size=5, output="torch") as r:
+        b = next(iter(r))
+        assert isinstance(b["image"], list) and all(isinstance(t, torch.Tensor) for t in b["image"])
+        assert all(t.dtype == torch.uint8 and t.dim() == 3 for t in b["image"])
+
+
 # ---------------------------------------------------------- ranks, stats
 def test_rank_and_world_size_from_the_environment(ds, monkeypatch):
     monkeypatch.setenv("RANK", "1")

@@ -150,6 +150,69 @@ START_TEST(test_contact_sheet_jpeg_and_random)
 }
 END_TEST
 
+/* Images of their own shape (format 1.2 array field): shardinfo's shape
+ * statistics, shardview at each image's own size, shardcheck naming a
+ * record whose stored shape was damaged. */
+START_TEST(test_variable_shapes)
+{
+    tu_cli_setup();
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 30 --size %d --aspect --records-per-shard 30 ds", tu_tools, SIDE), 0);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/ds", tu_tmp);
+    stk_dataset *ds = stk_dataset_open(dir, NULL);
+    ck_assert_ptr_nonnull(ds);
+    const stk_shard *sh = stk_dataset_shard(ds, 0);
+    uint64_t lo[2] = {UINT64_MAX, UINT64_MAX}, hi[2] = {0, 0}, dims[STK_MAX_DIMS];
+    for (uint64_t i = 0; i < 30; i++) {
+        ck_assert_int_eq(stk_shard_value_shape(sh, 0, i, dims, NULL), 0);
+        for (int d = 0; d < 2; d++) {
+            lo[d] = dims[d] < lo[d] ? dims[d] : lo[d];
+            hi[d] = dims[d] > hi[d] ? dims[d] : hi[d];
+        }
+    }
+    ck_assert(lo[0] < hi[0] && lo[1] < hi[1] && hi[0] == SIDE && lo[0] >= SIDE / 2);
+    ck_assert_int_eq(tu_sh("'%s/shardinfo' --json ds", tu_tools), 0);
+    json_t *j = last_json_line(tu_slurp("out.txt"));
+    json_t *img = json_array_get(json_object_get(j, "fields"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(img, "kind")), "array");
+    ck_assert(json_is_null(json_array_get(json_object_get(img, "shape"), 0)));
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(img, "shape"), 2)), 3);
+    for (int d = 0; d < 2; d++) {
+        json_t *st = json_array_get(json_object_get(img, "shapes"), (size_t)d);
+        ck_assert_int_eq(json_integer_value(json_object_get(st, "min")), (json_int_t)lo[d]);
+        ck_assert_int_eq(json_integer_value(json_object_get(st, "max")), (json_int_t)hi[d]);
+    }
+    json_decref(j);
+    /* one record at its own size, pixel for pixel */
+    ck_assert_int_eq(stk_shard_value_shape(sh, 0, 11, dims, NULL), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 11 --out one.png", tu_tools), 0);
+    int w, h;
+    uint8_t *rgb = decode("one.png", &w, &h);
+    ck_assert_int_eq(h, (int)dims[0]);
+    ck_assert_int_eq(w, (int)dims[1]);
+    const void *p;
+    uint64_t size;
+    ck_assert_int_eq(stk_shard_value(sh, 0, 11, &p, &size, NULL), 0);
+    ck_assert_uint_eq(size, (uint64_t)w * h * 3);
+    ck_assert(memcmp(rgb, p, size) == 0);
+    free(rgb);
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --records 30 --out all.png --json", tu_tools), 0);
+    stk_dataset_close(ds);
+    /* record 4's width in the shape column, 1 more: shardcheck names it */
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' ds", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("python3 -c \"import sys\n"
+                           "p='ds/shard-00000.stk'; b=bytearray(open(p,'rb').read())\n"
+                           "off=int.from_bytes(b[64+96:64+104],'little')+31*8+4*16+8\n"
+                           "b[off]^=1; open(p,'wb').write(b)\""),
+                     0);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' ds", tu_tools), 1);
+    ck_assert_msg(strstr(tu_slurp("out.txt"), "record 4") &&
+                      strstr(tu_slurp("out.txt"), "does not hold its shape"),
+                  "%s", tu_slurp("out.txt"));
+}
+END_TEST
+
 START_TEST(test_shardinfo_json)
 {
     tu_cli_setup();
@@ -245,6 +308,7 @@ int main(void)
     tcase_add_test(tc, test_contact_sheet_png_exact);
     tcase_add_test(tc, test_contact_sheet_jpeg_and_random);
     tcase_add_test(tc, test_shardinfo_json);
+    tcase_add_test(tc, test_variable_shapes);
     tcase_add_test(tc, test_sweep_csv_and_json);
     tcase_add_test(tc, test_sweep_io_axes);
     suite_add_tcase(s, tc);
