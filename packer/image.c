@@ -218,6 +218,19 @@ void pk_layout_compute(const pk_params *p, uint32_t src_w, uint32_t src_h, pk_la
     l->w = l->h = n;
     if (p->mode == PK_RESIZE_STRETCH) {
         l->resized_w = l->resized_h = n;
+    } else if (p->mode == PK_RESIZE_KEEP) {
+        uint64_t s = lo, g = hi; /* the shorter and longer output sides */
+        if (p->min_side) {
+            s = p->min_side;
+            g = (uint64_t)((double)((uint64_t)p->min_side * hi) / (double)lo);
+        }
+        if (g > p->max_side) { /* torchvision: int(max_size * short / long); integers are exact here */
+            s = s * p->max_side / g;
+            g = p->max_side;
+        }
+        s = s ? s : 1;
+        l->w = (uint32_t)(l->resized_w = src_w >= src_h ? g : s);
+        l->h = (uint32_t)(l->resized_h = src_w >= src_h ? s : g);
     } else if (p->mode == PK_RESIZE_FIT) {
         /* floor(n * lo / hi + 1/2) in integers */
         uint32_t s = (uint32_t)((2 * (uint64_t)n * lo + hi) / (2 * (uint64_t)hi));
@@ -505,14 +518,14 @@ static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, con
     pk_layout l;
     pk_layout_compute(p, ow, oh, &l);
     uint32_t n = p->size;
-    size_t stride = 3 * (size_t)n;
+    size_t stride = 3 * (size_t)(p->mode == PK_RESIZE_KEEP ? l.w : n); /* keep: the image's own rows */
     pk_rect win = {l.crop_x, l.crop_y, l.w, l.h};
     uint8_t *at = out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x;
     if ((v->planar ? pk_resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
                    : pk_resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, at, stride)) != 0)
         return pk__fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
                         (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
-    if (l.w == n && l.h == n) return PK_OK;
+    if ((l.w == n && l.h == n) || p->mode == PK_RESIZE_KEEP) return PK_OK;
     fill_rect(out, stride, 0, 0, n, l.pad_y, p->fill);                               /* top */
     fill_rect(out, stride, 0, l.pad_y + l.h, n, n - l.pad_y - l.h, p->fill);         /* bottom */
     fill_rect(out, stride, 0, l.pad_y, l.pad_x, l.h, p->fill);                       /* left */
@@ -527,8 +540,12 @@ static int check_args(const pk_decoder *d, const uint8_t *data, size_t len, cons
         return pk__fail(msg, cap, PK_E_ARG, "invalid argument (NULL decoder, params, data or output)");
     if (p->size == 0 || p->size > PK_MAX_SIZE)
         return pk__fail(msg, cap, PK_E_ARG, "invalid size %u (1 .. %u)", p->size, PK_MAX_SIZE);
-    if (p->mode != PK_RESIZE_SHORTER && p->mode != PK_RESIZE_STRETCH && p->mode != PK_RESIZE_FIT)
+    if (p->mode != PK_RESIZE_SHORTER && p->mode != PK_RESIZE_STRETCH && p->mode != PK_RESIZE_FIT &&
+        p->mode != PK_RESIZE_KEEP)
         return pk__fail(msg, cap, PK_E_ARG, "invalid resize mode %d", (int)p->mode);
+    if (p->mode == PK_RESIZE_KEEP && (p->max_side < 1 || p->max_side > p->size || p->min_side > p->max_side))
+        return pk__fail(msg, cap, PK_E_ARG, "invalid sides: min %u, max %u (1 .. size %u)", p->min_side,
+                        p->max_side, p->size);
     return PK_OK;
 }
 

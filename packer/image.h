@@ -47,7 +47,10 @@ extern "C" {
 typedef enum {
     PK_RESIZE_SHORTER = 0, /* shorter side to size (torchvision Resize(size)), centre crop */
     PK_RESIZE_STRETCH = 1, /* both sides to size; the aspect ratio is not kept          */
-    PK_RESIZE_FIT = 2      /* longer side to size, aspect kept, centred on `fill`       */
+    PK_RESIZE_FIT = 2,     /* longer side to size, aspect kept, centred on `fill`       */
+    PK_RESIZE_KEEP = 3     /* the image at its own aspect and about its own size:
+                              min_side and max_side say how (pk_layout_compute);
+                              the output is resized_w x resized_h, not size^2  */
 } pk_resize_mode;
 
 /* Largest accepted `size`: 16384 x 16384 x 3 is 768 MiB per record. */
@@ -65,6 +68,12 @@ typedef struct {
     int resample_rgb;    /* 1: resample JPEGs after an RGB decode, as Pillow
                               does; 0 (default): on their YCbCr planes where
                               that applies (pk_resize_ycc), which is faster   */
+    uint32_t min_side;   /* PK_RESIZE_KEEP: the shorter side becomes this
+                              (torchvision Resize(min_side)); 0: not resized
+                              up, only down to max_side                     */
+    uint32_t max_side;   /* PK_RESIZE_KEEP: the longer side at most this
+                              (FFCV's max_resolution; with min_side,
+                              torchvision's max_size); 1 .. size            */
 } pk_params;
 
 /* size as given, PK_RESIZE_SHORTER, PK_DEFAULT_MAX_PIXELS, black fill. */
@@ -111,7 +120,15 @@ pk_format pk_sniff(const uint8_t *data, size_t len);
  *   stretch: size x size.
  *   fit:     the longer side becomes size, the shorter round(size * short /
  *            long) (half up, at least 1), placed at ((size - w) / 2,
- *            (size - h) / 2) rounded down. */
+ *            (size - h) / 2) rounded down.
+ *   keep:    no crop, no padding, w x h = resized_w x resized_h. With
+ *            min_side, torchvision Resize(min_side, max_size=max_side): the
+ *            shorter side min_side, the longer int(min_side * long / short);
+ *            if that exceeds max_side, the longer becomes max_side and the
+ *            shorter int(max_side * shorter / longer) (at least 1). Without,
+ *            only images whose longer side exceeds max_side are resized:
+ *            the longer to max_side, the shorter floor(short * max_side /
+ *            long) (at least 1); smaller ones keep their size. */
 typedef struct {
     uint64_t resized_w, resized_h;
     uint64_t crop_x, crop_y;

@@ -61,9 +61,10 @@ int pk_out_resume(pk_out *o, uint64_t first, uint64_t end, uint64_t *next, uint6
 /* Append one record, lending values[0] to the shard writer
  * (stk_writer_append_lent, with pre its checksum and block sums, or NULL): done(ctx,
  * values[0].data) is called exactly once, on every path, when the bytes are
- * no longer needed. */
-int pk_out_append(pk_out *o, const stk_value *values, const stk_prehash *pre, stk_lent_done_fn done,
-                  void *ctx, stk_error *err);
+ * no longer needed. With dims (an array image field: its height and width)
+ * the record goes through stk_writer_append_dims, which copies it. */
+int pk_out_append(pk_out *o, const stk_value *values, const uint64_t *dims, const stk_prehash *pre,
+                  stk_lent_done_fn done, void *ctx, stk_error *err);
 /* Commit the open shard, if any, and wait for every pending commit. */
 int pk_out_flush(pk_out *o, stk_error *err);
 /* Drop the open shard; with remove_committed also delete every committed one. */

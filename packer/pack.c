@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -35,7 +36,17 @@ static void usage(FILE *f)
                "(label: an integer or a class name; paths relative to the list's folder).\n\n"
                "  -s, --size N            output images are N x N x 3 (default 256)\n"
                "      --resize MODE       shorter (default): shorter side to N, centre crop;\n"
-               "                          stretch: to N x N; fit: inside N x N, padded\n"
+               "                          stretch: to N x N; fit: inside N x N, padded;\n"
+               "                          keep: each image at its own aspect and size,\n"
+               "                          bounded by --max-side / --min-side (format 1.2)\n"
+               "      --max-side N        keep: the longer side at most N, never enlarged\n"
+               "                          (FFCV's max_resolution); implies --resize keep\n"
+               "      --min-side N        keep: the shorter side N (torchvision Resize(N));\n"
+               "                          the longer then at most --max-side (default 4N)\n"
+               "      --image-format F    raw (default): pixels; jpeg[:Q]: re-encoded as JPEG\n"
+               "                          at quality Q (default 90, 4:2:0); original[:Q]: a\n"
+               "                          JPEG input's own bytes where it needs no resize,\n"
+               "                          others re-encoded at Q and counted (format 1.2)\n"
                "      --fill R,G,B        padding colour for --resize fit (default 0,0,0)\n"
                "      --resample-space S  ycc (default): resample JPEGs on their stored YCbCr\n"
                "                          planes (faster; within a level of Pillow nearly\n"
@@ -66,8 +77,13 @@ static void usage(FILE *f)
                "(each is named on stderr and listed in OUTDIR/skipped.tsv).\n");
 }
 
+enum { IMG_RAW = 0, IMG_JPEG = 1, IMG_ORIGINAL = 2 };
+
 typedef struct {
     pk_params img;
+    int image_format; /* IMG_*: how the image field stores its values */
+    int quality;      /* JPEG quality for IMG_JPEG and re-encoded IMG_ORIGINAL inputs */
+    bool resize_set;  /* --resize was given */
     unsigned threads, part, parts;
     uint64_t shard_size, per_shard;
     int zstd[4]; /* per field (image, label, orig_size, source): 0 raw, else the level */
@@ -138,33 +154,67 @@ static bool parse_mode(const char *s, pk_resize_mode *m)
     if (!strcmp(s, "shorter")) *m = PK_RESIZE_SHORTER;
     else if (!strcmp(s, "stretch")) *m = PK_RESIZE_STRETCH;
     else if (!strcmp(s, "fit")) *m = PK_RESIZE_FIT;
+    else if (!strcmp(s, "keep")) *m = PK_RESIZE_KEEP;
     else return false;
+    return true;
+}
+
+/* raw | jpeg[:Q] | original[:Q] */
+static bool parse_image_format(const char *s, int *fmt, int *quality)
+{
+    static const char *const names[] = {"raw", "jpeg", "original"};
+    for (int f = 0; f < 3; f++) {
+        size_t n = strlen(names[f]);
+        if (strncmp(s, names[f], n) || (s[n] && s[n] != ':') || (s[n] && f == IMG_RAW)) continue;
+        unsigned q = 90;
+        char tail;
+        if (s[n] && (sscanf(s + n + 1, "%u%c", &q, &tail) != 1 || q < 1 || q > 100)) return false;
+        *fmt = f;
+        *quality = (int)q;
+        return true;
+    }
+    return false;
+}
+
+/* The --resize keep bounds, once every option is read; false with a message. */
+static bool settle_sides(opts *o)
+{
+    pk_params *p = &o->img;
+    if ((p->max_side || p->min_side) && !o->resize_set) p->mode = PK_RESIZE_KEEP;
+    if (p->mode != PK_RESIZE_KEEP) {
+        if (!p->max_side && !p->min_side) return true;
+        fprintf(stderr, "pack: --max-side and --min-side go with --resize keep (try --help)\n");
+        return false;
+    }
+    if (!p->max_side && !p->min_side) {
+        fprintf(stderr, "pack: --resize keep needs --max-side N or --min-side N (try --help)\n");
+        return false;
+    }
+    if (!p->max_side) p->max_side = p->min_side > PK_MAX_SIZE / 4 ? PK_MAX_SIZE : 4 * p->min_side;
+    if (p->min_side > p->max_side) {
+        fprintf(stderr, "pack: --min-side %u is larger than --max-side %u\n", p->min_side, p->max_side);
+        return false;
+    }
+    p->size = p->max_side; /* the bound a stored image's sides keep to */
     return true;
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"size", 1, 0, 's'},
-                                       {"resize", 1, 0, 'R'},
-                                       {"fill", 1, 0, 'F'},
-                                       {"threads", 1, 0, 'j'},
-                                       {"shard-size", 1, 0, 'B'},
-                                       {"records-per-shard", 1, 0, 'N'},
-                                       {"on-error", 1, 0, 'E'},
-                                       {"max-pixels", 1, 0, 'P'},
-                                       {"part", 1, 0, 'K'},
-                                       {"merge", 0, 0, 'M'},
-                                       {"force", 0, 0, 'f'},
-                                       {"json", 0, 0, 'J'},
-                                       {"quiet", 0, 0, 'q'},
-                                       {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},
-                                       {"compress", 1, 0, 'Z'},
-                                       {"block-size", 1, 0, 'Q'},
-                                       {"resample-space", 1, 0, 'Y'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {{"size", 1, 0, 's'},         {"resize", 1, 0, 'R'},
+                                       {"fill", 1, 0, 'F'},         {"threads", 1, 0, 'j'},
+                                       {"shard-size", 1, 0, 'B'},   {"records-per-shard", 1, 0, 'N'},
+                                       {"on-error", 1, 0, 'E'},     {"max-pixels", 1, 0, 'P'},
+                                       {"part", 1, 0, 'K'},         {"merge", 0, 0, 'M'},
+                                       {"force", 0, 0, 'f'},        {"json", 0, 0, 'J'},
+                                       {"quiet", 0, 0, 'q'},        {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},      {"compress", 1, 0, 'Z'},
+                                       {"block-size", 1, 0, 'Q'},   {"resample-space", 1, 0, 'Y'},
+                                       {"max-side", 1, 0, 'X'},     {"min-side", 1, 0, 'W'},
+                                       {"image-format", 1, 0, 'I'}, {0, 0, 0, 0}};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
+                .quality = 90,
                 .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                 .part = 1,
                 .parts = 1,
@@ -179,6 +229,16 @@ static int parse(int argc, char **argv, opts *o)
             break;
         case 'R':
             ok = parse_mode(optarg, &o->img.mode);
+            o->resize_set = true;
+            break;
+        case 'X':
+            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= PK_MAX_SIZE && (o->img.max_side = (uint32_t)v);
+            break;
+        case 'W':
+            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= PK_MAX_SIZE && (o->img.min_side = (uint32_t)v);
+            break;
+        case 'I':
+            ok = parse_image_format(optarg, &o->image_format, &o->quality);
             break;
         case 'F':
             ok = parse_fill(optarg, o->img.fill);
@@ -249,6 +309,12 @@ static int parse(int argc, char **argv, opts *o)
     }
     o->input = o->merge ? NULL : argv[optind];
     o->out = argv[argc - 1];
+    if (!settle_sides(o)) return PACK_USAGE;
+    if (o->image_format != IMG_RAW && o->zstd[0]) {
+        fprintf(stderr, "pack: the image is stored as JPEG: name the fields to compress "
+                        "(--compress label=zstd,...)\n");
+        return PACK_USAGE;
+    }
     return PACK_OK;
 }
 
@@ -267,6 +333,7 @@ typedef struct {
     skip_t *skips;
     size_t nskips, capskips;
     uint64_t packed, in_bytes, done;
+    uint64_t kept, reencoded; /* --image-format original: inputs stored as they were, and not */
     cli_progress bar;
     stk_error err;
     int fatal;         /* a write failed: stop */
@@ -278,25 +345,47 @@ typedef struct {
     pk_decoder *dec;
     uint8_t *buf;
     size_t cap;
+    tjhandle enc;        /* --image-format jpeg/original: the encoder */
+    tjhandle hdr;        /* --image-format original: reads an input's JPEG header */
+    unsigned char *jpeg; /* its output, tjBufSize of the largest image */
+    unsigned long jcap;
 } worker_t;
 
-static void *worker_init(void *user)
+static bool variable_images(const opts *o)
 {
-    (void)user;
-    worker_t *w = calloc(1, sizeof *w);
-    if (w && !(w->dec = pk_decoder_new())) {
-        free(w);
-        w = NULL;
-    }
-    return w;
+    return o->img.mode == PK_RESIZE_KEEP || o->image_format != IMG_RAW;
 }
 
 static void worker_fini(void *state)
 {
     worker_t *w = state;
     pk_decoder_free(w->dec);
+    if (w->enc) tjDestroy(w->enc);
+    if (w->hdr) tjDestroy(w->hdr);
+    tjFree(w->jpeg);
     free(w->buf);
     free(w);
+}
+
+static void *worker_init(void *user)
+{
+    const run_t *r = user;
+    worker_t *w = calloc(1, sizeof *w);
+    if (!w || !(w->dec = pk_decoder_new())) {
+        free(w);
+        return NULL;
+    }
+    if (r->o->image_format != IMG_RAW) {
+        w->jcap = tjBufSize((int)r->o->img.size, (int)r->o->img.size, TJSAMP_420);
+        w->enc = tjInitCompress();
+        w->jpeg = w->enc ? tjAlloc((int)w->jcap) : NULL;
+        w->hdr = r->o->image_format == IMG_ORIGINAL ? tjInitDecompress() : NULL;
+        if (!w->jpeg || (r->o->image_format == IMG_ORIGINAL && !w->hdr)) {
+            worker_fini(w);
+            return NULL;
+        }
+    }
+    return w;
 }
 
 /* Read a whole file into w->buf; returns its size, or -1 with res set. */
@@ -370,7 +459,15 @@ static void prefetch(void *user, uint64_t i)
     close(fd);
 }
 
-static size_t image_bytes(const opts *o) { return (size_t)o->img.size * o->img.size * 3; }
+/* The largest image value: size x size x 3 pixels (in keep mode size is
+ * --max-side), or a JPEG of them as large as TurboJPEG may make it. */
+static size_t image_bytes(const opts *o)
+{
+    size_t px = (size_t)o->img.size * o->img.size * 3;
+    if (o->image_format == IMG_RAW) return px;
+    size_t j = tjBufSize((int)o->img.size, (int)o->img.size, TJSAMP_420);
+    return j > px ? j : px;
+}
 
 /* A slot holds an image and, when the writer takes it by reference (whole
  * pages: --size a multiple of 64, STK_WRITER_LEND_ALIGN), its XXH3 block
@@ -378,17 +475,60 @@ static size_t image_bytes(const opts *o) { return (size_t)o->img.size * o->img.s
  * back to the pool with it. Other images are copied by the writer, which
  * hashes the copy; sums would be computed for nothing. */
 _Static_assert(STK_WRITER_LEND_ALIGN % STK_HASH_BLOCK == 0, "a lent image is whole XXH3 blocks");
-static bool lent_whole(size_t img) { return img % STK_WRITER_LEND_ALIGN == 0; }
-
-static uint64_t *block_sums(uint8_t *slot, size_t img)
+static bool lent_whole(const opts *o, size_t img)
 {
-    return lent_whole(img) ? (uint64_t *)(void *)(slot + img) : NULL;
+    return !variable_images(o) && img % STK_WRITER_LEND_ALIGN == 0;
+}
+
+static uint64_t *block_sums(const opts *o, uint8_t *slot, size_t img)
+{
+    return lent_whole(o, img) ? (uint64_t *)(void *)(slot + img) : NULL;
 }
 
 static size_t slot_bytes(const opts *o)
 {
     size_t img = image_bytes(o);
-    return img + (lent_whole(img) ? img / STK_HASH_BLOCK * 8 * sizeof(uint64_t) : 0);
+    return img + (lent_whole(o, img) ? img / STK_HASH_BLOCK * 8 * sizeof(uint64_t) : 0);
+}
+
+/* A JPEG input stored as it is (--image-format original): it needs no
+ * resize or crop, decodes to three components (not greyscale or CMYK, which
+ * the field's u8[*,*,3] could not hold), and fits a slot. */
+static bool keep_original(const run_t *r, worker_t *w, const uint8_t *data, size_t n, const pk_result *res)
+{
+    pk_layout l;
+    int jw, jh, ss, cs;
+    if (pk_sniff(data, n) != PK_FMT_JPEG || n > image_bytes(r->o)) return false;
+    pk_layout_compute(&r->o->img, res->w, res->h, &l);
+    if (l.resized_w != res->w || l.resized_h != res->h || l.w != res->w || l.h != res->h || l.crop_x ||
+        l.crop_y || l.pad_x || l.pad_y)
+        return false;
+    return tjDecompressHeader3(w->hdr, data, (unsigned long)n, &jw, &jh, &ss, &cs) == 0 &&
+           (cs == TJCS_YCbCr || cs == TJCS_RGB) && (unsigned)jw == res->w && (unsigned)jh == res->h;
+}
+
+/* The image in slot (res->out_w x res->out_h RGB) as the image format wants
+ * it: raw stays, JPEG is encoded (or, for a kept original, the input copied). */
+static void encode_image(const run_t *r, worker_t *w, const uint8_t *data, size_t n, uint8_t *slot,
+                         pk_result *res)
+{
+    res->out_bytes = (uint64_t)res->out_w * res->out_h * 3;
+    if (r->o->image_format == IMG_RAW) return;
+    if (r->o->image_format == IMG_ORIGINAL && keep_original(r, w, data, n, res)) {
+        memcpy(slot, data, n);
+        res->out_bytes = n;
+        res->kept = 1;
+        return;
+    }
+    unsigned long size = w->jcap;
+    if (tjCompress2(w->enc, slot, (int)res->out_w, 0, (int)res->out_h, TJPF_RGB, &w->jpeg, &size, TJSAMP_420,
+                    r->o->quality, TJFLAG_NOREALLOC) != 0) {
+        res->status = PK_E_NOMEM;
+        snprintf(res->msg, sizeof res->msg, "JPEG encoding failed: %s", tjGetErrorStr2(w->enc));
+        return;
+    }
+    memcpy(slot, w->jpeg, size);
+    res->out_bytes = size;
 }
 
 static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res)
@@ -408,13 +548,21 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
     res->in_bytes = (uint64_t)n;
     res->status =
         pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
+    if (variable_images(r->o)) {
+        pk_layout l;
+        if (res->status != PK_OK) return;
+        pk_layout_compute(&r->o->img, res->w, res->h, &l);
+        res->out_w = l.w, res->out_h = l.h;
+        encode_image(r, w, w->buf, (size_t)n, slot, res);
+        return; /* the writer hashes it as it copies it */
+    }
     /* The record's checksum, here, while the image is in this core's cache
      * and in parallel, not on the one thread that puts records in order;
      * with it the block sums the writer's whole-file hash takes instead of
      * reading the image again from this core's cache (they live in the
      * slot, after the image: see slot_bytes). */
     size_t img = image_bytes(r->o);
-    if (res->status == PK_OK) res->hash = stk_hash_blocks(slot, img, block_sums(slot, img));
+    if (res->status == PK_OK) res->hash = stk_hash_blocks(slot, img, block_sums(r->o, slot, img));
 }
 
 static bool add_skip(run_t *r, uint64_t index, const char *reason)
@@ -455,15 +603,20 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
         int64_t label = r->L.e[i].label;
         uint32_t size[2] = {res->w, res->h};
         uint64_t source = i;
-        size_t img = image_bytes(r->o);
+        bool var = variable_images(r->o);
+        size_t img = var ? (size_t)res->out_bytes : image_bytes(r->o);
+        uint64_t dims[2] = {res->out_h, res->out_w};
         /* The image is lent to the writer, which writes it from this very
          * buffer and puts it back in the pool; the pipeline gets another. */
         uint8_t *px = *slot;
         *slot = pk_pool_get(r->pool);
         stk_value v[4] = {{px, img}, {&label, 8}, {size, 8}, {&source, 8}};
-        stk_prehash pre = {res->hash, block_sums(px, img)};
-        if ((r->fatal = pk_out_append(&r->out, v, &pre, pk_pool_done, r->pool, &r->err))) return 1;
+        stk_prehash pre = {res->hash, block_sums(r->o, px, img)};
+        if ((r->fatal = pk_out_append(&r->out, v, var ? dims : NULL, var ? NULL : &pre, pk_pool_done, r->pool,
+                                      &r->err)))
+            return 1;
         r->packed++;
+        if (r->o->image_format == IMG_ORIGINAL) ++*(res->kept ? &r->kept : &r->reencoded);
     }
     if (cli_progress_due(&r->bar, r->done)) {
         char extra[96];
@@ -574,18 +727,24 @@ static int write_slice(const run_t *r, const char *suffix, uint64_t first, uint6
 
 static char *pack_params_json(const run_t *r, uint64_t per_shard)
 {
-    static const char *const modes[] = {"shorter", "stretch", "fit"};
+    static const char *const modes[] = {"shorter", "stretch", "fit", "keep"}, *const formats[] = {
+                                                                                  "raw", "jpeg", "original"};
     const pk_params *p = &r->o->img;
-    char *s = NULL;
+    char *s = NULL, extra[160] = "";
+    if (variable_images(r->o)) /* only then: the parameters of a square raw pack read as before */
+        snprintf(extra, sizeof extra,
+                 "\"max_side\": %u, \"min_side\": %u, \"image_format\": \"%s\", \"quality\": %d, ",
+                 p->mode == PK_RESIZE_KEEP ? p->max_side : 0, p->min_side, formats[r->o->image_format],
+                 r->o->quality);
     if (asprintf(
             &s,
             "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "
-            "\"resample_space\": \"%s\", "
+            "\"resample_space\": \"%s\", %s"
             "\"fill\": [%u, %u, %u], \"max_pixels\": %llu, \"records_per_shard\": %llu, \"listed\": %zu, "
             "\"parts\": %u, \"compress\": [%d, %d, %d, %d], \"block_bytes\": %llu, "
             "\"listing\": \"listing.tsv\", \"skipped_list\": \"skipped.tsv\"}",
             STK_VERSION_STRING, r->L.kind == PK_LIST_IMAGEFOLDER ? "imagefolder" : "list", p->size,
-            modes[p->mode], p->resample_rgb ? "rgb" : "ycc", p->fill[0], p->fill[1], p->fill[2],
+            modes[p->mode], p->resample_rgb ? "rgb" : "ycc", extra, p->fill[0], p->fill[1], p->fill[2],
             (unsigned long long)p->max_pixels, (unsigned long long)per_shard, r->L.n, r->o->parts,
             r->o->zstd[0], r->o->zstd[1], r->o->zstd[2], r->o->zstd[3],
             (unsigned long long)r->o->block_bytes) < 0)
@@ -605,18 +764,28 @@ static uint64_t params_hash(const run_t *r, const char *pack_json)
     return h ? h : 1;
 }
 
+/* The size of a shard of n records: exact for fixed-size records; with
+ * images of their own size, as if every image were the largest possible
+ * (so a shard never exceeds --shard-size; it is smaller by the ratio of the
+ * mean image to the largest). 0 on overflow. */
+static uint64_t shard_bytes(const opts *o, const stk_schema *s, uint64_t n)
+{
+    uint64_t sz = stk_shard_size_for(s, n), img = variable_images(o) ? image_bytes(o) : 0;
+    return sz && img && n > (UINT64_MAX - sz) / img ? 0 : sz + n * img;
+}
+
 static uint64_t records_per_shard(const opts *o, const stk_schema *s)
 {
     if (o->per_shard) return o->per_shard;
     uint64_t lo = 1, hi = 1;
-    while (stk_shard_size_for(s, hi * 2) && stk_shard_size_for(s, hi * 2) <= o->shard_size &&
+    while (shard_bytes(o, s, hi * 2) && shard_bytes(o, s, hi * 2) <= o->shard_size &&
            hi < ((uint64_t)1 << 40))
         hi *= 2;
-    if (stk_shard_size_for(s, hi) > o->shard_size) return 1; /* one record is larger than the limit */
+    if (shard_bytes(o, s, hi) > o->shard_size) return 1; /* one record is larger than the limit */
     uint64_t top = hi * 2;
     lo = hi;
     while (lo + 1 < top) { /* largest count that fits */
-        uint64_t mid = lo + (top - lo) / 2, sz = stk_shard_size_for(s, mid);
+        uint64_t mid = lo + (top - lo) / 2, sz = shard_bytes(o, s, mid);
         if (sz && sz <= o->shard_size) lo = mid;
         else top = mid;
     }
@@ -626,9 +795,11 @@ static uint64_t records_per_shard(const opts *o, const stk_schema *s)
 static int make_schema(const opts *o, stk_schema *s)
 {
     stk_error err;
-    uint64_t img[3] = {o->img.size, o->img.size, 3}, two[1] = {2};
+    uint64_t img[3] = {o->img.size, o->img.size, 3}, any[3] = {0, 0, 3}, two[1] = {2};
     stk_schema_init(s);
-    if (stk_schema_add_tensor(s, "image", STK_DT_U8, 3, img, &err) ||
+    if ((variable_images(o) ? stk_schema_add_array(s, "image", STK_DT_U8, 3, any, &err)
+                            : stk_schema_add_tensor(s, "image", STK_DT_U8, 3, img, &err)) ||
+        (o->image_format != IMG_RAW && stk_schema_set_codec(s, 0, STK_CODEC_JPEG, &err)) ||
         stk_schema_add_tensor(s, "label", STK_DT_I64, 0, NULL, &err) ||
         stk_schema_add_tensor(s, "orig_size", STK_DT_U32, 1, two, &err) ||
         stk_schema_add_tensor(s, "source", STK_DT_U64, 0, NULL, &err)) {
@@ -649,16 +820,26 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
         return PACK_FAIL;
     }
     double el = cli_now() - t0;
-    if (o->json)
+    bool orig = r && o->image_format == IMG_ORIGINAL; /* this run's inputs, kept or re-encoded */
+    if (o->json) {
         printf("{\"ok\": true, \"merged\": true, \"packed\": %llu, \"skipped\": %llu, \"shards\": %zu, "
-               "\"seconds\": %.3f, \"images_per_s\": %.1f, \"input_mb_per_s\": %.2f, \"output\": ",
+               "\"seconds\": %.3f, \"images_per_s\": %.1f, \"input_mb_per_s\": %.2f, ",
                (unsigned long long)mr.packed, (unsigned long long)mr.skipped, mr.nshards, el,
                r && el > 0 ? (double)r->done / el : 0.0, r && el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0);
-    if (o->json) cli_json_string(stdout, o->out), printf("}\n");
-    else if (!o->quiet)
+        if (orig)
+            printf("\"kept_original\": %llu, \"reencoded\": %llu, ", (unsigned long long)r->kept,
+                   (unsigned long long)r->reencoded);
+        printf("\"output\": ");
+        cli_json_string(stdout, o->out);
+        printf("}\n");
+    } else if (!o->quiet) {
         fprintf(stderr, "pack: %s: %llu images packed into %zu shards, %llu skipped%s (%.1f s%s)\n", o->out,
                 (unsigned long long)mr.packed, mr.nshards, (unsigned long long)mr.skipped,
                 mr.skipped ? ", listed in skipped.tsv" : "", el, r ? "" : ", merge");
+        if (orig)
+            fprintf(stderr, "pack: %llu JPEG inputs stored as they were, %llu re-encoded at quality %d\n",
+                    (unsigned long long)r->kept, (unsigned long long)r->reencoded, o->quality);
+    }
     return mr.skipped ? PACK_SKIPPED : PACK_OK;
 }
 

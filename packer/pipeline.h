@@ -22,11 +22,14 @@
 #include "pool.h"
 
 typedef struct {
-    int status;        /* 0 ok, else the producer's error code */
-    uint32_t w, h;     /* producer-defined extras (image size here) */
-    uint64_t in_bytes; /* input bytes read for this item */
-    uint64_t hash;     /* producer-defined: the result's checksum here */
-    char msg[320];     /* one line when status != 0 */
+    int status;            /* 0 ok, else the producer's error code */
+    uint32_t w, h;         /* producer-defined extras (image size here) */
+    uint64_t in_bytes;     /* input bytes read for this item */
+    uint64_t hash;         /* producer-defined: the result's checksum here */
+    uint32_t out_w, out_h; /* producer-defined: the stored image's size */
+    uint64_t out_bytes;    /* producer-defined: the stored value's bytes */
+    int kept;              /* producer-defined: the input's own bytes are stored */
+    char msg[320];         /* one line when status != 0 */
 } pk_result;
 
 typedef struct {

@@ -953,6 +953,195 @@ START_TEST(disk_full_fails_cleanly)
 }
 END_TEST
 
+/* ------------------------------------------------------------ f. images as they are */
+
+/* The source path of listing index `source` in dataset `dir` (malloc'd,
+ * relative to tu_tmp: "raw/" + the listed path). */
+static char *listed_path(const char *dir, uint64_t source)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "%s/listing.tsv", dir);
+    char *tsv = slurp_own(rel), *line = strchr(tsv, '\n') + 1, *out = NULL;
+    for (uint64_t k = 0; k < source && line; k++) line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL;
+    ck_assert_ptr_nonnull(line);
+    char *path = strrchr(strtok(line, "\n"), '\t') + 1;
+    ck_assert(asprintf(&out, "raw/%s", path) >= 0);
+    free(tsv);
+    return out;
+}
+
+/* Each record of a keep-mode dataset against the rule: the source size
+ * (orig_size) gives the stored shape. */
+static void check_keep_shapes(const char *dir, uint32_t min_side, uint32_t max_side)
+{
+    stk_dataset *ds = open_ds(dir);
+    unsigned fi = field(ds, "image"), fo = field(ds, "orig_size");
+    const stk_field *fd = &stk_dataset_schema(ds)->fields[fi];
+    ck_assert_int_eq(fd->kind, STK_KIND_ARRAY);
+    for (uint64_t i = 0; i < stk_dataset_records(ds); i++) {
+        uint32_t wh[2];
+        memcpy(wh, value(ds, fo, i, 8), 8);
+        uint64_t lo = wh[0] < wh[1] ? wh[0] : wh[1], hi = wh[0] < wh[1] ? wh[1] : wh[0], s = lo, g = hi;
+        if (min_side) s = min_side, g = (uint64_t)((double)min_side * (double)hi / (double)lo);
+        if (g > max_side) s = s * max_side / g, g = max_side;
+        s = s ? s : 1;
+        uint64_t want_w = wh[0] >= wh[1] ? g : s, want_h = wh[0] >= wh[1] ? s : g, dims[STK_MAX_DIMS];
+        size_t sh;
+        uint64_t local;
+        ck_assert_int_eq(stk_dataset_locate(ds, i, &sh, &local, NULL), 0);
+        ck_assert_int_eq(stk_shard_value_shape(stk_dataset_shard(ds, sh), fi, local, dims, NULL), 0);
+        ck_assert_msg(dims[0] == want_h && dims[1] == want_w && dims[2] == 3,
+                      "%s record %llu: %ux%u source stored as %llux%llu, want %llux%llu", dir,
+                      (unsigned long long)i, wh[0], wh[1], (unsigned long long)dims[1],
+                      (unsigned long long)dims[0], (unsigned long long)want_w, (unsigned long long)want_h);
+        if (fd->codec != STK_CODEC_JPEG) (void)value(ds, fi, i, dims[0] * dims[1] * 3);
+    }
+    stk_dataset_close(ds);
+}
+
+START_TEST(keep_aspect_raw_and_jpeg)
+{
+    setup_pack();
+    json_decref(rawgen("-n 40 --classes 2 --min-side 20 --max-side 90 --variants --broken", "raw"));
+    ck_assert_int_eq(tu_sh("'%s' -q -j1 --max-side 48 --records-per-shard 9 raw a", pack), 3);
+    ck_assert_int_eq(tu_sh("'%s' -q -j2 --resize keep --max-side 48 --records-per-shard 9 raw b", pack), 3);
+    ck_assert_msg(tu_sh("diff -r a b") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
+    check_keep_shapes("a", 0, 48);
+    ck_assert_int_eq(tu_sh("'%s' -q -j2 --min-side 24 --max-side 64 raw m", pack), 3);
+    check_keep_shapes("m", 24, 64);
+    ck_assert_int_eq(
+        tu_sh("'%s' -q -j1 --max-side 48 --image-format jpeg:85 --records-per-shard 9 raw j1", pack), 3);
+    ck_assert_int_eq(
+        tu_sh("'%s' -q -j2 --max-side 48 --image-format jpeg:85 --records-per-shard 9 raw j2", pack), 3);
+    ck_assert_msg(tu_sh("diff -r j1 j2") == 0, "JPEG -j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
+    check_keep_shapes("j1", 0, 48);
+    ck_assert_int_eq(
+        tu_sh("'%s/shardcheck' a && '%s/shardcheck' m && '%s/shardcheck' j1", tu_tools, tu_tools, tu_tools),
+        0);
+    /* every JPEG decodes to its stored shape, close to the raw pixels */
+    stk_dataset *raw = open_ds("a"), *jp = open_ds("j1");
+    ck_assert_uint_eq(stk_dataset_records(raw), stk_dataset_records(jp));
+    tjhandle tj = tjInitDecompress();
+    double se = 0, n = 0;
+    for (uint64_t i = 0; i < stk_dataset_records(jp); i++) {
+        size_t sh;
+        uint64_t local, dims[STK_MAX_DIMS], size;
+        const void *p;
+        ck_assert_int_eq(stk_dataset_locate(jp, i, &sh, &local, NULL), 0);
+        ck_assert_int_eq(stk_shard_value_shape(stk_dataset_shard(jp, sh), 0, local, dims, NULL), 0);
+        ck_assert_int_eq(stk_dataset_value(jp, 0, i, &p, &size, NULL), 0);
+        uint8_t *px = malloc(dims[0] * dims[1] * 3);
+        ck_assert_int_eq(tjDecompress2(tj, p, size, px, (int)dims[1], 0, (int)dims[0], TJPF_RGB, 0), 0);
+        const uint8_t *ref = value(raw, 0, i, dims[0] * dims[1] * 3);
+        for (uint64_t k = 0; k < dims[0] * dims[1] * 3; k++) se += (px[k] - ref[k]) * (px[k] - ref[k]), n++;
+        free(px);
+    }
+    double psnr = 10 * log10(255.0 * 255.0 / (se / n));
+    ck_assert_msg(psnr > 28, "JPEG q85 storage is %.1f dB from the raw pixels", psnr);
+    tjDestroy(tj);
+    stk_dataset_close(raw);
+    stk_dataset_close(jp);
+    /* refusals */
+    ck_assert_int_eq(tu_sh("'%s' --resize fit --max-side 48 raw x", pack), 2);
+    ck_assert_int_eq(tu_sh("'%s' --resize keep raw x", pack), 2);
+    ck_assert_int_eq(tu_sh("'%s' --min-side 50 --max-side 40 raw x", pack), 2);
+    ck_assert_int_eq(tu_sh("'%s' --image-format jpeg --compress image=zstd raw x", pack), 2);
+    ck_assert_int_eq(tu_sh("'%s' --image-format jpeg:101 raw x", pack), 2);
+}
+END_TEST
+
+/* --image-format original: a JPEG that needs no resize is stored bit for bit
+ * as the file was; the others (resized, greyscale, CMYK, PNG, ...) are
+ * re-encoded, and the two counts add up. */
+START_TEST(original_bytes_kept_bit_exact)
+{
+    setup_pack();
+    json_decref(rawgen("-n 30 --classes 2 --min-side 20 --max-side 90 --variants", "raw"));
+    ck_assert_int_eq(tu_sh("'%s' -q -j2 --json --max-side 64 --image-format original raw o", pack), 0);
+    json_t *j = json_loads(slurp_own("out.txt"), 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_int_t kept = json_integer_value(json_object_get(j, "kept_original")),
+               re = json_integer_value(json_object_get(j, "reencoded")),
+               packed = json_integer_value(json_object_get(j, "packed"));
+    json_decref(j);
+    ck_assert_int_eq(kept + re, packed);
+    ck_assert_int_gt(kept, 3);
+    ck_assert_int_gt(re, 3);
+    ck_assert_int_eq(tu_sh("'%s' -q -j1 --max-side 64 --image-format original raw o1", pack), 0);
+    ck_assert_msg(tu_sh("diff -r o o1") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
+    check_keep_shapes("o", 0, 64);
+    stk_dataset *ds = open_ds("o");
+    json_int_t same = 0;
+    for (uint64_t i = 0; i < stk_dataset_records(ds); i++) {
+        uint64_t src, size;
+        const void *p;
+        memcpy(&src, value(ds, field(ds, "source"), i, 8), 8);
+        ck_assert_int_eq(stk_dataset_value(ds, 0, i, &p, &size, NULL), 0);
+        char *path = listed_path("o", src);
+        size_t len;
+        char *file = slurp_n(path, &len);
+        uint32_t wh[2];
+        memcpy(wh, value(ds, field(ds, "orig_size"), i, 8), 8);
+        bool fits = wh[0] <= 64 && wh[1] <= 64,
+             jpeg = len > 2 && (uint8_t)file[0] == 0xFF && (uint8_t)file[1] == 0xD8;
+        bool identical = size == len && memcmp(p, file, len) == 0;
+        ck_assert_msg(!identical || (fits && jpeg), "%s was stored as it was but needed a resize", path);
+        if (fits && jpeg && !strstr(path, "gray") && !strstr(path, "cmyk"))
+            ck_assert_msg(identical, "%s (%ux%u, a colour JPEG within the bound) was re-encoded", path, wh[0],
+                          wh[1]);
+        same += identical;
+        free(file);
+        free(path);
+    }
+    ck_assert_int_eq(same, kept);
+    stk_dataset_close(ds);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' o", tu_tools), 0);
+}
+END_TEST
+
+/* kill -9 in the middle of a keep + JPEG pack, run again: the same bytes. */
+START_TEST(keep_jpeg_resume)
+{
+    setup_pack();
+    json_decref(rawgen("-n 400 --classes 2 --min-side 24 --max-side 64 --broken", "raw"));
+    const char *flags = "-j2 --max-side 40 --image-format jpeg --records-per-shard 4";
+    ck_assert_int_eq(tu_sh("'%s' -q %s raw ref", pack, flags), 3);
+    char *dir = path_in("k");
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (chdir(tu_tmp) != 0) _exit(126);
+        execl(pack, "pack", "-q", "-j2", "--max-side", "40", "--image-format", "jpeg", "--records-per-shard",
+              "4", "raw", "k", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    bool done = false;
+    struct timespec nap = {0, 100000};
+    for (int spins = 0; spins < 600000 && committed_shards(dir) < 20; spins++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            done = true;
+            break;
+        }
+        nanosleep(&nap, NULL);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    }
+    ck_assert_msg(!done, "pack finished before it could be killed: make the run longer");
+    ck_assert_msg(!exists("k/manifest.json"), "a killed pack left a manifest");
+    int rc = tu_sh("'%s' %s raw k", pack, flags);
+    ck_assert_msg(rc == 3, "re-run: exit %d:\n%s", rc, clipf(slurp_own("err.txt")));
+    expect_in("err.txt", "resuming: kept");
+    ck_assert_msg(tu_sh("diff -r ref k") == 0, "resumed run differs:\n%s", clipf(slurp_own("out.txt")));
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pack_cli");
@@ -971,6 +1160,9 @@ int main(void)
     tcase_add_test(tc, list_file_inputs);
     tcase_add_test(tc, disk_full_fails_cleanly);
     tcase_add_test(tc, review_refusals);
+    tcase_add_test(tc, keep_aspect_raw_and_jpeg);
+    tcase_add_test(tc, original_bytes_kept_bit_exact);
+    tcase_add_test(tc, keep_jpeg_resume);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -2087,6 +2087,37 @@ static void check_shorter(pk_decoder *d, uint32_t w, uint32_t h, uint32_t n)
     image_free(&im);
 }
 
+/* --resize keep: torchvision Resize(min_side, max_size=max_side) and FFCV's
+ * max_resolution, worked by hand. */
+START_TEST(layout_keep_numbers)
+{
+    static const struct {
+        uint32_t w, h, min_side, max_side, out_w, out_h;
+    } cases[] = {
+        {500, 375, 0, 256, 256, 192},    /* max only: 375 * 256 / 500 = 192 */
+        {375, 500, 0, 256, 192, 256},    /* portrait */
+        {100, 80, 0, 256, 100, 80},      /* small: never enlarged */
+        {500, 333, 0, 256, 256, 170},    /* 170.5 floors */
+        {500, 375, 256, 1024, 341, 256}, /* int(256 * 500 / 375) = 341 */
+        {500, 375, 256, 300, 300, 225},  /* 341 > 300: int(300 * 256 / 341) = 225 */
+        {100, 80, 160, 640, 200, 160},   /* min_side enlarges, as Resize(160) does */
+        {10000, 1, 0, 64, 64, 1},        /* never 0 rows */
+        {256, 256, 0, 256, 256, 256},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pk_params p = params(cases[i].max_side, PK_RESIZE_KEEP);
+        p.min_side = cases[i].min_side;
+        p.max_side = cases[i].max_side;
+        pk_layout l;
+        pk_layout_compute(&p, cases[i].w, cases[i].h, &l);
+        ck_assert_msg(l.w == cases[i].out_w && l.h == cases[i].out_h && l.resized_w == l.w &&
+                          l.resized_h == l.h && !l.crop_x && !l.crop_y && !l.pad_x && !l.pad_y,
+                      "case %zu: %ux%u (min %u max %u) -> %ux%u, want %ux%u", i, cases[i].w, cases[i].h,
+                      cases[i].min_side, cases[i].max_side, l.w, l.h, cases[i].out_w, cases[i].out_h);
+    }
+}
+END_TEST
+
 START_TEST(process_shorter_crops)
 {
     pk_decoder *d = pk_decoder_new();
@@ -2274,6 +2305,7 @@ int main(void)
     tcase_add_test(tc, ycc_scalar_groups_in_simd);
     tcase_add_test(tc, ycc_resize_matches_reference);
     tcase_add_test(tc, layout_numbers);
+    tcase_add_test(tc, layout_keep_numbers);
     tcase_add_test(tc, process_shorter_crops);
     tcase_add_test(tc, process_fit_pads);
     tcase_add_test(tc, process_stretch);
