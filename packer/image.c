@@ -43,14 +43,14 @@ struct pk_decoder {
     unsigned scales; /* bit k set: TurboJPEG offers scaling by 1/2^k (k = 1..3) */
     uint8_t *pix;    /* decoded pixels */
     size_t cap;
-    pk_resizer *rs;
+    stk__resizer *rs;
 };
 
 /* What a decode leaves for render(): RGB pixels, or a JPEG's planes. */
 typedef struct {
     bool planar;
-    pk_rgb_view rgb;
-    pk_ycc_view ycc;
+    stk__rgb_view rgb;
+    stk__ycc_view ycc;
 } decoded;
 
 /* ------------------------------------------------------------- plumbing */
@@ -101,7 +101,7 @@ pk_decoder *pk_decoder_new(void)
     pk_decoder *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->tj = tjInitDecompress();
-    d->rs = pk_resizer_new();
+    d->rs = stk__resizer_new();
     if (!d->tj || !d->rs) {
         pk_decoder_free(d);
         return NULL;
@@ -118,7 +118,7 @@ void pk_decoder_free(pk_decoder *d)
 {
     if (!d) return;
     if (d->tj) tjDestroy(d->tj);
-    pk_resizer_free(d->rs);
+    stk__resizer_free(d->rs);
     free(d->pix);
     free(d);
 }
@@ -386,7 +386,7 @@ static int jpeg_header(pk_decoder *d, const uint8_t *data, size_t len, uint32_t 
 }
 
 /* Whether a JPEG decodes to its planes and is resampled there
- * (pk_resize_ycc) rather than decoded to RGB first: YCbCr or grayscale with
+ * (stk__resize_ycc) rather than decoded to RGB first: YCbCr or grayscale with
  * the chroma layouts TurboJPEG names and libjpeg fancy-upsamples by 2 or 1
  * per axis, decoded at full size, and actually resampled (an image kept at
  * its own size goes the RGB way, and equals TurboJPEG's RGB decode). */
@@ -400,9 +400,9 @@ static bool jpeg_planar(int subsamp, int cs, int den, const pk_layout *l, uint32
 }
 
 /* Decode to planes, each row 16 readable bytes longer than its samples and
- * 32 spare bytes at the end (what pk_resize_ycc's loads may touch). */
+ * 32 spare bytes at the end (what stk__resize_ycc's loads may touch). */
 static int jpeg_decode_planes(pk_decoder *d, const uint8_t *data, size_t len, int subsamp, uint32_t w,
-                              uint32_t h, pk_ycc_view *y, char *msg, size_t cap)
+                              uint32_t h, stk__ycc_view *y, char *msg, size_t cap)
 {
     int np = subsamp == TJSAMP_GRAY ? 1 : 3, stride[3] = {0, 0, 0};
     size_t at[3], total = 0;
@@ -420,12 +420,12 @@ static int jpeg_decode_planes(pk_decoder *d, const uint8_t *data, size_t len, in
                                 PK_TJ_FLAGS) != 0)
         return jpeg_fail(d, msg, cap);
     memset(d->pix + total, 0, 32);
-    *y = (pk_ycc_view){{planes[0], planes[1], planes[2]},
-                       {(size_t)stride[0], (size_t)stride[1], (size_t)stride[2]},
-                       w,
-                       h,
-                       subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ? 2u : 1u,
-                       subsamp == TJSAMP_440 || subsamp == TJSAMP_420 ? 2u : 1u};
+    *y = (stk__ycc_view){{planes[0], planes[1], planes[2]},
+                         {(size_t)stride[0], (size_t)stride[1], (size_t)stride[2]},
+                         w,
+                         h,
+                         subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ? 2u : 1u,
+                         subsamp == TJSAMP_440 || subsamp == TJSAMP_420 ? 2u : 1u};
     return PK_OK;
 }
 
@@ -445,14 +445,14 @@ static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_
     tjscalingfactor sf = {1, jpeg_denominator(d, *ow, *oh, &l)};
     out->planar = !cmyk && jpeg_planar(subsamp, cs, sf.denom, &l, *ow, *oh, p);
     if (out->planar) return jpeg_decode_planes(d, data, len, subsamp, *ow, *oh, &out->ycc, msg, cap);
-    pk_rgb_view *v = &out->rgb;
+    stk__rgb_view *v = &out->rgb;
     int sw = TJSCALED((int)*ow, sf), sh = TJSCALED((int)*oh, sf);
     if ((rc = grow(d, (size_t)sw * (size_t)sh * (cmyk ? 4 : 3), msg, cap)) != PK_OK) return rc;
     if (tjDecompress2(d->tj, data, (unsigned long)len, d->pix, sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB,
                       PK_TJ_FLAGS) != 0)
         return jpeg_fail(d, msg, cap);
     if (cmyk) cmyk_to_rgb(d->pix, (size_t)sw * (size_t)sh);
-    *v = (pk_rgb_view){d->pix, (uint32_t)sw, (uint32_t)sh, 3 * (size_t)sw};
+    *v = (stk__rgb_view){d->pix, (uint32_t)sw, (uint32_t)sh, 3 * (size_t)sw};
     return PK_OK;
 }
 
@@ -466,7 +466,7 @@ static int png_fail(int err, char *msg, size_t cap)
 
 /* Header, limits, decode; ctx is the caller's to free. */
 static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len, const pk_params *p,
-                   pk_rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
+                   stk__rgb_view *v, uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     struct spng_ihdr ihdr;
     size_t need = 0;
@@ -484,14 +484,14 @@ static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len
     if ((rc = grow(d, need, msg, cap)) != PK_OK) return rc;
     /* flags 0: no tRNS, no gamma; alpha is dropped as Pillow's convert("RGB") does */
     if ((err = spng_decode_image(ctx, d->pix, need, SPNG_FMT_RGB8, 0))) return png_fail(err, msg, cap);
-    *v = (pk_rgb_view){d->pix, ihdr.width, ihdr.height, 3 * (size_t)ihdr.width};
+    *v = (stk__rgb_view){d->pix, ihdr.width, ihdr.height, 3 * (size_t)ihdr.width};
     return PK_OK;
 }
 
 static int png_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, decoded *out,
                       uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
-    pk_rgb_view *v = &out->rgb;
+    stk__rgb_view *v = &out->rgb;
     out->planar = false;
     spng_ctx *ctx = spng_ctx_new(0);
     if (!ctx) return pk__fail(msg, cap, PK_E_NOMEM, "out of memory decoding PNG");
@@ -519,10 +519,10 @@ static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, con
     pk_layout_compute(p, ow, oh, &l);
     uint32_t n = p->size;
     size_t stride = 3 * (size_t)(p->mode == PK_RESIZE_KEEP ? l.w : n); /* keep: the image's own rows */
-    pk_rect win = {l.crop_x, l.crop_y, l.w, l.h};
+    stk__rect win = {l.crop_x, l.crop_y, l.w, l.h};
     uint8_t *at = out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x;
-    if ((v->planar ? pk_resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
-                   : pk_resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, at, stride)) != 0)
+    if ((v->planar ? stk__resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
+                   : stk__resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, at, stride)) != 0)
         return pk__fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
                         (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
     if ((l.w == n && l.h == n) || p->mode == PK_RESIZE_KEEP) return PK_OK;
@@ -550,7 +550,7 @@ static int check_args(const pk_decoder *d, const uint8_t *data, size_t len, cons
 }
 
 /* The decoders of image_formats.c, in pk_format order from PK_FMT_WEBP. */
-static int (*const other_decode[])(pk_decoder *, const uint8_t *, size_t, const pk_params *, pk_rgb_view *,
+static int (*const other_decode[])(pk_decoder *, const uint8_t *, size_t, const pk_params *, stk__rgb_view *,
                                    uint32_t *, uint32_t *, char *, size_t) = {
     pk__webp_decode, pk__gif_decode, pk__bmp_decode, pk__tiff_decode};
 

@@ -19,7 +19,7 @@
  * decode), then resized from there; the geometry is always computed from
  * the full-size dimensions, so the output frames the same region as a full
  * decode would. A YCbCr or grayscale JPEG decoded at full size is resampled
- * on its planes (pk_resize_ycc: the chroma upsampling folded into the
+ * on its planes (stk__resize_ycc: the chroma upsampling folded into the
  * filter, the colour conversion at the output size), unless resample_rgb
  * asks for the RGB route: the same pixels but for rounding and for colours
  * outside the RGB cube, which Pillow clamps before resizing and this after.
@@ -67,7 +67,7 @@ typedef struct {
     uint8_t fill[3];     /* RGB of the padding in PK_RESIZE_FIT (default 0,0,0)  */
     int resample_rgb;    /* 1: resample JPEGs after an RGB decode, as Pillow
                               does; 0 (default): on their YCbCr planes where
-                              that applies (pk_resize_ycc), which is faster   */
+                              that applies (stk__resize_ycc), which is faster   */
     uint32_t min_side;   /* PK_RESIZE_KEEP: the shorter side becomes this
                               (torchvision Resize(min_side)); 0: not resized
                               up, only down to max_side                     */

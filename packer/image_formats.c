@@ -64,7 +64,7 @@ static int webp_first_frame(const uint8_t *data, size_t len, uint8_t *pix, uint3
     return rc;
 }
 
-int pk__webp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__webp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                     uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     WebPBitstreamFeatures f;
@@ -93,7 +93,7 @@ int pk__webp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_par
         WebPFreeDecBuffer(&c.output);
         if (st != VP8_STATUS_OK) rc = webp_fail(st, msg, cap);
     }
-    if (rc == PK_OK) *v = (pk_rgb_view){pix, w, h, stride};
+    if (rc == PK_OK) *v = (stk__rgb_view){pix, w, h, stride};
     return rc;
 }
 
@@ -159,7 +159,7 @@ static int gif_frame(GifFileType *g, uint8_t *pix, const pk_params *p, char *msg
 /* The first frame. Canvas outside it: the background colour of the global
  * colour map (black without one). Transparency is ignored, as Pillow's
  * convert("RGB") of a palette image does. */
-static int gif_run(GifFileType *g, pk_decoder *d, const pk_params *p, pk_rgb_view *v, uint32_t *ow,
+static int gif_run(GifFileType *g, pk_decoder *d, const pk_params *p, stk__rgb_view *v, uint32_t *ow,
                    uint32_t *oh, char *msg, size_t cap)
 {
     if (g->SWidth <= 0 || g->SHeight <= 0)
@@ -191,13 +191,13 @@ static int gif_run(GifFileType *g, pk_decoder *d, const pk_params *p, pk_rgb_vie
         } else if (t == IMAGE_DESC_RECORD_TYPE) {
             if (DGifGetImageDesc(g) == GIF_ERROR) return gif_fail(g->Error, msg, cap);
             if ((rc = gif_frame(g, pix, p, msg, cap)) != PK_OK) return rc;
-            *v = (pk_rgb_view){pix, w, h, 3 * (size_t)w};
+            *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w};
             return PK_OK;
         }
     }
 }
 
-int pk__gif_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__gif_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                    uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     gif_src src = {data, len, 0};
@@ -365,7 +365,7 @@ static int bmp_rle(const bmp_info *b, const uint8_t *s, size_t n, uint8_t *idx, 
 /* Uncompressed 1/4/8/16/24/32-bit, bit fields, RLE8 and RLE4; OS/2 1.x and
  * Windows headers up to V5 (colour spaces and profiles ignored, alpha
  * dropped). Embedded JPEG or PNG (compression 4, 5) is unsupported. */
-int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                    uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     bmp_info b;
@@ -397,7 +397,7 @@ int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_para
         for (uint32_t y = 0; y < b.h; y++)
             bmp_row(&b, data + b.data_off + (size_t)(b.top_down ? y : b.h - 1 - y) * stride, pix + y * out);
     }
-    *v = (pk_rgb_view){pix, b.w, b.h, out};
+    *v = (stk__rgb_view){pix, b.w, b.h, out};
     return PK_OK;
 }
 
@@ -554,7 +554,7 @@ static int tiff_direct(TIFF *t, tiff_src *s, const tiff_layout *l, uint8_t *pix,
     return rc;
 }
 
-static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_rgb_view *v, uint32_t *ow,
+static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, stk__rgb_view *v, uint32_t *ow,
                     uint32_t *oh, char *msg, size_t cap)
 {
     uint32_t w = 0, h = 0;
@@ -569,7 +569,7 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_
     if (tiff_direct_ok(t, &l)) {
         if ((rc = pk__pixels(d, 3 * (size_t)w * h, &pix, msg, cap)) != PK_OK) return rc;
         if ((rc = tiff_direct(t, s, &l, pix, msg, cap)) == PK_OK)
-            *v = (pk_rgb_view){pix, w, h, 3 * (size_t)w};
+            *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w};
         return rc;
     }
     char why[1024] = "";
@@ -586,7 +586,7 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_
         pix[3 * i] = (uint8_t)TIFFGetR(c), pix[3 * i + 1] = (uint8_t)TIFFGetG(c),
                 pix[3 * i + 2] = (uint8_t)TIFFGetB(c);
     }
-    *v = (pk_rgb_view){pix, w, h, 3 * (size_t)w};
+    *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w};
     return PK_OK;
 }
 
@@ -595,7 +595,7 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, pk_
  * through its RGBA interface. Differences from Pillow there: CMYK is
  * converted by libtiff's formula (255 - c) * (255 - k) / 255, not Pillow's
  * 255 - min(255, c + k), and unassociated alpha comes out premultiplied. */
-int pk__tiff_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__tiff_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                     uint32_t *ow, uint32_t *oh, char *msg, size_t cap)
 {
     tiff_src s = {data, len, 0, ""};

@@ -23,13 +23,13 @@ int pk__bmp_header_size_ok(uint32_t hs);
  * RGB8 in the decoder's pixel buffer, *v pointing at it; *ow, *oh get the
  * source size as soon as the header gives it. Alpha is dropped, as Pillow's
  * convert("RGB") does. Statuses and messages as pk_process. */
-int pk__webp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__webp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                     uint32_t *ow, uint32_t *oh, char *msg, size_t cap);
-int pk__gif_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__gif_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                    uint32_t *ow, uint32_t *oh, char *msg, size_t cap);
-int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                    uint32_t *ow, uint32_t *oh, char *msg, size_t cap);
-int pk__tiff_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, pk_rgb_view *v,
+int pk__tiff_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, stk__rgb_view *v,
                     uint32_t *ow, uint32_t *oh, char *msg, size_t cap);
 
 #endif

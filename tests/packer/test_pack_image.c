@@ -1,5 +1,5 @@
 /* tests/packer/test_pack_image.c - pack's image ingest (packer/image.c,
- * packer/resize.c).
+ * image/resize.c).
  *
  * Every JPEG and PNG flavour decodes to the pixels its own decoder gives,
  * every WebP, GIF, BMP and TIFF one to what a PNG of its pixels gives;
@@ -809,12 +809,12 @@ static double *ref_planes_rgb(const uint8_t *y, const uint8_t *cb, const uint8_t
 
 typedef struct {
     uint8_t *mem;
-    pk_ycc_view v;
+    stk__ycc_view v;
 } planes;
 
 /* Random planes inside the RGB cube (Y 60..190, chroma 100..156, so no
  * conversion clamps), each row 16 bytes longer and 32 spare bytes at the
- * end, as pk_resize_ycc asks; the spare bytes are garbage on purpose. */
+ * end, as stk__resize_ycc asks; the spare bytes are garbage on purpose. */
 static planes make_planes(uint32_t w, uint32_t h, unsigned sx, unsigned sy, int gray, uint64_t seed)
 {
     planes p;
@@ -832,12 +832,12 @@ static planes make_planes(uint32_t w, uint32_t h, unsigned sx, unsigned sy, int 
                 p.mem[at[k] + yy * st[k] + x] = (uint8_t)(k ? 100 + r : 60 + r + (uint32_t)(36 + 36 * s));
             }
     }
-    p.v = (pk_ycc_view){{p.mem + at[0], gray ? NULL : p.mem + at[1], gray ? NULL : p.mem + at[2]},
-                        {st[0], st[1], st[2]},
-                        w,
-                        h,
-                        sx,
-                        sy};
+    p.v = (stk__ycc_view){{p.mem + at[0], gray ? NULL : p.mem + at[1], gray ? NULL : p.mem + at[2]},
+                          {st[0], st[1], st[2]},
+                          w,
+                          h,
+                          sx,
+                          sy};
     return p;
 }
 
@@ -851,39 +851,39 @@ static uint8_t *tight(const planes *p, int k)
     return t;
 }
 
-static void check_ycc(pk_resizer *r, uint32_t w, uint32_t h, unsigned sx, unsigned sy, int gray, uint32_t dw,
-                      uint32_t dh)
+static void check_ycc(stk__resizer *r, uint32_t w, uint32_t h, unsigned sx, unsigned sy, int gray,
+                      uint32_t dw, uint32_t dh)
 {
     planes p = make_planes(w, h, sx, sy, gray, w * 7919u + h * 31u + dw + sx * 3 + sy);
     uint8_t *y = tight(&p, 0), *cb = gray ? NULL : tight(&p, 1), *cr = gray ? NULL : tight(&p, 2);
     double *rgb = ref_planes_rgb(y, cb, cr, w, h, sx, sy);
     double *ref = ref_resize_d(rgb, w, h, dw, dh);
-    pk_rect all = {0, 0, dw, dh};
+    stk__rect all = {0, 0, dw, dh};
     uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
     char what[96];
     snprintf(what, sizeof what, "planes %ux%u sub %ux%u%s -> %ux%u", w, h, sx, sy, gray ? " gray" : "", dw,
              dh);
-    ck_assert_int_eq(pk__resizer_test_simd(r, 0), 0);
-    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
+    ck_assert_int_eq(stk__resizer_test_simd(r, 0), 0);
+    ck_assert_int_eq(stk__resize_ycc(r, &p.v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
     /* every vector level the CPU has (AVX2, AVX-512BW) against the scalar kernels */
-    for (int level = 1; level <= 2 && pk__resizer_test_simd(r, level) == level; level++) {
-        ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+    for (int level = 1; level <= 2 && stk__resizer_test_simd(r, level) == level; level++) {
+        ck_assert_int_eq(stk__resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
         ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD level %d and scalar differ",
                       what, level);
     }
-    pk_resizer_force_scalar(r, 0);
-    ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+    stk__resizer_force_scalar(r, 0);
+    ck_assert_int_eq(stk__resize_ycc(r, &p.v, dw, dh, &all, simd, (size_t)dw * 3), 0);
     /* Every byte within one level of the exact result: the samples are
      * rounded once, at the end (weights are 14-bit, which moves a value by
      * far less than a level). */
     compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
-    const pk_rect wins[] = {
+    const stk__rect wins[] = {
         {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1}, {1, 0, dw - 1, dh}};
     for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
-        const pk_rect *wn = &wins[i];
+        const stk__rect *wn = &wins[i];
         if (!wn->w || wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
         uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
-        ck_assert_int_eq(pk_resize_ycc(r, &p.v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
+        ck_assert_int_eq(stk__resize_ycc(r, &p.v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
         for (uint32_t yy = 0; yy < wn->h; yy++)
             ck_assert_msg(memcmp(part + (size_t)yy * wn->w * 3,
                                  simd + ((size_t)(wn->y + yy) * dw + wn->x) * 3, (size_t)wn->w * 3) == 0,
@@ -902,7 +902,7 @@ static void check_ycc(pk_resizer *r, uint32_t w, uint32_t h, unsigned sx, unsign
 
 START_TEST(ycc_resize_matches_reference)
 {
-    pk_resizer *r = pk_resizer_new();
+    stk__resizer *r = stk__resizer_new();
     static const unsigned subs[][3] = {{1, 1, 0}, {2, 2, 0}, {2, 1, 0}, {1, 2, 0}, {1, 1, 1}};
     static const uint32_t sizes[][4] = {
         {97, 61, 40, 25},     {97, 61, 150, 90},    {97, 61, 97, 61},     {97, 61, 96, 60}, {96, 64, 48, 32},
@@ -914,7 +914,7 @@ START_TEST(ycc_resize_matches_reference)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             check_ycc(r, sizes[i][0], sizes[i][1], subs[s][0], subs[s][1], (int)subs[s][2], sizes[i][2],
                       sizes[i][3]);
-    pk_resizer_free(r);
+    stk__resizer_free(r);
 }
 END_TEST
 
@@ -979,7 +979,7 @@ END_TEST
 /* The colour conversion at every vector level the CPU has (AVX2; AVX-512
  * VBMI, 32 pixels a turn) gives the scalar bytes, for every length (the
  * vector loops' tails), random samples over the whole range the resize
- * passes give (0 .. 255 << PK_PLANE_FRAC), and the extremes, where R, G or
+ * passes give (0 .. 255 << STK_IMG_PLANE_FRAC), and the extremes, where R, G or
  * B leave 0..255 and must clamp. */
 START_TEST(ycc_row_levels_agree)
 {
@@ -987,22 +987,22 @@ START_TEST(ycc_row_levels_agree)
     int16_t y[N], cb[N], cr[N];
     uint8_t want[3 * N], got[3 * N];
     uint64_t seed = 99;
-    const int16_t top = 255 << PK_PLANE_FRAC;
+    const int16_t top = 255 << STK_IMG_PLANE_FRAC;
     for (int i = 0; i < N; i++) {
         y[i] = (int16_t)(rng_next(&seed) % (top + 1));
         cb[i] = (int16_t)(rng_next(&seed) % (top + 1));
         cr[i] = (int16_t)(rng_next(&seed) % (top + 1));
         if (i % 7 == 0) cb[i] = i % 2 ? top : 0, cr[i] = i % 3 ? 0 : top, y[i] = i % 5 ? top : 0;
     }
-    pk_resizer *r = pk_resizer_new();
-    const int levels = pk__resizer_test_simd(r, 2); /* the levels this CPU has */
-    pk_resizer_free(r);
+    stk__resizer *r = stk__resizer_new();
+    const int levels = stk__resizer_test_simd(r, 2); /* the levels this CPU has */
+    stk__resizer_free(r);
     for (int gray = 0; gray < 2; gray++)
         for (size_t n = 0; n <= N; n += n < 70 ? 1 : 13) {
-            pk_ycc_row(0, y, gray ? NULL : cb, gray ? NULL : cr, want, n);
+            stk__ycc_row(0, y, gray ? NULL : cb, gray ? NULL : cr, want, n);
             for (int level = 1; level <= levels; level++) {
                 memset(got, 0xEE, sizeof got);
-                pk_ycc_row(level, y, gray ? NULL : cb, gray ? NULL : cr, got, n);
+                stk__ycc_row(level, y, gray ? NULL : cb, gray ? NULL : cr, got, n);
                 ck_assert_msg(memcmp(got, want, 3 * n) == 0, "level %d, %zu pixels%s: differs from scalar",
                               level, n, gray ? " (gray)" : "");
                 ck_assert_msg(n == N || got[3 * n] == 0xEE, "level %d wrote past %zu pixels", level, n);
@@ -1798,31 +1798,31 @@ END_TEST
 
 /* ============================================================ resize */
 
-static void check_resize(pk_resizer *r, const image *src, uint32_t dw, uint32_t dh)
+static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_t dh)
 {
     double *ref = ref_resize(src->px, src->w, src->h, dw, dh);
-    pk_rgb_view v = {src->px, src->w, src->h, (size_t)src->w * 3};
-    pk_rect all = {0, 0, dw, dh};
+    stk__rgb_view v = {src->px, src->w, src->h, (size_t)src->w * 3};
+    stk__rect all = {0, 0, dw, dh};
     uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
-    pk_resizer_force_scalar(r, 0);
-    ck_assert_int_eq(pk_resize(r, &v, dw, dh, &all, simd, (size_t)dw * 3), 0);
-    pk_resizer_force_scalar(r, 1);
-    ck_assert_int_eq(pk_resize(r, &v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
-    pk_resizer_force_scalar(r, 0);
+    stk__resizer_force_scalar(r, 0);
+    ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+    stk__resizer_force_scalar(r, 1);
+    ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
+    stk__resizer_force_scalar(r, 0);
     char what[64];
     snprintf(what, sizeof what, "%ux%u -> %ux%u", src->w, src->h, dw, dh);
     ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD and scalar differ", what);
     compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
     /* windows of it, as a crop asks for: the same bytes as the full result */
-    const pk_rect wins[] = {{0, 0, 1, 1},
-                            {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1},
-                            {dw - 1, dh - 1, 1, 1},
-                            {1, 0, dw - 1 > 0 ? dw - 1 : 1, dh}};
+    const stk__rect wins[] = {{0, 0, 1, 1},
+                              {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1},
+                              {dw - 1, dh - 1, 1, 1},
+                              {1, 0, dw - 1 > 0 ? dw - 1 : 1, dh}};
     for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
-        const pk_rect *wn = &wins[i];
+        const stk__rect *wn = &wins[i];
         if (wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
         uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
-        ck_assert_int_eq(pk_resize(r, &v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
+        ck_assert_int_eq(stk__resize(r, &v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
         for (uint32_t y = 0; y < wn->h; y++)
             ck_assert_msg(memcmp(part + (size_t)y * wn->w * 3, simd + ((size_t)(wn->y + y) * dw + wn->x) * 3,
                                  (size_t)wn->w * 3) == 0,
@@ -1836,7 +1836,7 @@ static void check_resize(pk_resizer *r, const image *src, uint32_t dw, uint32_t 
 
 START_TEST(resize_matches_reference)
 {
-    pk_resizer *r = pk_resizer_new();
+    stk__resizer *r = stk__resizer_new();
     image im = synth(97, 61, DETAIL, 12);
     static const uint32_t sizes[][2] = {
         {40, 25}, {31, 47}, {150, 90}, {60, 61}, {97, 30}, {13, 7},  {97, 61},
@@ -1851,7 +1851,7 @@ START_TEST(resize_matches_reference)
     check_resize(r, &strip, 3, 4);
     image_free(&one);
     image_free(&strip);
-    pk_resizer_free(r);
+    stk__resizer_free(r);
 }
 END_TEST
 
@@ -1859,7 +1859,7 @@ START_TEST(resize_wide_strips)
 {
     /* long horizontal filters: 1200 -> 64 (about 38 taps, SIMD) and
      * 3000 -> 40 (about 150 taps, past the SIMD limit: scalar) */
-    pk_resizer *r = pk_resizer_new();
+    stk__resizer *r = stk__resizer_new();
     image a = synth(1200, 6, DETAIL, 15), b = synth(3000, 5, DETAIL, 16), c = synth(6, 900, DETAIL, 17);
     check_resize(r, &a, 64, 6);
     check_resize(r, &a, 64, 3);
@@ -1868,29 +1868,30 @@ START_TEST(resize_wide_strips)
     image_free(&a);
     image_free(&b);
     image_free(&c);
-    pk_resizer_free(r);
+    stk__resizer_free(r);
 }
 END_TEST
 
 /* Window `win` of v resized to dw x dh (ycc: of the planes yv) by a used
  * resizer equals a fresh resizer's result. */
-static void expect_as_fresh(pk_resizer *used, const pk_rgb_view *v, const pk_ycc_view *yv, uint64_t dw,
-                            uint64_t dh, const pk_rect *win, int round)
+static void expect_as_fresh(stk__resizer *used, const stk__rgb_view *v, const stk__ycc_view *yv, uint64_t dw,
+                            uint64_t dh, const stk__rect *win, int round)
 {
     size_t n = (size_t)win->w * win->h * 3, stride = (size_t)win->w * 3;
     uint8_t *a = xmalloc(n), *b = xmalloc(n);
-    pk_resizer *fresh = pk_resizer_new();
+    stk__resizer *fresh = stk__resizer_new();
     ck_assert_ptr_nonnull(fresh);
-    ck_assert_int_eq(
-        yv ? pk_resize_ycc(used, yv, dw, dh, win, a, stride) : pk_resize(used, v, dw, dh, win, a, stride), 0);
-    ck_assert_int_eq(yv ? pk_resize_ycc(fresh, yv, dw, dh, win, b, stride)
-                        : pk_resize(fresh, v, dw, dh, win, b, stride),
+    ck_assert_int_eq(yv ? stk__resize_ycc(used, yv, dw, dh, win, a, stride)
+                        : stk__resize(used, v, dw, dh, win, a, stride),
+                     0);
+    ck_assert_int_eq(yv ? stk__resize_ycc(fresh, yv, dw, dh, win, b, stride)
+                        : stk__resize(fresh, v, dw, dh, win, b, stride),
                      0);
     ck_assert_msg(memcmp(a, b, n) == 0,
                   "%s %llux%llu window %llu+%u, %llu+%u differs with a used resizer (round %d)",
                   yv ? "planes" : "rgb", (unsigned long long)dw, (unsigned long long)dh,
                   (unsigned long long)win->x, win->w, (unsigned long long)win->y, win->h, round);
-    pk_resizer_free(fresh);
+    stk__resizer_free(fresh);
     free(a);
     free(b);
 }
@@ -1898,17 +1899,17 @@ static void expect_as_fresh(pk_resizer *used, const pk_rgb_view *v, const pk_ycc
 START_TEST(resize_cache_reuse)
 {
     /* one resizer across changing sizes gives what a fresh one gives */
-    pk_resizer *shared = pk_resizer_new();
+    stk__resizer *shared = stk__resizer_new();
     image im = synth(90, 70, DETAIL, 18);
-    pk_rgb_view v = {im.px, 90, 70, 270};
+    stk__rgb_view v = {im.px, 90, 70, 270};
     static const uint32_t sizes[][2] = {{40, 30}, {41, 30}, {40, 31}, {64, 64}, {40, 30}, {12, 50}, {41, 30}};
     for (int round = 0; round < 3; round++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-            pk_rect all = {0, 0, sizes[i][0], sizes[i][1]};
+            stk__rect all = {0, 0, sizes[i][0], sizes[i][1]};
             expect_as_fresh(shared, &v, NULL, sizes[i][0], sizes[i][1], &all, round);
         }
     image_free(&im);
-    pk_resizer_free(shared);
+    stk__resizer_free(shared);
 }
 END_TEST
 
@@ -1925,45 +1926,45 @@ START_TEST(resize_cache_evicts)
      * alone, and a table of the wrong SIMD layout only runs the scalar
      * kernel on the same weights.) */
     image im = synth(90, 70, DETAIL, 19);
-    pk_rgb_view v = {im.px, 90, 70, 270};
+    stk__rgb_view v = {im.px, 90, 70, 270};
     planes p = make_planes(90, 70, 2, 2, 0, 77);
     /* chroma 3 wide from 5 and from 6 (keys that differ in `full` alone);
      * chroma 2 wide, which libjpeg repeats instead of interpolating, and 45
      * wide over the same 35 rows (keys that differ in `kind` alone) */
     planes q[4] = {make_planes(5, 70, 2, 2, 0, 78), make_planes(6, 70, 2, 2, 0, 79),
                    make_planes(3, 70, 2, 2, 0, 80), p};
-    pk_resizer *shared = NULL;
+    stk__resizer *shared = NULL;
     for (int round = 0; round < 4; round++) {
         if (round % 2 == 0) {
-            pk_resizer_free(shared);
-            shared = pk_resizer_new();
-            if (round) pk__resizer_test_one_set(shared);
+            stk__resizer_free(shared);
+            shared = stk__resizer_new();
+            if (round) stk__resizer_test_one_set(shared);
         }
         for (uint32_t dw = 1; dw <= 1300; dw += round % 2 ? 97 : 1) {
-            pk_rect all = {0, 0, dw, 3};
+            stk__rect all = {0, 0, dw, 3};
             expect_as_fresh(shared, &v, NULL, dw, 3, &all, round);
         }
         for (uint32_t w = 1; w <= 40; w++) { /* keys that differ in the output size alone, in turn */
-            pk_rect win = {0, 0, w, 3};
+            stk__rect win = {0, 0, w, 3};
             expect_as_fresh(shared, &v, NULL, w, 3, &win, round);
             expect_as_fresh(shared, &v, NULL, 600, 9, &win, round);
             expect_as_fresh(shared, NULL, &p.v, w + 1, 3, &win, round);
             expect_as_fresh(shared, NULL, &p.v, 600, 9, &win, round);
         }
         for (unsigned i = 0; i < 12; i++) { /* upscaled, mid-axis: the tables differ in most outputs */
-            pk_rect win = {297, 0, 4, 3};
+            stk__rect win = {297, 0, 4, 3};
             expect_as_fresh(shared, NULL, &q[i % 4].v, 600, 200, &win, round);
         }
         for (uint32_t k = 0; k < 600; k += round % 2 ? 37 : 1) {
             /* inside 600 x 9: offsets (x, y) with the same width in turn, then
              * widths with the same offset */
-            pk_rect win = k < 300 ? (pk_rect){k % 3 * 100, k % 3, 1 + k / 3 * 2, 2}
-                                  : (pk_rect){(k - 300) / 2, 5, 1 + (k % 2), 2};
+            stk__rect win = k < 300 ? (stk__rect){k % 3 * 100, k % 3, 1 + k / 3 * 2, 2}
+                                    : (stk__rect){(k - 300) / 2, 5, 1 + (k % 2), 2};
             expect_as_fresh(shared, &v, NULL, 600, 9, &win, round);
             expect_as_fresh(shared, NULL, &p.v, 600, 9, &win, round);
         }
     }
-    pk_resizer_free(shared);
+    stk__resizer_free(shared);
     for (int i = 0; i < 3; i++) free(q[i].mem);
     free(p.mem);
     image_free(&im);
@@ -1978,20 +1979,20 @@ START_TEST(resize_cache_budget)
      * tables) and the results stay those of a fresh resizer. */
     const uint32_t w = 4000, h = 4;
     image im = synth(w, h, DETAIL, 23);
-    pk_resizer *r = pk_resizer_new();
+    stk__resizer *r = stk__resizer_new();
     size_t most = 0;
     for (uint32_t k = 0; k < 700; k++) {
-        pk_rgb_view v = {im.px, w - k, h, (size_t)w * 3};
-        pk_rect all = {0, 0, 256, 2};
+        stk__rgb_view v = {im.px, w - k, h, (size_t)w * 3};
+        stk__rect all = {0, 0, 256, 2};
         uint8_t out[256 * 2 * 3];
-        ck_assert_int_eq(pk_resize(r, &v, 256, 2, &all, out, sizeof out / 2), 0);
-        size_t held = pk__resizer_held(r);
+        ck_assert_int_eq(stk__resize(r, &v, 256, 2, &all, out, sizeof out / 2), 0);
+        size_t held = stk__resizer_held(r);
         most = held > most ? held : most;
         ck_assert_msg(held <= ((size_t)48 << 20) + 4 * ((size_t)1 << 20), "tables hold %zu bytes", held);
         if (k % 100 == 99) expect_as_fresh(r, &v, NULL, 256, 2, &all, (int)k);
     }
     ck_assert_msg(most > ((size_t)40 << 20), "the cache never came near its budget (%zu bytes)", most);
-    pk_resizer_free(r);
+    stk__resizer_free(r);
     image_free(&im);
 }
 END_TEST
@@ -2008,10 +2009,10 @@ START_TEST(ycc_scalar_groups_in_simd)
     for (unsigned every = 1; every <= 3; every++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             for (unsigned sub = 1; sub <= 2; sub++) {
-                pk_resizer *bad = pk_resizer_new();
-                pk__resizer_test_bad_groups(bad, every);
+                stk__resizer *bad = stk__resizer_new();
+                stk__resizer_test_bad_groups(bad, every);
                 check_ycc(bad, sizes[i][0], sizes[i][1], sub, sub, 0, sizes[i][2], sizes[i][3]);
-                pk_resizer_free(bad);
+                stk__resizer_free(bad);
             }
 }
 END_TEST
@@ -2249,7 +2250,7 @@ START_TEST(bad_arguments)
     for (int s = PK_OK; s <= PK_E_ARG + 1; s++) ck_assert_ptr_nonnull(pk_status_name(s));
     ck_assert_str_eq(pk_status_name(PK_E_CORRUPT), "corrupt image");
     pk_decoder_free(NULL);
-    pk_resizer_free(NULL);
+    stk__resizer_free(NULL);
     free(png);
     image_free(&im);
     pk_decoder_free(d);

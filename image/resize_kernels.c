@@ -1,10 +1,10 @@
-/* packer/resize_kernels.c - the inner loops of resize.c: scalar C for
+/* image/resize_kernels.c - the inner loops of resize.c: scalar C for
  * every build, AVX2 on x86-64, and AVX-512 for the plane passes (picked at
  * run time by resize.c). Scalar and SIMD kernels compute the same
  * integer sums and round the same way, so they give identical bytes; tests
  * compare every level the CPU has with the scalar one.
  *
- * RGB rows (pk_resize):
+ * RGB rows (stk__resize):
  *   horizontal: two source rows at a time, one per 128-bit lane, so each
  *     output's weights are loaded once for both. Per output, a 16-byte load
  *     per row covers 4 taps (12 bytes of RGB); an in-lane byte shuffle makes
@@ -15,19 +15,19 @@
  *     instructions. The in-lane interleave and the in-lane packs at the end
  *     undo each other, so the bytes come out in order.
  *
- * Planes (pk_resize_ycc): one byte per sample, so the RGB trick of one load
+ * Planes (stk__resize_ycc): one byte per sample, so the RGB trick of one load
  * per output wastes two thirds of it. Instead a 128-bit lane holds 4
  * consecutive outputs: one 16-byte load covers all their taps (they overlap,
  * outputs being at most a few samples apart), and per pair of taps a
  * precomputed byte shuffle builds the 16-bit (tap, tap) pairs of all 4,
  * which one multiply-add sums: 8 outputs per shuffle and multiply-add. Both
- * passes keep PK_PLANE_FRAC more bits (int16): samples are rounded once, by
+ * passes keep STK_IMG_PLANE_FRAC more bits (int16): samples are rounded once, by
  * the colour conversion at the end.
  *
  * AVX-512 (only on CPUs with VBMI, where 512-bit multiplies do not pull the
  * clock down for the AVX2 decode around them): the plane vertical pass with
  * 512-bit vectors (AVX-512BW), and the horizontal plane pass with VBMI's
- * byte permute, 16 outputs per 64-byte load (pk__h_plane_vbmi). A horizontal
+ * byte permute, 16 outputs per 64-byte load (stk__h_plane_vbmi). A horizontal
  * plane kernel that packs two AVX2-style groups into one 512-bit vector was
  * slower than the AVX2 one and is not kept. What each was measured at:
  * bench/README.md. */
@@ -41,34 +41,34 @@
 
 static uint8_t clamp8(int32_t v)
 {
-    v >>= PK_RESIZE_BITS;
+    v >>= STK_IMG_RESIZE_BITS;
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-#define MAX16 (255 << PK_PLANE_FRAC)
+#define MAX16 (255 << STK_IMG_PLANE_FRAC)
 static int16_t clamp16(int32_t v)
 {
-    v >>= PK_RESIZE_BITS - PK_PLANE_FRAC;
+    v >>= STK_IMG_RESIZE_BITS - STK_IMG_PLANE_FRAC;
     return (int16_t)(v < 0 ? 0 : v > MAX16 ? MAX16 : v);
 }
 
-void pk__h_row_scalar(const pk_axis *a, const uint8_t *src, uint8_t *dst, uint32_t from, uint32_t to)
+void stk__h_row_scalar(const stk__axis *a, const uint8_t *src, uint8_t *dst, uint32_t from, uint32_t to)
 {
     for (uint32_t i = from; i < to; i++) {
         const uint8_t *s = src + 3 * (size_t)a->start[i];
         const int16_t *k = a->coef + (size_t)i * a->taps;
         for (unsigned c = 0; c < 3; c++) {
-            int32_t v = PK_HALF;
+            int32_t v = STK_IMG_HALF;
             for (uint32_t t = 0; t < a->len[i]; t++) v += k[t] * s[3 * t + c];
             dst[3 * i + c] = clamp8(v);
         }
     }
 }
 
-/* Sums of byte samples kept as int16 with PK_PLANE_FRAC fractional bits. */
-#define FRAC_HALF (1 << (PK_RESIZE_BITS - PK_PLANE_FRAC - 1))
+/* Sums of byte samples kept as int16 with STK_IMG_PLANE_FRAC fractional bits. */
+#define FRAC_HALF (1 << (STK_IMG_RESIZE_BITS - STK_IMG_PLANE_FRAC - 1))
 
-void pk__h_plane_scalar(const pk_axis *a, const uint8_t *src, int16_t *dst, uint32_t from, uint32_t to)
+void stk__h_plane_scalar(const stk__axis *a, const uint8_t *src, int16_t *dst, uint32_t from, uint32_t to)
 {
     for (uint32_t i = from; i < to; i++) {
         const uint8_t *s = src + a->start[i];
@@ -92,26 +92,26 @@ static void v_acc(const uint8_t *const *rows, const int16_t *k, uint32_t n, size
     }
 }
 
-void pk__v_row_scalar(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t bytes,
-                      int32_t *acc, uint8_t *dst)
+void stk__v_row_scalar(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t bytes,
+                       int32_t *acc, uint8_t *dst)
 {
-    v_acc(rows, k, n, from, bytes, acc, PK_HALF);
+    v_acc(rows, k, n, from, bytes, acc, STK_IMG_HALF);
     for (size_t i = from; i < bytes; i++) dst[i] = clamp8(acc[i]);
 }
 
 /* int16 rows in, int16 out, the fractional bits kept: a plain shift by
- * PK_RESIZE_BITS, rounded, clamped to 0 .. 255 in that scale. */
-void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
-                        int32_t *acc, int16_t *dst)
+ * STK_IMG_RESIZE_BITS, rounded, clamped to 0 .. 255 in that scale. */
+void stk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
+                         int32_t *acc, int16_t *dst)
 {
-    for (size_t i = from; i < count; i++) acc[i] = PK_HALF;
+    for (size_t i = from; i < count; i++) acc[i] = STK_IMG_HALF;
     for (uint32_t t = 0; t < n; t++) {
         const int16_t *s = rows[t];
         int32_t c = k[t];
         for (size_t i = from; i < count; i++) acc[i] += c * s[i];
     }
     for (size_t i = from; i < count; i++) {
-        int32_t v = acc[i] >> PK_RESIZE_BITS;
+        int32_t v = acc[i] >> STK_IMG_RESIZE_BITS;
         dst[i] = (int16_t)(v < 0 ? 0 : v > MAX16 ? MAX16 : v);
     }
 }
@@ -119,11 +119,11 @@ void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n
 /* -------------------------------------------------------------- AVX2 kernels */
 
 #ifdef STOKER_HAVE_AVX2
-#  define PK_AVX2 __attribute__((target("avx2")))
+#  define STK_IMG_AVX2 __attribute__((target("avx2")))
 
 /* Both lanes: from 5 RGB pixels, taps (0,1) (s01) or (2,3) (s23) as 16-bit
  * (tap x, tap y) pairs per channel, then a zero pair. */
-PK_AVX2 static inline __attribute__((always_inline)) __m256i h_shuffle(int second)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) __m256i h_shuffle(int second)
 {
     const char z = (char)0x80, o = (char)(second ? 6 : 0);
     return _mm256_setr_epi8(o, z, o + 3, z, o + 1, z, o + 4, z, o + 2, z, o + 5, z, z, z, z, z, o, z, o + 3,
@@ -132,12 +132,12 @@ PK_AVX2 static inline __attribute__((always_inline)) __m256i h_shuffle(int secon
 
 /* One output's sums (R, G, B, 0 as i32) for row x (low lane) and row
  * x + stride (high lane): `chunks` chunks of 4 taps with weights w. */
-PK_AVX2 static inline __attribute__((always_inline)) __m256i h_two(const uint8_t *x, size_t stride,
-                                                                   const int16_t *w, const uint32_t chunks)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) __m256i
+h_two(const uint8_t *x, size_t stride, const int16_t *w, const uint32_t chunks)
 {
     const __m256i s01 = h_shuffle(0), s23 = h_shuffle(1);
-    __m256i acc = _mm256_set1_epi32(PK_HALF);
-    for (uint32_t c = 0; c < chunks; c++, x += 3 * PK_CHUNK_TAPS, w += PK_CHUNK_I16) {
+    __m256i acc = _mm256_set1_epi32(STK_IMG_HALF);
+    for (uint32_t c = 0; c < chunks; c++, x += 3 * STK_IMG_CHUNK_TAPS, w += STK_IMG_CHUNK_I16) {
         __m256i px =
             _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)x)),
                                     _mm_loadu_si128((const __m128i *)(const void *)(x + stride)), 1);
@@ -151,14 +151,14 @@ PK_AVX2 static inline __attribute__((always_inline)) __m256i h_two(const uint8_t
 
 /* Sums of 4 consecutive outputs a..d (rows in lanes) to 12 bytes at d0
  * (low lane's row) and d1 (high lane's); 16 bytes are written at each. */
-PK_AVX2 static inline __attribute__((always_inline)) void h_store(__m256i a, __m256i b, __m256i c, __m256i d,
-                                                                  uint8_t *d0, uint8_t *d1)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) void h_store(__m256i a, __m256i b, __m256i c,
+                                                                       __m256i d, uint8_t *d0, uint8_t *d1)
 {
     const char z = (char)0x80;
-    a = _mm256_srai_epi32(a, PK_RESIZE_BITS);
-    b = _mm256_srai_epi32(b, PK_RESIZE_BITS);
-    c = _mm256_srai_epi32(c, PK_RESIZE_BITS);
-    d = _mm256_srai_epi32(d, PK_RESIZE_BITS);
+    a = _mm256_srai_epi32(a, STK_IMG_RESIZE_BITS);
+    b = _mm256_srai_epi32(b, STK_IMG_RESIZE_BITS);
+    c = _mm256_srai_epi32(c, STK_IMG_RESIZE_BITS);
+    d = _mm256_srai_epi32(d, STK_IMG_RESIZE_BITS);
     /* per lane: a b c d as R G B 0 bytes; drop the zeros */
     __m256i p = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
     p = _mm256_shuffle_epi8(p, _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, z, z, z, z, 0, 1, 2,
@@ -172,13 +172,14 @@ PK_AVX2 static inline __attribute__((always_inline)) void h_store(__m256i a, __m
  * each row's last pixel: d0, d1 are scratch rows with room after them.
  * Inlined with a constant `chunks` for the common tap counts, so the tap
  * loop unrolls. */
-PK_AVX2 static inline __attribute__((always_inline)) void
-h_body(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1, const uint32_t chunks)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) void
+h_body(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1, const uint32_t chunks)
 {
     const size_t *off = a->off, *end = a->off + a->nsimd;
     const int16_t *w = a->wide;
-    const size_t step = (size_t)chunks * PK_CHUNK_I16;
-    for (; off < end; off += PK_GROUP, w += PK_GROUP * step, d0 += 3 * PK_GROUP, d1 += 3 * PK_GROUP) {
+    const size_t step = (size_t)chunks * STK_IMG_CHUNK_I16;
+    for (; off < end;
+         off += STK_IMG_GROUP, w += STK_IMG_GROUP * step, d0 += 3 * STK_IMG_GROUP, d1 += 3 * STK_IMG_GROUP) {
         __m256i pa = h_two(s0 + off[0], stride, w, chunks);
         __m256i pb = h_two(s0 + off[1], stride, w + step, chunks);
         __m256i pc = h_two(s0 + off[2], stride, w + 2 * step, chunks);
@@ -187,7 +188,8 @@ h_body(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t 
     }
 }
 
-PK_AVX2 void pk__h_rgb_avx2(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1)
+STK_IMG_AVX2 void stk__h_rgb_avx2(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0,
+                                  uint8_t *d1)
 {
     switch (a->chunks) { /* 1: up to 4 taps (downscale < 1.5), 2: up to 8 (< 3.5) */
     case 1:
@@ -205,10 +207,10 @@ PK_AVX2 void pk__h_rgb_avx2(const pk_axis *a, const uint8_t *s0, size_t stride, 
 /* Bytes [0, bytes & ~31) of one output row: `pairs` pairs of source rows
  * (rows[2p], rows[2p + 1]) with weights w[p] (two int16 per 32-bit lane).
  * Inlined with a constant `pairs` for the common tap counts. */
-PK_AVX2 static inline __attribute__((always_inline)) size_t
+STK_IMG_AVX2 static inline __attribute__((always_inline)) size_t
 v_body(const uint8_t *const *rows, const __m256i *w, const uint32_t pairs, size_t bytes, uint8_t *dst)
 {
-    const __m256i zero = _mm256_setzero_si256(), half = _mm256_set1_epi32(PK_HALF);
+    const __m256i zero = _mm256_setzero_si256(), half = _mm256_set1_epi32(STK_IMG_HALF);
     size_t i = 0;
     for (; i + 32 <= bytes; i += 32) {
         __m256i a0 = half, a1 = half, a2 = half, a3 = half;
@@ -221,10 +223,10 @@ v_body(const uint8_t *const *rows, const __m256i *w, const uint32_t pairs, size_
             a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, zero), w[p]));
             a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, zero), w[p]));
         }
-        a0 = _mm256_srai_epi32(a0, PK_RESIZE_BITS);
-        a1 = _mm256_srai_epi32(a1, PK_RESIZE_BITS);
-        a2 = _mm256_srai_epi32(a2, PK_RESIZE_BITS);
-        a3 = _mm256_srai_epi32(a3, PK_RESIZE_BITS);
+        a0 = _mm256_srai_epi32(a0, STK_IMG_RESIZE_BITS);
+        a1 = _mm256_srai_epi32(a1, STK_IMG_RESIZE_BITS);
+        a2 = _mm256_srai_epi32(a2, STK_IMG_RESIZE_BITS);
+        a3 = _mm256_srai_epi32(a3, STK_IMG_RESIZE_BITS);
         __m256i out = _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), _mm256_packs_epi32(a2, a3));
         _mm256_storeu_si256((__m256i *)(void *)(dst + i), out);
     }
@@ -240,8 +242,8 @@ v_body(const uint8_t *const *rows, const __m256i *w, const uint32_t pairs, size_
 /* The row pointers and weights of the AVX2 vertical kernels: pairs of rows
  * with their two weights in each 32-bit lane; an odd last row pairs with
  * itself at weight zero. Returns the pairs, 0 when there are too many. */
-PK_AVX2 static uint32_t v_pairs(const void *const *rows, const int16_t *k, uint32_t n, __m256i *w,
-                                const void **pr)
+STK_IMG_AVX2 static uint32_t v_pairs(const void *const *rows, const int16_t *k, uint32_t n, __m256i *w,
+                                     const void **pr)
 {
     uint32_t pairs = (n + 1) / 2;
     if (pairs > V_PAIRS_MAX) return 0;
@@ -255,8 +257,8 @@ PK_AVX2 static uint32_t v_pairs(const void *const *rows, const int16_t *k, uint3
     return pairs;
 }
 
-PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes,
-                              uint8_t *dst)
+STK_IMG_AVX2 size_t stk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes,
+                                    uint8_t *dst)
 {
     __m256i w[V_PAIRS_MAX];
     const uint8_t *pr[2 * V_PAIRS_MAX];
@@ -278,7 +280,7 @@ PK_AVX2 size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint
 
 #ifdef STOKER_HAVE_AVX2
 /* 16 plane values to 0 .. MAX16, as clamp16 does one. */
-PK_AVX2 static inline __attribute__((always_inline)) __m256i clamp16_avx2(__m256i v)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) __m256i clamp16_avx2(__m256i v)
 {
     return _mm256_min_epi16(_mm256_max_epi16(v, _mm256_setzero_si256()), _mm256_set1_epi16(MAX16));
 }
@@ -287,10 +289,10 @@ PK_AVX2 static inline __attribute__((always_inline)) __m256i clamp16_avx2(__m256
  * time: two rows' values interleaved into (a, b) pairs and multiply-added
  * against the pair of row weights; the in-lane unpacks and the final pack
  * undo each other. */
-PK_AVX2 static inline __attribute__((always_inline)) size_t
+STK_IMG_AVX2 static inline __attribute__((always_inline)) size_t
 v_body16(const int16_t *const *rows, const __m256i *w, const uint32_t pairs, size_t count, int16_t *dst)
 {
-    const __m256i half = _mm256_set1_epi32(PK_HALF);
+    const __m256i half = _mm256_set1_epi32(STK_IMG_HALF);
     size_t i = 0;
     for (; i + 16 <= count; i += 16) {
         __m256i lo = half, hi = half;
@@ -300,15 +302,15 @@ v_body16(const int16_t *const *rows, const __m256i *w, const uint32_t pairs, siz
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x, y), w[p]));
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x, y), w[p]));
         }
-        __m256i v =
-            _mm256_packs_epi32(_mm256_srai_epi32(lo, PK_RESIZE_BITS), _mm256_srai_epi32(hi, PK_RESIZE_BITS));
+        __m256i v = _mm256_packs_epi32(_mm256_srai_epi32(lo, STK_IMG_RESIZE_BITS),
+                                       _mm256_srai_epi32(hi, STK_IMG_RESIZE_BITS));
         _mm256_storeu_si256((__m256i *)(void *)(dst + i), clamp16_avx2(v));
     }
     return i;
 }
 
-PK_AVX2 size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
-                                int16_t *dst)
+STK_IMG_AVX2 size_t stk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
+                                      int16_t *dst)
 {
     __m256i w[V_PAIRS_MAX];
     const int16_t *pr[2 * V_PAIRS_MAX];
@@ -327,12 +329,12 @@ PK_AVX2 size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, ui
     }
 }
 
-#  define PK_AVX512 __attribute__((target("avx2,avx512f,avx512bw")))
+#  define STK_IMG_AVX512 __attribute__((target("avx2,avx512f,avx512bw")))
 
 /* v_body16 with 512-bit vectors: 32 values a turn (the in-lane unpacks and
  * the pack still undo each other, lane by lane); the last 16 with AVX2. */
-PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
-                                    int16_t *dst)
+STK_IMG_AVX512 size_t stk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n,
+                                          size_t count, int16_t *dst)
 {
     __m256i w[V_PAIRS_MAX];
     const int16_t *pr[2 * V_PAIRS_MAX];
@@ -340,7 +342,7 @@ PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k
     if (!pairs) return 0;
     __m512i w5[V_PAIRS_MAX];
     for (uint32_t p = 0; p < pairs; p++) w5[p] = _mm512_broadcastd_epi32(_mm256_castsi256_si128(w[p]));
-    const __m512i half = _mm512_set1_epi32(PK_HALF), zero = _mm512_setzero_si512(),
+    const __m512i half = _mm512_set1_epi32(STK_IMG_HALF), zero = _mm512_setzero_si512(),
                   top = _mm512_set1_epi16(MAX16);
     size_t i = 0;
     for (; i + 32 <= count; i += 32) {
@@ -351,8 +353,8 @@ PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k
             lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(x, y), w5[p]));
             hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(x, y), w5[p]));
         }
-        __m512i v =
-            _mm512_packs_epi32(_mm512_srai_epi32(lo, PK_RESIZE_BITS), _mm512_srai_epi32(hi, PK_RESIZE_BITS));
+        __m512i v = _mm512_packs_epi32(_mm512_srai_epi32(lo, STK_IMG_RESIZE_BITS),
+                                       _mm512_srai_epi32(hi, STK_IMG_RESIZE_BITS));
         _mm512_storeu_si512((void *)(dst + i), _mm512_min_epi16(_mm512_max_epi16(v, zero), top));
     }
     if (i + 16 <= count) {
@@ -365,7 +367,7 @@ PK_AVX512 size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k
 
 /* One group of 8 plane outputs: lane L holds outputs 4L .. 4L+3, loaded
  * from src + start[4L]; `pairs` shuffles and multiply-adds. */
-PK_AVX2 static inline __attribute__((always_inline)) __m256i
+STK_IMG_AVX2 static inline __attribute__((always_inline)) __m256i
 h_plane_group(const uint8_t *s0, const uint8_t *s1, const __m256i *m, const __m256i *w, const uint32_t pairs)
 {
     __m256i px =
@@ -375,13 +377,13 @@ h_plane_group(const uint8_t *s0, const uint8_t *s1, const __m256i *m, const __m2
     for (uint32_t p = 0; p < pairs; p++)
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, _mm256_loadu_si256(m + p)),
                                                       _mm256_loadu_si256(w + p)));
-    return _mm256_srai_epi32(acc, PK_RESIZE_BITS - PK_PLANE_FRAC);
+    return _mm256_srai_epi32(acc, STK_IMG_RESIZE_BITS - STK_IMG_PLANE_FRAC);
 }
 
 /* 8 int32 sums (lane L: outputs 4L .. 4L+3) to 8 int16 in output order: the
  * pack leaves lane L's four in its low 64 bits, the permute puts both lanes'
  * side by side. */
-PK_AVX2 static inline __attribute__((always_inline)) __m128i h_plane_one(__m256i v)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) __m128i h_plane_one(__m256i v)
 {
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     v = clamp16_avx2(_mm256_packs_epi32(v, v));
@@ -394,8 +396,8 @@ PK_AVX2 static inline __attribute__((always_inline)) __m128i h_plane_one(__m256i
  * g1.hi), which halves the shuffle-port work besides the multiply-adds.
  * The table's fields are read into locals first: the stores may alias
  * anything, and the compiler would reload them for every group. */
-PK_AVX2 static inline __attribute__((always_inline)) void h_plane_body(const pk_axis *a, const uint8_t *src,
-                                                                       int16_t *dst, const uint32_t pairs)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) void
+h_plane_body(const stk__axis *a, const uint8_t *src, int16_t *dst, const uint32_t pairs)
 {
     const __m256i *m = (const __m256i *)(const void *)a->gmask;
     const __m256i *w = (const __m256i *)(const void *)a->gw;
@@ -403,23 +405,23 @@ PK_AVX2 static inline __attribute__((always_inline)) void h_plane_body(const pk_
     const uint8_t *gok = a->gok;
     uint32_t g = 0;
     while (g < ngroups) {
-        const uint32_t *st = start + (size_t)g * PK_PGROUP;
+        const uint32_t *st = start + (size_t)g * STK_IMG_PGROUP;
         if (g + 1 < ngroups && gok[g] && gok[g + 1]) {
             __m256i v0 = h_plane_group(src + st[0], src + st[4], m, w, pairs);
             __m256i v1 = h_plane_group(src + st[8], src + st[12], m + pairs, w + pairs, pairs);
             __m256i v = _mm256_permute4x64_epi64(clamp16_avx2(_mm256_packs_epi32(v0, v1)), 0xd8);
-            _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_PGROUP), v);
+            _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * STK_IMG_PGROUP), v);
             g += 2, m += 2 * pairs, w += 2 * pairs;
             continue;
         }
         if (gok[g])
-            _mm_storeu_si128((__m128i *)(void *)(dst + (size_t)g * PK_PGROUP),
+            _mm_storeu_si128((__m128i *)(void *)(dst + (size_t)g * STK_IMG_PGROUP),
                              h_plane_one(h_plane_group(src + st[0], src + st[4], m, w, pairs)));
         g++, m += pairs, w += pairs;
     }
 }
 
-PK_AVX2 void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst)
+STK_IMG_AVX2 void stk__h_plane_avx2(const stk__axis *a, const uint8_t *src, int16_t *dst)
 {
     switch (a->pairs) {
     case 1:
@@ -437,7 +439,7 @@ PK_AVX2 void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst
     }
 }
 
-#  define PK_VBMI __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
+#  define STK_IMG_VBMI __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
 
 /* 16 outputs per 64-byte load: `vpermb` reaches any byte of it, so one
  * permute per pair of taps builds all 16 outputs' pairs (the AVX2 kernel
@@ -445,8 +447,8 @@ PK_AVX2 void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst
  * and pair, all on the shuffle port), and the sums come out in output
  * order: no permute after the pack. The zero high bytes of each pair come
  * from the permute's mask, not from the index. */
-PK_VBMI static inline __attribute__((always_inline)) void h_plane_xbody(const pk_axis *a, const uint8_t *src,
-                                                                        int16_t *dst, const uint32_t pairs)
+STK_IMG_VBMI static inline __attribute__((always_inline)) void
+h_plane_xbody(const stk__axis *a, const uint8_t *src, int16_t *dst, const uint32_t pairs)
 {
     const __m512i *m = (const __m512i *)(const void *)a->xperm;
     const __m512i *w = (const __m512i *)(const void *)a->xw;
@@ -458,19 +460,19 @@ PK_VBMI static inline __attribute__((always_inline)) void h_plane_xbody(const pk
     const __mmask64 lo_bytes = 0x5555555555555555u;
     for (uint32_t g = 0; g < n; g++, m += pairs, w += pairs) {
         if (!ok[g]) continue;
-        __m512i px = _mm512_maskz_loadu_epi8(load[g], src + start[(size_t)g * PK_XGROUP]);
+        __m512i px = _mm512_maskz_loadu_epi8(load[g], src + start[(size_t)g * STK_IMG_XGROUP]);
         __m512i acc = half;
         for (uint32_t p = 0; p < pairs; p++)
             acc = _mm512_add_epi32(
                 acc, _mm512_madd_epi16(_mm512_maskz_permutexvar_epi8(lo_bytes, _mm512_loadu_si512(m + p), px),
                                        _mm512_loadu_si512(w + p)));
-        __m256i v = _mm512_cvtsepi32_epi16(_mm512_srai_epi32(acc, PK_RESIZE_BITS - PK_PLANE_FRAC));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * PK_XGROUP),
+        __m256i v = _mm512_cvtsepi32_epi16(_mm512_srai_epi32(acc, STK_IMG_RESIZE_BITS - STK_IMG_PLANE_FRAC));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)g * STK_IMG_XGROUP),
                             _mm256_min_epi16(_mm256_max_epi16(v, zero), top));
     }
 }
 
-PK_VBMI void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst)
+STK_IMG_VBMI void stk__h_plane_vbmi(const stk__axis *a, const uint8_t *src, int16_t *dst)
 {
     switch (a->pairs) {
     case 1:

@@ -1,4 +1,4 @@
-/* packer/resize.c - Pillow's antialiased bilinear resampling, windowed.
+/* image/resize.c - Pillow's antialiased bilinear resampling, windowed.
  *
  * Weights (axis_build) follow Pillow's precompute_coeffs exactly: for output
  * index i the centre is (i + 0.5) * scale in source coordinates, the triangle
@@ -10,13 +10,13 @@
  * 255 * taps / 2^15 of a level before rounding (under 0.05 for the tap counts
  * a DCT-prescaled decode leaves).
  *
- * A chroma axis stored at half resolution (pk_resize_ycc) gets the
+ * A chroma axis stored at half resolution (stk__resize_ycc) gets the
  * composition of two linear filters: libjpeg's fancy upsampling (each full
  * sample 3/4 of its nearer chroma sample and 1/4 of the next nearest, edge
  * samples repeated) and the triangle above on the full axis. Its weights are
  * composed in double, then rounded like any other.
  *
- * The inner loops (scalar, and AVX2 picked once in pk_resizer_new) are in
+ * The inner loops (scalar, and AVX2 picked once in stk__resizer_new) are in
  * resize_kernels.c; this file builds and caches the tables and runs the
  * passes.
  */
@@ -53,7 +53,7 @@
 #define AXIS_SETS 128
 #define AXIS_CACHE (AXIS_WAYS * AXIS_SETS)
 #define AXIS_BUDGET ((size_t)48 << 20)
-_Static_assert(AXIS_WAYS >= 2, "pk_resize_ycc holds its luma tables while it looks up the chroma ones");
+_Static_assert(AXIS_WAYS >= 2, "stk__resize_ycc holds its luma tables while it looks up the chroma ones");
 _Static_assert((AXIS_SETS & (AXIS_SETS - 1)) == 0, "the set is a mask of the hash");
 
 /* A cached table's key, kept apart from the tables so that a lookup reads
@@ -64,11 +64,11 @@ typedef struct {
     uint8_t kind, layout;
 } axis_key;
 
-struct pk_resizer {
+struct stk__resizer {
     int simd;     /* kernels: 0 scalar, 1 AVX2, 2 also AVX-512 (simd_level) */
     bool xlayout; /* the CPU has level 2: plane tables also carry the VBMI layout */
     uint64_t tick;
-    pk_axis *h, *v; /* AXIS_CACHE tables per axis, set after set */
+    stk__axis *h, *v; /* AXIS_CACHE tables per axis, set after set */
     axis_key *hk, *vk;
     size_t held;       /* bytes the cached tables hold (their mem's capacity) */
     size_t set_mask;   /* AXIS_SETS - 1; tests: 0 (one set) */
@@ -77,7 +77,7 @@ struct pk_resizer {
     size_t tmp_cap;
     int32_t *acc; /* scalar vertical accumulators, one per output byte */
     size_t acc_cap;
-    int16_t *rows16; /* pk_resize_ycc: one output row per plane */
+    int16_t *rows16; /* stk__resize_ycc: one output row per plane */
     size_t rows16_cap;
 };
 
@@ -129,7 +129,7 @@ static void span2(uint32_t in, uint32_t lo, uint32_t n, uint32_t *clo, uint32_t 
     *cn = b - a + 1;
 }
 
-/* Round normalised weights to fixed point summing to exactly PK_ONE. The
+/* Round normalised weights to fixed point summing to exactly STK_IMG_ONE. The
  * remainder (at most half a unit per tap) goes one unit at a time to the
  * non-zero taps from the heaviest onwards, so no tap changes by more than one
  * unit and none changes sign. */
@@ -138,11 +138,11 @@ static void quantise(const double *w, uint32_t n, int16_t *q)
     int32_t sum = 0;
     uint32_t top = 0;
     for (uint32_t t = 0; t < n; t++) {
-        q[t] = (int16_t)(0.5 + w[t] * PK_ONE);
+        q[t] = (int16_t)(0.5 + w[t] * STK_IMG_ONE);
         sum += q[t];
         if (w[t] > w[top]) top = t;
     }
-    int32_t diff = PK_ONE - sum;
+    int32_t diff = STK_IMG_ONE - sum;
     /* Each tap rounded by under half a unit, so |diff| is under half the
      * taps that may move and one pass settles it (two for safety). */
     for (uint32_t k = 0, t = top; diff != 0 && k < 2 * n; k++, t = t + 1 == n ? 0 : t + 1) {
@@ -160,11 +160,11 @@ static void quantise(const double *w, uint32_t n, int16_t *q)
 /* The RGB horizontal SIMD layout: per output and chunk of taps (0..3), two
  * vectors of 16 int16, (w_0, w_1) and (w_2, w_3) for each of R, G, B, then
  * 0, 0; the same in both lanes, which hold two different rows. */
-static void widen(pk_axis *a)
+static void widen(stk__axis *a)
 {
     for (uint32_t i = 0; i < a->nsimd; i++) {
         const int16_t *q = a->coef + (size_t)i * a->taps;
-        int16_t *v = a->wide + (size_t)i * a->chunks * PK_CHUNK_I16;
+        int16_t *v = a->wide + (size_t)i * a->chunks * STK_IMG_CHUNK_I16;
         for (uint32_t t = 0; t < 4 * a->chunks; t += 2, v += 16) {
             int16_t w0 = t < a->taps ? q[t] : 0, w1 = t + 1 < a->taps ? q[t + 1] : 0;
             const int16_t lane[8] = {w0, w1, w0, w1, w0, w1, 0, 0};
@@ -180,7 +180,7 @@ static void widen(pk_axis *a)
  * values, d_q being the output's start less the lane's first start, and the
  * matching (w_2p, w_2p+1) pairs. A group whose taps reach past its loads
  * runs the scalar kernel. */
-static void plane_layout(pk_axis *a)
+static void plane_layout(stk__axis *a)
 {
     a->nbad = 0;
     for (uint32_t g = 0; g < a->ngroups; g++) {
@@ -188,9 +188,9 @@ static void plane_layout(pk_axis *a)
         for (uint32_t p = 0; p < a->pairs; p++) {
             uint8_t *m = a->gmask + ((size_t)g * a->pairs + p) * 32;
             int16_t *w = a->gw + ((size_t)g * a->pairs + p) * 16;
-            for (uint32_t k = 0; k < PK_PGROUP; k++) {
-                uint32_t i = g * PK_PGROUP + k, lane = k / 4, q = k % 4;
-                uint32_t d = a->start[i] - a->start[g * PK_PGROUP + 4 * lane] + 2 * p;
+            for (uint32_t k = 0; k < STK_IMG_PGROUP; k++) {
+                uint32_t i = g * STK_IMG_PGROUP + k, lane = k / 4, q = k % 4;
+                uint32_t d = a->start[i] - a->start[g * STK_IMG_PGROUP + 4 * lane] + 2 * p;
                 ok = ok && d + 1 < 16;
                 const int16_t *c = a->coef + (size_t)i * a->taps;
                 uint8_t *mq = m + 16 * lane + 4 * q;
@@ -204,25 +204,25 @@ static void plane_layout(pk_axis *a)
     }
 }
 
-/* The plane layout for AVX-512 VBMI (pk__h_plane_vbmi): per group of 16
+/* The plane layout for AVX-512 VBMI (stk__h_plane_vbmi): per group of 16
  * outputs and pair of taps p, a permute taking for output q the bytes
  * (d_q + 2p, d_q + 2p + 1) of the group's 64-byte load into its two int16
  * slots (the odd bytes are zeroed by the kernel's mask), d_q being the
  * output's start less the group's first start, and the matching
  * (w_2p, w_2p+1) pairs; xload masks the load to the row's `in` bytes (a
  * masked load does not fault on the bytes it leaves out). */
-static void plane_xlayout(pk_axis *a)
+static void plane_xlayout(stk__axis *a)
 {
     a->nxbad = 0;
     for (uint32_t g = 0; g < a->nxgroups; g++) {
-        uint32_t base = a->start[g * PK_XGROUP];
+        uint32_t base = a->start[g * STK_IMG_XGROUP];
         bool ok = true;
         for (uint32_t p = 0; p < a->pairs; p++) {
-            uint8_t *m = a->xperm + ((size_t)g * a->pairs + p) * PK_XLOAD;
-            int16_t *w = a->xw + ((size_t)g * a->pairs + p) * 2 * PK_XGROUP;
-            for (uint32_t q = 0; q < PK_XGROUP; q++) {
-                uint32_t i = g * PK_XGROUP + q, d = a->start[i] - base + 2 * p;
-                ok = ok && d + 1 < PK_XLOAD;
+            uint8_t *m = a->xperm + ((size_t)g * a->pairs + p) * STK_IMG_XLOAD;
+            int16_t *w = a->xw + ((size_t)g * a->pairs + p) * 2 * STK_IMG_XGROUP;
+            for (uint32_t q = 0; q < STK_IMG_XGROUP; q++) {
+                uint32_t i = g * STK_IMG_XGROUP + q, d = a->start[i] - base + 2 * p;
+                ok = ok && d + 1 < STK_IMG_XLOAD;
                 const int16_t *c = a->coef + (size_t)i * a->taps;
                 m[4 * q] = (uint8_t)(d & 63), m[4 * q + 1] = 0, m[4 * q + 2] = (uint8_t)((d + 1) & 63),
                       m[4 * q + 3] = 0;
@@ -231,7 +231,7 @@ static void plane_xlayout(pk_axis *a)
             }
         }
         uint32_t room = a->in - base;
-        a->xload[g] = room >= PK_XLOAD ? ~(uint64_t)0 : ((uint64_t)1 << room) - 1;
+        a->xload[g] = room >= STK_IMG_XLOAD ? ~(uint64_t)0 : ((uint64_t)1 << room) - 1;
         a->xok[g] = ok;
         a->nxbad += !ok;
     }
@@ -240,19 +240,19 @@ static void plane_xlayout(pk_axis *a)
 /* Carve the table's arrays for count outputs of up to `taps` taps, and
  * `scratch` doubles, out of one allocation, largest alignment first. rgb,
  * plane: with that SIMD layout. */
-static int axis_alloc(pk_axis *a, uint32_t count, uint32_t taps, uint32_t scratch, bool rgb, bool plane,
+static int axis_alloc(stk__axis *a, uint32_t count, uint32_t taps, uint32_t scratch, bool rgb, bool plane,
                       bool xl)
 {
-    uint32_t chunks = rgb ? (taps + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS : 0;
-    uint32_t groups = plane ? count / PK_PGROUP : 0, pairs = (taps + 1) / 2;
-    uint32_t xgroups = plane && xl ? count / PK_XGROUP : 0;
+    uint32_t chunks = rgb ? (taps + STK_IMG_CHUNK_TAPS - 1) / STK_IMG_CHUNK_TAPS : 0;
+    uint32_t groups = plane ? count / STK_IMG_PGROUP : 0, pairs = (taps + 1) / 2;
+    uint32_t xgroups = plane && xl ? count / STK_IMG_XGROUP : 0;
     size_t n_w = ((size_t)scratch * sizeof(double) + 63) & ~(size_t)63;
-    size_t n_xp = (size_t)xgroups * pairs * PK_XLOAD,
-           n_xw = (size_t)xgroups * pairs * 2 * PK_XGROUP * sizeof(int16_t);
+    size_t n_xp = (size_t)xgroups * pairs * STK_IMG_XLOAD,
+           n_xw = (size_t)xgroups * pairs * 2 * STK_IMG_XGROUP * sizeof(int16_t);
     size_t n_xl = (size_t)xgroups * sizeof(uint64_t);
     size_t n_gm = (size_t)groups * pairs * 32, n_gw = (size_t)groups * pairs * 16 * sizeof(int16_t);
     size_t n_off = (size_t)count * sizeof(size_t);
-    size_t n_wide = (size_t)count * chunks * PK_CHUNK_I16 * sizeof(int16_t);
+    size_t n_wide = (size_t)count * chunks * STK_IMG_CHUNK_I16 * sizeof(int16_t);
     size_t n_idx = (size_t)count * sizeof(uint32_t);
     size_t n_coef = (size_t)count * taps * sizeof(int16_t);
     if (reserve(&a->mem, &a->cap,
@@ -297,17 +297,17 @@ static void full_weights(uint32_t full, double scale, double support, uint64_t i
 /* Weights of table output i: Pillow's on the full axis (in scratch w, room
  * for `fmost`), composed with the fancy upsampling for a 2:1 axis (in
  * scratch after that); then fixed point. */
-static void weights(pk_axis *a, uint32_t i, double scale, double support, uint32_t fmost)
+static void weights(stk__axis *a, uint32_t i, double scale, double support, uint32_t fmost)
 {
     double *w = a->mem, *c = w + fmost;
     uint32_t lo, n;
     full_weights(a->full, scale, support, a->first + i, w, &lo, &n);
-    if (a->kind != PK_AXIS_PLAIN) {
+    if (a->kind != STK_IMG_AXIS_PLAIN) {
         memset(c, 0, a->len[i] * sizeof *c);
         for (uint32_t t = 0; t < n; t++) {
             uint32_t j = lo + t, c0 = j / 2;
             uint32_t nb = j % 2 == 0 ? (c0 ? c0 - 1 : 0) : (c0 + 1 < a->in ? c0 + 1 : a->in - 1);
-            if (a->kind == PK_AXIS_BOX2) {
+            if (a->kind == STK_IMG_AXIS_BOX2) {
                 c[c0 - a->start[i]] += w[t];
             } else {
                 c[c0 - a->start[i]] += 0.75 * w[t];
@@ -323,9 +323,9 @@ static void weights(pk_axis *a, uint32_t i, double scale, double support, uint32
 
 /* Build the weights of outputs [first, first + count) of an axis resampled
  * from `in` samples (a `full`-sample axis, subsampled 2:1 for
- * PK_AXIS_FANCY2) to `out`, with the SIMD layout asked for where its limits
+ * STK_IMG_AXIS_FANCY2) to `out`, with the SIMD layout asked for where its limits
  * allow. */
-static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
+static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
                       uint32_t count, int layout, bool xl)
 {
     double scale = (double)full / (double)out;
@@ -333,9 +333,10 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     /* Pillow's bound on the taps of any output, and never more than full */
     double bound = ceil(support) * 2 + 1;
     uint32_t fmost = bound < (double)full ? (uint32_t)bound : full, most = fmost;
-    if (kind != PK_AXIS_PLAIN) most = fmost / 2 + 3 < in ? fmost / 2 + 3 : in;
-    bool rgb = layout == PK_LAYOUT_RGB && (most + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS <= H_CHUNKS_MAX;
-    bool plane = layout == PK_LAYOUT_PLANE && (most + 1) / 2 <= PK_PPAIRS_MAX;
+    if (kind != STK_IMG_AXIS_PLAIN) most = fmost / 2 + 3 < in ? fmost / 2 + 3 : in;
+    bool rgb =
+        layout == STK_IMG_LAYOUT_RGB && (most + STK_IMG_CHUNK_TAPS - 1) / STK_IMG_CHUNK_TAPS <= H_CHUNKS_MAX;
+    bool plane = layout == STK_IMG_LAYOUT_PLANE && (most + 1) / 2 <= STK_IMG_PPAIRS_MAX;
     a->count = 0;
     if (axis_alloc(a, count, most, fmost + most, rgb, plane, xl) != 0) return -1;
     a->in = in;
@@ -348,7 +349,7 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     for (uint32_t i = 0; i < count; i++) {
         uint32_t lo, n;
         span(full, scale, support, first + i, &lo, &n);
-        if (kind != PK_AXIS_PLAIN) span2(in, lo, n, &lo, &n);
+        if (kind != STK_IMG_AXIS_PLAIN) span2(in, lo, n, &lo, &n);
         a->start[i] = lo;
         a->len[i] = n;
         a->off[i] = 3 * (size_t)lo;
@@ -357,14 +358,15 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
     for (uint32_t i = 0; i < count; i++) weights(a, i, scale, support, fmost);
     a->nsimd = 0;
     if (rgb) {
-        a->chunks = (a->taps + PK_CHUNK_TAPS - 1) / PK_CHUNK_TAPS;
+        a->chunks = (a->taps + STK_IMG_CHUNK_TAPS - 1) / STK_IMG_CHUNK_TAPS;
         /* start[] never decreases, so the outputs whose last load stays inside
          * the row form a prefix; whole groups of it run the SIMD kernel. */
         uint32_t safe = 0;
         while (safe < count &&
-               a->off[safe] + 3 * (size_t)PK_CHUNK_TAPS * (a->chunks - 1) + PK_LOAD_BYTES <= 3 * (size_t)in)
+               a->off[safe] + 3 * (size_t)STK_IMG_CHUNK_TAPS * (a->chunks - 1) + STK_IMG_LOAD_BYTES <=
+                   3 * (size_t)in)
             safe++;
-        a->nsimd = safe - safe % PK_GROUP;
+        a->nsimd = safe - safe % STK_IMG_GROUP;
         widen(a);
     }
     if (plane) {
@@ -378,7 +380,7 @@ static int axis_build(pk_axis *a, uint32_t in, uint32_t full, int kind, uint64_t
 
 /* Tests: make every k-th group of a plane table (from the first) run the
  * scalar kernel, a path real tables reach only at extreme scales. */
-static void test_disqualify(pk_axis *a, unsigned k)
+static void test_disqualify(stk__axis *a, unsigned k)
 {
     for (uint32_t g = 0; g < a->ngroups; g += k)
         if (a->gok[g]) a->gok[g] = 0, a->nbad++;
@@ -387,7 +389,7 @@ static void test_disqualify(pk_axis *a, unsigned k)
 }
 
 /* The set a key belongs to: a multiplicative hash of its fields. */
-static size_t axis_set(const pk_resizer *r, uint32_t in, uint32_t full, int kind, uint64_t out,
+static size_t axis_set(const stk__resizer *r, uint32_t in, uint32_t full, int kind, uint64_t out,
                        uint64_t first, uint32_t count, int layout)
 {
     uint64_t x = (uint64_t)in * 0x9e3779b97f4a7c15u;
@@ -400,11 +402,11 @@ static size_t axis_set(const pk_resizer *r, uint32_t in, uint32_t full, int kind
 /* The table for this key from the cache (slots/keys: r->h/hk or r->v/vk),
  * built on a miss in the least recently used way of its set. NULL when out
  * of memory. */
-static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_t full, int kind,
-                               uint64_t out, uint64_t first, uint32_t count, int layout)
+static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uint32_t full, int kind,
+                                 uint64_t out, uint64_t first, uint32_t count, int layout)
 {
     size_t base = axis_set(r, in, full, kind, out, first, count, layout) * AXIS_WAYS;
-    pk_axis *slots = (vertical ? r->v : r->h) + base;
+    stk__axis *slots = (vertical ? r->v : r->h) + base;
     axis_key *keys = (vertical ? r->vk : r->hk) + base;
     size_t victim = 0;
     r->tick++;
@@ -418,7 +420,7 @@ static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_
         if (k->used < keys[victim].used) victim = i;
     }
     keys[victim].count = 0;
-    pk_axis *a = &slots[victim];
+    stk__axis *a = &slots[victim];
     r->held -= a->cap;
     int rc = axis_build(a, in, full, kind, out, first, count, layout, r->xlayout);
     r->held += a->cap;
@@ -429,12 +431,12 @@ static const pk_axis *axis_get(pk_resizer *r, int vertical, uint32_t in, uint32_
 }
 
 /* Free every cached table and leave the cache empty (arrays that a failed
- * pk_resizer_new left NULL are skipped). */
-static void axis_free_all(pk_resizer *r)
+ * stk__resizer_new left NULL are skipped). */
+static void axis_free_all(stk__resizer *r)
 {
     for (size_t i = 0; i < AXIS_CACHE; i++) {
-        if (r->h) free(r->h[i].mem), r->h[i] = (pk_axis){0};
-        if (r->v) free(r->v[i].mem), r->v[i] = (pk_axis){0};
+        if (r->h) free(r->h[i].mem), r->h[i] = (stk__axis){0};
+        if (r->v) free(r->v[i].mem), r->v[i] = (stk__axis){0};
         if (r->hk) r->hk[i].count = 0;
         if (r->vk) r->vk[i].count = 0;
     }
@@ -443,7 +445,7 @@ static void axis_free_all(pk_resizer *r)
 
 /* Empty the cache when its tables hold more than the budget (at the start
  * of a resize: no table is in use then). */
-static void axis_trim(pk_resizer *r)
+static void axis_trim(stk__resizer *r)
 {
     if (r->held > AXIS_BUDGET) axis_free_all(r);
 }
@@ -451,9 +453,9 @@ static void axis_trim(pk_resizer *r)
 /* ----------------------------------------------------------------- passes */
 
 /* The RGB horizontal pass over source rows [0, n) from src into scratch rows
- * `pitch` bytes apart at dst. pitch leaves PK_H_ROOM bytes after each row:
+ * `pitch` bytes apart at dst. pitch leaves STK_IMG_H_ROOM bytes after each row:
  * two rows are written at once, so a row's overrun must not reach the next. */
-static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, size_t stride, uint32_t n,
+static void h_pass(const stk__resizer *r, const stk__axis *a, const uint8_t *src, size_t stride, uint32_t n,
                    uint8_t *dst, size_t pitch)
 {
     uint32_t done = 0;
@@ -462,15 +464,15 @@ static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, si
     if (r->simd && a->nsimd) {
         uint32_t y = 0;
         for (; y + 2 <= n; y += 2)
-            pk__h_rgb_avx2(a, src + y * stride, stride, dst + y * pitch, dst + (y + 1) * pitch);
+            stk__h_rgb_avx2(a, src + y * stride, stride, dst + y * pitch, dst + (y + 1) * pitch);
         if (y < n) /* the odd row twice over */
-            pk__h_rgb_avx2(a, src + y * stride, 0, dst + y * pitch, dst + y * pitch);
+            stk__h_rgb_avx2(a, src + y * stride, 0, dst + y * pitch, dst + y * pitch);
         done = a->nsimd;
     }
 #endif
     if (done < a->count)
         for (uint32_t y = 0; y < n; y++)
-            pk__h_row_scalar(a, src + y * stride, dst + y * pitch, done, a->count);
+            stk__h_row_scalar(a, src + y * stride, dst + y * pitch, done, a->count);
 }
 
 /* The same for one plane, into int16 rows `pitch` values apart: the
@@ -478,17 +480,17 @@ static void h_pass(const pk_resizer *r, const pk_axis *a, const uint8_t *src, si
  * resizer runs level 2 and the table has them, else the AVX2 layout's of
  * 8), the groups that do not qualify and the outputs after the last group
  * scalar. */
-static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *src, size_t stride, uint32_t n,
-                         int16_t *dst, size_t pitch)
+static void h_pass_plane(const stk__resizer *r, const stk__axis *a, const uint8_t *src, size_t stride,
+                         uint32_t n, int16_t *dst, size_t pitch)
 {
-    void (*kernel)(const pk_axis *, const uint8_t *, int16_t *) = NULL;
+    void (*kernel)(const stk__axis *, const uint8_t *, int16_t *) = NULL;
     const uint8_t *ok = NULL;
     uint32_t groups = 0, size = 0, bad = 0;
 #ifdef STOKER_HAVE_AVX2
     if (r->simd >= 2 && a->nxgroups)
-        kernel = pk__h_plane_vbmi, ok = a->xok, groups = a->nxgroups, size = PK_XGROUP, bad = a->nxbad;
+        kernel = stk__h_plane_vbmi, ok = a->xok, groups = a->nxgroups, size = STK_IMG_XGROUP, bad = a->nxbad;
     else if (r->simd && a->ngroups)
-        kernel = pk__h_plane_avx2, ok = a->gok, groups = a->ngroups, size = PK_PGROUP, bad = a->nbad;
+        kernel = stk__h_plane_avx2, ok = a->gok, groups = a->ngroups, size = STK_IMG_PGROUP, bad = a->nbad;
 #else
     (void)r;
 #endif
@@ -497,45 +499,45 @@ static void h_pass_plane(const pk_resizer *r, const pk_axis *a, const uint8_t *s
         int16_t *d = dst + (size_t)y * pitch;
         if (kernel) kernel(a, s, d);
         for (uint32_t g = 0; bad && g < groups; g++)
-            if (!ok[g]) pk__h_plane_scalar(a, s, d, g * size, (g + 1) * size);
-        pk__h_plane_scalar(a, s, d, groups * size, a->count);
+            if (!ok[g]) stk__h_plane_scalar(a, s, d, g * size, (g + 1) * size);
+        stk__h_plane_scalar(a, s, d, groups * size, a->count);
     }
 }
 
-static void v_row(pk_resizer *r, const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes,
+static void v_row(stk__resizer *r, const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes,
                   uint8_t *dst)
 {
     size_t done = 0;
 #ifdef STOKER_HAVE_AVX2
-    if (r->simd) done = pk__v_row_avx2(rows, k, n, bytes, dst);
+    if (r->simd) done = stk__v_row_avx2(rows, k, n, bytes, dst);
 #endif
-    if (done < bytes) pk__v_row_scalar(rows, k, n, done, bytes, r->acc, dst);
+    if (done < bytes) stk__v_row_scalar(rows, k, n, done, bytes, r->acc, dst);
 }
 
-static void v_row16(pk_resizer *r, const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
+static void v_row16(stk__resizer *r, const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
                     int16_t *dst)
 {
     size_t done = 0;
 #ifdef STOKER_HAVE_AVX2
-    if (r->simd >= 2) done = pk__v_row16_avx512(rows, k, n, count, dst);
-    else if (r->simd) done = pk__v_row16_avx2(rows, k, n, count, dst);
+    if (r->simd >= 2) done = stk__v_row16_avx512(rows, k, n, count, dst);
+    else if (r->simd) done = stk__v_row16_avx2(rows, k, n, count, dst);
 #endif
-    if (done < count) pk__v_row16_scalar(rows, k, n, done, count, r->acc, dst);
+    if (done < count) stk__v_row16_scalar(rows, k, n, done, count, r->acc, dst);
 }
 
 /* Most taps any vertical output uses: sizes the row-pointer array. */
 #define V_ROWS_ON_STACK 64
 
 /* Row pointers of vertical output j into mid (rows from mid_row0 on). */
-static void v_rows(const pk_axis *a, uint32_t j, const uint8_t *mid, size_t mid_stride, uint32_t mid_row0,
+static void v_rows(const stk__axis *a, uint32_t j, const uint8_t *mid, size_t mid_stride, uint32_t mid_row0,
                    const uint8_t **rows)
 {
     for (uint32_t t = 0; t < a->len[j]; t++)
         rows[t] = mid + (size_t)(a->start[j] + t - mid_row0) * mid_stride;
 }
 
-static int v_pass(pk_resizer *r, const pk_axis *a, const uint8_t *mid, size_t mid_stride, uint32_t mid_row0,
-                  size_t bytes, uint8_t *dst, size_t dst_stride)
+static int v_pass(stk__resizer *r, const stk__axis *a, const uint8_t *mid, size_t mid_stride,
+                  uint32_t mid_row0, size_t bytes, uint8_t *dst, size_t dst_stride)
 {
     const uint8_t *stack_rows[V_ROWS_ON_STACK];
     const uint8_t **rows = stack_rows;
@@ -566,9 +568,9 @@ static int simd_level(void)
 }
 #endif
 
-pk_resizer *pk_resizer_new(void)
+stk__resizer *stk__resizer_new(void)
 {
-    pk_resizer *r = calloc(1, sizeof *r);
+    stk__resizer *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->h = calloc(AXIS_CACHE, sizeof *r->h);
     r->v = calloc(AXIS_CACHE, sizeof *r->v);
@@ -576,7 +578,7 @@ pk_resizer *pk_resizer_new(void)
     r->vk = calloc(AXIS_CACHE, sizeof *r->vk);
     r->set_mask = AXIS_SETS - 1;
     if (!r->h || !r->v || !r->hk || !r->vk) {
-        pk_resizer_free(r);
+        stk__resizer_free(r);
         return NULL;
     }
 #ifdef STOKER_HAVE_AVX2
@@ -586,7 +588,7 @@ pk_resizer *pk_resizer_new(void)
     return r;
 }
 
-void pk_resizer_free(pk_resizer *r)
+void stk__resizer_free(stk__resizer *r)
 {
     if (!r) return;
     axis_free_all(r);
@@ -600,15 +602,15 @@ void pk_resizer_free(pk_resizer *r)
     free(r);
 }
 
-void pk_resizer_force_scalar(pk_resizer *r, int on) { pk__resizer_test_simd(r, on ? 0 : 2); }
+void stk__resizer_force_scalar(stk__resizer *r, int on) { stk__resizer_test_simd(r, on ? 0 : 2); }
 
-void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every) { r->test_bad = every; }
+void stk__resizer_test_bad_groups(stk__resizer *r, unsigned every) { r->test_bad = every; }
 
-void pk__resizer_test_one_set(pk_resizer *r) { r->set_mask = 0; }
+void stk__resizer_test_one_set(stk__resizer *r) { r->set_mask = 0; }
 
 /* Kernels of at most `level` as far as the CPU has them (the one place
- * r->simd is set after pk_resizer_new). */
-int pk__resizer_test_simd(pk_resizer *r, int level)
+ * r->simd is set after stk__resizer_new). */
+int stk__resizer_test_simd(stk__resizer *r, int level)
 {
     int have = 0;
 #ifdef STOKER_HAVE_AVX2
@@ -618,39 +620,40 @@ int pk__resizer_test_simd(pk_resizer *r, int level)
     return r->simd;
 }
 
-size_t pk__resizer_held(const pk_resizer *r) { return r->held; }
+size_t stk__resizer_held(const stk__resizer *r) { return r->held; }
 
 /* Neither axis changes: copy the window. */
-static void copy_window(const pk_rgb_view *src, const pk_rect *win, uint8_t *dst, size_t dst_stride)
+static void copy_window(const stk__rgb_view *src, const stk__rect *win, uint8_t *dst, size_t dst_stride)
 {
     for (uint32_t j = 0; j < win->h; j++)
         memcpy(dst + j * dst_stride, src->data + (size_t)(win->y + j) * src->stride + 3 * (size_t)win->x,
                3 * (size_t)win->w);
 }
 
-int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
-              uint8_t *dst, size_t dst_stride)
+int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
+                const stk__rect *win, uint8_t *dst, size_t dst_stride)
 {
     int need_h = out_w != src->w, need_v = out_h != src->h;
     size_t bytes = 3 * (size_t)win->w;
-    const pk_axis *h = NULL, *v = NULL;
+    const stk__axis *h = NULL, *v = NULL;
     axis_trim(r);
     if (!need_h && !need_v) {
         copy_window(src, win, dst, dst_stride);
         return 0;
     }
-    if (need_v &&
-        (!(v = axis_get(r, 1, src->h, src->h, PK_AXIS_PLAIN, out_h, win->y, win->h, PK_LAYOUT_NONE)) ||
-         reserve((void **)&r->acc, &r->acc_cap, bytes * sizeof *r->acc) != 0))
+    if (need_v && (!(v = axis_get(r, 1, src->h, src->h, STK_IMG_AXIS_PLAIN, out_h, win->y, win->h,
+                                  STK_IMG_LAYOUT_NONE)) ||
+                   reserve((void **)&r->acc, &r->acc_cap, bytes * sizeof *r->acc) != 0))
         return -1;
     if (!need_h) /* vertical only: read the window's columns in place */
         return v_pass(r, v, src->data + 3 * (size_t)win->x, src->stride, 0, bytes, dst, dst_stride);
-    if (!(h = axis_get(r, 0, src->w, src->w, PK_AXIS_PLAIN, out_w, win->x, win->w, PK_LAYOUT_RGB))) return -1;
+    if (!(h = axis_get(r, 0, src->w, src->w, STK_IMG_AXIS_PLAIN, out_w, win->x, win->w, STK_IMG_LAYOUT_RGB)))
+        return -1;
     /* The horizontal pass covers the source rows the vertical pass reads
      * (or the window's rows when there is none) into scratch rows. */
     uint64_t row0 = v ? v->start[0] : win->y;
     uint64_t row1 = v ? v->start[v->count - 1] + v->len[v->count - 1] : win->y + win->h;
-    size_t pitch = bytes + PK_H_ROOM;
+    size_t pitch = bytes + STK_IMG_H_ROOM;
     if (reserve((void **)&r->tmp, &r->tmp_cap, (size_t)(row1 - row0) * pitch) != 0) return -1;
     h_pass(r, h, src->data + (size_t)row0 * src->stride, src->stride, (uint32_t)(row1 - row0), r->tmp, pitch);
     if (v) return v_pass(r, v, r->tmp, pitch, (uint32_t)row0, bytes, dst, dst_stride);
@@ -662,16 +665,16 @@ int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t ou
  * upsamples 2:1 chroma with its triangle, but for chroma at most two samples
  * wide it repeats samples instead (jdsample.c: h2v1 and h2v2 "fancy" only
  * when downsampled_width > 2; h1v2 always): so do the tables. */
-static int ycc_tables(pk_resizer *r, const pk_ycc_view *src, unsigned p, uint64_t out_w, uint64_t out_h,
-                      const pk_rect *win, const pk_axis **h, const pk_axis **v)
+static int ycc_tables(stk__resizer *r, const stk__ycc_view *src, unsigned p, uint64_t out_w, uint64_t out_h,
+                      const stk__rect *win, const stk__axis **h, const stk__axis **v)
 {
     bool sx = p && src->sub_x == 2, sy = p && src->sub_y == 2;
     uint32_t in_w = sx ? (src->w + 1) / 2 : src->w, in_h = sy ? (src->h + 1) / 2 : src->h;
     int narrow = sx && in_w <= 2;
-    int kx = !sx ? PK_AXIS_PLAIN : narrow ? PK_AXIS_BOX2 : PK_AXIS_FANCY2;
-    int ky = !sy ? PK_AXIS_PLAIN : narrow ? PK_AXIS_BOX2 : PK_AXIS_FANCY2;
-    *h = axis_get(r, 0, in_w, src->w, kx, out_w, win->x, win->w, PK_LAYOUT_PLANE);
-    *v = *h ? axis_get(r, 1, in_h, src->h, ky, out_h, win->y, win->h, PK_LAYOUT_NONE) : NULL;
+    int kx = !sx ? STK_IMG_AXIS_PLAIN : narrow ? STK_IMG_AXIS_BOX2 : STK_IMG_AXIS_FANCY2;
+    int ky = !sy ? STK_IMG_AXIS_PLAIN : narrow ? STK_IMG_AXIS_BOX2 : STK_IMG_AXIS_FANCY2;
+    *h = axis_get(r, 0, in_w, src->w, kx, out_w, win->x, win->w, STK_IMG_LAYOUT_PLANE);
+    *v = *h ? axis_get(r, 1, in_h, src->h, ky, out_h, win->y, win->h, STK_IMG_LAYOUT_NONE) : NULL;
     return *v ? 0 : -1;
 }
 
@@ -683,14 +686,14 @@ static int ycc_tables(pk_resizer *r, const pk_ycc_view *src, unsigned p, uint64_
  * move forward), so the intermediate image is a few rows in L1, not a
  * third of a megabyte through L2. */
 typedef struct {
-    const pk_axis *h, *v;
+    const stk__axis *h, *v;
     const uint8_t *src;
     size_t stride;
     int16_t *ring;
     uint32_t mask, next; /* mask: ring rows - 1; next: the first source row not yet filtered */
 } plane_run;
 
-static void plane_rows(const pk_resizer *r, plane_run *pr, uint32_t j, size_t pitch, const int16_t **rows)
+static void plane_rows(const stk__resizer *r, plane_run *pr, uint32_t j, size_t pitch, const int16_t **rows)
 {
     uint32_t end = pr->v->start[j] + pr->v->len[j];
     if (pr->next < pr->v->start[j]) pr->next = pr->v->start[j]; /* rows no output reads */
@@ -701,8 +704,8 @@ static void plane_rows(const pk_resizer *r, plane_run *pr, uint32_t j, size_t pi
         rows[t] = pr->ring + (size_t)(at & pr->mask) * pitch;
 }
 
-int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
-                  uint8_t *dst, size_t dst_stride)
+int stk__resize_ycc(stk__resizer *r, const stk__ycc_view *src, uint64_t out_w, uint64_t out_h,
+                    const stk__rect *win, uint8_t *dst, size_t dst_stride)
 {
     const unsigned np = src->data[1] ? 3 : 1;
     plane_run pr[3];
@@ -739,8 +742,8 @@ int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_
             plane_rows(r, &pr[p], j, pitch, rp);
             v_row16(r, rp, pr[p].v->coef + (size_t)j * pr[p].v->taps, pr[p].v->len[j], win->w, row[p]);
         }
-        pk_ycc_row(r->simd, row[0], np == 3 ? row[1] : NULL, np == 3 ? row[2] : NULL, dst + j * dst_stride,
-                   win->w);
+        stk__ycc_row(r->simd, row[0], np == 3 ? row[1] : NULL, np == 3 ? row[2] : NULL, dst + j * dst_stride,
+                     win->w);
     }
     if (rp != stack_rows) free(rp);
     return 0;

@@ -1,5 +1,5 @@
 /*
- * packer/resize.h - antialiased bilinear resampling of 8-bit RGB images.
+ * image/resize.h - antialiased bilinear resampling of 8-bit RGB images.
  *
  * The filter is Pillow's Image.resize(..., Image.BILINEAR) (ImagingResample):
  * a triangle of radius 1 stretched by the downscale factor, so that every
@@ -14,13 +14,13 @@
  * Only a window of the output is computed (a centre crop needs nothing
  * outside it), and the horizontal pass runs only over the source rows the
  * vertical pass reads. Weight tables depend on (source size, output size,
- * window) alone and are kept in the pk_resizer, so images of repeating
+ * window) alone and are kept in the stk__resizer, so images of repeating
  * dimensions reuse them.
  *
- * A pk_resizer is single-threaded: one per thread (pk_decoder holds one).
+ * A stk__resizer is single-threaded: one per thread (pk_decoder holds one).
  */
-#ifndef STOKER_PACKER_RESIZE_H
-#define STOKER_PACKER_RESIZE_H
+#ifndef STOKER_IMAGE_RESIZE_H
+#define STOKER_IMAGE_RESIZE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* Fractional bits of the fixed-point weights. */
-#define PK_RESIZE_BITS 14
+#define STK_IMG_RESIZE_BITS 14
 
 /* An 8-bit RGB image in memory: row y starts at data + y * stride and holds
  * w pixels of 3 bytes (R, G, B). */
@@ -38,7 +38,7 @@ typedef struct {
     const uint8_t *data;
     uint32_t w, h;
     size_t stride;
-} pk_rgb_view;
+} stk__rgb_view;
 
 /* A rectangle of the (virtual) resized image: columns [x, x + w), rows
  * [y, y + h). The resized image itself may be far larger than anything
@@ -47,30 +47,30 @@ typedef struct {
 typedef struct {
     uint64_t x, y;
     uint32_t w, h;
-} pk_rect;
+} stk__rect;
 
-typedef struct pk_resizer pk_resizer;
+typedef struct stk__resizer stk__resizer;
 
 /* NULL when out of memory. Picks the kernels the running CPU supports. */
-pk_resizer *pk_resizer_new(void);
+stk__resizer *stk__resizer_new(void);
 /* NULL is a no-op. */
-void pk_resizer_free(pk_resizer *r);
+void stk__resizer_free(stk__resizer *r);
 
 /* Use the portable scalar kernels even where SIMD ones exist (0: allow SIMD,
  * the default). Both give identical bytes; tests compare them. */
-void pk_resizer_force_scalar(pk_resizer *r, int on);
+void stk__resizer_force_scalar(stk__resizer *r, int on);
 
 /* Resample src to out_w x out_h and write the window `win` of that image to
  * dst (row j of the window at dst + j * dst_stride, 3 * win.w bytes each).
  * An axis whose size does not change is copied, not filtered (as Pillow
  * does). The window must lie inside out_w x out_h and be non-empty; src must
  * be non-empty. Returns 0, or -1 when out of memory (dst is then undefined). */
-int pk_resize(pk_resizer *r, const pk_rgb_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
-              uint8_t *dst, size_t dst_stride);
+int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
+                const stk__rect *win, uint8_t *dst, size_t dst_stride);
 
-/* Fractional bits the vertical pass of pk_resize_ycc keeps for the colour
+/* Fractional bits the vertical pass of stk__resize_ycc keeps for the colour
  * conversion (so that samples are rounded once, at the end, not twice). */
-#define PK_PLANE_FRAC 6
+#define STK_IMG_PLANE_FRAC 6
 
 /* A JPEG's decoded planes before colour conversion (TurboJPEG's
  * tjDecompressToYUVPlanes): Y (w x h) and, unless grayscale, Cb and Cr,
@@ -83,24 +83,24 @@ typedef struct {
     size_t stride[3];
     uint32_t w, h;
     unsigned sub_x, sub_y;
-} pk_ycc_view;
+} stk__ycc_view;
 
-/* pk_resize for a JPEG's planes, to RGB: what TurboJPEG's RGB decode (fancy
+/* stk__resize for a JPEG's planes, to RGB: what TurboJPEG's RGB decode (fancy
  * upsampling of the chroma, then colour conversion as libjpeg does it)
- * followed by pk_resize would give, in one pass over the stored planes. All
+ * followed by stk__resize would give, in one pass over the stored planes. All
  * steps before the colour conversion are linear, so each plane is resampled
  * on its own at its own resolution: the upsampling triangle and the resize
  * filter are composed into one table per axis, the sums are kept with
- * PK_PLANE_FRAC more bits, and the conversion runs at the output size.
+ * STK_IMG_PLANE_FRAC more bits, and the conversion runs at the output size.
  * Against the RGB route the result differs by rounding (within one level
  * nearly everywhere) and where the RGB route clamps a colour outside the
- * RGB cube before resizing instead of after. Same contract as pk_resize
+ * RGB cube before resizing instead of after. Same contract as stk__resize
  * otherwise, except that every axis is filtered (even one whose size does
  * not change: chroma still needs upsampling). */
-int pk_resize_ycc(pk_resizer *r, const pk_ycc_view *src, uint64_t out_w, uint64_t out_h, const pk_rect *win,
-                  uint8_t *dst, size_t dst_stride);
+int stk__resize_ycc(stk__resizer *r, const stk__ycc_view *src, uint64_t out_w, uint64_t out_h,
+                    const stk__rect *win, uint8_t *dst, size_t dst_stride);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* STOKER_PACKER_RESIZE_H */
+#endif /* STOKER_IMAGE_RESIZE_H */

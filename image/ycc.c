@@ -1,4 +1,4 @@
-/* packer/ycc.c - see ycc.h. Portable C, and AVX2 on x86-64 (16 pixels per
+/* image/ycc.c - see ycc.h. Portable C, and AVX2 on x86-64 (16 pixels per
  * iteration); both compute the same integers (tests compare them). */
 #include "ycc.h"
 
@@ -9,12 +9,12 @@
 #define FIX_0_34414 22554
 #define FIX_0_71414 46802
 #define FIX_1_77200 116130
-#define MID (128 << PK_PLANE_FRAC)
+#define MID (128 << STK_IMG_PLANE_FRAC)
 #define HALF16 (1 << 15)
 
-static inline uint8_t out8(int32_t v) /* PK_PLANE_FRAC fractional bits to a level */
+static inline uint8_t out8(int32_t v) /* STK_IMG_PLANE_FRAC fractional bits to a level */
 {
-    v = (v + (1 << (PK_PLANE_FRAC - 1))) >> PK_PLANE_FRAC;
+    v = (v + (1 << (STK_IMG_PLANE_FRAC - 1))) >> STK_IMG_PLANE_FRAC;
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
@@ -38,7 +38,7 @@ static void ycc_plain(const int16_t *y, const int16_t *cb, const int16_t *cr, ui
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(PK_NO_SIMD)
+    !defined(STK_IMG_NO_SIMD)
 #  include <immintrin.h>
 #  define HAVE_YCC_AVX2 1
 #  define AVX2 __attribute__((target("avx2")))
@@ -60,11 +60,12 @@ AVX2 static inline __attribute__((always_inline)) __m256i round_hi(__m256i x, __
     return _mm256_sub_epi16(hi, _mm256_srai_epi16(lo, 15)); /* lo < 0 as int16: bit 15 set */
 }
 
-/* 16 R, G or B values with PK_PLANE_FRAC fractional bits to bytes 0..255
+/* 16 R, G or B values with STK_IMG_PLANE_FRAC fractional bits to bytes 0..255
  * (the pack saturates, which is the clamp). */
 AVX2 static inline __attribute__((always_inline)) __m256i level(__m256i x)
 {
-    return _mm256_srai_epi16(_mm256_add_epi16(x, _mm256_set1_epi16(1 << (PK_PLANE_FRAC - 1))), PK_PLANE_FRAC);
+    return _mm256_srai_epi16(_mm256_add_epi16(x, _mm256_set1_epi16(1 << (STK_IMG_PLANE_FRAC - 1))),
+                             STK_IMG_PLANE_FRAC);
 }
 
 /* Byte shuffles that interleave 16 R, 16 G and 16 B into 48 bytes of RGB:
@@ -132,7 +133,8 @@ AVX512 static inline __attribute__((always_inline)) __m512i round_hi512(__m512i 
 
 AVX512 static inline __attribute__((always_inline)) __m512i level512(__m512i x)
 {
-    return _mm512_srai_epi16(_mm512_add_epi16(x, _mm512_set1_epi16(1 << (PK_PLANE_FRAC - 1))), PK_PLANE_FRAC);
+    return _mm512_srai_epi16(_mm512_add_epi16(x, _mm512_set1_epi16(1 << (STK_IMG_PLANE_FRAC - 1))),
+                             STK_IMG_PLANE_FRAC);
 }
 
 /* Where output byte k of 32 pixels comes from, for vpermt2b over two
@@ -181,7 +183,7 @@ AVX512 static void ycc_avx512(const int16_t *y, const int16_t *cb, const int16_t
 }
 #endif
 
-void pk_ycc_row(int simd, const int16_t *y, const int16_t *cb, const int16_t *cr, uint8_t *rgb, size_t n)
+void stk__ycc_row(int simd, const int16_t *y, const int16_t *cb, const int16_t *cr, uint8_t *rgb, size_t n)
 {
 #ifdef HAVE_YCC_AVX2
     if (simd >= 2) {

@@ -1,56 +1,56 @@
-/* packer/resize_internal.h - what resize.c (weights, tables, passes) and
+/* image/resize_internal.h - what resize.c (weights, tables, passes) and
  * resize_kernels.c (the inner loops, scalar and AVX2) share. Not for other
  * files: the public interface is resize.h. */
-#ifndef STOKER_PACKER_RESIZE_INTERNAL_H
-#define STOKER_PACKER_RESIZE_INTERNAL_H
+#ifndef STOKER_IMAGE_RESIZE_INTERNAL_H
+#define STOKER_IMAGE_RESIZE_INTERNAL_H
 
 #include "resize.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* PK_NO_SIMD builds the portable kernels only, as on other architectures. */
+/* STK_IMG_NO_SIMD builds the portable kernels only, as on other architectures. */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(PK_NO_SIMD)
+    !defined(STK_IMG_NO_SIMD)
 #  define STOKER_HAVE_AVX2 1
 #endif
 
-#define PK_ONE (1 << PK_RESIZE_BITS)
-#define PK_HALF (1 << (PK_RESIZE_BITS - 1))
+#define STK_IMG_ONE (1 << STK_IMG_RESIZE_BITS)
+#define STK_IMG_HALF (1 << (STK_IMG_RESIZE_BITS - 1))
 
 /* The RGB horizontal SIMD kernel works on two rows and groups of 4 outputs
  * at a time, and per output on chunks of 4 taps: one 16-byte load (5 RGB
  * pixels) per row and chunk. */
-#define PK_GROUP 4
-#define PK_CHUNK_TAPS 4
-#define PK_LOAD_BYTES 16
+#define STK_IMG_GROUP 4
+#define STK_IMG_CHUNK_TAPS 4
+#define STK_IMG_LOAD_BYTES 16
 /* int16 weights per output and chunk: 2 vectors of 16 (see widen). */
-#define PK_CHUNK_I16 32
+#define STK_IMG_CHUNK_I16 32
 /* Bytes the horizontal SIMD kernels may write past the end of a row. */
-#define PK_H_ROOM 16
+#define STK_IMG_H_ROOM 16
 /* The plane horizontal SIMD kernel: groups of 8 outputs, 4 per 128-bit
  * lane, each lane one 16-byte load; per pair of taps a byte shuffle and a
  * multiply-add. A group qualifies when its 4 outputs per lane and all their
  * taps fit in those 16 bytes. */
-#define PK_PGROUP 8
-#define PK_PPAIRS_MAX 4
+#define STK_IMG_PGROUP 8
+#define STK_IMG_PPAIRS_MAX 4
 /* The same with AVX-512 VBMI: groups of 16 outputs from one 64-byte load;
  * per pair of taps one cross-lane byte permute and one multiply-add. */
-#define PK_XGROUP 16
-#define PK_XLOAD 64
+#define STK_IMG_XGROUP 16
+#define STK_IMG_XLOAD 64
 
 /* How a table's source relates to the axis it resamples. */
 enum {
-    PK_AXIS_PLAIN = 0,  /* the source is the axis itself                       */
-    PK_AXIS_FANCY2 = 1, /* a 2:1 subsampled (chroma) axis, as if first upsampled
+    STK_IMG_AXIS_PLAIN = 0,  /* the source is the axis itself                       */
+    STK_IMG_AXIS_FANCY2 = 1, /* a 2:1 subsampled (chroma) axis, as if first upsampled
                            by libjpeg's "fancy" triangle (3/4, 1/4 of the two
                            nearest samples, edges repeated) to `full` samples */
-    PK_AXIS_BOX2 = 2    /* the same, upsampled by repeating each sample: what
+    STK_IMG_AXIS_BOX2 = 2    /* the same, upsampled by repeating each sample: what
                            libjpeg does instead for 2:1 chroma of at most two
                            samples across                                     */
 };
 /* The horizontal SIMD layout a table carries. */
-enum { PK_LAYOUT_NONE = 0, PK_LAYOUT_RGB = 1, PK_LAYOUT_PLANE = 2 };
+enum { STK_IMG_LAYOUT_NONE = 0, STK_IMG_LAYOUT_RGB = 1, STK_IMG_LAYOUT_PLANE = 2 };
 
 /* Weight table of one axis for the outputs [first, first + count). */
 typedef struct {
@@ -62,19 +62,19 @@ typedef struct {
     uint32_t *start; /* count: first source index */
     uint32_t *len;   /* count: taps used (the rest of the row is zero) */
     int16_t *coef;   /* count x taps */
-    /* PK_LAYOUT_RGB */
-    uint32_t chunks; /* ceil(taps / PK_CHUNK_TAPS) */
+    /* STK_IMG_LAYOUT_RGB */
+    uint32_t chunks; /* ceil(taps / STK_IMG_CHUNK_TAPS) */
     uint32_t nsimd;  /* outputs [0, nsimd) run the SIMD kernel */
     size_t *off;     /* count: 3 * start, the byte offset in a row */
-    int16_t *wide;   /* nsimd x chunks x PK_CHUNK_I16 */
-    /* PK_LAYOUT_PLANE: per group of PK_PGROUP outputs and pair of taps, a
+    int16_t *wide;   /* nsimd x chunks x STK_IMG_CHUNK_I16 */
+    /* STK_IMG_LAYOUT_PLANE: per group of STK_IMG_PGROUP outputs and pair of taps, a
      * 32-byte shuffle and 16 int16 weights; gok[g]: group g qualifies */
     uint32_t pairs, ngroups;
     uint8_t *gmask;
     int16_t *gw;
     uint8_t *gok;
     uint32_t nbad; /* groups that do not qualify (run scalar) */
-    /* PK_LAYOUT_PLANE where the CPU has AVX-512 VBMI: per group of PK_XGROUP
+    /* STK_IMG_LAYOUT_PLANE where the CPU has AVX-512 VBMI: per group of STK_IMG_XGROUP
      * outputs, the bytes of its 64-byte load that lie in the row (xload, a
      * mask), and per pair of taps a 64-byte permute and 32 int16 weights;
      * xok[g]: group g qualifies */
@@ -85,47 +85,48 @@ typedef struct {
     uint8_t *xok;
     void *mem;
     size_t cap;
-} pk_axis;
+} stk__axis;
 
 /* Scalar kernels (every build). RGB rows: bytes in, bytes out. */
-void pk__h_row_scalar(const pk_axis *a, const uint8_t *src, uint8_t *dst, uint32_t from, uint32_t to);
-void pk__v_row_scalar(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t bytes,
-                      int32_t *acc, uint8_t *dst);
-/* Planes: bytes in, int16 with PK_PLANE_FRAC fractional bits out; then
+void stk__h_row_scalar(const stk__axis *a, const uint8_t *src, uint8_t *dst, uint32_t from, uint32_t to);
+void stk__v_row_scalar(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t bytes,
+                       int32_t *acc, uint8_t *dst);
+/* Planes: bytes in, int16 with STK_IMG_PLANE_FRAC fractional bits out; then
  * int16 in and out, the fractional bits kept. */
-void pk__h_plane_scalar(const pk_axis *a, const uint8_t *src, int16_t *dst, uint32_t from, uint32_t to);
-void pk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
-                        int32_t *acc, int16_t *dst);
+void stk__h_plane_scalar(const stk__axis *a, const uint8_t *src, int16_t *dst, uint32_t from, uint32_t to);
+void stk__v_row16_scalar(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t from, size_t count,
+                         int32_t *acc, int16_t *dst);
 
 /* Test seams (tests/packer/test_pack_image.c), on a fresh resizer: make every `every`-th
  * group of the plane tables it builds run the scalar kernel (0: off); put
  * every table key in one set of the cache (8 ways); the bytes the cached
  * tables hold. */
-void pk__resizer_test_bad_groups(pk_resizer *r, unsigned every);
-void pk__resizer_test_one_set(pk_resizer *r);
-size_t pk__resizer_held(const pk_resizer *r);
+void stk__resizer_test_bad_groups(stk__resizer *r, unsigned every);
+void stk__resizer_test_one_set(stk__resizer *r);
+size_t stk__resizer_held(const stk__resizer *r);
 /* Tests: run kernels of at most this level (0 scalar, 1 AVX2, 2 AVX-512BW/VBMI
  * where a kernel has it), as far as the CPU has them; returns the level in
  * effect. */
-int pk__resizer_test_simd(pk_resizer *r, int level);
+int stk__resizer_test_simd(stk__resizer *r, int level);
 
 #ifdef STOKER_HAVE_AVX2
 /* Outputs [0, a->nsimd) of RGB rows s0 and s0 + stride into d0 and d1 (stride
- * 0 and d1 == d0 for one row); writes up to PK_H_ROOM bytes past each. */
-void pk__h_rgb_avx2(const pk_axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1);
+ * 0 and d1 == d0 for one row); writes up to STK_IMG_H_ROOM bytes past each. */
+void stk__h_rgb_avx2(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1);
 /* Every qualifying group of one plane row; src is readable 16 bytes past
  * any output's start. Writes 8 values per group. */
-void pk__h_plane_avx2(const pk_axis *a, const uint8_t *src, int16_t *dst);
+void stk__h_plane_avx2(const stk__axis *a, const uint8_t *src, int16_t *dst);
 /* Bytes [0, bytes & ~31) / values [0, count & ~15) of one output row;
  * return how many were done. */
-size_t pk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes, uint8_t *dst);
-size_t pk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count, int16_t *dst);
-/* pk__h_plane_avx2 with AVX-512 VBMI, from the table's x layout: every
+size_t stk__v_row_avx2(const uint8_t *const *rows, const int16_t *k, uint32_t n, size_t bytes, uint8_t *dst);
+size_t stk__v_row16_avx2(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
+                         int16_t *dst);
+/* stk__h_plane_avx2 with AVX-512 VBMI, from the table's x layout: every
  * qualifying group of 16; reads only the row's own bytes. */
-void pk__h_plane_vbmi(const pk_axis *a, const uint8_t *src, int16_t *dst);
-/* pk__v_row16_avx2 with AVX-512BW (32 values a turn). */
-size_t pk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
-                          int16_t *dst);
+void stk__h_plane_vbmi(const stk__axis *a, const uint8_t *src, int16_t *dst);
+/* stk__v_row16_avx2 with AVX-512BW (32 values a turn). */
+size_t stk__v_row16_avx512(const int16_t *const *rows, const int16_t *k, uint32_t n, size_t count,
+                           int16_t *dst);
 #endif
 
 #endif
