@@ -265,6 +265,33 @@ static int check_shard_once(stk_reader *r, stk__worker *w, size_t s, uint64_t lo
     return check_shard(r, s, local, err);
 }
 
+/* The transformed array field of record `rec` (local in shard sh), cropped
+ * and resized into its place in the slot (load_crop.c). */
+static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned k, const stk_shard *sh,
+                         uint64_t local, uint64_t rec, uint32_t i, int verify, stk_error *err)
+{
+    const void *src;
+    uint64_t size, dims[STK_MAX_DIMS];
+    unsigned f = r->sel[k];
+    int rc = stk_shard_value(sh, f, local, &src, &size, err);
+    if (!rc && verify) rc = verify_value(r, sh, f, local, rec, src, size, err);
+    if (!rc) rc = stk_shard_value_shape(sh, f, local, dims, err);
+    if (!rc && !w->cropper && !(w->cropper = stk__cropper_new()))
+        rc = stk_error_set(err, STK_E_NOMEM, "out of memory for the image crop");
+    if (rc) return rc;
+    uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k];
+    int jpeg = stk_shard_schema(sh)->fields[f].codec == STK_CODEC_JPEG;
+    rc = stk__cropper_run(w->cropper, &r->load_xf, r->o.seed, sl->seq / r->nbatches, rec, src, size, dims,
+                          jpeg, dst, err);
+    if (rc && err) { /* name the shard too: the cropper knows the record only */
+        char m[STK_ERROR_MSG_MAX];
+        snprintf(m, sizeof m, "%s", err->msg);
+        stk_error_set(err, rc, "%s: field '%s', %s", stk_shard_path(sh), stk_shard_schema(sh)->fields[f].name,
+                      m);
+    }
+    return rc;
+}
+
 /* Copy (or point at) every selected field of record `i` of the batch.
  * landed: the direct path's r->io_field (those fields are in the slot
  * already), else NULL. */
@@ -282,6 +309,10 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
         stk_batch_field *bf = &sl->fields[k];
         const void *src;
         uint64_t size;
+        if (r->load_crop && (int)k == r->xf_sel) {
+            if ((rc = load_crop_one(r, w, sl, k, sh, local, rec, i, verify, err))) return rc;
+            continue;
+        }
         if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec ==
             STK_CODEC_ZSTD) { /* out of a shared decompressed block */
             stk_value *v = bf->kind != STK_KIND_TENSOR ? (stk_value *)&bf->values[i] : NULL;
@@ -408,10 +439,11 @@ static void setup_view(stk_reader *r, stk__slot *sl, uint32_t n, int zc, size_t 
     for (unsigned k = 0; k < r->nsel; k++) {
         stk_batch_field *bf = &sl->fields[k];
         bf->shape[0] = n;
-        bf->zero_copy = zc && bf->kind == STK_KIND_TENSOR;
+        int fzc = zc && !(r->load_crop && (int)k == r->xf_sel); /* crops are made, never mapped */
+        bf->zero_copy = fzc && bf->kind == STK_KIND_TENSOR;
         bf->data = bf->kind != STK_KIND_TENSOR ? NULL
-                   : zc ? (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * r->sel_stride[k]
-                        : sl->buf + r->sel_off[k];
+                   : fzc ? (const uint8_t *)stk_shard_field_base(sh, r->sel[k]) + local * r->sel_stride[k]
+                         : sl->buf + r->sel_off[k];
         if (bf->kind == STK_KIND_TENSOR)
             bf->nbytes = n * r->sel_stride[k]; /* bytes fields: summed by parts */
     }

@@ -85,6 +85,18 @@ typedef struct {
 
 typedef struct stk_reader stk_reader;
 
+/* The load-time crop of images of their own size (load_crop.c): one per
+ * worker, made on first use. */
+typedef struct stk__cropper stk__cropper;
+stk__cropper *stk__cropper_new(void);
+void stk__cropper_free(stk__cropper *c);
+/* Record `record`'s image (value: dims[0] x dims[1] x 3 pixels, or a JPEG
+ * stream of that shape when jpeg) cropped as t says for (seed, epoch), resized
+ * to t->out_height x t->out_width x 3 at dst, mirrored when drawn so. */
+int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
+                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, uint8_t *dst,
+                     stk_error *err);
+
 typedef struct {
     stk_reader *r;
     pthread_t thread;
@@ -106,7 +118,8 @@ typedef struct {
     const uint8_t *pin_raw[STK_MAX_FIELDS];
     size_t pin_shard[STK_MAX_FIELDS];
     uint64_t pin_block[STK_MAX_FIELDS];
-    stk__ioq *zq; /* direct path: the ending part's queue, empty, for blocks */
+    stk__ioq *zq;          /* direct path: the ending part's queue, empty, for blocks */
+    stk__cropper *cropper; /* the load-time crop (load_crop.c), or NULL */
 } stk__worker;
 
 typedef struct {
@@ -159,6 +172,10 @@ struct stk_reader {
     int copier_started;
     uint64_t next_copy;    /* the next sequence the copy thread uploads */
     stk_transform xf;      /* the transform (o.transform points here) */
+    stk_transform load_xf; /* load_crop: the crop the workers make (xf then
+                              only normalises their out_h x out_w crops) */
+    int load_crop;         /* the transformed field is an array field: its
+                              images are cropped on the workers */
     int xf_sel;            /* index into sel[] of the transformed field, -1: none */
     stk__xform_job xf_job; /* its shape and constants */
     uint64_t xf_out_bytes; /* per sample */

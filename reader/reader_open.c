@@ -164,14 +164,40 @@ static void layout_slot(stk_reader *r)
     r->slot_bytes = off;
 }
 
+/* An array field (images of their own size, spec 4.13) under a transform:
+ * the workers crop and resize each image into out_h x out_w (load_crop.c)
+ * and the field becomes a u8 [B, out_h, out_w, 3] tensor in the slot; the
+ * device transform is left the normalising (no crop, no flip: done). */
+static int plan_load_crop(stk_reader *r, const stk_field *fd, stk_error *err)
+{
+    stk_transform *t = &r->xf;
+    if (fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[0] || fd->shape[1] || fd->shape[2] != 3 ||
+        fd->codec == STK_CODEC_ZSTD)
+        return stk_error_set(err, STK_E_ARG, "transform: the array field '%s' must be u8[*,*,3], raw or JPEG",
+                             fd->name);
+    if (!t->out_height || !t->out_width || t->out_height > 65535 || t->out_width > 65535)
+        return stk_error_set(err, STK_E_ARG,
+                             "transform: field '%s' holds images of their own size: give the output size "
+                             "(out_height and out_width, 1 .. 65535)",
+                             fd->name);
+    r->load_crop = 1;
+    r->load_xf = *t;
+    t->crop = STK_CROP_NONE;
+    t->flip_prob = 0;
+    unsigned k = (unsigned)r->xf_sel;
+    r->slot_stride_bytes += (uint64_t)t->out_height * t->out_width * 3 - r->sel_stride[k];
+    r->sel_stride[k] = (uint64_t)t->out_height * t->out_width * 3;
+    r->shape_words -= fd->ndim;
+    layout_slot(r); /* the field now has a stride */
+    return STK_OK;
+}
+
 /* The transform: which field, its shape, and room for the crop boxes at the
  * end of each slot's buffer. */
 static int plan_transform(stk_reader *r, stk_error *err)
 {
     r->xf_sel = -1;
     if (!r->o.transform) return STK_OK;
-    if (r->o.device == STK_DEVICE_NONE)
-        return stk_error_set(err, STK_E_ARG, "transform: needs a device (cuda or host)");
     stk_transform *t = &r->xf; /* resolve_options copied it there */
     const char *name = t->field ? t->field : "image";
     const stk_schema *sc = stk_dataset_schema(r->ds);
@@ -182,8 +208,13 @@ static int plan_transform(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' is not among the fields read", name);
     t->field = sc->fields[f].name;
     const stk_field *fd = &sc->fields[f];
-    if (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[2] < 1 ||
-        fd->shape[2] > 4)
+    if (r->o.device == STK_DEVICE_NONE &&
+        !(fd->kind == STK_KIND_ARRAY && t->dtype == STK_DT_U8 && t->layout == STK_IMAGE_NHWC))
+        return stk_error_set(err, STK_E_ARG,
+                             "transform: needs a device (cuda or host), but for the crop alone of images of "
+                             "their own size (dtype u8, NHWC)");
+    if (fd->kind != STK_KIND_ARRAY && (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 ||
+                                       fd->ndim != 3 || fd->shape[2] < 1 || fd->shape[2] > 4))
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' must be u8 [H, W, C] with C <= 4", name);
     if (t->dtype != STK_DT_F32 && t->dtype != STK_DT_F16 && t->dtype != STK_DT_BF16 && t->dtype != STK_DT_U8)
         return stk_error_set(err, STK_E_ARG, "transform: output dtype must be f32, f16, bf16 or u8");
@@ -199,11 +230,13 @@ static int plan_transform(stk_reader *r, stk_error *err)
                              "and 0 < ratio_min <= ratio_max");
     if (!(t->flip_prob >= 0 && t->flip_prob <= 1))
         return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
+    int rc = fd->kind == STK_KIND_ARRAY ? plan_load_crop(r, fd, err) : STK_OK;
+    if (rc) return rc;
     stk__xform_job *j = &r->xf_job;
     if (fd->shape[0] > 65535 || fd->shape[1] > 65535)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' is larger than 65535 x 65535", name);
-    j->H = (uint32_t)fd->shape[0];
-    j->W = (uint32_t)fd->shape[1];
+    j->H = r->load_crop ? t->out_height : (uint32_t)fd->shape[0]; /* load crop: the workers' crops */
+    j->W = r->load_crop ? t->out_width : (uint32_t)fd->shape[1];
     j->C = (uint32_t)fd->shape[2];
     if (!t->out_height) t->out_height = j->H;
     if (!t->out_width) t->out_width = j->W;
@@ -310,7 +343,8 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_schema *sc = stk_dataset_schema(r->ds);
     unsigned nbytesf = 0;
-    for (unsigned i = 0; i < r->nsel; i++) nbytesf += sc->fields[r->sel[i]].kind != STK_KIND_TENSOR;
+    for (unsigned i = 0; i < r->nsel; i++)
+        nbytesf += sc->fields[r->sel[i]].kind != STK_KIND_TENSOR && !(r->load_crop && (int)i == r->xf_sel);
     for (unsigned s = 0; s < r->nslots; s++) {
         stk__slot *sl = &r->slots[s];
         void *buf = NULL;
@@ -336,12 +370,14 @@ static int alloc_slots(stk_reader *r, stk_error *err)
             const stk_field *fd = &sc->fields[r->sel[k]];
             stk_batch_field *bf = &sl->fields[k];
             bf->name = fd->name;
-            bf->kind = fd->kind;
+            int cropped = r->load_crop && (int)k == r->xf_sel; /* a u8 [B, out_h, out_w, 3] tensor */
+            bf->kind = cropped ? STK_KIND_TENSOR : fd->kind;
             bf->dtype = fd->dtype;
             bf->ndim = 1 + fd->ndim;
             for (unsigned d = 0; d < fd->ndim; d++) bf->shape[1 + d] = fd->shape[d];
-            if (fd->kind != STK_KIND_TENSOR) bf->values = sl->values + (uint64_t)r->o.batch_size * bi++;
-            if (fd->kind == STK_KIND_ARRAY) {
+            if (fd->kind != STK_KIND_TENSOR && !cropped)
+                bf->values = sl->values + (uint64_t)r->o.batch_size * bi++;
+            if (fd->kind == STK_KIND_ARRAY && !cropped) {
                 sl->field_shapes[k] = shapes;
                 shapes += (uint64_t)fd->ndim * r->o.batch_size;
             }
@@ -484,6 +520,7 @@ void stk_reader_close(stk_reader *r)
         for (unsigned i = 0; i < r->o.threads; i++) {
             if (r->workers[i].started) pthread_join(r->workers[i].thread, NULL);
             free(r->workers[i].stamp);
+            stk__cropper_free(r->workers[i].cropper);
             for (unsigned k = 0; k < 2; k++) {
                 free(r->workers[i].qblk[k]);
                 free(r->workers[i].qown[k]);

@@ -56,6 +56,10 @@ static void usage(FILE *f)
                "      --transform T       device-side image transform: imagenet-train[:SIZE]\n"
                "                          (random-resized crop + flip) or imagenet-eval[:SIZE]\n"
                "                          (centre crop), f32 NCHW, normalised (SIZE 224)\n"
+               "      --crop C            the crop alone, u8 NHWC: random:SIZE (RandomResized-\n"
+               "                          Crop + flip) or center:SIZE (Resize(SIZE / 0.875) +\n"
+               "                          CenterCrop); images of their own size (pack\n"
+               "                          --max-side) are cropped on the worker threads\n"
                "      --step-ms X         simulate a training step of X ms after each batch\n"
                "      --step-busy         ... as a busy loop instead of a sleep\n"
                "      --touch             read every byte of each batch (a consumer's work)\n"
@@ -143,6 +147,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_DEVICE,
         O_FALLBACK,
         O_XFORM,
+        O_CROP,
         O_SWEEP,
         O_SW_T,
         O_SW_P,
@@ -183,6 +188,7 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"device", 1, 0, O_DEVICE},
                                        {"fallback", 0, 0, O_FALLBACK},
                                        {"transform", 1, 0, O_XFORM},
+                                       {"crop", 1, 0, O_CROP},
                                        {"sweep", 0, 0, O_SWEEP},
                                        {"sweep-threads", 1, 0, O_SW_T},
                                        {"sweep-prefetch", 1, 0, O_SW_P},
@@ -359,7 +365,18 @@ static int parse_args(int argc, char **argv, opts *o)
             if ((!train && !eval) ||
                 (*rest && (*rest != ':' || !cli_parse_u64(rest + 1, &v) || !v || v > 8192)))
                 return bad("--transform", optarg);
+            if (o->ro.transform) return bad("--transform (with --crop)", optarg);
             stk_transform_imagenet(&o->xf, train, (uint32_t)v);
+            o->ro.transform = &o->xf;
+            break;
+        }
+        case O_CROP: {
+            int rnd = !strncmp(optarg, "random:", 7), ctr = !strncmp(optarg, "center:", 7);
+            if ((!rnd && !ctr) || !cli_parse_u64(optarg + 7, &v) || !v || v > 8192 || o->ro.transform)
+                return bad("--crop", optarg);
+            stk_transform_imagenet(&o->xf, rnd, (uint32_t)v);
+            o->xf.dtype = STK_DT_U8;
+            o->xf.layout = STK_IMAGE_NHWC;
             o->ro.transform = &o->xf;
             break;
         }

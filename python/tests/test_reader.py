@@ -267,6 +267,27 @@ def test_array_fields_give_one_array_per_record(ds_aspect):
     assert n == 30
 
 
+def test_array_fields_cropped_on_the_workers(ds_aspect):
+    """A transform over images of their own size: the workers crop and resize each to `size`; eval is
+    torchvision's Resize(round(S / 0.875)) + CenterCrop(S) on the PIL image, within a level."""
+    tvf = pytest.importorskip("torchvision.transforms.functional")
+    Image = pytest.importorskip("PIL.Image")
+    with stoker.Reader(ds_aspect, batch_size=30) as r:
+        b = next(iter(r))
+        whole = {int(rec): img for rec, img in zip(b.records, b["image"])}
+    t = stoker.Transform(dtype="uint8", layout="NHWC", crop="center", size=8)
+    with stoker.Reader(ds_aspect, batch_size=30, transform=t) as r:
+        b = next(iter(r))
+        assert b["image"].shape == (30, 8, 8, 3) and b["image"].dtype == np.uint8
+        for rec, got in zip(b.records, b["image"]):
+            pil = Image.fromarray(whole[int(rec)])
+            want = np.asarray(tvf.center_crop(tvf.resize(pil, 9, interpolation=tvf.InterpolationMode.BILINEAR), 8))
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, int(rec)
+    with stoker.Reader(ds_aspect, batch_size=6, order="shuffle", transform=stoker.Transform.imagenet(True, 8)) as r:
+        b = next(iter(r))
+        assert b["image"].shape == (6, 3, 8, 8) and b["image"].dtype == np.float32
+
+
 def test_array_fields_as_torch(ds_aspect):
     torch = pytest.importorskip("torch")
     with stoker.Reader(ds_aspect, batch_size=5, output="torch") as r:

@@ -1,0 +1,267 @@
+/* tests/reader/test_load_crop.c - images of their own size (array fields
+ * u8[*,*,3], raw and JPEG) cropped and resized on the workers.
+ *
+ * The expected pixels are made here from the stored image: the box drawn by
+ * stk__xform_box (its distribution against torchvision's is test_crop.c's
+ * job), the crop cut out by hand, resampled with the shared filter
+ * (image/resize.c, checked against Pillow by the packer's tests), mirrored
+ * by hand; eval boxes from torchvision's Resize + CenterCrop arithmetic,
+ * written out again below. Every order and thread count gives the same
+ * pixels for a record; a JPEG field gives the crops of its decoded image;
+ * the host backend's normalised f32 output is the u8 crop over 255. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "device.h"
+#include "resize.h"
+
+#define N 60
+#define OUT 20
+
+static void image_of(uint64_t i, uint8_t *px, uint64_t *h, uint64_t *w)
+{
+    *h = 8 + (i * 7) % 37;
+    *w = 8 + (i * 11) % 41;
+    for (uint64_t y = 0; y < *h; y++)
+        for (uint64_t x = 0; x < *w; x++)
+            for (int c = 0; c < 3; c++)
+                px[(y * *w + x) * 3 + c] = (uint8_t)((x * 9 + y * 5 + (uint64_t)c * 70 + i * 13) ^ (x * y));
+}
+
+/* image u8[*,*,3] (raw, or JPEG q95 4:4:4), label i64 */
+static void write_ds(const char *dir, int jpeg)
+{
+    stk_schema s;
+    stk_schema_init(&s);
+    const uint64_t any[3] = {0, 0, 3};
+    ck_assert_int_eq(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, NULL), 0);
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, NULL), 0);
+    if (jpeg) ck_assert_int_eq(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, NULL), 0);
+    stk_dataset_options o = {.force = 1, .records_per_shard = 25};
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    tjhandle tj = tjInitCompress();
+    for (uint64_t i = 0; i < N; i++) {
+        uint8_t px[64 * 64 * 3];
+        uint64_t dims[2];
+        image_of(i, px, &dims[0], &dims[1]);
+        int64_t label = (int64_t)i;
+        unsigned char *jb = NULL;
+        unsigned long jn = 0;
+        if (jpeg)
+            ck_assert_int_eq(
+                tjCompress2(tj, px, (int)dims[1], 0, (int)dims[0], TJPF_RGB, &jb, &jn, TJSAMP_444, 95, 0), 0);
+        stk_value v[2] = {{jpeg ? (void *)jb : px, jpeg ? jn : dims[0] * dims[1] * 3}, {&label, 8}};
+        ck_assert_msg(stk_dataset_writer_append_dims(dw, v, dims, &e) == 0, "%s", e.msg);
+        tjFree(jb);
+    }
+    tjDestroy(tj);
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
+}
+
+/* The stored image of record i as a reader sees it (a JPEG decoded). */
+static void stored(uint64_t i, int jpeg, uint8_t *px, uint64_t *h, uint64_t *w)
+{
+    image_of(i, px, h, w);
+    if (!jpeg) return;
+    tjhandle c = tjInitCompress(), d = tjInitDecompress();
+    unsigned char *jb = NULL;
+    unsigned long jn = 0;
+    ck_assert_int_eq(tjCompress2(c, px, (int)*w, 0, (int)*h, TJPF_RGB, &jb, &jn, TJSAMP_444, 95, 0), 0);
+    ck_assert_int_eq(tjDecompress2(d, jb, jn, px, (int)*w, 0, (int)*h, TJPF_RGB, 0), 0);
+    tjFree(jb);
+    tjDestroy(c);
+    tjDestroy(d);
+}
+
+/* torchvision CenterCrop's offset, int(round(d / 2.0)) */
+static uint64_t py_centre(uint64_t d) { return (uint64_t)nearbyint((double)d / 2.0); }
+
+static void expected(const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t i, int jpeg,
+                     uint8_t *out)
+{
+    uint8_t px[64 * 64 * 3], crop[64 * 64 * 3];
+    uint64_t h, w;
+    stored(i, jpeg, px, &h, &w);
+    stk__crop_box box;
+    stk__xform_box(t, (uint32_t)h, (uint32_t)w, seed, epoch, i, &box);
+    stk__resizer *rs = stk__resizer_new();
+    stk__rect all = {0, 0, OUT, OUT};
+    if (t->crop == STK_CROP_RANDOM_RESIZED) {
+        for (int32_t y = 0; y < box.h; y++)
+            memcpy(crop + (size_t)y * box.w * 3, px + ((size_t)(box.y0 + y) * w + (size_t)box.x0) * 3,
+                   (size_t)box.w * 3);
+        stk__rgb_view v = {crop, (uint32_t)box.w, (uint32_t)box.h, (size_t)box.w * 3};
+        ck_assert_int_eq(stk__resize(rs, &v, OUT, OUT, &all, out, OUT * 3), 0);
+    } else { /* Resize(round(OUT / 0.875)) + CenterCrop(OUT) */
+        uint64_t r = (uint64_t)round(OUT / 0.875), sh = h < w ? h : w, lg = h < w ? w : h;
+        uint64_t g = (uint64_t)((double)(r * lg) / (double)sh), rh = h <= w ? r : g, rw = h <= w ? g : r;
+        stk__rect win = {py_centre(rw - OUT), py_centre(rh - OUT), OUT, OUT};
+        stk__rgb_view v = {px, (uint32_t)w, (uint32_t)h, (size_t)w * 3};
+        ck_assert_int_eq(stk__resize(rs, &v, rw, rh, &win, out, OUT * 3), 0);
+    }
+    stk__resizer_free(rs);
+    if (box.flip)
+        for (int y = 0; y < OUT; y++)
+            for (int x = 0; x < OUT / 2; x++)
+                for (int c = 0; c < 3; c++) {
+                    uint8_t *a = out + (y * OUT + x) * 3 + c, *b = out + (y * OUT + OUT - 1 - x) * 3 + c,
+                            s = *a;
+                    *a = *b, *b = s;
+                }
+}
+
+static void run_reader(const char *dir, int crop, int order, unsigned threads, uint8_t got[N][OUT * OUT * 3])
+{
+    stk_transform t;
+    stk_transform_imagenet(&t, crop == STK_CROP_RANDOM_RESIZED, OUT);
+    t.dtype = STK_DT_U8;
+    t.layout = STK_IMAGE_NHWC;
+    t.crop = crop;
+    stk_reader_options o = tu_reader_options(7, order);
+    o.seed = 5;
+    o.threads = threads;
+    o.tail = STK_TAIL_PARTIAL;
+    o.transform = &t;
+    o.verify = STK_VERIFY_ALWAYS;
+    stk_reader *r = tu_open_reader(dir, &o);
+    stk_error e;
+    uint64_t seen = 0;
+    for (int b_i = 0; b_i < 9; b_i++) { /* epoch 0: 60 / 7 -> 9 batches */
+        const stk_batch *b = stk_reader_next(r, &e);
+        ck_assert_msg(b != NULL, "%s", e.msg);
+        const stk_batch_field *f = &b->fields[0];
+        ck_assert_int_eq(f->kind, STK_KIND_TENSOR);
+        ck_assert_int_eq(f->dtype, STK_DT_U8);
+        ck_assert_uint_eq(f->ndim, 4);
+        ck_assert(f->shape[1] == OUT && f->shape[2] == OUT && f->shape[3] == 3);
+        ck_assert(!f->zero_copy && f->data != NULL);
+        for (uint32_t j = 0; j < b->size; j++) {
+            ck_assert_int_eq(((const int64_t *)b->fields[1].data)[j], (int64_t)b->records[j]);
+            memcpy(got[b->records[j]], (const uint8_t *)f->data + (size_t)j * OUT * OUT * 3, OUT * OUT * 3);
+        }
+        seen += b->size;
+    }
+    ck_assert_uint_eq(seen, N);
+    stk_reader_close(r);
+}
+
+START_TEST(test_crops_match_reference)
+{
+    int jpeg = _i;
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, jpeg ? "lc-jpeg" : "lc-raw");
+    write_ds(dir, jpeg);
+    static uint8_t got[N][OUT * OUT * 3], first[N][OUT * OUT * 3], want[OUT * OUT * 3];
+    for (int crop = STK_CROP_CENTER; crop <= STK_CROP_RANDOM_RESIZED; crop++) {
+        stk_transform t;
+        stk_transform_imagenet(&t, crop == STK_CROP_RANDOM_RESIZED, OUT);
+        t.crop = crop;
+        int flips = 0, shifted = 0;
+        for (int order = STK_ORDER_SEQUENTIAL; order <= STK_ORDER_QUASI; order++)
+            for (unsigned threads = 1; threads <= 3; threads += 2) {
+                run_reader(dir, crop, order, threads, got);
+                if (order == STK_ORDER_SEQUENTIAL && threads == 1) {
+                    for (uint64_t i = 0; i < N; i++) {
+                        expected(&t, 5, 0, i, jpeg, want);
+                        ck_assert_msg(memcmp(got[i], want, sizeof want) == 0,
+                                      "%s crop %d record %llu differs", jpeg ? "jpeg" : "raw", crop,
+                                      (unsigned long long)i);
+                        stk__crop_box box;
+                        uint8_t px[64 * 64 * 3];
+                        uint64_t h, w;
+                        image_of(i, px, &h, &w);
+                        stk__xform_box(&t, (uint32_t)h, (uint32_t)w, 5, 0, i, &box);
+                        flips += box.flip;
+                        shifted += box.x0 > 0 || box.y0 > 0;
+                    }
+                    memcpy(first, got, sizeof got);
+                } else {
+                    ck_assert_msg(memcmp(first, got, sizeof got) == 0, "order %d, %u threads: other pixels",
+                                  order, threads);
+                }
+            }
+        if (crop == STK_CROP_RANDOM_RESIZED) ck_assert(flips > 10 && flips < N - 10 && shifted > N / 2);
+    }
+}
+END_TEST
+
+/* The host backend normalises the workers' crops: f32 NCHW = u8 / 255. */
+START_TEST(test_host_backend_normalises_crops)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, "lc-host");
+    write_ds(dir, 0);
+    static uint8_t u8[N][OUT * OUT * 3];
+    run_reader(dir, STK_CROP_RANDOM_RESIZED, STK_ORDER_SHUFFLE, 2, u8);
+    stk_transform t;
+    stk_transform_imagenet(&t, 1, OUT);
+    for (int c = 0; c < 3; c++) t.mean[c] = 0, t.std[c] = 1;
+    stk_reader_options o = tu_reader_options(7, STK_ORDER_SHUFFLE);
+    o.seed = 5;
+    o.threads = 2;
+    o.tail = STK_TAIL_PARTIAL;
+    o.device = STK_DEVICE_HOST;
+    o.transform = &t;
+    stk_reader *r = tu_open_reader(dir, &o);
+    stk_error e;
+    for (int b_i = 0; b_i < 9; b_i++) {
+        const stk_batch *b = stk_reader_next(r, &e);
+        ck_assert_msg(b != NULL, "%s", e.msg);
+        ck_assert_msg(stk_reader_synchronize(r, &e) == 0, "%s", e.msg);
+        const stk_batch_field *f = &b->fields[0];
+        ck_assert_int_eq(f->dtype, STK_DT_F32);
+        ck_assert(f->shape[1] == 3 && f->shape[2] == OUT && f->shape[3] == OUT);
+        const float *p = f->data;
+        for (uint32_t j = 0; j < b->size; j++)
+            for (int c = 0; c < 3; c++)
+                for (int y = 0; y < OUT; y++)
+                    for (int x = 0; x < OUT; x++) {
+                        float v = p[(((size_t)j * 3 + c) * OUT + y) * OUT + x];
+                        float want = u8[b->records[j]][(y * OUT + x) * 3 + c] / 255.0f;
+                        ck_assert_msg(fabsf(v - want) < 1e-5f, "record %llu (%d,%d,%d): %f, want %f",
+                                      (unsigned long long)b->records[j], c, y, x, v, want);
+                    }
+    }
+    stk_reader_close(r);
+}
+END_TEST
+
+START_TEST(test_refusals)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, "lc-refuse");
+    write_ds(dir, 0);
+    stk_transform t;
+    stk_transform_imagenet(&t, 1, 0); /* no output size */
+    t.dtype = STK_DT_U8;
+    t.layout = STK_IMAGE_NHWC;
+    stk_reader_options o = tu_reader_options(4, STK_ORDER_SEQUENTIAL);
+    o.transform = &t;
+    stk_error e;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    tu_assert_error(&e, STK_E_ARG, "give the output size");
+    t.out_height = t.out_width = 16;
+    t.dtype = STK_DT_F32; /* normalising needs a device (the host backend) */
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    tu_assert_error(&e, STK_E_ARG, "needs a device");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("load_crop");
+    TCase *tc = tcase_create("load_crop");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_crops_match_reference, 0, 2);
+    tcase_add_test(tc, test_host_backend_normalises_crops);
+    tcase_add_test(tc, test_refusals);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
