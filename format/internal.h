@@ -97,6 +97,15 @@ static inline bool stk__columns_len(const stk_field *f, uint64_t records, uint64
     return true;
 }
 
+/* Field 0 is an uncompressed array field: the canonical placement puts its
+ * heap first, right after the header, so that a writer streams the values
+ * (images of their own size) to the file before it knows how many records
+ * the shard will hold (spec/FORMAT.md 4.5). */
+static inline bool stk__heap_first(const stk_schema *s)
+{
+    return s->nfields && s->fields[0].kind == STK_KIND_ARRAY && s->fields[0].codec != STK_CODEC_ZSTD;
+}
+
 /* Bytes before a compressed field's block table in its data region (the
  * columns; the layout has checked them for overflow). */
 static inline uint64_t stk__block_table_at(const stk_field *f, uint64_t records)

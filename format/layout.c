@@ -302,6 +302,13 @@ int stk__layout_place(stk__layout *L, stk_error *err)
     align_ok(L->header_size, a, &off);
     for (uint32_t i = 0; i < L->schema.nfields; i++) {
         stk__region *r = &L->region[i];
+        if (i == 0 && stk__heap_first(&L->schema)) { /* the heap, then the columns */
+            r->heap_off = off;
+            if (!add_ok(off, r->heap_len, &off) || !align_ok(off, a, &off)) goto overflow;
+            r->data_off = off;
+            if (!add_ok(off, r->data_len, &off) || !align_ok(off, a, &off)) goto overflow;
+            continue;
+        }
         r->data_off = off;
         if (!add_ok(off, r->data_len, &off) || !align_ok(off, a, &off)) goto overflow;
         if (stk__field_has_heap(&L->schema.fields[i]) || stk__field_compressed(&L->schema.fields[i])) {

@@ -144,7 +144,10 @@ stk_writer *stk_writer_create(const char *path, const stk_schema *schema, stk_er
         w->table[f].len = 16;
         if (!w->cctx && !(w->cctx = ZSTD_createCCtx())) goto nomem;
     }
-    w->direct = schema->fields[0].kind == STK_KIND_TENSOR && !stk__field_compressed(&schema->fields[0]);
+    /* field 0's values go straight to the file: a tensor's region, or an
+     * array's heap (placed first for that, stk__heap_first) */
+    w->direct = (schema->fields[0].kind == STK_KIND_TENSOR && !stk__field_compressed(&schema->fields[0])) ||
+                stk__heap_first(schema);
     align_ok(stk__header_size(schema->nfields), STK_ALIGN, &w->direct_off);
     if (w->direct && !buf_reserve(&w->direct_buf, DIRECT_BUF)) goto nomem;
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -340,14 +343,13 @@ static int append(stk_writer *w, const stk_value *v, const uint64_t *dims, const
         uint64_t h = f == 0 && pre ? pre->hash : stk_hash(v[f].data ? v[f].data : "", (size_t)v[f].size);
         wr64(w->cksum.p + w->cksum.len, h);
         w->cksum.len += 8;
-        if (f == 0 && w->direct) continue;
-        bool z = stk__field_compressed(&s->fields[f]);
+        bool z = stk__field_compressed(&s->fields[f]), on_disk = f == 0 && w->direct;
         buf_t *dst = z ? &w->raw[f] : &w->spool[f];
-        if (v[f].size) memcpy(dst->p + dst->len, v[f].data, (size_t)v[f].size);
-        dst->len += (size_t)v[f].size;
-        w->raw_total[f] += z ? v[f].size : 0;
+        if (v[f].size && !on_disk) memcpy(dst->p + dst->len, v[f].data, (size_t)v[f].size);
+        if (!on_disk) dst->len += (size_t)v[f].size;
+        w->raw_total[f] += z || on_disk ? v[f].size : 0; /* a streamed heap: its length so far */
         if (stk__field_has_heap(&s->fields[f])) {
-            wr64(w->offsets[f].p + w->offsets[f].len, z ? w->raw_total[f] : w->spool[f].len);
+            wr64(w->offsets[f].p + w->offsets[f].len, z || on_disk ? w->raw_total[f] : w->spool[f].len);
             w->offsets[f].len += 8;
         }
         for (unsigned k = 0; k < stk_field_var_dims(&s->fields[f]); k++) {
@@ -524,7 +526,8 @@ static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value 
         } else {
             r->stride = 8;
             r->data_len = w->offsets[f].len + w->dims[f].len + (extra ? 8 + 8 * stk_field_var_dims(fd) : 0);
-            r->heap_len = w->spool[f].len + (extra ? extra[f].size : 0);
+            r->heap_len =
+                (f == 0 && w->direct ? w->raw_total[0] : w->spool[f].len) + (extra ? extra[f].size : 0);
         }
     }
     return stk__layout_place(L, err);
