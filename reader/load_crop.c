@@ -11,21 +11,53 @@
  * mirrored when the draw says so. Eval (STK_CROP_CENTER) is the ImageNet
  * recipe: the shorter side to round(S / 0.875), then the central S x S
  * (torchvision Resize + CenterCrop). STK_CROP_NONE stretches the whole image.
- * JPEG values are decoded whole by TurboJPEG first (a decode limited to the
- * crop, and DCT scaling, are still to come: see bench/README.md). */
+ * A JPEG value under a random crop is decoded only as far as the crop needs
+ * (libjpeg's API, since TurboJPEG 2.1's cannot crop): the rows above it are
+ * skipped (jpeg_skip_scanlines: entropy-decoded, not transformed), its
+ * columns alone are transformed and converted (jpeg_crop_scanline, widened to
+ * iMCU boundaries), and decoding stops at its last row. The pixels are those
+ * of a whole decode. Eval and whole-image crops decode whole (TurboJPEG). */
 #include "reader_impl.h"
 #include "resize.h"
 
 #include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
 
+#include <jpeglib.h>
+
+/* libjpeg reports errors through error_exit, which must not return (its
+ * default calls exit()): jump back; a warning (corrupt data it worked
+ * around) is an error here too, as it is for pack. */
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} jerr_t;
+
+static void on_error(j_common_ptr ci)
+{
+    jerr_t *e = (jerr_t *)(void *)ci->err;
+    ci->err->format_message(ci, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void on_message(j_common_ptr ci, int level)
+{
+    if (level < 0) on_error(ci); /* warnings; trace messages (level > 0) are ignored */
+}
+
 struct stk__cropper {
     stk__resizer *rs;
-    tjhandle tj; /* JPEG fields: the decoder, made on first use */
+    tjhandle tj; /* JPEG fields: the whole-image decoder, made on first use */
     uint8_t *px; /* a decoded JPEG */
     size_t px_cap;
+    struct jpeg_decompress_struct ci; /* the cropping decoder, kept: no pools */
+    jerr_t je;                        /* to build per image                  */
+    int ci_made;
 };
 
 stk__cropper *stk__cropper_new(void)
@@ -41,6 +73,7 @@ stk__cropper *stk__cropper_new(void)
 void stk__cropper_free(stk__cropper *c)
 {
     if (!c) return;
+    if (c->ci_made) jpeg_destroy_decompress(&c->ci);
     stk__resizer_free(c->rs);
     if (c->tj) tjDestroy(c->tj);
     free(c->px);
@@ -78,16 +111,77 @@ static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_
     return STK_OK;
 }
 
+/* Rows [y0, y0 + h) and at least columns [x0, x0 + w) of a JPEG of H x W,
+ * into c->px; *at is where column x0 of the first row lands, *stride the
+ * row length. */
+static int decode_region(stk__cropper *c, const void *data, uint64_t size, uint32_t H, uint32_t W,
+                         uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, uint64_t record,
+                         const uint8_t **at, size_t *stride, stk_error *err)
+{
+    struct jpeg_decompress_struct *ci = &c->ci;
+    if (setjmp(c->je.jb)) {
+        jpeg_abort_decompress(ci); /* back to a clean object for the next image */
+        return stk_error_set(err, STK_E_FORMAT, "record %llu: the JPEG does not decode: %s",
+                             (unsigned long long)record, c->je.msg);
+    }
+    if (!c->ci_made) {
+        ci->err = jpeg_std_error(&c->je.pub);
+        c->je.pub.error_exit = on_error;
+        c->je.pub.emit_message = on_message;
+        jpeg_create_decompress(ci);
+        c->ci_made = 1;
+    }
+    jpeg_mem_src(ci, data, (unsigned long)size);
+    jpeg_read_header(ci, TRUE);
+    if (ci->image_width != W || ci->image_height != H || ci->num_components != 3) {
+        snprintf(c->je.msg, sizeof c->je.msg, "its header does not give its %ux%u shape with 3 components", W,
+                 H);
+        longjmp(c->je.jb, 1);
+    }
+    ci->out_color_space = JCS_RGB;
+    jpeg_start_decompress(ci);
+    JDIMENSION xoff = x0, cw = w;
+    jpeg_crop_scanline(ci, &xoff, &cw); /* widened to whole iMCU columns */
+    size_t row = (size_t)cw * 3, need = row * h;
+    if (need > c->px_cap) {
+        uint8_t *p = realloc(c->px, need);
+        if (!p) {
+            snprintf(c->je.msg, sizeof c->je.msg, "out of memory for a %ux%u crop", cw, h);
+            longjmp(c->je.jb, 1);
+        }
+        c->px = p;
+        c->px_cap = need;
+    }
+    if (y0 && jpeg_skip_scanlines(ci, y0) != y0) {
+        snprintf(c->je.msg, sizeof c->je.msg, "it ends before row %u of %u", y0, H);
+        longjmp(c->je.jb, 1);
+    }
+    for (uint32_t y = 0; y < h;) { /* as many rows a call as libjpeg makes at once */
+        JSAMPROW rows[16];
+        JDIMENSION n = h - y < 16 ? h - y : 16;
+        for (JDIMENSION k = 0; k < n; k++) rows[k] = c->px + row * (y + k);
+        JDIMENSION got = jpeg_read_scanlines(ci, rows, n);
+        if (got == 0) {
+            snprintf(c->je.msg, sizeof c->je.msg, "it ends at row %u of %u", y0 + y, H);
+            longjmp(c->je.jb, 1);
+        }
+        y += got;
+    }
+    jpeg_abort_decompress(ci); /* the rows below the crop are never decoded */
+    *at = c->px + (size_t)(x0 - xoff) * 3;
+    *stride = row;
+    return STK_OK;
+}
+
 static void mirror(uint8_t *img, uint32_t w, uint32_t h)
 {
     for (uint32_t y = 0; y < h; y++) {
-        uint8_t *row = img + (size_t)y * w * 3;
-        for (uint32_t a = 0, b = w - 1; a < b; a++, b--)
-            for (int k = 0; k < 3; k++) {
-                uint8_t t = row[3 * a + k];
-                row[3 * a + k] = row[3 * b + k];
-                row[3 * b + k] = t;
-            }
+        uint8_t *a = img + (size_t)y * w * 3, *b = a + (size_t)(w - 1) * 3;
+        for (; a < b; a += 3, b -= 3) { /* one pixel each way per turn */
+            uint8_t t0 = a[0], t1 = a[1], t2 = a[2];
+            a[0] = b[0], a[1] = b[1], a[2] = b[2];
+            b[0] = t0, b[1] = t1, b[2] = t2;
+        }
     }
 }
 
@@ -100,17 +194,29 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
                              (unsigned long long)record, (unsigned long long)dims[1],
                              (unsigned long long)dims[0]);
     uint32_t H = (uint32_t)dims[0], W = (uint32_t)dims[1], oh = t->out_height, ow = t->out_width;
-    int rc = jpeg ? decode_jpeg(c, value, size, H, W, record, err) : STK_OK;
-    if (rc) return rc;
-    stk__rgb_view src = {jpeg ? c->px : value, W, H, (size_t)W * 3};
     stk__crop_box box;
     stk__xform_box(t, H, W, seed, epoch, record, &box);
+    int rc, rrc = t->crop == STK_CROP_RANDOM_RESIZED;
+    stk__rgb_view src = {value, W, H, (size_t)W * 3};
+    if (jpeg && rrc) { /* the crop's region alone */
+        const uint8_t *at;
+        size_t stride;
+        if ((rc = decode_region(c, value, size, H, W, (uint32_t)box.x0, (uint32_t)box.y0, (uint32_t)box.w,
+                                (uint32_t)box.h, record, &at, &stride, err)))
+            return rc;
+        src = (stk__rgb_view){at, (uint32_t)box.w, (uint32_t)box.h, stride};
+    } else if (jpeg) {
+        if ((rc = decode_jpeg(c, value, size, H, W, record, err))) return rc;
+        src.data = c->px;
+    }
     uint64_t rw = ow, rh = oh;
     stk__rect win = {0, 0, ow, oh};
-    if (t->crop == STK_CROP_RANDOM_RESIZED) {
+    if (rrc && !jpeg) {
         src.data += ((size_t)box.y0 * W + (size_t)box.x0) * 3;
         src.w = (uint32_t)box.w;
         src.h = (uint32_t)box.h;
+    } else if (rrc) {
+        /* decode_region made src the crop */
     } else if (t->crop == STK_CROP_CENTER) { /* Resize(round(S / 0.875)) + CenterCrop(S) */
         uint32_t s = oh < ow ? oh : ow, lo = H < W ? H : W, hi = H < W ? W : H;
         uint64_t r = (uint64_t)lround(s / 0.875), g = (uint64_t)((double)(r * hi) / (double)lo);

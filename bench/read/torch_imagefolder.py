@@ -15,8 +15,11 @@ batches are taken untimed (worker start-up), then batches are taken until
 Prints one line per configuration, "RESULT torch_imagefolder_w<W> <images/s>
 images/s" for each and "RESULT torch_imagefolder_best <images/s> images/s w<W>".
 
+With --crop random the transform is the training one instead:
+RandomResizedCrop(N) + RandomHorizontalFlip + PILToTensor (bench/load).
+
 Usage: /usr/bin/python3 torch_imagefolder.py DIR [--size 256] [--workers 0,1,2]
-       [--batch 256] [--seconds 15] [--warmup W] [--seed 0]
+       [--batch 256] [--seconds 15] [--warmup W] [--seed 0] [--crop center|random]
 """
 import argparse
 import os
@@ -42,11 +45,16 @@ def main():
     ap.add_argument("--warmup", type=int, default=-1,
                     help="untimed batches first; default max(1, workers): the first round, which all workers start together")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--crop", choices=("center", "random"), default="center")
     a = ap.parse_args()
-    tf = T.Compose([T.Resize(a.size), T.CenterCrop(a.size), T.PILToTensor()])
+    if a.crop == "random":
+        tf = T.Compose([T.RandomResizedCrop(a.size), T.RandomHorizontalFlip(), T.PILToTensor()])
+    else:
+        tf = T.Compose([T.Resize(a.size), T.CenterCrop(a.size), T.PILToTensor()])
     ds = datasets.ImageFolder(a.dir, transform=tf)
     print(f"torch_imagefolder: torch {torch.__version__} torchvision {torchvision.__version__}, "
-          f"{len(ds)} images in {len(ds.classes)} classes, Resize({a.size})+CenterCrop({a.size})+PILToTensor, "
+          f"{len(ds)} images in {len(ds.classes)} classes, "
+          f"{'RandomResizedCrop+flip' if a.crop == 'random' else f'Resize({a.size})+CenterCrop'}({a.size})+PILToTensor, "
           f"batch {a.batch}, {a.seconds:g} s per configuration", flush=True)
     best = None
     for w in (int(x) for x in a.workers.split(",")):

@@ -1,0 +1,176 @@
+/* load_bench - the image pipeline at load against its limit.
+ *
+ *   load_bench DATASET --mode crop|decode [--threads N] [--size S] [--batch B]
+ *              [--seconds X] [--dtype u8|f32] [--eval]
+ *
+ * crop:   libstoker's reader, shuffled, batches of B: RandomResizedCrop(S) +
+ *         flip of the 'image' field (images of their own size: on the worker
+ *         threads; a square field: through the host backend), u8 NHWC, or
+ *         with --dtype f32 normalised to f32 NCHW by the host backend.
+ * decode: the limit: TurboJPEG decoding the dataset's stored JPEGs (an
+ *         'image' field with codec jpeg) at full size to RGB, on N threads,
+ *         each over its own share, round and round.
+ * After one untimed pass (first touch of buffers), images are counted for
+ * X seconds. Prints "RESULT <name> <images/s>". */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <turbojpeg.h>
+
+#include "stoker/reader.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void die(const char *what, const char *msg)
+{
+    fprintf(stderr, "load_bench: %s: %s\n", what, msg);
+    exit(1);
+}
+
+typedef struct {
+    const stk_value *v;
+    const uint64_t *hw; /* height, width per value */
+    size_t n;
+    double seconds;
+    uint64_t done;
+} share_t;
+
+static void decode_one(share_t *s, tjhandle tj, size_t k, uint8_t **px, size_t *cap)
+{
+    size_t need = (size_t)(s->hw[2 * k] * s->hw[2 * k + 1] * 3);
+    if (need > *cap && !(*px = realloc(*px, *cap = need))) die("decode", "out of memory");
+    if (tjDecompress2(tj, s->v[k].data, (unsigned long)s->v[k].size, *px, (int)s->hw[2 * k + 1], 0,
+                      (int)s->hw[2 * k], TJPF_RGB, 0) != 0)
+        die("decode", tjGetErrorStr2(tj));
+}
+
+static void *decode_loop(void *arg)
+{
+    share_t *s = arg;
+    tjhandle tj = tjInitDecompress();
+    uint8_t *px = NULL;
+    size_t cap = 0;
+    for (size_t k = 0; k < s->n; k++) decode_one(s, tj, k, &px, &cap); /* untimed: first touch */
+    double t0 = now();
+    for (size_t k = 0;; k = (k + 1) % s->n) {
+        decode_one(s, tj, k, &px, &cap);
+        if ((++s->done & 15) == 0 && now() - t0 >= s->seconds) break;
+    }
+    s->seconds = now() - t0;
+    free(px);
+    tjDestroy(tj);
+    return NULL;
+}
+
+static double run_decode(const char *path, unsigned threads, double seconds)
+{
+    stk_error e;
+    stk_dataset *ds = stk_dataset_open(path, &e);
+    if (!ds) die(path, e.msg);
+    int f = stk_schema_find(stk_dataset_schema(ds), "image");
+    if (f < 0 || stk_dataset_schema(ds)->fields[f].codec != STK_CODEC_JPEG)
+        die(path, "no JPEG 'image' field");
+    size_t n = (size_t)stk_dataset_records(ds);
+    stk_value *v = malloc(n * sizeof *v);
+    uint64_t *hw = malloc(2 * n * sizeof *hw);
+    for (size_t i = 0; i < n; i++) {
+        size_t s;
+        uint64_t local, dims[STK_MAX_DIMS];
+        if (stk_dataset_value(ds, (unsigned)f, i, &v[i].data, &v[i].size, &e) ||
+            stk_dataset_locate(ds, i, &s, &local, &e) ||
+            stk_shard_value_shape(stk_dataset_shard(ds, s), (unsigned)f, local, dims, &e))
+            die(path, e.msg);
+        hw[2 * i] = dims[0], hw[2 * i + 1] = dims[1];
+    }
+    pthread_t th[64];
+    share_t sh[64];
+    size_t per = n / threads;
+    for (unsigned t = 0; t < threads; t++) {
+        sh[t] = (share_t){v + t * per, hw + 2 * t * per, per, seconds, 0};
+        pthread_create(&th[t], NULL, decode_loop, &sh[t]);
+    }
+    double rate = 0;
+    for (unsigned t = 0; t < threads; t++) {
+        pthread_join(th[t], NULL);
+        rate += (double)sh[t].done / sh[t].seconds;
+    }
+    free(v);
+    free(hw);
+    stk_dataset_close(ds);
+    return rate;
+}
+
+static double run_crop(const char *path, unsigned threads, uint32_t size, uint32_t batch, double seconds,
+                       int f32, int eval)
+{
+    stk_error e;
+    stk_dataset *ds = stk_dataset_open(path, &e);
+    if (!ds) die(path, e.msg);
+    int f = stk_schema_find(stk_dataset_schema(ds), "image");
+    if (f < 0) die(path, "no 'image' field");
+    int square = stk_dataset_schema(ds)->fields[f].kind == STK_KIND_TENSOR;
+    uint64_t n = stk_dataset_records(ds);
+    stk_transform t;
+    stk_transform_imagenet(&t, !eval, size);
+    if (!f32) t.dtype = STK_DT_U8, t.layout = STK_IMAGE_NHWC;
+    stk_reader_options o;
+    stk_reader_options_init(&o);
+    o.batch_size = batch;
+    o.order = STK_ORDER_SHUFFLE;
+    o.threads = threads;
+    o.rank = 0, o.world_size = 1;
+    o.fields = "image";
+    o.transform = &t;
+    o.device = f32 || square ? STK_DEVICE_HOST : STK_DEVICE_NONE;
+    stk_reader *r = stk_reader_open_dataset(ds, &o, &e);
+    if (!r) die(path, e.msg);
+    uint64_t warm = n / batch + 1, imgs = 0; /* one epoch untimed */
+    for (uint64_t b = 0; b < warm; b++)
+        if (!stk_reader_next(r, &e) || stk_reader_synchronize(r, &e)) die(path, e.msg);
+    double t0 = now(), el = 0;
+    while ((el = now() - t0) < seconds) {
+        const stk_batch *b = stk_reader_next(r, &e);
+        if (!b || stk_reader_synchronize(r, &e)) die(path, e.msg);
+        imgs += b->size;
+    }
+    stk_reader_close(r);
+    stk_dataset_close(ds);
+    return (double)imgs / el;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL, *mode = "crop";
+    unsigned threads = 1;
+    uint32_t size = 224, batch = 256;
+    double seconds = 5;
+    int f32 = 0, eval = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(a, "--mode")) mode = v, i++;
+        else if (!strcmp(a, "--threads")) threads = (unsigned)atoi(v), i++;
+        else if (!strcmp(a, "--size")) size = (uint32_t)atoi(v), i++;
+        else if (!strcmp(a, "--batch")) batch = (uint32_t)atoi(v), i++;
+        else if (!strcmp(a, "--seconds")) seconds = atof(v), i++;
+        else if (!strcmp(a, "--dtype")) f32 = !strcmp(v, "f32"), i++;
+        else if (!strcmp(a, "--eval")) eval = 1;
+        else if (a[0] == '-') die(a, "unknown option (see the comment at the top of load_bench.c)");
+        else path = a;
+    }
+    if (!path || !threads || threads > 64 || !size || !batch)
+        die("usage", "load_bench DATASET --mode crop|decode ...");
+    if (!strcmp(mode, "decode"))
+        printf("RESULT decode_t%u %.1f images/s\n", threads, run_decode(path, threads, seconds));
+    else
+        printf("RESULT crop%s%s_t%u %.1f images/s\n", eval ? "_eval" : "", f32 ? "_f32" : "", threads,
+               run_crop(path, threads, size, batch, seconds, f32, eval));
+    return 0;
+}
