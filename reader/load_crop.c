@@ -9,8 +9,10 @@
  * resampled with pack's filter (image/resize.c: Pillow's antialiased
  * bilinear, torchvision's Resize(antialias=True) on a PIL image), then
  * mirrored when the draw says so. Eval (STK_CROP_CENTER) is the ImageNet
- * recipe: the shorter side to round(S / 0.875), then the central S x S
- * (torchvision Resize + CenterCrop). STK_CROP_NONE stretches the whole image.
+ * recipe for images of their own size: the shorter side to round(S / 0.875),
+ * then the central S x S (torchvision Resize + CenterCrop); for square images
+ * (resized by pack already) the central S x S, as on the device.
+ * STK_CROP_NONE stretches the whole image.
  * A JPEG value under a random crop is decoded only as far as the crop needs
  * (libjpeg's API, since TurboJPEG 2.1's cannot crop): the rows above it are
  * skipped (jpeg_skip_scanlines: entropy-decoded, not transformed), its
@@ -186,8 +188,8 @@ static void mirror(uint8_t *img, uint32_t w, uint32_t h)
 }
 
 int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
-                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, uint8_t *dst,
-                     stk_error *err)
+                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
+                     uint8_t *dst, stk_error *err)
 {
     if (dims[0] == 0 || dims[1] == 0 || dims[0] > 65535 || dims[1] > 65535)
         return stk_error_set(err, STK_E_FORMAT, "record %llu: a %llux%llu image cannot be cropped",
@@ -196,7 +198,9 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
     uint32_t H = (uint32_t)dims[0], W = (uint32_t)dims[1], oh = t->out_height, ow = t->out_width;
     stk__crop_box box;
     stk__xform_box(t, H, W, seed, epoch, record, &box);
-    int rc, rrc = t->crop == STK_CROP_RANDOM_RESIZED;
+    /* a box resized to the output: random crops, and centre crops of square
+     * images (pack resized those already: the central S x S, as on the device) */
+    int rc, rrc = t->crop == STK_CROP_RANDOM_RESIZED || (t->crop == STK_CROP_CENTER && square);
     stk__rgb_view src = {value, W, H, (size_t)W * 3};
     if (jpeg && rrc) { /* the crop's region alone */
         const uint8_t *at;

@@ -279,10 +279,16 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     if (!rc && !w->cropper && !(w->cropper = stk__cropper_new()))
         rc = stk_error_set(err, STK_E_NOMEM, "out of memory for the image crop");
     if (rc) return rc;
-    uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k];
+    uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k], *crop = dst;
+    const stk_transform *t = &r->load_xf;
+    if (r->load_norm && !w->crop_buf && !(w->crop_buf = malloc((size_t)t->out_height * t->out_width * 3)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory for the image crop");
+    if (r->load_norm) crop = w->crop_buf;
     int jpeg = stk_shard_schema(sh)->fields[f].codec == STK_CODEC_JPEG;
-    rc = stk__cropper_run(w->cropper, &r->load_xf, r->o.seed, sl->seq / r->nbatches, rec, src, size, dims,
-                          jpeg, dst, err);
+    int square = stk_shard_schema(sh)->fields[f].kind == STK_KIND_TENSOR;
+    rc = stk__cropper_run(w->cropper, t, r->o.seed, sl->seq / r->nbatches, rec, src, size, dims, jpeg, square,
+                          crop, err);
+    if (!rc && r->load_norm) stk__xform_normalise(&r->xf_job, crop, dst);
     if (rc && err) { /* name the shard too: the cropper knows the record only */
         char m[STK_ERROR_MSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);

@@ -94,8 +94,8 @@ void stk__cropper_free(stk__cropper *c);
  * stream of that shape when jpeg) cropped as t says for (seed, epoch), resized
  * to t->out_height x t->out_width x 3 at dst, mirrored when drawn so. */
 int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
-                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, uint8_t *dst,
-                     stk_error *err);
+                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
+                     uint8_t *dst, stk_error *err);
 
 typedef struct {
     stk_reader *r;
@@ -120,6 +120,7 @@ typedef struct {
     uint64_t pin_block[STK_MAX_FIELDS];
     stk__ioq *zq;          /* direct path: the ending part's queue, empty, for blocks */
     stk__cropper *cropper; /* the load-time crop (load_crop.c), or NULL */
+    uint8_t *crop_buf;     /* a crop before the workers normalise it (load_norm) */
 } stk__worker;
 
 typedef struct {
@@ -174,8 +175,10 @@ struct stk_reader {
     stk_transform xf;      /* the transform (o.transform points here) */
     stk_transform load_xf; /* load_crop: the crop the workers make (xf then
                               only normalises their out_h x out_w crops) */
-    int load_crop;         /* the transformed field is an array field: its
-                              images are cropped on the workers */
+    int load_crop;         /* the transformed field's images are cropped on
+                              the workers (array fields; square ones without
+                              a device) */
+    int load_norm;         /* ... and normalised there too (no device) */
     int xf_sel;            /* index into sel[] of the transformed field, -1: none */
     stk__xform_job xf_job; /* its shape and constants */
     uint64_t xf_out_bytes; /* per sample */

@@ -171,8 +171,11 @@ static void layout_slot(stk_reader *r)
 static int plan_load_crop(stk_reader *r, const stk_field *fd, stk_error *err)
 {
     stk_transform *t = &r->xf;
-    if (fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[0] || fd->shape[1] || fd->shape[2] != 3 ||
-        fd->codec == STK_CODEC_ZSTD)
+    if (fd->kind == STK_KIND_TENSOR) { /* a square field: its size is the default output */
+        if (!t->out_height) t->out_height = (uint32_t)(fd->shape[0] < 65536 ? fd->shape[0] : 0);
+        if (!t->out_width) t->out_width = (uint32_t)(fd->shape[1] < 65536 ? fd->shape[1] : 0);
+    } else if (fd->dtype != STK_DT_U8 || fd->ndim != 3 || fd->shape[0] || fd->shape[1] || fd->shape[2] != 3 ||
+               fd->codec == STK_CODEC_ZSTD)
         return stk_error_set(err, STK_E_ARG, "transform: the array field '%s' must be u8[*,*,3], raw or JPEG",
                              fd->name);
     if (!t->out_height || !t->out_width || t->out_height > 65535 || t->out_width > 65535)
@@ -185,9 +188,14 @@ static int plan_load_crop(stk_reader *r, const stk_field *fd, stk_error *err)
     t->crop = STK_CROP_NONE;
     t->flip_prob = 0;
     unsigned k = (unsigned)r->xf_sel;
-    r->slot_stride_bytes += (uint64_t)t->out_height * t->out_width * 3 - r->sel_stride[k];
-    r->sel_stride[k] = (uint64_t)t->out_height * t->out_width * 3;
-    r->shape_words -= fd->ndim;
+    /* without a device the workers write the transform's output (normalised
+     * unless it is the u8 HWC crop itself); else the u8 crop, for the device */
+    r->load_norm = r->o.device == STK_DEVICE_NONE && !(t->dtype == STK_DT_U8 && t->layout == STK_IMAGE_NHWC);
+    uint64_t stride = r->o.device == STK_DEVICE_NONE ? stk__xform_out_bytes(t, 3)
+                                                     : (uint64_t)t->out_height * t->out_width * 3;
+    r->slot_stride_bytes += stride - r->sel_stride[k];
+    r->sel_stride[k] = stride;
+    if (fd->kind == STK_KIND_ARRAY) r->shape_words -= fd->ndim;
     layout_slot(r); /* the field now has a stride */
     return STK_OK;
 }
@@ -208,11 +216,13 @@ static int plan_transform(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' is not among the fields read", name);
     t->field = sc->fields[f].name;
     const stk_field *fd = &sc->fields[f];
-    if (r->o.device == STK_DEVICE_NONE &&
-        !(fd->kind == STK_KIND_ARRAY && t->dtype == STK_DT_U8 && t->layout == STK_IMAGE_NHWC))
-        return stk_error_set(err, STK_E_ARG,
-                             "transform: needs a device (cuda or host), but for the crop alone of images of "
-                             "their own size (dtype u8, NHWC)");
+    /* Without a device the workers do it all (load_crop.c): images of their
+     * own size always go that way, square ones then too. */
+    int rgb = fd->dtype == STK_DT_U8 && fd->ndim == 3 && fd->shape[2] == 3 && fd->codec != STK_CODEC_ZSTD;
+    int on_workers =
+        fd->kind == STK_KIND_ARRAY || (r->o.device == STK_DEVICE_NONE && fd->kind == STK_KIND_TENSOR && rgb);
+    if (r->o.device == STK_DEVICE_NONE && !on_workers)
+        r->o.device = STK_DEVICE_HOST; /* other images: the host backend transforms them */
     if (fd->kind != STK_KIND_ARRAY && (fd->kind != STK_KIND_TENSOR || fd->dtype != STK_DT_U8 ||
                                        fd->ndim != 3 || fd->shape[2] < 1 || fd->shape[2] > 4))
         return stk_error_set(err, STK_E_ARG, "transform: field '%s' must be u8 [H, W, C] with C <= 4", name);
@@ -230,7 +240,7 @@ static int plan_transform(stk_reader *r, stk_error *err)
                              "and 0 < ratio_min <= ratio_max");
     if (!(t->flip_prob >= 0 && t->flip_prob <= 1))
         return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
-    int rc = fd->kind == STK_KIND_ARRAY ? plan_load_crop(r, fd, err) : STK_OK;
+    int rc = on_workers ? plan_load_crop(r, fd, err) : STK_OK;
     if (rc) return rc;
     stk__xform_job *j = &r->xf_job;
     if (fd->shape[0] > 65535 || fd->shape[1] > 65535)
@@ -521,6 +531,7 @@ void stk_reader_close(stk_reader *r)
             if (r->workers[i].started) pthread_join(r->workers[i].thread, NULL);
             free(r->workers[i].stamp);
             stk__cropper_free(r->workers[i].cropper);
+            free(r->workers[i].crop_buf);
             for (unsigned k = 0; k < 2; k++) {
                 free(r->workers[i].qblk[k]);
                 free(r->workers[i].qown[k]);

@@ -249,6 +249,22 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
     }
 }
 
+void stk__xform_normalise(const stk__xform_job *j, const uint8_t *hwc, void *dst)
+{
+    const uint32_t C = j->C, OW = j->out_w, OH = j->out_h;
+    const int nchw = j->layout == STK_IMAGE_NCHW;
+    for (uint32_t c = 0; c < C; c++) {
+        const float mean = j->mean[c], inv = j->inv_std[c];
+        for (uint32_t y = 0; y < OH; y++)
+            for (uint32_t x = 0; x < OW; x++) {
+                uint64_t at = nchw ? ((uint64_t)c * OH + y) * OW + x : ((uint64_t)y * OW + x) * C + c;
+                float v = (float)hwc[((uint64_t)y * OW + x) * C + c]; /* the expression of xform_range */
+                if (j->dtype == STK_DT_U8) ((uint8_t *)dst)[at] = hwc[((uint64_t)y * OW + x) * C + c];
+                else store(dst, at, j->dtype, (v * (1.0f / 255.0f) - mean) * inv);
+            }
+    }
+}
+
 typedef struct {
     const stk__xform_job *job;
     uint32_t n0, n1;

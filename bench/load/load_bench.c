@@ -4,9 +4,8 @@
  *              [--seconds X] [--dtype u8|f32] [--eval]
  *
  * crop:   libstoker's reader, shuffled, batches of B: RandomResizedCrop(S) +
- *         flip of the 'image' field (images of their own size: on the worker
- *         threads; a square field: through the host backend), u8 NHWC, or
- *         with --dtype f32 normalised to f32 NCHW by the host backend.
+ *         flip of the 'image' field on the worker threads, u8 NHWC, or with
+ *         --dtype f32 normalised to f32 NCHW there too (no device).
  * decode: the limit: TurboJPEG decoding the dataset's stored JPEGs (an
  *         'image' field with codec jpeg) at full size to RGB, on N threads,
  *         each over its own share, round and round.
@@ -116,7 +115,6 @@ static double run_crop(const char *path, unsigned threads, uint32_t size, uint32
     if (!ds) die(path, e.msg);
     int f = stk_schema_find(stk_dataset_schema(ds), "image");
     if (f < 0) die(path, "no 'image' field");
-    int square = stk_dataset_schema(ds)->fields[f].kind == STK_KIND_TENSOR;
     uint64_t n = stk_dataset_records(ds);
     stk_transform t;
     stk_transform_imagenet(&t, !eval, size);
@@ -129,7 +127,7 @@ static double run_crop(const char *path, unsigned threads, uint32_t size, uint32
     o.rank = 0, o.world_size = 1;
     o.fields = "image";
     o.transform = &t;
-    o.device = f32 || square ? STK_DEVICE_HOST : STK_DEVICE_NONE;
+    o.device = STK_DEVICE_NONE; /* the workers crop (and normalise) u8 RGB images, square ones too */
     stk_reader *r = stk_reader_open_dataset(ds, &o, &e);
     if (!r) die(path, e.msg);
     uint64_t warm = n / batch + 1, imgs = 0; /* one epoch untimed */

@@ -220,12 +220,12 @@ class Batch(dict):
         return f"<stoker.Batch epoch {self.epoch} batch {self.index}, {self.size} records, fields {list(self)}{state}>"
 
 
-def _device_arg(device, want_transform):
+def _device_arg(device):
     """(stk_device, index, torch device or None) from device=... ."""
     if getattr(device, "type", None) == "cpu":  # torch.device("cpu")
         device = "cpu"
-    if device is None or device == "cpu":
-        return (L.DEVICE_HOST if want_transform else L.DEVICE_NONE), 0, None
+    if device is None or device == "cpu":  # a transform runs on the workers (or the host backend: the C side picks)
+        return L.DEVICE_NONE, 0, None
     if device == "host":
         return L.DEVICE_HOST, 0, None
     s = str(device)
@@ -273,9 +273,11 @@ class Reader:
     device        None/"cpu": host arrays; "cuda"/"cuda:N"/torch.device: device
                   tensors, uploaded by the reader, the current torch stream made
                   to wait for each batch (no host sync); "host": the device
-                  protocol on the CPU (what a transform on the CPU runs on; a
-                  transform with device cpu uses it)
-    transform     a stoker.Transform (needs a device; on cpu the host backend)
+                  protocol on the CPU (a copy thread and the CPU transform)
+    transform     a stoker.Transform. On the CPU, u8 RGB images (square, of
+                  their own size, or JPEG) are cropped, resized and normalised
+                  by the worker threads; others by the host backend. On CUDA
+                  the GPU normalises (and crops square images).
     output        "numpy" or "torch" (default: torch on CUDA, numpy otherwise)
     copy          True: every batch's arrays are owned copies (valid forever)
     debug         True: catch views used after they expired (see the module doc)
@@ -327,7 +329,7 @@ class Reader:
             raise ValueError(f"batch_size {batch_size!r}: an int >= 1") from None
         if not 1 <= batch_size < 2 ** 32:
             raise ValueError(f"batch_size {batch_size!r}: an int >= 1")
-        dev, dev_index, torch_dev = _device_arg(device, transform is not None)
+        dev, dev_index, torch_dev = _device_arg(device)
         if output is None:
             output = "torch" if dev == L.DEVICE_CUDA else "numpy"
         if output not in ("numpy", "torch"):

@@ -1058,7 +1058,9 @@ START_TEST(original_bytes_kept_bit_exact)
     setup_pack();
     json_decref(rawgen("-n 30 --classes 2 --min-side 20 --max-side 90 --variants", "raw"));
     ck_assert_int_eq(tu_sh("'%s' -q -j2 --json --max-side 64 --image-format original raw o", pack), 0);
-    json_t *j = json_loads(slurp_own("out.txt"), 0, NULL);
+    char *out = slurp_own("out.txt");
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
     ck_assert_ptr_nonnull(j);
     json_int_t kept = json_integer_value(json_object_get(j, "kept_original")),
                re = json_integer_value(json_object_get(j, "reencoded")),

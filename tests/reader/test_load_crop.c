@@ -192,9 +192,12 @@ START_TEST(test_crops_match_reference)
 }
 END_TEST
 
-/* The host backend normalises the workers' crops: f32 NCHW = u8 / 255. */
-START_TEST(test_host_backend_normalises_crops)
+/* The host backend normalises the workers' crops, and without a device the
+ * workers do: f32 NCHW = u8 / 255 either way; a square field without a
+ * device goes through the workers too. */
+START_TEST(test_normalised_crops)
 {
+    int device = _i ? STK_DEVICE_NONE : STK_DEVICE_HOST;
     char dir[TU_PATH];
     tu_scratch(dir, sizeof dir, "lc-host");
     write_ds(dir, 0);
@@ -207,7 +210,7 @@ START_TEST(test_host_backend_normalises_crops)
     o.seed = 5;
     o.threads = 2;
     o.tail = STK_TAIL_PARTIAL;
-    o.device = STK_DEVICE_HOST;
+    o.device = device;
     o.transform = &t;
     stk_reader *r = tu_open_reader(dir, &o);
     stk_error e;
@@ -247,10 +250,70 @@ START_TEST(test_refusals)
     stk_error e;
     ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
     tu_assert_error(&e, STK_E_ARG, "give the output size");
-    t.out_height = t.out_width = 16;
-    t.dtype = STK_DT_F32; /* normalising needs a device (the host backend) */
-    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
-    tu_assert_error(&e, STK_E_ARG, "needs a device");
+    /* a square field that is not u8 RGB: the host backend transforms it */
+    char sq[TU_PATH];
+    tu_scratch(sq, sizeof sq, "lc-square");
+    stk_schema s;
+    stk_schema_init(&s);
+    const uint64_t grey[3] = {8, 8, 1};
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, grey, NULL), 0);
+    stk_dataset_options dopt = {.force = 1};
+    stk_dataset_writer *dw = stk_dataset_writer_create(sq, &s, &dopt, &e);
+    uint8_t px[64] = {0};
+    stk_value v[1] = {{px, 64}};
+    ck_assert_int_eq(stk_dataset_writer_append(dw, v, &e), 0);
+    ck_assert_int_eq(stk_dataset_writer_finish(dw, &e), 0);
+    t.out_height = t.out_width = 4;
+    o.batch_size = 1;
+    stk_reader *r = tu_open_reader(sq, &o);
+    ck_assert_int_eq(stk_reader_get_options(r)->device, STK_DEVICE_HOST);
+    const stk_batch *b = stk_reader_next(r, &e);
+    ck_assert_msg(b && stk_reader_synchronize(r, &e) == 0, "%s", e.msg);
+    ck_assert_uint_eq(b->fields[0].nbytes, 4 * 4 * 1); /* u8 [1, 4, 4, 1] */
+    stk_reader_close(r);
+}
+END_TEST
+
+/* A square u8 [H, W, 3] field without a device: cropped on the workers, as
+ * an array field of the same images would be. */
+START_TEST(test_square_field_on_workers)
+{
+    char dir[TU_PATH], sq[TU_PATH];
+    tu_scratch(dir, sizeof dir, "lc-sq-array");
+    tu_scratch(sq, sizeof sq, "lc-sq-tensor");
+    stk_schema a, b;
+    stk_schema_init(&a);
+    stk_schema_init(&b);
+    const uint64_t any[3] = {0, 0, 3}, fixed[3] = {30, 40, 3};
+    ck_assert_int_eq(stk_schema_add_array(&a, "image", STK_DT_U8, 3, any, NULL), 0);
+    ck_assert_int_eq(stk_schema_add_tensor(&b, "image", STK_DT_U8, 3, fixed, NULL), 0);
+    stk_dataset_options dopt = {.force = 1};
+    stk_error e;
+    stk_dataset_writer *wa = stk_dataset_writer_create(dir, &a, &dopt, &e),
+                       *wb = stk_dataset_writer_create(sq, &b, &dopt, &e);
+    for (uint64_t i = 0; i < 20; i++) {
+        uint8_t px[30 * 40 * 3];
+        tu_fill(px, sizeof px, i);
+        uint64_t dims[2] = {30, 40};
+        stk_value v[1] = {{px, sizeof px}};
+        ck_assert_int_eq(stk_dataset_writer_append_dims(wa, v, dims, &e), 0);
+        ck_assert_int_eq(stk_dataset_writer_append(wb, v, &e), 0);
+    }
+    ck_assert_int_eq(stk_dataset_writer_finish(wa, &e), 0);
+    ck_assert_int_eq(stk_dataset_writer_finish(wb, &e), 0);
+    stk_transform t;
+    stk_transform_imagenet(&t, 1, 12);
+    stk_reader_options o = tu_reader_options(20, STK_ORDER_SHUFFLE);
+    o.transform = &t;
+    stk_reader *ra = tu_open_reader(dir, &o), *rb = tu_open_reader(sq, &o);
+    const stk_batch *ba = stk_reader_next(ra, &e), *bb = stk_reader_next(rb, &e);
+    ck_assert(ba && bb);
+    ck_assert_int_eq(bb->fields[0].dtype, STK_DT_F32);
+    ck_assert_uint_eq(bb->fields[0].nbytes, 20ull * 3 * 12 * 12 * 4);
+    ck_assert(memcmp(ba->records, bb->records, 20 * 8) == 0);
+    ck_assert(memcmp(ba->fields[0].data, bb->fields[0].data, bb->fields[0].nbytes) == 0);
+    stk_reader_close(ra);
+    stk_reader_close(rb);
 }
 END_TEST
 
@@ -260,7 +323,8 @@ int main(void)
     TCase *tc = tcase_create("load_crop");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_crops_match_reference, 0, 2);
-    tcase_add_test(tc, test_host_backend_normalises_crops);
+    tcase_add_loop_test(tc, test_normalised_crops, 0, 2);
+    tcase_add_test(tc, test_square_field_on_workers);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
     return tu_run(s);
