@@ -251,17 +251,27 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
 
 void stk__xform_normalise(const stk__xform_job *j, const uint8_t *hwc, void *dst)
 {
-    const uint32_t C = j->C, OW = j->out_w, OH = j->out_h;
+    const uint32_t C = j->C;
+    const uint64_t n = (uint64_t)j->out_h * j->out_w;
     const int nchw = j->layout == STK_IMAGE_NCHW;
+    /* Each channel's 256 possible outputs, computed with xform_range's
+     * expression: the table gives its bytes exactly, at a load per element. */
+    float lf[4][256];
+    uint16_t lh[4][256];
+    for (uint32_t c = 0; c < C; c++)
+        for (int v = 0; v < 256; v++) {
+            lf[c][v] = ((float)v * (1.0f / 255.0f) - j->mean[c]) * j->inv_std[c];
+            if (j->dtype == STK_DT_F16 || j->dtype == STK_DT_BF16) store(&lh[c][v], 0, j->dtype, lf[c][v]);
+        }
     for (uint32_t c = 0; c < C; c++) {
-        const float mean = j->mean[c], inv = j->inv_std[c];
-        for (uint32_t y = 0; y < OH; y++)
-            for (uint32_t x = 0; x < OW; x++) {
-                uint64_t at = nchw ? ((uint64_t)c * OH + y) * OW + x : ((uint64_t)y * OW + x) * C + c;
-                float v = (float)hwc[((uint64_t)y * OW + x) * C + c]; /* the expression of xform_range */
-                if (j->dtype == STK_DT_U8) ((uint8_t *)dst)[at] = hwc[((uint64_t)y * OW + x) * C + c];
-                else store(dst, at, j->dtype, (v * (1.0f / 255.0f) - mean) * inv);
-            }
+        const uint8_t *in = hwc + c;
+        uint64_t at = nchw ? (uint64_t)c * n : c, step = nchw ? 1 : C;
+        if (j->dtype == STK_DT_U8)
+            for (uint64_t p = 0; p < n; p++, at += step) ((uint8_t *)dst)[at] = in[p * C];
+        else if (j->dtype == STK_DT_F32)
+            for (uint64_t p = 0; p < n; p++, at += step) ((float *)dst)[at] = lf[c][in[p * C]];
+        else
+            for (uint64_t p = 0; p < n; p++, at += step) ((uint16_t *)dst)[at] = lh[c][in[p * C]];
     }
 }
 
