@@ -1018,6 +1018,12 @@ START_TEST(keep_aspect_raw_and_jpeg)
     ck_assert_int_eq(
         tu_sh("'%s/shardcheck' a && '%s/shardcheck' m && '%s/shardcheck' j1", tu_tools, tu_tools, tu_tools),
         0);
+    /* every stored image, greyscale and CMYK sources included (converted to RGB at pack time), goes
+     * through the reader's crop on the workers: raw and JPEG, train and eval */
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(tu_sh("'%s/shardread' %s -b 8 --order shuffle --crop %s --epochs 1 -q", tu_tools,
+                            k % 2 ? "a" : "j1", k / 2 ? "center:24" : "random:24") == 0,
+                      "shardread --crop: %s", clipf(slurp_own("err.txt")));
     /* every JPEG decodes to its stored shape, close to the raw pixels */
     stk_dataset *raw = open_ds("a"), *jp = open_ds("j1");
     ck_assert_uint_eq(stk_dataset_records(raw), stk_dataset_records(jp));
