@@ -220,6 +220,20 @@ class Batch(dict):
         return f"<stoker.Batch epoch {self.epoch} batch {self.index}, {self.size} records, fields {list(self)}{state}>"
 
 
+def _crop_transform(crop):
+    """crop="random:224" / "center:224" (or ("random", 224)): the crop alone, u8 HWC, as shardread --crop."""
+    kind, _, size = crop.partition(":") if isinstance(crop, str) else (crop[0], None, crop[1])
+    try:
+        size = int(size)
+    except (TypeError, ValueError):
+        size = 0
+    if kind not in ("random", "center") or not 1 <= size <= 65535:
+        raise ValueError(f"crop {crop!r}: 'random:SIZE' or 'center:SIZE'")
+    t = Transform.imagenet(kind == "random", size)
+    t.dtype, t.layout, t.mean, t.std = "uint8", "NHWC", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    return t
+
+
 def _device_arg(device):
     """(stk_device, index, torch device or None) from device=... ."""
     if getattr(device, "type", None) == "cpu":  # torch.device("cpu")
@@ -274,6 +288,8 @@ class Reader:
                   tensors, uploaded by the reader, the current torch stream made
                   to wait for each batch (no host sync); "host": the device
                   protocol on the CPU (a copy thread and the CPU transform)
+    crop          "random:SIZE" or "center:SIZE": RandomResizedCrop(SIZE) + flip,
+                  or the eval crop, alone: u8 [B, SIZE, SIZE, 3] (shardread --crop)
     transform     a stoker.Transform. On the CPU, u8 RGB images (square, of
                   their own size, or JPEG) are cropped, resized and normalised
                   by the worker threads; others by the host backend. On CUDA
@@ -301,7 +317,7 @@ class Reader:
                  threads=0, prefetch=0, drop_last=False, fields=None, device=None, transform=None,
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
-                 device_fallback=False, stream=None, io="auto", io_depth=0):
+                 device_fallback=False, stream=None, io="auto", io_depth=0, crop=None):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -323,6 +339,10 @@ class Reader:
             raise ValueError(f"io {io!r}: auto, mmap or direct")
         if transform is not None and not isinstance(transform, Transform):
             raise TypeError("transform: a stoker.Transform")
+        if crop is not None:
+            if transform is not None:
+                raise ValueError("crop= is a transform of its own: give crop or transform, not both")
+            transform = _crop_transform(crop)
         try:
             batch_size = operator.index(batch_size)  # numpy and torch integers too
         except TypeError:

@@ -286,6 +286,11 @@ def test_array_fields_cropped_on_the_workers(ds_aspect):
     with stoker.Reader(ds_aspect, batch_size=6, order="shuffle", transform=stoker.Transform.imagenet(True, 8)) as r:
         b = next(iter(r))
         assert b["image"].shape == (6, 3, 8, 8) and b["image"].dtype == np.float32
+    with stoker.Reader(ds_aspect, batch_size=30, crop="center:8") as r:  # the crop alone, as shardread --crop
+        b = next(iter(r))
+        assert b["image"].shape == (30, 8, 8, 3) and b["image"].dtype == np.uint8
+    with pytest.raises(ValueError):
+        stoker.Reader(ds_aspect, crop="middle:8")
 
 
 def test_array_fields_as_torch(ds_aspect):
