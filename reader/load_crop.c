@@ -60,6 +60,8 @@ struct stk__cropper {
     struct jpeg_decompress_struct ci; /* the cropping decoder, kept: no pools */
     jerr_t je;                        /* to build per image                  */
     int ci_made;
+    uint8_t *row; /* mirror: a row's copy */
+    size_t row_cap;
 };
 
 stk__cropper *stk__cropper_new(void)
@@ -76,6 +78,7 @@ void stk__cropper_free(stk__cropper *c)
 {
     if (!c) return;
     if (c->ci_made) jpeg_destroy_decompress(&c->ci);
+    free(c->row);
     stk__resizer_free(c->rs);
     if (c->tj) tjDestroy(c->tj);
     free(c->px);
@@ -175,16 +178,24 @@ static int decode_region(stk__cropper *c, const void *data, uint64_t size, uint3
     return STK_OK;
 }
 
-static void mirror(uint8_t *img, uint32_t w, uint32_t h)
+/* Each row reversed through a copy of it: a 4-byte move per pixel, its
+ * fourth byte overwritten by the next pixel's, the last pixel 3 bytes. */
+static int mirror(stk__cropper *c, uint8_t *img, uint32_t w, uint32_t h)
 {
-    for (uint32_t y = 0; y < h; y++) {
-        uint8_t *a = img + (size_t)y * w * 3, *b = a + (size_t)(w - 1) * 3;
-        for (; a < b; a += 3, b -= 3) { /* one pixel each way per turn */
-            uint8_t t0 = a[0], t1 = a[1], t2 = a[2];
-            a[0] = b[0], a[1] = b[1], a[2] = b[2];
-            b[0] = t0, b[1] = t1, b[2] = t2;
-        }
+    size_t row = (size_t)w * 3;
+    if (row + 1 > c->row_cap) {
+        uint8_t *p = realloc(c->row, row + 1);
+        if (!p) return -1;
+        c->row = p;
+        c->row_cap = row + 1;
     }
+    for (uint32_t y = 0; y < h; y++) {
+        uint8_t *out = img + (size_t)y * row;
+        memcpy(c->row, out, row);
+        for (uint32_t x = 0; x + 1 < w; x++) memcpy(out + 3 * (size_t)x, c->row + 3 * (size_t)(w - 1 - x), 4);
+        memcpy(out + 3 * (size_t)(w - 1), c->row, 3);
+    }
+    return 0;
 }
 
 int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
@@ -234,6 +245,8 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
     if (stk__resize(c->rs, &src, rw, rh, &win, dst, (size_t)ow * 3) != 0)
         return stk_error_set(err, STK_E_NOMEM, "out of memory resizing record %llu",
                              (unsigned long long)record);
-    if (box.flip) mirror(dst, ow, oh);
+    if (box.flip && mirror(c, dst, ow, oh))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory mirroring record %llu",
+                             (unsigned long long)record);
     return STK_OK;
 }
