@@ -52,6 +52,9 @@ static void on_message(j_common_ptr ci, int level)
     if (level < 0) on_error(ci); /* warnings; trace messages (level > 0) are ignored */
 }
 
+/* pack's default --max-pixels: no stored image of a real dataset is larger */
+#define CROP_MAX_PIXELS 100000000u
+
 struct stk__cropper {
     stk__resizer *rs;
     tjhandle tj; /* JPEG fields: the whole-image decoder, made on first use */
@@ -206,6 +209,10 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
         return stk_error_set(err, STK_E_FORMAT, "record %llu: a %llux%llu image cannot be cropped",
                              (unsigned long long)record, (unsigned long long)dims[1],
                              (unsigned long long)dims[0]);
+    if (dims[0] * dims[1] > CROP_MAX_PIXELS) /* a hostile shape: refused before any allocation */
+        return stk_error_set(err, STK_E_FORMAT, "record %llu: a %llux%llu image is over the %u-pixel limit",
+                             (unsigned long long)record, (unsigned long long)dims[1], (unsigned long long)dims[0],
+                             CROP_MAX_PIXELS);
     uint32_t H = (uint32_t)dims[0], W = (uint32_t)dims[1], oh = t->out_height, ow = t->out_width;
     stk__crop_box box;
     stk__xform_box(t, H, W, seed, epoch, record, &box);
