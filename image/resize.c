@@ -61,7 +61,7 @@ _Static_assert((AXIS_SETS & (AXIS_SETS - 1)) == 0, "the set is a mask of the has
 typedef struct {
     uint64_t out, first, used; /* used: resizer tick of the last use */
     uint32_t in, full, count;  /* count 0: empty slot */
-    uint8_t kind, layout;
+    uint8_t kind, layout, mirror;
 } axis_key;
 
 struct stk__resizer {
@@ -162,8 +162,8 @@ static void quantise(const double *w, uint32_t n, int16_t *q)
  * 0, 0; the same in both lanes, which hold two different rows. */
 static void widen(stk__axis *a)
 {
-    for (uint32_t i = 0; i < a->nsimd; i++) {
-        const int16_t *q = a->coef + (size_t)i * a->taps;
+    for (uint32_t i = 0; i < a->nwide; i++) { /* the padding repeats the last output */
+        const int16_t *q = a->coef + (size_t)(i < a->count ? i : a->count - 1) * a->taps;
         int16_t *v = a->wide + (size_t)i * a->chunks * STK_IMG_CHUNK_I16;
         for (uint32_t t = 0; t < 4 * a->chunks; t += 2, v += 16) {
             int16_t w0 = t < a->taps ? q[t] : 0, w1 = t + 1 < a->taps ? q[t + 1] : 0;
@@ -244,6 +244,7 @@ static int axis_alloc(stk__axis *a, uint32_t count, uint32_t taps, uint32_t scra
                       bool xl)
 {
     uint32_t chunks = rgb ? (taps + STK_IMG_CHUNK_TAPS - 1) / STK_IMG_CHUNK_TAPS : 0;
+    uint32_t nwide = (count + STK_IMG_GROUP - 1) / STK_IMG_GROUP * STK_IMG_GROUP; /* off and wide */
     uint32_t groups = plane ? count / STK_IMG_PGROUP : 0, pairs = (taps + 1) / 2;
     uint32_t xgroups = plane && xl ? count / STK_IMG_XGROUP : 0;
     size_t n_w = ((size_t)scratch * sizeof(double) + 63) & ~(size_t)63;
@@ -251,8 +252,8 @@ static int axis_alloc(stk__axis *a, uint32_t count, uint32_t taps, uint32_t scra
            n_xw = (size_t)xgroups * pairs * 2 * STK_IMG_XGROUP * sizeof(int16_t);
     size_t n_xl = (size_t)xgroups * sizeof(uint64_t);
     size_t n_gm = (size_t)groups * pairs * 32, n_gw = (size_t)groups * pairs * 16 * sizeof(int16_t);
-    size_t n_off = (size_t)count * sizeof(size_t);
-    size_t n_wide = (size_t)count * chunks * STK_IMG_CHUNK_I16 * sizeof(int16_t);
+    size_t n_off = (size_t)nwide * sizeof(size_t);
+    size_t n_wide = (size_t)nwide * chunks * STK_IMG_CHUNK_I16 * sizeof(int16_t);
     size_t n_idx = (size_t)count * sizeof(uint32_t);
     size_t n_coef = (size_t)count * taps * sizeof(int16_t);
     if (reserve(&a->mem, &a->cap,
@@ -294,6 +295,12 @@ static void full_weights(uint32_t full, double scale, double support, uint64_t i
     for (uint32_t t = 0; t < *n; t++) w[t] *= norm;
 }
 
+/* The output of the plain resize that table output i computes. */
+static uint64_t axis_output(const stk__axis *a, uint32_t i)
+{
+    return a->mirror ? a->out - 1 - (a->first + i) : a->first + i;
+}
+
 /* Weights of table output i: Pillow's on the full axis (in scratch w, room
  * for `fmost`), composed with the fancy upsampling for a 2:1 axis (in
  * scratch after that); then fixed point. */
@@ -301,7 +308,7 @@ static void weights(stk__axis *a, uint32_t i, double scale, double support, uint
 {
     double *w = a->mem, *c = w + fmost;
     uint32_t lo, n;
-    full_weights(a->full, scale, support, a->first + i, w, &lo, &n);
+    full_weights(a->full, scale, support, axis_output(a, i), w, &lo, &n);
     if (a->kind != STK_IMG_AXIS_PLAIN) {
         memset(c, 0, a->len[i] * sizeof *c);
         for (uint32_t t = 0; t < n; t++) {
@@ -321,12 +328,39 @@ static void weights(stk__axis *a, uint32_t i, double scale, double support, uint
     quantise(w, a->len[i], q);
 }
 
+/* The RGB SIMD layout's bounds: how far past the row its loads reach
+ * (over), and the whole groups whose loads stay inside it (tight0, tight1).
+ * start[] rises (falls when mirrored), so the outputs that reach past the
+ * row are a suffix (a prefix when mirrored). */
+static void rgb_bounds(stk__axis *a)
+{
+    const size_t reach = 3 * (size_t)STK_IMG_CHUNK_TAPS * (a->chunks - 1) + STK_IMG_LOAD_BYTES,
+                 row = 3 * (size_t)a->in;
+    uint32_t fit = 0; /* outputs whose loads stay in the row */
+    size_t most = 0;
+    for (uint32_t i = 0; i < a->count; i++) {
+        size_t end = a->off[i] + reach;
+        fit += end <= row;
+        if (end > most) most = end;
+    }
+    a->over = most > row ? (uint32_t)(most - row) : 0;
+    if (!a->mirror) {
+        a->tight0 = 0;
+        a->tight1 = fit - fit % STK_IMG_GROUP;
+    } else { /* the padding repeats the last output, which fits when any does */
+        uint32_t first = a->count - fit;
+        a->tight0 = (first + STK_IMG_GROUP - 1) / STK_IMG_GROUP * STK_IMG_GROUP;
+        a->tight1 = fit ? a->nwide : a->tight0;
+        if (a->tight0 > a->tight1) a->tight0 = a->tight1;
+    }
+}
+
 /* Build the weights of outputs [first, first + count) of an axis resampled
  * from `in` samples (a `full`-sample axis, subsampled 2:1 for
- * STK_IMG_AXIS_FANCY2) to `out`, with the SIMD layout asked for where its limits
- * allow. */
+ * STK_IMG_AXIS_FANCY2) to `out`, mirrored when asked (RGB layout only), with
+ * the SIMD layout asked for where its limits allow. */
 static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
-                      uint32_t count, int layout, bool xl)
+                      uint32_t count, int layout, bool mirror, bool xl)
 {
     double scale = (double)full / (double)out;
     double support = scale < 1.0 ? 1.0 : scale; /* the triangle's radius is 1 */
@@ -343,12 +377,14 @@ static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64
     a->full = full;
     a->kind = (uint8_t)kind;
     a->layout = (uint8_t)layout; /* as asked: the key */
+    a->mirror = mirror;
     a->out = out;
     a->first = first;
+    a->count = count; /* axis_output reads it */
     a->taps = 1;
     for (uint32_t i = 0; i < count; i++) {
         uint32_t lo, n;
-        span(full, scale, support, first + i, &lo, &n);
+        span(full, scale, support, axis_output(a, i), &lo, &n);
         if (kind != STK_IMG_AXIS_PLAIN) span2(in, lo, n, &lo, &n);
         a->start[i] = lo;
         a->len[i] = n;
@@ -356,25 +392,19 @@ static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64
         if (n > a->taps) a->taps = n;
     }
     for (uint32_t i = 0; i < count; i++) weights(a, i, scale, support, fmost);
-    a->nsimd = 0;
+    a->nwide = a->over = a->tight0 = a->tight1 = 0;
     if (rgb) {
         a->chunks = (a->taps + STK_IMG_CHUNK_TAPS - 1) / STK_IMG_CHUNK_TAPS;
-        /* start[] never decreases, so the outputs whose last load stays inside
-         * the row form a prefix; whole groups of it run the SIMD kernel. */
-        uint32_t safe = 0;
-        while (safe < count &&
-               a->off[safe] + 3 * (size_t)STK_IMG_CHUNK_TAPS * (a->chunks - 1) + STK_IMG_LOAD_BYTES <=
-                   3 * (size_t)in)
-            safe++;
-        a->nsimd = safe - safe % STK_IMG_GROUP;
+        a->nwide = (count + STK_IMG_GROUP - 1) / STK_IMG_GROUP * STK_IMG_GROUP;
+        for (uint32_t i = count; i < a->nwide; i++) a->off[i] = a->off[count - 1];
         widen(a);
+        rgb_bounds(a);
     }
     if (plane) {
         a->pairs = (a->taps + 1) / 2;
         plane_layout(a);
         plane_xlayout(a);
     }
-    a->count = count;
     return 0;
 }
 
@@ -390,10 +420,11 @@ static void test_disqualify(stk__axis *a, unsigned k)
 
 /* The set a key belongs to: a multiplicative hash of its fields. */
 static size_t axis_set(const stk__resizer *r, uint32_t in, uint32_t full, int kind, uint64_t out,
-                       uint64_t first, uint32_t count, int layout)
+                       uint64_t first, uint32_t count, int layout, bool mirror)
 {
     uint64_t x = (uint64_t)in * 0x9e3779b97f4a7c15u;
-    x = (x ^ full ^ (uint64_t)kind << 32 ^ (uint64_t)layout << 40) * 0xff51afd7ed558ccdu;
+    x = (x ^ full ^ (uint64_t)kind << 32 ^ (uint64_t)layout << 40 ^ (uint64_t)mirror << 48) *
+        0xff51afd7ed558ccdu;
     x = (x ^ out) * 0xc4ceb9fe1a85ec53u;
     x = (x ^ first ^ (uint64_t)count << 32) * 0x9e3779b97f4a7c15u;
     return (size_t)(x >> 32) & r->set_mask;
@@ -403,9 +434,9 @@ static size_t axis_set(const stk__resizer *r, uint32_t in, uint32_t full, int ki
  * built on a miss in the least recently used way of its set. NULL when out
  * of memory. */
 static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uint32_t full, int kind,
-                                 uint64_t out, uint64_t first, uint32_t count, int layout)
+                                 uint64_t out, uint64_t first, uint32_t count, int layout, bool mirror)
 {
-    size_t base = axis_set(r, in, full, kind, out, first, count, layout) * AXIS_WAYS;
+    size_t base = axis_set(r, in, full, kind, out, first, count, layout, mirror) * AXIS_WAYS;
     stk__axis *slots = (vertical ? r->v : r->h) + base;
     axis_key *keys = (vertical ? r->vk : r->hk) + base;
     size_t victim = 0;
@@ -413,7 +444,7 @@ static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uin
     for (size_t i = 0; i < AXIS_WAYS; i++) {
         axis_key *k = &keys[i];
         if (k->count == count && k->in == in && k->full == full && k->kind == kind && k->out == out &&
-            k->first == first && k->layout == layout) {
+            k->first == first && k->layout == layout && k->mirror == mirror) {
             k->used = r->tick;
             return &slots[i];
         }
@@ -422,11 +453,12 @@ static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uin
     keys[victim].count = 0;
     stk__axis *a = &slots[victim];
     r->held -= a->cap;
-    int rc = axis_build(a, in, full, kind, out, first, count, layout, r->xlayout);
+    int rc = axis_build(a, in, full, kind, out, first, count, layout, mirror, r->xlayout);
     r->held += a->cap;
     if (rc != 0) return NULL;
     if (r->test_bad && (a->ngroups || a->nxgroups)) test_disqualify(a, r->test_bad);
-    keys[victim] = (axis_key){out, first, r->tick, in, full, count, (uint8_t)kind, (uint8_t)layout};
+    keys[victim] =
+        (axis_key){out, first, r->tick, in, full, count, (uint8_t)kind, (uint8_t)layout, (uint8_t)mirror};
     return a;
 }
 
@@ -452,27 +484,43 @@ static void axis_trim(stk__resizer *r)
 
 /* ----------------------------------------------------------------- passes */
 
-/* The RGB horizontal pass over source rows [0, n) from src into scratch rows
- * `pitch` bytes apart at dst. pitch leaves STK_IMG_H_ROOM bytes after each row:
- * two rows are written at once, so a row's overrun must not reach the next. */
-static void h_pass(const stk__resizer *r, const stk__axis *a, const uint8_t *src, size_t stride, uint32_t n,
-                   uint8_t *dst, size_t pitch)
+/* One source row (or two: stride 0 for one) by SIMD over outputs [from, to)
+ * and scalar over the rest. */
+static void h_rows(const stk__axis *a, const uint8_t *s, size_t stride, uint8_t *d0, uint8_t *d1,
+                   uint32_t from, uint32_t to)
 {
-    uint32_t done = 0;
-    (void)r; /* unused without SIMD kernels */
 #ifdef STOKER_HAVE_AVX2
-    if (r->simd && a->nsimd) {
-        uint32_t y = 0;
-        for (; y + 2 <= n; y += 2)
-            stk__h_rgb_avx2(a, src + y * stride, stride, dst + y * pitch, dst + (y + 1) * pitch);
-        if (y < n) /* the odd row twice over */
-            stk__h_rgb_avx2(a, src + y * stride, 0, dst + y * pitch, dst + y * pitch);
-        done = a->nsimd;
-    }
+    if (from < to) stk__h_rgb_avx2(a, s, stride, d0, d1, from, to);
+#else
+    from = to = 0;
 #endif
-    if (done < a->count)
-        for (uint32_t y = 0; y < n; y++)
-            stk__h_row_scalar(a, src + y * stride, dst + y * pitch, done, a->count);
+    uint32_t end = to < a->count ? to : a->count;
+    for (int k = 0; k < (d1 != d0 ? 2 : 1); k++) {
+        stk__h_row_scalar(a, s + k * stride, k ? d1 : d0, 0, from < a->count ? from : a->count);
+        if (end < a->count) stk__h_row_scalar(a, s + k * stride, k ? d1 : d0, end, a->count);
+    }
+}
+
+/* The RGB horizontal pass over source rows [0, n) from src into scratch rows
+ * `pitch` bytes apart at dst; `room` bytes are readable after row n - 1's
+ * last pixel. pitch leaves STK_IMG_H_ROOM bytes after each row: two rows are
+ * written at once, so a row's overrun must not reach the next. The SIMD
+ * kernel reads up to a->over bytes past a row: every row but the last has
+ * the next one after it (stride bytes); where that is too little, the
+ * outputs whose loads would leave the row run scalar. */
+static void h_pass(const stk__resizer *r, const stk__axis *a, const uint8_t *src, size_t stride, uint32_t n,
+                   size_t room, uint8_t *dst, size_t pitch)
+{
+    uint32_t all = r->simd ? a->nwide : 0, t0 = r->simd ? a->tight0 : 0, t1 = r->simd ? a->tight1 : 0;
+    int inner = stride >= a->over, last = room >= a->over && inner;
+    uint32_t y = 0;
+    for (; y + 2 <= n; y += 2) {
+        int wide = inner && (y + 2 < n || last);
+        h_rows(a, src + y * stride, stride, dst + y * pitch, dst + (y + 1) * pitch, wide ? 0 : t0,
+               wide ? all : t1);
+    }
+    if (y < n) /* the odd row on its own */
+        h_rows(a, src + y * stride, 0, dst + y * pitch, dst + y * pitch, last ? 0 : t0, last ? all : t1);
 }
 
 /* The same for one plane, into int16 rows `pitch` values apart: the
@@ -631,9 +679,11 @@ static void copy_window(const stk__rgb_view *src, const stk__rect *win, uint8_t 
 }
 
 int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
-                const stk__rect *win, uint8_t *dst, size_t dst_stride)
+                const stk__rect *win, int mirror, uint8_t *dst, size_t dst_stride)
 {
-    int need_h = out_w != src->w, need_v = out_h != src->h;
+    /* a mirrored axis is filtered even at its own size: an identity table
+     * (one tap of weight one per output) copies it, reversed */
+    int need_h = out_w != src->w || mirror, need_v = out_h != src->h;
     size_t bytes = 3 * (size_t)win->w;
     const stk__axis *h = NULL, *v = NULL;
     axis_trim(r);
@@ -642,12 +692,13 @@ int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint6
         return 0;
     }
     if (need_v && (!(v = axis_get(r, 1, src->h, src->h, STK_IMG_AXIS_PLAIN, out_h, win->y, win->h,
-                                  STK_IMG_LAYOUT_NONE)) ||
+                                  STK_IMG_LAYOUT_NONE, false)) ||
                    reserve((void **)&r->acc, &r->acc_cap, bytes * sizeof *r->acc) != 0))
         return -1;
     if (!need_h) /* vertical only: read the window's columns in place */
         return v_pass(r, v, src->data + 3 * (size_t)win->x, src->stride, 0, bytes, dst, dst_stride);
-    if (!(h = axis_get(r, 0, src->w, src->w, STK_IMG_AXIS_PLAIN, out_w, win->x, win->w, STK_IMG_LAYOUT_RGB)))
+    if (!(h = axis_get(r, 0, src->w, src->w, STK_IMG_AXIS_PLAIN, out_w, win->x, win->w, STK_IMG_LAYOUT_RGB,
+                       mirror != 0)))
         return -1;
     /* The horizontal pass covers the source rows the vertical pass reads
      * (or the window's rows when there is none) into scratch rows. */
@@ -655,7 +706,9 @@ int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint6
     uint64_t row1 = v ? v->start[v->count - 1] + v->len[v->count - 1] : win->y + win->h;
     size_t pitch = bytes + STK_IMG_H_ROOM;
     if (reserve((void **)&r->tmp, &r->tmp_cap, (size_t)(row1 - row0) * pitch) != 0) return -1;
-    h_pass(r, h, src->data + (size_t)row0 * src->stride, src->stride, (uint32_t)(row1 - row0), r->tmp, pitch);
+    size_t room = row1 < src->h ? src->stride : src->room; /* after the last row read */
+    h_pass(r, h, src->data + (size_t)row0 * src->stride, src->stride, (uint32_t)(row1 - row0), room, r->tmp,
+           pitch);
     if (v) return v_pass(r, v, r->tmp, pitch, (uint32_t)row0, bytes, dst, dst_stride);
     for (uint32_t j = 0; j < win->h; j++) memcpy(dst + j * dst_stride, r->tmp + j * pitch, bytes);
     return 0;
@@ -673,8 +726,8 @@ static int ycc_tables(stk__resizer *r, const stk__ycc_view *src, unsigned p, uin
     int narrow = sx && in_w <= 2;
     int kx = !sx ? STK_IMG_AXIS_PLAIN : narrow ? STK_IMG_AXIS_BOX2 : STK_IMG_AXIS_FANCY2;
     int ky = !sy ? STK_IMG_AXIS_PLAIN : narrow ? STK_IMG_AXIS_BOX2 : STK_IMG_AXIS_FANCY2;
-    *h = axis_get(r, 0, in_w, src->w, kx, out_w, win->x, win->w, STK_IMG_LAYOUT_PLANE);
-    *v = *h ? axis_get(r, 1, in_h, src->h, ky, out_h, win->y, win->h, STK_IMG_LAYOUT_NONE) : NULL;
+    *h = axis_get(r, 0, in_w, src->w, kx, out_w, win->x, win->w, STK_IMG_LAYOUT_PLANE, false);
+    *v = *h ? axis_get(r, 1, in_h, src->h, ky, out_h, win->y, win->h, STK_IMG_LAYOUT_NONE, false) : NULL;
     return *v ? 0 : -1;
 }
 

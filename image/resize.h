@@ -33,11 +33,17 @@ extern "C" {
 #define STK_IMG_RESIZE_BITS 14
 
 /* An 8-bit RGB image in memory: row y starts at data + y * stride and holds
- * w pixels of 3 bytes (R, G, B). */
+ * w pixels of 3 bytes (R, G, B). room: how many bytes after the last row's
+ * last pixel may be read (what they hold does not matter; 0 when unknown).
+ * The horizontal SIMD kernel loads 16 bytes per 4 taps, so the outputs at the
+ * right edge read past a row; with room for that (16 bytes for up to 4 taps:
+ * any enlargement, reductions by less than 1.5; 12 more per 4 taps beyond)
+ * the last row runs them by SIMD too instead of the scalar kernel. */
 typedef struct {
     const uint8_t *data;
     uint32_t w, h;
     size_t stride;
+    size_t room;
 } stk__rgb_view;
 
 /* A rectangle of the (virtual) resized image: columns [x, x + w), rows
@@ -61,12 +67,14 @@ void stk__resizer_free(stk__resizer *r);
 void stk__resizer_force_scalar(stk__resizer *r, int on);
 
 /* Resample src to out_w x out_h and write the window `win` of that image to
- * dst (row j of the window at dst + j * dst_stride, 3 * win.w bytes each).
+ * dst (row j of the window at dst + j * dst_stride, 3 * win.w bytes each);
+ * mirror: of the image mirrored left to right (the window is then a window
+ * of the mirrored image), at no cost over the plain resize.
  * An axis whose size does not change is copied, not filtered (as Pillow
  * does). The window must lie inside out_w x out_h and be non-empty; src must
  * be non-empty. Returns 0, or -1 when out of memory (dst is then undefined). */
 int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
-                const stk__rect *win, uint8_t *dst, size_t dst_stride);
+                const stk__rect *win, int mirror, uint8_t *dst, size_t dst_stride);
 
 /* Fractional bits the vertical pass of stk__resize_ycc keeps for the colour
  * conversion (so that samples are rounded once, at the end, not twice). */

@@ -54,8 +54,9 @@ enum { STK_IMG_LAYOUT_NONE = 0, STK_IMG_LAYOUT_RGB = 1, STK_IMG_LAYOUT_PLANE = 2
 
 /* Weight table of one axis for the outputs [first, first + count). */
 typedef struct {
-    uint32_t in, full, count; /* key, with kind, layout, out and first; count 0: empty */
+    uint32_t in, full, count; /* key, with kind, layout, mirror, out and first; count 0: empty */
     uint8_t kind, layout;
+    uint8_t mirror; /* output i is output out - 1 - (first + i) of the plain resize (RGB layout) */
     uint64_t out, first;
     uint64_t used;   /* resizer tick of the last use, for eviction */
     uint32_t taps;   /* row length of coef: the most taps any output uses */
@@ -64,9 +65,13 @@ typedef struct {
     int16_t *coef;   /* count x taps */
     /* STK_IMG_LAYOUT_RGB */
     uint32_t chunks; /* ceil(taps / STK_IMG_CHUNK_TAPS) */
-    uint32_t nsimd;  /* outputs [0, nsimd) run the SIMD kernel */
-    size_t *off;     /* count: 3 * start, the byte offset in a row */
-    int16_t *wide;   /* nsimd x chunks x STK_IMG_CHUNK_I16 */
+    uint32_t nwide;  /* count rounded up to STK_IMG_GROUP: off and wide are padded with the
+                        last output's, so every group can run the SIMD kernel */
+    uint32_t over;   /* bytes the SIMD kernel reads past a row's last pixel, at most */
+    uint32_t tight0, tight1; /* on a row with less room after it than `over`: outputs
+                                [tight0, tight1) (whole groups) read only the row */
+    size_t *off;     /* nwide: 3 * start, the byte offset in a row */
+    int16_t *wide;   /* nwide x chunks x STK_IMG_CHUNK_I16 */
     /* STK_IMG_LAYOUT_PLANE: per group of STK_IMG_PGROUP outputs and pair of taps, a
      * 32-byte shuffle and 16 int16 weights; gok[g]: group g qualifies */
     uint32_t pairs, ngroups;
@@ -110,9 +115,11 @@ size_t stk__resizer_held(const stk__resizer *r);
 int stk__resizer_test_simd(stk__resizer *r, int level);
 
 #ifdef STOKER_HAVE_AVX2
-/* Outputs [0, a->nsimd) of RGB rows s0 and s0 + stride into d0 and d1 (stride
- * 0 and d1 == d0 for one row); writes up to STK_IMG_H_ROOM bytes past each. */
-void stk__h_rgb_avx2(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1);
+/* Outputs [from, to) (multiples of STK_IMG_GROUP, to <= a->nwide) of RGB rows
+ * s0 and s0 + stride into d0 and d1 (stride 0 and d1 == d0 for one row);
+ * writes up to STK_IMG_H_ROOM bytes past each row's output `to` - 1. */
+void stk__h_rgb_avx2(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1,
+                     uint32_t from, uint32_t to);
 /* Every qualifying group of one plane row; src is readable 16 bytes past
  * any output's start. Writes 8 values per group. */
 void stk__h_plane_avx2(const stk__axis *a, const uint8_t *src, int16_t *dst);

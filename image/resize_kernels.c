@@ -131,9 +131,11 @@ STK_IMG_AVX2 static inline __attribute__((always_inline)) __m256i h_shuffle(int 
 }
 
 /* One output's sums (R, G, B, 0 as i32) for row x (low lane) and row
- * x + stride (high lane): `chunks` chunks of 4 taps with weights w. */
+ * x + stride (high lane): `chunks` chunks of 4 taps with weights w; taps2:
+ * there are at most 2 taps (every enlargement), so taps 2 and 3, whose
+ * weights are zero, are not summed. */
 STK_IMG_AVX2 static inline __attribute__((always_inline)) __m256i
-h_two(const uint8_t *x, size_t stride, const int16_t *w, const uint32_t chunks)
+h_two(const uint8_t *x, size_t stride, const int16_t *w, const uint32_t chunks, const int taps2)
 {
     const __m256i s01 = h_shuffle(0), s23 = h_shuffle(1);
     __m256i acc = _mm256_set1_epi32(STK_IMG_HALF);
@@ -143,8 +145,9 @@ h_two(const uint8_t *x, size_t stride, const int16_t *w, const uint32_t chunks)
                                     _mm_loadu_si128((const __m128i *)(const void *)(x + stride)), 1);
         const __m256i *k = (const __m256i *)(const void *)w;
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s01), _mm256_loadu_si256(k)));
-        acc =
-            _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s23), _mm256_loadu_si256(k + 1)));
+        if (!taps2)
+            acc = _mm256_add_epi32(acc,
+                                   _mm256_madd_epi16(_mm256_shuffle_epi8(px, s23), _mm256_loadu_si256(k + 1)));
     }
     return acc;
 }
@@ -167,39 +170,45 @@ STK_IMG_AVX2 static inline __attribute__((always_inline)) void h_store(__m256i a
     _mm_storeu_si128((__m128i *)(void *)d1, _mm256_extracti128_si256(p, 1));
 }
 
-/* Outputs [0, a->nsimd) of source rows s0 and s0 + stride into d0 and d1
+/* Outputs [from, to) of source rows s0 and s0 + stride into d0 and d1
  * (stride 0 and d1 == d0 for a single row). Writes up to H_ROOM bytes past
- * each row's last pixel: d0, d1 are scratch rows with room after them.
+ * the last: d0, d1 are scratch rows with room after them. Each output loads
+ * at its own offset, so a mirrored table (offsets falling) runs as is.
  * Inlined with a constant `chunks` for the common tap counts, so the tap
  * loop unrolls. */
 STK_IMG_AVX2 static inline __attribute__((always_inline)) void
-h_body(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1, const uint32_t chunks)
+h_body(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1, uint32_t from,
+       uint32_t to, const uint32_t chunks, const int taps2)
 {
-    const size_t *off = a->off, *end = a->off + a->nsimd;
-    const int16_t *w = a->wide;
     const size_t step = (size_t)chunks * STK_IMG_CHUNK_I16;
+    const size_t *off = a->off + from, *end = a->off + to;
+    const int16_t *w = a->wide + from * step;
+    d0 += 3 * (size_t)from;
+    d1 += 3 * (size_t)from;
     for (; off < end;
          off += STK_IMG_GROUP, w += STK_IMG_GROUP * step, d0 += 3 * STK_IMG_GROUP, d1 += 3 * STK_IMG_GROUP) {
-        __m256i pa = h_two(s0 + off[0], stride, w, chunks);
-        __m256i pb = h_two(s0 + off[1], stride, w + step, chunks);
-        __m256i pc = h_two(s0 + off[2], stride, w + 2 * step, chunks);
-        __m256i pd = h_two(s0 + off[3], stride, w + 3 * step, chunks);
+        __m256i pa = h_two(s0 + off[0], stride, w, chunks, taps2);
+        __m256i pb = h_two(s0 + off[1], stride, w + step, chunks, taps2);
+        __m256i pc = h_two(s0 + off[2], stride, w + 2 * step, chunks, taps2);
+        __m256i pd = h_two(s0 + off[3], stride, w + 3 * step, chunks, taps2);
         h_store(pa, pb, pc, pd, d0, d1);
     }
 }
 
 STK_IMG_AVX2 void stk__h_rgb_avx2(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0,
-                                  uint8_t *d1)
+                                  uint8_t *d1, uint32_t from, uint32_t to)
 {
-    switch (a->chunks) { /* 1: up to 4 taps (downscale < 1.5), 2: up to 8 (< 3.5) */
+    /* 1: up to 4 taps (downscale < 1.5; 2 for any enlargement), 2: up to 8 (< 3.5) */
+    switch (a->chunks) {
     case 1:
-        h_body(a, s0, stride, d0, d1, 1);
+        if (a->taps <= 2) h_body(a, s0, stride, d0, d1, from, to, 1, 1);
+        else h_body(a, s0, stride, d0, d1, from, to, 1, 0);
         break;
     case 2:
-        h_body(a, s0, stride, d0, d1, 2);
+        h_body(a, s0, stride, d0, d1, from, to, 2, 0);
         break;
     default:
-        h_body(a, s0, stride, d0, d1, a->chunks);
+        h_body(a, s0, stride, d0, d1, from, to, a->chunks, 0);
         break;
     }
 }

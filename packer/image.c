@@ -452,7 +452,7 @@ static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_
                       PK_TJ_FLAGS) != 0)
         return jpeg_fail(d, msg, cap);
     if (cmyk) cmyk_to_rgb(d->pix, (size_t)sw * (size_t)sh);
-    *v = (stk__rgb_view){d->pix, (uint32_t)sw, (uint32_t)sh, 3 * (size_t)sw};
+    *v = (stk__rgb_view){d->pix, (uint32_t)sw, (uint32_t)sh, 3 * (size_t)sw, 0};
     return PK_OK;
 }
 
@@ -484,7 +484,7 @@ static int png_run(pk_decoder *d, spng_ctx *ctx, const uint8_t *data, size_t len
     if ((rc = grow(d, need, msg, cap)) != PK_OK) return rc;
     /* flags 0: no tRNS, no gamma; alpha is dropped as Pillow's convert("RGB") does */
     if ((err = spng_decode_image(ctx, d->pix, need, SPNG_FMT_RGB8, 0))) return png_fail(err, msg, cap);
-    *v = (stk__rgb_view){d->pix, ihdr.width, ihdr.height, 3 * (size_t)ihdr.width};
+    *v = (stk__rgb_view){d->pix, ihdr.width, ihdr.height, 3 * (size_t)ihdr.width, 0};
     return PK_OK;
 }
 
@@ -522,7 +522,7 @@ static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, con
     stk__rect win = {l.crop_x, l.crop_y, l.w, l.h};
     uint8_t *at = out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x;
     if ((v->planar ? stk__resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
-                   : stk__resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, at, stride)) != 0)
+                   : stk__resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, 0, at, stride)) != 0)
         return pk__fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
                         (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
     if ((l.w == n && l.h == n) || p->mode == PK_RESIZE_KEEP) return PK_OK;

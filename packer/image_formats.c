@@ -93,7 +93,7 @@ int pk__webp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_par
         WebPFreeDecBuffer(&c.output);
         if (st != VP8_STATUS_OK) rc = webp_fail(st, msg, cap);
     }
-    if (rc == PK_OK) *v = (stk__rgb_view){pix, w, h, stride};
+    if (rc == PK_OK) *v = (stk__rgb_view){pix, w, h, stride, 0};
     return rc;
 }
 
@@ -191,7 +191,7 @@ static int gif_run(GifFileType *g, pk_decoder *d, const pk_params *p, stk__rgb_v
         } else if (t == IMAGE_DESC_RECORD_TYPE) {
             if (DGifGetImageDesc(g) == GIF_ERROR) return gif_fail(g->Error, msg, cap);
             if ((rc = gif_frame(g, pix, p, msg, cap)) != PK_OK) return rc;
-            *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w};
+            *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w, 0};
             return PK_OK;
         }
     }
@@ -397,7 +397,7 @@ int pk__bmp_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_para
         for (uint32_t y = 0; y < b.h; y++)
             bmp_row(&b, data + b.data_off + (size_t)(b.top_down ? y : b.h - 1 - y) * stride, pix + y * out);
     }
-    *v = (stk__rgb_view){pix, b.w, b.h, out};
+    *v = (stk__rgb_view){pix, b.w, b.h, out, 0};
     return PK_OK;
 }
 
@@ -569,7 +569,7 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, stk
     if (tiff_direct_ok(t, &l)) {
         if ((rc = pk__pixels(d, 3 * (size_t)w * h, &pix, msg, cap)) != PK_OK) return rc;
         if ((rc = tiff_direct(t, s, &l, pix, msg, cap)) == PK_OK)
-            *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w};
+            *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w, 0};
         return rc;
     }
     char why[1024] = "";
@@ -586,7 +586,7 @@ static int tiff_run(TIFF *t, tiff_src *s, pk_decoder *d, const pk_params *p, stk
         pix[3 * i] = (uint8_t)TIFFGetR(c), pix[3 * i + 1] = (uint8_t)TIFFGetG(c),
                 pix[3 * i + 2] = (uint8_t)TIFFGetB(c);
     }
-    *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w};
+    *v = (stk__rgb_view){pix, w, h, 3 * (size_t)w, 0};
     return PK_OK;
 }
 

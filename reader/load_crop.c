@@ -7,11 +7,12 @@
  * The crop box is torchvision's, drawn per (seed, epoch, record) over the
  * stored image's whole size (stk__xform_box, as on the device); the crop is
  * resampled with pack's filter (image/resize.c: Pillow's antialiased
- * bilinear, torchvision's Resize(antialias=True) on a PIL image), then
- * mirrored when the draw says so. Eval (STK_CROP_CENTER) is the ImageNet
- * recipe for images of their own size: the shorter side to round(S / 0.875),
- * then the central S x S (torchvision Resize + CenterCrop); for square images
- * (resized by pack already) the central S x S, as on the device.
+ * bilinear, torchvision's Resize(antialias=True) on a PIL image), mirrored
+ * when the draw says so (by the resize's own tables: no pass of its own).
+ * Eval (STK_CROP_CENTER) is the ImageNet recipe for images of their own
+ * size: the shorter side to round(S / 0.875), then the central S x S
+ * (torchvision Resize + CenterCrop); for square images (resized by pack
+ * already) the central S x S, as on the device.
  * STK_CROP_NONE stretches the whole image.
  * A JPEG value under a random crop is decoded only as far as the crop needs
  * (libjpeg's API, since TurboJPEG 2.1's cannot crop): the rows above it are
@@ -54,6 +55,10 @@ static void on_message(j_common_ptr ci, int level)
 
 /* pack's default --max-pixels: no stored image of a real dataset is larger */
 #define CROP_MAX_PIXELS 100000000u
+/* Bytes kept readable after a decoded image, so that the resize's SIMD loads
+ * may reach past its last row (stk__rgb_view.room): 16 per 4 taps of a
+ * reduction by up to 16 (what a crop's decode leaves). */
+#define PX_ROOM 64u
 
 struct stk__cropper {
     stk__resizer *rs;
@@ -63,8 +68,6 @@ struct stk__cropper {
     struct jpeg_decompress_struct ci; /* the cropping decoder, kept: no pools */
     jerr_t je;                        /* to build per image                  */
     int ci_made;
-    uint8_t *row; /* mirror: a row's copy */
-    size_t row_cap;
 };
 
 stk__cropper *stk__cropper_new(void)
@@ -81,7 +84,6 @@ void stk__cropper_free(stk__cropper *c)
 {
     if (!c) return;
     if (c->ci_made) jpeg_destroy_decompress(&c->ci);
-    free(c->row);
     stk__resizer_free(c->rs);
     if (c->tj) tjDestroy(c->tj);
     free(c->px);
@@ -95,6 +97,18 @@ static uint64_t centre_offset(uint64_t d)
     return (d % 2 && k % 2) ? k + 1 : k;
 }
 
+/* c->px holding at least n bytes and PX_ROOM after them; 0, or -1 when out
+ * of memory. */
+static int px_reserve(stk__cropper *c, size_t n)
+{
+    if (n + PX_ROOM <= c->px_cap) return 0;
+    uint8_t *p = realloc(c->px, n + PX_ROOM);
+    if (!p) return -1;
+    c->px = p;
+    c->px_cap = n + PX_ROOM;
+    return 0;
+}
+
 static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_t H, uint32_t W,
                        uint64_t record, stk_error *err)
 {
@@ -106,13 +120,8 @@ static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_
         return stk_error_set(err, STK_E_FORMAT,
                              "record %llu: the JPEG's header does not give its %ux%u shape",
                              (unsigned long long)record, W, H);
-    size_t need = (size_t)H * W * 3;
-    if (need > c->px_cap) {
-        uint8_t *p = realloc(c->px, need);
-        if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory for a %ux%u image", W, H);
-        c->px = p;
-        c->px_cap = need;
-    }
+    if (px_reserve(c, (size_t)H * W * 3))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory for a %ux%u image", W, H);
     if (tjDecompress2(c->tj, data, (unsigned long)size, c->px, (int)W, 0, (int)H, TJPF_RGB, 0) != 0)
         return stk_error_set(err, STK_E_FORMAT, "record %llu: the JPEG does not decode: %s",
                              (unsigned long long)record, tjGetErrorStr2(c->tj));
@@ -150,15 +159,10 @@ static int decode_region(stk__cropper *c, const void *data, uint64_t size, uint3
     jpeg_start_decompress(ci);
     JDIMENSION xoff = x0, cw = w;
     jpeg_crop_scanline(ci, &xoff, &cw); /* widened to whole iMCU columns */
-    size_t row = (size_t)cw * 3, need = row * h;
-    if (need > c->px_cap) {
-        uint8_t *p = realloc(c->px, need);
-        if (!p) {
-            snprintf(c->je.msg, sizeof c->je.msg, "out of memory for a %ux%u crop", cw, h);
-            longjmp(c->je.jb, 1);
-        }
-        c->px = p;
-        c->px_cap = need;
+    size_t row = (size_t)cw * 3;
+    if (px_reserve(c, row * h)) {
+        snprintf(c->je.msg, sizeof c->je.msg, "out of memory for a %ux%u crop", cw, h);
+        longjmp(c->je.jb, 1);
     }
     if (y0 && jpeg_skip_scanlines(ci, y0) != y0) {
         snprintf(c->je.msg, sizeof c->je.msg, "it ends before row %u of %u", y0, H);
@@ -181,26 +185,6 @@ static int decode_region(stk__cropper *c, const void *data, uint64_t size, uint3
     return STK_OK;
 }
 
-/* Each row reversed through a copy of it: a 4-byte move per pixel, its
- * fourth byte overwritten by the next pixel's, the last pixel 3 bytes. */
-static int mirror(stk__cropper *c, uint8_t *img, uint32_t w, uint32_t h)
-{
-    size_t row = (size_t)w * 3;
-    if (row + 1 > c->row_cap) {
-        uint8_t *p = realloc(c->row, row + 1);
-        if (!p) return -1;
-        c->row = p;
-        c->row_cap = row + 1;
-    }
-    for (uint32_t y = 0; y < h; y++) {
-        uint8_t *out = img + (size_t)y * row;
-        memcpy(c->row, out, row);
-        for (uint32_t x = 0; x + 1 < w; x++) memcpy(out + 3 * (size_t)x, c->row + 3 * (size_t)(w - 1 - x), 4);
-        memcpy(out + 3 * (size_t)(w - 1), c->row, 3);
-    }
-    return 0;
-}
-
 int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
                      const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
                      uint8_t *dst, stk_error *err)
@@ -219,17 +203,20 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
     /* a box resized to the output: random crops, and centre crops of square
      * images (pack resized those already: the central S x S, as on the device) */
     int rc, rrc = t->crop == STK_CROP_RANDOM_RESIZED || (t->crop == STK_CROP_CENTER && square);
-    stk__rgb_view src = {value, W, H, (size_t)W * 3};
+    stk__rgb_view src = {value, W, H, (size_t)W * 3, 0};
+    const uint8_t *end = (const uint8_t *)value + size; /* what src's rows may be read up to */
     if (jpeg && rrc) { /* the crop's region alone */
         const uint8_t *at;
         size_t stride;
         if ((rc = decode_region(c, value, size, H, W, (uint32_t)box.x0, (uint32_t)box.y0, (uint32_t)box.w,
                                 (uint32_t)box.h, record, &at, &stride, err)))
             return rc;
-        src = (stk__rgb_view){at, (uint32_t)box.w, (uint32_t)box.h, stride};
+        src = (stk__rgb_view){at, (uint32_t)box.w, (uint32_t)box.h, stride, 0};
+        end = c->px + c->px_cap;
     } else if (jpeg) {
         if ((rc = decode_jpeg(c, value, size, H, W, record, err))) return rc;
         src.data = c->px;
+        end = c->px + c->px_cap;
     }
     uint64_t rw = ow, rh = oh;
     stk__rect win = {0, 0, ow, oh};
@@ -249,11 +236,11 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
         win.x = centre_offset(rw - ow);
         win.y = centre_offset(rh - oh);
     }
-    if (stk__resize(c->rs, &src, rw, rh, &win, dst, (size_t)ow * 3) != 0)
+    if (box.flip) win.x = rw - ow - win.x; /* the same window of the mirrored image */
+    const uint8_t *last = src.data + (size_t)(src.h - 1) * src.stride + 3 * (size_t)src.w;
+    src.room = last <= end ? (size_t)(end - last) : 0;
+    if (stk__resize(c->rs, &src, rw, rh, &win, box.flip, dst, (size_t)ow * 3) != 0)
         return stk_error_set(err, STK_E_NOMEM, "out of memory resizing record %llu",
-                             (unsigned long long)record);
-    if (box.flip && mirror(c, dst, ow, oh))
-        return stk_error_set(err, STK_E_NOMEM, "out of memory mirroring record %llu",
                              (unsigned long long)record);
     return STK_OK;
 }

@@ -1798,16 +1798,55 @@ END_TEST
 
 /* ============================================================ resize */
 
+/* The mirrored resize (and windows of it) against the plain one mirrored,
+ * and with room after the last row (the SIMD kernel then reads past it)
+ * against without: the same bytes, by SIMD and scalar kernels alike. */
+static void check_mirror_room(stk__resizer *r, const stk__rgb_view *v, uint32_t dw, uint32_t dh,
+                              const uint8_t *plain, const char *what)
+{
+    size_t row = (size_t)dw * 3, n = row * dh, src_bytes = (size_t)v->h * v->stride;
+    uint8_t *want = xmalloc(n), *got = xmalloc(n), *copy = xmalloc(src_bytes + 64);
+    for (uint32_t y = 0; y < dh; y++)
+        for (uint32_t x = 0; x < dw; x++) memcpy(want + y * row + 3 * x, plain + y * row + 3 * (dw - 1 - x), 3);
+    memcpy(copy, v->data, src_bytes);
+    memset(copy + src_bytes, 0xA5, 64); /* read, multiplied by zero */
+    stk__rgb_view roomy = {copy, v->w, v->h, v->stride, 64};
+    const stk__rect all = {0, 0, dw, dh}, part = {dw / 5, dh / 3, dw - dw / 5 - dw / 7, dh - dh / 3};
+    for (int scalar = 0; scalar < 2; scalar++) {
+        stk__resizer_force_scalar(r, scalar);
+        for (int k = 0; k < 2; k++) {
+            const stk__rgb_view *s = k ? &roomy : v;
+            ck_assert_int_eq(stk__resize(r, s, dw, dh, &all, 1, got, row), 0);
+            ck_assert_msg(memcmp(got, want, n) == 0, "%s: mirrored (%s, room %zu) is not the plain resize mirrored",
+                          what, scalar ? "scalar" : "SIMD", s->room);
+            ck_assert_int_eq(stk__resize(r, s, dw, dh, &all, 0, got, row), 0);
+            ck_assert_msg(memcmp(got, plain, n) == 0, "%s: room %zu changes the %s resize", what, s->room,
+                          scalar ? "scalar" : "SIMD");
+            if (part.w && part.h) {
+                ck_assert_int_eq(stk__resize(r, s, dw, dh, &part, 1, got, (size_t)part.w * 3), 0);
+                for (uint32_t y = 0; y < part.h; y++)
+                    ck_assert_msg(memcmp(got + (size_t)y * part.w * 3, want + (part.y + y) * row + 3 * part.x,
+                                         (size_t)part.w * 3) == 0,
+                                  "%s: mirrored window row %u differs", what, y);
+            }
+        }
+    }
+    stk__resizer_force_scalar(r, 0);
+    free(copy);
+    free(got);
+    free(want);
+}
+
 static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_t dh)
 {
     double *ref = ref_resize(src->px, src->w, src->h, dw, dh);
-    stk__rgb_view v = {src->px, src->w, src->h, (size_t)src->w * 3};
+    stk__rgb_view v = {src->px, src->w, src->h, (size_t)src->w * 3, 0};
     stk__rect all = {0, 0, dw, dh};
     uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
     stk__resizer_force_scalar(r, 0);
-    ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, simd, (size_t)dw * 3), 0);
+    ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, 0, simd, (size_t)dw * 3), 0);
     stk__resizer_force_scalar(r, 1);
-    ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, scalar, (size_t)dw * 3), 0);
+    ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, 0, scalar, (size_t)dw * 3), 0);
     stk__resizer_force_scalar(r, 0);
     char what[64];
     snprintf(what, sizeof what, "%ux%u -> %ux%u", src->w, src->h, dw, dh);
@@ -1822,13 +1861,14 @@ static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_
         const stk__rect *wn = &wins[i];
         if (wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
         uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
-        ck_assert_int_eq(stk__resize(r, &v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
+        ck_assert_int_eq(stk__resize(r, &v, dw, dh, wn, 0, part, (size_t)wn->w * 3), 0);
         for (uint32_t y = 0; y < wn->h; y++)
             ck_assert_msg(memcmp(part + (size_t)y * wn->w * 3, simd + ((size_t)(wn->y + y) * dw + wn->x) * 3,
                                  (size_t)wn->w * 3) == 0,
                           "%s: window %zu row %u differs from the full resize", what, i, y);
         free(part);
     }
+    check_mirror_room(r, &v, dw, dh, simd, what);
     free(scalar);
     free(simd);
     free(ref);
@@ -1882,10 +1922,10 @@ static void expect_as_fresh(stk__resizer *used, const stk__rgb_view *v, const st
     stk__resizer *fresh = stk__resizer_new();
     ck_assert_ptr_nonnull(fresh);
     ck_assert_int_eq(yv ? stk__resize_ycc(used, yv, dw, dh, win, a, stride)
-                        : stk__resize(used, v, dw, dh, win, a, stride),
+                        : stk__resize(used, v, dw, dh, win, 0, a, stride),
                      0);
     ck_assert_int_eq(yv ? stk__resize_ycc(fresh, yv, dw, dh, win, b, stride)
-                        : stk__resize(fresh, v, dw, dh, win, b, stride),
+                        : stk__resize(fresh, v, dw, dh, win, 0, b, stride),
                      0);
     ck_assert_msg(memcmp(a, b, n) == 0,
                   "%s %llux%llu window %llu+%u, %llu+%u differs with a used resizer (round %d)",
@@ -1901,7 +1941,7 @@ START_TEST(resize_cache_reuse)
     /* one resizer across changing sizes gives what a fresh one gives */
     stk__resizer *shared = stk__resizer_new();
     image im = synth(90, 70, DETAIL, 18);
-    stk__rgb_view v = {im.px, 90, 70, 270};
+    stk__rgb_view v = {im.px, 90, 70, 270, 0};
     static const uint32_t sizes[][2] = {{40, 30}, {41, 30}, {40, 31}, {64, 64}, {40, 30}, {12, 50}, {41, 30}};
     for (int round = 0; round < 3; round++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -1926,7 +1966,7 @@ START_TEST(resize_cache_evicts)
      * alone, and a table of the wrong SIMD layout only runs the scalar
      * kernel on the same weights.) */
     image im = synth(90, 70, DETAIL, 19);
-    stk__rgb_view v = {im.px, 90, 70, 270};
+    stk__rgb_view v = {im.px, 90, 70, 270, 0};
     planes p = make_planes(90, 70, 2, 2, 0, 77);
     /* chroma 3 wide from 5 and from 6 (keys that differ in `full` alone);
      * chroma 2 wide, which libjpeg repeats instead of interpolating, and 45
@@ -1982,10 +2022,10 @@ START_TEST(resize_cache_budget)
     stk__resizer *r = stk__resizer_new();
     size_t most = 0;
     for (uint32_t k = 0; k < 700; k++) {
-        stk__rgb_view v = {im.px, w - k, h, (size_t)w * 3};
+        stk__rgb_view v = {im.px, w - k, h, (size_t)w * 3, 0};
         stk__rect all = {0, 0, 256, 2};
         uint8_t out[256 * 2 * 3];
-        ck_assert_int_eq(stk__resize(r, &v, 256, 2, &all, out, sizeof out / 2), 0);
+        ck_assert_int_eq(stk__resize(r, &v, 256, 2, &all, 0, out, sizeof out / 2), 0);
         size_t held = stk__resizer_held(r);
         most = held > most ? held : most;
         ck_assert_msg(held <= ((size_t)48 << 20) + 4 * ((size_t)1 << 20), "tables hold %zu bytes", held);
