@@ -11,6 +11,7 @@
  * the host backend's normalised f32 output is the u8 crop over 255. */
 #include "testutil.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,14 +98,14 @@ static void expected(const stk_transform *t, uint64_t seed, uint64_t epoch, uint
         for (int32_t y = 0; y < box.h; y++)
             memcpy(crop + (size_t)y * box.w * 3, px + ((size_t)(box.y0 + y) * w + (size_t)box.x0) * 3,
                    (size_t)box.w * 3);
-        stk__rgb_view v = {crop, (uint32_t)box.w, (uint32_t)box.h, (size_t)box.w * 3};
-        ck_assert_int_eq(stk__resize(rs, &v, OUT, OUT, &all, out, OUT * 3), 0);
+        stk__rgb_view v = {crop, (uint32_t)box.w, (uint32_t)box.h, (size_t)box.w * 3, 0};
+        ck_assert_int_eq(stk__resize(rs, &v, OUT, OUT, &all, 0, out, OUT * 3), 0);
     } else { /* Resize(round(OUT / 0.875)) + CenterCrop(OUT) */
         uint64_t r = (uint64_t)round(OUT / 0.875), sh = h < w ? h : w, lg = h < w ? w : h;
         uint64_t g = (uint64_t)((double)(r * lg) / (double)sh), rh = h <= w ? r : g, rw = h <= w ? g : r;
         stk__rect win = {py_centre(rw - OUT), py_centre(rh - OUT), OUT, OUT};
-        stk__rgb_view v = {px, (uint32_t)w, (uint32_t)h, (size_t)w * 3};
-        ck_assert_int_eq(stk__resize(rs, &v, rw, rh, &win, out, OUT * 3), 0);
+        stk__rgb_view v = {px, (uint32_t)w, (uint32_t)h, (size_t)w * 3, 0};
+        ck_assert_int_eq(stk__resize(rs, &v, rw, rh, &win, 0, out, OUT * 3), 0);
     }
     stk__resizer_free(rs);
     if (box.flip)
@@ -236,6 +237,51 @@ START_TEST(test_normalised_crops)
 }
 END_TEST
 
+/* The workers' normalising, f32 in both layouts: bit for bit the fused
+ * v * (inv_std / 255) + (-mean * inv_std), and within 8 x 2^-23 (relative to
+ * max(|x|, 1)) of the host backend's (v / 255 - mean) * inv_std; every byte value, images whose pixel
+ * count is no multiple of the SIMD step (or exactly one: 2 x 4, where the
+ * loads must stop at the last byte; ASan sees them), a destination off the
+ * alignment the non-temporal stores want. */
+START_TEST(test_normalise_exact)
+{
+    static const uint32_t sizes[][2] = {{20, 20}, {7, 3}, {224, 224}, {5, 17}, {1, 1}, {2, 4}, {3, 3}};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int layout = 0; layout < 2; layout++)
+            for (size_t skew = 0; skew < 2; skew++) {
+                stk__xform_job j = {.C = 3, .out_h = sizes[si][0], .out_w = sizes[si][1], .dtype = STK_DT_F32};
+                j.layout = layout ? STK_IMAGE_NHWC : STK_IMAGE_NCHW;
+                const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+                for (int c = 0; c < 3; c++) j.mean[c] = mean[c], j.inv_std[c] = 1.0f / sd[c];
+                size_t n = (size_t)j.out_h * j.out_w, bytes = n * 3;
+                uint8_t *hwc = malloc(bytes);
+                float *buf = aligned_alloc(64, ((n * 3 + 16) * sizeof(float) + 63) & ~(size_t)63),
+                      *out = buf + skew;
+                ck_assert(hwc && buf);
+                for (size_t k = 0; k < bytes; k++) hwc[k] = (uint8_t)(k * 7 + k / 3);
+                stk__xform_normalise(&j, hwc, out);
+                for (size_t p = 0; p < n; p++)
+                    for (int c = 0; c < 3; c++) {
+                        float x = (float)hwc[p * 3 + c];
+                        volatile float scale = j.inv_std[c] * (1.0f / 255.0f), shift = -j.mean[c] * j.inv_std[c];
+                        float want = fmaf(x, scale, shift);
+                        volatile float v = x * (1.0f / 255.0f);
+                        v = v - j.mean[c];
+                        float host = v * j.inv_std[c];
+                        size_t at = layout ? p * 3 + c : c * n + p;
+                        ck_assert_msg(memcmp(&out[at], &want, 4) == 0,
+                                      "%ux%u %s skew %zu: pixel %zu channel %d: %a, want %a", j.out_h, j.out_w,
+                                      layout ? "NHWC" : "NCHW", skew, p, c, (double)out[at], (double)want);
+                        ck_assert_msg(fabsf(out[at] - host) <= 8 * FLT_EPSILON * fmaxf(fabsf(host), 1.0f),
+                                      "pixel %zu channel %d: %a, the host backend's %a", p, c, (double)out[at],
+                                      (double)host);
+                    }
+                free(buf);
+                free(hwc);
+            }
+}
+END_TEST
+
 START_TEST(test_refusals)
 {
     char dir[TU_PATH];
@@ -325,6 +371,7 @@ int main(void)
     tcase_add_loop_test(tc, test_crops_match_reference, 0, 2);
     tcase_add_loop_test(tc, test_normalised_crops, 0, 2);
     tcase_add_test(tc, test_square_field_on_workers);
+    tcase_add_test(tc, test_normalise_exact);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
     return tu_run(s);
