@@ -67,9 +67,9 @@ stk__backend *stk__backend_cuda_create(int device, stk_error *err);
 void stk__xform_host(const stk__xform_job *job);
 /* One sample already cropped to out_h x out_w (u8 HWC at hwc) into job's
  * dtype and layout at dst, (x / 255 - mean) / std as one fused multiply-add
- * per value (a few ulp from what stk__xform_host gives for an uncropped
- * input of that size): the workers' normalising when the crop was theirs and
- * there is no device. */
+ * per value (the bytes stk__xform_host gives for an uncropped input of that
+ * size): the workers' normalising when the crop was theirs and there is no
+ * device. */
 void stk__xform_normalise(const stk__xform_job *j, const uint8_t *hwc, void *dst);
 /* The crop box and flip of one sample: a pure function of the transform,
  * the image size, seed, epoch and global record index. */

@@ -200,6 +200,18 @@ static void xform_cols(const stk__xform_job *j, const stk__crop_box *b, uint32_t
     }
 }
 
+/* (v / 255 - mean) / std is computed everywhere as one fused multiply-add
+ * per value, fmaf(v, scale, shift): one rounding instead of the three of
+ * (v * (1 / 255) - mean) * inv and a third of the floating-point work (what
+ * the f32 output costs on top of the u8 crop). The host reference below, the
+ * workers' scalar table and SIMD code and the CUDA kernel (__fmaf_rn, the
+ * same coefficients) all round it once, correctly, so their bytes agree. */
+static void norm_coef(const stk__xform_job *j, uint32_t c, float *scale, float *shift)
+{
+    *scale = j->inv_std[c] * (1.0f / 255.0f);
+    *shift = -j->mean[c] * j->inv_std[c];
+}
+
 /* Samples [n0, n1) of the job. The arithmetic is the CUDA kernel's, term for
  * term (this file is built without contraction, so the loop order changes no
  * result); hoisted out of the pixel loop is only what does not depend on the
@@ -224,7 +236,8 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
                 const uint8_t *r0 = img + ((uint64_t)(b->y0 + y0) * j->W + (uint64_t)b->x0) * C;
                 const uint8_t *r1 = img + ((uint64_t)(b->y0 + y1) * j->W + (uint64_t)b->x0) * C;
                 for (uint32_t c = 0; c < C; c++) {
-                    const float mean = j->mean[c], inv = j->inv_std[c];
+                    float scale, shift;
+                    norm_coef(j, c, &scale, &shift);
                     /* NCHW: the row of channel c is contiguous; NHWC: stride C */
                     uint64_t at = nchw ? (((uint64_t)n * C + c) * OH + oy) * OW + ox0
                                        : (((uint64_t)n * OH + oy) * OW + ox0) * C + c,
@@ -240,8 +253,7 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
                             ((uint8_t *)j->dst)[at] = (uint8_t)r;
                             continue;
                         }
-                        v = (v * (1.0f / 255.0f) - mean) * inv;
-                        store(j->dst, at, j->dtype, v);
+                        store(j->dst, at, j->dtype, fmaf(v, scale, shift));
                     }
                 }
             }
@@ -249,17 +261,6 @@ static void xform_range(const stk__xform_job *j, uint32_t n0, uint32_t n1)
     }
 }
 
-/* The workers' normalising is (v / 255 - mean) / std as one fused
- * multiply-add per value, v * scale + shift: one rounding instead of the
- * three of xform_range's (v * (1 / 255) - mean) * inv, a few ulp from it and
- * as close to the exact value, at a third of the floating-point work (what
- * the f32 output costs on top of the u8 crop). The scalar table and the SIMD code both compute
- * fmaf(v, scale, shift), correctly rounded, so their bytes are the same. */
-static void norm_coef(const stk__xform_job *j, uint32_t c, float *scale, float *shift)
-{
-    *scale = j->inv_std[c] * (1.0f / 255.0f);
-    *shift = -j->mean[c] * j->inv_std[c];
-}
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #  define STK__NORM_AVX2 1

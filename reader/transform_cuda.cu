@@ -56,8 +56,9 @@ __global__ void transform_kernel(stk__xform_job j)
                 (unsigned char)__float2uint_rn(fminf(fmaxf(v, 0.0f), 255.0f));
             continue;
         }
-        v = __fmul_rn(__fsub_rn(__fmul_rn(v, 1.0f / 255.0f), j.mean[c]), j.inv_std[c]);
-        store(j.dst, i, j.dtype, v);
+        /* the host's norm_coef and fmaf: the same bytes */
+        float scale = __fmul_rn(j.inv_std[c], 1.0f / 255.0f), shift = __fmul_rn(-j.mean[c], j.inv_std[c]);
+        store(j.dst, i, j.dtype, __fmaf_rn(v, scale, shift));
     }
 }
 
