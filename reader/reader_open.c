@@ -72,12 +72,13 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
     if (o->batch_size == 0) return stk_error_set(err, STK_E_ARG, "batch_size must be at least 1");
     if (o->order < STK_ORDER_SEQUENTIAL || o->order > STK_ORDER_QUASI)
         return stk_error_set(err, STK_E_ARG, "order %d unknown (sequential, shuffle or quasi)", o->order);
-    if (o->tail < STK_TAIL_PAD || o->tail > STK_TAIL_PARTIAL)
-        return stk_error_set(err, STK_E_ARG, "tail %d unknown (pad, drop or partial)", o->tail);
+    if (o->tail < STK_TAIL_PAD || o->tail > STK_TAIL_AUTO)
+        return stk_error_set(err, STK_E_ARG, "tail %d unknown (pad, drop, partial or auto)", o->tail);
     if (o->verify < STK_VERIFY_OFF || o->verify > STK_VERIFY_ALWAYS)
         return stk_error_set(err, STK_E_ARG, "verify %d unknown (off, once or always)", o->verify);
     int rc = resolve_dist(o, err);
     if (rc) return rc;
+    if (o->tail == STK_TAIL_AUTO) o->tail = o->world_size > 1 ? STK_TAIL_PAD : STK_TAIL_PARTIAL;
     if (o->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;

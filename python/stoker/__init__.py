@@ -281,8 +281,9 @@ class Reader:
                   initialised, else $RANK/$WORLD_SIZE, $SLURM_PROCID/$SLURM_NTASKS, else 0/1
     threads       worker threads (0: online CPUs, at most 8); prefetch: batches prepared ahead (0: 2 x threads)
     drop_last     True: drop the incomplete last global batch (tail="drop")
-    tail          "pad" (default: wrap around, as DistributedSampler), "drop", or
-                  "partial" (a short last batch, DataLoader's drop_last=False)
+    tail          "pad" (default: wrap around, as DistributedSampler), "drop",
+                  "partial" (a short last batch, DataLoader's drop_last=False), or
+                  "auto" (pad when world_size > 1, else partial; .tail says which)
     fields        names to read (list or comma-separated string); None: all
     device        None/"cpu": host arrays; "cuda"/"cuda:N"/torch.device: device
                   tensors, uploaded by the reader, the current torch stream made
@@ -332,7 +333,7 @@ class Reader:
         elif drop_last and tail != "drop":
             raise ValueError(f"drop_last=True contradicts tail={tail!r}")
         if tail not in L.TAILS:
-            raise ValueError(f"tail {tail!r}: pad, drop or partial")
+            raise ValueError(f"tail {tail!r}: pad, drop, partial or auto")
         if verify not in L.VERIFY:
             raise ValueError(f"verify {verify!r}: off, once or always")
         if io not in L.IO:
@@ -406,7 +407,7 @@ class Reader:
         self.path = os.fspath(path)
         self.batch_size, self.rank, self.world_size = eff.batch_size, eff.rank, eff.world_size
         self.threads, self.prefetch = eff.threads, eff.prefetch
-        self.order, self.seed, self.tail, self.verify = order, o.seed, tail, verify
+        self.order, self.seed, self.tail, self.verify = order, o.seed, L.TAIL_NAMES[eff.tail], verify
         self.device = L.DEVICE_NAMES.get(eff.device, str(eff.device))  # after any fallback
         self.num_records = L.stk_dataset_records(L.stk_reader_dataset(r))
         sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents

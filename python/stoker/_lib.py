@@ -28,7 +28,8 @@ STK_CODEC_NONE, STK_CODEC_ZSTD, STK_CODEC_JPEG = 0, 1, 2
 # stk_dtype
 DT_U8, DT_I8, DT_U16, DT_I16, DT_U32, DT_I32, DT_U64, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(1, 13)
 ORDERS = {"sequential": 0, "shuffle": 1, "quasi": 2}
-TAILS = {"pad": 0, "drop": 1, "partial": 2}
+TAILS = {"pad": 0, "drop": 1, "partial": 2, "auto": 3}
+TAIL_NAMES = {0: "pad", 1: "drop", 2: "partial"}
 VERIFY = {"off": 0, "once": 1, "always": 2}
 IO = {"auto": 0, "mmap": 1, "direct": 2}
 IO_NAMES = {v: k for k, v in IO.items()}

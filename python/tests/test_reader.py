@@ -313,6 +313,20 @@ def test_rank_and_world_size_from_the_environment(ds, monkeypatch):
         assert (r.rank, r.world_size) == (0, 1)
 
 
+def test_tail_auto_resolves_by_world_size(ds, monkeypatch):
+    """tail="auto": pad across ranks (the world size from the arguments or the environment), partial alone."""
+    with stoker.Reader(ds, batch_size=10, rank=0, world_size=1, tail="auto", fields="label") as r:
+        assert r.tail == "partial" and r.state_dict()["tail"] == "partial"
+        assert read_records(r) == dump_order(ds, 10, tail="partial")       # 103 records: the last batch has 3
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with stoker.Reader(ds, batch_size=10, tail="auto", fields="label") as r:
+        assert r.tail == "pad" and r.state_dict()["tail"] == "pad"
+        assert read_records(r) == dump_order(ds, 10, rank=1, world=2, tail="pad")
+    with stoker.Reader(ds, batch_size=10, fields="label") as r:
+        assert r.tail == "pad"                                              # the Reader's default stays pad
+
+
 def test_statistics_and_verdict(ds):
     with stoker.Reader(ds, batch_size=10, order="shuffle", threads=2, prefetch=3) as r:
         assert r.stats()["batches"] == 0

@@ -657,7 +657,7 @@ START_TEST(bad_options_refused)
         const char *what;
     } bad[] = {
         {0, 0, 1, 0, 0, "batch_size"}, {2, 2, 2, 0, 0, "rank"}, {2, 0, 0, 0, 0, "world"},
-        {2, 0, 1, 9, 0, "order"},      {2, 0, 1, 0, 9, "tail"},
+        {2, 0, 1, 9, 0, "order"},      {2, 0, 1, 0, 9, "tail"}, {2, 0, 1, 0, 4, "tail"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         stk_reader_options o = ropts(bad[i].order, bad[i].tail, bad[i].B, bad[i].rank, bad[i].world, 0);
@@ -1189,6 +1189,54 @@ START_TEST(rank_and_world_from_environment)
 }
 END_TEST
 
+/* STK_TAIL_AUTO: pad across ranks, partial in one process, whether the
+ * world size is given or comes from the environment; the state and the
+ * effective options hold the resolved policy. */
+START_TEST(tail_auto_by_world_size)
+{
+    static const char *const NAMES[2] = {"RANK", "WORLD_SIZE"};
+    char *saved[2] = {save_env(NAMES[0]), save_env(NAMES[1])};
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    const test_ds *d = ds_a(); /* 23 records: no batch size below divides it */
+    struct {
+        int rank, world;
+        const char *env_rank, *env_world;
+        int want_tail;
+    } cases[] = {
+        {0, 1, NULL, NULL, STK_TAIL_PARTIAL},   {1, 3, NULL, NULL, STK_TAIL_PAD},
+        {-1, -1, NULL, NULL, STK_TAIL_PARTIAL}, {-1, -1, "1", "2", STK_TAIL_PAD},
+        {-1, -1, "0", "1", STK_TAIL_PARTIAL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (cases[c].env_rank) setenv("RANK", cases[c].env_rank, 1);
+        if (cases[c].env_world) setenv("WORLD_SIZE", cases[c].env_world, 1);
+        stk_reader_options o = ropts(STK_ORDER_SHUFFLE, STK_TAIL_AUTO, 4, cases[c].rank, cases[c].world, 9);
+        stk_error e = {0, ""};
+        stk_reader *r = stk_reader_open(d->dir, &o, &e);
+        expect(r != NULL, "case %zu: %s", c, e.msg);
+        const stk_reader_options *eff = stk_reader_get_options(r);
+        expect(eff->tail == cases[c].want_tail, "case %zu (world %d): tail %d, expected %d", c,
+               eff->world_size, eff->tail, cases[c].want_tail);
+        stk_reader_state st;
+        stk_reader_save(r, &st);
+        ck_assert_int_eq(st.tail, cases[c].want_tail);
+        o.tail = cases[c].want_tail;
+        o.rank = eff->rank;
+        o.world_size = eff->world_size;
+        ref_stream rs;
+        rs_init(&rs, d->n, &o, 1, 1);
+        ck_assert_uint_eq(stk_reader_batches_per_epoch(r), rs_bpe(&rs));
+        read_epochs(r, &rs, 2, "tail auto");
+        stk_reader_close(r);
+        rs_free(&rs);
+        unsetenv("RANK");
+        unsetenv("WORLD_SIZE");
+    }
+    for (int i = 0; i < 2; i++) restore_env(NAMES[i], saved[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("orders");
@@ -1210,6 +1258,7 @@ int main(void)
     tcase_add_test(tc, seek_equals_reading_there);
     tcase_add_test(tc, field_selection);
     tcase_add_test(tc, rank_and_world_from_environment);
+    tcase_add_test(tc, tail_auto_by_world_size);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

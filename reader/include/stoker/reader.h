@@ -121,13 +121,18 @@ typedef enum {
 } stk_order;
 
 typedef enum {
-    STK_TAIL_PAD = 0,    /* the last global batch is completed by wrapping
-                             around to the start of the epoch's order (as
-                             PyTorch's DistributedSampler pads)              */
-    STK_TAIL_DROP = 1,   /* the incomplete last global batch is dropped     */
-    STK_TAIL_PARTIAL = 2 /* the last global batch is short; each rank takes
-                             its slice of it, which may be short or empty:
-                             PyTorch's DataLoader default for one process    */
+    STK_TAIL_PAD = 0,     /* the last global batch is completed by wrapping
+                              around to the start of the epoch's order (as
+                              PyTorch's DistributedSampler pads)             */
+    STK_TAIL_DROP = 1,    /* the incomplete last global batch is dropped     */
+    STK_TAIL_PARTIAL = 2, /* the last global batch is short; each rank takes
+                              its slice of it, which may be short or empty:
+                              PyTorch's DataLoader default for one process   */
+    STK_TAIL_AUTO = 3     /* an option only, resolved at open: PAD when the
+                              world size is above 1, else PARTIAL (PyTorch's
+                              DistributedSampler vs a plain sampler).
+                              stk_reader_get_options and the state give the
+                              resolved policy                                */
 } stk_tail;
 
 typedef enum {
@@ -158,7 +163,7 @@ typedef struct {
     int world_size;             /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1 */
     unsigned threads;           /* worker threads; 0: online CPUs, at most 8    */
     unsigned prefetch;          /* batches prepared ahead; 0: 2 x threads       */
-    int tail;                   /* stk_tail                                     */
+    int tail;                   /* stk_tail (STK_TAIL_AUTO: by world size)      */
     int verify;                 /* stk_verify                                   */
     const char *fields;         /* comma-separated field names; NULL: all       */
     uint64_t memory_budget;     /* host bytes the slots may take (staging, record
