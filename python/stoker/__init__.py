@@ -312,6 +312,13 @@ class Reader:
     epoch (len(reader) batches from an epoch's start), as Batch dicts; the next
     iteration continues with the next epoch. Errors from libstoker raise
     stoker.Error with the library's message.
+
+    Attributes: num_records (records in the dataset, all ranks together),
+    classes (the manifest's class names: label i is classes[i]), field_names
+    (every field, in schema order), and the effective options: batch_size,
+    rank, world_size, threads, prefetch, order, seed, tail (auto resolved),
+    device (after any fallback), output. stoker.torch.DataLoader wraps a
+    Reader with PyTorch's DataLoader conventions.
     """
 
     def __init__(self, path, batch_size=256, order="sequential", seed=0, rank=None, world_size=None,
@@ -412,6 +419,7 @@ class Reader:
         self.num_records = L.stk_dataset_records(L.stk_reader_dataset(r))
         sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents
         self._codecs = {sc.fields[i].name.decode(): sc.fields[i].codec for i in range(sc.nfields)}
+        self.field_names = list(self._codecs)  # every field of the dataset, in schema order
         self._nbatches = L.stk_reader_batches_per_epoch(r)
         self._torch = output == "torch"
         self._cuda = eff.device == L.DEVICE_CUDA
@@ -743,14 +751,20 @@ class Reader:
     @property
     def classes(self):
         """The dataset's class names (the manifest's "classes"; label i is classes[i]), or []."""
-        p = self.path if os.path.isfile(self.path) else os.path.join(self.path, "manifest.json")
-        with open(p, "rb") as f:
-            return list(json.load(f).get("classes") or [])
+        return list(_manifest(self.path).get("classes") or [])
 
     def __repr__(self):
         state = "closed" if self._r is None else f"at epoch {self._epoch} batch {self._batch}"
         return (f"<stoker.Reader {self.path!r} batch_size={self.batch_size} order={self.order} "
                 f"rank {self.rank}/{self.world_size} device={self.device} output={self.output}, {state}>")
+
+
+def _manifest(path):
+    """The manifest of the dataset at `path` (its directory or manifest.json), as parsed JSON.
+    libstoker has checked it when a reader opened; this reads what the binding shows beside it."""
+    p = path if os.path.isfile(path) else os.path.join(path, "manifest.json")
+    with open(p, "rb") as f:
+        return json.load(f)
 
 
 _open_readers = weakref.WeakSet()
@@ -830,3 +844,10 @@ class _LazyTorchDtypes(dict):
 
 
 _TORCH_CUDA = _LazyTorchDtypes()
+
+
+def __getattr__(name):
+    """stoker.torch (the DataLoader) is imported on first use: `import stoker` imports no torch."""
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
