@@ -623,9 +623,10 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
         p->over = 1;
         return;
     }
-    if (p->zc && !r->has_bytes && r->o.verify == STK_VERIFY_OFF) {
+    if (p->zc && !r->has_bytes && r->o.verify == STK_VERIFY_OFF && !r->load_crop) {
         /* The caller reads the map: fault it in here, off the caller's
-         * thread (that is the prefetch), or at least start the reads. */
+         * thread (that is the prefetch), or at least start the reads.
+         * (A load crop is made in the slot: gather_one makes it.) */
 #ifdef MADV_POPULATE_READ
         advise_records(r, sl->records, p->i0, p->i1, MADV_POPULATE_READ);
 #else

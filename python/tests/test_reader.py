@@ -463,6 +463,22 @@ def test_host_transform_matches_numpy(ds):
         np.testing.assert_array_equal(next(iter(r))["image"], x)  # the host backend gives the same
 
 
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_sequential_batches_with_a_transform_are_made_not_mapped(ds, train):
+    """Sequential batches inside a shard are zero-copy views, but a transformed field is
+    made by the workers: per record, the pixels of the shuffled order's batches."""
+    tf = stoker.Transform.imagenet(train=train, size=6)
+    got = {}
+    for order in ("sequential", "shuffle"):
+        with stoker.Reader(ds, batch_size=17, order=order, tail="partial", threads=1, transform=tf) as r:
+            for b in r:
+                for i, rec in enumerate(b.records):
+                    got.setdefault(int(rec), []).append(b["image"][i].copy())
+    assert len(got) == 103
+    for rec, (seq, shuf) in got.items():
+        assert np.isfinite(seq).all() and np.array_equal(seq, shuf), rec
+
+
 def test_host_transform_uint8(ds):
     # u8 out: the cropped pixels themselves (no resampling at 6x6 of 8x8), mean and std not applied
     tf = stoker.Transform(crop="center", size=6, dtype="uint8", layout="NHWC", mean=(0.5, 0.5, 0.5))

@@ -358,19 +358,40 @@ START_TEST(test_square_field_on_workers)
     }
     ck_assert_int_eq(stk_dataset_writer_finish(wa, &e), 0);
     ck_assert_int_eq(stk_dataset_writer_finish(wb, &e), 0);
-    stk_transform t;
-    stk_transform_imagenet(&t, 1, 12);
-    stk_reader_options o = tu_reader_options(20, STK_ORDER_SHUFFLE);
-    o.transform = &t;
-    stk_reader *ra = tu_open_reader(dir, &o), *rb = tu_open_reader(sq, &o);
-    const stk_batch *ba = stk_reader_next(ra, &e), *bb = stk_reader_next(rb, &e);
-    ck_assert(ba && bb);
-    ck_assert_int_eq(bb->fields[0].dtype, STK_DT_F32);
-    ck_assert_uint_eq(bb->fields[0].nbytes, 20ull * 3 * 12 * 12 * 4);
-    ck_assert(memcmp(ba->records, bb->records, 20 * 8) == 0);
-    ck_assert(memcmp(ba->fields[0].data, bb->fields[0].data, bb->fields[0].nbytes) == 0);
-    stk_reader_close(ra);
-    stk_reader_close(rb);
+    /* Per record, for both datasets and both orders; epoch 0 of batches of
+     * 10. Sequential batches lie inside the one shard, where they would be
+     * zero-copy views of the mapping: the cropped field is made in the slot
+     * all the same, the crops of the shuffled order's. */
+    enum { CROP_BYTES = 3 * 12 * 12 * 4 };
+    static uint8_t got[2][2][20][CROP_BYTES]; /* [dataset][order][record] */
+    for (int train = 0; train <= 1; train++) {
+        stk_transform t;
+        stk_transform_imagenet(&t, train, 12);
+        for (int d = 0; d < 2; d++)
+            for (int order = STK_ORDER_SEQUENTIAL; order <= STK_ORDER_SHUFFLE; order++) {
+                stk_reader_options o = tu_reader_options(10, order);
+                o.transform = &t;
+                stk_reader *r = tu_open_reader(d ? sq : dir, &o);
+                for (int k = 0; k < 2; k++) {
+                    const stk_batch *bt = stk_reader_next(r, &e);
+                    ck_assert_msg(bt != NULL, "%s", e.msg);
+                    ck_assert_int_eq(bt->fields[0].dtype, STK_DT_F32);
+                    ck_assert(!bt->fields[0].zero_copy);
+                    ck_assert_uint_eq(bt->fields[0].nbytes, 10ull * CROP_BYTES);
+                    for (uint32_t j = 0; j < bt->size; j++)
+                        memcpy(got[d][order][bt->records[j]],
+                               (const uint8_t *)bt->fields[0].data + j * CROP_BYTES, CROP_BYTES);
+                }
+                stk_reader_close(r);
+            }
+        for (int d = 0; d < 2; d++)
+            ck_assert_msg(memcmp(got[d][0], got[d][1], sizeof got[d][0]) == 0,
+                          "%s field, %s crop: sequential batches have other pixels than shuffled ones",
+                          d ? "square" : "array", train ? "train" : "eval");
+        if (train) /* eval differs by design: a square image is centre-cropped, not resized first */
+            ck_assert_msg(memcmp(got[0][1], got[1][1], sizeof got[0][1]) == 0,
+                          "the square field's crops differ from the array field's");
+    }
 }
 END_TEST
 
