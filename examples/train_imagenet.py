@@ -24,8 +24,8 @@ hash of the batch, the loss) and --crash-at-step N kills the process (SIGKILL) a
 step N: together they show that a resumed run reads what an uninterrupted one reads.
 
 Run it with the Python that sees Debian's python3-torch (/usr/bin/python3), with the
-package installed (`pip install ./python`) or from the tree (it falls back to
-python/ and build/reader/libstoker.so).
+package installed (`pip install ./python`) or from the tree
+(PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so).
 """
 import argparse
 import hashlib
@@ -42,11 +42,9 @@ import torchvision
 
 try:
     import stoker.torch
-except ImportError:  # running from the source tree without installing
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.path.join(root, "python"))
-    os.environ.setdefault("STOKER_LIB", os.path.join(root, "build", "reader", "libstoker.so"))
-    import stoker.torch
+except ImportError as e:
+    sys.exit(f"train_imagenet: {e}: install the binding (pip install ./python), or run from the tree with "
+             "PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so")
 
 
 def parse_args():

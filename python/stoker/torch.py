@@ -67,7 +67,17 @@ class _Sampler:
     DistributedSampler). len() is the records this rank reads per epoch."""
 
     def __init__(self, loader):
+        r = loader.reader
         self._loader = loader
+        self.num_replicas, self.rank, self.seed = r.world_size, r.rank, r.seed
+        self.shuffle, self.drop_last = r.order != "sequential", r.tail == "drop"
+        n, b, g = r.num_records, r.batch_size, r.batch_size * r.world_size
+        if r.tail == "drop":
+            self._len = n // g * b
+        elif r.tail == "pad":
+            self._len = len(r) * b
+        else:  # partial: this rank's slice of the short last global batch
+            self._len = n // g * b + min(b, max(0, n - n // g * g - r.rank * b))
 
     def set_epoch(self, epoch):
         self._loader.set_epoch(epoch)
@@ -76,36 +86,8 @@ class _Sampler:
     def epoch(self):
         return self._loader.epoch
 
-    @property
-    def num_replicas(self):
-        return self._loader.world_size
-
-    @property
-    def rank(self):
-        return self._loader.rank
-
-    @property
-    def shuffle(self):
-        return self._loader.reader.order != "sequential"
-
-    @property
-    def seed(self):
-        return self._loader.reader.seed
-
-    @property
-    def drop_last(self):
-        return self._loader.drop_last
-
     def __len__(self):
-        r = self._loader.reader
-        n, b, w = r.num_records, r.batch_size, r.world_size
-        g = b * w
-        if r.tail == "drop":
-            return n // g * b
-        if r.tail == "pad":
-            return len(r) * b
-        rest = n - n // g * g  # partial: this rank's slice of the short last global batch
-        return n // g * b + min(b, max(0, rest - r.rank * b))
+        return self._len
 
     def __repr__(self):
         return f"<stoker.torch sampler shim: rank {self.rank}/{self.num_replicas}, {len(self)} records per epoch>"
@@ -115,19 +97,11 @@ class _BatchSampler:
     """DataLoader.batch_sampler: len() batches per epoch, batch_size, drop_last, sampler."""
 
     def __init__(self, loader):
-        self._loader = loader
-        self.sampler = loader.sampler
-
-    @property
-    def batch_size(self):
-        return self._loader.batch_size
-
-    @property
-    def drop_last(self):
-        return self._loader.drop_last
+        self.sampler, self.batch_size, self.drop_last = loader.sampler, loader.batch_size, loader.drop_last
+        self._len = len(loader)
 
     def __len__(self):
-        return len(self._loader)
+        return self._len
 
 
 class _Iter:
@@ -314,9 +288,9 @@ class DataLoader:
         self.prefetch_factor = prefetch_factor
         self.rank, self.world_size, self.tail = r.rank, r.world_size, r.tail
         self.dataset = Dataset(r)
+        self._n = len(r)
         self.sampler = _Sampler(self)
         self.batch_sampler = _BatchSampler(self)
-        self._n = len(r)
         self._it = None          # the iterator state_dict() describes
         self._set = None         # set_epoch() since the last iter()
         e, b = r.position()      # the next iter() continues where the reader stands (epoch 0, batch 0)
