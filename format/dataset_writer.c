@@ -23,6 +23,7 @@ struct stk_dataset_writer {
     stk_writer *cur; /* open shard, or NULL */
     stk_manifest m;  /* shards committed so far, classes, pack */
     size_t cap;
+    stk_dir_lock *lock; /* the whole directory, from create to finish/abort */
 };
 
 static int mkdirs(const char *dir, stk_error *err)
@@ -59,6 +60,7 @@ static void dw_free(stk_dataset_writer *dw)
     free(dw->m.pack_json);
     free(dw->dir);
     free(dw->prefix);
+    stk_dir_lock_release(dw->lock);
     free(dw);
 }
 
@@ -184,7 +186,10 @@ stk_dataset_writer *stk_dataset_writer_create_sized(const char *dir, const stk_s
         stk_error_set(err, STK_E_NOMEM, "out of memory");
         goto fail;
     }
-    if (copy_meta(dw, o, err) || mkdirs(dir, err) || remove_old_manifest(dir, o && o->force, err)) goto fail;
+    if (copy_meta(dw, o, err) || mkdirs(dir, err)) goto fail;
+    /* Before anything in dir is touched: a second writer is refused here. */
+    if (!(dw->lock = stk_dir_lock_take(dir, 0, 0, "stk_dataset_writer", err))) goto fail;
+    if (remove_old_manifest(dir, o && o->force, err)) goto fail;
     return dw;
 fail:
     dw_free(dw);

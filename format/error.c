@@ -30,6 +30,8 @@ const char *stk_status_name(int code)
         return "out of range";
     case STK_E_UNSUPPORTED:
         return "unsupported";
+    case STK_E_BUSY:
+        return "busy";
     default:
         return "unknown error";
     }

@@ -22,6 +22,7 @@ SPARE = 1024  # bytes of room behind structs the library fills or copies
 # stk_status
 STK_OK, STK_E_ARG, STK_E_IO, STK_E_NOMEM, STK_E_FORMAT, STK_E_VERSION = 0, 1, 2, 3, 4, 5
 STK_E_TRUNCATED, STK_E_CHECKSUM, STK_E_MANIFEST, STK_E_EXISTS, STK_E_RANGE, STK_E_UNSUPPORTED = 6, 7, 8, 9, 10, 11
+STK_E_BUSY = 12  # another writer holds the output directory (stk_dir_lock_take)
 # stk_kind
 STK_KIND_TENSOR, STK_KIND_BYTES, STK_KIND_ARRAY = 1, 2, 3
 STK_CODEC_NONE, STK_CODEC_ZSTD, STK_CODEC_JPEG = 0, 1, 2

@@ -74,17 +74,18 @@ STK_API const char *stk_version_string(void);
 
 typedef enum {
     STK_OK = 0,
-    STK_E_ARG = 1,         /* invalid argument from the caller              */
-    STK_E_IO = 2,          /* the operating system refused (errno in text)  */
-    STK_E_NOMEM = 3,       /* out of memory                                 */
-    STK_E_FORMAT = 4,      /* bytes that break the format's rules           */
-    STK_E_VERSION = 5,     /* a format version this build does not read     */
-    STK_E_TRUNCATED = 6,   /* the file is shorter than its header says      */
-    STK_E_CHECKSUM = 7,    /* stored and computed checksums differ          */
-    STK_E_MANIFEST = 8,    /* manifest invalid or disagrees with the shards */
-    STK_E_EXISTS = 9,      /* refusing to overwrite                         */
-    STK_E_RANGE = 10,      /* record or field index out of range            */
-    STK_E_UNSUPPORTED = 11 /* a feature (codec, dtype) this build lacks   */
+    STK_E_ARG = 1,          /* invalid argument from the caller              */
+    STK_E_IO = 2,           /* the operating system refused (errno in text)  */
+    STK_E_NOMEM = 3,        /* out of memory                                 */
+    STK_E_FORMAT = 4,       /* bytes that break the format's rules           */
+    STK_E_VERSION = 5,      /* a format version this build does not read     */
+    STK_E_TRUNCATED = 6,    /* the file is shorter than its header says      */
+    STK_E_CHECKSUM = 7,     /* stored and computed checksums differ          */
+    STK_E_MANIFEST = 8,     /* manifest invalid or disagrees with the shards */
+    STK_E_EXISTS = 9,       /* refusing to overwrite                         */
+    STK_E_RANGE = 10,       /* record or field index out of range            */
+    STK_E_UNSUPPORTED = 11, /* a feature (codec, dtype) this build lacks     */
+    STK_E_BUSY = 12         /* another writer holds the output directory     */
 } stk_status;
 
 #define STK_ERROR_MSG_MAX 512
@@ -233,7 +234,9 @@ static inline void stk_dataset_options_init(stk_dataset_options *opts)
  * NULL (defaults). Refuses with STK_E_EXISTS when it already holds a
  * manifest, unless opts->force. With force, the old manifest is removed
  * first, so that a crash in the middle leaves a directory without a manifest
- * rather than one naming stale shards. */
+ * rather than one naming stale shards. The writer holds the directory from
+ * here to finish or abort: a second writer into it (in this process or
+ * another, pack included) is refused with STK_E_BUSY naming the holder. */
 static inline stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
                                                             const stk_dataset_options *opts, stk_error *err)
 {
@@ -564,6 +567,28 @@ STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino
  * file rather than the mapping (the reader's direct I/O). 0 where
  * stk_shard_field_base is NULL. */
 STK_API uint64_t stk_shard_field_offset(const stk_shard *sh, unsigned f);
+
+/* One writer per output directory. A writer of the whole directory
+ * (part 0 of 0: a stk_dataset_writer, pack, pack --merge) holds it alone; part
+ * K of N (1 <= K <= N) of a job array shares it with the other parts and
+ * holds part K alone. Refused at once (no waiting) with STK_E_BUSY and one
+ * line naming the directory and the holder(s): pid, program, host, since
+ * when, and `what` they said they were doing (e.g. "pack --part 2/8"; NULL:
+ * "a writer"). The locks are open file description locks on DIR/.stoker-lock
+ * and DIR/.stoker-lock-part-K-of-N (dir must exist): they end with the
+ * process however it ends, so a lock file left by a killed writer is stale
+ * and taken over; two writers in one process conflict too; a child made by
+ * fork shares its parent's lock until it exits or execs. Release removes the
+ * lock file held alone; those left over are not part of the dataset. */
+typedef struct stk_dir_lock stk_dir_lock;
+STK_API stk_dir_lock *stk_dir_lock_take(const char *dir, unsigned part, unsigned parts, const char *what,
+                                        stk_error *err);
+/* NULL, or one line to show the user: the lock of a killed writer was taken
+ * over (naming it), or the file system does not lock files, so the lock
+ * stops nobody (NFS without a lock manager, some FUSE file systems). */
+STK_API const char *stk_dir_lock_note(const stk_dir_lock *l);
+/* Let go (NULL: nothing). */
+STK_API void stk_dir_lock_release(stk_dir_lock *l);
 
 #endif /* STOKER_ADVANCED_API */
 
