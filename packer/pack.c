@@ -72,9 +72,13 @@ static void usage(FILE *f)
                "Records keep the listing order; the same input and flags give byte-identical\n"
                "shards whatever -j. Running the same command again after a crash keeps the\n"
                "shards already committed (verified) and finishes the rest.\n\n"
-               "Exit status: 0 every input packed; 1 error (nothing is left that looks like a\n"
-               "finished dataset); 2 usage error; 3 packed, but some inputs were skipped\n"
-               "(each is named on stderr and listed in OUTDIR/skipped.tsv).\n");
+               "One writer per OUTDIR: while a pack (or part K, or a merge) writes into it,\n"
+               "another is refused at once, naming the one that holds it (pid, host); parts\n"
+               "of one job array run side by side. A lock left by a killed run is taken over.\n\n"
+               "Exit status: 0 every input packed; 1 error, or OUTDIR is held by another\n"
+               "writer (nothing is left that looks like a finished dataset); 2 usage error;\n"
+               "3 packed, but some inputs were skipped (each is named on stderr and listed\n"
+               "in OUTDIR/skipped.tsv).\n");
 }
 
 enum { IMG_RAW = 0, IMG_JPEG = 1, IMG_ORIGINAL = 2 };
@@ -671,6 +675,28 @@ static void remove_in(const char *dir, const char *name)
     free(p);
 }
 
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Hold OUTDIR for this run: the whole of it, or part K of N shared with the
+ * other parts; NULL (said on stderr) when another writer holds it. */
+static stk_dir_lock *lock_out(const opts *o)
+{
+    char what[64];
+    bool part = !o->merge && o->parts > 1;
+    if (o->merge) snprintf(what, sizeof what, "pack --merge");
+    else if (part) snprintf(what, sizeof what, "pack --part %u/%u", o->part, o->parts);
+    else snprintf(what, sizeof what, "pack");
+    stk_error err;
+    stk_dir_lock *l = stk_dir_lock_take(o->out, part ? o->part : 0, part ? o->parts : 0, what, &err);
+    if (!l) fprintf(stderr, "pack: %s\n", err.msg);
+    else if (stk_dir_lock_note(l) && !o->quiet) fprintf(stderr, "pack: %s\n", stk_dir_lock_note(l));
+    return l;
+}
+
 /* Remove this part's files (shards, slices, record, state). */
 static void remove_part(const run_t *r, const opts *o)
 {
@@ -994,8 +1020,14 @@ static int run_pack(const opts *o)
     r.o = o;
     double t0 = cli_now();
     char msg[STK_ERROR_MSG_MAX];
+    /* An OUTDIR that exists is held before the (long) listing, so a second
+     * writer is refused at once; a new one is made after it, so a mistyped
+     * INPUT leaves no directory behind. Either way before OUTDIR is touched. */
+    stk_dir_lock *lock = NULL;
+    if (is_dir(o->out) && !(lock = lock_out(o))) return PACK_FAIL;
     if (pk_listing_load(o->input, &r.L, msg, sizeof msg)) {
         fprintf(stderr, "pack: %s\n", msg);
+        stk_dir_lock_release(lock);
         return PACK_FAIL;
     }
     int status = PACK_FAIL;
@@ -1004,7 +1036,7 @@ static int run_pack(const opts *o)
     pk_part_range(r.L.n, o->part, o->parts, &first, &end);
     if (o->parts == 1) snprintf(prefix, sizeof prefix, "shard");
     else snprintf(prefix, sizeof prefix, "part-%04u-of-%04u", o->part, o->parts);
-    if (make_schema(o, &r.schema) || ensure_dir(o->out)) goto out;
+    if (make_schema(o, &r.schema) || ensure_dir(o->out) || (!lock && !(lock = lock_out(o)))) goto out;
     per_shard = records_per_shard(o, &r.schema);
     if (per_shard > r.L.n) per_shard = r.L.n; /* no shard can hold more; every part computes the same */
     if (!(pack_json = pack_params_json(&r, per_shard))) {
@@ -1085,7 +1117,18 @@ out:
     pk_out_free(&r.out); /* the writers have given every lent image back */
     pk_pool_free(r.pool);
     pk_listing_free(&r.L);
+    stk_dir_lock_release(lock); /* last: every file of this run is written or removed */
     return status;
+}
+
+/* pack --merge: the whole directory, held while the parts become a dataset. */
+static int run_merge(const opts *o)
+{
+    stk_dir_lock *lock = NULL;
+    if (is_dir(o->out) && !(lock = lock_out(o))) return PACK_FAIL; /* none: the merge says what is missing */
+    int rc = finish_merge(o, cli_now(), NULL);
+    stk_dir_lock_release(lock);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -1093,6 +1136,6 @@ int main(int argc, char **argv)
     opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
-    if (o.merge) return finish_merge(&o, cli_now(), NULL);
+    if (o.merge) return run_merge(&o);
     return run_pack(&o);
 }

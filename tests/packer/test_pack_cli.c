@@ -8,6 +8,7 @@
  * Environment (set by ctest): STOKER_TEST_TMP, STOKER_TOOLS (rawgen, shardcheck),
  * STOKER_PACK (the pack binary; default $STOKER_TOOLS/../packer/pack). */
 #define _GNU_SOURCE
+#define STOKER_ADVANCED_API /* stk_dir_lock_take: a writer holding OUTDIR */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -671,6 +672,9 @@ START_TEST(kill_and_resume_gives_same_bytes)
         char mf[64];
         snprintf(mf, sizeof mf, "%s/manifest.json", name);
         ck_assert_msg(!exists(mf), "a killed pack left %s", mf);
+        char lk[64];
+        snprintf(lk, sizeof lk, "%s/.stoker-lock", name);
+        ck_assert_msg(exists(lk), "a killed pack left no lock file (%s)", lk); /* stale: taken over below */
         if (t == 0) { /* resumed with --on-error fail: the inputs skipped before the kill now stop it */
             ck_assert_int_eq(tu_sh("cp -r %s kfail", name), 0);
             ck_assert_int_eq(tu_sh("'%s' -q --on-error fail --size 16 --records-per-shard 4 raw kfail", pack),
@@ -686,6 +690,8 @@ START_TEST(kill_and_resume_gives_same_bytes)
         char *err = slurp_own("err.txt");
         ck_assert_msg(rc == 3, "re-run after kill at %zu shards: exit %d:\n%s", kill_at[t], rc, clip(err));
         ck_assert_msg(strstr(err, "resuming: kept"), "the re-run did not keep the committed shards:\n%s",
+                      clip(err));
+        ck_assert_msg(strstr(err, "took over the lock of pid"), "the re-run did not name the stale lock:\n%s",
                       clip(err));
         free(err);
         ck_assert_msg(tu_sh("diff -r ref %s", name) == 0, "resumed run (killed at %zu shards) differs:\n%s",
@@ -822,6 +828,126 @@ START_TEST(exit_codes_and_refusals)
     free(err);
     ck_assert(!exists("failed/manifest.json"));
     ck_assert_uint_eq(count_glob("failed/*.stk"), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ one writer per OUTDIR */
+
+/* Start `pack FLAGS raw OUT` in the background (stderr to first.txt) and
+ * stop it (SIGSTOP) once it holds OUT: its lock file names it. */
+static pid_t pack_stopped_holding(const char *flags, const char *out)
+{
+    char *lock = NULL, *cmd = NULL;
+    ck_assert(asprintf(&lock, "%s/%s/.stoker-lock", tu_tmp, out) >= 0);
+    ck_assert(asprintf(&cmd, "cd '%s' && exec '%s' %s raw %s >first-out.txt 2>first.txt", tu_tmp, pack, flags,
+                       out) >= 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    struct timespec nap = {0, 100000}; /* 0.1 ms */
+    bool held = false;
+    int st;
+    for (int spins = 0; spins < 600000 && !held; spins++) {
+        FILE *f = fopen(lock, "r");
+        char line[256] = "";
+        if (f) {
+            held = fgets(line, sizeof line, f) && strstr(line, ": pack");
+            fclose(f);
+        }
+        if (!held) {
+            ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0,
+                          "the first pack ended before it was seen holding %s: make the run longer", out);
+            nanosleep(&nap, NULL);
+        }
+    }
+    ck_assert_msg(held, "the first pack never held %s", out);
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    free(lock);
+    free(cmd);
+    return pid;
+}
+
+/* A second pack into an OUTDIR another writer holds is refused at once
+ * (exit 1, naming the directory and the holder) and touches nothing; the
+ * holder finishes a dataset as if it had been alone. Parts of one job array
+ * share OUTDIR; the merge waits for all of them. */
+START_TEST(one_writer_per_outdir)
+{
+    setup_pack();
+    json_decref(rawgen("-n 300 --classes 3 --min-side 24 --max-side 64", "raw"));
+    const char *flags = "-q -j2 --size 16 --records-per-shard 4";
+    ck_assert_int_eq(tu_sh("'%s' %s raw ref", pack, flags), 0);
+
+    /* held by a writer in this process, as any other writer would hold it */
+    char *out = path_in("busy");
+    ck_assert_int_eq(mkdir(out, 0755), 0);
+    stk_error e;
+    stk_dir_lock *l = stk_dir_lock_take(out, 0, 0, "the test's writer", &e);
+    ck_assert_msg(l != NULL, "%s", e.msg);
+    char me[64];
+    snprintf(me, sizeof me, "pid %ld ", (long)getpid());
+    static const char *const second[] = {"raw busy", "--part 1/2 raw busy", "--merge busy"};
+    for (size_t k = 0; k < 3; k++) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "%s %s", k < 2 ? flags : "-q", second[k]);
+        ck_assert_int_eq(tu_sh("'%s' %s", pack, cmd), 1);
+        char *err = slurp_own("err.txt");
+        ck_assert_msg(strstr(err, "pack: busy: another writer holds this directory") && strstr(err, me) &&
+                          strstr(err, "the test's writer") && tu_count_lines(err) == 1,
+                      "`pack %s` into a held OUTDIR:\n%s", cmd, clip(err));
+        free(err);
+    }
+    size_t n;
+    char **names = tu_list(out, &n);
+    ck_assert_msg(n == 1 && !strcmp(names[0], ".stoker-lock"), "the refused packs left %zu files (%s)", n,
+                  n ? names[0] : "");
+    tu_free_names(names, n);
+    stk_dir_lock_release(l);
+
+    /* two packs: the second is refused while the first holds OUTDIR */
+    pid_t first = pack_stopped_holding(flags, "busy");
+    char who[64];
+    snprintf(who, sizeof who, "pid %ld ", (long)first);
+    int rc = tu_sh("'%s' %s raw busy", pack, flags);
+    char *err = slurp_own("err.txt");
+    ck_assert_msg(rc == 1 && strstr(err, "pack: busy: ") && strstr(err, who) && strstr(err, "(pack)") &&
+                      strstr(err, "on host "),
+                  "second pack: exit %d:\n%s", rc, clip(err));
+    free(err);
+    ck_assert_int_eq(tu_sh("'%s' -q --merge busy", pack), 1);
+    expect_in("err.txt", who);
+    ck_assert_int_eq(kill(first, SIGCONT), 0);
+    int st;
+    ck_assert_int_eq(waitpid(first, &st, 0), first);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the first pack: status %d:\n%s", st,
+                  clipf(slurp_own("first.txt")));
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --full busy", tu_tools), 0);
+    ck_assert_msg(tu_sh("diff -r ref busy") == 0,
+                  "the first pack's dataset differs from one packed alone:\n%s", clipf(slurp_own("out.txt")));
+
+    /* parts: another part goes ahead, the same part and the merge wait */
+    char *parts = path_in("parts");
+    ck_assert_int_eq(mkdir(parts, 0755), 0);
+    l = stk_dir_lock_take(parts, 1, 2, "the test's part 1/2", &e);
+    ck_assert_msg(l != NULL, "%s", e.msg);
+    ck_assert_int_eq(tu_sh("'%s' %s --part 2/2 raw parts", pack, flags), 0);
+    ck_assert_int_eq(tu_sh("'%s' %s --part 1/2 raw parts", pack, flags), 1);
+    expect_in("err.txt", "part 1/2 is already being written");
+    expect_in("err.txt", me);
+    ck_assert_int_eq(tu_sh("'%s' -q --merge parts", pack), 1);
+    expect_in("err.txt", "the test's part 1/2");
+    ck_assert_int_eq(tu_sh("'%s' %s raw parts", pack, flags), 1); /* nor a whole pack */
+    expect_in("err.txt", "the test's part 1/2");
+    stk_dir_lock_release(l);
+    ck_assert_int_eq(tu_sh("'%s' %s --part 1/2 raw parts", pack, flags), 0);
+    ck_assert_int_eq(tu_sh("'%s' -q --merge parts", pack), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --full parts", tu_tools), 0);
+    ck_assert_uint_eq(count_glob("parts/.stoker-lock*"), 0); /* the merge tidies the parts' shared file */
+    free(parts);
+    free(out);
 }
 END_TEST
 
@@ -1165,6 +1291,7 @@ int main(void)
     tcase_add_test(tc, resume_restarts_when_a_skipped_input_decodes);
     tcase_add_test(tc, parts_merge_equals_plain_pack);
     tcase_add_test(tc, exit_codes_and_refusals);
+    tcase_add_test(tc, one_writer_per_outdir);
     tcase_add_test(tc, list_file_inputs);
     tcase_add_test(tc, disk_full_fails_cleanly);
     tcase_add_test(tc, review_refusals);
