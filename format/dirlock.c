@@ -37,7 +37,7 @@
 struct stk_dir_lock {
     int dir_fd;  /* DIR/.stoker-lock: write lock (whole) or read lock (part), -1 when unsupported */
     int part_fd; /* DIR/.stoker-lock-part-K-of-N: write lock, or -1 */
-    char *dir_path, *part_path;
+    char *dir, *dir_path, *part_path;
     bool locked;                  /* false: the file system has no locks (note says so) */
     char note[STK_ERROR_MSG_MAX]; /* "" or one line for the caller to show */
 };
@@ -200,6 +200,7 @@ static void lock_free(stk_dir_lock *l)
 {
     if (l->part_fd >= 0) close(l->part_fd);
     if (l->dir_fd >= 0) close(l->dir_fd);
+    free(l->dir);
     free(l->dir_path);
     free(l->part_path);
     free(l);
@@ -248,9 +249,10 @@ stk_dir_lock *stk_dir_lock_take(const char *dir, unsigned part, unsigned parts, 
     l->dir_fd = l->part_fd = -1;
     char name[64];
     snprintf(name, sizeof name, PART_PREFIX "%04u-of-%04u", part, parts);
+    l->dir = strdup(dir);
     l->dir_path = stk__path_join(dir, LOCK_NAME);
     l->part_path = parts ? stk__path_join(dir, name) : NULL;
-    if (!l->dir_path || (parts && !l->part_path)) {
+    if (!l->dir || !l->dir_path || (parts && !l->part_path)) {
         stk_error_set(err, STK_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -284,12 +286,31 @@ fail:
 
 const char *stk_dir_lock_note(const stk_dir_lock *l) { return l && *l->note ? l->note : NULL; }
 
+/* Holding the whole directory, no part can hold its file: those there were
+ * left by killed parts. */
+static void remove_stale_parts(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, PART_PREFIX, strlen(PART_PREFIX))) continue;
+        char *p = stk__path_join(dir, de->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    closedir(d);
+}
+
 void stk_dir_lock_release(stk_dir_lock *l)
 {
     if (!l) return;
     /* Remove the file held alone, still under its lock: a writer that opened
      * it meanwhile finds the path gone and opens a new one (open_locked). The
-     * shared .stoker-lock of parts stays (the next whole writer removes it). */
-    if (l->locked) unlink(l->part_path ? l->part_path : l->dir_path);
+     * parts' shared .stoker-lock stays for the next whole writer to remove. */
+    if (l->locked && l->part_path) unlink(l->part_path);
+    else if (l->locked) {
+        remove_stale_parts(l->dir);
+        unlink(l->dir_path);
+    }
     lock_free(l);
 }

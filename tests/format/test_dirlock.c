@@ -210,38 +210,37 @@ START_TEST(another_process_is_refused)
 }
 END_TEST
 
+/* A child holding part/parts as `what` is killed: its lock file stays, and
+ * the next taker of the same lock has it, told whose it was. */
+static void taken_over_after_kill(unsigned part, unsigned parts, const char *what)
+{
+    child_t c = child_holding(part, parts, what);
+    char who[64], me[64];
+    pid_str(who, sizeof who, c.pid);
+    pid_str(me, sizeof me, getpid());
+    refused(part, parts, who);
+    child_killed(c);
+    ck_assert_uint_ge(entries(), 1);                 /* its lock file stays behind ... */
+    stk_dir_lock *l = take(part, parts, "survivor"); /* ... and is taken over */
+    const char *note = stk_dir_lock_note(l);
+    ck_assert_msg(note && strstr(note, "took over") && strstr(note, who) && strstr(note, what), "note: %s",
+                  note ? note : "(none)");
+    refused(part, parts, me); /* the line is now ours */
+    stk_dir_lock_release(l);
+}
+
 START_TEST(killed_holder_is_stale)
 {
     fresh("stale");
-    child_t c = child_holding(0, 0, "doomed writer");
-    char who[64];
-    pid_str(who, sizeof who, c.pid);
-    refused(0, 0, who);
+    taken_over_after_kill(0, 0, "doomed writer");
+    taken_over_after_kill(3, 3, "doomed part");
+    /* a killed part does not hold up the whole directory either */
+    child_t c = child_holding(2, 3, "another doomed part");
     child_killed(c);
-    ck_assert_uint_eq(entries(), 1);          /* its lock file stays behind ... */
-    stk_dir_lock *l = take(0, 0, "survivor"); /* ... and is taken over */
-    const char *note = stk_dir_lock_note(l);
-    ck_assert_msg(note && strstr(note, "took over") && strstr(note, who) && strstr(note, "doomed writer"),
-                  "note: %s", note ? note : "(none)");
-    char me[64];
-    pid_str(me, sizeof me, getpid());
-    refused(0, 0, me); /* the line is now ours */
-    stk_dir_lock_release(l);
-
-    /* a killed part: the part is taken over, and does not hold up the whole */
-    c = child_holding(3, 3, "doomed part");
-    pid_str(who, sizeof who, c.pid);
-    refused(3, 3, who);
-    child_killed(c);
-    l = take(0, 0, "whole after a killed part");
+    stk_dir_lock *l = take(0, 0, "whole after a killed part");
     ck_assert_ptr_null(stk_dir_lock_note(l)); /* the part's file is not the directory's */
-    stk_dir_lock_release(l);
-    l = take(3, 3, "part after a killed part");
-    note = stk_dir_lock_note(l);
-    ck_assert_msg(note && strstr(note, who) && strstr(note, "doomed part"), "note: %s",
-                  note ? note : "(none)");
-    stk_dir_lock_release(l);
-    stk_dir_lock_release(take(0, 0, "tidy"));
+    ck_assert_uint_eq(entries(), 2);          /* .stoker-lock, the killed part's file */
+    stk_dir_lock_release(l);                  /* removes both */
     ck_assert_uint_eq(entries(), 0);
 }
 END_TEST
