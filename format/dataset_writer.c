@@ -295,3 +295,87 @@ stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_sch
 {
     return stk_dataset_writer_create_sized(dir, schema, o, sizeof(dataset_options_v0), err);
 }
+
+uint64_t stk_dataset_writer_shards(const stk_dataset_writer *dw) { return dw ? dw->m.nshards : 0; }
+
+/* The first problem a verification reports, for the message. */
+typedef struct {
+    uint64_t n;
+    uint64_t record;
+    int field;
+    char what[160];
+} first_problem;
+
+static void note_problem(void *user, const stk_shard *sh, uint64_t record, int field, int code, const char *what)
+{
+    (void)sh, (void)code;
+    first_problem *p = user;
+    if (p->n++) return;
+    p->record = record;
+    p->field = field;
+    snprintf(p->what, sizeof p->what, "%s", what);
+}
+
+/* Shard `index` of an interrupted run, verified in full, as a manifest entry. */
+static int keep_shard(stk_dataset_writer *dw, uint64_t index, stk_shard_entry *e, stk_error *err)
+{
+    char name[64];
+    stk_shard_file_name(name, sizeof name, dw->prefix, index);
+    char *path = stk__path_join(dw->dir, name);
+    if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    stk_shard *sh = stk_shard_open(path, err);
+    int rc = sh ? STK_OK : (err ? err->code : STK_E_IO);
+    if (!rc && !stk_schema_equal(stk_shard_schema(sh), &dw->schema))
+        rc = stk_error_set(err, STK_E_FORMAT, "%s: written with another schema than this dataset's", path);
+    if (!rc) rc = stk_shard_verify_index(sh, 0, err);
+    if (!rc) {
+        first_problem p = {0};
+        stk_shard_verify_records(sh, 0, stk_shard_records(sh), note_problem, &p);
+        stk_shard_verify_padding(sh, note_problem, &p);
+        if (p.n && p.record != UINT64_MAX)
+            rc = stk_error_set(err, STK_E_CHECKSUM, "%s: record %llu field %d: %s (%llu problems)", path,
+                               (unsigned long long)p.record, p.field, p.what, (unsigned long long)p.n);
+        else if (p.n)
+            rc = stk_error_set(err, STK_E_FORMAT, "%s: %s (%llu problems)", path, p.what,
+                               (unsigned long long)p.n);
+    }
+    if (!rc) {
+        *e = (stk_shard_entry){.path = strdup(name),
+                               .records = stk_shard_records(sh),
+                               .file_size = stk_shard_file_size(sh),
+                               .file_hash = stk_shard_file_hash(sh),
+                               .index_hash = stk_shard_index_hash(sh)};
+        if (!e->path) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    }
+    stk_shard_close(sh);
+    free(path);
+    return rc;
+}
+
+int stk_dataset_writer_resume(stk_dataset_writer *dw, uint64_t shards, uint64_t *records, stk_error *err)
+{
+    if (!dw) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_resume: NULL writer");
+    if (dw->cur || dw->m.nshards)
+        return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_resume: %s: only before the first append",
+                             dw->dir);
+    if (shards > SIZE_MAX / sizeof(stk_shard_entry))
+        return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_resume: %llu shards",
+                             (unsigned long long)shards);
+    stk_shard_entry *s = shards ? calloc((size_t)shards, sizeof *s) : NULL;
+    if (shards && !s) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    dw->m.shards = s;
+    dw->cap = (size_t)shards;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < shards; i++) {
+        int rc = keep_shard(dw, i, &s[i], err);
+        if (rc) { /* keep nothing: the caller starts over or stops */
+            for (size_t k = 0; k < dw->m.nshards; k++) free(s[k].path);
+            dw->m.nshards = 0;
+            return rc;
+        }
+        n += s[i].records;
+        dw->m.nshards = (size_t)i + 1;
+    }
+    if (records) *records = n;
+    return STK_OK;
+}

@@ -50,6 +50,7 @@ __version__ = L.version()  # the release, written once: project(stoker VERSION .
 library_path = L.path
 
 __all__ = ["Reader", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
+           "Writer", "Tensor", "Scalar", "Ragged", "Bytes", "String", "pack", "merge",
            "cuda_available", "library_path", "__version__"]
 
 _NP = {L.DT_U8: "|u1", L.DT_I8: "|i1", L.DT_U16: "<u2", L.DT_I16: "<i2", L.DT_U32: "<u4", L.DT_I32: "<i4",
@@ -182,10 +183,13 @@ class Batch(dict):
     `records` (their global indices, an owned numpy uint64 array),
     `data_ptrs` (field -> address of the data the reader handed out) and
     `zero_copy` (the tensors point into the mapped shard). Bytes fields are
-    lists of `bytes`. Unless the reader was opened with copy=True, the arrays
+    lists of `bytes` (of `str` for stoker.String fields); variable-shape
+    (ragged) fields lists of arrays, or with Reader(ragged="pad") one array
+    padded with zeros to the batch's largest shape and `lengths[name]`, the
+    records' sizes along the variable dimensions ([B, k] int64). Unless the reader was opened with copy=True, the arrays
     are views valid until the reader's next batch (see the module doc);
     looking a field up after that raises ExpiredBatchError."""
-    __slots__ = ("epoch", "index", "size", "records", "data_ptrs", "zero_copy", "_lease")
+    __slots__ = ("epoch", "index", "size", "records", "data_ptrs", "zero_copy", "lengths", "_lease")
 
     def _check(self):
         lease = self._lease
@@ -296,6 +300,8 @@ class Reader:
                   by the worker threads; others by the host backend. On CUDA
                   the GPU normalises (and crops square images).
     output        "numpy" or "torch" (default: torch on CUDA, numpy otherwise)
+    ragged        variable-shape fields: "list" (default: one array per record) or
+                  "pad" (one zero-padded array and batch.lengths[name])
     copy          True: every batch's arrays are owned copies (valid forever)
     debug         True: catch views used after they expired (see the module doc)
     verify        "off", "once" or "always": check record checksums on read
@@ -315,7 +321,8 @@ class Reader:
 
     Attributes: num_records (records in the dataset, all ranks together),
     classes (the manifest's class names: label i is classes[i]), field_names
-    (every field, in schema order), and the effective options: batch_size,
+    (every field, in schema order), metadata (the JSON object stoker.Writer
+    or stoker.pack was given, or {}), and the effective options: batch_size,
     rank, world_size, threads, prefetch, order, seed, tail (auto resolved),
     device (after any fallback), output. stoker.torch.DataLoader wraps a
     Reader with PyTorch's DataLoader conventions.
@@ -325,7 +332,7 @@ class Reader:
                  threads=0, prefetch=0, drop_last=False, fields=None, device=None, transform=None,
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
-                 device_fallback=False, stream=None, io="auto", io_depth=0, crop=None):
+                 device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list"):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -341,6 +348,9 @@ class Reader:
             raise ValueError(f"drop_last=True contradicts tail={tail!r}")
         if tail not in L.TAILS:
             raise ValueError(f"tail {tail!r}: pad, drop, partial or auto")
+        if ragged not in ("list", "pad"):
+            raise ValueError(f"ragged {ragged!r}: list or pad")
+        self.ragged = ragged
         if verify not in L.VERIFY:
             raise ValueError(f"verify {verify!r}: off, once or always")
         if io not in L.IO:
@@ -420,6 +430,10 @@ class Reader:
         sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents
         self._codecs = {sc.fields[i].name.decode(): sc.fields[i].codec for i in range(sc.nfields)}
         self.field_names = list(self._codecs)  # every field of the dataset, in schema order
+        pack = _manifest(self.path).get("pack") or {}
+        kinds = pack.get("fields") if isinstance(pack.get("fields"), dict) else {}
+        self._strings = {n for n, k in kinds.items() if k == "string"}  # stoker.String fields (stoker.Writer)
+        self.metadata = pack.get("metadata") if isinstance(pack.get("metadata"), dict) else {}
         self._nbatches = L.stk_reader_batches_per_epoch(r)
         self._torch = output == "torch"
         self._cuda = eff.device == L.DEVICE_CUDA
@@ -517,6 +531,7 @@ class Reader:
         lease = None if self.copy else _Lease(b.epoch, b.index)
         out._lease = lease
         out.data_ptrs = {}
+        out.lengths = {}
         out.zero_copy = False
         on_device = self._cuda and b.on_device
         if on_device and self.debug:
@@ -533,9 +548,15 @@ class Reader:
                 vals = f.values
                 out[name] = [ctypes.string_at(vals[i].data, vals[i].size) if vals[i].size else b""
                              for i in range(n)]
+                if name in self._strings:
+                    out[name] = [v.decode("utf-8") for v in out[name]]
                 continue
             if f.kind == L.STK_KIND_ARRAY:
-                out[name] = self._array_field(b, k, f, n, self._codecs.get(name))
+                codec = self._codecs.get(name)
+                if self.ragged == "pad" and codec != L.STK_CODEC_JPEG:
+                    out[name], out.lengths[name] = self._padded_field(b, k, f, n)
+                else:
+                    out[name] = self._array_field(b, k, f, n, codec)
                 continue
             shape = tuple(f.shape[d] for d in range(f.ndim))
             out.data_ptrs[name] = f.data or 0
@@ -565,6 +586,29 @@ class Reader:
                 ctypes.memmove(a.ctypes.data, vals[i].data, a.nbytes)
             out.append(self._to_torch(a, f.dtype) if self._torch else a)
         return out
+
+    def _padded_field(self, b, k, f, n):
+        """A variable-shape field as one array [n, *max shape], zero-filled past each record's extent,
+        and the per-record sizes of its variable dimensions, [n, number of them] int64."""
+        nd = f.ndim - 1
+        shapes = L.stk_batch_shapes(ctypes.addressof(b), k)
+        sh = np.array([[shapes[i * nd + d] for d in range(nd)] for i in range(n)], np.int64).reshape(n, nd)
+        var = [d for d in range(nd) if f.shape[d + 1] == 0]  # the batch field shows 0 for them
+        top = tuple(int(sh[:, d].max()) if n else 0 for d in range(nd))
+        dt = _NP[f.dtype]
+        out = np.zeros((n,) + top, dt)
+        vals = f.values
+        for i in range(n):
+            shape = tuple(int(x) for x in sh[i])
+            if not vals[i].size:
+                continue
+            a = np.frombuffer((ctypes.c_char * vals[i].size).from_address(vals[i].data), dt).reshape(shape)
+            out[(i,) + tuple(slice(0, x) for x in shape)] = a
+        lengths = np.ascontiguousarray(sh[:, var])
+        if self._torch:
+            import torch
+            return self._to_torch(out, f.dtype), torch.from_numpy(lengths)
+        return out, lengths
 
     def _to_torch(self, a, dtype):
         import torch
@@ -844,6 +888,9 @@ class _LazyTorchDtypes(dict):
 
 
 _TORCH_CUDA = _LazyTorchDtypes()
+
+
+from .writer import Writer, Tensor, Scalar, Ragged, Bytes, String, pack, merge  # noqa: E402
 
 
 def __getattr__(name):

@@ -892,6 +892,131 @@ START_TEST(worked_example)
 }
 END_TEST
 
+/* ------------------------------------------------------- resume, merge */
+
+/* Write records [0, n) of seed into dir with a writer that is dropped
+ * (as a killed process leaves it) after `stop` records. */
+static void write_interrupted(const char *dir, uint64_t n_stop, const stk_dataset_options *o)
+{
+    stk_schema s;
+    tu_std_schema(&s);
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    for (uint64_t i = 0; i < n_stop; i++) {
+        tu_record r;
+        tu_std_record(&r, 4, i);
+        ck_assert_msg(stk_dataset_writer_append(dw, r.v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_uint_eq(stk_dataset_writer_shards(dw), (n_stop - 1) / o->records_per_shard);
+    stk_dataset_writer_abort(dw);
+}
+
+/* Resume after 3 committed shards: the same bytes as one uninterrupted run. */
+START_TEST(resume_gives_the_uninterrupted_bytes)
+{
+    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
+    tu_scratch(root, sizeof root, "resume");
+    tu_join(a, sizeof a, root, "a");
+    tu_join(b, sizeof b, root, "b");
+    stk_dataset_options o = opts_rps(5);
+    tu_write_std_dataset(a, 4, 23, &o);
+    write_interrupted(b, 17, &o); /* shards 0-2 committed, the 4th open */
+    stk_schema s;
+    tu_std_schema(&s);
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(b, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    uint64_t kept = 0;
+    ck_assert_msg(stk_dataset_writer_resume(dw, 3, &kept, &e) == STK_OK, "%s", e.msg);
+    ck_assert_uint_eq(kept, 15);
+    ck_assert_uint_eq(stk_dataset_writer_shards(dw), 3);
+    ck_assert_int_eq(stk_dataset_writer_resume(dw, 3, NULL, &e), STK_E_ARG); /* only once, before appends */
+    for (uint64_t i = kept; i < 23; i++) {
+        tu_record r;
+        tu_std_record(&r, 4, i);
+        ck_assert_msg(stk_dataset_writer_append(dw, r.v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    assert_same_tree(a, b);
+}
+END_TEST
+
+/* A kept shard that does not verify, is missing, or has another schema:
+ * refused, naming the shard; nothing adopted. */
+START_TEST(resume_refuses_a_bad_shard)
+{
+    char dir[TU_PATH], shard[TU_PATH];
+    tu_scratch(dir, sizeof dir, "resume_bad");
+    stk_dataset_options o = opts_rps(5);
+    write_interrupted(dir, 12, &o);
+    tu_join(shard, sizeof shard, dir, "shard-00001.stk");
+    size_t n;
+    uint8_t *bytes = tu_read(shard, &n);
+    bytes[4096 + 3] ^= 0x40; /* a byte of the first region */
+    FILE *f = fopen(shard, "wb");
+    ck_assert(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
+    free(bytes);
+    stk_schema s;
+    tu_std_schema(&s);
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    ck_assert_int_ne(stk_dataset_writer_resume(dw, 2, NULL, &e), STK_OK);
+    ck_assert_msg(strstr(e.msg, "shard-00001.stk") != NULL, "%s", e.msg);
+    ck_assert_uint_eq(stk_dataset_writer_shards(dw), 0);
+    ck_assert_int_ne(stk_dataset_writer_resume(dw, 9, NULL, &e), STK_OK); /* shard 1 still bad */
+    stk_dataset_writer_abort(dw);
+    stk_schema other;
+    stk_schema_init(&other);
+    ck_assert_int_eq(stk_schema_add_bytes(&other, "text", &e), STK_OK);
+    dw = stk_dataset_writer_create(dir, &other, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    ck_assert_int_eq(stk_dataset_writer_resume(dw, 1, NULL, &e), STK_E_FORMAT);
+    tu_assert_error(&e, STK_E_FORMAT, "another schema");
+    stk_dataset_writer_abort(dw);
+}
+END_TEST
+
+/* Three datasets in subdirectories become one: the records in part order,
+ * the shards where they are; parts that differ are refused. */
+START_TEST(merge_parts)
+{
+    char root[TU_PATH], p[3][TU_PATH];
+    tu_scratch(root, sizeof root, "merge");
+    const char *names[3] = {"part-1", "part-2", "part-3"};
+    stk_dataset_options o = opts_rps(4);
+    for (int k = 0; k < 3; k++) {
+        tu_join(p[k], sizeof p[k], root, names[k]);
+        tu_write_std_dataset(p[k], 4, 10, &o);
+    }
+    stk_error e;
+    ck_assert_msg(stk_dataset_merge(root, names, 3, &e) == STK_OK, "%s", e.msg);
+    stk_dataset *ds = open_ok(root);
+    ck_assert_uint_eq(stk_dataset_records(ds), 30);
+    stk_dataset_close(ds);
+    stk_manifest *m = load_manifest(root);
+    ck_assert_uint_eq(m->nshards, 9);
+    ck_assert_str_eq(m->shards[3].path, "part-2/shard-00000.stk");
+    ck_assert_str_eq(m->pack_json, "{\"tool\":\"unit\"}");
+    stk_manifest_free(m);
+    ck_assert_int_eq(stk_dataset_merge(root, names, 0, &e), STK_E_ARG);
+    const char *bad[2] = {"part-1", "../x"};
+    ck_assert_int_eq(stk_dataset_merge(root, bad, 2, &e), STK_E_ARG);
+    const char *missing[2] = {"part-1", "part-9"};
+    ck_assert_int_ne(stk_dataset_merge(root, missing, 2, &e), STK_OK);
+    ck_assert_msg(strstr(e.msg, "part-9") != NULL, "%s", e.msg);
+    char q[TU_PATH];
+    tu_join(q, sizeof q, root, "other");
+    stk_dataset_options o2 = opts_rps(4);
+    o2.pack_json = "{\"tool\":\"else\"}";
+    tu_write_std_dataset(q, 4, 10, &o2);
+    const char *mixed[2] = {"part-1", "other"};
+    ck_assert_int_eq(stk_dataset_merge(root, mixed, 2, &e), STK_E_MANIFEST);
+    tu_assert_error(&e, STK_E_MANIFEST, "not parts of one dataset");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dataset");
@@ -906,6 +1031,9 @@ int main(void)
     tcase_add_test(tc, writer_finish_failure_cleans_up);
     tcase_add_test(tc, dataset_abort_leaves_no_manifest);
     tcase_add_test(tc, existing_dataset_refused_unless_force);
+    tcase_add_test(tc, resume_gives_the_uninterrupted_bytes);
+    tcase_add_test(tc, resume_refuses_a_bad_shard);
+    tcase_add_test(tc, merge_parts);
     suite_add_tcase(s, tc);
     tc = tcase_create("reader");
     tcase_add_test(tc, open_locate_value);

@@ -590,6 +590,30 @@ STK_API const char *stk_dir_lock_note(const stk_dir_lock *l);
 /* Let go (NULL: nothing). */
 STK_API void stk_dir_lock_release(stk_dir_lock *l);
 
+/* Shards the dataset writer has committed so far: an append that starts a
+ * new shard commits the one before it first. With the records appended, a
+ * caller that writes from a list of inputs knows after each append which
+ * inputs are safely on disk (stoker.pack's resume). */
+STK_API uint64_t stk_dataset_writer_shards(const stk_dataset_writer *dw);
+/* Continue an interrupted dataset: before the first append, adopt the first
+ * `shards` shards already in the directory (PREFIX-00000.stk, ...), which an
+ * earlier writer with the same schema and options committed. Each is opened
+ * and verified in full (index, every record's checksum, padding) and must
+ * have the writer's schema; the writer then goes on with shard `shards`, so
+ * appending the records that followed them gives the bytes an uninterrupted
+ * run gives. *records (may be NULL): the records they hold. On error (naming
+ * the shard and the problem) nothing is adopted. */
+STK_API int stk_dataset_writer_resume(stk_dataset_writer *dw, uint64_t shards, uint64_t *records,
+                                      stk_error *err);
+/* One dataset in `dir` from the datasets in its subdirectories `parts` (bare
+ * names, in record order), as a job array writes them: a manifest naming
+ * their shards ("PART/shard-00000.stk", ...), committed crash-safely. Every
+ * part must have a manifest, and all the same schema, classes and pack
+ * object (else STK_E_MANIFEST naming the part); their shards stay where they
+ * are, and so do their manifests. The merge holds the whole directory
+ * (stk_dir_lock_take) while it writes. */
+STK_API int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, stk_error *err);
+
 #endif /* STOKER_ADVANCED_API */
 
 #ifdef __cplusplus
