@@ -237,6 +237,21 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
     return STK_OK;
 }
 
+/* The records a full shard will hold, when the options say (0: unknown):
+ * records_per_shard, or as many fixed-size records as fit shard_bytes. */
+static uint64_t shard_capacity(const stk_dataset_writer *dw)
+{
+    uint64_t n = dw->records_per_shard;
+    if (!dw->shard_bytes) return n;
+    uint64_t lo = 0, hi = n ? n : dw->shard_bytes; /* a record takes at least a byte */
+    while (lo < hi) {                              /* the largest count whose shard fits */
+        uint64_t mid = lo + (hi - lo + 1) / 2, size = stk_shard_size_for(&dw->schema, mid);
+        if (size && size <= dw->shard_bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 static int open_shard(stk_dataset_writer *dw, stk_error *err)
 {
     char name[64];
@@ -247,6 +262,14 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
     free(path);
     if (dw->cur && stk__schema_minor(&dw->schema) &&
         stk_writer_compression(dw->cur, UINT32_MAX, dw->zstd_level, dw->zstd_block_bytes, err)) {
+        stk_writer_abort(dw->cur);
+        dw->cur = NULL;
+    }
+    /* Shards of fixed-size records are streamed: the header is known, field 0
+     * goes out from the writer's thread as it comes and the whole-file hash
+     * is taken on the way (no read-back at finish). The bytes are the same. */
+    uint64_t cap = dw->cur ? shard_capacity(dw) : 0;
+    if (cap && stk_writer_expect(dw->cur, cap, err)) {
         stk_writer_abort(dw->cur);
         dw->cur = NULL;
     }

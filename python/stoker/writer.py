@@ -18,6 +18,9 @@ import ctypes
 import hashlib
 import json
 import os
+import pickle
+import signal
+import struct
 import sys
 import time
 import traceback
@@ -406,9 +409,8 @@ class Writer:
 
 # ------------------------------------------------------------------ pack
 
-# Worker processes are forked: fn and the inputs are inherited, never pickled
-# (lambdas and closures work); only input indices go out and samples come
-# back. Set just before the pool starts and cleared after it.
+# fn and the inputs, for the workers (_Workers): forked processes inherit
+# them, threads read them; set while a pack runs (one at a time per process).
 _job = None
 
 
@@ -543,26 +545,32 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
     t0 = time.monotonic()
     skipped = [tuple(s) for s in st["skipped"]] if st else []
     nxt, sub = (st["next"] if st else (first, 0))
+    pool = _Workers(fn, inputs, workers, mode)  # before the writer: workers hold none of its files
     try:
-        w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
-                   _tool="stoker.pack", _pack_params=whole, _resume_shards=st["shards"] if st else None)
-    except Exception as e:
-        if not st:
-            raise
-        warnings.warn(f"stoker.pack: {target}: the interrupted run's shards do not verify ({e}); starting over")
-        st, skipped, nxt, sub = None, [], first, 0
-        w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, _tool="stoker.pack",
-                   _pack_params=whole)
-    if st and w.records != st["records"]:
-        w.abort()
-        raise RuntimeError(f"stoker.pack: {target}: the kept shards hold {w.records} records, the state says "
-                           f"{st['records']}")
+        try:
+            w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
+                       _tool="stoker.pack", _pack_params=whole, _resume_shards=st["shards"] if st else None)
+        except Exception as e:
+            if not st:
+                raise
+            warnings.warn(f"stoker.pack: {target}: the interrupted run's shards do not verify ({e}); "
+                          "starting over")
+            st, skipped, nxt, sub = None, [], first, 0
+            w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
+                       _tool="stoker.pack", _pack_params=whole)
+        if st and w.records != st["records"]:
+            w.abort()
+            raise RuntimeError(f"stoker.pack: {target}: the kept shards hold {w.records} records, the state "
+                               f"says {st['records']}")
+    except BaseException:
+        pool.close(kill=True)
+        raise
     resumed = st is not None
     bar = _Progress(end - first, nxt - first, sys.stderr.isatty() if progress is None else progress)
     try:
         pos = []  # (input, sample) of each record in the open shard, for the state file
         shards = w.shards
-        for i, err, r in _results(fn, inputs, nxt, end, workers, mode, chunk):
+        for i, err, r in pool.results(nxt, end, chunk):
             if err is not None:
                 if on_error == "fail":
                     raise RuntimeError(f"stoker.pack: input {i} ({inputs[i]!r:.200}): {err}")
@@ -579,9 +587,11 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                             "params": params, "shards": shards, "records": w.records - 1, "next": [i, j],
                             "skipped": [s for s in skipped if s[0] < i]}))
             bar.update(i + 1 - first, len(skipped))
+        pool.close()
         _write_skipped(target, skipped)
         w.close()
     except BaseException:
+        pool.close(kill=True)
         w.abort()
         bar.end()
         raise
@@ -618,54 +628,141 @@ def _summary_of(target):
     return {"records": m["record_count"], "skipped": nskip}
 
 
-def _results(fn, inputs, first, end, workers, mode, chunk):
-    """(index, error or None, fn's result) for inputs [first, end), in order, with a bounded window:
-    at most 4 chunks per worker are in flight, so memory does not grow with the input count."""
-    global _job
-    workers = (os.cpu_count() or 1) if workers is None else int(workers)
-    chunks = [(a, min(a + chunk, end)) for a in range(first, end, chunk)]
-    if workers <= 0 or len(chunks) <= 1:
+class _Workers:
+    """fn over chunks of inputs, results in chunk order, at most `depth` chunks in flight per worker so that
+    memory does not grow with the input count.
+
+    mode "process": forked processes, started before the dataset writer opens (they hold none of its files).
+    fn and the inputs are inherited, not pickled (lambdas and closures work); a chunk's (first, end) goes out
+    on a pipe and its results come back pickled on the worker's own pipe. Chunk c goes to worker c % n, so
+    reading the workers in turn gives input order with no reordering, and the parent reads on its main
+    thread (no result thread contending for the GIL, no pool that hangs when a worker dies: a dead worker is
+    an error naming its inputs). mode "thread": a thread pool, for fns that release the GIL. workers 0: here."""
+
+    def __init__(self, fn, inputs, workers, mode, depth=4):
+        global _job
+        self.n = (os.cpu_count() or 1) if workers is None else max(int(workers), 0)
+        self.mode, self.depth, self.procs, self.pool = mode, depth, [], None
         _job = (fn, inputs)
-        try:
+        if self.n and mode == "thread":
+            from concurrent.futures import ThreadPoolExecutor
+            self.pool = ThreadPoolExecutor(self.n)
+        elif self.n:
+            try:
+                for _ in range(self.n):
+                    self._fork()
+            except BaseException:
+                self.close(kill=True)
+                raise
+
+    def _fork(self):
+        tr, tw = os.pipe()
+        rr, rw = os.pipe()
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns
+            code = 0
+            try:
+                os.close(tw), os.close(rr)
+                for r, w, _ in self.procs:  # the other workers' pipe ends
+                    os.close(r), os.close(w)
+                _worker_loop(tr, rw)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(tr), os.close(rw)
+        self.procs.append((rr, tw, pid))
+
+    def results(self, first, end, chunk):
+        """(index, error or None, fn's result) for inputs [first, end), in order."""
+        chunks = [(a, min(a + chunk, end)) for a in range(first, end, chunk)]
+        if not self.n:
             for a, b in chunks:
                 yield from _run_chunk(a, b)
-        finally:
-            _job = None
-        return
-    import collections
-    if mode == "thread":
-        from concurrent.futures import ThreadPoolExecutor
-        _job = (fn, inputs)
-        pool = ThreadPoolExecutor(workers)
-        submit = lambda a, b: pool.submit(_run_chunk, a, b)  # noqa: E731
-        get = lambda f: f.result()  # noqa: E731
-        stop = lambda: pool.shutdown(wait=True, cancel_futures=True)  # noqa: E731
-    else:
-        import multiprocessing as mp
-        _job = (fn, inputs)
-        pool = mp.get_context("fork").Pool(workers)
-        submit = lambda a, b: pool.apply_async(_run_chunk, (a, b))  # noqa: E731
-        get = lambda r: r.get()  # noqa: E731
-
-        def stop():
-            pool.terminate()
-            pool.join()
-    window = collections.deque()
-    try:
-        it = iter(chunks)
-        for c in it:
-            window.append(submit(*c))
-            if len(window) >= 4 * workers:
-                break
-        while window:
-            res = get(window.popleft())
-            nxt = next(it, None)
-            if nxt is not None:
-                window.append(submit(*nxt))
+            return
+        ahead = self.depth * self.n
+        if self.pool is not None:
+            import collections
+            window = collections.deque(self.pool.submit(_run_chunk, *c) for c in chunks[:ahead])
+            for c in range(len(chunks)):
+                res = window.popleft().result()
+                if c + ahead < len(chunks):
+                    window.append(self.pool.submit(_run_chunk, *chunks[c + ahead]))
+                yield from res
+            return
+        for c, ab in enumerate(chunks[:ahead]):
+            self._send(c, ab)
+        for c in range(len(chunks)):
+            res = self._receive(c, chunks[c])
+            if c + ahead < len(chunks):
+                self._send(c + ahead, chunks[c + ahead])
             yield from res
-    finally:
-        stop()
-        _job = None
+
+    def _send(self, c, ab):
+        _write_all(self.procs[c % self.n][1], _HEAD.pack(*ab))
+
+    def _receive(self, c, ab):
+        rr, _, pid = self.procs[c % self.n]
+        head = _read_exact(rr, _HEAD.size)
+        body = _read_exact(rr, _HEAD.unpack(head)[0]) if head is not None else None
+        if body is None:
+            _, status = os.waitpid(pid, 0)
+            self.procs[c % self.n] = (rr, self.procs[c % self.n][1], 0)
+            why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit status {os.WEXITSTATUS(status)}")
+            raise RuntimeError(f"stoker.pack: worker process {pid} died ({why}) on inputs {ab[0]}..{ab[1] - 1}")
+        return pickle.loads(body)
+
+    def close(self, kill=False):
+        global _job
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        for rr, tw, pid in self.procs:
+            os.close(tw)  # a waiting worker reads EOF and exits
+            os.close(rr)
+            if pid:
+                if kill:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                os.waitpid(pid, 0)
+        self.procs, self.pool, _job = [], None, None
+
+
+_HEAD = struct.Struct("<QQ")  # a task: (first, end); a result: (length, 0)
+
+
+def _read_exact(fd, n):
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _worker_loop(tr, rw):
+    while True:
+        task = _read_exact(tr, _HEAD.size)
+        if task is None:
+            return
+        res = _run_chunk(*_HEAD.unpack(task))
+        try:
+            body = pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # a result that does not pickle: every input of the chunk is listed
+            why = f"fn's result cannot be sent from the worker process: {type(e).__name__}: {e}"
+            body = pickle.dumps([(i, err or why, None) for i, err, _ in res])
+        _write_all(rw, _HEAD.pack(len(body), 0) + body)
 
 
 def merge(out):
