@@ -45,6 +45,8 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
 {
     if (!dir || (!parts && nparts)) return stk_error_set(err, STK_E_ARG, "stk_dataset_merge: NULL argument");
     if (!nparts) return stk_error_set(err, STK_E_ARG, "%s: no parts to merge", dir);
+    stk_dir_lock *lock = stk_dir_lock_take(dir, 0, 0, "merging parts", err);
+    if (!lock) return err ? err->code : STK_E_BUSY;
     stk_manifest *first = NULL, out = {0};
     size_t cap = 0;
     int rc = STK_OK;
@@ -79,5 +81,6 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
     for (size_t i = 0; i < out.nshards; i++) free(out.shards[i].path);
     free(out.shards);
     stk_manifest_free(first);
+    stk_dir_lock_release(lock);
     return rc;
 }

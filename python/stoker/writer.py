@@ -231,6 +231,16 @@ class _Encoder:
         self.values = (L.Value * self.n)()
         nvar = sum(sum(d is None for d in f.shape) for f in fields.values() if f.kind == L.STK_KIND_ARRAY)
         self.dims = (L.c_u64 * max(nvar, 1))()
+        # per field, for the common values (an array of the field's dtype, a Python scalar): the numpy dtype,
+        # whether its shape is fixed, and an integer field's bounds
+        self.fast = []
+        for f in fields.values():
+            if f.kind == L.STK_KIND_BYTES:
+                self.fast.append(None)
+                continue
+            want = _np_dtype(f.dtype)
+            bounds = (int(np.iinfo(want).min), int(np.iinfo(want).max)) if want.kind in "iu" else None
+            self.fast.append((want, f.kind == L.STK_KIND_TENSOR, bounds))
 
     def encode(self, sample, index):
         if not isinstance(sample, dict):
@@ -245,7 +255,9 @@ class _Encoder:
         self.nbytes = 0
         for i, name in enumerate(self.names):
             f, v = self.fields[name], sample[name]
-            buf = self._value(f, name, v, index)
+            buf = self._fast(self.fast[i], f, v)
+            if buf is None:
+                buf = self._value(f, name, v, index)
             if f.kind == L.STK_KIND_ARRAY:
                 for k, want in enumerate(f.shape):
                     if want is None:
@@ -260,6 +272,34 @@ class _Encoder:
                 self.values[i].data = ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p) if buf else None
                 self.values[i].size = len(buf)
         return keep  # the buffers must live until the C call returns
+
+    @staticmethod
+    def _fast(fast, f, v):
+        """The value as it is written when it needs no conversion (or a trivially exact one), else None:
+        _value then converts or explains."""
+        if fast is None:
+            if type(v) is bytes and not isinstance(f, String):
+                return v
+            if type(v) is str and isinstance(f, String):
+                return v.encode("utf-8")
+            return None
+        want, fixed, bounds = fast
+        t = type(v)
+        if t is np.ndarray:
+            if v.dtype != want or not v.flags.c_contiguous:
+                return None
+            if fixed:
+                return v if v.shape == f.shape else None
+            if v.ndim != len(f.shape) or any(w is not None and w != g for w, g in zip(f.shape, v.shape)):
+                return None
+            return v
+        if f.shape or not fixed:
+            return None
+        if t is int and bounds is not None:
+            return np.array(v, want) if bounds[0] <= v <= bounds[1] else None
+        if t is float and bounds is None and want.itemsize == 8:
+            return np.array(v, want)
+        return None
 
     def _value(self, f, name, v, index):
         if f.kind == L.STK_KIND_BYTES:
@@ -535,7 +575,8 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
     # the pack object is the same for every part, so that their manifests merge
     whole = _params(fields, inputs, fn, shard_size, records_per_shard, classes, metadata, None)
     done = _manifest_params(target)
-    if done == whole:
+    if done == whole:  # finished before (a run killed after its manifest may have left its state file)
+        _unlink(os.path.join(target, _STATE))
         return {"out": target, "resumed": True, "complete": True, **_summary_of(target)}
     if done is not None and not force:
         from . import Error
@@ -596,12 +637,16 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
         bar.end()
         raise
     bar.end()
-    try:
-        os.unlink(os.path.join(target, _STATE))
-    except OSError:
-        pass
+    _unlink(os.path.join(target, _STATE))
     return {"out": target, "resumed": resumed, "complete": True, "inputs": end - first, "records": w.records,
             "skipped": len(skipped), "seconds": time.monotonic() - t0, "bytes": w.bytes}
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _write_skipped(target, skipped):
@@ -705,14 +750,21 @@ class _Workers:
     def _receive(self, c, ab):
         rr, _, pid = self.procs[c % self.n]
         head = _read_exact(rr, _HEAD.size)
-        body = _read_exact(rr, _HEAD.unpack(head)[0]) if head is not None else None
-        if body is None:
+        res = None
+        if head is not None:
+            nbody, nbuf = _HEAD.unpack(head)
+            sizes = _read_exact(rr, 8 * nbuf) if nbuf else b""
+            body = _read_exact(rr, nbody) if sizes is not None else None
+            bufs = [_read_exact(rr, k) for k in struct.unpack(f"<{nbuf}Q", sizes)] if body is not None else [None]
+            if body is not None and all(b is not None for b in bufs):
+                res = pickle.loads(body, buffers=bufs)  # arrays over the received buffers: no copy
+        if res is None:
             _, status = os.waitpid(pid, 0)
             self.procs[c % self.n] = (rr, self.procs[c % self.n][1], 0)
             why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                    else f"exit status {os.WEXITSTATUS(status)}")
             raise RuntimeError(f"stoker.pack: worker process {pid} died ({why}) on inputs {ab[0]}..{ab[1] - 1}")
-        return pickle.loads(body)
+        return res
 
     def close(self, kill=False):
         global _job
@@ -731,7 +783,9 @@ class _Workers:
         self.procs, self.pool, _job = [], None, None
 
 
-_HEAD = struct.Struct("<QQ")  # a task: (first, end); a result: (length, 0)
+# A task is (first, end). A result is (pickle bytes, out-of-band buffers), their sizes, the pickle, then
+# the buffers: protocol 5 sends array data as it lies, not copied into the pickle.
+_HEAD = struct.Struct("<QQ")
 
 
 def _read_exact(fd, n):
@@ -745,10 +799,15 @@ def _read_exact(fd, n):
     return buf
 
 
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def _write_all(fd, *parts):
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        k = os.writev(fd, views[:64])
+        while views and k >= len(views[0]):
+            k -= len(views[0])
+            views.pop(0)
+        if views and k:
+            views[0] = views[0][k:]
 
 
 def _worker_loop(tr, rw):
@@ -757,12 +816,15 @@ def _worker_loop(tr, rw):
         if task is None:
             return
         res = _run_chunk(*_HEAD.unpack(task))
+        bufs = []
         try:
-            body = pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL)
+            body = pickle.dumps(res, protocol=5, buffer_callback=bufs.append)
+            raws = [b.raw() for b in bufs]
         except Exception as e:  # a result that does not pickle: every input of the chunk is listed
             why = f"fn's result cannot be sent from the worker process: {type(e).__name__}: {e}"
-            body = pickle.dumps([(i, err or why, None) for i, err, _ in res])
-        _write_all(rw, _HEAD.pack(len(body), 0) + body)
+            body, raws = pickle.dumps([(i, err or why, None) for i, err, _ in res]), []
+        sizes = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
+        _write_all(rw, _HEAD.pack(len(body), len(raws)), sizes, body, *raws)
 
 
 def merge(out):

@@ -318,3 +318,25 @@ def test_a_killed_pack_resumes_to_the_same_bytes(tmp_path):
         assert digest(out) == want, f"trial {trial}"
         assert not (out / "stoker-pack.state.json").exists()
     assert kills >= 2, "no run was interrupted: the test did not test resume"
+
+
+def test_one_writer_per_directory(tmp_path):
+    f = {"a": stoker.Scalar("int32")}
+    with stoker.Writer(tmp_path / "ds", f) as w:
+        with pytest.raises(stoker.Error) as e:
+            stoker.Writer(tmp_path / "ds", f)
+        assert e.value.status == "busy" and str(tmp_path / "ds") in str(e.value) and f"pid {os.getpid()}" in str(e.value)
+        w.write({"a": 1})
+    with stoker.Writer(tmp_path / "ds", f, force=True) as w:  # released at close
+        w.write({"a": 2})
+
+
+def test_a_dead_worker_is_an_error_naming_its_inputs(tmp_path):
+    def die(i):
+        if i == 30:
+            os._exit(3)
+        return {"a": i}
+    with pytest.raises(RuntimeError, match=r"worker process \d+ died \(exit status 3\) on inputs 30\.\.39"):
+        stoker.pack(die, range(100), tmp_path / "ds", {"a": stoker.Scalar("int64")}, workers=2, chunk=10,
+                    progress=False)
+    assert not (tmp_path / "ds" / "manifest.json").exists()
