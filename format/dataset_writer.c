@@ -393,7 +393,9 @@ int stk_dataset_writer_resume(stk_dataset_writer *dw, uint64_t shards, uint64_t 
         int rc = keep_shard(dw, i, &s[i], err);
         if (rc) { /* keep nothing: the caller starts over or stops */
             for (size_t k = 0; k < dw->m.nshards; k++) free(s[k].path);
-            dw->m.nshards = 0;
+            free(s);
+            dw->m.shards = NULL;
+            dw->m.nshards = dw->cap = 0;
             return rc;
         }
         n += s[i].records;

@@ -290,7 +290,7 @@ static int stream_hash_tail(stk_writer *w, const stk__layout *L, const uint8_t *
     uint8_t *t = calloc(1, n ? n : 1);
     if (!t) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (uint32_t f = 1; f < w->schema.nfields; f++)
-        memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
+        if (w->spool[f].len) memcpy(t + (L->region[f].data_off - from), w->spool[f].p, w->spool[f].len);
     memcpy(t + (L->cksum_off - from), w->cksum.p, w->cksum.len);
     memcpy(t + n - STK_FOOTER_SIZE, foot, STK_FOOTER_SIZE);
     *out = stk__stream_digest(w->st, t, n);
@@ -323,7 +323,7 @@ static int append_field0(stk_writer *w, const stk_value *v0, const stk_prehash *
         if ((rc = stk__pwrite_all(w->fd, v0->data, n, w->direct_off, w->tmp, err))) return w->failed = rc;
         w->direct_off += n;
     } else {
-        memcpy(w->direct_buf.p + w->direct_buf.len, v0->data, n);
+        if (n) memcpy(w->direct_buf.p + w->direct_buf.len, v0->data, n); /* an empty value may be NULL */
         w->direct_buf.len += n;
     }
     return STK_OK;
