@@ -555,7 +555,10 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
 
     The dataset is byte-identical whatever `workers` and `mode` (samples are written in input order).
     A killed run resumes when called again with the same arguments: the shards it committed are verified
-    and kept, and fn runs again only on the inputs after them. Returns a summary dict.
+    and kept, and fn runs again only on the inputs after them. "The same arguments" are the fields, the
+    inputs (their repr), the shard settings, classes, metadata, part and fn's module and name: a changed fn
+    body under the same name is not seen (pass force=True, or another out, after changing what fn makes).
+    Returns a summary dict.
     """
     if on_error not in ("skip", "fail"):
         raise ValueError(f"stoker.pack: on_error={on_error!r}: 'skip' or 'fail'")
