@@ -97,6 +97,11 @@ def _codec(codec):
     raise ValueError(f"stoker: codec {codec!r}: say None, 'zstd' or 'zstd:LEVEL'")
 
 
+def _codec_arg(codec):
+    """", codec='zstd:3'" for a repr (and so for stoker.pack's resume parameters); "" without a codec."""
+    return "" if codec in (None, "none") else f", codec={codec!r}"
+
+
 class _FieldKind:
     kind = None
     codec = None
@@ -125,7 +130,7 @@ class Tensor(_FieldKind):
         _codec(codec)
 
     def _describe(self):
-        return f"Tensor({_DT_NAME[self.dtype]!r}, {self.shape})"
+        return f"Tensor({_DT_NAME[self.dtype]!r}, {self.shape}{_codec_arg(self.codec)})"
 
 
 def Scalar(dtype, codec=None):
@@ -150,7 +155,7 @@ class Ragged(_FieldKind):
         _codec(codec)
 
     def _describe(self):
-        return f"Ragged({_DT_NAME[self.dtype]!r}, {self.shape})"
+        return f"Ragged({_DT_NAME[self.dtype]!r}, {self.shape}{_codec_arg(self.codec)})"
 
 
 class Bytes(_FieldKind):
@@ -162,14 +167,14 @@ class Bytes(_FieldKind):
         _codec(codec)
 
     def _describe(self):
-        return "Bytes()"
+        return f"Bytes({_codec_arg(self.codec)[2:]})"
 
 
 class String(Bytes):
     """A str per record, stored as UTF-8 bytes; read back as str (the manifest says which fields are strings)."""
 
     def _describe(self):
-        return "String()"
+        return f"String({_codec_arg(self.codec)[2:]})"
 
 
 def _field_spec(fields):
@@ -281,7 +286,10 @@ class _Encoder:
             if type(v) is bytes and not isinstance(f, String):
                 return v
             if type(v) is str and isinstance(f, String):
-                return v.encode("utf-8")
+                try:
+                    return v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return None  # _value says what is wrong
             return None
         want, fixed, bounds = fast
         t = type(v)
@@ -307,21 +315,30 @@ class _Encoder:
                 if not isinstance(v, str):
                     raise TypeError(f"stoker: sample {index}: field {name!r} is a String: expected str, "
                                     f"got {_describe_value(v)}")
-                return v.encode("utf-8")
+                try:
+                    return v.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise ValueError(f"stoker: sample {index}: field {name!r}: the str is not valid Unicode "
+                                     f"({e.reason} at {e.start})") from None
             if isinstance(v, (bytes, bytearray, memoryview)):
                 return bytes(v)
             raise TypeError(f"stoker: sample {index}: field {name!r} is Bytes: expected bytes, got "
                             f"{_describe_value(v)}")
         want = _np_dtype(f.dtype)
-        if isinstance(v, np.ndarray) or isinstance(v, np.generic):
+        if not isinstance(v, (bool, int, float, list, tuple)):  # arrays: numpy's, torch's, anything with __array__
             a = np.asarray(v)
             if a.dtype != want and not (a.dtype.kind == want.kind and a.dtype.itemsize == want.itemsize):
                 raise TypeError(f"stoker: sample {index}: field {name!r}: expected {self._expect(f)}, got "
                                 f"{_describe_value(a)} (convert it explicitly: stoker never casts arrays)")
-        else:  # Python scalars and lists: converted when exact
+        else:  # Python scalars and lists: converted when exact (Python floats round to a float field's precision)
             try:
-                a = np.asarray(v, dtype=want)
-                exact = np.array_equal(a, np.asarray(v), equal_nan=a.dtype.kind == "f")
+                with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, not warned
+                    a = np.asarray(v, dtype=want)
+                b = np.asarray(v)
+                if want.kind == "f" and b.dtype.kind == "f":
+                    exact = bool(np.all(np.isfinite(a) | ~np.isfinite(b)))  # rounded, not overflowed
+                else:
+                    exact = b.dtype.kind != "O" and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
             except (TypeError, ValueError, OverflowError):
                 exact = False
             if not exact:

@@ -133,6 +133,8 @@ def test_torch_output_of_every_kind(tmp_path):
     ({"n": 2 ** 70}, "field 'n': expected int64[]"),
     ({"s": b"x"}, "field 's' is a String: expected str, got bytes"),
     ({"b": "x"}, "field 'b' is Bytes: expected bytes, got str"),
+    ({"s": "\ud800"}, "field 's': the str is not valid Unicode"),
+    ({"t": [1.0, 2.0, 1e300]}, "field 't': expected float32[3], got list"),
 ])
 def test_a_bad_value_names_field_expected_and_given_and_writes_nothing(tmp_path, bad, message):
     f = {"t": stoker.Tensor("float32", (3,)), "r": stoker.Ragged("int16", (None, 2)), "n": stoker.Scalar("int64"),
@@ -147,6 +149,27 @@ def test_a_bad_value_names_field_expected_and_given_and_writes_nothing(tmp_path,
     with stoker.Reader(tmp_path / "ds", batch_size=2) as r:
         b = next(iter(r))
         assert r.num_records == 2 and list(b["n"]) == [7, 7]
+
+
+def test_python_values_convert_and_other_arrays_do_not(tmp_path):
+    torch = pytest.importorskip("torch")
+    f = {"t": stoker.Tensor("float32", (2,)), "n": stoker.Scalar("float32")}
+    with stoker.Writer(tmp_path / "ds", f) as w:
+        w.write({"t": [0.1, 2], "n": 0.1})  # Python floats round to the field's precision
+        w.write({"t": torch.tensor([1.0, 2.0]), "n": 1})
+        with pytest.raises(TypeError, match="got float64"):  # a torch tensor is an array: never cast
+            w.write({"t": torch.tensor([1.0, 2.0], dtype=torch.float64), "n": 1})
+    with stoker.Reader(tmp_path / "ds", batch_size=2) as r:
+        b = next(iter(r))
+        assert b["n"].tolist() == [np.float32(0.1), 1.0] and b["t"][1].tolist() == [1.0, 2.0]
+
+
+def test_a_codec_change_is_another_pack(tmp_path):
+    fn = lambda i: {"x": np.full(100, i, np.int64)}  # noqa: E731
+    stoker.pack(fn, range(10), tmp_path / "ds", {"x": stoker.Tensor("int64", (100,))}, workers=0, progress=False)
+    with pytest.raises(stoker.Error, match="other arguments"):
+        stoker.pack(fn, range(10), tmp_path / "ds", {"x": stoker.Tensor("int64", (100,), codec="zstd:9")},
+                    workers=0, progress=False)
 
 
 def test_missing_and_extra_keys(tmp_path):
