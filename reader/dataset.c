@@ -1,5 +1,6 @@
-/* reader/dataset.c - a dataset as one address space of records. */
-#include "stoker/reader.h"
+/* reader/dataset.c - a dataset as one address space of records; several
+ * datasets concatenated as one (a mixture's sources). */
+#include "reader_impl.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -13,6 +14,11 @@ struct stk_dataset {
     char *dir;
     stk_shard **shards;
     uint64_t *first; /* nshards + 1 prefix sums */
+    /* a concatenation: the shards belong to parts[]; part i is closed with
+     * it when bit i of own is set */
+    stk_dataset **parts;
+    size_t nparts;
+    uint64_t own;
 };
 
 /* The shard must be the one the manifest describes. */
@@ -114,16 +120,88 @@ fail:
     return NULL;
 }
 
+/* Part i's shard paths as "dir/path", so that messages name the file. */
+static int concat_entries(stk_manifest *m, const stk_dataset *part, size_t at, stk_error *err)
+{
+    for (size_t j = 0; j < part->m->nshards; j++) {
+        stk_shard_entry *e = &m->shards[at + j];
+        *e = part->m->shards[j];
+        size_t len = strlen(part->dir) + strlen(part->m->shards[j].path) + 2;
+        if (!(e->path = malloc(len))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        snprintf(e->path, len, "%s/%s", part->dir, part->m->shards[j].path);
+    }
+    return STK_OK;
+}
+
+#define TAG_CONCAT 0x73746b2d63617431ULL /* "stk-cat1" */
+
+stk_dataset *stk__dataset_concat(stk_dataset *const *parts, size_t n, uint64_t own, stk_error *err)
+{
+    if (n == 0 || n > STK__MIX_MAX) return stk_error_set(err, STK_E_ARG, "%zu datasets (1 to 64)", n), NULL;
+    stk_dataset *ds = calloc(1, sizeof *ds);
+    size_t nsh = 0;
+    for (size_t i = 0; i < n; i++) nsh += parts[i]->m->nshards;
+    if (!ds || !(ds->m = calloc(1, sizeof *ds->m)) || !(ds->shards = calloc(nsh ? nsh : 1, sizeof *ds->shards)) ||
+        !(ds->first = calloc(nsh + 1, sizeof *ds->first)) ||
+        !(ds->m->shards = calloc(nsh ? nsh : 1, sizeof *ds->m->shards)) ||
+        !(ds->m->pack_json = strdup("{}")) || !(ds->dir = strdup(parts[0]->dir)) ||
+        !(ds->parts = malloc(n * sizeof *ds->parts))) {
+        stk_error_set(err, STK_E_NOMEM, "out of memory");
+        if (ds) free(ds->parts);
+        stk_dataset_close(ds);
+        return NULL;
+    }
+    memcpy(ds->parts, parts, n * sizeof *parts); /* close treats the shards as borrowed */
+    ds->nparts = n;
+    const stk_manifest *m0 = parts[0]->m;
+    ds->m->version_major = m0->version_major;
+    ds->m->version_minor = m0->version_minor;
+    ds->m->schema = m0->schema;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const stk_dataset *p = parts[i];
+        int rc = concat_entries(ds->m, p, at, err);
+        ds->m->nshards = at + p->m->nshards; /* what close frees */
+        if (rc) {
+            stk_dataset_close(ds);
+            return NULL;
+        }
+        for (size_t j = 0; j < p->m->nshards; j++, at++) {
+            ds->shards[at] = p->shards[j];
+            ds->first[at + 1] = ds->first[at] + p->m->shards[j].records;
+        }
+    }
+    ds->m->record_count = ds->first[nsh];
+    uint64_t fp[1 + 2 * STK__MIX_MAX] = {TAG_CONCAT}; /* the parts' fingerprints and sizes, in order */
+    for (size_t i = 0; i < n && i < STK__MIX_MAX; i++) {
+        fp[1 + 2 * i] = parts[i]->m->fingerprint;
+        fp[2 + 2 * i] = parts[i]->m->record_count;
+    }
+    ds->m->fingerprint = stk_hash(fp, sizeof fp);
+    ds->own = own; /* on failure the caller keeps them */
+    return ds;
+}
+
 void stk_dataset_close(stk_dataset *ds)
 {
     if (!ds) return;
-    if (ds->shards && ds->m)
+    if (ds->parts) {
+        for (size_t i = 0; i < ds->nparts; i++)
+            if (ds->own >> i & 1) stk_dataset_close(ds->parts[i]);
+        free(ds->parts);
+    } else if (ds->shards && ds->m) {
         for (size_t i = 0; i < ds->m->nshards; i++) stk_shard_close(ds->shards[i]);
+    }
     free(ds->shards);
     free(ds->first);
     free(ds->dir);
     stk_manifest_free(ds->m);
     free(ds);
+}
+
+const stk_dataset *stk__dataset_part(const stk_dataset *ds, size_t i)
+{
+    return i < ds->nparts ? ds->parts[i] : NULL;
 }
 
 const stk_manifest *stk_dataset_manifest(const stk_dataset *ds) { return ds->m; }

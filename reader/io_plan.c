@@ -47,7 +47,7 @@ static unsigned probe_resident(const stk_reader *r, unsigned *probed)
     unsigned hit = 0;
     *probed = 0;
     for (unsigned i = 0; i < PROBE_PAGES; i++) {
-        uint64_t rec = (r->N * i + r->N / 2) / PROBE_PAGES, local;
+        uint64_t rec = (r->records * i + r->records / 2) / PROBE_PAGES, local;
         size_t s;
         if (stk_dataset_locate(r->ds, rec, &s, &local, NULL)) continue;
         const stk_shard *sh = stk_dataset_shard(r->ds, s);
@@ -144,7 +144,7 @@ static void plan_quasi_blocks(stk_reader *r)
                  r->Wq, bytes / 1e6, QCACHE_MAX >> 20);
         return;
     }
-    uint64_t nblocks = (r->N + r->K - 1) / r->K; /* no more than the dataset's blocks */
+    uint64_t nblocks = (r->records + r->K - 1) / r->K; /* no more than the dataset's blocks */
     r->qb_bytes = bytes;
     r->qcache_bytes = want < QCACHE_MAX ? want : (QCACHE_MAX / bytes) * bytes;
     if (r->qcache_bytes > nblocks * bytes) r->qcache_bytes = nblocks * bytes;
@@ -172,7 +172,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0;
     for (unsigned k = 0; k < r->nsel; k++)
-        if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * r->N;
+        if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * r->records;
     int io = o->io;
     if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
         io = choose_auto(r, sel_bytes + compressed_bytes(r));
@@ -225,7 +225,7 @@ int stk__io_start(stk_reader *r, stk_error *err)
     char note[200];
     int rc = stk__io_open(&r->io, r->ds, &c, note, sizeof note, err);
     if (rc) return rc;
-    if (r->qb_bytes && !(r->qcache = stk__qcache_new(r->qcache_bytes, r->qb_bytes, r->K, r->N)))
+    if (r->qb_bytes && !(r->qcache = stk__qcache_new(r->qcache_bytes, r->qb_bytes, r->K, r->records)))
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (note[0]) {
         size_t n = strlen(r->io_reason);

@@ -157,17 +157,74 @@ uint32_t stk__mix_next(const uint64_t *c, uint32_t S, uint64_t *A)
 
 uint64_t stk__mix_source_seed(uint64_t seed, uint32_t s) { return stk__mix64(seed ^ TAG_MIX) ^ stk__mix64(s + 1); }
 
+/* Element j of a source of n records giving c an epoch: its pass (the
+ * epoch of the source's own order) and its position in that pass. */
+static uint64_t pass_pos(uint64_t n, uint64_t c, uint64_t epoch, uint64_t j, uint64_t *i)
+{
+    uint64_t F = c / n, R = c % n;
+    if (j < F * n) {
+        *i = j % n;
+        return epoch * (F + 1) + j / n;
+    }
+    /* the partial pass: a window of R records, moving by R each epoch */
+    *i = (uint64_t)(((u128)epoch * R + (j - F * n)) % n);
+    return epoch * (F + 1) + F;
+}
+
 uint64_t stk__mix_record(const stk__mix_source *src, uint64_t c, uint64_t seed, uint64_t epoch, uint64_t j)
 {
-    uint64_t n = src->n, F = c / n, R = c % n, k, i;
-    if (j < F * n) {
-        k = j / n;
-        i = j % n;
-    } else { /* the partial pass: a window of R records, moving by R each epoch */
-        k = F;
-        i = (uint64_t)(((u128)epoch * R + (j - F * n)) % n);
-    }
+    uint64_t i, pass = pass_pos(src->n, c, epoch, j, &i);
     stk__epoch_order o;
-    stk__epoch_order_init(&o, src->order, n, seed, epoch * (F + 1) + k, src->K, src->W);
+    stk__epoch_order_init(&o, src->order, src->n, seed, pass, src->K, src->W);
     return stk__epoch_order_record(&o, i);
+}
+
+int stk__mix_init(stk__mix *m, const stk__mix_source *src, uint32_t S, uint64_t epoch_size, uint64_t seed,
+                  stk_error *err)
+{
+    memset(m, 0, sizeof *m);
+    int rc = stk__mix_counts(src, S, epoch_size, m->c, &m->E, err);
+    if (rc) return rc;
+    m->S = S;
+    memcpy(m->src, src, S * sizeof *src);
+    for (uint32_t s = 0; s < S; s++) {
+        m->seed[s] = stk__mix_source_seed(seed, s);
+        m->base[s + 1] = m->base[s] + src[s].n;
+    }
+    return STK_OK;
+}
+
+void stk__mix_cache_init(stk__mix_cache *mc)
+{
+    for (uint32_t s = 0; s < STK__MIX_MAX; s++) mc->pass[s] = UINT64_MAX;
+}
+
+/* stk__mix_record with the pass's order cached. */
+static uint64_t cached_record(const stk__mix *m, stk__mix_cache *mc, uint32_t s, uint64_t epoch, uint64_t j)
+{
+    const stk__mix_source *x = &m->src[s];
+    uint64_t i, pass = pass_pos(x->n, m->c[s], epoch, j, &i);
+    if (mc->pass[s] != pass) {
+        stk__epoch_order_init(&mc->ord[s], x->order, x->n, m->seed[s], pass, x->K, x->W);
+        mc->pass[s] = pass;
+    }
+    return stk__epoch_order_record(&mc->ord[s], i);
+}
+
+void stk__mix_positions(const stk__mix *m, stk__mix_cache *mc, uint64_t e, uint64_t p, uint32_t n,
+                        uint64_t *rec, uint32_t *src)
+{
+    uint64_t A[STK__MIX_MAX];
+    p %= m->E;
+    stk__mix_prefix(m->c, m->S, p, A);
+    for (uint32_t i = 0; i < n; i++) {
+        if (p == m->E) { /* wrapped: the epoch's start again */
+            p = 0;
+            memset(A, 0, m->S * sizeof *A);
+        }
+        uint32_t s = stk__mix_next(m->c, m->S, A);
+        rec[i] = m->base[s] + cached_record(m, mc, s, e, A[s] - 1);
+        if (src) src[i] = s;
+        p++;
+    }
 }

@@ -43,4 +43,32 @@ uint64_t stk__mix_record(const stk__mix_source *src, uint64_t c, uint64_t seed, 
 /* The seed of source s's own order in a mixture seeded with `seed`. */
 uint64_t stk__mix_source_seed(uint64_t seed, uint32_t s);
 
+/* A mixture as the reader reads it: the sources, their counts and seeds,
+ * and where each starts in the concatenated record space. */
+typedef struct {
+    uint32_t S;
+    uint64_t E; /* records an epoch */
+    stk__mix_source src[STK__MIX_MAX];
+    uint64_t c[STK__MIX_MAX], seed[STK__MIX_MAX], base[STK__MIX_MAX + 1];
+} stk__mix;
+
+/* Set m up for sources src[0..S) (base: their first records, base[S] the
+ * total) under `seed`; epoch_size as for stk__mix_counts. */
+int stk__mix_init(stk__mix *m, const stk__mix_source *src, uint32_t S, uint64_t epoch_size, uint64_t seed,
+                  stk_error *err);
+
+/* One worker's cache of the sources' orders: a source's order for one pass
+ * is built once, not per record. */
+typedef struct {
+    stk__epoch_order ord[STK__MIX_MAX];
+    uint64_t pass[STK__MIX_MAX]; /* the pass epoch ord[s] is for; UINT64_MAX: none */
+} stk__mix_cache;
+void stk__mix_cache_init(stk__mix_cache *mc);
+
+/* Positions [p, p + n) of epoch e (taken modulo E: a padded tail wraps to
+ * the epoch's start) as concatenated records rec[] and their sources src[]
+ * (src may be NULL). O(S log E) once, then O(S) per position. */
+void stk__mix_positions(const stk__mix *m, stk__mix_cache *mc, uint64_t e, uint64_t p, uint32_t n,
+                        uint64_t *rec, uint32_t *src);
+
 #endif

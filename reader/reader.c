@@ -181,6 +181,12 @@ static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64
                          uint32_t i1, uint64_t *rec)
 {
     uint64_t e = s / r->nbatches;
+    if (r->mix) {
+        stk__slot *sl = &r->slots[s % r->nslots];
+        stk__mix_positions(r->mix, w->mixc, e, p0 + i0, i1 - i0, rec + i0, sl->sources + i0);
+        for (uint32_t i = i0; i < i1; i++) sl->source_records[i] = rec[i] - r->mix->base[sl->sources[i]];
+        return;
+    }
     if (w->ord_epoch != e) {
         stk__epoch_order_init(&w->ord, r->o.order, r->N, r->o.seed, e, r->K, r->Wq);
         w->ord_epoch = e;
@@ -193,7 +199,7 @@ static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64
  * shard. Pure, so every part of the batch decides alike. */
 static int zero_copy_shard(const stk_reader *r, uint64_t p0, uint32_t n, size_t *shard, uint64_t *local)
 {
-    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be || r->has_compressed || r->direct)
+    if (r->o.order != STK_ORDER_SEQUENTIAL || n == 0 || r->be || r->has_compressed || r->direct || r->mix)
         return 0;                /* staged */
     if (p0 + n > r->N) return 0; /* wraps around */
     if (stk_dataset_locate(r->ds, p0, shard, local, NULL)) return 0;
@@ -736,6 +742,7 @@ static void claim_part(stk_reader *r, stk__part *p)
         sl->seq = s;
         sl->state = SLOT_BUSY;
         sl->parts_left = r->parts;
+        sl->busy = 0;
         sl->err.code = STK_OK;
         sl->err.msg[0] = 0;
         for (unsigned k = 0; k < r->nsel; k++) sl->fields[k].nbytes = 0;
@@ -828,6 +835,7 @@ void *stk__worker_main(void *arg)
         pthread_mutex_lock(&r->mu);
         r->active--;
         r->st_busy += p->busy;
+        p->sl->busy += p->busy;
         r->st_h2d += w->h2d;
         w->h2d = 0;
         r->st_verified += w->verified;
@@ -886,6 +894,26 @@ const uint64_t *stk_batch_shapes(const stk_batch *b, unsigned field)
     return sl->field_shapes[field];
 }
 
+/* Under the lock: a delivered batch of a mixture in its sources' statistics;
+ * the workers' time is shared by bytes. */
+static void count_sources(stk_reader *r, const stk__slot *sl)
+{
+    uint64_t bytes[STK__MIX_MAX] = {0}, all = 0;
+    for (uint32_t i = 0; i < sl->batch.size; i++) {
+        uint64_t b = r->slot_stride_bytes;
+        for (unsigned k = 0; k < r->nsel; k++)
+            if (sl->fields[k].values) b += sl->fields[k].values[i].size;
+        uint32_t s = sl->sources[i];
+        r->st_src_samples[s]++;
+        bytes[s] += b;
+        all += b;
+    }
+    for (uint32_t s = 0; s < r->mix->S; s++) {
+        r->st_src_bytes[s] += bytes[s];
+        if (all) r->st_src_busy[s] += sl->busy * (double)bytes[s] / (double)all;
+    }
+}
+
 const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
 {
     pthread_mutex_lock(&r->mu);
@@ -927,6 +955,7 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     r->st_batches++;
     r->st_samples += sl->batch.size;
     for (unsigned k = 0; k < r->nsel; k++) r->st_bytes += sl->fields[k].nbytes;
+    if (r->mix) count_sources(r, sl);
     for (unsigned k = 0; k < r->nsel; k++)
         if (sl->fields[k].zero_copy) {
             r->st_zero_copy++;
@@ -1042,6 +1071,10 @@ void stk_reader_stats_reset(stk_reader *r)
 {
     pthread_mutex_lock(&r->mu);
     r->st_batches = r->st_samples = r->st_bytes = r->st_zero_copy = r->st_verified = 0;
+    for (uint32_t i = 0; r->mix && i < r->mix->S; i++) {
+        r->st_src_samples[i] = r->st_src_bytes[i] = 0;
+        r->st_src_busy[i] = 0;
+    }
     r->st_start = 0;
     r->st_wait = r->st_busy = r->st_h2d = 0;
     r->st_h2d_bytes = 0;

@@ -7,6 +7,7 @@
 #include "device.h"
 #include "io.h"
 #include "membuf.h"
+#include "mix.h"
 #include "order.h"
 
 #include <pthread.h>
@@ -81,6 +82,9 @@ typedef struct {
     stk_batch batch;
     stk_batch_field fields[STK_MAX_FIELDS];
     stk__zheap *zheap; /* [parts] when a compressed bytes field is read */
+    uint32_t *sources;        /* a mixture: batch_size source indices ... */
+    uint64_t *source_records; /* ... and records inside the source */
+    double busy;              /* worker seconds spent on this batch (under mu) */
 } stk__slot;
 
 typedef struct stk_reader stk_reader;
@@ -121,6 +125,7 @@ typedef struct {
     stk__ioq *zq;          /* direct path: the ending part's queue, empty, for blocks */
     stk__cropper *cropper; /* the load-time crop (load_crop.c), or NULL */
     uint8_t *crop_buf;     /* a crop before the workers normalise it (load_norm) */
+    stk__mix_cache *mixc;  /* a mixture: the sources' orders (mix.c) */
 } stk__worker;
 
 typedef struct {
@@ -154,6 +159,13 @@ struct stk_reader {
     uint64_t qb_off[STK_MAX_FIELDS];   /* a direct field's offset in a block's buffer */
     uint64_t qb_bytes, qcache_bytes;   /* a block's buffer; the cache's bound */
 
+    /* a mixture (mix.c): the sources read as one; NULL for one dataset.
+     * N counts an epoch's positions, `records` the dataset's records (the
+     * sources concatenated): equal for one dataset */
+    stk__mix *mix;
+    char **src_path;           /* [nsrc] as given at open ("" for an open dataset) */
+    uint32_t nsrc;
+    uint64_t records;
     uint64_t N, G, nbatches, K;
     uint32_t Wq;
     int release;
@@ -200,9 +212,31 @@ struct stk_reader {
     double st_start, st_wait, st_busy, st_h2d;
     uint64_t st_h2d_bytes;
     uint64_t st_batches, st_samples, st_bytes, st_zero_copy, st_verified, st_ready_sum;
+    uint64_t *st_src_samples, *st_src_bytes; /* [S] for a mixture */
+    double *st_src_busy;
 };
 
 double stk__now(void);
+
+/* dataset.c: n (1 to 64) open datasets as one: their shards in order, the
+ * schema of the first, a fingerprint of theirs. Part i is closed with it
+ * when bit i of own is set (on failure the caller keeps them all). */
+stk_dataset *stk__dataset_concat(stk_dataset *const *parts, size_t n, uint64_t own, stk_error *err);
+/* reader_open.c: the reader over ds; for a mixture, ds concatenates the
+ * sources src[0..S) (order -1: the reader's; K, W: filled in) and paths
+ * names them (freed by the reader, whether it opens or not). */
+stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, uint32_t S, char **paths,
+                             const stk_reader_options *opts, size_t size, size_t transform_size, stk_error *err);
+/* reader_mix.c: the selected fields agree in every source (STK_E_ARG
+ * naming the source and field otherwise). */
+int stk__mix_check_fields(const stk_reader *r, stk_error *err);
+/* The mixture's fingerprint: its sources (fingerprints, sizes, kinds,
+ * values, orders, quasi blocks, counts) and epoch size. */
+uint64_t stk__mix_fingerprint(const stk_reader *r);
+const char *stk__mix_kind_name(int kind); /* "weight", "repeat", "choose" */
+/* dataset.c: part i of a concatenation (NULL past the end or for a dataset
+ * that is not one). */
+const stk_dataset *stk__dataset_part(const stk_dataset *ds, size_t i);
 void *stk__worker_main(void *arg);
 
 /* io_plan.c: choose the read path (before the slots are sized), start it */

@@ -272,10 +272,50 @@ static int plan_transform(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
-/* The order's shape: batches per epoch and, for quasi, records per block. */
-static int plan_stream(stk_reader *r, stk_error *err)
+/* Records per quasi block of shards [s0, s1) holding n records: blocks of
+ * about quasi_block_bytes of the records' average size. */
+static uint64_t quasi_K(const stk_reader *r, size_t s0, size_t s1, uint64_t n)
 {
-    r->N = stk_dataset_records(r->ds);
+    uint64_t total = 0;
+    for (size_t i = s0; i < s1; i++) total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
+    uint64_t avg = total / n ? total / n : 1;
+    return r->o.quasi_block_bytes / avg ? r->o.quasi_block_bytes / avg : 1;
+}
+
+/* A mixture's sources: their orders (the reader's where not their own) and
+ * quasi blocks, then the counts (mix.c). */
+static int plan_mix(stk_reader *r, const stk__mix_source *in, uint32_t S, stk_error *err)
+{
+    stk__mix_source src[STK__MIX_MAX];
+    if (S == 0 || S > STK__MIX_MAX)
+        return stk_error_set(err, STK_E_ARG, "mixture: %u sources (1 to %d)", S, STK__MIX_MAX);
+    memcpy(src, in, S * sizeof *src);
+    size_t sh = 0;
+    for (uint32_t s = 0; s < S; s++) {
+        size_t first = sh;
+        for (uint64_t got = 0; got < src[s].n; sh++) got += stk_shard_records(stk_dataset_shard(r->ds, sh));
+        if (src[s].order < 0) src[s].order = r->o.order;
+        if (src[s].order > STK_ORDER_QUASI)
+            return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s): order %d unknown", s,
+                                 r->src_path[s], src[s].order);
+        src[s].K = src[s].order == STK_ORDER_QUASI && src[s].n ? quasi_K(r, first, sh, src[s].n) : 0;
+        src[s].W = src[s].order == STK_ORDER_QUASI ? r->o.quasi_window : 0;
+    }
+    if (!(r->mix = malloc(sizeof *r->mix))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    return stk__mix_init(r->mix, src, S, r->o.epoch_size, r->o.seed, err);
+}
+
+/* The order's shape: batches per epoch and, for quasi, records per block. */
+static int plan_stream(stk_reader *r, const stk__mix_source *src, uint32_t S, stk_error *err)
+{
+    r->records = r->N = stk_dataset_records(r->ds);
+    if (src) {
+        int rc = plan_mix(r, src, S, err);
+        if (rc) return rc;
+        r->N = r->mix->E;
+    } else if (r->o.epoch_size) {
+        return stk_error_set(err, STK_E_ARG, "epoch_size is for a mixture of weighted sources");
+    }
     if (r->N == 0) return stk_error_set(err, STK_E_ARG, "the dataset has no records");
     if (r->o.tail == STK_TAIL_DROP) {
         r->nbatches = r->N / r->G;
@@ -287,12 +327,8 @@ static int plan_stream(stk_reader *r, stk_error *err)
     } else {
         r->nbatches = (r->N - 1) / r->G + 1;
     }
-    if (r->o.order == STK_ORDER_QUASI) {
-        uint64_t total = 0;
-        for (size_t i = 0; i < stk_dataset_nshards(r->ds); i++)
-            total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
-        uint64_t avg = total / r->N ? total / r->N : 1;
-        r->K = r->o.quasi_block_bytes / avg ? r->o.quasi_block_bytes / avg : 1;
+    if (r->o.order == STK_ORDER_QUASI && !r->mix) { /* a mixture's sources have their own */
+        r->K = quasi_K(r, 0, stk_dataset_nshards(r->ds), r->N);
         r->Wq = r->o.quasi_window;
     }
     r->end_seq = UINT64_MAX;
@@ -322,7 +358,7 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
     uint64_t cap = r->o.block_cache_bytes;
     if (!cap) {
         cap = ((uint64_t)r->o.threads + 1) << 22;
-        if (r->o.order == STK_ORDER_QUASI) {
+        if (r->o.order == STK_ORDER_QUASI && !r->mix) {
             /* the window's records, uncompressed: K counts records by their stored (compressed)
              * size, so the window holds more raw bytes than quasi_block_bytes x quasi_window */
             uint64_t raw = 0;
@@ -371,6 +407,13 @@ static int alloc_slots(stk_reader *r, stk_error *err)
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         sl->values = nbytesf ? malloc(sizeof *sl->values * r->o.batch_size * nbytesf) : NULL;
         sl->shapes = r->shape_words ? malloc(8 * r->shape_words * r->o.batch_size) : NULL;
+        if (r->mix) {
+            sl->sources = malloc(sizeof *sl->sources * r->o.batch_size);
+            sl->source_records = malloc(sizeof *sl->source_records * r->o.batch_size);
+            if (!sl->sources || !sl->source_records) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+            sl->batch.sources = sl->sources;
+            sl->batch.source_records = sl->source_records;
+        }
         if ((r->slot_bytes && !sl->buf) || !sl->records || (nbytesf && !sl->values) ||
             (r->shape_words && !sl->shapes))
             return stk_error_set(err, STK_E_NOMEM, "out of memory for %u slots of %llu bytes", r->nslots,
@@ -418,7 +461,7 @@ static int remember_shards(stk_reader *r, stk_error *err)
         r->shard_id[i].dev = (dev_t)dev;
         r->shard_id[i].ino = (ino_t)ino;
     }
-    if (r->o.verify == STK_VERIFY_ONCE && !(r->verified_bits = calloc(r->N / 64 + 1, sizeof(uint64_t))))
+    if (r->o.verify == STK_VERIFY_ONCE && !(r->verified_bits = calloc(r->records / 64 + 1, sizeof(uint64_t))))
         return stk_error_set(err, STK_E_NOMEM, "out of memory for the verified-records bitmap");
     return STK_OK;
 }
@@ -442,6 +485,10 @@ static int start_workers(stk_reader *r, stk_error *err)
         }
         if (!(w->stamp = calloc(nsh ? nsh : 1, sizeof *w->stamp)))
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        if (r->mix) {
+            if (!(w->mixc = malloc(sizeof *w->mixc))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+            stk__mix_cache_init(w->mixc);
+        }
         int e = pthread_create(&w->thread, NULL, stk__worker_main, w);
         if (e) return stk_error_set(err, STK_E_IO, "cannot start worker thread: %s", strerror(e));
         w->started = 1;
@@ -461,18 +508,33 @@ static int larger_than_ram(const stk_reader *r)
     return pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page / 2;
 }
 
-stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reader_options *opts, size_t size,
-                                          size_t transform_size, stk_error *err)
+/* A mixture's statistics per source; its paths for messages. */
+static int alloc_mix_stats(stk_reader *r, stk_error *err)
 {
-    if (!ds) return stk_error_set(err, STK_E_ARG, "stk_reader_open_dataset: NULL dataset"), NULL;
+    uint32_t S = r->mix ? r->mix->S : 0;
+    if (!S) return STK_OK;
+    r->st_src_samples = calloc(S, sizeof *r->st_src_samples);
+    r->st_src_bytes = calloc(S, sizeof *r->st_src_bytes);
+    r->st_src_busy = calloc(S, sizeof *r->st_src_busy);
+    if (!r->st_src_samples || !r->st_src_bytes || !r->st_src_busy)
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    return STK_OK;
+}
+
+stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, uint32_t S, char **paths,
+                             const stk_reader_options *opts, size_t size, size_t transform_size, stk_error *err)
+{
     stk_reader *r = calloc(1, sizeof *r);
     if (!r) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
     r->ds = ds;
+    r->src_path = paths; /* the reader frees them, even when it fails */
+    r->nsrc = paths ? S : 0;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
     r->xf_sel = -1;
-    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) || plan_stream(r, err) ||
+    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) ||
+        (src && stk__mix_check_fields(r, err)) || plan_stream(r, src, S, err) || alloc_mix_stats(r, err) ||
         stk__io_plan(r, err))
         goto fail;
     layout_slot(r);
@@ -485,7 +547,7 @@ stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reade
         stk__upload_open(r, err) || remember_shards(r, err) || stk__io_start(r, err))
         goto fail;
     /* the direct path does not go through the page cache: nothing to release */
-    r->release = !r->direct && (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
+    r->release = !r->direct && !r->mix && (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
     if (start_workers(r, err)) goto fail;
     if (r->be) {
@@ -500,6 +562,13 @@ stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reade
 fail:
     stk_reader_close(r);
     return NULL;
+}
+
+stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reader_options *opts, size_t size,
+                                          size_t transform_size, stk_error *err)
+{
+    if (!ds) return stk_error_set(err, STK_E_ARG, "stk_reader_open_dataset: NULL dataset"), NULL;
+    return stk__reader_open(ds, NULL, 0, NULL, opts, size, transform_size, err);
 }
 
 stk_reader *stk_reader_open_sized(const char *path, const stk_reader_options *opts, size_t size,
@@ -533,6 +602,7 @@ void stk_reader_close(stk_reader *r)
             free(r->workers[i].stamp);
             stk__cropper_free(r->workers[i].cropper);
             free(r->workers[i].crop_buf);
+            free(r->workers[i].mixc);
             for (unsigned k = 0; k < 2; k++) {
                 free(r->workers[i].qblk[k]);
                 free(r->workers[i].qown[k]);
@@ -565,6 +635,8 @@ void stk_reader_close(stk_reader *r)
             free(r->slots[s].records);
             free(r->slots[s].values);
             free(r->slots[s].shapes);
+            free(r->slots[s].sources);
+            free(r->slots[s].source_records);
             for (unsigned p = 0; r->slots[s].zheap && p < r->o.threads; p++) free(r->slots[s].zheap[p].p);
             free(r->slots[s].zheap);
         }
@@ -578,5 +650,11 @@ void stk_reader_close(stk_reader *r)
     pthread_cond_destroy(&r->ready_cv);
     pthread_mutex_destroy(&r->mu);
     stk_dataset_close(r->owned);
+    for (uint32_t i = 0; i < r->nsrc; i++) free(r->src_path[i]);
+    free(r->src_path);
+    free(r->mix);
+    free(r->st_src_samples);
+    free(r->st_src_bytes);
+    free(r->st_src_busy);
     free(r);
 }

@@ -21,7 +21,7 @@ void stk_reader_save(const stk_reader *r, stk_reader_state *st)
     uint64_t e, b;
     stk_reader_position(r, &e, &b);
     memset(st, 0, sizeof *st);
-    st->fingerprint = stk_dataset_manifest(r->ds)->fingerprint;
+    st->fingerprint = r->mix ? stk__mix_fingerprint(r) : stk_dataset_manifest(r->ds)->fingerprint;
     st->order = r->o.order;
     st->seed = r->o.seed;
     st->global_batch = r->G;
@@ -37,7 +37,10 @@ int stk_reader_restore(stk_reader *r, const stk_reader_state *st, stk_error *err
     stk_reader_state me;
     stk_reader_save(r, &me);
     const char *what = NULL;
-    if (st->fingerprint != me.fingerprint) what = "fingerprint (another dataset)";
+    if (st->fingerprint != me.fingerprint)
+        what = r->mix ? "fingerprint (another mixture: its sources, their weights or the epoch size; "
+                        "stk_reader_restore_text says which)"
+                      : "fingerprint (another dataset)";
     else if (st->order != me.order) what = "order";
     else if (st->seed != me.seed) what = "seed";
     else if (st->global_batch != me.global_batch) what = "global batch (batch_size x world_size)";
@@ -112,26 +115,84 @@ static int get_name(json_t *o, const char *key, const char *const *names, int *o
     return STK_OK;
 }
 
-static int parse_obj(json_t *o, stk_reader_state *st, stk_error *err)
+/* A mixture's source in a state (version 2). */
+typedef struct {
+    uint64_t fingerprint, records, per_epoch, K;
+    int kind, order;
+    double value;
+} src_state;
+
+static const char *const kind_names[] = {"weight", "repeat", "choose"};
+
+static int parse_source(json_t *o, unsigned i, src_state *x, stk_error *err)
 {
-    static const char *const keys[] = {
-        "stoker_reader_state", "fingerprint",  "order", "seed", "global_batch", "tail",
-        "quasi_block_records", "quasi_window", "epoch", "batch"};
+    static const char *const keys[] = {"fingerprint", "records", "kind", "value", "order", "quasi_block_records",
+                                       "per_epoch"};
     const char *k;
     json_t *v;
+    if (!json_is_object(o)) return stk_error_set(err, STK_E_FORMAT, "state: source %u is not an object", i);
     json_object_foreach(o, k, v)
     {
-        size_t i = 0;
-        while (i < sizeof keys / sizeof *keys && strcmp(k, keys[i]) != 0) i++;
-        if (i == sizeof keys / sizeof *keys)
-            return stk_error_set(err, STK_E_FORMAT, "state: unknown key \"%.64s\"", k);
+        size_t j = 0;
+        while (j < sizeof keys / sizeof *keys && strcmp(k, keys[j]) != 0) j++;
+        if (j == sizeof keys / sizeof *keys)
+            return stk_error_set(err, STK_E_FORMAT, "state: source %u: unknown key \"%.64s\"", i, k);
     }
+    int rc;
+    json_t *val = json_object_get(o, "value");
+    if ((rc = get_u64_text(o, "fingerprint", 16, 16, &x->fingerprint, err)) ||
+        (rc = get_uint(o, "records", INT64_MAX, &x->records, err)) ||
+        (rc = get_name(o, "kind", kind_names, &x->kind, err)) ||
+        (rc = get_name(o, "order", order_names, &x->order, err)) ||
+        (rc = get_uint(o, "quasi_block_records", INT64_MAX, &x->K, err)) ||
+        (rc = get_uint(o, "per_epoch", INT64_MAX, &x->per_epoch, err)))
+        return rc;
+    if (!json_is_number(val) || !(json_number_value(val) >= 0))
+        return stk_error_set(err, STK_E_FORMAT, "state: source %u: \"value\" must be a number >= 0", i);
+    x->kind += STK_MIX_WEIGHT;
+    x->value = json_number_value(val);
+    return STK_OK;
+}
+
+/* Version 2's sources and epoch size (NULL src: checked, not kept). */
+static int parse_mix(json_t *o, src_state *src, unsigned *S, uint64_t *E, stk_error *err)
+{
+    json_t *a = json_object_get(o, "sources");
+    size_t n = json_is_array(a) ? json_array_size(a) : 0;
+    if (n == 0 || n > STK__MIX_MAX)
+        return stk_error_set(err, STK_E_FORMAT, "state: \"sources\" must be an array of 1 to %d sources",
+                             STK__MIX_MAX);
+    int rc = get_uint(o, "epoch_size", INT64_MAX, E, err);
+    for (size_t i = 0; i < n && !rc; i++) {
+        src_state tmp;
+        rc = parse_source(json_array_get(a, i), (unsigned)i, src ? &src[i] : &tmp, err);
+    }
+    *S = (unsigned)n;
+    return rc;
+}
+
+static int parse_obj(json_t *o, stk_reader_state *st, src_state *src, unsigned *S, uint64_t *E, stk_error *err)
+{
+    static const char *const keys[] = {
+        "stoker_reader_state", "fingerprint",  "order", "seed",       "global_batch", "tail",
+        "quasi_block_records", "quasi_window", "epoch", "batch",      "epoch_size",   "sources"};
     uint64_t version, window;
     int rc;
     if ((rc = get_uint(o, "stoker_reader_state", UINT32_MAX, &version, err))) return rc;
-    if (version != 1)
+    if (version != 1 && version != 2)
         return stk_error_set(err, STK_E_VERSION,
-                             "state: unsupported version %" PRIu64 " (this build reads 1)", version);
+                             "state: version %" PRIu64 " needs a newer stoker (this build reads 1 and 2)", version);
+    const char *k;
+    json_t *v;
+    size_t nkeys = version == 2 ? 12 : 10; /* epoch_size and sources: a mixture's (version 2) */
+    json_object_foreach(o, k, v)
+    {
+        size_t i = 0;
+        while (i < nkeys && strcmp(k, keys[i]) != 0) i++;
+        if (i == nkeys) return stk_error_set(err, STK_E_FORMAT, "state: unknown key \"%.64s\"", k);
+    }
+    *S = 0;
+    if (version == 2 && (rc = parse_mix(o, src, S, E, err))) return rc;
     if ((rc = get_u64_text(o, "fingerprint", 16, 16, &st->fingerprint, err)) ||
         (rc = get_name(o, "order", order_names, &st->order, err)) ||
         (rc = get_u64_text(o, "seed", 10, 20, &st->seed, err)) ||
@@ -157,10 +218,126 @@ int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st, s
     int rc = json_is_object(o) ? STK_OK : stk_error_set(err, STK_E_FORMAT, "state: not a JSON object");
     stk_reader_state tmp;
     memset(&tmp, 0, sizeof tmp);
-    if (!rc) rc = parse_obj(o, &tmp, err);
+    unsigned S;
+    uint64_t E;
+    if (!rc) rc = parse_obj(o, &tmp, NULL, &S, &E, err);
     json_decref(o);
     if (!rc) *st = tmp;
     return rc;
+}
+
+/* ------------------------------------------------- the state of a mixture */
+
+/* The shortest of %.15g..%.17g that reads back as v: 0.7, not 0.69999999999999996. */
+static const char *fmt_value(double v, char *buf, size_t cap)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+size_t stk_reader_save_text(const stk_reader *r, char *buf, size_t cap)
+{
+    stk_reader_state st;
+    stk_reader_save(r, &st);
+    if (!r->mix) return stk_reader_state_format(&st, buf, cap);
+    /* version 2: version 1's keys, then the mixture's before the closing brace */
+    char tmp[256 * STK__MIX_MAX + 512];
+    size_t len = stk_reader_state_format(&st, tmp, sizeof tmp) - 1;
+    tmp[23] = '2'; /* {"stoker_reader_state":1 */
+    len += (size_t)snprintf(tmp + len, sizeof tmp - len, ",\"epoch_size\":%" PRIu64 ",\"sources\":[", r->mix->E);
+    for (uint32_t s = 0; s < r->mix->S; s++) {
+        const stk__mix_source *x = &r->mix->src[s];
+        char num[32];
+        len += (size_t)snprintf(
+            tmp + len, sizeof tmp - len,
+            "%s{\"fingerprint\":\"%016" PRIx64 "\",\"records\":%" PRIu64 ",\"kind\":\"%s\",\"value\":%s,"
+            "\"order\":\"%s\",\"quasi_block_records\":%" PRIu64 ",\"per_epoch\":%" PRIu64 "}",
+            s ? "," : "", stk_dataset_manifest(stk__dataset_part(r->ds, s))->fingerprint, x->n,
+            stk__mix_kind_name(x->kind), fmt_value(x->value, num, sizeof num), order_names[x->order], x->K,
+            r->mix->c[s]);
+    }
+    len += (size_t)snprintf(tmp + len, sizeof tmp - len, "]}");
+    if (cap) snprintf(buf, cap, "%s", tmp);
+    return len;
+}
+
+/* Source s of the state against this reader's: the same dataset always;
+ * the same weights and order unless re-weighting. */
+static int check_source(const stk_reader *r, uint32_t s, const src_state *x, unsigned flags, stk_error *err)
+{
+    const stk__mix_source *m = &r->mix->src[s];
+    uint64_t fp = stk_dataset_manifest(stk__dataset_part(r->ds, s))->fingerprint;
+    const char *path = r->src_path[s];
+    char a[32], b[32];
+    if (x->fingerprint != fp || x->records != m->n)
+        return stk_error_set(err, STK_E_ARG,
+                             "state does not belong to this reader: source %u (%s) is another dataset (fingerprint "
+                             "%016" PRIx64 ", %" PRIu64 " records in the state; %016" PRIx64 ", %" PRIu64 " here)",
+                             s, path, x->fingerprint, x->records, fp, m->n);
+    if (flags & STK_RESTORE_REWEIGHT) return STK_OK;
+    if (x->kind != m->kind || x->value != m->value)
+        return stk_error_set(err, STK_E_ARG,
+                             "state does not belong to this reader: source %u (%s) has %s %s in the state, %s %s "
+                             "here (restore with re-weighting to go on with the new weights)",
+                             s, path, stk__mix_kind_name(x->kind), fmt_value(x->value, a, sizeof a),
+                             stk__mix_kind_name(m->kind), fmt_value(m->value, b, sizeof b));
+    if (x->order != m->order || x->K != m->K)
+        return stk_error_set(err, STK_E_ARG,
+                             "state does not belong to this reader: source %u (%s) reads in %s order (%" PRIu64
+                             " records a quasi block) in the state, %s (%" PRIu64 ") here",
+                             s, path, order_names[x->order], x->K, order_names[m->order], m->K);
+    return STK_OK;
+}
+
+static int restore_mix(stk_reader *r, const stk_reader_state *st, const src_state *src, unsigned S, uint64_t E,
+                       unsigned flags, stk_error *err)
+{
+    if (S != r->mix->S)
+        return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: %u sources in the state, %u here",
+                             S, r->mix->S);
+    for (uint32_t s = 0; s < S; s++) {
+        int rc = check_source(r, s, &src[s], flags, err);
+        if (rc) return rc;
+    }
+    const char *what = NULL;
+    if (!(flags & STK_RESTORE_REWEIGHT) && E != r->mix->E) what = "epoch size";
+    else if (st->seed != r->o.seed) what = "seed";
+    else if (st->global_batch != r->G) what = "global batch (batch_size x world_size)";
+    else if (st->tail != r->o.tail) what = "tail";
+    if (what) return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: %s differs", what);
+    uint64_t e = st->epoch, b = st->batch;
+    if (b >= r->nbatches) { /* re-weighted to a shorter epoch: the next one's start */
+        e++;
+        b = 0;
+    }
+    return stk_reader_seek(r, e, b, err);
+}
+
+int stk_reader_restore_text(stk_reader *r, const char *text, size_t len, unsigned flags, stk_error *err)
+{
+    if (!r || !text) return stk_error_set(err, STK_E_ARG, "stk_reader_restore_text: NULL argument");
+    json_error_t je;
+    json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) return stk_error_set(err, STK_E_FORMAT, "state: not JSON: %s (line %d)", je.text, je.line);
+    stk_reader_state st;
+    src_state src[STK__MIX_MAX];
+    unsigned S = 0;
+    uint64_t E = 0;
+    memset(&st, 0, sizeof st);
+    int rc = json_is_object(o) ? parse_obj(o, &st, src, &S, &E, err)
+                               : stk_error_set(err, STK_E_FORMAT, "state: not a JSON object");
+    json_decref(o);
+    if (rc) return rc;
+    if (!r->mix && S)
+        return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: it is a mixture's (%u sources), "
+                             "this reader reads one dataset", S);
+    if (r->mix && !S)
+        return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: it is one dataset's, this "
+                             "reader reads a mixture of %u sources", r->mix->S);
+    return r->mix ? restore_mix(r, &st, src, S, E, flags, err) : stk_reader_restore(r, &st, err);
 }
 
 size_t stk_reader_sizeof(const char *type)
@@ -177,7 +354,9 @@ size_t stk_reader_sizeof(const char *type)
              {"stk_transform", sizeof(stk_transform)},
              {"stk_error", sizeof(stk_error)},
              {"stk_value", sizeof(stk_value)},
-             {"stk_dataset_options", sizeof(stk_dataset_options)}};
+             {"stk_dataset_options", sizeof(stk_dataset_options)},
+             {"stk_source", sizeof(stk_source)},
+             {"stk_reader_source_stats", sizeof(stk_reader_source_stats)}};
     for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
         if (strcmp(type, t[i].name) == 0) return t[i].size;
     return 0;

@@ -8,32 +8,12 @@
 #include <stdlib.h>
 
 #include "../../reader/mix.h"
+#include "ref_mix.h"
 #include "ref_order.h"
 
-typedef struct {
-    uint32_t s;
-    uint64_t j, c;
-} elem;
+typedef ref_elem elem;
 
-/* time(s, j) = (2j + 1) / (2 c_s); equal times: the lower source first */
-static int cmp_elem(const void *pa, const void *pb)
-{
-    const elem *a = pa, *b = pb;
-    unsigned __int128 x = (unsigned __int128)(2 * a->j + 1) * b->c, y = (unsigned __int128)(2 * b->j + 1) * a->c;
-    if (x != y) return x < y ? -1 : 1;
-    return a->s < b->s ? -1 : a->s > b->s;
-}
-
-static elem *ref_interleave(const uint64_t *c, uint32_t S, uint64_t E)
-{
-    elem *e = malloc((E ? E : 1) * sizeof *e);
-    ck_assert(e);
-    uint64_t k = 0;
-    for (uint32_t s = 0; s < S; s++)
-        for (uint64_t j = 0; j < c[s]; j++) e[k++] = (elem){s, j, c[s]};
-    qsort(e, E, sizeof *e, cmp_elem);
-    return e;
-}
+static elem *ref_interleave(const uint64_t *c, uint32_t S, uint64_t E) { return ref_mix_interleave(c, S, E); }
 
 static uint64_t rnd(uint64_t *x) { return *x = ref_mix64(*x + 0x9e3779b97f4a7c15ull); }
 

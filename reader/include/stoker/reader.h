@@ -195,6 +195,9 @@ typedef struct {
     unsigned io_depth;                     /* direct: reads in flight per worker queue (at
                                  most 1024, and io_depth x 256 KiB; a worker
                                  reads one part ahead: up to 2 x io_depth); 0: 32 */
+    uint64_t epoch_size;                   /* a mixture of weighted sources: records per
+                                 epoch, shared by the weights; 0: the sum of
+                                 the sources' records (see "Mixtures")         */
 } stk_reader_options;
 
 /* Fill opts with the defaults above (batch_size 1, sequential, seed 0,
@@ -230,6 +233,13 @@ typedef struct {
     void *event;                   /* device path: the event the batch is ready at
                                  (cudaEvent_t); next has already made the
                                  consumer's stream wait for it                 */
+    const uint32_t *sources;        /* a mixture: the source of each record (its
+                                 index in the sources given at open); NULL for
+                                 one dataset                                   */
+    const uint64_t *source_records; /* a mixture: each record's index inside its
+                                 source (records[i] is that plus the records
+                                 of the sources before it); NULL for one
+                                 dataset                                       */
 } stk_batch;
 
 /* Open `path` (a dataset directory or its manifest) and start the workers at
@@ -240,6 +250,48 @@ static inline stk_reader *stk_reader_open(const char *path, const stk_reader_opt
 /* The same over an open dataset, which must outlive the reader. */
 static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts,
                                                   stk_error *err);
+
+/* ------------------------------------------------------------------ mixtures
+ *
+ * Several datasets read as one stream (spec/ORDERS.md, "Mixtures"). Each
+ * source gives a number of records every epoch, set by one of:
+ *   weight: its share of the epoch's records (all sources weighted, or none;
+ *           the epoch then has opts.epoch_size records, or the sum of the
+ *           sources' records when 0);
+ *   repeat: passes over the source per epoch (0.5: half of it, the other
+ *           half next epoch; 2: every record twice);
+ *   choose: a fixed number of records per epoch.
+ * The epoch is the sum. Each source reads in its own order (order, or
+ * opts.order) with its own seed derived from opts.seed, and the sources are
+ * interleaved so that every stretch of the stream, hence every global batch,
+ * carries each source in proportion (within (S + 1) / 2 records). Batches,
+ * ranks, tails, seek and save/restore then work as for one dataset of that
+ * many records; records[] indexes the sources concatenated, and sources[] /
+ * source_records[] say which source and which of its records.
+ *
+ * The selected fields must be the same in every source: name, kind, dtype,
+ * shape and codec, at the same place in the schema (open names the source
+ * and field that differ). A mixture never returns zero-copy batches, and
+ * the quasi order's whole-block reads of the direct path are off. */
+typedef enum { STK_MIX_WEIGHT = 1, STK_MIX_REPEAT = 2, STK_MIX_CHOOSE = 3 } stk_mix_kind;
+
+/* One source. Caller-allocated; fill it with stk_source_init. Grows at the
+ * end only. */
+typedef struct {
+    const char *path;           /* a dataset directory or its manifest, or NULL  */
+    const stk_dataset *dataset; /* ... an open dataset instead (path NULL); it must
+                                 outlive the reader                             */
+    int kind;                   /* stk_mix_kind                                   */
+    double value;               /* the weight (> 0), repeat (>= 0) or number of
+                                 records (a whole number)                       */
+    int order;                  /* stk_order of this source; -1: opts.order      */
+} stk_source;
+
+/* Defaults: no path, weight 1, the reader's order. */
+static inline void stk_source_init(stk_source *s);
+/* Open a mixture of n sources (1 to 64); opts as for stk_reader_open. */
+static inline stk_reader *stk_reader_open_mix(const stk_source *sources, unsigned n,
+                                              const stk_reader_options *opts, stk_error *err);
 
 /* The next batch of this rank's stream, blocking until it is ready. Releases
  * the batch returned before. The view is valid until stk_reader_release, the
@@ -294,6 +346,25 @@ STK_API int stk_reader_restore(stk_reader *r, const stk_reader_state *st, stk_er
 STK_API size_t stk_reader_state_format(const stk_reader_state *st, char *buf, size_t cap);
 STK_API int stk_reader_state_parse(const char *text, size_t len, stk_reader_state *st, stk_error *err);
 
+/* A reader's position as one line of JSON, like stk_reader_state_format
+ * for one dataset; a mixture's (version 2) also names each source
+ * (fingerprint, records, kind, value, order) and the epoch size. Returns the
+ * length written, or what it needs when cap is too small. */
+STK_API size_t stk_reader_save_text(const stk_reader *r, char *buf, size_t cap);
+/* Restore a state of stk_reader_save_text (or stk_reader_state_format).
+ * A mixture's state restores only into a mixture of the same sources, in
+ * the same order, with the same kinds, values, orders and epoch size: the
+ * error names the source and what differs. With STK_RESTORE_REWEIGHT the
+ * sources must still be the same datasets but their kinds, values, orders
+ * and the epoch size may differ: the reader goes on at the saved epoch and
+ * batch of the new mixture (at the next epoch's start when the new epoch is
+ * shorter); the rest of that epoch follows the new weights, so a record
+ * given earlier in the epoch may come again (re-weight at an epoch's start
+ * to avoid it). */
+#define STK_RESTORE_REWEIGHT 1u
+STK_API int stk_reader_restore_text(stk_reader *r, const char *text, size_t len, unsigned flags,
+                                    stk_error *err);
+
 /* Frozen: the library writes it whole into the caller's struct; new
  * statistics come through new calls. */
 typedef struct {
@@ -337,6 +408,24 @@ typedef struct {
     char reason[STK_ERROR_MSG_MAX]; /* why this path, and any fallback        */
 } stk_reader_io_stats;
 static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s);
+/* Per source of a mixture (one dataset: one source, weight 1), since open
+ * or the last stats reset. Written by the library; grows at the end only. */
+typedef struct {
+    uint64_t records;   /* records of the source                          */
+    uint64_t per_epoch; /* records it gives every epoch                   */
+    uint64_t samples;   /* of its records in batches returned by next     */
+    uint64_t bytes;     /* bytes of the selected fields in them           */
+    double busy_s;      /* worker time preparing them: each batch's share
+                           by bytes                                       */
+} stk_reader_source_stats;
+/* The number of sources (1 for one dataset). */
+STK_API unsigned stk_reader_sources(const stk_reader *r);
+/* Source s's path as given at open ("" for an open dataset), or NULL. */
+STK_API const char *stk_reader_source_path(const stk_reader *r, unsigned s);
+/* STK_E_ARG when s is not a source. */
+static inline int stk_reader_source_stats_get(const stk_reader *r, unsigned s, stk_reader_source_stats *st,
+                                              stk_error *err);
+
 /* One line: "input-bound: 37% of wall time spent waiting for data (threads=2;
  * try 4)" or "not input-bound: ...". Returns the length like snprintf. */
 STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap);
@@ -482,6 +571,12 @@ STK_API stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const s
 STK_API void stk_transform_init_sized(stk_transform *t, size_t size);
 STK_API void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, size_t size);
 STK_API void stk_transform_imagenet_sized(stk_transform *t, size_t size, int train, uint32_t out_size);
+STK_API void stk_source_init_sized(stk_source *s, size_t size);
+STK_API stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, size_t source_size,
+                                              const stk_reader_options *opts, size_t size,
+                                              size_t transform_size, stk_error *err);
+STK_API int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *st,
+                                              size_t size, stk_error *err);
 
 static inline void stk_reader_options_init(stk_reader_options *opts)
 {
@@ -505,6 +600,18 @@ static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t 
 {
     stk_transform_imagenet_sized(t, sizeof *t, train, size);
 }
+static inline void stk_source_init(stk_source *s) { stk_source_init_sized(s, sizeof *s); }
+static inline stk_reader *stk_reader_open_mix(const stk_source *sources, unsigned n,
+                                              const stk_reader_options *opts, stk_error *err)
+{
+    return stk_reader_open_mix_sized(sources, n, sizeof *sources, opts, sizeof *opts, sizeof(stk_transform),
+                                     err);
+}
+static inline int stk_reader_source_stats_get(const stk_reader *r, unsigned s, stk_reader_source_stats *st,
+                                              stk_error *err)
+{
+    return stk_reader_source_stats_get_sized(r, s, st, sizeof *st, err);
+}
 
 #ifdef STOKER_ADVANCED_API
 /* ==================================================================== advanced
@@ -516,7 +623,8 @@ static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t 
 /* sizeof of a public struct by name ("stk_reader_options", "stk_batch",
  * "stk_batch_field", "stk_reader_state", "stk_reader_stats",
  * "stk_reader_io_stats", "stk_transform",
- * "stk_error", "stk_value", "stk_dataset_options"), 0 for another name: lets
+ * "stk_error", "stk_value", "stk_dataset_options", "stk_source",
+ * "stk_reader_source_stats"), 0 for another name: lets
  * bindings that mirror these structs (python/stoker) check them against the
  * library they load. */
 STK_API size_t stk_reader_sizeof(const char *type);

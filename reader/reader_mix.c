@@ -1,0 +1,193 @@
+/* reader/reader_mix.c - a mixture of datasets as one reader: opening the
+ * sources, checking that they agree on the fields read, the statistics per
+ * source and the mixture's fingerprint. The order itself is in mix.c, the
+ * state's text in state.c. */
+#include "reader_impl.h"
+#include "abi_v0.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STK__SOURCE_MIN_SIZE sizeof(stk_source) /* the first release that had it */
+#define TAG_MIXFP 0x73746b2d6d697866ULL       /* "stk-mixf" */
+
+void stk_source_init_sized(stk_source *s, size_t size)
+{
+    stk_source d;
+    memset(&d, 0, sizeof d);
+    d.kind = STK_MIX_WEIGHT;
+    d.value = 1;
+    d.order = -1;
+    stk__write_sized(s, size, &d, sizeof d);
+}
+
+const char *stk__mix_kind_name(int kind)
+{
+    return kind == STK_MIX_WEIGHT ? "weight" : kind == STK_MIX_REPEAT ? "repeat" : "choose";
+}
+
+/* Field f of source s against source 0's: the same name, kind, dtype,
+ * shape and codec, at the same place in the schema (the reader addresses
+ * a field by its index in every shard). */
+static int check_field(const stk_reader *r, uint32_t s, unsigned f, stk_error *err)
+{
+    const stk_field *a = &stk_dataset_schema(r->ds)->fields[f];
+    const stk_schema *sc = stk_dataset_schema(stk__dataset_part(r->ds, s));
+    int at = stk_schema_find(sc, a->name);
+    if (at < 0)
+        return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s) has no field '%s' (source 0, %s, has it)",
+                             s, r->src_path[s], a->name, r->src_path[0]);
+    if ((unsigned)at != f)
+        return stk_error_set(err, STK_E_ARG,
+                             "mixture: source %u (%s): field '%s' is field %d of its schema, field %u in source 0 "
+                             "(%s): the fields read must be at the same place in every source (pack them with "
+                             "the same schema)",
+                             s, r->src_path[s], a->name, at, f, r->src_path[0]);
+    const stk_field *b = &sc->fields[at];
+    if (a->kind == b->kind && a->dtype == b->dtype && a->ndim == b->ndim && a->codec == b->codec &&
+        !memcmp(a->shape, b->shape, sizeof a->shape))
+        return STK_OK;
+    static const char *const codecs[] = {"none", "zstd", "jpeg"};
+    char da[128], db[128];
+    stk_field_describe(b, db, sizeof db);
+    stk_field_describe(a, da, sizeof da);
+    return stk_error_set(err, STK_E_ARG,
+                         "mixture: source %u (%s): field %s (codec %s) differs from source 0's (%s): %s (codec %s)",
+                         s, r->src_path[s], db, b->codec <= 2 ? codecs[b->codec] : "?", r->src_path[0], da,
+                         a->codec <= 2 ? codecs[a->codec] : "?");
+}
+
+int stk__mix_check_fields(const stk_reader *r, stk_error *err)
+{
+    for (uint32_t s = 1; stk__dataset_part(r->ds, s); s++)
+        for (unsigned k = 0; k < r->nsel; k++) {
+            int rc = check_field(r, s, r->sel[k], err);
+            if (rc) return rc;
+        }
+    return STK_OK;
+}
+
+uint64_t stk__mix_fingerprint(const stk_reader *r)
+{
+    const stk__mix *m = r->mix;
+    uint64_t w[2 + 8 * STK__MIX_MAX], *p = w;
+    memset(w, 0, sizeof w);
+    *p++ = TAG_MIXFP;
+    *p++ = m->E;
+    for (uint32_t s = 0; s < m->S; s++) {
+        const stk__mix_source *x = &m->src[s];
+        uint64_t v;
+        memcpy(&v, &x->value, sizeof v);
+        *p++ = stk_dataset_manifest(stk__dataset_part(r->ds, s))->fingerprint;
+        *p++ = x->n;
+        *p++ = (uint64_t)x->kind;
+        *p++ = v;
+        *p++ = (uint64_t)x->order;
+        *p++ = x->K;
+        *p++ = x->W;
+        *p++ = m->c[s];
+    }
+    return stk_hash(w, (size_t)(p - w) * sizeof *w);
+}
+
+/* Source i as the caller gave it (`size` bytes of their struct), checked;
+ * its dataset opened when given by path (*opened: to close). */
+static int open_source(const stk_source *in, size_t size, unsigned i, stk_source *s, stk_dataset **opened,
+                       char **path, stk_error *err)
+{
+    if (stk__read_sized(s, sizeof *s, in, size, STK__SOURCE_MIN_SIZE, "stk_source", err))
+        return err ? err->code : STK_E_ARG;
+    if (s->kind < STK_MIX_WEIGHT || s->kind > STK_MIX_CHOOSE)
+        return stk_error_set(err, STK_E_ARG, "mixture: source %u: kind %d unknown (weight, repeat or choose)", i,
+                             s->kind);
+    if (s->order < -1 || s->order > STK_ORDER_QUASI)
+        return stk_error_set(err, STK_E_ARG, "mixture: source %u: order %d unknown", i, s->order);
+    if (!s->path == !s->dataset)
+        return stk_error_set(err, STK_E_ARG, "mixture: source %u: give a path or an open dataset (one of them)",
+                             i);
+    if (!(*path = strdup(s->path ? s->path : ""))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (s->path && !(*opened = stk_dataset_open(s->path, err))) {
+        if (err) {
+            char msg[STK_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            stk_error_set(err, err->code, "mixture: source %u: %s", i, msg);
+        }
+        return err ? err->code : STK_E_IO;
+    }
+    return STK_OK;
+}
+
+stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, size_t source_size,
+                                      const stk_reader_options *opts, size_t size, size_t transform_size,
+                                      stk_error *err)
+{
+    if (!sources || n == 0 || n > STK__MIX_MAX)
+        return stk_error_set(err, STK_E_ARG, "mixture: %u sources (1 to %d)", sources ? n : 0, STK__MIX_MAX), NULL;
+    if (source_size < STK__SOURCE_MIN_SIZE)
+        return stk_error_set(err, STK_E_ARG, "stk_source: size %zu is smaller than any release's", source_size),
+               NULL;
+    stk_dataset *parts[STK__MIX_MAX] = {0}, *cat = NULL;
+    stk__mix_source src[STK__MIX_MAX];
+    char **paths = calloc(n, sizeof *paths);
+    uint64_t own = 0;
+    int rc = paths ? STK_OK : stk_error_set(err, STK_E_NOMEM, "out of memory");
+    for (unsigned i = 0; i < n && !rc; i++) {
+        stk_source s;
+        stk_dataset *opened = NULL;
+        rc = open_source((const stk_source *)(const void *)((const char *)sources + (size_t)i * source_size),
+                         source_size, i, &s, &opened, &paths[i], err);
+        if (rc) break;
+        parts[i] = opened ? opened : (stk_dataset *)s.dataset; /* borrowed ones are never closed here */
+        if (opened) own |= 1ULL << i;
+        src[i] = (stk__mix_source){stk_dataset_records(parts[i]), s.kind, s.value, s.order, 0, 0};
+    }
+    if (!rc && !(cat = stk__dataset_concat(parts, n, own, err))) rc = err ? err->code : STK_E_NOMEM;
+    if (rc) {
+        for (unsigned i = 0; i < n; i++)
+            if (own >> i & 1) stk_dataset_close(parts[i]);
+        for (unsigned i = 0; paths && i < n; i++) free(paths[i]);
+        free(paths);
+        return NULL;
+    }
+    stk_reader *r = stk__reader_open(cat, src, n, paths, opts, size, transform_size, err);
+    if (!r) {
+        stk_dataset_close(cat);
+        return NULL;
+    }
+    r->owned = cat;
+    return r;
+}
+
+unsigned stk_reader_sources(const stk_reader *r) { return r->mix ? r->mix->S : 1; }
+
+const char *stk_reader_source_path(const stk_reader *r, unsigned s)
+{
+    if (s >= stk_reader_sources(r)) return NULL;
+    return r->src_path ? r->src_path[s] : "";
+}
+
+int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *out, size_t size,
+                                      stk_error *err)
+{
+    if (s >= stk_reader_sources(r))
+        return stk_error_set(err, STK_E_ARG, "source %u: the reader has %u", s, stk_reader_sources(r));
+    stk_reader_source_stats st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_lock((pthread_mutex_t *)&r->mu);
+    if (r->mix) {
+        st.records = r->mix->src[s].n;
+        st.per_epoch = r->mix->c[s];
+        st.samples = r->st_src_samples[s];
+        st.bytes = r->st_src_bytes[s];
+        st.busy_s = r->st_src_busy[s];
+    } else {
+        st.records = st.per_epoch = r->records;
+        st.samples = r->st_samples;
+        st.bytes = r->st_bytes;
+        st.busy_s = r->st_busy;
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&r->mu);
+    stk__write_sized(out, size, &st, sizeof st);
+    return STK_OK;
+}
