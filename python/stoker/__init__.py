@@ -49,7 +49,7 @@ from . import _lib as L
 __version__ = L.version()  # the release, written once: project(stoker VERSION ...) in CMakeLists.txt
 library_path = L.path
 
-__all__ = ["Reader", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
+__all__ = ["Reader", "Source", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
            "Writer", "Tensor", "Scalar", "Ragged", "Bytes", "String", "pack", "merge",
            "cuda_available", "library_path", "__version__"]
 
@@ -186,10 +186,14 @@ class Batch(dict):
     lists of `bytes` (of `str` for stoker.String fields); variable-shape
     (ragged) fields lists of arrays, or with Reader(ragged="pad") one array
     padded with zeros to the batch's largest shape and `lengths[name]`, the
-    records' sizes along the variable dimensions ([B, k] int64). Unless the reader was opened with copy=True, the arrays
+    records' sizes along the variable dimensions ([B, k] int64). A mixture's batches
+    also carry `sources` (each record's source, an index into Reader.sources, uint32)
+    and `source_records` (its index inside that source, uint64); None for one
+    dataset. Unless the reader was opened with copy=True, the arrays
     are views valid until the reader's next batch (see the module doc);
     looking a field up after that raises ExpiredBatchError."""
-    __slots__ = ("epoch", "index", "size", "records", "data_ptrs", "zero_copy", "lengths", "_lease")
+    __slots__ = ("epoch", "index", "size", "records", "sources", "source_records", "data_ptrs", "zero_copy",
+                 "lengths", "_lease")
 
     def _check(self):
         lease = self._lease
@@ -274,10 +278,48 @@ def _dist_rank_world():
     return None
 
 
+class Source:
+    """One dataset of a mixture (Reader([Source(...), ...])): its path and how many of its
+    records each epoch carries, by exactly one of
+      weight  its share of the epoch (every source weighted, or none; the epoch then has
+              Reader(epoch_size=) records, by default the sum of the sources' records),
+      repeat  passes over it per epoch (0.5: half of it, the other half next epoch; 2: twice),
+      choose  a fixed number of its records per epoch;
+    none given: weight 1. order: its own order ("sequential", "shuffle", "quasi"), or None
+    for the reader's (spec/ORDERS.md, "Mixtures")."""
+
+    __slots__ = ("path", "kind", "value", "order")
+
+    def __init__(self, path, weight=None, repeat=None, choose=None, order=None):
+        given = [(k, v) for k, v in (("weight", weight), ("repeat", repeat), ("choose", choose)) if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"stoker.Source({path!r}): give one of weight, repeat or choose, not "
+                             f"{' and '.join(k for k, _ in given)}")
+        self.kind, value = given[0] if given else ("weight", 1.0)
+        if self.kind == "choose":
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise ValueError(f"stoker.Source({path!r}): choose={value!r}, a whole number of records") from None
+        self.value = float(value)
+        if order is not None and order not in L.ORDERS:
+            raise ValueError(f"stoker.Source({path!r}): order {order!r}: sequential, shuffle or quasi")
+        self.path, self.order = os.fspath(path), order
+
+    def __repr__(self):
+        value = int(self.value) if self.kind == "choose" else self.value
+        order = f", order={self.order!r}" if self.order else ""
+        return f"stoker.Source({self.path!r}, {self.kind}={value!r}{order})"
+
+
 class Reader:
     """Batches of a packed dataset for one rank, from libstoker's worker threads.
 
-    path          a dataset directory or its manifest.json
+    path          a dataset directory or its manifest.json, or a list of stoker.Source
+                  (or paths, weight 1 each): a mixture of datasets read as one stream
+                  (see stoker.Source; batch.sources / batch.source_records say where
+                  each record came from; source_stats() counts per source)
+    epoch_size    a mixture of weighted sources: records per epoch (0: the sum of theirs)
     batch_size    records per batch on this rank
     order         "sequential", "shuffle" or "quasi" (spec/ORDERS.md); shuffle=True is order="shuffle"
     seed          seed of the shuffled orders
@@ -332,7 +374,8 @@ class Reader:
                  threads=0, prefetch=0, drop_last=False, fields=None, device=None, transform=None,
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
-                 device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list"):
+                 device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list",
+                 epoch_size=0):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -382,6 +425,11 @@ class Reader:
                 rank, world_size = rw
         if isinstance(fields, (list, tuple)):
             fields = ",".join(fields)
+        sources = None
+        if isinstance(path, (list, tuple)):
+            sources = [x if isinstance(x, Source) else Source(x) for x in path]
+            if not sources:
+                raise ValueError("stoker.Reader: an empty list of sources")
 
         o = L.padded(L.Options)
         L.stk_reader_options_init(ctypes.addressof(o))
@@ -397,6 +445,7 @@ class Reader:
         o.memory_budget, o.quasi_block_bytes, o.quasi_window = int(memory_budget), int(quasi_block_bytes), int(quasi_window)
         o.release_pages = int(release_pages)
         o.io, o.io_depth = L.IO[io], int(io_depth)
+        o.epoch_size = int(epoch_size)
         o.device, o.device_index, o.device_fallback = dev, dev_index, 1 if device_fallback else 0
         self._stream_handle = None
         if dev == L.DEVICE_CUDA:
@@ -414,14 +463,18 @@ class Reader:
             o.transform = ctypes.cast(ctypes.addressof(self._xform_c), ctypes.POINTER(L.Transform))
 
         err = L.Error_()
-        r = L.stk_reader_open(os.fsencode(path), ctypes.addressof(o), ctypes.byref(err))
+        if sources is None:
+            r = L.stk_reader_open(os.fsencode(path), ctypes.addressof(o), ctypes.byref(err))
+        else:
+            r = self._open_mix(sources, o, err)
         if not r:
             _raise(err)
         self._r = r
         self._h = _Handle(r, getattr(self, "_stream_obj", None))
         _open_readers.add(self)
         eff = L.stk_reader_get_options(r).contents
-        self.path = os.fspath(path)
+        self.sources = sources  # None for one dataset
+        self.path = os.fspath(path) if sources is None else [x.path for x in sources]
         self.batch_size, self.rank, self.world_size = eff.batch_size, eff.rank, eff.world_size
         self.threads, self.prefetch = eff.threads, eff.prefetch
         self.order, self.seed, self.tail, self.verify = order, o.seed, L.TAIL_NAMES[eff.tail], verify
@@ -430,7 +483,7 @@ class Reader:
         sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents
         self._codecs = {sc.fields[i].name.decode(): sc.fields[i].codec for i in range(sc.nfields)}
         self.field_names = list(self._codecs)  # every field of the dataset, in schema order
-        pack = _manifest(self.path).get("pack") or {}
+        pack = _manifest(self.path if sources is None else sources[0].path).get("pack") or {}
         kinds = pack.get("fields") if isinstance(pack.get("fields"), dict) else {}
         self._strings = {n for n, k in kinds.items() if k == "string"}  # stoker.String fields (stoker.Writer)
         self.metadata = pack.get("metadata") if isinstance(pack.get("metadata"), dict) else {}
@@ -445,6 +498,19 @@ class Reader:
         self._epoch, self._batch = self.position()
 
     # ------------------------------------------------------------ plumbing
+    @staticmethod
+    def _open_mix(sources, o, err):
+        arr = (L.Source * len(sources))()
+        kinds = {"weight": 1, "repeat": 2, "choose": 3}  # stk_mix_kind
+        keep = []
+        for c, x in zip(arr, sources):
+            L.stk_source_init(ctypes.addressof(c))
+            keep.append(os.fsencode(x.path))
+            c.path = keep[-1]
+            c.kind, c.value = kinds[x.kind], x.value
+            c.order = -1 if x.order is None else L.ORDERS[x.order]
+        return L.stk_reader_open_mix(arr, len(sources), ctypes.addressof(o), ctypes.byref(err))
+
     def _handle(self):
         """The C reader's owner, for one call: the caller keeps it in a local for the
         duration, so a close() from another thread cannot free the C reader under the
@@ -528,6 +594,11 @@ class Reader:
         n = b.size
         out.records = (np.frombuffer((ctypes.c_char * (8 * n)).from_address(b.records), np.uint64).copy()
                        if n else np.empty(0, np.uint64))
+        out.sources = out.source_records = None
+        if b.sources:
+            out.sources = np.frombuffer((ctypes.c_char * (4 * n)).from_address(b.sources), np.uint32).copy()
+            out.source_records = np.frombuffer((ctypes.c_char * (8 * n)).from_address(b.source_records),
+                                               np.uint64).copy()
         lease = None if self.copy else _Lease(b.epoch, b.index)
         out._lease = lease
         out.data_ptrs = {}
@@ -711,37 +782,54 @@ class Reader:
 
     def state_dict(self):
         """The position (the batch the next step returns) and what defines the stream,
-        as the JSON object of stk_reader_state_format (spec/ORDERS.md, "State"):
-        plain ints and strings, for torch.save or json; `shardread --state-in` reads it too."""
+        as the JSON object of stk_reader_save_text (spec/ORDERS.md, "State"): plain ints
+        and strings, for torch.save or json; a mixture's also names its sources and their
+        weights. `shardread --state-in` reads it too."""
         h = self._handle()  # noqa: F841 (keeps the C reader alive during the call)
         r = h.r
-        st = L.padded(L.State)
         with self._lock:
-            L.stk_reader_save(r, ctypes.addressof(st))
-        buf = ctypes.create_string_buffer(256)
-        n = L.stk_reader_state_format(ctypes.addressof(st), buf, len(buf))
-        if n >= len(buf):
+            n = L.stk_reader_save_text(r, None, 0)
             buf = ctypes.create_string_buffer(n + 1)
-            L.stk_reader_state_format(ctypes.addressof(st), buf, len(buf))
+            L.stk_reader_save_text(r, buf, len(buf))
         return json.loads(buf.value.decode())
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, reweight=False):
         """Continue from a state_dict() (a dict or its JSON text) of a reader over the same
-        dataset, order, seed, global batch (batch_size x world_size) and tail; rank and
-        world size may differ. Refusals raise ArgumentError with libstoker's message."""
+        dataset (or mixture), order, seed, global batch (batch_size x world_size) and tail;
+        rank and world size may differ. reweight=True: a mixture whose sources are the same
+        datasets but whose weights (kinds, values, orders, epoch size) changed goes on at the
+        saved epoch and batch with the new weights (spec/ORDERS.md, "Mixtures"). Refusals
+        raise ArgumentError with libstoker's message, naming the source that differs."""
         h = self._handle()  # noqa: F841 (keeps the C reader alive during the call)
         r = h.r
         text = state if isinstance(state, str) else json.dumps(state, separators=(",", ":"))
         data = text.encode()
-        st = L.padded(L.State)
         err = L.Error_()
-        if L.stk_reader_state_parse(data, len(data), ctypes.addressof(st), ctypes.byref(err)):
-            _raise(err)
         with self._lock:
             self._expire()
-            if L.stk_reader_restore(r, ctypes.addressof(st), ctypes.byref(err)):
+            if L.stk_reader_restore_text(r, data, len(data), 1 if reweight else 0, ctypes.byref(err)):
                 _raise(err)
-            self._epoch, self._batch = st.epoch, st.batch
+            self._epoch, self._batch = self.position()
+
+    def source_stats(self):
+        """Per source (one entry for one dataset): path, records, per_epoch (records it gives
+        each epoch), samples and bytes delivered, busy_s (worker time, shared by bytes) and
+        share (of the samples delivered), since open or reset_stats()."""
+        h = self._handle()
+        out = []
+        n = L.stk_reader_sources(h.r)
+        for i in range(n):
+            s = L.padded(L.SourceStats)
+            err = L.Error_()
+            if L.stk_reader_source_stats_get(h.r, i, ctypes.addressof(s), ctypes.byref(err)):
+                _raise(err)
+            d = {name: getattr(s, name) for name, _ in L.SourceStats._fields_}
+            d["path"] = self.path[i] if self.sources is not None else self.path
+            out.append(d)
+        total = sum(d["samples"] for d in out)
+        for d in out:
+            d["share"] = d["samples"] / total if total else 0.0
+        return out
 
     # ------------------------------------------------------------ statistics
     def _stats_c(self):
@@ -794,8 +882,9 @@ class Reader:
 
     @property
     def classes(self):
-        """The dataset's class names (the manifest's "classes"; label i is classes[i]), or []."""
-        return list(_manifest(self.path).get("classes") or [])
+        """The dataset's class names (the manifest's "classes"; label i is classes[i]), or [];
+        a mixture's are its first source's (mix datasets of one label space)."""
+        return list(_manifest(self.path if self.sources is None else self.path[0]).get("classes") or [])
 
     def __repr__(self):
         state = "closed" if self._r is None else f"at epoch {self._epoch} batch {self._batch}"

@@ -66,7 +66,7 @@ class Options(ctypes.Structure):
                 ("release_pages", c_int), ("device", c_int), ("device_index", c_int),
                 ("device_fallback", c_int), ("stream", c_void_p),
                 ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64),
-                ("io", c_int), ("io_depth", c_uint)]
+                ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64)]
 
 
 class BatchField(ctypes.Structure):
@@ -87,7 +87,18 @@ class Schema_(ctypes.Structure):  # stk_schema
 class Batch(ctypes.Structure):
     _fields_ = [("epoch", c_u64), ("index", c_u64), ("size", c_u32),
                 ("records", c_void_p), ("nfields", c_uint),
-                ("fields", ctypes.POINTER(BatchField)), ("on_device", c_int), ("event", c_void_p)]
+                ("fields", ctypes.POINTER(BatchField)), ("on_device", c_int), ("event", c_void_p),
+                ("sources", c_void_p), ("source_records", c_void_p)]
+
+
+class Source(ctypes.Structure):  # stk_source
+    _fields_ = [("path", c_char_p), ("dataset", c_void_p), ("kind", c_int), ("value", c_double),
+                ("order", c_int)]
+
+
+class SourceStats(ctypes.Structure):  # stk_reader_source_stats
+    _fields_ = [("records", c_u64), ("per_epoch", c_u64), ("samples", c_u64), ("bytes", c_u64),
+                ("busy_s", c_double)]
 
 
 class State(ctypes.Structure):
@@ -170,7 +181,8 @@ def _check_abi():
     sizeof = _fn("stk_reader_sizeof", c_size_t, c_char_p)
     mirrors = {"stk_error": Error_, "stk_value": Value, "stk_transform": Transform, "stk_reader_options": Options,
                "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
-               "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats}
+               "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats, "stk_source": Source,
+               "stk_reader_source_stats": SourceStats}
     for name, cls in mirrors.items():
         theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
         if theirs and theirs != ours:
@@ -186,6 +198,11 @@ _transform_init_sized = _fn("stk_transform_init_sized", None, c_void_p, c_size_t
 _transform_imagenet_sized = _fn("stk_transform_imagenet_sized", None, c_void_p, c_size_t, c_int, c_u32)
 _version_string = _fn("stk_version_string", c_char_p)
 _io_stats_get_sized = _fn("stk_reader_io_stats_get_sized", None, c_void_p, c_void_p, c_size_t)
+_source_init_sized = _fn("stk_source_init_sized", None, c_void_p, c_size_t)
+_open_mix_sized = _fn("stk_reader_open_mix_sized", c_void_p, c_void_p, c_uint, c_size_t, c_void_p, c_size_t,
+                      c_size_t, P(Error_))
+_source_stats_get_sized = _fn("stk_reader_source_stats_get_sized", c_int, c_void_p, c_uint, c_void_p, c_size_t,
+                              P(Error_))
 
 
 # The C header's inline wrappers, with this binding's struct sizes.
@@ -195,6 +212,20 @@ def stk_reader_options_init(addr):
 
 def stk_reader_open(path, opts_addr, err):
     return _open_sized(path, opts_addr, ctypes.sizeof(Options), ctypes.sizeof(Transform), err)
+
+
+def stk_source_init(addr):
+    _source_init_sized(addr, ctypes.sizeof(Source))
+
+
+def stk_reader_open_mix(sources, n, opts_addr, err):
+    """sources: a ctypes array of Source."""
+    return _open_mix_sized(ctypes.addressof(sources), n, ctypes.sizeof(Source), opts_addr, ctypes.sizeof(Options),
+                           ctypes.sizeof(Transform), err)
+
+
+def stk_reader_source_stats_get(r, s, addr, err):
+    return _source_stats_get_sized(r, s, addr, ctypes.sizeof(SourceStats), err)
 
 
 def stk_transform_init(addr):
@@ -225,6 +256,10 @@ stk_reader_save = _fn("stk_reader_save", None, c_void_p, c_void_p)
 stk_reader_restore = _fn("stk_reader_restore", c_int, c_void_p, c_void_p, P(Error_))
 stk_reader_state_format = _fn("stk_reader_state_format", c_size_t, c_void_p, c_char_p, c_size_t)
 stk_reader_state_parse = _fn("stk_reader_state_parse", c_int, c_char_p, c_size_t, c_void_p, P(Error_))
+stk_reader_save_text = _fn("stk_reader_save_text", c_size_t, c_void_p, c_char_p, c_size_t)
+stk_reader_restore_text = _fn("stk_reader_restore_text", c_int, c_void_p, c_char_p, c_size_t, c_uint, P(Error_))
+stk_reader_sources = _fn("stk_reader_sources", c_uint, c_void_p)
+stk_reader_source_path = _fn("stk_reader_source_path", c_char_p, c_void_p, c_uint)
 stk_reader_stats_get = _fn("stk_reader_stats_get", None, c_void_p, c_void_p)
 stk_reader_stats_reset = _fn("stk_reader_stats_reset", None, c_void_p)
 stk_reader_verdict = _fn("stk_reader_verdict", c_int, c_void_p, c_char_p, c_size_t)

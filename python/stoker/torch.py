@@ -137,6 +137,8 @@ def _pin(x, device):
 
 def _default_fields(path):
     """image,label when the dataset has both, else its first two fields (or its one)."""
+    if isinstance(path, list):  # a mixture: its sources share the fields read
+        path = path[0] if isinstance(path[0], (str, os.PathLike)) else path[0].path
     try:
         names = [f["name"] for f in _manifest(path)["schema"]]
     except Exception:  # no readable manifest: the Reader's open says what is wrong with it
@@ -165,7 +167,8 @@ def _atomic_write(path, text):
 class DataLoader:
     """torch.utils.data.DataLoader's conventions over a packed dataset.
 
-    dataset       a packed dataset (its directory or manifest.json), or an open
+    dataset       a packed dataset (its directory or manifest.json), a list of
+                  stoker.Source (a mixture, see stoker.Reader), or an open
                   stoker.Reader (output="torch"), whose options then rule: give
                   none of batch_size .. device below
     batch_size    records per batch on this rank (default 1)
@@ -264,7 +267,8 @@ class DataLoader:
                 raise ValueError("stoker.torch.DataLoader over a Reader: open it with output='torch'")
             self.reader = dataset
         else:
-            self.reader = self._open(os.fspath(dataset), batch_size, shuffle, num_workers, drop_last, seed,
+            mix = isinstance(dataset, (list, tuple))  # a mixture: stoker.Source objects or paths
+            self.reader = self._open(list(dataset) if mix else os.fspath(dataset), batch_size, shuffle, num_workers, drop_last, seed,
                                      transform, device, copy, prefetch_factor, fields, as_dict, reader_options)
             self._own = True
         r = self.reader
