@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mixspec.h"
 #include "stoker/reader.h"
 
 enum { EXIT_DATA = 1 }; /* the data failed to read: checksum, I/O, truncation */
@@ -26,8 +27,21 @@ enum { EXIT_DATA = 1 }; /* the data failed to read: checksum, I/O, truncation */
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: shardread [OPTIONS] DATASET\n"
-               "Read a stoker dataset as a trainer would; print throughput, the reader's\n"
-               "statistics and whether a trainer would be input-bound.\n\n"
+               "       shardread [OPTIONS] --mix SOURCES\n"
+               "Read a stoker dataset (or a mixture of datasets) as a trainer would; print\n"
+               "throughput, the reader's statistics and whether a trainer would be input-bound.\n\n"
+               "      --mix SOURCES       read several datasets as one stream (spec/ORDERS.md,\n"
+               "                          \"Mixtures\"): PATH:SPEC,PATH:SPEC,... where SPEC is\n"
+               "                          a weight (0.7), weight=W, repeat=R (passes per epoch),\n"
+               "                          choose=N (records per epoch), and may add\n"
+               "                          :order=ORDER; or a JSON file (NAME.json):\n"
+               "                          {\"sources\":[{\"path\":\"a\",\"weight\":0.7},...],\n"
+               "                          \"epoch_size\":N}, paths relative to the file\n"
+               "      --epoch-size N      a weighted mixture: records per epoch (default: the\n"
+               "                          sum of the sources' records)\n"
+               "      --reweight          with --state-in: a mixture's state whose sources are the\n"
+               "                          same datasets with other weights goes on at its\n"
+               "                          position with the new weights\n"
                "  -b, --batch-size N      records per batch on this rank (default 256)\n"
                "  -o, --order ORDER       sequential (default), shuffle or quasi\n"
                "  -s, --seed S            seed of the shuffled orders (default 0)\n"
@@ -95,8 +109,9 @@ typedef struct {
     stk_reader_options ro;
     stk_transform xf;
     uint64_t epochs, stop_after, step_us, warmup;
-    int step_busy, touch, dump, json, quiet;
+    int step_busy, touch, dump, json, quiet, reweight;
     const char *state_in, *state_out, *path;
+    mix_spec mix; /* mix.n > 0: --mix */
     int sweep;
     sweep_opts so;
 } opts;
@@ -154,7 +169,10 @@ static int parse_args(int argc, char **argv, opts *o)
         O_SW_B,
         O_SW_S,
         O_CSV,
-        O_PLOT
+        O_PLOT,
+        O_MIX,
+        O_EPOCH_SIZE,
+        O_REWEIGHT
     };
     static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
                                        {"order", 1, 0, 'o'},
@@ -196,6 +214,9 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"sweep-seconds", 1, 0, O_SW_S},
                                        {"csv", 1, 0, O_CSV},
                                        {"plot", 1, 0, O_PLOT},
+                                       {"mix", 1, 0, O_MIX},
+                                       {"epoch-size", 1, 0, O_EPOCH_SIZE},
+                                       {"reweight", 0, 0, O_REWEIGHT},
                                        {"quiet", 0, 0, 'q'},
                                        {"help", 0, 0, 'h'},
                                        {"version", 0, 0, 'V'},
@@ -358,6 +379,21 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_PLOT:
             o->so.plot = optarg;
             break;
+        case O_MIX: {
+            char msg[512];
+            mix_spec_free(&o->mix);
+            if (mix_spec_parse(optarg, &o->mix, msg, sizeof msg)) {
+                fprintf(stderr, "shardread: --mix: %s\n", msg);
+                return EXIT_USAGE;
+            }
+            break;
+        }
+        case O_EPOCH_SIZE:
+            if (!cli_parse_u64(optarg, &o->ro.epoch_size) || !o->ro.epoch_size) return bad("--epoch-size", optarg);
+            break;
+        case O_REWEIGHT:
+            o->reweight = 1;
+            break;
         case O_XFORM: {
             int train = !strncmp(optarg, "imagenet-train", 14), eval = !strncmp(optarg, "imagenet-eval", 13);
             const char *rest = optarg + (train ? 14 : eval ? 13 : 0);
@@ -394,11 +430,21 @@ static int parse_args(int argc, char **argv, opts *o)
             return EXIT_USAGE;
         }
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "shardread: expected one DATASET (see --help)\n");
+    if (optind + (o->mix.n ? 0 : 1) != argc) {
+        fprintf(stderr, o->mix.n ? "shardread: --mix names the datasets: no DATASET besides (see --help)\n"
+                                 : "shardread: expected one DATASET (see --help)\n");
         return EXIT_USAGE;
     }
-    o->path = argv[optind];
+    o->path = o->mix.n ? o->mix.path[0] : argv[optind];
+    if (o->mix.n && !o->ro.epoch_size) o->ro.epoch_size = o->mix.epoch_size;
+    if (o->mix.n && o->sweep) {
+        fprintf(stderr, "shardread: --sweep reads one dataset, not a --mix\n");
+        return EXIT_USAGE;
+    }
+    if (o->reweight && !o->state_in) {
+        fprintf(stderr, "shardread: --reweight goes with --state-in\n");
+        return EXIT_USAGE;
+    }
     if (!o->sweep && (o->so.csv || o->so.plot || o->so.nthreads || o->so.nprefetch || o->so.nbatch ||
                       o->so.nio || o->so.ndepth || o->so.drop_cache)) {
         fprintf(stderr, "shardread: --sweep-* options, --csv and --plot go with --sweep\n");
@@ -477,19 +523,18 @@ static uint64_t touch(const stk_batch *b)
     return sum;
 }
 
-static int load_state(stk_reader *r, const char *path)
+static int load_state(stk_reader *r, const char *path, int reweight)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "shardread: %s: %s\n", path, strerror(errno));
         return EXIT_USAGE;
     }
-    char buf[4096];
+    char buf[32768]; /* a mixture's state: ~200 bytes per source */
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    stk_reader_state st;
     stk_error err;
-    if (stk_reader_state_parse(buf, n, &st, &err) || stk_reader_restore(r, &st, &err)) {
+    if (stk_reader_restore_text(r, buf, n, reweight ? STK_RESTORE_REWEIGHT : 0, &err)) {
         fprintf(stderr, "shardread: %s: %s\n", path, err.msg);
         return EXIT_USAGE;
     }
@@ -498,17 +543,53 @@ static int load_state(stk_reader *r, const char *path)
 
 static int save_state(const stk_reader *r, const char *path)
 {
-    stk_reader_state st;
-    char buf[1024];
-    stk_reader_save(r, &st);
-    size_t n = stk_reader_state_format(&st, buf, sizeof buf - 1);
+    size_t n = stk_reader_save_text(r, NULL, 0);
+    char *buf = malloc(n + 2);
+    if (!buf) return fprintf(stderr, "shardread: out of memory\n"), EXIT_USAGE;
+    stk_reader_save_text(r, buf, n + 1);
     buf[n++] = '\n';
     stk_error err;
-    if (stk_file_commit(path, buf, n, &err)) {
+    int rc = stk_file_commit(path, buf, n, &err);
+    free(buf);
+    if (rc) {
         fprintf(stderr, "shardread: %s\n", err.msg);
         return EXIT_USAGE;
     }
     return EXIT_OK;
+}
+
+/* A mixture's sources: what each gave, its share, and its cost per sample
+ * (the slowest source is where the time goes). */
+static void report_sources(const stk_reader *r, FILE *out, int json)
+{
+    unsigned S = stk_reader_sources(r);
+    if (S < 2 && !json) return;
+    stk_reader_source_stats st[MIX_MAX];
+    uint64_t all = 0;
+    for (unsigned s = 0; s < S && s < MIX_MAX; s++) {
+        stk_reader_source_stats_get(r, s, &st[s], NULL);
+        all += st[s].samples;
+    }
+    if (json) {
+        printf(",\"sources\":[");
+        for (unsigned s = 0; s < S && s < MIX_MAX; s++) {
+            printf("%s{\"path\":", s ? "," : "");
+            cli_json_string(stdout, stk_reader_source_path(r, s));
+            printf(",\"records\":%llu,\"per_epoch\":%llu,\"samples\":%llu,\"bytes\":%llu,\"busy_s\":%.6f}",
+                   (unsigned long long)st[s].records, (unsigned long long)st[s].per_epoch,
+                   (unsigned long long)st[s].samples, (unsigned long long)st[s].bytes, st[s].busy_s);
+        }
+        printf("]");
+        return;
+    }
+    for (unsigned s = 0; s < S && s < MIX_MAX; s++)
+        fprintf(out,
+                "source %u %s: %llu of %llu records an epoch; %llu samples (%.1f%%), %.3f GB, workers %.3f s "
+                "(%.2f us/sample)\n",
+                s, stk_reader_source_path(r, s), (unsigned long long)st[s].per_epoch,
+                (unsigned long long)st[s].records, (unsigned long long)st[s].samples,
+                all ? 100.0 * (double)st[s].samples / (double)all : 0.0, st[s].bytes / 1e9, st[s].busy_s,
+                st[s].samples ? st[s].busy_s / (double)st[s].samples * 1e6 : 0.0);
 }
 
 /* Mean distinct values of the integer scalar field `label` per batch of B
@@ -607,7 +688,8 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                 (unsigned long long)io.retries, io.bounced_bytes / 1e9, (unsigned long long)io.map_reads,
                 io.buffered_files, io.reason);
         else fprintf(out, "io: mmap; %s\n", io.reason);
-        if (o->ro.order == STK_ORDER_QUASI) shuffle_quality(r, o, out);
+        report_sources(r, out, 0);
+        if (o->ro.order == STK_ORDER_QUASI && !o->mix.n) shuffle_quality(r, o, out);
     }
     if (o->json) {
         printf("{\"ok\":%s,\"batches\":%llu,\"samples\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
@@ -631,6 +713,7 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         cli_json_string(stdout, io.reason);
         printf(",\"verdict\":");
         cli_json_string(stdout, verdict);
+        report_sources(r, stdout, 1);
         if (errmsg) {
             printf(",\"error\":");
             cli_json_string(stdout, errmsg);
@@ -653,13 +736,16 @@ int main(int argc, char **argv)
     if (o.sweep) return run_sweep(&o);
     stk_error err;
     double cpu0 = cpu_seconds();
-    stk_reader *r = stk_reader_open(o.path, &o.ro, &err);
+    stk_reader *r = o.mix.n ? stk_reader_open_mix(o.mix.src, o.mix.n, &o.ro, &err)
+                            : stk_reader_open(o.path, &o.ro, &err);
     if (!r) {
         fprintf(stderr, "shardread: %s\n", err.msg);
+        mix_spec_free(&o.mix);
         return EXIT_USAGE;
     }
-    if (o.state_in && (rc = load_state(r, o.state_in))) {
+    if (o.state_in && (rc = load_state(r, o.state_in, o.reweight))) {
         stk_reader_close(r);
+        mix_spec_free(&o.mix);
         return rc;
     }
     uint64_t e0, b0, bpe = stk_reader_batches_per_epoch(r);
@@ -706,5 +792,6 @@ int main(int argc, char **argv)
     if (!rc && o.state_out) rc = save_state(r, o.state_out);
     report(r, &o, &st, rc, errmsg, cpu_s, anon);
     stk_reader_close(r);
+    mix_spec_free(&o.mix);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* tests/tools/test_shardread_cli.c - shardread from the outside: the
  * --dump-order format, resume across processes (also into another world
- * size), --json, and exit codes. */
+ * size), --json, exit codes, and mixtures (--mix). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <jansson.h>
@@ -149,6 +149,73 @@ START_TEST(test_exit_codes)
 }
 END_TEST
 
+/* A mixture (--mix) stopped in one process and continued in others, one
+ * rank of the whole batch or two of half: the same global batches as one
+ * run; the JSON names the sources; a changed weight is refused unless
+ * --reweight; a mistyped spec and a JSON file's errors are usage errors. */
+START_TEST(test_mix_resume_and_errors)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 70 --size 8 --classes 3 --seed 4 --records-per-shard 30 ds2",
+                           tu_tools), 0);
+    const char *common = "--mix ds:0.6,ds2:0.4:order=quasi --quasi-block 2K --order shuffle --seed 3 --dump-order -e 2 -q";
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 ", tu_tools, common), 0);
+    char *whole = dup_out("out.txt");
+    ck_assert_int_eq(tu_count_lines(whole), 2 * 19); /* ceil(220 / 12) per epoch */
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 --stop-after 5 --state-out st.json", tu_tools, common), 0);
+    size_t n1 = strlen(tu_slurp("out.txt"));
+    ck_assert(strstr(tu_slurp("st.json"), "\"stoker_reader_state\":2") != NULL);
+    char *rank[2];
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 6 --rank %d --world-size 2 --state-in st.json", tu_tools,
+                               common, r), 0);
+        rank[r] = dup_out("out.txt");
+    }
+    const char *a = rank[0], *b = rank[1], *w = whole + n1;
+    while (*w) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n'), *ew = strchr(w, '\n');
+        ck_assert(ea && eb && ew);
+        char joined[2048];
+        snprintf(joined, sizeof joined, "%.*s %.*s", (int)(ea - a), a, (int)(eb - b), b);
+        ck_assert_msg(strlen(joined) == (size_t)(ew - w) && strncmp(joined, w, (size_t)(ew - w)) == 0,
+                      "global batch differs: %s vs %.*s", joined, (int)(ew - w), w);
+        a = ea + 1, b = eb + 1, w = ew + 1;
+    }
+    ck_assert(*a == 0 && *b == 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
+                           "--seed 3 -b 12 -q --state-in st.json", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "source 0 (ds) has weight 0.6 in the state, weight 0.5 here") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
+                           "--seed 3 -b 12 -q --state-in st.json --reweight", tu_tools), 0);
+    /* --json: the sources with their counts */
+    ck_assert_int_eq(
+        tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"repeat\":0.5},{\"path\":\"ds2\",\"choose\":10}]}' > m.json)"), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --json -b 5 --mix m.json", tu_tools), 0);
+    json_error_t je;
+    json_t *j = json_loads(tu_slurp("out.txt"), 0, &je);
+    ck_assert_msg(j != NULL, "%s", je.text);
+    json_t *src = json_object_get(j, "sources");
+    ck_assert_uint_eq(json_array_size(src), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(src, 0), "per_epoch")), 75);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(src, 1), "samples")), 10);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "samples")), 85);
+    json_decref(j);
+    /* errors: usage (2) with the reason */
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:wieght=2,ds2", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "'wieght=2'") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds,ds2 ds", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"wieght\":1}]}' > bad.json)"), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix bad.json", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "unknown key \"wieght\"") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:1,ds2:repeat=1", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "weights are for all sources or none") != NULL);
+    free(whole);
+    free(rank[0]);
+    free(rank[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shardread cli");
@@ -158,6 +225,7 @@ int main(void)
     tcase_add_test(tc, test_resume_across_processes);
     tcase_add_test(tc, test_json_and_quasi_quality);
     tcase_add_test(tc, test_exit_codes);
+    tcase_add_test(tc, test_mix_resume_and_errors);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
