@@ -9,6 +9,12 @@
  *       permutation), then batches for SECONDS; samples/s and GB/s from
  *       stk_reader_stats_get; anonymous memory (RssAnon) before open, at its
  *       peak during the timed part and at the end, against the slots
+ *   read_bench mix     DATASET [options of shuffle]
+ *       the same, over a mixture of three sources that are the dataset itself,
+ *       repeat 0.5, 0.3 and 0.2 (an epoch of the dataset's size, over the same
+ *       bytes), each source shuffled: what mixing costs against shuffle. The
+ *       warm-up checks the values and that every record's source index is
+ *       consistent (sources cover random parts: no permutation check)
  *   read_bench seq     DATASET [-t THREADS] [-b BATCH] [-n CALLS] [--step-calls N] [--step-us US] [--release 0|1]
  *                      [--fields F] [--no-touch]
  *       sequential order, after one warm-up epoch: first CALLS calls of
@@ -79,6 +85,7 @@ typedef struct {
 static void usage(FILE *to)
 {
     fprintf(to, "usage: read_bench info    DATASET [--fields F]\n"
+                "       read_bench mix     DATASET (the options of shuffle)\n"
                 "       read_bench shuffle DATASET [-t THREADS] [-b BATCH] [-p PREFETCH] [-s SECONDS] "
                 "[--fields F] [--seed S]\n"
                 "       read_bench seq     DATASET [-t THREADS] [-b BATCH] [-n CALLS] [--step-calls N] "
@@ -157,6 +164,22 @@ static stk_reader *open_reader(const args_t *a, int order, stk_error *err)
     return stk_reader_open(a->path, &o, err);
 }
 
+/* The mixture of `mix`: the dataset three times, 0.5 + 0.3 + 0.2 of it. */
+static stk_reader *open_mix(const args_t *a, stk_error *err)
+{
+    static const double share[3] = {0.5, 0.3, 0.2};
+    stk_reader_options o;
+    reader_options(a, STK_ORDER_SHUFFLE, &o);
+    stk_source src[3];
+    for (int i = 0; i < 3; i++) {
+        stk_source_init(&src[i]);
+        src[i].path = a->path;
+        src[i].kind = STK_MIX_REPEAT;
+        src[i].value = share[i];
+    }
+    return stk_reader_open_mix(src, 3, &o, err);
+}
+
 /* Bytes one full batch of the selected tensor fields occupies. */
 static uint64_t batch_bytes(const stk_batch *b)
 {
@@ -228,11 +251,11 @@ static int cmd_info(const args_t *a)
     return rc;
 }
 
-static int cmd_shuffle(const args_t *a)
+static int cmd_shuffle(const args_t *a, int mix)
 {
     stk_error err;
     uint64_t anon0 = rss_anon();
-    stk_reader *r = open_reader(a, STK_ORDER_SHUFFLE, &err);
+    stk_reader *r = mix ? open_mix(a, &err) : open_reader(a, STK_ORDER_SHUFFLE, &err);
     if (!r) {
         fprintf(stderr, "read_bench: %s\n", err.msg);
         return 1;
@@ -249,12 +272,14 @@ static int cmd_shuffle(const args_t *a)
         if (!(b = stk_reader_next(r, &err))) goto fail;
         if (!per_record) per_record = batch_bytes(b);
         bad += check_batch(ds, b);
-        for (uint32_t i = 0; i < b->size; i++)
+        for (uint32_t i = 0; i < b->size && !mix; i++)
             if (b->records[i] < N && seen[b->records[i]]++) dup++;
+        for (uint32_t i = 0; i < b->size && mix; i++) /* the sources are the dataset, one after another */
+            bad += !b->sources || b->sources[i] > 2 || b->records[i] != b->sources[i] * (N / 3) + b->source_records[i];
         got += b->size;
     }
     uint64_t missing = 0;
-    for (uint64_t i = 0; i < N; i++) missing += !seen[i];
+    for (uint64_t i = 0; i < N && !mix; i++) missing += !seen[i];
     free(seen);
     seen = NULL;
     printf("read_bench: warm-up epoch: %llu batches, %llu records, %llu values differ from the dataset, "
@@ -282,19 +307,23 @@ static int cmd_shuffle(const args_t *a)
            gbs = st.wall_s > 0 ? (double)st.bytes / st.wall_s / 1e9 : 0;
     unsigned slots = o->prefetch + 1;
     uint64_t allowed = (uint64_t)slots * per_record * o->batch_size + (32u << 20);
-    printf("read_bench: shuffle, %u thread(s), prefetch %u, batch %u, fields %s (%llu bytes per record): "
+    printf("read_bench: %s, %u thread(s), prefetch %u, batch %u, fields %s (%llu bytes per record): "
            "%llu batches in %.2f s (own clock %.2f s): %.0f samples/s, %.2f GB/s; wait %.2f s, workers busy "
            "%.2f s, "
            "%.2f batches ready on average\n",
-           o->threads, o->prefetch, o->batch_size, o->fields ? o->fields : "(all)",
-           (unsigned long long)per_record, (unsigned long long)st.batches, st.wall_s, el, sps, gbs, st.wait_s,
+           mix ? "mixture of 3 sources (0.5, 0.3, 0.2 of the dataset), shuffled" : "shuffle", o->threads,
+           o->prefetch, o->batch_size, o->fields ? o->fields : "(all)", (unsigned long long)per_record, (unsigned long long)st.batches, st.wall_s, el, sps, gbs, st.wait_s,
            st.busy_s, st.mean_ready);
     printf("read_bench: %s\n", verdict);
     printf("read_bench: RssAnon %.1f MiB before open, %.1f MiB peak, %.1f MiB at the end; growth %.1f MiB; "
            "allowed %u slots x %.1f MiB + 32 MiB = %.1f MiB\n",
            anon0 / 1048576.0, peak / 1048576.0, anon1 / 1048576.0, (double)(peak - anon0) / 1048576.0, slots,
            (double)per_record * o->batch_size / 1048576.0, allowed / 1048576.0);
-    printf("RESULT shuffle_t%u %.1f samples/s %.3f GB/s\n", o->threads, sps, gbs);
+    printf("RESULT %s_t%u %.1f samples/s %.3f GB/s\n", mix ? "mix" : "shuffle", o->threads, sps, gbs);
+    if (mix) {
+        stk_reader_close(r);
+        return bad ? 1 : 0;
+    }
     printf("RESULT check_t%u %llu bad %llu dup %llu missing\n", o->threads, (unsigned long long)bad,
            (unsigned long long)dup, (unsigned long long)missing);
     printf("RESULT anon_t%u %.1f MiB_growth %.1f MiB_allowed %.1f MiB_before %.1f MiB_peak %u slots\n",
@@ -524,7 +553,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(a.cmd, "info")) return cmd_info(&a);
-    if (!strcmp(a.cmd, "shuffle")) return cmd_shuffle(&a);
+    if (!strcmp(a.cmd, "shuffle")) return cmd_shuffle(&a, 0);
+    if (!strcmp(a.cmd, "mix")) return cmd_shuffle(&a, 1);
     if (!strcmp(a.cmd, "seq")) return cmd_seq(&a);
     if (!strcmp(a.cmd, "open")) return cmd_open(&a);
     usage(stderr);

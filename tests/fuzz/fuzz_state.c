@@ -1,5 +1,6 @@
 /* fuzz_state - libFuzzer target: arbitrary bytes as a saved reader state
- * (shardread --state-in, a checkpoint's loader state).
+ * (shardread --state-in, a checkpoint's loader state), one dataset's (version 1)
+ * or a mixture's (version 2: its sources are parsed and checked too).
  *
  * A state that parses must format and parse back to the same integers, and
  * the order it names must map positions into range for a small dataset
