@@ -48,14 +48,11 @@ static int check_field(const stk_reader *r, uint32_t s, unsigned f, stk_error *e
     if (a->kind == b->kind && a->dtype == b->dtype && a->ndim == b->ndim && a->codec == b->codec &&
         !memcmp(a->shape, b->shape, sizeof a->shape))
         return STK_OK;
-    static const char *const codecs[] = {"none", "zstd", "jpeg"};
-    char da[128], db[128];
+    char da[128], db[128]; /* the descriptions name the codec when there is one */
     stk_field_describe(b, db, sizeof db);
     stk_field_describe(a, da, sizeof da);
-    return stk_error_set(err, STK_E_ARG,
-                         "mixture: source %u (%s): field %s (codec %s) differs from source 0's (%s): %s (codec %s)",
-                         s, r->src_path[s], db, b->codec <= 2 ? codecs[b->codec] : "?", r->src_path[0], da,
-                         a->codec <= 2 ? codecs[a->codec] : "?");
+    return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s): field %s differs from source 0's (%s): %s", s,
+                         r->src_path[s], db, r->src_path[0], da);
 }
 
 int stk__mix_check_fields(const stk_reader *r, stk_error *err)

@@ -301,6 +301,12 @@ static int plan_mix(stk_reader *r, const stk__mix_source *in, uint32_t S, stk_er
         src[s].K = src[s].order == STK_ORDER_QUASI && src[s].n ? quasi_K(r, first, sh, src[s].n) : 0;
         src[s].W = src[s].order == STK_ORDER_QUASI ? r->o.quasi_window : 0;
     }
+    int weighted = 0;
+    for (uint32_t s = 0; s < S; s++) weighted |= src[s].kind == STK__MIX_WEIGHT;
+    if (r->o.epoch_size && !weighted)
+        return stk_error_set(err, STK_E_ARG,
+                             "mixture: epoch_size is for weighted sources (the counts of repeat and choose "
+                             "make the epoch)");
     if (!(r->mix = malloc(sizeof *r->mix))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     return stk__mix_init(r->mix, src, S, r->o.epoch_size, r->o.seed, err);
 }

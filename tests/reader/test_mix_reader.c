@@ -469,6 +469,11 @@ START_TEST(sources_must_agree_on_the_fields)
     o.epoch_size = 10;
     ck_assert_ptr_null(stk_reader_open(pool[0].dir, &o, &e));
     tu_assert_error(&e, STK_E_ARG, "epoch_size");
+    s[0].path = pool[0].dir; /* repeat and choose make their own epoch */
+    s[1].path = pool[1].dir;
+    s[1].dataset = NULL;
+    ck_assert_ptr_null(stk_reader_open_mix(s, 2, &o, &e));
+    tu_assert_error(&e, STK_E_ARG, "epoch_size is for weighted sources");
 }
 END_TEST
 
