@@ -480,6 +480,7 @@ typedef struct {
     uint64_t heap[STK_MAX_FIELDS];
     stk_error err;
     double busy;
+    double src_busy[STK__MIX_MAX]; /* a timed mixture: gather seconds per source */
 } stk__part;
 
 /* Read quasi block b whole into e's buffer: per direct field, one run per
@@ -680,11 +681,22 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
         w->batch_no++;
         w->zq = r->direct ? p->q : NULL; /* waited for above: free for compressed blocks */
         if (zh) zh->len = 0;
+        /* a timed mixture: a clock read where the source changes, the time
+         * since the last one going to the source before */
+        uint32_t cur = r->mix_timed && i < p->i1 ? sl->sources[i] : 0;
+        double tc = r->mix_timed ? stk__now() : 0;
         for (; i < p->i1; i++) {
             if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != p->gen) break; /* seek or close: abandon */
+            if (r->mix_timed && sl->sources[i] != cur) {
+                double t = stk__now();
+                p->src_busy[cur] += t - tc;
+                tc = t;
+                cur = sl->sources[i];
+            }
             if (r->qcache && qblock_copy(r, p, other, i, err)) break;
             if (gather_one(r, w, sl, i, p->zc, p->heap, zh, landed, err)) break;
         }
+        if (r->mix_timed) p->src_busy[cur] += stk__now() - tc;
         whole = i == p->i1;
     }
     if (r->qcache) qblock_unpin(r, p, i - p->i0);
@@ -742,7 +754,8 @@ static void claim_part(stk_reader *r, stk__part *p)
         sl->seq = s;
         sl->state = SLOT_BUSY;
         sl->parts_left = r->parts;
-        sl->busy = 0;
+        sl->busy = sl->timed_busy = 0;
+        for (uint32_t k = 0; r->mix_timed && k < r->mix->S; k++) sl->src_busy[k] = 0;
         sl->err.code = STK_OK;
         sl->err.msg[0] = 0;
         for (unsigned k = 0; k < r->nsel; k++) sl->fields[k].nbytes = 0;
@@ -836,6 +849,10 @@ void *stk__worker_main(void *arg)
         r->active--;
         r->st_busy += p->busy;
         p->sl->busy += p->busy;
+        for (uint32_t k = 0; r->mix_timed && k < r->mix->S; k++) {
+            p->sl->src_busy[k] += p->src_busy[k];
+            p->sl->timed_busy += p->src_busy[k];
+        }
         r->st_h2d += w->h2d;
         w->h2d = 0;
         r->st_verified += w->verified;
@@ -894,8 +911,10 @@ const uint64_t *stk_batch_shapes(const stk_batch *b, unsigned field)
     return sl->field_shapes[field];
 }
 
-/* Under the lock: a delivered batch of a mixture in its sources' statistics;
- * the workers' time is shared by bytes. */
+/* Under the lock: a delivered batch of a mixture in its sources' statistics.
+ * The workers' time: what was timed per source (mix_timed), the rest (the
+ * part's setup; all of it for records that cost no more than their copy)
+ * shared by bytes. */
 static void count_sources(stk_reader *r, const stk__slot *sl)
 {
     uint64_t bytes[STK__MIX_MAX] = {0}, all = 0;
@@ -908,9 +927,11 @@ static void count_sources(stk_reader *r, const stk__slot *sl)
         bytes[s] += b;
         all += b;
     }
+    double rest = sl->busy > sl->timed_busy ? sl->busy - sl->timed_busy : 0;
     for (uint32_t s = 0; s < r->mix->S; s++) {
         r->st_src_bytes[s] += bytes[s];
-        if (all) r->st_src_busy[s] += sl->busy * (double)bytes[s] / (double)all;
+        if (r->mix_timed) r->st_src_busy[s] += sl->src_busy[s];
+        if (all) r->st_src_busy[s] += rest * (double)bytes[s] / (double)all;
     }
 }
 

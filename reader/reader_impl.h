@@ -85,6 +85,8 @@ typedef struct {
     uint32_t *sources;        /* a mixture: batch_size source indices ... */
     uint64_t *source_records; /* ... and records inside the source */
     double busy;              /* worker seconds spent on this batch (under mu) */
+    double *src_busy;         /* a timed mixture: of which gathering each source's records */
+    double timed_busy;        /* ... their sum */
 } stk__slot;
 
 typedef struct stk_reader stk_reader;
@@ -163,6 +165,7 @@ struct stk_reader {
      * N counts an epoch's positions, `records` the dataset's records (the
      * sources concatenated): equal for one dataset */
     stk__mix *mix;
+    int mix_timed; /* records cost more than a small copy: gathers timed per source */
     char **src_path;           /* [nsrc] as given at open ("" for an open dataset) */
     uint32_t nsrc;
     uint64_t records;

@@ -188,3 +188,47 @@ int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reade
     stk__write_sized(out, size, &st, sizeof st);
     return STK_OK;
 }
+
+/* The last path component, for a short line. */
+static const char *short_name(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    const char *p = path + n;
+    while (p > path && p[-1] != '/') p--;
+    return *p ? p : path;
+}
+
+int stk_reader_verdict_sources(const stk_reader *r, char *buf, size_t cap)
+{
+    if (cap) buf[0] = 0;
+    if (!r->mix) return 0;
+    uint32_t S = r->mix->S;
+    stk_reader_source_stats st[STK__MIX_MAX];
+    double samples = 0, busy = 0;
+    for (uint32_t s = 0; s < S; s++) {
+        stk_reader_source_stats_get_sized(r, s, &st[s], sizeof st[s], NULL);
+        samples += (double)st[s].samples;
+        busy += st[s].busy_s;
+    }
+    if (samples == 0) return snprintf(buf, cap, "sources: no batches read yet");
+    char line[STK_ERROR_MSG_MAX * 2];
+    size_t n = (size_t)snprintf(line, sizeof line, "sources:");
+    uint32_t hi = UINT32_MAX, lo = UINT32_MAX; /* costliest and cheapest per sample */
+    for (uint32_t s = 0; s < S && n < sizeof line; s++) {
+        double share = (double)st[s].samples / samples * 100, tshare = busy > 0 ? st[s].busy_s / busy * 100 : 0;
+        n += (size_t)snprintf(line + n, sizeof line - n, s ? "; %s %.0f%%, %.0f%%" : " %s %.0f%% of samples, %.0f%% of worker time",
+                              *r->src_path[s] ? short_name(r->src_path[s]) : "(dataset)", share, tshare);
+        if (!st[s].samples) continue;
+        double c = st[s].busy_s / (double)st[s].samples;
+        if (hi == UINT32_MAX || c > st[hi].busy_s / (double)st[hi].samples) hi = s;
+        if (lo == UINT32_MAX || c < st[lo].busy_s / (double)st[lo].samples) lo = s;
+    }
+    if (hi != lo && hi != UINT32_MAX && st[lo].busy_s > 0 && n < sizeof line) {
+        double x = (st[hi].busy_s / (double)st[hi].samples) / (st[lo].busy_s / (double)st[lo].samples);
+        snprintf(line + n, sizeof line - n, " (costliest per sample: %s, %.1fx %s)",
+                 *r->src_path[hi] ? short_name(r->src_path[hi]) : "(dataset)", x,
+                 *r->src_path[lo] ? short_name(r->src_path[lo]) : "(dataset)");
+    }
+    return snprintf(buf, cap, "%s", line);
+}

@@ -384,6 +384,9 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
+    /* A clock read (~40 ns) per source change is noise beside a record of a
+     * few KiB, a decompression or a crop; smaller records cost their bytes. */
+    r->mix_timed = r->mix && (r->slot_stride_bytes >= 4096 || r->has_bytes || r->has_compressed || r->load_crop);
     uint64_t per = host_bytes_per_slot(r), total = per * r->nslots + r->zcache_bytes +
                                                    stk__io_plan_bytes(r); /* < 2^62: see select_fields */
     if (r->o.memory_budget && total > r->o.memory_budget)
@@ -413,6 +416,8 @@ static int alloc_slots(stk_reader *r, stk_error *err)
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         sl->values = nbytesf ? malloc(sizeof *sl->values * r->o.batch_size * nbytesf) : NULL;
         sl->shapes = r->shape_words ? malloc(8 * r->shape_words * r->o.batch_size) : NULL;
+        if (r->mix_timed && !(sl->src_busy = calloc(r->mix->S, sizeof *sl->src_busy)))
+            return stk_error_set(err, STK_E_NOMEM, "out of memory");
         if (r->mix) {
             sl->sources = malloc(sizeof *sl->sources * r->o.batch_size);
             sl->source_records = malloc(sizeof *sl->source_records * r->o.batch_size);
@@ -642,6 +647,7 @@ void stk_reader_close(stk_reader *r)
             free(r->slots[s].values);
             free(r->slots[s].shapes);
             free(r->slots[s].sources);
+            free(r->slots[s].src_busy);
             free(r->slots[s].source_records);
             for (unsigned p = 0; r->slots[s].zheap && p < r->o.threads; p++) free(r->slots[s].zheap[p].p);
             free(r->slots[s].zheap);

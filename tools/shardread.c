@@ -677,6 +677,8 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
             "waited %.3f s (%.1f%%), workers busy %.3f s over %u threads, %.1f batches ready on average\n",
             s->wait_s, wf * 100, s->busy_s, s->threads, s->mean_ready);
         fprintf(out, "%s\n", verdict);
+        char mixv[1024];
+        if (stk_reader_verdict_sources(r, mixv, sizeof mixv) > 0) fprintf(out, "%s\n", mixv);
         fprintf(out, "cpu %.3f s (%.3f core-s per GB), anonymous memory %.1f MiB\n", cpu_s,
                 s->bytes ? cpu_s / (s->bytes / 1e9) : 0.0, anon_mib);
         if (io.io == STK_IO_DIRECT)

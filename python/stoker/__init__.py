@@ -873,8 +873,14 @@ class Reader:
         return buf.value.decode()
 
     def verdict(self):
-        """One line: "input-bound: 37% of wall time spent waiting for data (threads=2; try 4)" or "not input-bound: ..."."""
-        return self._verdict(self._stats_c())
+        """One line: "input-bound: 37% of wall time spent waiting for data (threads=2; try 4)" or "not input-bound: ...";
+        for a mixture a second line with each source's share of the samples and of the workers' time."""
+        v = self._verdict(self._stats_c())
+        h = self._handle()
+        buf = ctypes.create_string_buffer(1024)
+        if L.stk_reader_verdict_sources(h.r, buf, len(buf)) > 0:
+            v += "\n" + buf.value.decode(errors="replace")
+        return v
 
     def reset_stats(self):
         h = self._handle()

@@ -259,6 +259,7 @@ stk_reader_state_parse = _fn("stk_reader_state_parse", c_int, c_char_p, c_size_t
 stk_reader_save_text = _fn("stk_reader_save_text", c_size_t, c_void_p, c_char_p, c_size_t)
 stk_reader_restore_text = _fn("stk_reader_restore_text", c_int, c_void_p, c_char_p, c_size_t, c_uint, P(Error_))
 stk_reader_sources = _fn("stk_reader_sources", c_uint, c_void_p)
+stk_reader_verdict_sources = _fn("stk_reader_verdict_sources", c_int, c_void_p, c_char_p, c_size_t)
 stk_reader_source_path = _fn("stk_reader_source_path", c_char_p, c_void_p, c_uint)
 stk_reader_stats_get = _fn("stk_reader_stats_get", None, c_void_p, c_void_p)
 stk_reader_stats_reset = _fn("stk_reader_stats_reset", None, c_void_p)

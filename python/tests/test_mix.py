@@ -50,6 +50,8 @@ def test_batches_say_where_each_record_came_from(three):
         assert [s["per_epoch"] for s in stats] == [40, 24, 16]
         assert [s["path"] for s in stats] == three
         assert abs(sum(s["share"] for s in stats) - 1) < 1e-9
+        v = r.verdict().splitlines()
+        assert len(v) == 2 and v[1].startswith("sources: s0 50% of samples, ") and "; s1 30%, " in v[1]
         state = r.state_dict()
     assert state["stoker_reader_state"] == 2 and state["epoch_size"] == 80
     assert [s["value"] for s in state["sources"]] == [0.5, 0.3, 0.2]

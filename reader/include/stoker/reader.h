@@ -415,8 +415,10 @@ typedef struct {
     uint64_t per_epoch; /* records it gives every epoch                   */
     uint64_t samples;   /* of its records in batches returned by next     */
     uint64_t bytes;     /* bytes of the selected fields in them           */
-    double busy_s;      /* worker time preparing them: each batch's share
-                           by bytes                                       */
+    double busy_s;      /* worker time preparing them: the gather of its
+                           records timed (records of 4 KiB or more, bytes
+                           fields, compressed fields, crops), the rest of
+                           each batch's time shared by bytes              */
 } stk_reader_source_stats;
 /* The number of sources (1 for one dataset). */
 STK_API unsigned stk_reader_sources(const stk_reader *r);
@@ -426,6 +428,12 @@ STK_API const char *stk_reader_source_path(const stk_reader *r, unsigned s);
 static inline int stk_reader_source_stats_get(const stk_reader *r, unsigned s, stk_reader_source_stats *st,
                                               stk_error *err);
 
+/* A mixture's part of the verdict, one line: each source's share of the
+ * samples and of the workers' time, and the costliest per sample, e.g.
+ * "sources: curated 70% of samples, 52% of worker time; web 30%, 48%
+ * (costliest per sample: web, 2.2x curated)"; "" for one dataset. Returns
+ * the length like snprintf. */
+STK_API int stk_reader_verdict_sources(const stk_reader *r, char *buf, size_t cap);
 /* One line: "input-bound: 37% of wall time spent waiting for data (threads=2;
  * try 4)" or "not input-bound: ...". Returns the length like snprintf. */
 STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap);
