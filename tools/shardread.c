@@ -734,7 +734,10 @@ int main(int argc, char **argv)
 {
     opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) {
+        mix_spec_free(&o.mix); /* a --mix parsed before the usage error */
+        return rc;
+    }
     if (o.sweep) return run_sweep(&o);
     stk_error err;
     double cpu0 = cpu_seconds();

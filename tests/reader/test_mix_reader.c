@@ -334,6 +334,14 @@ START_TEST(resume_into_another_world_size)
     for (uint64_t j = 0; j < 30; j++)
         for (uint32_t i = 0; i < 8; i++)
             ck_assert_uint_eq(got[j * 8 + i], want[i / 4][j * 4 + i % 4]);
+    /* seek (set_epoch) lands where reading there would: batch 3 of epoch 1 */
+    ck_assert_int_eq(stk_reader_seek(r, 1, 3, &e), STK_OK);
+    uint64_t after[4 * 8];
+    take(r, 4, after, 8);
+    ck_assert_int_eq(stk_reader_seek(r, 0, 0, &e), STK_OK);
+    uint64_t walk[17 * 8];
+    take(r, 17, walk, 8); /* 13 batches an epoch (100 records / 8, padded), then 4 of epoch 1 from batch 0 */
+    for (uint32_t i = 0; i < 8; i++) ck_assert_uint_eq(after[i], walk[16 * 8 + i]);
     /* the frozen struct restores too, checked by the mixture's fingerprint */
     stk_reader_state st;
     ck_assert_int_eq(stk_reader_state_parse(text, strlen(text), &st, &e), STK_OK);
