@@ -24,6 +24,21 @@ static char *dup_out(const char *name)
     return s;
 }
 
+/* Two ranks' --dump-order lines side by side are the whole run's lines. */
+static void expect_joined(const char *a, const char *b, const char *w)
+{
+    while (*w) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n'), *ew = strchr(w, '\n');
+        ck_assert(ea && eb && ew);
+        char joined[2048];
+        snprintf(joined, sizeof joined, "%.*s %.*s", (int)(ea - a), a, (int)(eb - b), b);
+        ck_assert_msg(strlen(joined) == (size_t)(ew - w) && strncmp(joined, w, (size_t)(ew - w)) == 0,
+                      "global batch differs: %s vs %.*s", joined, (int)(ew - w), w);
+        a = ea + 1, b = eb + 1, w = ew + 1;
+    }
+    ck_assert(*a == 0 && *b == 0);
+}
+
 START_TEST(test_dump_order_format)
 {
     tu_cli_setup();
@@ -72,19 +87,7 @@ START_TEST(test_resume_across_processes)
                          0);
         rank[r] = dup_out("out.txt");
     }
-    const char *a = rank[0], *b = rank[1], *w = whole + n1;
-    while (*w) {
-        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n'), *ew = strchr(w, '\n');
-        ck_assert(ea && eb && ew);
-        char joined[2048];
-        snprintf(joined, sizeof joined, "%.*s %.*s", (int)(ea - a), a, (int)(eb - b), b);
-        ck_assert_msg(strlen(joined) == (size_t)(ew - w) && strncmp(joined, w, (size_t)(ew - w)) == 0,
-                      "global batch differs: %s vs %.*s", joined, (int)(ew - w), w);
-        a = ea + 1;
-        b = eb + 1;
-        w = ew + 1;
-    }
-    ck_assert(*a == 0 && *b == 0);
+    expect_joined(rank[0], rank[1], whole + n1);
     /* a state from another seed is refused */
     ck_assert_int_eq(tu_sh("'%s/shardread' --order shuffle --seed 10 -b 16 --state-in st.json ds", tu_tools),
                      2);
@@ -172,17 +175,7 @@ START_TEST(test_mix_resume_and_errors)
                                common, r), 0);
         rank[r] = dup_out("out.txt");
     }
-    const char *a = rank[0], *b = rank[1], *w = whole + n1;
-    while (*w) {
-        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n'), *ew = strchr(w, '\n');
-        ck_assert(ea && eb && ew);
-        char joined[2048];
-        snprintf(joined, sizeof joined, "%.*s %.*s", (int)(ea - a), a, (int)(eb - b), b);
-        ck_assert_msg(strlen(joined) == (size_t)(ew - w) && strncmp(joined, w, (size_t)(ew - w)) == 0,
-                      "global batch differs: %s vs %.*s", joined, (int)(ew - w), w);
-        a = ea + 1, b = eb + 1, w = ew + 1;
-    }
-    ck_assert(*a == 0 && *b == 0);
+    expect_joined(rank[0], rank[1], whole + n1);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
                            "--seed 3 -b 12 -q --state-in st.json", tu_tools), 2);
     ck_assert(strstr(tu_slurp("err.txt"), "source 0 (ds) has weight 0.6 in the state, weight 0.5 here") != NULL);
