@@ -30,7 +30,11 @@ static int counts_weighted(const stk__mix_source *src, uint32_t S, uint64_t E, u
         rem[s] = q - f;
         given += c[s];
     }
-    if (given > E) return stk_error_set(err, STK_E_ARG, "mixture: the weights overflow the epoch");
+    /* q_s in double is exact to the record below 2^53; above, the shares
+     * could miss E by more than one record per source */
+    if (given > E || E - given > S)
+        return stk_error_set(err, STK_E_ARG, "mixture: epoch_size %llu cannot be shared by weight (at most 2^53)",
+                             (unsigned long long)E);
     for (uint64_t left = E - given; left; left--) { /* the largest remainders, the lower source on ties */
         uint32_t best = 0;
         for (uint32_t s = 1; s < S; s++)
@@ -76,6 +80,9 @@ int stk__mix_counts(const stk__mix_source *src, uint32_t S, uint64_t epoch_size,
                              "(the others: repeat or choose)", weighted, S);
     uint64_t sum = 0;
     if (weighted) {
+        if (epoch_size > (1ULL << 53))
+            return stk_error_set(err, STK_E_ARG, "mixture: epoch_size %llu cannot be shared by weight (at most 2^53)",
+                                 (unsigned long long)epoch_size);
         int rc = counts_weighted(src, S, epoch_size ? epoch_size : total, c, err);
         if (rc) return rc;
     }

@@ -91,6 +91,10 @@ START_TEST(counts_follow_the_spec)
     bad[1] = src(7, STK__MIX_CHOOSE, 0, 0);
     ck_assert_int_eq(stk__mix_counts(bad, 2, 0, c, &E, &e), STK_E_ARG);
     tu_assert_error(&e, STK_E_ARG, "empty");
+    ck_assert_int_eq(stk__mix_counts(w, 3, UINT64_MAX, c, &E, &e), STK_E_ARG); /* refused, not a long loop */
+    tu_assert_error(&e, STK_E_ARG, "at most 2^53");
+    ck_assert_int_eq(stk__mix_counts(w, 3, 1ULL << 53, c, &E, &e), STK_OK);
+    ck_assert(E == 1ULL << 53 && c[0] + c[1] + c[2] == E);
 }
 END_TEST
 
