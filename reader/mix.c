@@ -21,6 +21,7 @@ static int counts_weighted(const stk__mix_source *src, uint32_t S, uint64_t E, u
 {
     double sum = 0;
     for (uint32_t s = 0; s < S; s++) sum += src[s].value;
+    if (!isfinite(sum)) return stk_error_set(err, STK_E_ARG, "mixture: the weights' sum overflows (scale them down)");
     double rem[STK__MIX_MAX];
     uint64_t given = 0;
     for (uint32_t s = 0; s < S; s++) {

@@ -164,14 +164,11 @@ const char *stk_reader_source_path(const stk_reader *r, unsigned s)
     return r->src_path ? r->src_path[s] : "";
 }
 
-int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *out, size_t size,
-                                      stk_error *err)
+/* Source s's statistics; under r->mu. */
+static void source_stats_locked(const stk_reader *r, unsigned s, stk_reader_source_stats *out)
 {
-    if (s >= stk_reader_sources(r))
-        return stk_error_set(err, STK_E_ARG, "source %u: the reader has %u", s, stk_reader_sources(r));
     stk_reader_source_stats st;
     memset(&st, 0, sizeof st);
-    pthread_mutex_lock((pthread_mutex_t *)&r->mu);
     if (r->mix) {
         st.records = r->mix->src[s].n;
         st.per_epoch = r->mix->c[s];
@@ -184,6 +181,17 @@ int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reade
         st.bytes = r->st_bytes;
         st.busy_s = r->st_busy;
     }
+    *out = st;
+}
+
+int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *out, size_t size,
+                                      stk_error *err)
+{
+    if (s >= stk_reader_sources(r))
+        return stk_error_set(err, STK_E_ARG, "source %u: the reader has %u", s, stk_reader_sources(r));
+    stk_reader_source_stats st;
+    pthread_mutex_lock((pthread_mutex_t *)&r->mu);
+    source_stats_locked(r, s, &st);
     pthread_mutex_unlock((pthread_mutex_t *)&r->mu);
     stk__write_sized(out, size, &st, sizeof st);
     return STK_OK;
@@ -206,8 +214,10 @@ int stk_reader_verdict_sources(const stk_reader *r, char *buf, size_t cap)
     uint32_t S = r->mix->S;
     stk_reader_source_stats st[STK__MIX_MAX];
     double samples = 0, busy = 0;
+    pthread_mutex_lock((pthread_mutex_t *)&r->mu); /* one snapshot: shares that add up */
+    for (uint32_t s = 0; s < S; s++) source_stats_locked(r, s, &st[s]);
+    pthread_mutex_unlock((pthread_mutex_t *)&r->mu);
     for (uint32_t s = 0; s < S; s++) {
-        stk_reader_source_stats_get_sized(r, s, &st[s], sizeof st[s], NULL);
         samples += (double)st[s].samples;
         busy += st[s].busy_s;
     }

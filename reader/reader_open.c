@@ -292,8 +292,8 @@ static int plan_mix(stk_reader *r, const stk__mix_source *in, uint32_t S, stk_er
     memcpy(src, in, S * sizeof *src);
     size_t sh = 0;
     for (uint32_t s = 0; s < S; s++) {
-        size_t first = sh;
-        for (uint64_t got = 0; got < src[s].n; sh++) got += stk_shard_records(stk_dataset_shard(r->ds, sh));
+        size_t first = sh; /* the source's shards, empty ones included */
+        sh += stk_dataset_nshards(stk__dataset_part(r->ds, s));
         if (src[s].order < 0) src[s].order = r->o.order;
         if (src[s].order > STK_ORDER_QUASI)
             return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s): order %d unknown", s,
@@ -536,7 +536,11 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
                              const stk_reader_options *opts, size_t size, size_t transform_size, stk_error *err)
 {
     stk_reader *r = calloc(1, sizeof *r);
-    if (!r) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!r) {
+        for (uint32_t i = 0; paths && i < S; i++) free(paths[i]);
+        free(paths);
+        return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
+    }
     r->ds = ds;
     r->src_path = paths; /* the reader frees them, even when it fails */
     r->nsrc = paths ? S : 0;

@@ -28,6 +28,9 @@ void stk_reader_save(const stk_reader *r, stk_reader_state *st)
     st->tail = r->o.tail;
     st->quasi_block_records = r->o.order == STK_ORDER_QUASI ? r->K : 0;
     st->quasi_window = r->o.order == STK_ORDER_QUASI ? r->Wq : 0;
+    if (r->mix) /* a mixture: the window of its quasi sources (their blocks are theirs, in the sources) */
+        for (uint32_t s = 0; s < r->mix->S; s++)
+            if (r->mix->src[s].order == STK_ORDER_QUASI) st->quasi_window = r->mix->src[s].W;
     st->epoch = e;
     st->batch = b;
 }
@@ -302,18 +305,23 @@ static int restore_mix(stk_reader *r, const stk_reader_state *st, const src_stat
         int rc = check_source(r, s, &src[s], flags, err);
         if (rc) return rc;
     }
+    int reweight = (flags & STK_RESTORE_REWEIGHT) != 0;
+    stk_reader_state me;
+    stk_reader_save(r, &me);
     const char *what = NULL;
-    if (!(flags & STK_RESTORE_REWEIGHT) && E != r->mix->E) what = "epoch size";
+    if (!reweight && E != r->mix->E) what = "epoch size";
     else if (st->seed != r->o.seed) what = "seed";
     else if (st->global_batch != r->G) what = "global batch (batch_size x world_size)";
     else if (st->tail != r->o.tail) what = "tail";
+    else if (!reweight && st->quasi_window != me.quasi_window) what = "quasi window";
+    else if (!reweight && st->fingerprint != me.fingerprint) what = "mixture fingerprint (the state was edited?)";
     if (what) return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: %s differs", what);
     uint64_t e = st->epoch, b = st->batch;
-    if (b >= r->nbatches) { /* re-weighted to a shorter epoch: the next one's start */
+    if (reweight && b >= r->nbatches && e < UINT64_MAX) { /* a shorter epoch now: the next one's start */
         e++;
         b = 0;
     }
-    return stk_reader_seek(r, e, b, err);
+    return stk_reader_seek(r, e, b, err); /* refuses a batch past the epoch's end */
 }
 
 int stk_reader_restore_text(stk_reader *r, const char *text, size_t len, unsigned flags, stk_error *err)

@@ -25,13 +25,15 @@ static int number(const char *s, double *v)
     return *s && !*end && !errno && isfinite(*v);
 }
 
-/* One ":SPEC" suffix into src; 0 when it is not one (then part of the path). */
-static int spec(const char *t, stk_source *src)
+/* One ":SPEC" suffix into src; 0 when it is not one (then part of the path);
+ * -1 for a second weight, repeat or choose (*kinds counts them). */
+static int spec(const char *t, stk_source *src, int *kinds)
 {
     double v;
     const char *eq = strchr(t, '=');
     if (!eq) {
         if (!number(t, &v)) return 0;
+        if ((*kinds)++) return -1;
         src->kind = STK_MIX_WEIGHT, src->value = v;
         return 1;
     }
@@ -47,6 +49,7 @@ static int spec(const char *t, stk_source *src)
     else if (k == 6 && !strncmp(t, "repeat", 6)) src->kind = STK_MIX_REPEAT;
     else if (k == 6 && !strncmp(t, "choose", 6)) src->kind = STK_MIX_CHOOSE;
     else return 0;
+    if ((*kinds)++) return -1;
     src->value = v;
     return 1;
 }
@@ -72,7 +75,13 @@ static int parse_item(const char *item, size_t len, mix_spec *m, char *msg, size
     stk_source s;
     stk_source_init(&s);
     char *colon;
-    while ((colon = strrchr(p, ':')) && spec(colon + 1, &s)) *colon = 0;
+    int kinds = 0, rc = 0;
+    while ((colon = strrchr(p, ':')) && (rc = spec(colon + 1, &s, &kinds)) > 0) *colon = 0;
+    if (rc < 0) {
+        snprintf(msg, cap, "'%.*s': give one of a weight, repeat= or choose= per source", (int)len, item);
+        free(p);
+        return -1;
+    }
     if (!*p) {
         free(p);
         snprintf(msg, cap, "'%.*s': no dataset path", (int)len, item);

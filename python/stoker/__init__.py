@@ -283,7 +283,8 @@ class Source:
     records each epoch carries, by exactly one of
       weight  its share of the epoch (every source weighted, or none; the epoch then has
               Reader(epoch_size=) records, by default the sum of the sources' records),
-      repeat  passes over it per epoch (0.5: half of it, the other half next epoch; 2: twice),
+      repeat  passes over it per epoch (2: twice; 0.5: half of it, the other half next epoch for a
+              sequential source, a new random half each epoch for a shuffled one),
       choose  a fixed number of its records per epoch;
     none given: weight 1. order: its own order ("sequential", "shuffle", "quasi"), or None
     for the reader's (spec/ORDERS.md, "Mixtures")."""
@@ -361,7 +362,9 @@ class Reader:
     iteration continues with the next epoch. Errors from libstoker raise
     stoker.Error with the library's message.
 
-    Attributes: num_records (records in the dataset, all ranks together),
+    Attributes: num_records (records in the dataset, all ranks together; a mixture's: the
+    sum of its sources'), epoch_records (records an epoch: num_records, or a mixture's
+    counts summed),
     classes (the manifest's class names: label i is classes[i]), field_names
     (every field, in schema order), metadata (the JSON object stoker.Writer
     or stoker.pack was given, or {}), and the effective options: batch_size,
@@ -479,7 +482,9 @@ class Reader:
         self.threads, self.prefetch = eff.threads, eff.prefetch
         self.order, self.seed, self.tail, self.verify = order, o.seed, L.TAIL_NAMES[eff.tail], verify
         self.device = L.DEVICE_NAMES.get(eff.device, str(eff.device))  # after any fallback
-        self.num_records = L.stk_dataset_records(L.stk_reader_dataset(r))
+        self.num_records = L.stk_dataset_records(L.stk_reader_dataset(r))  # a mixture: its sources' sum
+        self.epoch_records = self.num_records if sources is None else sum(
+            d["per_epoch"] for d in self.source_stats())  # records an epoch (positions, all ranks together)
         sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents
         self._codecs = {sc.fields[i].name.decode(): sc.fields[i].codec for i in range(sc.nfields)}
         self.field_names = list(self._codecs)  # every field of the dataset, in schema order

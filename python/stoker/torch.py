@@ -71,7 +71,7 @@ class _Sampler:
         self._loader = loader
         self.num_replicas, self.rank, self.seed = r.world_size, r.rank, r.seed
         self.shuffle, self.drop_last = r.order != "sequential", r.tail == "drop"
-        n, b, g = r.num_records, r.batch_size, r.batch_size * r.world_size
+        n, b, g = r.epoch_records, r.batch_size, r.batch_size * r.world_size
         if r.tail == "drop":
             self._len = n // g * b
         elif r.tail == "pad":

@@ -154,3 +154,8 @@ def test_dataloader_over_a_mixture(three):
         assert isinstance(img, torch.Tensor) and img.shape[0] == 6 and lab.shape == (6,)
         n += 1
     assert n == len(loader) == 100 // 6
+    # the sampler's length is the epoch's records on this rank, a mixture's counts (not its sources' sum)
+    loader = st.DataLoader([stoker.Source(three[0], repeat=2), stoker.Source(three[1], choose=10)], batch_size=4,
+                           drop_last=True)
+    assert loader.reader.epoch_records == 130 and loader.reader.num_records == 100
+    assert len(loader) == 32 and len(loader.sampler) == 128

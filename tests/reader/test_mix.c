@@ -93,6 +93,9 @@ START_TEST(counts_follow_the_spec)
     tu_assert_error(&e, STK_E_ARG, "empty");
     ck_assert_int_eq(stk__mix_counts(w, 3, UINT64_MAX, c, &E, &e), STK_E_ARG); /* refused, not a long loop */
     tu_assert_error(&e, STK_E_ARG, "at most 2^53");
+    stk__mix_source huge[2] = {src(7, STK__MIX_WEIGHT, 1e308, 0), src(7, STK__MIX_WEIGHT, 1e308, 0)};
+    ck_assert_int_eq(stk__mix_counts(huge, 2, 0, c, &E, &e), STK_E_ARG);
+    tu_assert_error(&e, STK_E_ARG, "sum overflows");
     ck_assert_int_eq(stk__mix_counts(w, 3, 1ULL << 53, c, &E, &e), STK_OK);
     ck_assert(E == 1ULL << 53 && c[0] + c[1] + c[2] == E);
 }

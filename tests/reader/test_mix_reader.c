@@ -382,6 +382,34 @@ START_TEST(restore_refuses_another_mixture)
     ck_assert(e2 == ep && b2 == bt);
     stk_reader_close(r);
 
+    /* the same mixture with another quasi window (source 1 is quasi): refused */
+    mix_case q = two_sources(0.7, 0.3);
+    stk_reader_options qo;
+    stk_reader_options_init(&qo);
+    qo.order = q.order, qo.tail = q.tail, qo.batch_size = 4, qo.rank = 0, qo.world_size = 1, qo.seed = q.seed;
+    qo.quasi_block_bytes = q.qbb, qo.quasi_window = 5;
+    r = stk_reader_open_mix(q.src, q.S, &qo, &e);
+    ck_assert_msg(r != NULL, "%s", e.msg);
+    ck_assert_int_eq(stk_reader_restore_text(r, text, strlen(text), 0, &e), STK_E_ARG);
+    tu_assert_error(&e, STK_E_ARG, "quasi window differs");
+    stk_reader_close(r);
+    /* a batch past the epoch's end, an edited fingerprint: refused */
+    r = open_case(&m, 0, 1, 4, &e);
+    ck_assert_msg(r != NULL, "%s", e.msg);
+    char edited[8192];
+    snprintf(edited, sizeof edited, "%s", text);
+    char *bp = strstr(text, "\"batch\":");
+    ck_assert_ptr_nonnull(bp);
+    const char *after = bp + 8 + strspn(bp + 8, "0123456789");
+    snprintf(edited, sizeof edited, "%.*s\"batch\":999999%s", (int)(bp - text), text, after);
+    ck_assert_int_eq(stk_reader_restore_text(r, edited, strlen(edited), 0, &e), STK_E_RANGE);
+    snprintf(edited, sizeof edited, "%s", text);
+    char *fp = strstr(edited, "\"fingerprint\":\"") + 15;
+    *fp = *fp == '0' ? '1' : '0';
+    ck_assert_int_eq(stk_reader_restore_text(r, edited, strlen(edited), 0, &e), STK_E_ARG);
+    tu_assert_error(&e, STK_E_ARG, "fingerprint");
+    stk_reader_close(r);
+
     mix_case o = two_sources(0.7, 0.3); /* another dataset in source 1 */
     o.d[1] = &pool[4];
     o.src[1].path = pool[4].dir;

@@ -197,6 +197,8 @@ START_TEST(test_mix_resume_and_errors)
     /* errors: usage (2) with the reason */
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:wieght=2,ds2", tu_tools), 2);
     ck_assert(strstr(tu_slurp("err.txt"), "'wieght=2'") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:repeat=2:0.5,ds2", tu_tools), 2);
+    ck_assert(strstr(tu_slurp("err.txt"), "one of a weight, repeat= or choose=") != NULL);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds,ds2 ds", tu_tools), 2);
     ck_assert_int_eq(tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"wieght\":1}]}' > bad.json)"), 0);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix bad.json", tu_tools), 2);

@@ -258,8 +258,9 @@ static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const s
  *   weight: its share of the epoch's records (all sources weighted, or none;
  *           the epoch then has opts.epoch_size records, or the sum of the
  *           sources' records when 0);
- *   repeat: passes over the source per epoch (0.5: half of it, the other
- *           half next epoch; 2: every record twice);
+ *   repeat: passes over the source per epoch (2: every record twice; 0.5:
+ *           half of it, the other half next epoch in sequential order, a
+ *           new random half each epoch in shuffled ones);
  *   choose: a fixed number of records per epoch.
  * The epoch is the sum. Each source reads in its own order (order, or
  * opts.order) with its own seed derived from opts.seed, and the sources are
