@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -79,6 +80,7 @@ struct stk_writer {
     buf_t dims[STK_MAX_FIELDS];    /* array fields: u64 per-record dims    */
     buf_t cksum;                   /* u64 per record per field            */
     stk__stream *st;               /* streaming (writer_stream.c), or NULL */
+    stk_writer_io_stats *sink;     /* stk_writer_io_stats_into, or NULL    */
     /* compressed fields (spec 4.12): values gather in raw[f] until a block
      * is full, then go to spool[f] as one zstd frame; table[f] holds the
      * (first record, frame offset) entries so far, starting with (0, 0) */
@@ -100,6 +102,7 @@ static int make_layout_n(const stk_writer *w, uint64_t records, const stk_value 
 static void writer_free(stk_writer *w)
 {
     if (!w) return;
+    if (w->sink && w->st) stk__stream_stats_add(w->st, w->sink);
     stk__stream_free(w->st);
     if (w->fd >= 0) close(w->fd);
     free(w->direct_buf.p);
@@ -276,7 +279,22 @@ int stk_writer_expect(stk_writer *w, uint64_t records, stk_error *err)
     stk__layout_encode(&L, hdr);
     rc = stk__stream_start(&w->st, w->fd, w->path, w->tmp, hdr, L.header_size, L.region[0].data_off, err);
     free(hdr);
+    if (w->st) stk__stream_sink(w->st, w->sink);
     return rc;
+}
+
+void stk_writer_io_stats_into(stk_writer *w, stk_writer_io_stats *sink)
+{
+    if (!w) return;
+    w->sink = sink;
+    if (w->st) stk__stream_sink(w->st, sink);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* The whole-file hash of a streamed shard: everything after field 0's data
@@ -640,7 +658,9 @@ static int write_all_parts(stk_writer *w, stk__layout *L, stk_shard_info *info, 
     /* Gaps never written are holes and read as the zero padding the format requires. */
     if (!rc && ftruncate(w->fd, (off_t)L->file_size) != 0)
         rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: ftruncate failed", w->tmp);
+    double t0 = mono_s();
     if (!rc && fsync(w->fd) != 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: fsync failed", w->tmp);
+    if (w->sink) w->sink->fsync += mono_s() - t0;
     if (!rc && !streamed) rc = hash_file(w, L->file_size, &info->file_hash, err);
     info->records = w->records;
     info->file_size = L->file_size;

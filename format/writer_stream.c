@@ -35,7 +35,7 @@
 #define STREAM_NBUF 3
 #define STREAM_BATCH ((size_t)4 << 20)
 #define STREAM_QMAX ((size_t)STK_WRITER_LENT_MAX)
-#define STREAM_QCAP 512u /* chunks queued at most              */
+#define STREAM_QCAP 1024u /* chunks queued at most (STREAM_QMAX of 64 KiB images) */
 /* A partial batch is written once it has waited this long: a caller lending
  * from fewer buffers than a batch would otherwise wait for them for ever. */
 #define STREAM_LINGER_MS 20
@@ -78,7 +78,19 @@ struct stk__stream {
     stk__hasher *fh; /* whole-file hash, fed in file order */
     uint8_t *hdr;    /* the header the hash started with  */
     size_t hdr_len;
+    /* what stk__stream_stats_add reports: the I/O thread's own figures
+     * (read once it has ended) and where the appender adds its waits */
+    double hash_s, write_s;
+    uint64_t bytes, writes;
+    stk_writer_io_stats *sink;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* ------------------------------------------------------- the I/O thread */
 
@@ -199,8 +211,14 @@ static void *stream_thread(void *arg)
         stk_error e;
         int rc = STK_OK;
         if (!skip) {
+            double t0 = now_s();
             for (unsigned i = 0; i < n; i++) stk__hasher_absorb(st->fh, run[i].p, run[i].sums, run[i].len);
+            double t1 = now_s();
             rc = write_run(st, run, n, off, &e);
+            st->hash_s += t1 - t0;
+            st->write_s += now_s() - t1;
+            st->bytes += bytes;
+            st->writes++;
         }
         pthread_mutex_lock(&st->lock);
         release_run(st, run, n, bytes, rc, &e);
@@ -299,9 +317,13 @@ void stk__stream_free(stk__stream *st)
  * sticky I/O error, if any; c is then not queued. Under st->lock. */
 static int push_locked(stk__stream *st, const chunk_t *c, stk_error *err)
 {
-    while ((st->qbytes >= STREAM_QMAX || st->qlen == STREAM_QCAP) && !st->err) {
-        pthread_cond_signal(&st->cv_work);
-        pthread_cond_wait(&st->cv_room, &st->lock);
+    if ((st->qbytes >= STREAM_QMAX || st->qlen == STREAM_QCAP) && !st->err) {
+        double t0 = now_s();
+        while ((st->qbytes >= STREAM_QMAX || st->qlen == STREAM_QCAP) && !st->err) {
+            pthread_cond_signal(&st->cv_work);
+            pthread_cond_wait(&st->cv_room, &st->lock);
+        }
+        if (st->sink) st->sink->queue_wait += now_s() - t0;
     }
     if (st->err) return stk_error_set(err, st->err, "%s", st->e.msg);
     st->q[(st->qhead + st->qlen) % STREAM_QCAP] = *c;
@@ -334,14 +356,17 @@ static int push_fill(stk__stream *st, stk_error *err)
 static int take_buf(stk__stream *st, stk_error *err)
 {
     int rc = STK_OK;
+    double t0 = 0;
     pthread_mutex_lock(&st->lock);
     for (;;) {
         for (int b = 0; b < STREAM_NBUF && st->fill < 0; b++)
             if (!st->busy[b]) st->fill = b;
         if (st->fill >= 0 || st->err) break;
+        if (!t0) t0 = now_s();
         pthread_cond_signal(&st->cv_work);
         pthread_cond_wait(&st->cv_room, &st->lock);
     }
+    if (t0 && st->sink) st->sink->queue_wait += now_s() - t0;
     if (st->err) rc = stk_error_set(err, st->err, "%s", st->e.msg);
     pthread_mutex_unlock(&st->lock);
     if (!rc && !st->buf[st->fill] &&
@@ -393,6 +418,7 @@ int stk__stream_lend(stk__stream *st, const void *p, size_t n, const uint64_t *s
 
 int stk__stream_drain(stk__stream *st, uint64_t *end, stk_error *err)
 {
+    st->sink = NULL;     /* the finishing thread's waits are its own, not the appender's */
     if (st->fill >= 0) { /* the last staging buffer goes out whole: O_DIRECT */
         size_t padded = (st->fill_len + STREAM_ALIGN - 1) & ~(size_t)(STREAM_ALIGN - 1);
         memset(st->buf[st->fill] + st->fill_len, 0, padded - st->fill_len);
@@ -402,6 +428,17 @@ int stk__stream_drain(stk__stream *st, uint64_t *end, stk_error *err)
     if (!rc && st->err) rc = stk_error_set(err, st->err, "%s", st->e.msg);
     *end = st->off;
     return rc;
+}
+
+void stk__stream_sink(stk__stream *st, stk_writer_io_stats *sink) { st->sink = sink; }
+
+void stk__stream_stats_add(stk__stream *st, stk_writer_io_stats *into)
+{
+    stop(st, true);
+    into->hash += st->hash_s;
+    into->write += st->write_s;
+    into->bytes += st->bytes;
+    into->writes += st->writes;
 }
 
 bool stk__stream_header_is(const stk__stream *st, const uint8_t *hdr, size_t len)

@@ -57,6 +57,14 @@ bool stk__stream_header_is(const stk__stream *st, const uint8_t *hdr, size_t len
  * after field 0's data (tail[0 .. n), laid out as in the file). */
 uint64_t stk__stream_digest(stk__stream *st, const uint8_t *tail, size_t n);
 
+/* Add the appender's waits into sink->queue_wait from now on (NULL: stop). */
+void stk__stream_sink(stk__stream *st, stk_writer_io_stats *sink);
+
+/* Add the I/O thread's figures (hash, write, bytes, writes) into *into.
+ * Ends the thread first if it still runs, dropping what is queued, as
+ * stk__stream_free does (after stk__stream_drain nothing is). */
+void stk__stream_stats_add(stk__stream *st, stk_writer_io_stats *into);
+
 /* End the thread if it still runs (dropping what is queued; lent values go
  * back to their owners) and free everything. NULL is fine. */
 void stk__stream_free(stk__stream *st);

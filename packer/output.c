@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -62,26 +63,53 @@ uint64_t pk_out_records(const pk_out *o)
     return n;
 }
 
-/* Start writeback of the open shard's dirty pages (Linux; elsewhere the
- * final fsync does it all). *fd caches a descriptor for *cached. */
-static void writeback(pk_out *o, int *fd, char **cached)
+static double now_s(void)
 {
-#ifdef SYNC_FILE_RANGE_WRITE
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The open shard's file as the committer sees it. */
+typedef struct {
+    int fd;          /* a descriptor for path, or -1 */
+    char *path;      /* the temporary file it was opened for */
+    uint64_t synced; /* bytes of it made durable so far */
+} open_file;
+
+/* Start writeback of the open shard's dirty pages (Linux), and make what
+ * was written of it durable once PK_OUT_FLUSH_BYTES more are (see
+ * output.h). Failures are ignored: the commit's fsync reports them. */
+static void writeback(pk_out *o, open_file *f)
+{
     char *path = o->open_tmp ? strdup(o->open_tmp) : NULL;
     pthread_mutex_unlock(&o->lock);
-    if (path && (!*cached || strcmp(path, *cached))) {
-        if (*fd >= 0) close(*fd);
-        free(*cached);
-        *cached = path;
+    double t0 = now_s();
+    if (path && (!f->path || strcmp(path, f->path))) {
+        if (f->fd >= 0) close(f->fd);
+        free(f->path);
+        f->path = path;
         path = NULL;
-        *fd = open(*cached, O_RDONLY | O_CLOEXEC);
+        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+        f->synced = 0;
     }
-    if (*fd >= 0 && *cached) sync_file_range(*fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    free(path);
-    pthread_mutex_lock(&o->lock);
-#else
-    (void)o, (void)fd, (void)cached;
+    struct stat st;
+    bool flushed = false;
+    if (f->fd >= 0 && f->path) {
+#ifdef SYNC_FILE_RANGE_WRITE
+        sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 #endif
+        if (fstat(f->fd, &st) == 0 && (uint64_t)st.st_size >= f->synced + PK_OUT_FLUSH_BYTES) {
+            (void)fdatasync(f->fd);
+            f->synced = (uint64_t)st.st_size;
+            flushed = true;
+        }
+    }
+    free(path);
+    double dt = now_s() - t0;
+    pthread_mutex_lock(&o->lock);
+    o->stats.flush += dt;
+    o->stats.flushes += flushed;
 }
 
 static void wait_tick(pk_out *o)
@@ -98,13 +126,12 @@ static void wait_tick(pk_out *o)
 static void *committer(void *arg)
 {
     pk_out *o = arg;
-    int fd = -1;
-    char *cached = NULL;
+    open_file f = {.fd = -1};
     pthread_mutex_lock(&o->lock);
     for (;;) {
         while (!o->qlen && !o->quit) {
             wait_tick(o);
-            if (!o->qlen && !o->quit) writeback(o, &fd, &cached);
+            if (!o->qlen && !o->quit) writeback(o, &f);
         }
         if (!o->qlen) break;
         stk_writer *w = o->queue[o->qhead];
@@ -115,19 +142,30 @@ static void *committer(void *arg)
         stk_error e;
         stk_shard_info info;
         char *path = pk_out_shard_path(o, o->nshards);
+        double t0 = now_s();
         int rc = failed ? (stk_writer_abort(w), failed)
                  : path ? stk_writer_finish(w, &info, &e)
                         : (stk_writer_abort(w), stk_error_set(&e, STK_E_NOMEM, "out of memory"));
+        double dt = now_s() - t0;
         if (!rc) rc = add_entry(o, path, &info, &e);
         free(path);
         pthread_mutex_lock(&o->lock);
+        o->stats.commit += dt;
         if (rc && !o->error) o->error = rc, o->err = e;
         pthread_cond_broadcast(&o->cv);
     }
     pthread_mutex_unlock(&o->lock);
-    if (fd >= 0) close(fd);
-    free(cached);
+    if (f.fd >= 0) close(f.fd);
+    free(f.path);
     return NULL;
+}
+
+/* Drop the open shard. Its figures are not added: the committer may be
+ * adding a finished shard's into the same sink at this moment. */
+static void abort_cur(pk_out *o)
+{
+    stk_writer_io_stats_into(o->cur, NULL);
+    stk_writer_abort(o->cur);
 }
 
 static int ensure_thread(pk_out *o, stk_error *err)
@@ -154,11 +192,15 @@ static int submit(pk_out *o, stk_error *err)
     if (rc0) return rc0;
     set_open_tmp(o, NULL);
     pthread_mutex_lock(&o->lock);
-    while (o->qlen == PK_OUT_PENDING && !o->error) pthread_cond_wait(&o->cv, &o->lock);
+    if (o->qlen == PK_OUT_PENDING && !o->error) {
+        double t0 = now_s();
+        while (o->qlen == PK_OUT_PENDING && !o->error) pthread_cond_wait(&o->cv, &o->lock);
+        o->stats.submit_wait += now_s() - t0;
+    }
     int rc = o->error;
     if (rc) {
         if (err) *err = o->err;
-        stk_writer_abort(o->cur);
+        abort_cur(o);
     } else {
         o->queue[(o->qhead + o->qlen) % PK_OUT_PENDING] = o->cur;
         o->qlen++;
@@ -205,11 +247,12 @@ static int open_for(pk_out *o, const stk_value *v, stk_error *err)
         char *path = pk_out_shard_path(o, o->opened);
         if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
+        if (o->cur) stk_writer_io_stats_into(o->cur, &o->stats.io);
         for (uint32_t f = 0; o->cur && f < o->schema.nfields; f++)
             if (o->schema.fields[f].codec == STK_CODEC_ZSTD &&
                 ((rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err)) ||
                  (rc = stk_writer_threads(o->cur, o->zthreads, err)))) {
-                stk_writer_abort(o->cur);
+                abort_cur(o);
                 o->cur = NULL;
                 free(path);
                 return rc;
@@ -221,7 +264,7 @@ static int open_for(pk_out *o, const stk_value *v, stk_error *err)
         if (o->source_field >= 0 && v[o->source_field].size == 8) memcpy(&src, v[o->source_field].data, 8);
         left = o->end > src ? o->end - src : 0;
         if (o->cur && (rc = stk_writer_expect(o->cur, left < o->per_shard ? left : o->per_shard, err))) {
-            stk_writer_abort(o->cur);
+            abort_cur(o);
             o->cur = NULL;
             free(path);
             return rc;
@@ -263,7 +306,7 @@ void pk_out_remove_from(const pk_out *o, size_t k)
 void pk_out_abort(pk_out *o, bool remove_committed)
 {
     set_open_tmp(o, NULL);
-    stk_writer_abort(o->cur);
+    abort_cur(o);
     o->cur = NULL;
     drain(o, NULL); /* commits already handed over complete: they are whole shards */
     if (remove_committed) pk_out_remove_from(o, 0);
@@ -272,7 +315,7 @@ void pk_out_abort(pk_out *o, bool remove_committed)
 void pk_out_free(pk_out *o)
 {
     set_open_tmp(o, NULL);
-    stk_writer_abort(o->cur);
+    abort_cur(o);
     o->cur = NULL;
     drain(o, NULL);
     pthread_cond_destroy(&o->cv);

@@ -17,9 +17,26 @@
  * PK_OUT_PENDING shards wait for it, which bounds the dirty data. The same
  * thread keeps the disk busy meanwhile: every 100 ms it starts writeback of
  * the open shard (sync_file_range), so the fsync at its end finds little
- * left to write. (Doing that on the appending thread stalls it: measured 2x
- * slower.) */
+ * left to write, and once PK_OUT_FLUSH_BYTES more of the shard are written
+ * it makes them durable (fdatasync). The writer sends images with O_DIRECT,
+ * which leaves no dirty pages, but a disk with a volatile cache (every
+ * virtual disk) still holds them: a shard's fsync then waits for its whole
+ * gigabyte to reach the medium (1.0-1.2 s measured, bench/README.md), the
+ * open shard's writes stall behind it, and the last shard's is serial at the
+ * end of the run. Flushed as it goes, the fsync finds a small tail. (Doing
+ * either on the appending thread stalls it: measured 2x slower.) */
 #define PK_OUT_PENDING 2
+#define PK_OUT_FLUSH_BYTES ((uint64_t)64 << 20)
+
+/* Where the output's time went (pack --stats). The writers' own figures are
+ * in io; the rest are pk_out's. Read after pk_out_flush or pk_out_abort. */
+typedef struct {
+    stk_writer_io_stats io;
+    double submit_wait; /* appending thread: waited for the committer (PK_OUT_PENDING full) */
+    double commit;      /* committer: finishing shards (io.fsync is part of it) */
+    double flush;       /* committer: writeback and fdatasync of the open shard */
+    uint64_t flushes;   /* its fdatasync calls */
+} pk_out_stats;
 
 typedef struct {
     char *dir;
@@ -45,6 +62,7 @@ typedef struct {
     unsigned zthreads;          /* compressed fields: compression threads */
     int error;                  /* sticky: a commit failed */
     stk_error err;
+    pk_out_stats stats;
 } pk_out;
 
 int pk_out_init(pk_out *o, const char *dir, const char *prefix, const stk_schema *schema, uint64_t per_shard,

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -65,6 +66,9 @@ static void usage(FILE *f)
                "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
                "      --merge             write the manifest once every part is in OUTDIR\n"
                "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
+               "      --stats             say where the time went: per thread busy and\n"
+               "                          waiting (input, window, pool, writer), the writer's\n"
+               "                          time per image, CPU busy (in --json: \"stats\")\n"
                "      --json              print the result as one JSON object on stdout\n"
                "  -q, --quiet             no progress bar or summary\n"
                "  -h, --help              this help\n"
@@ -92,7 +96,7 @@ typedef struct {
     uint64_t shard_size, per_shard;
     int zstd[4]; /* per field (image, label, orig_size, source): 0 raw, else the level */
     uint64_t block_bytes;
-    bool fail_fast, merge, force, json, quiet;
+    bool fail_fast, merge, force, json, quiet, stats;
     const char *input, *out;
 } opts;
 
@@ -205,17 +209,29 @@ static bool settle_sides(opts *o)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"size", 1, 0, 's'},         {"resize", 1, 0, 'R'},
-                                       {"fill", 1, 0, 'F'},         {"threads", 1, 0, 'j'},
-                                       {"shard-size", 1, 0, 'B'},   {"records-per-shard", 1, 0, 'N'},
-                                       {"on-error", 1, 0, 'E'},     {"max-pixels", 1, 0, 'P'},
-                                       {"part", 1, 0, 'K'},         {"merge", 0, 0, 'M'},
-                                       {"force", 0, 0, 'f'},        {"json", 0, 0, 'J'},
-                                       {"quiet", 0, 0, 'q'},        {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},      {"compress", 1, 0, 'Z'},
-                                       {"block-size", 1, 0, 'Q'},   {"resample-space", 1, 0, 'Y'},
-                                       {"max-side", 1, 0, 'X'},     {"min-side", 1, 0, 'W'},
-                                       {"image-format", 1, 0, 'I'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"size", 1, 0, 's'},
+                                       {"resize", 1, 0, 'R'},
+                                       {"fill", 1, 0, 'F'},
+                                       {"threads", 1, 0, 'j'},
+                                       {"shard-size", 1, 0, 'B'},
+                                       {"records-per-shard", 1, 0, 'N'},
+                                       {"on-error", 1, 0, 'E'},
+                                       {"max-pixels", 1, 0, 'P'},
+                                       {"part", 1, 0, 'K'},
+                                       {"merge", 0, 0, 'M'},
+                                       {"force", 0, 0, 'f'},
+                                       {"json", 0, 0, 'J'},
+                                       {"stats", 0, 0, 'T'},
+                                       {"quiet", 0, 0, 'q'},
+                                       {"help", 0, 0, 'h'},
+                                       {"version", 0, 0, 'V'},
+                                       {"compress", 1, 0, 'Z'},
+                                       {"block-size", 1, 0, 'Q'},
+                                       {"resample-space", 1, 0, 'Y'},
+                                       {"max-side", 1, 0, 'X'},
+                                       {"min-side", 1, 0, 'W'},
+                                       {"image-format", 1, 0, 'I'},
+                                       {0, 0, 0, 0}};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                 .quality = 90,
@@ -286,6 +302,9 @@ static int parse(int argc, char **argv, opts *o)
         case 'J':
             o->json = true;
             break;
+        case 'T':
+            o->stats = true;
+            break;
         case 'q':
             o->quiet = true;
             break;
@@ -329,6 +348,17 @@ typedef struct {
     char *reason;
 } skip_t;
 
+/* One worker's time inside produce and consume (pack --stats), seconds. */
+typedef struct {
+    double read;        /* produce: reading the input file (waiting for input) */
+    double decode;      /* produce: decode, resize, encode */
+    double hash;        /* produce: the record's checksum and block sums */
+    double pool_wait;   /* consume: waiting for a free image buffer */
+    double writer_wait; /* consume: waiting for the writer (its queue, or a shard's commit) */
+    double append;      /* consume: the rest of handing the record to the writer */
+    double consume;     /* consume: all of it (the ordered, serial part) */
+} stage_t;
+
 typedef struct {
     const opts *o;
     pk_listing L;
@@ -343,6 +373,11 @@ typedef struct {
     int fatal;         /* a write failed: stop */
     bool failed_input; /* --on-error fail hit a bad file */
     pk_pool *pool;     /* image buffers: the pipeline's slots and those lent to the writer */
+    /* pack --stats: per worker (pipeline and pack's own split), the run */
+    unsigned nthreads;
+    pk_thread_stats *tstats;
+    stage_t *stages;
+    double pipeline_s;
 } run_t;
 
 typedef struct {
@@ -353,6 +388,8 @@ typedef struct {
     tjhandle hdr;        /* --image-format original: reads an input's JPEG header */
     unsigned char *jpeg; /* its output, tjBufSize of the largest image */
     unsigned long jcap;
+    stage_t st; /* copied to run_t.stages[k] by worker_fini */
+    stage_t *out;
 } worker_t;
 
 static bool variable_images(const opts *o)
@@ -363,6 +400,7 @@ static bool variable_images(const opts *o)
 static void worker_fini(void *state)
 {
     worker_t *w = state;
+    if (w->out) *w->out = w->st;
     pk_decoder_free(w->dec);
     if (w->enc) tjDestroy(w->enc);
     if (w->hdr) tjDestroy(w->hdr);
@@ -371,14 +409,15 @@ static void worker_fini(void *state)
     free(w);
 }
 
-static void *worker_init(void *user)
+static void *worker_init(void *user, unsigned k)
 {
-    const run_t *r = user;
+    run_t *r = user;
     worker_t *w = calloc(1, sizeof *w);
     if (!w || !(w->dec = pk_decoder_new())) {
         free(w);
         return NULL;
     }
+    if (r->stages && k < r->nthreads) w->out = &r->stages[k];
     if (r->o->image_format != IMG_RAW) {
         w->jcap = tjBufSize((int)r->o->img.size, (int)r->o->img.size, TJSAMP_420);
         w->enc = tjInitCompress();
@@ -545,21 +584,28 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
                  "not inside a class directory (ImageFolder wants ROOT/CLASS/FILE)");
         return;
     }
+    double t0 = cli_now();
     char *path = pk_listing_path(&r->L, (size_t)i);
     int64_t n = path ? read_input(w, path, res) : -1;
     free(path);
+    double t1 = cli_now();
+    w->st.read += t1 - t0;
     if (n < 0) return;
     res->in_bytes = (uint64_t)n;
     res->status =
         pk_process(w->dec, w->buf, (size_t)n, &r->o->img, slot, &res->w, &res->h, res->msg, sizeof res->msg);
     if (variable_images(r->o)) {
         pk_layout l;
-        if (res->status != PK_OK) return;
-        pk_layout_compute(&r->o->img, res->w, res->h, &l);
-        res->out_w = l.w, res->out_h = l.h;
-        encode_image(r, w, w->buf, (size_t)n, slot, res);
+        if (res->status == PK_OK) {
+            pk_layout_compute(&r->o->img, res->w, res->h, &l);
+            res->out_w = l.w, res->out_h = l.h;
+            encode_image(r, w, w->buf, (size_t)n, slot, res);
+        }
+        w->st.decode += cli_now() - t1;
         return; /* the writer hashes it as it copies it */
     }
+    double t2 = cli_now();
+    w->st.decode += t2 - t1;
     /* The record's checksum, here, while the image is in this core's cache
      * and in parallel, not on the one thread that puts records in order;
      * with it the block sums the writer's whole-file hash takes instead of
@@ -567,6 +613,7 @@ static void produce(void *user, void *state, uint64_t i, uint8_t *slot, pk_resul
      * slot, after the image: see slot_bytes). */
     size_t img = image_bytes(r->o);
     if (res->status == PK_OK) res->hash = stk_hash_blocks(slot, img, block_sums(r->o, slot, img));
+    w->st.hash += cli_now() - t2;
 }
 
 static bool add_skip(run_t *r, uint64_t index, const char *reason)
@@ -593,9 +640,24 @@ static void report_bad(run_t *r, uint64_t i, const char *msg)
     free(path);
 }
 
-static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
+/* The writer's waits so far, summed: its queue and the committer's. */
+static double writer_waits(const pk_out *o) { return o->stats.io.queue_wait + o->stats.submit_wait; }
+
+static int consume_one(run_t *r, worker_t *w, uint64_t i, uint8_t **slot, const pk_result *res);
+
+/* The ordered part, on whichever worker finished item i: timed for --stats. */
+static int consume(void *user, void *state, uint64_t i, uint8_t **slot, const pk_result *res)
 {
     run_t *r = user;
+    worker_t *w = state;
+    double t0 = cli_now();
+    int rc = consume_one(r, w, i, slot, res);
+    w->st.consume += cli_now() - t0;
+    return rc;
+}
+
+static int consume_one(run_t *r, worker_t *w, uint64_t i, uint8_t **slot, const pk_result *res)
+{
     r->done++;
     r->in_bytes += res->in_bytes;
     if (res->status) {
@@ -613,12 +675,18 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
         /* The image is lent to the writer, which writes it from this very
          * buffer and puts it back in the pool; the pipeline gets another. */
         uint8_t *px = *slot;
+        double t0 = cli_now();
         *slot = pk_pool_get(r->pool);
+        double t1 = cli_now(), waited = writer_waits(&r->out);
         stk_value v[4] = {{px, img}, {&label, 8}, {size, 8}, {&source, 8}};
         stk_prehash pre = {res->hash, block_sums(r->o, px, img)};
-        if ((r->fatal = pk_out_append(&r->out, v, var ? dims : NULL, var ? NULL : &pre, pk_pool_done, r->pool,
-                                      &r->err)))
-            return 1;
+        r->fatal =
+            pk_out_append(&r->out, v, var ? dims : NULL, var ? NULL : &pre, pk_pool_done, r->pool, &r->err);
+        waited = writer_waits(&r->out) - waited;
+        w->st.pool_wait += t1 - t0;
+        w->st.writer_wait += waited;
+        w->st.append += cli_now() - t1 - waited;
+        if (r->fatal) return 1;
         r->packed++;
         if (r->o->image_format == IMG_ORIGINAL) ++*(res->kept ? &r->kept : &r->reencoded);
     }
@@ -837,6 +905,102 @@ static int make_schema(const opts *o, stk_schema *s)
     return 0;
 }
 
+/* ------------------------------------------------------------ --stats */
+
+/* One worker's figures, each moment of its life in one of busy and the waits. */
+typedef struct {
+    double wall, busy, input, window, pool, writer;
+} thread_time;
+
+static thread_time thread_time_of(const pk_thread_stats *t, const stage_t *g)
+{
+    thread_time x = {.wall = t->wall,
+                     .input = g->read,
+                     .window = t->window,
+                     .pool = g->pool_wait,
+                     .writer = g->writer_wait};
+    x.busy = t->init + t->prefetch + (t->produce - g->read) + (g->consume - g->pool_wait - g->writer_wait);
+    return x;
+}
+
+/* The ordered part's CPU time per image: consume less its waits. */
+static double serial_us(const run_t *r)
+{
+    double s = 0;
+    uint64_t n = 0;
+    for (unsigned k = 0; k < r->nthreads; k++) {
+        const stage_t *g = &r->stages[k];
+        s += g->consume - g->pool_wait - g->writer_wait;
+        n += r->tstats[k].consumed;
+    }
+    return n ? s / (double)n * 1e6 : 0;
+}
+
+static void cpu_times(double *user, double *sys)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *user = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6;
+    *sys = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* "stats": {...}, inside pack's JSON result; wall is the run's. */
+static void stats_json(const run_t *r, double wall)
+{
+    if (!r || !r->stages) return;
+    double user, sys, us = serial_us(r);
+    cpu_times(&user, &sys);
+    const pk_out_stats *w = &r->out.stats;
+    printf("\"stats\": {\"wall_s\": %.4f, \"pipeline_s\": %.4f, \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, "
+           "\"cpu_busy_pct\": %.1f, \"threads\": [",
+           wall, r->pipeline_s, user, sys, wall > 0 ? (user + sys) / wall * 100 : 0.0);
+    for (unsigned k = 0; k < r->nthreads; k++) {
+        const pk_thread_stats *t = &r->tstats[k];
+        const stage_t *g = &r->stages[k];
+        thread_time x = thread_time_of(t, g);
+        printf("%s{\"wall_s\": %.4f, \"busy_s\": %.4f, \"input_wait_s\": %.4f, \"window_wait_s\": %.4f, "
+               "\"pool_wait_s\": %.4f, \"writer_wait_s\": %.4f, \"decode_s\": %.4f, \"hash_s\": %.4f, "
+               "\"ordered_s\": %.4f, \"produced\": %llu, \"consumed\": %llu}",
+               k ? ", " : "", x.wall, x.busy, x.input, x.window, x.pool, x.writer, g->decode, g->hash,
+               g->consume - g->pool_wait - g->writer_wait, (unsigned long long)t->produced,
+               (unsigned long long)t->consumed);
+    }
+    printf("], \"ordered_us_per_image\": %.3f, \"ordered_saturates_images_per_s\": %.0f, "
+           "\"writer\": {\"bytes\": %llu, \"writes\": %llu, \"write_s\": %.4f, \"hash_s\": %.4f, "
+           "\"queue_wait_s\": %.4f, \"commit_wait_s\": %.4f, \"commit_s\": %.4f, \"fsync_s\": %.4f, "
+           "\"flush_s\": %.4f, \"flushes\": %llu}}, ",
+           us, us > 0 ? 1e6 / us : 0.0, (unsigned long long)w->io.bytes, (unsigned long long)w->io.writes,
+           w->io.write, w->io.hash, w->io.queue_wait, w->submit_wait, w->commit, w->io.fsync, w->flush,
+           (unsigned long long)w->flushes);
+}
+
+/* pack --stats without --json: a table on stderr. */
+static void stats_text(const run_t *r, double wall)
+{
+    if (!r || !r->stages) return;
+    double user, sys, us = serial_us(r);
+    cpu_times(&user, &sys);
+    fprintf(stderr,
+            "pack: %u threads, %.2f s (pipeline %.2f s), CPU busy %.0f%% (user %.2f s + sys %.2f s)\n"
+            "  thread     busy   input  window    pool  writer  images (s; input = reading files,\n"
+            "                                                 window = the oldest image a window behind)\n",
+            r->nthreads, wall, r->pipeline_s, wall > 0 ? (user + sys) / wall * 100 : 0.0, user, sys);
+    for (unsigned k = 0; k < r->nthreads; k++) {
+        thread_time x = thread_time_of(&r->tstats[k], &r->stages[k]);
+        fprintf(stderr, "  %6u %8.2f %7.2f %7.2f %7.2f %7.2f %7llu\n", k, x.busy, x.input, x.window, x.pool,
+                x.writer, (unsigned long long)r->tstats[k].produced);
+    }
+    const pk_out_stats *w = &r->out.stats;
+    fprintf(
+        stderr,
+        "  ordered part (in order, one at a time): %.2f us/image of CPU, one core's worth at %.0f images/s\n"
+        "  writer: %.2f GB in %llu writes: write %.2f s, hash %.2f s; commits %.2f s (fsync %.2f s),\n"
+        "          background flushes %.2f s (%llu); waited for: queue %.2f s, commits %.2f s\n",
+        us, us > 0 ? 1e6 / us : 0.0, (double)w->io.bytes / 1e9, (unsigned long long)w->io.writes, w->io.write,
+        w->io.hash, w->commit, w->io.fsync, w->flush, (unsigned long long)w->flushes, w->io.queue_wait,
+        w->submit_wait);
+}
+
 static int finish_merge(const opts *o, double t0, const run_t *r)
 {
     pk_merge_result mr;
@@ -852,6 +1016,7 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
                "\"seconds\": %.3f, \"images_per_s\": %.1f, \"input_mb_per_s\": %.2f, ",
                (unsigned long long)mr.packed, (unsigned long long)mr.skipped, mr.nshards, el,
                r && el > 0 ? (double)r->done / el : 0.0, r && el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0);
+        stats_json(r, el);
         if (orig)
             printf("\"kept_original\": %llu, \"reencoded\": %llu, ", (unsigned long long)r->kept,
                    (unsigned long long)r->reencoded);
@@ -866,6 +1031,7 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
             fprintf(stderr, "pack: %llu JPEG inputs stored as they were, %llu re-encoded at quality %d\n",
                     (unsigned long long)r->kept, (unsigned long long)r->reencoded, o->quality);
     }
+    if (o->stats && !o->json) stats_text(r, el);
     return mr.skipped ? PACK_SKIPPED : PACK_OK;
 }
 
@@ -875,7 +1041,7 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
  * fail meets one of them. */
 static int redo_gaps(run_t *r, const uint64_t *gaps, size_t n, bool *restart)
 {
-    worker_t *w = worker_init(r);
+    worker_t *w = worker_init(r, 0);
     uint8_t *slot = malloc(slot_bytes(r->o)); /* the image, and its block sums after it (produce) */
     int rc = w && slot ? 0 : -1;
     for (size_t k = 0; !rc && k < n && !*restart; k++) {
@@ -1063,10 +1229,20 @@ static int run_pack(const opts *o)
         size_t window = (slot <= ((size_t)1 << 20) ? 8 : 4) * ((size_t)o->threads + 1);
         /* Beyond the window, what the writers hold: the open shard's and the
          * one being committed at a shard boundary (fewer would only make the
-         * consumer wait for the disk, never deadlock). */
-        size_t img = image_bytes(o), lent = (size_t)((STK_WRITER_LENT_MAX + img - 1) / img) + 1;
+         * consumer wait for the disk, never deadlock). Images the writer
+         * copies come back at once: one buffer is enough for them. */
+        size_t img = image_bytes(o);
+        size_t lent = lent_whole(o, img) ? (size_t)((STK_WRITER_LENT_MAX + img - 1) / img) + 1 : 1;
         r.pool = pk_pool_new(window + 2 * lent, slot);
+        r.nthreads = o->threads;
+        r.tstats = calloc(o->threads, sizeof *r.tstats);
+        r.stages = calloc(o->threads, sizeof *r.stages);
+        if (!r.tstats || !r.stages) { /* only the figures are lost */
+            free(r.tstats), free(r.stages);
+            r.tstats = NULL, r.stages = NULL;
+        }
         pk_pipeline pl = {.threads = o->threads,
+                          .stats = r.tstats,
                           .window = window,
                           .pool = r.pool,
                           .first = next,
@@ -1078,7 +1254,9 @@ static int run_pack(const opts *o)
                           .consume = consume,
                           .prefetch = prefetch,
                           .ahead = 2 * window};
+        double tp = cli_now();
         int prc = r.pool ? pk_pipeline_run(&pl) : -1;
+        r.pipeline_s = cli_now() - tp;
         cli_progress_end(&r.bar);
         if (prc < 0) fprintf(stderr, "pack: cannot start %u threads or allocate the slots\n", o->threads);
         if (r.fatal) fprintf(stderr, "pack: %s\n", r.err.msg);
@@ -1096,13 +1274,17 @@ static int run_pack(const opts *o)
             pk_part_counts(o->out, o->part, o->parts, &packed, &skipped,
                            &nshards); /* as the first run said */
         status = skipped ? PACK_SKIPPED : PACK_OK;
-        if (o->json)
+        double el = cli_now() - t0;
+        if (o->json) {
             printf(
                 "{\"ok\": true, \"merged\": false, \"part\": [%u, %u], \"packed\": %llu, \"skipped\": %llu, "
-                "\"shards\": %llu, \"seconds\": %.3f}\n",
+                "\"shards\": %llu, ",
                 o->part, o->parts, (unsigned long long)packed, (unsigned long long)skipped,
-                (unsigned long long)nshards, cli_now() - t0);
-        else if (!o->quiet)
+                (unsigned long long)nshards);
+            stats_json(&r, el);
+            printf("\"seconds\": %.3f}\n", el);
+        } else if (o->stats) stats_text(&r, el);
+        if (!o->json && !o->quiet)
             fprintf(
                 stderr,
                 prep == 1
@@ -1115,6 +1297,8 @@ out:
     free(r.skips);
     free(pack_json);
     pk_out_free(&r.out); /* the writers have given every lent image back */
+    free(r.tstats);
+    free(r.stages);
     pk_pool_free(r.pool);
     pk_listing_free(&r.L);
     stk_dir_lock_release(lock); /* last: every file of this run is written or removed */

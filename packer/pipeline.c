@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     const pk_pipeline *p;
@@ -37,11 +38,24 @@ typedef struct {
     bool stop;
 } run_t;
 
+typedef struct {
+    run_t *r;
+    pk_thread_stats st; /* this worker's, copied to p->stats[k] at its end */
+    unsigned k;
+} worker_arg;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Consume every ready item from the next one on, unless another worker is
  * already at it (it will see the items this one made ready before it gives
  * the turn up: both look under the lock). Under lock; drops it around each
  * consume call. */
-static void consume_ready(run_t *r)
+static void consume_ready(run_t *r, void *state, pk_thread_stats *st)
 {
     const pk_pipeline *p = r->p;
     if (r->consuming) return;
@@ -50,7 +64,10 @@ static void consume_ready(run_t *r)
         uint64_t i = r->consumed;
         size_t s = (size_t)(i % p->window);
         pthread_mutex_unlock(&r->lock);
-        int rc = p->consume(p->user, i, &r->slots[s], &r->res[s]);
+        double t0 = now_s();
+        int rc = p->consume(p->user, state, i, &r->slots[s], &r->res[s]);
+        st->consume += now_s() - t0;
+        st->consumed++;
         pthread_mutex_lock(&r->lock);
         r->ready[s] = false;
         r->consumed = i + 1;
@@ -63,9 +80,13 @@ static void consume_ready(run_t *r)
 
 static void *worker(void *arg)
 {
-    run_t *r = arg;
+    worker_arg *wa = arg;
+    run_t *r = wa->r;
+    pk_thread_stats *st = &wa->st;
     const pk_pipeline *p = r->p;
-    void *state = p->thread_init ? p->thread_init(p->user) : NULL;
+    double start = now_s();
+    void *state = p->thread_init ? p->thread_init(p->user, wa->k) : NULL;
+    st->init = now_s() - start;
     pthread_mutex_lock(&r->lock);
     if (p->thread_init && !state) {
         if (!r->rc) r->rc = -1;
@@ -74,25 +95,41 @@ static void *worker(void *arg)
         pthread_cond_signal(&r->cv_done);
     }
     for (;;) {
-        while (!r->stop && r->next_take < p->end && r->next_take >= r->consumed + p->window) {
-            r->free_waiters++;
-            pthread_cond_wait(&r->cv_free, &r->lock);
-            r->free_waiters--;
+        if (!r->stop && r->next_take < p->end && r->next_take >= r->consumed + p->window) {
+            double t0 = now_s();
+            while (!r->stop && r->next_take < p->end && r->next_take >= r->consumed + p->window) {
+                r->free_waiters++;
+                pthread_cond_wait(&r->cv_free, &r->lock);
+                r->free_waiters--;
+            }
+            st->window += now_s() - t0;
         }
         if (r->stop || r->next_take >= p->end) break;
         uint64_t i = r->next_take++;
         size_t s = (size_t)(i % p->window);
         pthread_mutex_unlock(&r->lock);
-        if (p->prefetch && p->ahead && p->end - i > p->ahead) p->prefetch(p->user, i + p->ahead);
+        double t0 = now_s(), t1 = t0;
+        if (p->prefetch && p->ahead && p->end - i > p->ahead) {
+            p->prefetch(p->user, i + p->ahead);
+            t1 = now_s();
+            st->prefetch += t1 - t0;
+        }
         pk_result *res = &r->res[s];
         memset(res, 0, sizeof *res);
         p->produce(p->user, state, i, r->slots[s], res);
+        st->produce += now_s() - t1;
+        st->produced++;
         pthread_mutex_lock(&r->lock);
         r->ready[s] = true;
-        if (i == r->consumed) consume_ready(r);
+        if (i == r->consumed) consume_ready(r, state, st);
     }
     pthread_mutex_unlock(&r->lock);
+    double t0 = now_s();
     if (state && p->thread_fini) p->thread_fini(state);
+    double end = now_s();
+    st->init += end - t0;
+    st->wall = end - start;
+    if (p->stats) p->stats[wa->k] = *st; /* read after pthread_join */
     return NULL;
 }
 
@@ -107,9 +144,11 @@ int pk_pipeline_run(const pk_pipeline *p)
     r.res = calloc(p->window, sizeof *r.res);
     r.ready = calloc(p->window, sizeof *r.ready);
     pthread_t *th = calloc(p->threads, sizeof *th);
+    worker_arg *wa = calloc(p->threads, sizeof *wa);
     int rc = -1;
     unsigned started = 0;
-    if (r.slots && r.res && r.ready && th && pk_pool_free_count(p->pool) >= p->window) {
+    if (p->stats) memset(p->stats, 0, p->threads * sizeof *p->stats);
+    if (r.slots && r.res && r.ready && th && wa && pk_pool_free_count(p->pool) >= p->window) {
         for (size_t k = 0; k < p->window; k++) r.slots[k] = pk_pool_get(p->pool);
         pthread_mutex_init(&r.lock, NULL);
         pthread_cond_init(&r.cv_free, NULL);
@@ -119,8 +158,10 @@ int pk_pipeline_run(const pk_pipeline *p)
          * for the first files anyway). */
         for (uint64_t i = p->first; p->prefetch && i < p->end && i - p->first < p->ahead; i++)
             p->prefetch(p->user, i);
-        for (; started < p->threads; started++)
-            if (pthread_create(&th[started], NULL, worker, &r) != 0) break;
+        for (; started < p->threads; started++) {
+            wa[started] = (worker_arg){.r = &r, .k = started};
+            if (pthread_create(&th[started], NULL, worker, &wa[started]) != 0) break;
+        }
         pthread_mutex_lock(&r.lock);
         if (!started) r.rc = -1, r.stop = true;
         while (!r.stop && r.consumed < p->end) pthread_cond_wait(&r.cv_done, &r.lock);
@@ -134,6 +175,7 @@ int pk_pipeline_run(const pk_pipeline *p)
         pthread_mutex_destroy(&r.lock);
         for (size_t k = 0; k < p->window; k++) pk_pool_put(p->pool, r.slots[k]);
     }
+    free(wa);
     free(th);
     free(r.ready);
     free(r.res);

@@ -32,14 +32,30 @@ typedef struct {
     char msg[320];         /* one line when status != 0 */
 } pk_result;
 
+/* Where one worker's time went, in seconds (pk_pipeline.stats). Apart from
+ * taking the pipeline's lock, every moment of its life (wall) is in one of
+ * these; produce and consume are the callbacks' own time, which they may
+ * split further (the waits inside them are theirs). */
 typedef struct {
-    unsigned threads; /* worker threads (>= 1) */
-    size_t window;    /* slots in flight (>= threads) */
-    pk_pool *pool;    /* at least `window` buffers: the slots */
+    double wall;     /* from the thread's start to its exit */
+    double init;     /* thread_init and thread_fini */
+    double produce;  /* in produce() */
+    double consume;  /* in consume() */
+    double window;   /* waiting for the window: the oldest unconsumed item was `window` behind */
+    double prefetch; /* in prefetch() */
+    uint64_t produced, consumed;
+} pk_thread_stats;
+
+typedef struct {
+    unsigned threads;       /* worker threads (>= 1) */
+    pk_thread_stats *stats; /* NULL, or `threads` entries, filled for worker k in stats[k] */
+    size_t window;          /* slots in flight (>= threads) */
+    pk_pool *pool;          /* at least `window` buffers: the slots */
     uint64_t first, end;
     void *user;
-    /* Per-thread state (e.g. a decoder); may return NULL only on failure. */
-    void *(*thread_init)(void *user);
+    /* Per-thread state (e.g. a decoder) of worker k (0 .. threads - 1, the
+     * index of its stats); may return NULL only on failure. */
+    void *(*thread_init)(void *user, unsigned k);
     void (*thread_fini)(void *state);
     /* Fill slot for item i and res. Runs on worker threads, concurrently. */
     void (*produce)(void *user, void *state, uint64_t i, uint8_t *slot, pk_result *res);
@@ -47,8 +63,9 @@ typedef struct {
      * threads (which one varies; each call happens after the previous one
      * returned, through the pipeline's lock, so the consumer's own state
      * needs no lock). Nonzero stops the run. It may keep *slot's buffer for
-     * itself by storing another buffer of the pool in *slot. */
-    int (*consume)(void *user, uint64_t i, uint8_t **slot, const pk_result *res);
+     * itself by storing another buffer of the pool in *slot. state is the
+     * consuming worker's (thread_init), for per-thread counters. */
+    int (*consume)(void *user, void *state, uint64_t i, uint8_t **slot, const pk_result *res);
     /* Optional: announce that item i will be produced soon (start reading
      * its input). When `ahead` > 0, called once per item in [first, end):
      * for the first `ahead` items on the calling thread before the workers

@@ -429,10 +429,14 @@ START_TEST(failing_disk_gives_everything_back)
     lim.rlim_cur = 2u << 20;
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
     stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_int_eq(stk_writer_expect(w, 900, &e), STK_OK);
+    /* 3,000 records of 12 KiB from a pool of 1,000: more than the pool, so
+     * the appends wait for the I/O thread's failed writes to come back, and
+     * more than fit below the limit; fewer bytes than STK_WRITER_LENT_MAX,
+     * which the pool (not the writer's queue) keeps from all being queued. */
+    ck_assert_int_eq(stk_writer_expect(w, 3000, &e), STK_OK);
     int first_err = STK_OK;
     uint64_t calls = 0;
-    for (uint64_t i = 0; i < 900 && first_err == STK_OK; i++, calls++) {
+    for (uint64_t i = 0; i < 3000 && first_err == STK_OK; i++, calls++) {
         unsigned b = pool_get(&pool);
         int64_t label;
         fill_record(pool.buf[b], image_bytes(64), &label, i);

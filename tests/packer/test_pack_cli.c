@@ -586,7 +586,7 @@ START_TEST(resample_space_rgb_and_ycc)
 }
 END_TEST
 
-/* ------------------------------------------------------------ c. -j1 == -j2 */
+/* ------------------------------------------------------------ c. -j1 == -j2 == -j64 */
 
 START_TEST(threads_give_identical_bytes)
 {
@@ -595,9 +595,74 @@ START_TEST(threads_give_identical_bytes)
     ck_assert_int_eq(tu_sh("'%s' -q -j1 --size 32 --records-per-shard 7 raw a", pack), 3);
     ck_assert_int_eq(tu_sh("'%s' -q -j2 --size 32 --records-per-shard 7 raw b", pack), 3);
     ck_assert_int_eq(tu_sh("'%s' -q -j5 --size 32 --records-per-shard 7 raw c", pack), 3);
+    ck_assert_int_eq(tu_sh("'%s' -q -j7 --size 32 --records-per-shard 7 raw d", pack), 3);
+    ck_assert_int_eq(tu_sh("'%s' -q -j64 --size 32 --records-per-shard 7 raw e", pack),
+                     3); /* more threads than inputs */
     ck_assert(exists("a/manifest.json") && exists("a/listing.tsv") && exists("a/skipped.tsv"));
     ck_assert_msg(tu_sh("diff -r a b") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
     ck_assert_msg(tu_sh("diff -r a c") == 0, "-j1 and -j5 differ:\n%s", clipf(slurp_own("out.txt")));
+    ck_assert_msg(tu_sh("diff -r a d") == 0, "-j1 and -j7 differ:\n%s", clipf(slurp_own("out.txt")));
+    ck_assert_msg(tu_sh("diff -r a e") == 0, "-j1 and -j64 differ:\n%s", clipf(slurp_own("out.txt")));
+}
+END_TEST
+
+static double num(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    ck_assert_msg(json_is_number(v), "pack --json --stats: \"%s\" missing or not a number", key);
+    return json_number_value(v);
+}
+
+/* pack --stats in --json: every field there, each thread's busy time and
+ * waits add up to its life, every image produced and consumed once, and the
+ * writer streamed exactly the images' bytes. The tolerance: a thread's only
+ * unmeasured time is taking the pipeline's lock, well under a tenth of its
+ * life (the test allows that and 30 ms, for sanitizer builds). */
+START_TEST(stats_add_up)
+{
+    setup_pack();
+    json_decref(rawgen("-n 300 --classes 3 --min-side 40 --max-side 160 --broken", "raw"));
+    ck_assert_int_eq(tu_sh("'%s' -q -j3 --json --stats --size 32 --records-per-shard 50 raw s", pack), 3);
+    char *out = slurp_own("out.txt");
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "pack --json --stats does not parse (%s):\n%s", je.text, clip(out));
+    free(out);
+    json_t *st = json_object_get(j, "stats"), *th = json_object_get(st, "threads"),
+           *w = json_object_get(st, "writer");
+    ck_assert(json_is_object(st) && json_is_array(th) && json_is_object(w));
+    ck_assert_uint_eq(json_array_size(th), 3);
+    double produced = 0, consumed = 0, wall = num(st, "wall_s"), pipe = num(st, "pipeline_s");
+    ck_assert(pipe > 0 && pipe <= wall);
+    for (size_t k = 0; k < 3; k++) {
+        const json_t *t = json_array_get(th, k);
+        double life = num(t, "wall_s"), busy = num(t, "busy_s");
+        double waits = num(t, "input_wait_s") + num(t, "window_wait_s") + num(t, "pool_wait_s") +
+                       num(t, "writer_wait_s");
+        ck_assert_msg(busy > 0 && waits >= 0 && life <= pipe + 0.01,
+                      "thread %zu: busy %.4f waits %.4f wall %.4f", k, busy, waits, life);
+        ck_assert_msg(fabs(busy + waits - life) <= 0.1 * life + 0.03,
+                      "thread %zu: busy %.4f + waits %.4f is not its wall %.4f", k, busy, waits, life);
+        ck_assert(num(t, "decode_s") <= busy + 1e-6 && num(t, "ordered_s") <= busy + 1e-6);
+        produced += num(t, "produced");
+        consumed += num(t, "consumed");
+    }
+    double packed = num(j, "packed"), skipped = num(j, "skipped");
+    ck_assert_double_eq(produced, packed + skipped);
+    ck_assert_double_eq(consumed, packed + skipped);
+    ck_assert_double_eq(num(w, "bytes"), packed * 32 * 32 * 3);
+    ck_assert(num(w, "writes") >= num(j, "shards") && num(j, "shards") == 6 && num(w, "fsync_s") > 0 &&
+              num(w, "commit_s") >= num(w, "fsync_s"));
+    ck_assert(num(st, "cpu_busy_pct") > 0 && num(st, "ordered_us_per_image") > 0);
+    ck_assert(num(st, "cpu_user_s") + num(st, "cpu_sys_s") > 0);
+    ck_assert(num(w, "write_s") > 0 && num(w, "hash_s") >= 0 && num(w, "queue_wait_s") >= 0 &&
+              num(w, "commit_wait_s") >= 0 && num(w, "flush_s") >= 0 && num(w, "flushes") >= 0);
+    ck_assert(num(st, "ordered_saturates_images_per_s") > 0);
+    json_decref(j);
+    /* and as a table without --json */
+    ck_assert_int_eq(tu_sh("'%s' -q -j2 --stats --size 32 --records-per-shard 50 raw s2", pack), 3);
+    expect_in("err.txt", "ordered part (in order, one at a time)");
+    expect_in("err.txt", "background flushes");
 }
 END_TEST
 
@@ -616,10 +681,10 @@ static size_t committed_shards(const char *dir)
     return n;
 }
 
-/* Start `pack -q -j2 --size SIZE --records-per-shard 4 raw NAME` (in tu_tmp)
- * and kill -9 it once `shards` shards are committed; fails the test if it
- * finished first. */
-static void pack_killed_after(const char *name, const char *size, size_t shards)
+/* Start `pack -q -jTHREADS --size SIZE --records-per-shard 4 raw NAME` (in
+ * tu_tmp) and kill -9 it once `shards` shards are committed; fails the test
+ * if it finished first. */
+static void pack_killed_after(const char *name, const char *threads, const char *size, size_t shards)
 {
     char *dir = path_in(name);
     pid_t pid = fork();
@@ -629,7 +694,7 @@ static void pack_killed_after(const char *name, const char *size, size_t shards)
         dup2(null, 1);
         dup2(null, 2);
         if (chdir(tu_tmp) != 0) _exit(126);
-        execl(pack, "pack", "-q", "-j2", "--size", size, "--records-per-shard", "4", "raw", name,
+        execl(pack, "pack", "-q", "-j", threads, "--size", size, "--records-per-shard", "4", "raw", name,
               (char *)NULL);
         _exit(127);
     }
@@ -665,7 +730,7 @@ START_TEST(kill_and_resume_gives_same_bytes)
         char name[32], *dir;
         snprintf(name, sizeof name, "k%zu", kill_at[t]);
         dir = path_in(name);
-        pack_killed_after(name, "16", kill_at[t]);
+        pack_killed_after(name, t == 1 ? "64" : "2", "16", kill_at[t]); /* -j64: 64 workers in flight */
         size_t kept = committed_shards(dir);
         ck_assert_uint_ge(kept, kill_at[t]);
         ck_assert_uint_lt(kept, 150);
@@ -710,7 +775,7 @@ START_TEST(resume_restarts_when_a_skipped_input_decodes)
 {
     setup_pack();
     json_decref(rawgen("-n 590 --classes 3 --min-side 24 --max-side 64 --broken", "raw"));
-    pack_killed_after("kc", "64", 60); /* class000 and its broken inputs are in the kept shards */
+    pack_killed_after("kc", "2", "64", 60); /* class000 and its broken inputs are in the kept shards */
     ck_assert_int_eq(tu_sh("cp raw/class000/img-00000000.jpg raw/class000/broken-empty.jpg"), 0);
     int rc = tu_sh("'%s' -j1 --size 64 --records-per-shard 4 raw kc", pack);
     ck_assert_msg(rc == 3, "resume after the input changed: exit %d:\n%s", rc, clipf(slurp_own("err.txt")));
@@ -1287,6 +1352,7 @@ int main(void)
     tcase_add_test(tc, pixels_match_reference);
     tcase_add_test(tc, resample_space_rgb_and_ycc);
     tcase_add_test(tc, threads_give_identical_bytes);
+    tcase_add_test(tc, stats_add_up);
     tcase_add_test(tc, kill_and_resume_gives_same_bytes);
     tcase_add_test(tc, resume_restarts_when_a_skipped_input_decodes);
     tcase_add_test(tc, parts_merge_equals_plain_pack);

@@ -42,7 +42,8 @@ typedef struct {
     atomic_int inside;   /* consume calls running now (never more than one) */
     atomic_int overlaps; /* times a consume call found another one running */
     atomic_int inits, finis;
-    int fail_init; /* thread_init's call number that fails (1-based; 0: none; -1: all) */
+    int fail_init;          /* thread_init's call number that fails (1-based; 0: none; -1: all) */
+    pk_thread_stats *stats; /* run(): passed to the pipeline */
 } ctx_t;
 
 static void pattern(uint64_t i, uint8_t *out)
@@ -89,9 +90,10 @@ static void release_oldest(ctx_t *c)
 
 /* Runs on whichever worker finished the next item: in order, never two at
  * once (checked here without a lock: the state below has none). */
-static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
+static int consume(void *user, void *state, uint64_t i, uint8_t **slot, const pk_result *res)
 {
     ctx_t *c = user;
+    (void)state;
     if (atomic_fetch_add(&c->inside, 1) != 0) atomic_fetch_add(&c->overlaps, 1);
     if (i != c->next || res->hash != i || !has_pattern(i, *slot)) c->bad++;
     c->next = i + 1;
@@ -108,9 +110,10 @@ static int consume(void *user, uint64_t i, uint8_t **slot, const pk_result *res)
     return rc;
 }
 
-static void *thread_init(void *user)
+static void *thread_init(void *user, unsigned worker)
 {
     ctx_t *c = user;
+    (void)worker;
     int k = atomic_fetch_add(&c->inits, 1) + 1;
     return c->fail_init == -1 || k == c->fail_init ? NULL : c;
 }
@@ -142,6 +145,7 @@ static int run(ctx_t *c, unsigned threads, size_t window, uint64_t ahead, bool w
     c->pool = pk_pool_new(window + HELD + 1, SLOT);
     ck_assert_ptr_nonnull(c->pool);
     pk_pipeline p = {.threads = threads,
+                     .stats = c->stats,
                      .window = window,
                      .pool = c->pool,
                      .first = c->first,
@@ -265,6 +269,39 @@ START_TEST(prefetch_announces_each_item_once)
 }
 END_TEST
 
+/* The per-worker figures: every item produced and consumed once, and each
+ * worker's parts add up to its life. The parts leave out only taking the
+ * pipeline's lock, a few microseconds per item against each item's sleep
+ * of up to 40; the test allows a quarter of the wall and 20 ms (sanitizer
+ * builds and a preempted vCPU stretch the lock's share, never beyond). */
+START_TEST(stats_add_up)
+{
+    static const unsigned threads[] = {1, 3};
+    for (size_t t = 0; t < 2; t++) {
+        pk_thread_stats st[3];
+        ctx_t *c = ctx_new(0, 1500);
+        c->stats = st;
+        ck_assert_int_eq(run(c, threads[t], 4 * threads[t], 8 * threads[t], true), 0);
+        uint64_t produced = 0, consumed = 0;
+        for (unsigned k = 0; k < threads[t]; k++) {
+            const pk_thread_stats *s = &st[k];
+            double parts = s->init + s->produce + s->consume + s->window + s->prefetch;
+            produced += s->produced, consumed += s->consumed;
+            ck_assert_msg(s->wall > 0 && parts <= s->wall * 1.0001 + 1e-6 && parts >= 0.75 * s->wall - 0.02,
+                          "worker %u of %u: wall %.4f s, parts %.4f s (init %.4f produce %.4f consume %.4f "
+                          "window %.4f prefetch %.4f)",
+                          k, threads[t], s->wall, parts, s->init, s->produce, s->consume, s->window,
+                          s->prefetch);
+            ck_assert_double_ge(s->produce, 0);
+            ck_assert_double_ge(s->window, 0);
+        }
+        ck_assert_uint_eq(produced, 1500);
+        ck_assert_uint_eq(consumed, 1500);
+        free(c);
+    }
+}
+END_TEST
+
 START_TEST(bad_arguments_refused)
 {
     ctx_t *c = ctx_new(0, 10);
@@ -296,6 +333,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, in_order_and_intact);
     tcase_add_test(tc, consumer_stop_ends_the_run);
+    tcase_add_test(tc, stats_add_up);
     tcase_add_test(tc, consumer_stop_at_the_edges);
     tcase_add_test(tc, nothing_to_do);
     tcase_add_test(tc, worker_init_failure);

@@ -520,8 +520,11 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * one value) that it has not given back yet. It writes them in batches of a
  * few MiB, or once they have waited 20 ms, so lending from a pool of any size
  * makes progress; a pool with this much beyond the caller's own never waits
- * for the disk's batching. */
-#  define STK_WRITER_LENT_MAX ((uint64_t)8 << 20)
+ * for the disk's batching. The size is what rides out a disk's stalls: at
+ * pack's 0.5 GB/s on two cores, 64 MiB is 0.13 s of writes (a virtual disk
+ * flushing its cache stalls writes for tens of milliseconds; 8 MiB idled
+ * the cores, bench/README.md). */
+#  define STK_WRITER_LENT_MAX ((uint64_t)64 << 20)
 /* A lent value is taken by reference only when its address, its size and
  * its place in the file are multiples of this (whole pages: O_DIRECT). */
 #  define STK_WRITER_LEND_ALIGN 4096u
@@ -550,6 +553,25 @@ typedef struct {
 } stk_prehash;
 STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const stk_prehash *pre,
                                    stk_lent_done_fn done, void *ctx, stk_error *err);
+
+/* Where a streaming writer's time went, for a caller that wants to say why
+ * writing is slow (pack --stats). Seconds, summed over the writers that
+ * added into it. */
+typedef struct {
+    double queue_wait; /* the appending thread waited for the I/O thread: the queue was full */
+    double hash;       /* the I/O thread hashing the file (bytes it was not given block sums for) */
+    double write;      /* the I/O thread in write calls */
+    double fsync;      /* stk_writer_finish's fsync: what the disk had not yet made durable */
+    uint64_t bytes;    /* field 0 bytes the I/O thread wrote */
+    uint64_t writes;   /* its write calls */
+} stk_writer_io_stats;
+/* Have w add its figures into *sink (NULL: stop): queue_wait on the
+ * appending thread as it waits, the others when w is finished or aborted, on
+ * the thread that does it. The caller keeps sink alive until then and reads
+ * it only after; writers adding into one sink must be appended to from one
+ * thread at a time and finished or aborted one at a time. A writer that does
+ * not stream (no stk_writer_expect) adds only its fsync. */
+STK_API void stk_writer_io_stats_into(stk_writer *w, stk_writer_io_stats *sink);
 
 /* The file name of shard `index` of a dataset whose shards are called
  * `prefix`: "PREFIX-00000.stk" (at least five digits). The one place shard
