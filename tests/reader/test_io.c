@@ -486,6 +486,61 @@ START_TEST(test_memory_budget)
 }
 END_TEST
 
+/* Quasi order reads records of 128 KiB and more one by one (io_plan.c:
+ * reads that large run at the device's block rate) and smaller ones in
+ * blocks; STOKER_QUASI_BLOCKS=1 asks for blocks whatever the size. Both give
+ * the mmap path's batches. */
+START_TEST(test_quasi_large_records)
+{
+    enum { BIG_N = 30 };
+    static char dir[TU_PATH];
+    const uint64_t shape[3] = {128, 256, 4}; /* 128 KiB: the bound itself */
+    stk_schema sc;
+    stk_error e;
+    stk_schema_init(&sc);
+    ck_assert_int_eq(stk_schema_add_tensor(&sc, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_tensor(&sc, "big", STK_DT_U8, 3, shape, &e), STK_OK);
+    tu_scratch(dir, sizeof dir, "bigrec");
+    stk_dataset_options wo;
+    memset(&wo, 0, sizeof wo);
+    wo.records_per_shard = 8;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &wo, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    static uint8_t big[128 * 256 * 4];
+    for (uint64_t i = 0; i < BIG_N; i++) {
+        tu_fill(big, sizeof big, 77 + i);
+        stk_value v[2] = {{&i, 8}, {big, sizeof big}};
+        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+
+    stk_reader_options o = tu_reader_options(5, STK_ORDER_QUASI);
+    o.quasi_block_bytes = 4 * (8 + sizeof big);
+    o.quasi_window = 3;
+    o.threads = 2;
+    o.tail = STK_TAIL_PARTIAL;
+    for (int blocks = 0; blocks < 2; blocks++) {
+        if (blocks) setenv("STOKER_QUASI_BLOCKS", "1", 1);
+        else unsetenv("STOKER_QUASI_BLOCKS");
+        stk_reader *ref = open_io(dir, &o, STK_IO_MMAP), *got = open_io(dir, &o, STK_IO_DIRECT);
+        same_stream(ref, got, 2 * stk_reader_batches_per_epoch(ref), blocks ? "blocks asked for" : "records");
+        stk_reader_io_stats st;
+        stk_reader_io_stats_get(got, &st);
+        ck_assert_int_eq(st.io, STK_IO_DIRECT);
+        if (blocks) {
+            ck_assert_msg(st.quasi_blocks > 0 && strstr(st.reason, "quasi blocks read whole"), "%s", st.reason);
+        } else {
+            ck_assert_msg(st.quasi_blocks == 0 && strstr(st.reason, "quasi records read one by one (128 KiB"),
+                          "%llu blocks: %s", (unsigned long long)st.quasi_blocks, st.reason);
+            ck_assert_uint_gt(st.reads, 0);
+        }
+        stk_reader_close(got);
+        stk_reader_close(ref);
+    }
+    unsetenv("STOKER_QUASI_BLOCKS");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("io");
@@ -496,6 +551,7 @@ int main(void)
     tcase_add_loop_test(tc, test_faults_retried, 0, 2);
     tcase_add_loop_test(tc, test_read_error_names_record, 0, 2);
     tcase_add_loop_test(tc, test_quasi_block_read_error, 0, 2);
+    tcase_add_test(tc, test_quasi_large_records);
     tcase_add_test(tc, test_truncated_shard);
     tcase_add_test(tc, test_replaced_shard);
     tcase_add_test(tc, test_resume);
