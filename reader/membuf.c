@@ -14,7 +14,12 @@
 #include "membuf.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#  include <immintrin.h>
+#  define STK_STREAM_X86 1
+#endif
 
 #define PAGE_ALIGN 4096u     /* pinnable, O_DIRECT- and DMA-friendly */
 #define HUGE_PAGE (2u << 20) /* x86-64 and arm64 with 4 KiB base pages */
@@ -30,4 +35,54 @@ void *stk__buf_alloc(uint64_t n)
                   MADV_HUGEPAGE); /* the whole huge pages inside */
 #endif
     return p;
+}
+
+#ifdef STK_STREAM_X86
+/* n a multiple of 128, d 64-byte aligned. */
+__attribute__((target("avx2"))) static void stream_avx2(uint8_t *d, const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i += 128) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(s + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 32));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 64));
+        __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(s + i + 96));
+        _mm256_stream_si256((__m256i *)(void *)(d + i), a);
+        _mm256_stream_si256((__m256i *)(void *)(d + i + 32), b);
+        _mm256_stream_si256((__m256i *)(void *)(d + i + 64), c);
+        _mm256_stream_si256((__m256i *)(void *)(d + i + 96), e);
+    }
+}
+#endif
+
+int stk__copy_stream_ok(void)
+{
+#ifdef STK_STREAM_X86
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
+void stk__copy_stream(void *dst, const void *src, size_t n)
+{
+#ifdef STK_STREAM_X86
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63; /* whole lines only: the edges go through the cache */
+    if (n >= head + 128 && stk__copy_stream_ok()) {
+        memcpy(d, s, head);
+        size_t body = (n - head) & ~(size_t)127;
+        stream_avx2(d + head, s + head, body);
+        memcpy(d + head + body, s + head + body, n - head - body);
+        return;
+    }
+#endif
+    memcpy(dst, src, n);
+}
+
+void stk__copy_fence(void)
+{
+#ifdef STK_STREAM_X86
+    _mm_sfence(); /* streaming stores are weakly ordered: visible before the slot is handed on */
+#endif
 }

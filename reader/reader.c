@@ -307,6 +307,16 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
 /* Copy (or point at) every selected field of record `i` of the batch.
  * landed: the direct path's r->io_field (those fields are in the slot
  * already), else NULL. */
+/* Values of at least this many bytes go with streaming stores where the
+ * reader chose them (plan_copy): runs long enough that whole lines are the
+ * rule; a label or a small crop goes through the cache. */
+#define STREAM_VALUE_MIN ((uint64_t)64 << 10)
+static void slot_copy(const stk_reader *r, void *dst, const void *src, uint64_t n)
+{
+    if (r->stream_copy && n >= STREAM_VALUE_MIN) stk__copy_stream(dst, src, (size_t)n);
+    else memcpy(dst, src, (size_t)n);
+}
+
 static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, int zc, uint64_t *heap,
                       stk__zheap *zh, const uint8_t *landed, stk_error *err)
 {
@@ -345,7 +355,7 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
                 heap[k] += size;
             } else if (!zc) {
                 uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * size;
-                memcpy(dst, src, size);
+                slot_copy(r, dst, src, size);
                 src = dst; /* verify what the caller will see */
             }
         }
@@ -598,8 +608,8 @@ static int qblock_copy(stk_reader *r, stk__part *p, const stk__part *other, uint
     const uint32_t *shift = stk__qentry_shift(e);
     for (unsigned k = 0; k < r->nsel; k++)
         if (r->io_field[k])
-            memcpy(p->sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k],
-                   buf + r->qb_off[k] + shift[k] + idx * r->sel_stride[k], r->sel_stride[k]);
+            slot_copy(r, p->sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k],
+                      buf + r->qb_off[k] + shift[k] + idx * r->sel_stride[k], r->sel_stride[k]);
     return STK_OK;
 }
 
@@ -697,6 +707,7 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
             if (gather_one(r, w, sl, i, p->zc, p->heap, zh, landed, err)) break;
         }
         if (r->mix_timed) p->src_busy[cur] += stk__now() - tc;
+        if (r->stream_copy) stk__copy_fence(); /* before finish_part hands the slot on */
         whole = i == p->i1;
     }
     if (r->qcache) qblock_unpin(r, p, i - p->i0);

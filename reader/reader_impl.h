@@ -177,6 +177,7 @@ struct stk_reader {
 
     unsigned nslots;
     uint64_t slot_bytes;
+    int stream_copy; /* values gathered into slots with streaming stores (membuf.c; reader_open.c, plan_copy) */
     stk__slot *slots;
     stk__worker *workers;
 

@@ -381,6 +381,25 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
+/* How values reach the slots (membuf.c): with streaming stores where a
+ * slot is far larger than a core's caches and the values are long runs of
+ * whole lines; else memcpy, which leaves a small batch in the cache for the
+ * consumer. STOKER_COPY=stream|cached overrides (for measuring both). */
+#define STREAM_SLOT_MIN ((uint64_t)16 << 20)
+static int plan_copy(stk_reader *r, stk_error *err)
+{
+    const char *env = getenv("STOKER_COPY");
+    if (env && *env && strcmp(env, "auto")) {
+        if (strcmp(env, "stream") && strcmp(env, "cached"))
+            return stk_error_set(err, STK_E_ARG, "environment STOKER_COPY='%s': expected auto, stream or cached",
+                                 env);
+        r->stream_copy = !strcmp(env, "stream");
+        return STK_OK;
+    }
+    r->stream_copy = r->slot_bytes >= STREAM_SLOT_MIN && stk__copy_stream_ok();
+    return STK_OK;
+}
+
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
     r->nslots = r->o.prefetch + 1;
@@ -558,7 +577,7 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
      * the batch the consumer waits for (the first one, above all) comes
      * sooner; tiny batches stay whole. */
     r->parts = r->o.batch_size >= 2 * r->o.threads ? r->o.threads : 1;
-    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || alloc_slots(r, err) ||
+    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || plan_copy(r, err) || alloc_slots(r, err) ||
         stk__upload_open(r, err) || remember_shards(r, err) || stk__io_start(r, err))
         goto fail;
     /* the direct path does not go through the page cache: nothing to release */

@@ -490,11 +490,14 @@ END_TEST
  * reads that large run at the device's block rate) and smaller ones in
  * blocks; STOKER_QUASI_BLOCKS=1 asks for blocks whatever the size. Both give
  * the mmap path's batches. */
-START_TEST(test_quasi_large_records)
+enum { BIG_N = 30, BIG = 128 * 256 * 4 }; /* 128 KiB: the bound itself */
+
+/* 30 records of a u64 and a 128 KiB tensor, 8 to a shard. */
+static const char *big_ds(void)
 {
-    enum { BIG_N = 30 };
     static char dir[TU_PATH];
-    const uint64_t shape[3] = {128, 256, 4}; /* 128 KiB: the bound itself */
+    if (dir[0]) return dir;
+    const uint64_t shape[3] = {128, 256, 4};
     stk_schema sc;
     stk_error e;
     stk_schema_init(&sc);
@@ -506,16 +509,21 @@ START_TEST(test_quasi_large_records)
     wo.records_per_shard = 8;
     stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &wo, &e);
     ck_assert_msg(dw != NULL, "%s", e.msg);
-    static uint8_t big[128 * 256 * 4];
+    static uint8_t big[BIG];
     for (uint64_t i = 0; i < BIG_N; i++) {
         tu_fill(big, sizeof big, 77 + i);
         stk_value v[2] = {{&i, 8}, {big, sizeof big}};
         ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
     }
     ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    return dir;
+}
 
+START_TEST(test_quasi_large_records)
+{
+    const char *dir = big_ds();
     stk_reader_options o = tu_reader_options(5, STK_ORDER_QUASI);
-    o.quasi_block_bytes = 4 * (8 + sizeof big);
+    o.quasi_block_bytes = 4 * (8 + BIG);
     o.quasi_window = 3;
     o.threads = 2;
     o.tail = STK_TAIL_PARTIAL;
@@ -541,6 +549,43 @@ START_TEST(test_quasi_large_records)
 }
 END_TEST
 
+/* Values gathered with streaming stores (STOKER_COPY=stream; the reader
+ * picks them for large slots, reader_open.c) are the bytes memcpy gives,
+ * copied from the map or out of quasi blocks (the direct path's records land
+ * in place: it must not mind the setting); a bad STOKER_COPY is refused by
+ * name. */
+START_TEST(test_streaming_copies)
+{
+    const char *dir = big_ds();
+    static const int orders[] = {STK_ORDER_SHUFFLE, STK_ORDER_QUASI};
+    for (unsigned oi = 0; oi < 2; oi++)
+        for (int io = STK_IO_MMAP; io <= STK_IO_DIRECT; io++) {
+            stk_reader_options o = tu_reader_options(6, orders[oi]);
+            o.quasi_block_bytes = 4 * (8 + BIG);
+            o.quasi_window = 3;
+            o.threads = 3;
+            o.tail = STK_TAIL_PAD;
+            setenv("STOKER_QUASI_BLOCKS", "1", 1); /* quasi blocks copy out with it too */
+            setenv("STOKER_COPY", "cached", 1);
+            stk_reader *ref = open_io(dir, &o, STK_IO_MMAP);
+            setenv("STOKER_COPY", "stream", 1);
+            stk_reader *got = open_io(dir, &o, io);
+            char what[64];
+            snprintf(what, sizeof what, "order %d io %d streamed", orders[oi], io);
+            same_stream(ref, got, 3 * stk_reader_batches_per_epoch(ref), what);
+            stk_reader_close(got);
+            stk_reader_close(ref);
+        }
+    setenv("STOKER_COPY", "fast", 1);
+    stk_reader_options o = tu_reader_options(6, STK_ORDER_SHUFFLE);
+    stk_error e;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_COPY='fast'"), "%s", e.msg);
+    unsetenv("STOKER_COPY");
+    unsetenv("STOKER_QUASI_BLOCKS");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("io");
@@ -552,6 +597,7 @@ int main(void)
     tcase_add_loop_test(tc, test_read_error_names_record, 0, 2);
     tcase_add_loop_test(tc, test_quasi_block_read_error, 0, 2);
     tcase_add_test(tc, test_quasi_large_records);
+    tcase_add_test(tc, test_streaming_copies);
     tcase_add_test(tc, test_truncated_shard);
     tcase_add_test(tc, test_replaced_shard);
     tcase_add_test(tc, test_resume);
