@@ -765,7 +765,10 @@ class _Workers:
             yield from res
 
     def _send(self, c, ab):
-        _write_all(self.procs[c % self.n][1], _HEAD.pack(*ab))
+        try:
+            _write_all(self.procs[c % self.n][1], _HEAD.pack(*ab))
+        except BrokenPipeError:
+            pass  # the worker is dead: _receive says so, in input order, naming the inputs it held
 
     def _receive(self, c, ab):
         rr, _, pid = self.procs[c % self.n]
