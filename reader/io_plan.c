@@ -125,13 +125,16 @@ static int choose_auto(stk_reader *r, uint64_t sel_bytes)
  *
  * Blocks pay where a record's read is too small for the device: every byte
  * is copied once more, out of the cache, and a window's first batch waits
- * for most of the window. Records of QBLOCK_RECORD_MAX and more are read one
- * by one, straight into the slots, as in shuffled order: random reads that
- * large run at the block size's rate on SSDs and virtual disks (bench/README
- * "cold": fio 128 KiB-4 MiB alike, 16 KiB a quarter of it; quasi records
- * 1.2-1.4x blocks at a quarter of the CPU). STOKER_QUASI_BLOCKS=1 asks for
- * blocks whatever the record size (storage that is slow at such reads: a
- * network file system far away), 0 for records. */
+ * for most of the window. Where every field the engine reads (strides of
+ * STK__IO_MIN_READ and more; smaller ones go through the map) has values of
+ * QBLOCK_RECORD_MAX and more, records are read one by one, straight into the
+ * slots, as in shuffled order: a value is read on its own (fields are
+ * separate columns), and random reads that large run at the block size's
+ * rate on SSDs and virtual disks (bench/README "cold": fio 128 KiB-4 MiB
+ * alike, 16 KiB a quarter of it; quasi records 1.2-1.4x blocks at a quarter
+ * of the CPU). STOKER_QUASI_BLOCKS=1 asks for blocks whatever the size
+ * (storage that is slow at such reads: a network file system far away), 0
+ * for records; stk__io_plan refuses other values. */
 #define QCACHE_MAX (1ull << 30)
 #define QBLOCK_RECORD_MAX ((uint64_t)128 << 10)
 static void plan_quasi_blocks(stk_reader *r)
@@ -139,21 +142,21 @@ static void plan_quasi_blocks(stk_reader *r)
     if (r->o.order != STK_ORDER_QUASI || r->o.world_size != 1 || r->K < 2) return;
     const char *env = getenv("STOKER_QUASI_BLOCKS");
     if (env && !strcmp(env, "0")) return;
-    uint64_t bytes = 0, record = 0;
+    uint64_t bytes = 0, smallest = UINT64_MAX; /* the smallest value the engine reads */
     for (unsigned k = 0; k < r->nsel; k++) {
         r->qb_off[k] = bytes;
         if (direct_field(r, k)) { /* room for the aligned overrun: see stk__qentry_shift */
             bytes += (r->sel_stride[k] * r->K + 2 * 4096 - 1) & ~(uint64_t)4095;
-            record += r->sel_stride[k];
+            if (r->sel_stride[k] >= STK__IO_MIN_READ && r->sel_stride[k] < smallest) smallest = r->sel_stride[k];
         }
     }
     if (!bytes) return; /* compressed fields only: the block cache serves quasi order */
     size_t n = strlen(r->io_reason);
-    if (record >= QBLOCK_RECORD_MAX && !(env && !strcmp(env, "1"))) {
+    if (smallest != UINT64_MAX && smallest >= QBLOCK_RECORD_MAX && !(env && !strcmp(env, "1"))) {
         snprintf(r->io_reason + n, sizeof r->io_reason - n,
-                 "; quasi records read one by one (%.0f KiB each, at least %llu KiB: reads the device serves at "
-                 "its block rate)",
-                 record / 1024.0, (unsigned long long)(QBLOCK_RECORD_MAX >> 10));
+                 "; quasi records read one by one (the smallest value read directly is %.0f KiB, at least %llu "
+                 "KiB: reads the device serves at its block rate)",
+                 smallest / 1024.0, (unsigned long long)(QBLOCK_RECORD_MAX >> 10));
         return;
     }
     uint64_t min = ((uint64_t)r->Wq + 4ull * r->o.threads) * bytes,
@@ -189,6 +192,9 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     if (o->io < STK_IO_AUTO || o->io > STK_IO_DIRECT)
         return stk_error_set(err, STK_E_ARG, "io %d unknown (auto, mmap or direct)", o->io);
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
+    const char *qb = getenv("STOKER_QUASI_BLOCKS");
+    if (qb && *qb && strcmp(qb, "0") && strcmp(qb, "1") && strcmp(qb, "auto"))
+        return stk_error_set(err, STK_E_ARG, "environment STOKER_QUASI_BLOCKS='%s': expected auto, 0 or 1", qb);
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0;
     for (unsigned k = 0; k < r->nsel; k++)

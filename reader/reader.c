@@ -309,11 +309,12 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
  * already), else NULL. */
 /* Values of at least this many bytes go with streaming stores where the
  * reader chose them (plan_copy): runs long enough that whole lines are the
- * rule; a label or a small crop goes through the cache. */
+ * rule; a label or a small crop goes through the cache, and so does a value
+ * about to be verified (hashed from the slot right after). */
 #define STREAM_VALUE_MIN ((uint64_t)64 << 10)
-static void slot_copy(const stk_reader *r, void *dst, const void *src, uint64_t n)
+static void slot_copy(const stk_reader *r, void *dst, const void *src, uint64_t n, int verify)
 {
-    if (r->stream_copy && n >= STREAM_VALUE_MIN) stk__copy_stream(dst, src, (size_t)n);
+    if (r->stream_copy && n >= STREAM_VALUE_MIN && !verify) stk__copy_stream(dst, src, (size_t)n);
     else memcpy(dst, src, (size_t)n);
 }
 
@@ -355,7 +356,7 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
                 heap[k] += size;
             } else if (!zc) {
                 uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * size;
-                slot_copy(r, dst, src, size);
+                slot_copy(r, dst, src, size, verify);
                 src = dst; /* verify what the caller will see */
             }
         }
@@ -606,10 +607,11 @@ static int qblock_copy(stk_reader *r, stk__part *p, const stk__part *other, uint
     uint64_t idx = p->sl->records[i] % r->K;
     const uint8_t *buf = stk__qentry_buf(e);
     const uint32_t *shift = stk__qentry_shift(e);
+    int verify = needs_verify(r, p->sl->records[i]); /* gather_one hashes the copy */
     for (unsigned k = 0; k < r->nsel; k++)
         if (r->io_field[k])
             slot_copy(r, p->sl->buf + r->sel_off[k] + (uint64_t)i * r->sel_stride[k],
-                      buf + r->qb_off[k] + shift[k] + idx * r->sel_stride[k], r->sel_stride[k]);
+                      buf + r->qb_off[k] + shift[k] + idx * r->sel_stride[k], r->sel_stride[k], verify);
     return STK_OK;
 }
 
