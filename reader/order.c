@@ -81,7 +81,8 @@ void stk__epoch_order_init(stk__epoch_order *o, int order, uint64_t n, uint64_t 
 {
     o->order = order;
     o->n = n;
-    o->cur_w = UINT64_MAX;
+    o->cur_w = UINT64_MAX; /* no window yet: quasi_record computes cur_start first */
+    o->cur_start = 0;
     if (order == STK_ORDER_SHUFFLE) {
         stk__perm_init(&o->p, n, stk__order_key(seed, epoch, TAG_SHUFFLE));
     } else if (order == STK_ORDER_QUASI) {

@@ -179,7 +179,7 @@ static int parse_obj(json_t *o, stk_reader_state *st, src_state *src, unsigned *
     static const char *const keys[] = {
         "stoker_reader_state", "fingerprint",  "order", "seed",       "global_batch", "tail",
         "quasi_block_records", "quasi_window", "epoch", "batch",      "epoch_size",   "sources"};
-    uint64_t version, window;
+    uint64_t version = 0, window = 0; /* set by get_uint before any use; -O3 cannot tell */
     int rc;
     if ((rc = get_uint(o, "stoker_reader_state", UINT32_MAX, &version, err))) return rc;
     if (version != 1 && version != 2)

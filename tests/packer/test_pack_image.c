@@ -1076,7 +1076,7 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
     }
     for (uint32_t y = 0; y < h; y++)
         for (uint32_t x = 0; x < w; x++) {
-            uint32_t s[4];
+            uint32_t s[4] = {0};
             for (int c = 0; c < ch; c++) {
                 s[c] = (uint32_t)rng_next(&seed) & maxv;
                 put_sample(raw + y * row, x * (uint32_t)ch + (uint32_t)c, depth, s[c]);
