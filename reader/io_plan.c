@@ -137,11 +137,9 @@ static int choose_auto(stk_reader *r, uint64_t sel_bytes)
  * for records; stk__io_plan refuses other values. */
 #define QCACHE_MAX (1ull << 30)
 #define QBLOCK_RECORD_MAX ((uint64_t)128 << 10)
-static void plan_quasi_blocks(stk_reader *r)
+static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS: -1 auto, 0, 1 */
 {
-    if (r->o.order != STK_ORDER_QUASI || r->o.world_size != 1 || r->K < 2) return;
-    const char *env = getenv("STOKER_QUASI_BLOCKS");
-    if (env && !strcmp(env, "0")) return;
+    if (r->o.order != STK_ORDER_QUASI || r->o.world_size != 1 || r->K < 2 || blocks == 0) return;
     uint64_t bytes = 0, smallest = UINT64_MAX; /* the smallest value the engine reads */
     for (unsigned k = 0; k < r->nsel; k++) {
         r->qb_off[k] = bytes;
@@ -152,7 +150,7 @@ static void plan_quasi_blocks(stk_reader *r)
     }
     if (!bytes) return; /* compressed fields only: the block cache serves quasi order */
     size_t n = strlen(r->io_reason);
-    if (smallest != UINT64_MAX && smallest >= QBLOCK_RECORD_MAX && !(env && !strcmp(env, "1"))) {
+    if (smallest != UINT64_MAX && smallest >= QBLOCK_RECORD_MAX && blocks < 0) {
         snprintf(r->io_reason + n, sizeof r->io_reason - n,
                  "; quasi records read one by one (the smallest value read directly is %.0f KiB, at least %llu "
                  "KiB: reads the device serves at its block rate)",
@@ -193,7 +191,8 @@ int stk__io_plan(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_ARG, "io %d unknown (auto, mmap or direct)", o->io);
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
     const char *qb = getenv("STOKER_QUASI_BLOCKS");
-    if (qb && *qb && strcmp(qb, "0") && strcmp(qb, "1") && strcmp(qb, "auto"))
+    int blocks = !qb || !*qb || !strcmp(qb, "auto") ? -1 : !strcmp(qb, "0") ? 0 : !strcmp(qb, "1") ? 1 : -2;
+    if (blocks == -2)
         return stk_error_set(err, STK_E_ARG, "environment STOKER_QUASI_BLOCKS='%s': expected auto, 0 or 1", qb);
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0;
@@ -213,7 +212,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
-    if (r->direct) plan_quasi_blocks(r);
+    if (r->direct) plan_quasi_blocks(r, blocks);
     return STK_OK;
 }
 

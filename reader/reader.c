@@ -304,9 +304,6 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     return rc;
 }
 
-/* Copy (or point at) every selected field of record `i` of the batch.
- * landed: the direct path's r->io_field (those fields are in the slot
- * already), else NULL. */
 /* Values of at least this many bytes go with streaming stores where the
  * reader chose them (plan_copy): runs long enough that whole lines are the
  * rule; a label or a small crop goes through the cache, and so does a value
@@ -318,6 +315,9 @@ static void slot_copy(const stk_reader *r, void *dst, const void *src, uint64_t 
     else memcpy(dst, src, (size_t)n);
 }
 
+/* Copy (or point at) every selected field of record `i` of the batch.
+ * landed: the direct path's r->io_field (those fields are in the slot
+ * already), else NULL. */
 static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, int zc, uint64_t *heap,
                       stk__zheap *zh, const uint8_t *landed, stk_error *err)
 {

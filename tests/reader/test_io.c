@@ -538,14 +538,15 @@ START_TEST(test_quasi_large_records)
         if (blocks) {
             ck_assert_msg(st.quasi_blocks > 0 && strstr(st.reason, "quasi blocks read whole"), "%s", st.reason);
         } else {
-            ck_assert_msg(st.quasi_blocks == 0 && strstr(st.reason, "quasi records read one by one (the smallest value read directly is 128 KiB"),
+            ck_assert_msg(st.quasi_blocks == 0 &&
+                              strstr(st.reason, "quasi records read one by one (the smallest value read "
+                                                "directly is 128 KiB"),
                           "%llu blocks: %s", (unsigned long long)st.quasi_blocks, st.reason);
             ck_assert_uint_gt(st.reads, 0);
         }
         stk_reader_close(got);
         stk_reader_close(ref);
     }
-    unsetenv("STOKER_QUASI_BLOCKS");
 }
 END_TEST
 
@@ -585,7 +586,6 @@ START_TEST(test_streaming_copies)
     setenv("STOKER_QUASI_BLOCKS", "yes", 1);
     ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
     ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_QUASI_BLOCKS='yes'"), "%s", e.msg);
-    unsetenv("STOKER_QUASI_BLOCKS");
 }
 END_TEST
 
