@@ -192,6 +192,15 @@ void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino)
     *dev = sh->dev;
     *ino = sh->ino;
 }
+int stk_shard_advise_huge(const stk_shard *sh)
+{
+#ifdef MADV_HUGEPAGE
+    return sh->owns_map && madvise((void *)sh->map, sh->size, MADV_HUGEPAGE) == 0;
+#else
+    (void)sh;
+    return 0;
+#endif
+}
 void stk_shard_version(const stk_shard *sh, unsigned *major, unsigned *minor)
 {
     if (major) *major = sh->L.major;

@@ -658,8 +658,12 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
      * instead of one page fault at a time) but costs 10-20% when the records
      * are already in the page cache (the kernel still walks every page). So
      * advise only after a part that copied slower than memory does, and for
-     * the next ADVISE_RUN parts; a fast part is the cheap probe. */
-    if (!p->zc && !r->direct && w->advise_left > 0) {
+     * the next ADVISE_RUN parts; a fast part is the cheap probe. Not on maps
+     * advised huge pages: there a fault reads the 2 MiB around it, and
+     * readahead would fill the page cache with small pages instead (3x
+     * slower to gather from ever after on a virtual machine; bench/README
+     * "Warm reads"). */
+    if (!p->zc && !r->direct && !r->map_huge && w->advise_left > 0) {
         advise_records(r, sl->records, p->i0, p->i1, MADV_WILLNEED);
         w->advise_left--;
     }

@@ -115,6 +115,32 @@ static int open_source(const stk_source *in, size_t size, unsigned i, stk_source
     return STK_OK;
 }
 
+/* An earlier source that is the same dataset as `ds` (the same manifest,
+ * every shard the same file), or -1. A mixture that names one dataset twice
+ * (upsampled in one source, read whole in another) then maps its files once:
+ * each mapping of the same files would cost its own page tables and its own
+ * first-touch faults (bench/README "Warm reads"). */
+static int same_dataset(stk_dataset *const *parts, unsigned n, const stk_dataset *ds)
+{
+    size_t nsh = stk_dataset_nshards(ds);
+    for (unsigned j = 0; j < n; j++) {
+        const stk_dataset *p = parts[j];
+        if (p == ds) return (int)j;
+        if (stk_dataset_manifest(p)->fingerprint != stk_dataset_manifest(ds)->fingerprint ||
+            stk_dataset_nshards(p) != nsh)
+            continue;
+        size_t k = 0;
+        for (; k < nsh; k++) {
+            uint64_t d0, i0, d1, i1;
+            stk_shard_file_id(stk_dataset_shard(p, k), &d0, &i0);
+            stk_shard_file_id(stk_dataset_shard(ds, k), &d1, &i1);
+            if (d0 != d1 || i0 != i1 || !i0) break; /* a shard in memory (ino 0) is not a file to share */
+        }
+        if (k == nsh) return (int)j;
+    }
+    return -1;
+}
+
 stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, size_t source_size,
                                       const stk_reader_options *opts, size_t size, size_t transform_size,
                                       stk_error *err)
@@ -135,7 +161,12 @@ stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, siz
         rc = open_source((const stk_source *)(const void *)((const char *)sources + (size_t)i * source_size),
                          source_size, i, &s, &opened, &paths[i], err);
         if (rc) break;
-        parts[i] = opened ? opened : (stk_dataset *)s.dataset; /* borrowed ones are never closed here */
+        int j = opened ? same_dataset(parts, i, opened) : -1;
+        if (j >= 0) {
+            stk_dataset_close(opened);
+            opened = NULL;
+        }
+        parts[i] = j >= 0 ? parts[j] : opened ? opened : (stk_dataset *)s.dataset; /* borrowed: never closed here */
         if (opened) own |= 1ULL << i;
         src[i] = (stk__mix_source){stk_dataset_records(parts[i]), s.kind, s.value, s.order, 0, 0};
     }

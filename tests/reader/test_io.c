@@ -589,12 +589,67 @@ START_TEST(test_streaming_copies)
 }
 END_TEST
 
+/* How many mappings of shard file `name` in this process carry the
+ * huge-page advice ("hg" in their VmFlags); -1 when none maps it. */
+static int mapped_huge(const char *name)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0, maps = 0, huge = 0;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line), k = strlen(name);
+        if (strchr(line, '-') == line + strspn(line, "0123456789abcdef")) { /* a mapping's first line */
+            in = n > k + 1 && !strncmp(line + n - 1 - k, name, k) && line[n - 2 - k] == '/';
+            maps += in;
+        } else if (in && !strncmp(line, "VmFlags:", 8)) {
+            huge += strstr(line, " hg") != NULL;
+            in = 0;
+        }
+    }
+    fclose(f);
+    return maps ? huge : -1;
+}
+
+/* The map path advises huge pages on the shard maps of data that fits in
+ * memory (io_plan.c), says so in the statistics and reads the same batches;
+ * STOKER_MAP_HUGE=0 leaves the maps as they are, a bad value is refused. */
+START_TEST(test_map_huge)
+{
+    int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
+    stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
+    o.threads = 2;
+    const char *shard0 = "shard-00000.stk";
+    setenv("STOKER_MAP_HUGE", "0", 1);
+    stk_reader *ref = open_io(plain_ds(), &o, STK_IO_MMAP);
+    stk_reader_io_stats s;
+    stk_reader_io_stats_get(ref, &s);
+    ck_assert_msg(!strstr(s.reason, "huge"), "%s", s.reason);
+    ck_assert_int_eq(mapped_huge(shard0), 0);
+    unsetenv("STOKER_MAP_HUGE");
+    stk_reader *got = open_io(plain_ds(), &o, STK_IO_MMAP);
+    stk_reader_io_stats_get(got, &s);
+    if (thp) {
+        ck_assert_msg(strstr(s.reason, "shard maps advised huge pages"), "%s", s.reason);
+        ck_assert_int_eq(mapped_huge(shard0), 1); /* got's map, not ref's */
+    }
+    same_stream(ref, got, 2 * stk_reader_batches_per_epoch(ref) + 1, "huge-page maps");
+    stk_reader_close(got);
+    stk_reader_close(ref);
+
+    stk_error e;
+    setenv("STOKER_MAP_HUGE", "yes", 1);
+    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_MAP_HUGE='yes'"), "%s", e.msg);
+}
+END_TEST
+
 /* After each test, whether it passed or not: the reader's environment back
  * to its defaults, so that one failure does not become the next test's. */
 static void reset_env(void)
 {
     static const char *const vars[] = {"STOKER_IO",          "STOKER_IO_ENGINE", "STOKER_IO_FAULT",
-                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY"};
+                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",     "STOKER_MAP_HUGE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -611,6 +666,7 @@ int main(void)
     tcase_add_loop_test(tc, test_quasi_block_read_error, 0, 2);
     tcase_add_test(tc, test_quasi_large_records);
     tcase_add_test(tc, test_streaming_copies);
+    tcase_add_test(tc, test_map_huge);
     tcase_add_test(tc, test_truncated_shard);
     tcase_add_test(tc, test_replaced_shard);
     tcase_add_test(tc, test_resume);

@@ -198,6 +198,50 @@ START_TEST(stream_matches_the_reference)
 }
 END_TEST
 
+/* A mixture that names one dataset twice maps its files once (the
+ * concatenation's shards of both sources are the same objects), and reads
+ * as the reference says; a different dataset beside it keeps its own. */
+START_TEST(one_dataset_twice_is_mapped_once)
+{
+    make_pool();
+    mix_case m;
+    memset(&m, 0, sizeof m);
+    m.S = 3;
+    m.order = REF_SHUFFLE;
+    m.tail = STK_TAIL_PAD;
+    m.B = 4;
+    m.world = 2;
+    m.seed = 77;
+    m.qbb = 3 * 128;
+    const src_ds *d[3] = {&pool[2], &pool[3], &pool[2]};
+    const double w[3] = {1, 0.5, 2};
+    for (uint32_t s = 0; s < 3; s++) {
+        m.d[s] = d[s];
+        stk_source_init(&m.src[s]);
+        m.src[s].path = d[s]->dir;
+        m.src[s].value = w[s];
+        m.ref[s] = (ref_source){d[s]->n, REF_WEIGHT, w[s], REF_SHUFFLE, 0, 0};
+    }
+    check_case(&m, -1);
+    stk_error e;
+    stk_reader *r = open_case(&m, 0, 1, 4, &e);
+    ck_assert_msg(r != NULL, "%s", e.msg);
+    /* the concatenation's shards: source 0's, source 1's, then source 2's */
+    const stk_dataset *ds = stk_reader_dataset(r);
+    stk_dataset *a = stk_dataset_open(pool[2].dir, &e), *b = stk_dataset_open(pool[3].dir, &e);
+    ck_assert(a && b);
+    size_t na = stk_dataset_nshards(a), nb = stk_dataset_nshards(b);
+    ck_assert_uint_eq(stk_dataset_nshards(ds), 2 * na + nb);
+    for (size_t k = 0; k < na; k++) {
+        ck_assert_ptr_eq(stk_dataset_shard(ds, k), stk_dataset_shard(ds, na + nb + k));
+        for (size_t j = 0; j < nb; j++) ck_assert_ptr_ne(stk_dataset_shard(ds, k), stk_dataset_shard(ds, na + j));
+    }
+    stk_dataset_close(a);
+    stk_dataset_close(b);
+    stk_reader_close(r);
+}
+END_TEST
+
 /* Per epoch, each source gives exactly its count; no record of a source
  * repeats in an epoch unless its count exceeds its records; every global
  * batch holds each source within the spec's rounding of its share. */
@@ -519,6 +563,7 @@ int main(void)
     TCase *tc = tcase_create("mix_reader");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, stream_matches_the_reference);
+    tcase_add_test(tc, one_dataset_twice_is_mapped_once);
     tcase_add_test(tc, counts_and_proportions);
     tcase_add_test(tc, resume_into_another_world_size);
     tcase_add_test(tc, restore_refuses_another_mixture);

@@ -584,6 +584,17 @@ STK_API int stk_shard_file_name(char *buf, size_t cap, const char *prefix, uint6
  * them a reader tells a file rewritten in place from one replaced by rename. */
 STK_API void stk_shard_file_id(const stk_shard *sh, uint64_t *dev, uint64_t *ino);
 
+/* Advise the kernel to back the shard's mapping with huge pages
+ * (MADV_HUGEPAGE): pages it reads in through the mapping from then on come
+ * into the page cache as 2 MiB folios, where the file system has them (ext4
+ * and XFS on recent Linux), and every later mapping of them, in this process
+ * or another, takes one fault and one page-table entry per 2 MiB instead of
+ * one per 4-64 KiB. Pages already cached keep their size. Worth it for data
+ * read at random that stays in memory; not for a file larger than the page
+ * cache (a fault reads 2 MiB). Returns 1 when the advice was taken, 0 when
+ * not (a shard in memory, a kernel without it). */
+STK_API int stk_shard_advise_huge(const stk_shard *sh);
+
 /* The file offset of tensor field f's region (where stk_shard_field_base
  * points, counted from the start of the file), for readers that read the
  * file rather than the mapping (the reader's direct I/O). 0 where
