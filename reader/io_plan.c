@@ -183,14 +183,19 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
  * touches it, and a page walk per 4 KiB after (bench/README "Warm reads":
  * a first epoch at a fifth of the copy rate on a virtual machine). Not for
  * data larger than half of available memory: there each fault would read
- * 2 MiB that is evicted before it is used. STOKER_MAP_HUGE=0 never advises,
- * 1 always; stk__io_plan refuses other values. */
+ * 2 MiB that is evicted before it is used. Shards shorter than a huge page
+ * are left alone. STOKER_MAP_HUGE=0 never advises, 1 always; stk__io_plan
+ * refuses other values. */
+#define HUGE_MAP_MIN ((uint64_t)2 << 20)
 static void plan_map_huge(stk_reader *r, uint64_t bytes, int huge) /* -1 auto, 0, 1 */
 {
     uint64_t avail = meminfo_bytes("MemAvailable");
     if (huge == 0 || (huge < 0 && (!avail || bytes > avail / 2))) return;
     size_t n = stk_dataset_nshards(r->ds), advised = 0;
-    for (size_t s = 0; s < n; s++) advised += (size_t)stk_shard_advise_huge(stk_dataset_shard(r->ds, s));
+    for (size_t s = 0; s < n; s++) { /* a map shorter than a huge page has none to map (and a syscall costs) */
+        const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        if (stk_shard_file_size(sh) >= HUGE_MAP_MIN) advised += (size_t)stk_shard_advise_huge(sh);
+    }
     if (!advised) return;
     r->map_huge = 1;
     size_t len = strlen(r->io_reason);

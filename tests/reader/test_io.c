@@ -611,27 +611,57 @@ static int mapped_huge(const char *name)
     return maps ? huge : -1;
 }
 
+/* 24 records of a u64 and a 128 KiB tensor, 20 to a shard: a shard of
+ * 2.5 MiB, which the map path advises huge pages, and one of 0.5 MiB, which
+ * it leaves alone (shorter than a huge page). */
+static const char *huge_ds(void)
+{
+    static char dir[TU_PATH];
+    if (dir[0]) return dir;
+    const uint64_t shape[3] = {128, 256, 4};
+    stk_schema sc;
+    stk_error e;
+    stk_schema_init(&sc);
+    ck_assert_int_eq(stk_schema_add_tensor(&sc, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_tensor(&sc, "big", STK_DT_U8, 3, shape, &e), STK_OK);
+    tu_scratch(dir, sizeof dir, "hugemap");
+    stk_dataset_options wo;
+    memset(&wo, 0, sizeof wo);
+    wo.records_per_shard = 20;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &wo, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    static uint8_t big[BIG];
+    for (uint64_t i = 0; i < 24; i++) {
+        tu_fill(big, sizeof big, 300 + i);
+        stk_value v[2] = {{&i, 8}, {big, sizeof big}};
+        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    return dir;
+}
+
 /* The map path advises huge pages on the shard maps of data that fits in
- * memory (io_plan.c), says so in the statistics and reads the same batches;
- * STOKER_MAP_HUGE=0 leaves the maps as they are, a bad value is refused. */
+ * memory (io_plan.c), shards of 2 MiB and more only, says so in the
+ * statistics and reads the same batches; STOKER_MAP_HUGE=0 leaves the maps
+ * as they are, a bad value is refused. */
 START_TEST(test_map_huge)
 {
     int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
-    stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
+    stk_reader_options o = tu_reader_options(5, STK_ORDER_SHUFFLE);
     o.threads = 2;
-    const char *shard0 = "shard-00000.stk";
     setenv("STOKER_MAP_HUGE", "0", 1);
-    stk_reader *ref = open_io(plain_ds(), &o, STK_IO_MMAP);
+    stk_reader *ref = open_io(huge_ds(), &o, STK_IO_MMAP);
     stk_reader_io_stats s;
     stk_reader_io_stats_get(ref, &s);
     ck_assert_msg(!strstr(s.reason, "huge"), "%s", s.reason);
-    ck_assert_int_eq(mapped_huge(shard0), 0);
+    ck_assert_int_eq(mapped_huge("shard-00000.stk"), 0);
     unsetenv("STOKER_MAP_HUGE");
-    stk_reader *got = open_io(plain_ds(), &o, STK_IO_MMAP);
+    stk_reader *got = open_io(huge_ds(), &o, STK_IO_MMAP);
     stk_reader_io_stats_get(got, &s);
     if (thp) {
-        ck_assert_msg(strstr(s.reason, "shard maps advised huge pages"), "%s", s.reason);
-        ck_assert_int_eq(mapped_huge(shard0), 1); /* got's map, not ref's */
+        ck_assert_msg(strstr(s.reason, "; 1 of 2 shard maps advised huge pages"), "%s", s.reason);
+        ck_assert_int_eq(mapped_huge("shard-00000.stk"), 1); /* got's map, not ref's */
+        ck_assert_int_eq(mapped_huge("shard-00001.stk"), 0); /* 0.5 MiB */
     }
     same_stream(ref, got, 2 * stk_reader_batches_per_epoch(ref) + 1, "huge-page maps");
     stk_reader_close(got);
@@ -639,7 +669,7 @@ START_TEST(test_map_huge)
 
     stk_error e;
     setenv("STOKER_MAP_HUGE", "yes", 1);
-    ck_assert_ptr_null(stk_reader_open(plain_ds(), &o, &e));
+    ck_assert_ptr_null(stk_reader_open(huge_ds(), &o, &e));
     ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_MAP_HUGE='yes'"), "%s", e.msg);
 }
 END_TEST
