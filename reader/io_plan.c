@@ -177,30 +177,64 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
 /* On the map path, data that fits in memory has its shard maps advised
  * huge pages (stk_shard_advise_huge): the pages the reader faults in come
  * into the page cache as 2 MiB folios, and every later mapping of them (the
- * next run, the other ranks of the node, the sources of a mixture that share
- * files) maps them 2 MiB at a time. Shuffled gathers from a page cache of
- * small pages pay for every 4-64 KiB of a record the first time each mapping
- * touches it, and a page walk per 4 KiB after (bench/README "Warm reads":
- * a first epoch at a fifth of the copy rate on a virtual machine). Not for
- * data larger than half of available memory: there each fault would read
- * 2 MiB that is evicted before it is used. Shards shorter than a huge page
- * are left alone. STOKER_MAP_HUGE=0 never advises, 1 always; stk__io_plan
- * refuses other values. */
+ * next run, the other ranks of the node) maps them 2 MiB at a time. Shuffled
+ * gathers from a page cache of small pages pay for every 4-64 KiB of a
+ * record the first time each mapping touches it, and a page walk per 4 KiB
+ * after (bench/README "Warm reads": 3x slower epochs on a virtual machine).
+ * Not when the shard files (every field, each file once) are larger than
+ * half of available memory: there a fault's 2-4 MiB would be evicted before
+ * it is used. Not with release_pages asked for: releasing consumed pages
+ * would split the huge ones. Shards shorter than a huge page are left alone.
+ * STOKER_MAP_HUGE=0 never advises, 1 always; stk__io_plan refuses other
+ * values. r->shard_huge marks the advised shards (advise_records leaves
+ * their readahead to the faults). */
 #define HUGE_MAP_MIN ((uint64_t)2 << 20)
-static void plan_map_huge(stk_reader *r, uint64_t bytes, int huge) /* -1 auto, 0, 1 */
+
+/* Part p of the reader's dataset (a mixture's sources), the dataset itself
+ * as part 0 when it is not a mixture; NULL past the end. */
+static const stk_dataset *part_at(const stk_reader *r, size_t p)
 {
-    uint64_t avail = meminfo_bytes("MemAvailable");
-    if (huge == 0 || (huge < 0 && (!avail || bytes > avail / 2))) return;
-    size_t n = stk_dataset_nshards(r->ds), advised = 0;
-    for (size_t s = 0; s < n; s++) { /* a map shorter than a huge page has none to map (and a syscall costs) */
-        const stk_shard *sh = stk_dataset_shard(r->ds, s);
-        if (stk_shard_file_size(sh) >= HUGE_MAP_MIN) advised += (size_t)stk_shard_advise_huge(sh);
+    const stk_dataset *d = stk__dataset_part(r->ds, p);
+    return d || p ? d : r->ds;
+}
+
+/* Whether part p is the same dataset as an earlier part (a mixture naming
+ * one dataset twice shares it: reader_mix.c). */
+static int part_repeats(const stk_reader *r, size_t p)
+{
+    for (size_t q = 0; q < p; q++)
+        if (part_at(r, q) == part_at(r, p)) return 1;
+    return 0;
+}
+
+static int plan_map_huge(stk_reader *r, int huge, stk_error *err) /* huge: -1 auto, 0, 1 */
+{
+    if (huge == 0 || (huge < 0 && r->o.release_pages > 0)) return STK_OK;
+    uint64_t files = 0, avail = meminfo_bytes("MemAvailable");
+    const stk_dataset *d;
+    for (size_t p = 0; (d = part_at(r, p)); p++)
+        for (size_t s = 0; !part_repeats(r, p) && s < stk_dataset_nshards(d); s++)
+            files += stk_shard_file_size(stk_dataset_shard(d, s));
+    if (huge < 0 && (!avail || files > avail / 2)) return STK_OK;
+    size_t n = stk_dataset_nshards(r->ds), advised = 0, distinct = 0, at = 0;
+    if (!(r->shard_huge = calloc(n ? n : 1, 1))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    for (size_t p = 0; (d = part_at(r, p)); p++) {
+        int again = part_repeats(r, p);
+        for (size_t s = 0; s < stk_dataset_nshards(d); s++, at++) {
+            const stk_shard *sh = stk_dataset_shard(d, s);
+            distinct += !again;
+            /* a map shorter than a huge page has none to map (and a syscall costs) */
+            if (stk_shard_file_size(sh) < HUGE_MAP_MIN) continue;
+            r->shard_huge[at] = (uint8_t)(again || stk_shard_advise_huge(sh)); /* advised once per file */
+            advised += !again && r->shard_huge[at];
+        }
     }
-    if (!advised) return;
-    r->map_huge = 1;
-    size_t len = strlen(r->io_reason);
-    snprintf(r->io_reason + len, sizeof r->io_reason - len, "; %zu of %zu shard maps advised huge pages",
-             advised, n);
+    if (advised) {
+        size_t len = strlen(r->io_reason);
+        snprintf(r->io_reason + len, sizeof r->io_reason - len, "; %zu of %zu shard maps advised huge pages",
+                 advised, distinct);
+    }
+    return STK_OK;
 }
 
 int stk__io_plan(stk_reader *r, stk_error *err)
@@ -246,7 +280,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
     if (r->direct) plan_quasi_blocks(r, blocks);
-    else plan_map_huge(r, sel_bytes + compressed_bytes(r), huge);
+    else if (plan_map_huge(r, huge, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
 

@@ -377,7 +377,11 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
 #define ADVISE_RUN 16
 
 /* Readahead: ask for every record of [i0, i1) before copying any, so the
- * reads of a cold batch are in flight together rather than one at a time. */
+ * reads of a cold batch are in flight together rather than one at a time.
+ * MADV_WILLNEED leaves out shards whose maps are advised huge pages
+ * (io_plan.c): there a fault reads the 2-4 MiB around it, and readahead
+ * would fill the page cache with small pages instead, 3x slower to gather
+ * from ever after on a virtual machine (bench/README "Warm reads"). */
 static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0, uint32_t i1, int how)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -388,7 +392,7 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
         const stk_shard *sh = stk_dataset_shard(r->ds, s);
         uint32_t run = 1; /* extend over consecutive records of the same shard */
         while (i + run < i1 && rec[i + run] == rec[i] + run && local + run < stk_shard_records(sh)) run++;
-        for (unsigned k = 0; k < r->nsel; k++) {
+        for (unsigned k = 0; k < r->nsel && !(how == MADV_WILLNEED && r->shard_huge && r->shard_huge[s]); k++) {
             const uint8_t *base = stk_shard_field_base(sh, r->sel[k]);
             if (!base) continue;
             uintptr_t a = (uintptr_t)(base + local * r->sel_stride[k]) & ~(page - 1);
@@ -658,12 +662,9 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
      * instead of one page fault at a time) but costs 10-20% when the records
      * are already in the page cache (the kernel still walks every page). So
      * advise only after a part that copied slower than memory does, and for
-     * the next ADVISE_RUN parts; a fast part is the cheap probe. Not on maps
-     * advised huge pages: there a fault reads the 2 MiB around it, and
-     * readahead would fill the page cache with small pages instead (3x
-     * slower to gather from ever after on a virtual machine; bench/README
-     * "Warm reads"). */
-    if (!p->zc && !r->direct && !r->map_huge && w->advise_left > 0) {
+     * the next ADVISE_RUN parts; a fast part is the cheap probe.
+     * (advise_records skips the shards whose maps are advised huge pages.) */
+    if (!p->zc && !r->direct && w->advise_left > 0) {
         advise_records(r, sl->records, p->i0, p->i1, MADV_WILLNEED);
         w->advise_left--;
     }

@@ -154,7 +154,7 @@ struct stk_reader {
 
     /* the read path (io_plan.c) */
     int direct;                       /* STK_IO_DIRECT chosen */
-    int map_huge;                     /* the map path, shard maps advised huge pages */
+    uint8_t *shard_huge;              /* the map path: per shard, its map advised huge pages (or NULL) */
     uint8_t io_field[STK_MAX_FIELDS]; /* direct: selected field k is read directly (an uncompressed tensor) */
     stk__io *io;                      /* its engine */
     char io_reason[STK_ERROR_MSG_MAX]; /* why, and any fallback */

@@ -678,6 +678,7 @@ void stk_reader_close(stk_reader *r)
     free(r->slots);
     stk__upload_close(r);
     free(r->shard_id);
+    free(r->shard_huge);
     free(r->verified_bits);
     stk__zcache_free(r->zcache);
     free(r->fields_text);

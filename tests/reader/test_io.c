@@ -10,6 +10,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -589,10 +590,13 @@ START_TEST(test_streaming_copies)
 }
 END_TEST
 
-/* How many mappings of shard file `name` in this process carry the
- * huge-page advice ("hg" in their VmFlags); -1 when none maps it. */
-static int mapped_huge(const char *name)
+/* How many mappings of shard file `shard` of dataset `dir` in this process
+ * carry the huge-page advice ("hg" in their VmFlags); -1 when none maps it. */
+static int mapped_huge(const char *dir, const char *shard)
 {
+    char path[TU_PATH], name[PATH_MAX];
+    tu_join(path, sizeof path, dir, shard);
+    ck_assert_msg(realpath(path, name) != NULL, "%s", path); /* as the kernel names the mapping */
     FILE *f = fopen("/proc/self/smaps", "r");
     char line[512];
     int in = 0, maps = 0, huge = 0;
@@ -600,7 +604,7 @@ static int mapped_huge(const char *name)
     while (fgets(line, sizeof line, f)) {
         size_t n = strlen(line), k = strlen(name);
         if (strchr(line, '-') == line + strspn(line, "0123456789abcdef")) { /* a mapping's first line */
-            in = n > k + 1 && !strncmp(line + n - 1 - k, name, k) && line[n - 2 - k] == '/';
+            in = n > k + 1 && !strncmp(line + n - 1 - k, name, k) && line[n - 2 - k] == ' ';
             maps += in;
         } else if (in && !strncmp(line, "VmFlags:", 8)) {
             huge += strstr(line, " hg") != NULL;
@@ -654,14 +658,14 @@ START_TEST(test_map_huge)
     stk_reader_io_stats s;
     stk_reader_io_stats_get(ref, &s);
     ck_assert_msg(!strstr(s.reason, "huge"), "%s", s.reason);
-    ck_assert_int_eq(mapped_huge("shard-00000.stk"), 0);
+    ck_assert_int_eq(mapped_huge(huge_ds(), "shard-00000.stk"), 0);
     unsetenv("STOKER_MAP_HUGE");
     stk_reader *got = open_io(huge_ds(), &o, STK_IO_MMAP);
     stk_reader_io_stats_get(got, &s);
     if (thp) {
         ck_assert_msg(strstr(s.reason, "; 1 of 2 shard maps advised huge pages"), "%s", s.reason);
-        ck_assert_int_eq(mapped_huge("shard-00000.stk"), 1); /* got's map, not ref's */
-        ck_assert_int_eq(mapped_huge("shard-00001.stk"), 0); /* 0.5 MiB */
+        ck_assert_int_eq(mapped_huge(huge_ds(), "shard-00000.stk"), 1); /* got's map, not ref's */
+        ck_assert_int_eq(mapped_huge(huge_ds(), "shard-00001.stk"), 0); /* 0.5 MiB */
     }
     same_stream(ref, got, 2 * stk_reader_batches_per_epoch(ref) + 1, "huge-page maps");
     stk_reader_close(got);

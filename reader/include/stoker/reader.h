@@ -247,7 +247,9 @@ typedef struct {
  * including slots that do not fit the memory budget. opts may be NULL
  * (defaults). */
 static inline stk_reader *stk_reader_open(const char *path, const stk_reader_options *opts, stk_error *err);
-/* The same over an open dataset, which must outlive the reader. */
+/* The same over an open dataset, which must outlive the reader. On the map
+ * path the reader may advise the dataset's shard maps huge pages
+ * (stk_shard_advise_huge); the advice stays with the maps after it closes. */
 static inline stk_reader *stk_reader_open_dataset(const stk_dataset *ds, const stk_reader_options *opts,
                                                   stk_error *err);
 
