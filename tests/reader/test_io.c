@@ -493,30 +493,36 @@ END_TEST
  * the mmap path's batches. */
 enum { BIG_N = 30, BIG = 128 * 256 * 4 }; /* 128 KiB: the bound itself */
 
-/* 30 records of a u64 and a 128 KiB tensor, 8 to a shard. */
-static const char *big_ds(void)
+/* n records of a u64 and a 128 KiB tensor, per to a shard, in scratch
+ * directory `name`. */
+static void make_big(char *dir, size_t cap, const char *name, uint64_t n, uint64_t per, uint64_t seed)
 {
-    static char dir[TU_PATH];
-    if (dir[0]) return dir;
     const uint64_t shape[3] = {128, 256, 4};
     stk_schema sc;
     stk_error e;
     stk_schema_init(&sc);
     ck_assert_int_eq(stk_schema_add_tensor(&sc, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
     ck_assert_int_eq(stk_schema_add_tensor(&sc, "big", STK_DT_U8, 3, shape, &e), STK_OK);
-    tu_scratch(dir, sizeof dir, "bigrec");
+    tu_scratch(dir, cap, name);
     stk_dataset_options wo;
     memset(&wo, 0, sizeof wo);
-    wo.records_per_shard = 8;
+    wo.records_per_shard = per;
     stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &wo, &e);
     ck_assert_msg(dw != NULL, "%s", e.msg);
     static uint8_t big[BIG];
-    for (uint64_t i = 0; i < BIG_N; i++) {
-        tu_fill(big, sizeof big, 77 + i);
+    for (uint64_t i = 0; i < n; i++) {
+        tu_fill(big, sizeof big, seed + i);
         stk_value v[2] = {{&i, 8}, {big, sizeof big}};
         ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
     }
     ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+}
+
+/* 30 records, 8 to a shard. */
+static const char *big_ds(void)
+{
+    static char dir[TU_PATH];
+    if (!dir[0]) make_big(dir, sizeof dir, "bigrec", BIG_N, 8, 77);
     return dir;
 }
 
@@ -615,32 +621,13 @@ static int mapped_huge(const char *dir, const char *shard)
     return maps ? huge : -1;
 }
 
-/* 24 records of a u64 and a 128 KiB tensor, 20 to a shard: a shard of
- * 2.5 MiB, which the map path advises huge pages, and one of 0.5 MiB, which
- * it leaves alone (shorter than a huge page). */
+/* 24 records, 20 to a shard: a shard of 2.5 MiB, which the map path advises
+ * huge pages, and one of 0.5 MiB, which it leaves alone (shorter than a
+ * huge page). */
 static const char *huge_ds(void)
 {
     static char dir[TU_PATH];
-    if (dir[0]) return dir;
-    const uint64_t shape[3] = {128, 256, 4};
-    stk_schema sc;
-    stk_error e;
-    stk_schema_init(&sc);
-    ck_assert_int_eq(stk_schema_add_tensor(&sc, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_tensor(&sc, "big", STK_DT_U8, 3, shape, &e), STK_OK);
-    tu_scratch(dir, sizeof dir, "hugemap");
-    stk_dataset_options wo;
-    memset(&wo, 0, sizeof wo);
-    wo.records_per_shard = 20;
-    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &wo, &e);
-    ck_assert_msg(dw != NULL, "%s", e.msg);
-    static uint8_t big[BIG];
-    for (uint64_t i = 0; i < 24; i++) {
-        tu_fill(big, sizeof big, 300 + i);
-        stk_value v[2] = {{&i, 8}, {big, sizeof big}};
-        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
-    }
-    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    if (!dir[0]) make_big(dir, sizeof dir, "hugemap", 24, 20, 300);
     return dir;
 }
 
