@@ -27,9 +27,9 @@ struct stk_shard {
     uint64_t dev, ino;   /* the file opened (0, 0 for memory) */
 };
 
-static int check_footer(stk_shard *sh, stk_error *err)
+/* f: the file's last STK_FOOTER_SIZE bytes. */
+static int check_footer(stk_shard *sh, const uint8_t *f, stk_error *err)
 {
-    const uint8_t *f = sh->map + sh->size - STK_FOOTER_SIZE;
     if (memcmp(f + F_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
         return stk_error_set(err, STK_E_FORMAT,
                              "%s: footer magic missing at offset %zu (incomplete or corrupt file)", sh->path,
@@ -101,15 +101,40 @@ static int check_heaps(const stk_shard *sh, stk_error *err)
     return STK_OK;
 }
 
-static stk_shard *finish_open(stk_shard *sh, stk_error *err)
+/* head: the first head_len bytes of the file (the map, or a copy read by
+ * stk_shard_open); foot: its last STK_FOOTER_SIZE bytes. */
+static stk_shard *finish_open(stk_shard *sh, const uint8_t *head, size_t head_len, const uint8_t *foot,
+                              stk_error *err)
 {
-    if (stk__layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err) || check_footer(sh, err) ||
-        check_heaps(sh, err)) {
+    int rc = stk__layout_decode(head, head_len, sh->size, sh->path, &sh->L, err);
+    if (rc == STK_E_TRUNCATED && head != sh->map) /* a header longer than the copy (a later minor version) */
+        rc = stk__layout_decode(sh->map, sh->size, sh->size, sh->path, &sh->L, err);
+    if (rc || check_footer(sh, foot, err) || check_heaps(sh, err)) {
         stk_shard_close(sh);
         return NULL;
     }
     return sh;
 }
+
+/* Read n bytes at off; 0 unless all of them came. */
+static int read_at(int fd, uint8_t *buf, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return 0;
+        got += (size_t)k;
+    }
+    return 1;
+}
+
+/* Header and footer are read with pread rather than through the fresh map:
+ * a first touch of a mapping is a page fault (and fault-around of its
+ * neighbours), several times a pread's cost, and opening a dataset of
+ * thousands of shards is mostly that (bench/README "Warm reads"). This
+ * build's headers (32 fields at most) fit in OPEN_HEAD. */
+#define OPEN_HEAD 8192u
 
 stk_shard *stk_shard_open(const char *path, stk_error *err)
 {
@@ -143,10 +168,16 @@ stk_shard *stk_shard_open(const char *path, stk_error *err)
         stk__error_set_errno(err, STK_E_IO, errno, "%s: mmap failed", path);
         goto fail;
     }
-    close(fd);
     sh->map = m;
     sh->owns_map = true;
-    return finish_open(sh, err);
+    uint8_t head[OPEN_HEAD], foot[STK_FOOTER_SIZE];
+    size_t hn = sh->size < OPEN_HEAD ? sh->size : OPEN_HEAD;
+    const uint8_t *h = read_at(fd, head, hn, 0) ? head : sh->map;
+    const uint8_t *f = read_at(fd, foot, STK_FOOTER_SIZE, sh->size - STK_FOOTER_SIZE)
+                           ? foot
+                           : sh->map + sh->size - STK_FOOTER_SIZE;
+    close(fd);
+    return finish_open(sh, h, h == head ? hn : sh->size, f, err);
 fail:
     if (fd >= 0) close(fd);
     free(sh->path);
@@ -171,7 +202,7 @@ stk_shard *stk_shard_open_memory(const void *data, size_t len, const char *name,
         stk_shard_close(sh);
         return NULL;
     }
-    return finish_open(sh, err);
+    return finish_open(sh, sh->map, len, sh->map + len - STK_FOOTER_SIZE, err);
 }
 
 void stk_shard_close(stk_shard *sh)

@@ -49,7 +49,9 @@ static void read_layout(uint8_t *b, layout *L)
     }
 }
 
-/* Open must fail with `code` and a message naming the file and saying `sub`. */
+/* Open must fail with `code` and a message naming the file and saying `sub`:
+ * from memory, and from a file (where stk_shard_open reads the header and
+ * footer with pread rather than through the map). */
 static void expect_open_fails(const uint8_t *buf, size_t len, int code, const char *sub)
 {
     stk_error e = {0, ""};
@@ -59,6 +61,15 @@ static void expect_open_fails(const uint8_t *buf, size_t len, int code, const ch
     tu_assert_error(&e, code, sub);
     ck_assert_msg(strncmp(e.msg, NAME ": ", strlen(NAME) + 2) == 0, "message does not name the file: %s",
                   e.msg);
+    char dir[TU_PATH], path[TU_PATH];
+    tu_scratch(dir, sizeof dir, "bad");
+    tu_join(path, sizeof path, dir, NAME);
+    tu_write(path, buf, len);
+    sh = stk_shard_open(path, &e);
+    if (sh) stk_shard_close(sh);
+    ck_assert_msg(sh == NULL, "file opened, expected %s (%s)", stk_status_name(code), sub);
+    tu_assert_error(&e, code, sub);
+    ck_assert_msg(strncmp(e.msg, path, strlen(path)) == 0, "message does not name the file: %s", e.msg);
 }
 
 /* Problems reported by verify_records / verify_padding. */
@@ -364,6 +375,53 @@ START_TEST(newer_minor_larger_header)
     expect_open_fails(b, len, STK_E_FORMAT, "header size 448 does not fit");
     wr32(b + H_HEADER_SIZE, 2u << 20); /* over the cap */
     expect_open_fails(b, len, STK_E_FORMAT, "does not fit");
+    free(b);
+    free(base);
+}
+END_TEST
+
+/* A later minor version's header longer than what stk_shard_open reads
+ * first (8 KiB): every region moved 16 KiB on to make room, the header
+ * grown to 12 KiB. Opened from a file (the open reads the header again
+ * through the map) and from memory, it reads the same records. */
+START_TEST(newer_minor_header_past_first_read)
+{
+    size_t len;
+    uint8_t *base = base_shard(&len);
+    layout L;
+    read_layout(base, &L);
+    const uint64_t delta = 16384;
+    const uint32_t hs = 12288;
+    ck_assert_uint_eq(delta % rd32(base + H_ALIGN), 0);
+    uint8_t *b = calloc(1, len + delta);
+    ck_assert_ptr_nonnull(b);
+    memcpy(b, base, L.hs - 8); /* the header but its hash; the rest of it is zero extension */
+    memcpy(b + L.hs + delta, base + L.hs, len - L.hs);
+    wr16(b + H_MINOR, 3);
+    wr32(b + H_HEADER_SIZE, hs);
+    wr64(b + H_FILE_SIZE, L.file_size + delta);
+    wr64(b + H_CKSUM_OFF, L.cksum_off + delta);
+    for (unsigned f = 0; f < L.nf; f++) {
+        wr64(tu_desc(b, f) + D_DATA_OFF, L.data_off[f] + delta);
+        if (L.heap_off[f]) wr64(tu_desc(b, f) + D_HEAP_OFF, L.heap_off[f] + delta);
+    }
+    wr64(b + len + delta - STK_FOOTER_SIZE + F_FILE_SIZE, L.file_size + delta);
+    tu_rehash_header(b, hs);
+    char dir[TU_PATH], path[TU_PATH];
+    tu_scratch(dir, sizeof dir, "grown");
+    tu_join(path, sizeof path, dir, NAME);
+    tu_write(path, b, len + delta);
+    stk_error e;
+    for (int from_file = 0; from_file < 2; from_file++) {
+        stk_shard *sh = from_file ? stk_shard_open(path, &e) : stk_shard_open_memory(b, len + delta, NAME, &e);
+        ck_assert_msg(sh != NULL, "%s", e.msg);
+        unsigned major, minor;
+        stk_shard_version(sh, &major, &minor);
+        ck_assert_uint_eq(minor, 3);
+        tu_check_std_shard(sh, 9, 0);
+        ck_assert_uint_eq(stk_shard_verify_padding(sh, NULL, NULL), 0);
+        stk_shard_close(sh);
+    }
     free(b);
     free(base);
 }
@@ -726,6 +784,7 @@ int main(void)
     tcase_add_test(tc, header_fields_not_rehashed);
     tcase_add_test(tc, version_from_file);
     tcase_add_test(tc, newer_minor_larger_header);
+    tcase_add_test(tc, newer_minor_header_past_first_read);
     tcase_add_test(tc, header_names);
     suite_add_tcase(s, tc);
     tc = tcase_create("footer_and_offsets");
