@@ -69,20 +69,51 @@ static unsigned probe_resident(const stk_reader *r, unsigned *probed)
 
 static double gb(uint64_t b) { return (double)b / 1e9; }
 
+/* Part p of the reader's dataset (a mixture's sources), the dataset itself
+ * as part 0 when it is not a mixture; NULL past the end. */
+static const stk_dataset *part_at(const stk_reader *r, size_t p)
+{
+    const stk_dataset *d = stk__dataset_part(r->ds, p);
+    return d || p ? d : r->ds;
+}
+
+/* Whether part p is the same dataset as an earlier part (a mixture naming
+ * one dataset twice shares it: reader_mix.c). */
+static int part_repeats(const stk_reader *r, size_t p)
+{
+    for (size_t q = 0; q < p; q++)
+        if (part_at(r, q) == part_at(r, p)) return 1;
+    return 0;
+}
+
+/* The records of the reader's dataset, a dataset a mixture names twice
+ * counted once (its files are read once). */
+static uint64_t distinct_records(const stk_reader *r)
+{
+    uint64_t n = 0;
+    const stk_dataset *d;
+    for (size_t p = 0; (d = part_at(r, p)); p++)
+        if (!part_repeats(r, p)) n += stk_dataset_records(d);
+    return n;
+}
+
 /* The stored (compressed) bytes of the selected compressed fields: from
- * each shard's first and last block, so two lookups per shard. */
+ * each shard's first and last block, so two lookups per shard (a dataset
+ * a mixture names twice counted once). */
 static uint64_t compressed_bytes(const stk_reader *r)
 {
     uint64_t total = 0;
+    const stk_dataset *d;
     for (unsigned k = 0; k < r->nsel; k++) {
         if (stk_dataset_schema(r->ds)->fields[r->sel[k]].codec != STK_CODEC_ZSTD) continue;
-        for (size_t s = 0; s < stk_dataset_nshards(r->ds); s++) {
-            const stk_shard *sh = stk_dataset_shard(r->ds, s);
-            uint64_t nb = stk_shard_nblocks(sh, r->sel[k]), a, b, n;
-            if (nb && !stk_shard_block_span(sh, r->sel[k], 0, &a, NULL, NULL) &&
-                !stk_shard_block_span(sh, r->sel[k], nb - 1, &b, &n, NULL) && b + n >= a)
-                total += b + n - a;
-        }
+        for (size_t p = 0; (d = part_at(r, p)); p++)
+            for (size_t s = 0; !part_repeats(r, p) && s < stk_dataset_nshards(d); s++) {
+                const stk_shard *sh = stk_dataset_shard(d, s);
+                uint64_t nb = stk_shard_nblocks(sh, r->sel[k]), a, b, n;
+                if (nb && !stk_shard_block_span(sh, r->sel[k], 0, &a, NULL, NULL) &&
+                    !stk_shard_block_span(sh, r->sel[k], nb - 1, &b, &n, NULL) && b + n >= a)
+                    total += b + n - a;
+            }
     }
     return total;
 }
@@ -190,23 +221,6 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
  * their readahead to the faults). */
 #define HUGE_MAP_MIN ((uint64_t)2 << 20)
 
-/* Part p of the reader's dataset (a mixture's sources), the dataset itself
- * as part 0 when it is not a mixture; NULL past the end. */
-static const stk_dataset *part_at(const stk_reader *r, size_t p)
-{
-    const stk_dataset *d = stk__dataset_part(r->ds, p);
-    return d || p ? d : r->ds;
-}
-
-/* Whether part p is the same dataset as an earlier part (a mixture naming
- * one dataset twice shares it: reader_mix.c). */
-static int part_repeats(const stk_reader *r, size_t p)
-{
-    for (size_t q = 0; q < p; q++)
-        if (part_at(r, q) == part_at(r, p)) return 1;
-    return 0;
-}
-
 static int plan_map_huge(stk_reader *r, int huge, stk_error *err) /* huge: -1 auto, 0, 1 */
 {
     if (huge == 0 || (huge < 0 && r->o.release_pages > 0)) return STK_OK;
@@ -262,9 +276,9 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     if (huge == -2)
         return stk_error_set(err, STK_E_ARG, "environment STOKER_MAP_HUGE='%s': expected auto, 0 or 1", mh);
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
-    uint64_t sel_bytes = 0;
+    uint64_t sel_bytes = 0, records = distinct_records(r);
     for (unsigned k = 0; k < r->nsel; k++)
-        if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * r->records;
+        if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * records;
     int io = o->io;
     if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
         io = choose_auto(r, sel_bytes + compressed_bytes(r));

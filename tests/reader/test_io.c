@@ -658,6 +658,19 @@ START_TEST(test_map_huge)
     stk_reader_close(got);
     stk_reader_close(ref);
 
+    /* a mixture naming the dataset twice: its files counted and advised once */
+    stk_source src[2];
+    for (int i = 0; i < 2; i++) {
+        stk_source_init(&src[i]);
+        src[i].path = huge_ds();
+    }
+    stk_error me;
+    stk_reader *mix = stk_reader_open_mix(src, 2, &o, &me);
+    ck_assert_msg(mix != NULL, "%s", me.msg);
+    stk_reader_io_stats_get(mix, &s);
+    if (thp) ck_assert_msg(strstr(s.reason, "; 1 of 2 shard maps advised huge pages"), "%s", s.reason);
+    stk_reader_close(mix);
+
     stk_error e;
     setenv("STOKER_MAP_HUGE", "yes", 1);
     ck_assert_ptr_null(stk_reader_open(huge_ds(), &o, &e));
