@@ -69,6 +69,15 @@ static unsigned probe_resident(const stk_reader *r, unsigned *probed)
 
 static double gb(uint64_t b) { return (double)b / 1e9; }
 
+int stk__env_choice(const char *name, const char *a, const char *b, int *choice, stk_error *err)
+{
+    const char *v = getenv(name);
+    *choice = !v || !*v || !strcmp(v, "auto") ? -1 : !strcmp(v, a) ? 0 : !strcmp(v, b) ? 1 : -2;
+    if (*choice == -2)
+        return stk_error_set(err, STK_E_ARG, "environment %s='%s': expected auto, %s or %s", name, v, a, b);
+    return STK_OK;
+}
+
 /* Part p of the reader's dataset (a mixture's sources), the dataset itself
  * as part 0 when it is not a mixture; NULL past the end. */
 static const stk_dataset *part_at(const stk_reader *r, size_t p)
@@ -94,6 +103,16 @@ static uint64_t distinct_records(const stk_reader *r)
     const stk_dataset *d;
     for (size_t p = 0; (d = part_at(r, p)); p++)
         if (!part_repeats(r, p)) n += stk_dataset_records(d);
+    return n;
+}
+
+uint64_t stk__reader_file_bytes(const stk_reader *r)
+{
+    uint64_t n = 0;
+    const stk_dataset *d;
+    for (size_t p = 0; (d = part_at(r, p)); p++)
+        for (size_t s = 0; !part_repeats(r, p) && s < stk_dataset_nshards(d); s++)
+            n += stk_shard_file_size(stk_dataset_shard(d, s));
     return n;
 }
 
@@ -224,22 +243,18 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
 static int plan_map_huge(stk_reader *r, int huge, stk_error *err) /* huge: -1 auto, 0, 1 */
 {
     if (huge == 0 || (huge < 0 && r->o.release_pages > 0)) return STK_OK;
-    uint64_t files = 0, avail = meminfo_bytes("MemAvailable");
-    const stk_dataset *d;
-    for (size_t p = 0; (d = part_at(r, p)); p++)
-        for (size_t s = 0; !part_repeats(r, p) && s < stk_dataset_nshards(d); s++)
-            files += stk_shard_file_size(stk_dataset_shard(d, s));
-    if (huge < 0 && (!avail || files > avail / 2)) return STK_OK;
+    uint64_t avail = meminfo_bytes("MemAvailable");
+    if (huge < 0 && (!avail || stk__reader_file_bytes(r) > avail / 2)) return STK_OK;
     size_t n = stk_dataset_nshards(r->ds), advised = 0, distinct = 0, at = 0;
     if (!(r->shard_huge = calloc(n ? n : 1, 1))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    const stk_dataset *d;
     for (size_t p = 0; (d = part_at(r, p)); p++) {
-        int again = part_repeats(r, p);
+        int again = part_repeats(r, p); /* its shards are an earlier part's: counted there */
         for (size_t s = 0; s < stk_dataset_nshards(d); s++, at++) {
             const stk_shard *sh = stk_dataset_shard(d, s);
-            distinct += !again;
             /* a map shorter than a huge page has none to map (and a syscall costs) */
-            if (stk_shard_file_size(sh) < HUGE_MAP_MIN) continue;
-            r->shard_huge[at] = (uint8_t)(again || stk_shard_advise_huge(sh)); /* advised once per file */
+            r->shard_huge[at] = stk_shard_file_size(sh) >= HUGE_MAP_MIN && stk_shard_advise_huge(sh);
+            distinct += !again;
             advised += !again && r->shard_huge[at];
         }
     }
@@ -254,27 +269,17 @@ static int plan_map_huge(stk_reader *r, int huge, stk_error *err) /* huge: -1 au
 int stk__io_plan(stk_reader *r, stk_error *err)
 {
     stk_reader_options *o = &r->o;
+    int env, blocks, huge;
     if (o->io == STK_IO_AUTO) {
-        const char *v = getenv("STOKER_IO");
-        if (v && *v) {
-            if (!strcmp(v, "mmap")) o->io = STK_IO_MMAP;
-            else if (!strcmp(v, "direct")) o->io = STK_IO_DIRECT;
-            else if (strcmp(v, "auto"))
-                return stk_error_set(err, STK_E_ARG,
-                                     "environment STOKER_IO='%s': expected auto, mmap or direct", v);
-        }
+        if (stk__env_choice("STOKER_IO", "mmap", "direct", &env, err)) return STK_E_ARG;
+        if (env >= 0) o->io = env ? STK_IO_DIRECT : STK_IO_MMAP;
     }
     if (o->io < STK_IO_AUTO || o->io > STK_IO_DIRECT)
         return stk_error_set(err, STK_E_ARG, "io %d unknown (auto, mmap or direct)", o->io);
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
-    const char *qb = getenv("STOKER_QUASI_BLOCKS");
-    int blocks = !qb || !*qb || !strcmp(qb, "auto") ? -1 : !strcmp(qb, "0") ? 0 : !strcmp(qb, "1") ? 1 : -2;
-    if (blocks == -2)
-        return stk_error_set(err, STK_E_ARG, "environment STOKER_QUASI_BLOCKS='%s': expected auto, 0 or 1", qb);
-    const char *mh = getenv("STOKER_MAP_HUGE");
-    int huge = !mh || !*mh || !strcmp(mh, "auto") ? -1 : !strcmp(mh, "0") ? 0 : !strcmp(mh, "1") ? 1 : -2;
-    if (huge == -2)
-        return stk_error_set(err, STK_E_ARG, "environment STOKER_MAP_HUGE='%s': expected auto, 0 or 1", mh);
+    if (stk__env_choice("STOKER_QUASI_BLOCKS", "0", "1", &blocks, err) ||
+        stk__env_choice("STOKER_MAP_HUGE", "0", "1", &huge, err))
+        return STK_E_ARG;
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0, records = distinct_records(r);
     for (unsigned k = 0; k < r->nsel; k++)
@@ -321,14 +326,9 @@ int stk__io_start(stk_reader *r, stk_error *err)
 {
     if (!r->direct) return STK_OK;
     stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, 2 * r->o.threads, getenv("STOKER_IO_FAULT")};
-    const char *e = getenv("STOKER_IO_ENGINE");
-    if (e && *e) {
-        if (!strcmp(e, "threads")) c.engine = STK__ENGINE_THREADS;
-        else if (!strcmp(e, "io_uring")) c.engine = STK__ENGINE_URING;
-        else if (strcmp(e, "auto"))
-            return stk_error_set(err, STK_E_ARG,
-                                 "environment STOKER_IO_ENGINE='%s': expected auto, io_uring or threads", e);
-    }
+    int engine;
+    if (stk__env_choice("STOKER_IO_ENGINE", "io_uring", "threads", &engine, err)) return STK_E_ARG;
+    if (engine >= 0) c.engine = engine ? STK__ENGINE_THREADS : STK__ENGINE_URING;
     char note[200];
     int rc = stk__io_open(&r->io, r->ds, &c, note, sizeof note, err);
     if (rc) return rc;

@@ -392,7 +392,8 @@ static void advise_records(const stk_reader *r, const uint64_t *rec, uint32_t i0
         const stk_shard *sh = stk_dataset_shard(r->ds, s);
         uint32_t run = 1; /* extend over consecutive records of the same shard */
         while (i + run < i1 && rec[i + run] == rec[i] + run && local + run < stk_shard_records(sh)) run++;
-        for (unsigned k = 0; k < r->nsel && !(how == MADV_WILLNEED && r->shard_huge && r->shard_huge[s]); k++) {
+        int faults_read = how == MADV_WILLNEED && r->shard_huge && r->shard_huge[s];
+        for (unsigned k = 0; k < r->nsel && !faults_read; k++) {
             const uint8_t *base = stk_shard_field_base(sh, r->sel[k]);
             if (!base) continue;
             uintptr_t a = (uintptr_t)(base + local * r->sel_stride[k]) & ~(page - 1);

@@ -248,6 +248,13 @@ void *stk__worker_main(void *arg);
 int stk__io_plan(stk_reader *r, stk_error *err);
 uint64_t stk__io_plan_bytes(const stk_reader *r);
 int stk__io_start(stk_reader *r, stk_error *err);
+/* The bytes of the reader's shard files, a dataset a mixture names twice
+ * counted once. */
+uint64_t stk__reader_file_bytes(const stk_reader *r);
+/* Environment variable `name` choosing one of two settings: *choice is -1
+ * when it is unset, empty or "auto", 0 for `a`, 1 for `b`; any other value
+ * is STK_E_ARG naming the variable and the value. */
+int stk__env_choice(const char *name, const char *a, const char *b, int *choice, stk_error *err);
 
 /* upload.c */
 int stk__upload_backend(stk_reader *r, stk_error *err);

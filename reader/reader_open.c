@@ -388,15 +388,9 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
 #define STREAM_SLOT_MIN ((uint64_t)16 << 20)
 static int plan_copy(stk_reader *r, stk_error *err)
 {
-    const char *env = getenv("STOKER_COPY");
-    if (env && *env && strcmp(env, "auto")) {
-        if (strcmp(env, "stream") && strcmp(env, "cached"))
-            return stk_error_set(err, STK_E_ARG, "environment STOKER_COPY='%s': expected auto, stream or cached",
-                                 env);
-        r->stream_copy = !strcmp(env, "stream");
-        return STK_OK;
-    }
-    r->stream_copy = r->slot_bytes >= STREAM_SLOT_MIN && stk__copy_stream_ok();
+    int env;
+    if (stk__env_choice("STOKER_COPY", "stream", "cached", &env, err)) return STK_E_ARG;
+    r->stream_copy = env >= 0 ? env == 0 : r->slot_bytes >= STREAM_SLOT_MIN && stk__copy_stream_ok();
     return STK_OK;
 }
 
@@ -531,9 +525,7 @@ static int start_workers(stk_reader *r, stk_error *err)
  * dataset cannot stay in memory anyway. */
 static int larger_than_ram(const stk_reader *r)
 {
-    uint64_t total = 0;
-    for (size_t i = 0; i < stk_dataset_nshards(r->ds); i++)
-        total += stk_shard_file_size(stk_dataset_shard(r->ds, i));
+    uint64_t total = stk__reader_file_bytes(r);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page / 2;
 }
