@@ -349,8 +349,9 @@ class Reader:
     debug         True: catch views used after they expired (see the module doc)
     verify        "off", "once" or "always": check record checksums on read
     io            "auto" (default), "mmap" or "direct": how records reach the batches
-                  (direct: asynchronous O_DIRECT reads for cold or larger-than-RAM
-                  data; io_stats() says which path auto chose and why)
+                  (direct: asynchronous O_DIRECT reads for larger-than-RAM data or
+                  one pass over cold data; io_stats() says which path auto chose
+                  and why)
     io_depth      direct: reads in flight per worker queue (0: 32; see the README)
     memory_budget, quasi_block_bytes, quasi_window, release_pages, device_fallback:
                   as in stk_reader_options

@@ -7,6 +7,7 @@
  * shard truncated in place name the shard and the record; a shard replaced
  * by rename is still read from the file the dataset opened.
  */
+#include "reader_impl.h" /* stk__io_auto_rule */
 #include "testutil.h"
 
 #include <errno.h>
@@ -409,6 +410,31 @@ START_TEST(test_compressed_read_error)
 }
 END_TEST
 
+/* auto's rule on its own (the reader feeds it /proc/meminfo and a mincore
+ * sample, which a test cannot set): a machine of 24 GB with 22 GB available. */
+START_TEST(test_auto_rule)
+{
+    const uint64_t G = 1000000000ull, ram = 24 * G, avail = 22 * G;
+    char why[STK_ERROR_MSG_MAX];
+    /* cold but within half of the available memory: the page cache keeps it for the next epochs */
+    ck_assert_int_eq(stk__io_auto_rule(8 * G, ram, avail, 1, 64, why, sizeof why), STK_IO_MMAP);
+    ck_assert_msg(strstr(why, "cold (1 of 64 sampled pages resident) but fit in half"), "%s", why);
+    ck_assert_int_eq(stk__io_auto_rule(11 * G, ram, avail, 0, 64, why, sizeof why), STK_IO_MMAP);
+    /* cold and past it: direct */
+    ck_assert_int_eq(stk__io_auto_rule(11 * G + 1, ram, avail, 0, 64, why, sizeof why), STK_IO_DIRECT);
+    ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)"), "%s", why);
+    /* the same bytes resident (half the sample or more): mmap */
+    ck_assert_int_eq(stk__io_auto_rule(11 * G + 1, ram, avail, 32, 64, why, sizeof why), STK_IO_MMAP);
+    ck_assert_msg(strstr(why, "32 of 64 sampled pages resident) fit in memory"), "%s", why);
+    /* larger than half of RAM: direct, resident or not */
+    ck_assert_int_eq(stk__io_auto_rule(12 * G + 1, ram, avail, 64, 64, why, sizeof why), STK_IO_DIRECT);
+    ck_assert_msg(strstr(why, "larger than half of RAM (24.0 GB)"), "%s", why);
+    /* nothing sampled, or memory unknown: the map */
+    ck_assert_int_eq(stk__io_auto_rule(11 * G + 1, ram, avail, 0, 0, why, sizeof why), STK_IO_MMAP);
+    ck_assert_int_eq(stk__io_auto_rule(100 * G, 0, 0, 0, 64, why, sizeof why), STK_IO_MMAP);
+}
+END_TEST
+
 START_TEST(test_auto_and_options)
 {
     stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
@@ -706,6 +732,7 @@ int main(void)
     tcase_add_test(tc, test_resume);
     tcase_add_test(tc, test_compressed);
     tcase_add_test(tc, test_compressed_read_error);
+    tcase_add_test(tc, test_auto_rule);
     tcase_add_test(tc, test_auto_and_options);
     tcase_add_test(tc, test_memory_budget);
     suite_add_tcase(s, tc);

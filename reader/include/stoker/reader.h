@@ -108,8 +108,10 @@ struct stk_transform;
  * STK_IO_AUTO picks direct when the selected tensor and compressed fields
  * (stored bytes) are larger than half of physical memory, or when a sample of
  * the tensor fields' pages
- * (mincore) is mostly not resident and they are larger than a quarter of the
- * available memory; stk_reader_io_stats_get says which path and why. A failed
+ * (mincore) is mostly not resident and they are larger than half of the
+ * available memory (cold data within that bound goes through the page cache,
+ * which serves the epochs after the first); stk_reader_io_stats_get says
+ * which path and why. A failed
  * read names the shard, the records and errno; short reads, EINTR and EAGAIN
  * are retried.
  */
@@ -145,7 +147,7 @@ typedef enum {
 /* How records reach the slots (see "Storage" below). */
 typedef enum {
     STK_IO_AUTO = 0,  /* mmap, unless the selected fields are larger than half
-                          of RAM, or cold and larger than a quarter of the
+                          of RAM, or cold and larger than half of the
                           memory available                                 */
     STK_IO_MMAP = 1,  /* copy from the mapped shards (page faults, page cache;
                           zero-copy sequential batches)                     */
