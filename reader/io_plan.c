@@ -140,16 +140,18 @@ static uint64_t compressed_bytes(const stk_reader *r)
 /* auto: direct when the selected tensor bytes cannot stay in the page cache
  * (more than half of RAM), or when they are cold and more than half of what
  * is available: the first epoch would fill the cache only to have it
- * reclaimed under the trainer. Cold data that fits in half of the available
- * memory stays on the mmap path, although direct reads bring a single cold
- * epoch in faster: from the second epoch on (and in the next run, and for
- * every rank on the machine) it is read from memory, where the direct path
- * reads the device every epoch. The same bound makes the maps huge-page
- * advised (plan_map_huge), which is what keeps that first epoch's faults
- * large (bench/README "cold": 5 cold shuffled epochs of 8 GB, 3.1-3.5 s
- * through the map, 9.7-10.0 s direct). */
-int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, char *why,
-                      size_t size)
+ * reclaimed under the trainer. Cold data within that bound stays on the
+ * mmap path when its maps are advised huge pages (map_huge: plan_map_huge
+ * will advise them), although direct reads bring a single cold epoch in
+ * faster: the faults then read 2-4 MiB each, and from the second epoch on
+ * (and in the next run, and for every rank on the machine) the data is
+ * read from memory, where the direct path reads the device every epoch
+ * (bench/README "cold", runs G, G2 and H: 5 cold shuffled epochs of 8 GB
+ * in 2.8-7.2 s through the map, 8.9-10.6 s direct). Without the advice a cold
+ * map faults in 4-64 KiB at a time (0.3-1.4 GB/s there): cold data larger
+ * than a quarter of what is available goes direct then. */
+int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
+                      char *why, size_t size)
 {
     int cold = probed && hit * 2 < probed;
     if (ram && sel_bytes > ram / 2) {
@@ -157,32 +159,30 @@ int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned
                  gb(sel_bytes), gb(ram));
         return STK_IO_DIRECT;
     }
-    if (cold && avail && sel_bytes > avail / 2) {
+    if (cold && avail && (sel_bytes > avail / 2 || (sel_bytes > avail / 4 && !map_huge))) {
         snprintf(why, size,
                  "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident) and larger "
-                 "than half of available memory (%.1f GB)",
-                 gb(sel_bytes), hit, probed, gb(avail));
+                 "than %s of available memory (%.1f GB)%s",
+                 gb(sel_bytes), hit, probed, sel_bytes > avail / 2 ? "half" : "a quarter", gb(avail),
+                 sel_bytes > avail / 2 ? "" : ", and their maps are not advised huge pages");
         return STK_IO_DIRECT;
     }
-    if (cold)
+    if (cold && avail)
         snprintf(why, size,
-                 "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident) but fit in half "
-                 "of available memory (%.1f GB): read through the page cache, which keeps them for the next epochs",
+                 "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident) but fit in memory "
+                 "(%.1f GB available): read through the page cache, which keeps them for the next epochs",
                  gb(sel_bytes), hit, probed, gb(avail));
+    else if (cold)
+        snprintf(why, size,
+                 "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident); available "
+                 "memory unknown",
+                 gb(sel_bytes), hit, probed);
     else
         snprintf(why, size,
                  "auto: the selected fields (%.1f GB, %u of %u sampled pages resident) fit in memory (%.1f GB "
                  "available)",
                  gb(sel_bytes), hit, probed, gb(avail));
     return STK_IO_MMAP;
-}
-
-static int choose_auto(stk_reader *r, uint64_t sel_bytes)
-{
-    uint64_t ram = meminfo_bytes("MemTotal"), avail = meminfo_bytes("MemAvailable");
-    unsigned probed = 0, hit = 0;
-    if (!ram || sel_bytes <= ram / 2) hit = probe_resident(r, &probed); /* past half of RAM, no probe needed */
-    return stk__io_auto_rule(sel_bytes, ram, avail, hit, probed, r->io_reason, sizeof r->io_reason);
 }
 
 /* Quasi order on the direct path reads blocks whole (qblocks.c) when one
@@ -258,11 +258,17 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
  * their readahead to the faults). */
 #define HUGE_MAP_MIN ((uint64_t)2 << 20)
 
-static int plan_map_huge(stk_reader *r, int huge, stk_error *err) /* huge: -1 auto, 0, 1 */
+/* Whether plan_map_huge will advise the maps (huge: -1 auto, 0, 1; avail:
+ * MemAvailable, 0 unknown): before io is chosen, for auto's rule. */
+static int map_huge_planned(const stk_reader *r, int huge, uint64_t avail)
 {
-    if (huge == 0 || (huge < 0 && r->o.release_pages > 0)) return STK_OK;
-    uint64_t avail = meminfo_bytes("MemAvailable");
-    if (huge < 0 && (!avail || stk__reader_file_bytes(r) > avail / 2)) return STK_OK;
+    if (huge >= 0) return huge;
+    return r->o.release_pages <= 0 && avail && stk__reader_file_bytes(r) <= avail / 2;
+}
+
+static int plan_map_huge(stk_reader *r, int huge, uint64_t avail, stk_error *err)
+{
+    if (!map_huge_planned(r, huge, avail)) return STK_OK;
     size_t n = stk_dataset_nshards(r->ds), advised = 0, distinct = 0, at = 0;
     if (!(r->shard_huge = calloc(n ? n : 1, 1))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_dataset *d;
@@ -284,6 +290,14 @@ static int plan_map_huge(stk_reader *r, int huge, stk_error *err) /* huge: -1 au
     return STK_OK;
 }
 
+static int choose_auto(stk_reader *r, uint64_t bytes, uint64_t avail, int map_huge)
+{
+    uint64_t ram = meminfo_bytes("MemTotal");
+    unsigned probed = 0, hit = 0;
+    if (!ram || bytes <= ram / 2) hit = probe_resident(r, &probed); /* past half of RAM: not needed */
+    return stk__io_auto_rule(bytes, ram, avail, hit, probed, map_huge, r->io_reason, sizeof r->io_reason);
+}
+
 int stk__io_plan(stk_reader *r, stk_error *err)
 {
     stk_reader_options *o = &r->o;
@@ -303,8 +317,9 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     for (unsigned k = 0; k < r->nsel; k++)
         if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * records;
     int io = o->io;
+    uint64_t avail = meminfo_bytes("MemAvailable"); /* read once: the choice and the advice agree */
     if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
-        io = choose_auto(r, sel_bytes + compressed_bytes(r));
+        io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_planned(r, huge, avail));
     } else {
         snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
     }
@@ -317,7 +332,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
     if (r->direct) plan_quasi_blocks(r, blocks);
-    else if (plan_map_huge(r, huge, err)) return err ? err->code : STK_E_NOMEM;
+    else if (plan_map_huge(r, huge, avail, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
 

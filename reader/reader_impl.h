@@ -249,9 +249,10 @@ int stk__io_plan(stk_reader *r, stk_error *err);
 uint64_t stk__io_plan_bytes(const stk_reader *r);
 /* auto's rule (comment in io_plan.c): STK_IO_DIRECT or STK_IO_MMAP for
  * sel_bytes of selected fields, with hit of probed sampled pages resident,
- * ram and avail from /proc/meminfo (0: unknown); why gets the reason. */
-int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, char *why,
-                      size_t size);
+ * ram and avail from /proc/meminfo (0: unknown), map_huge whether the maps
+ * would be advised huge pages; why gets the reason. */
+int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
+                      char *why, size_t size);
 int stk__io_start(stk_reader *r, stk_error *err);
 /* The bytes of the reader's shard files, a dataset a mixture names twice
  * counted once. */

@@ -416,22 +416,33 @@ START_TEST(test_auto_rule)
 {
     const uint64_t G = 1000000000ull, ram = 24 * G, avail = 22 * G;
     char why[STK_ERROR_MSG_MAX];
-    /* cold but within half of the available memory: the page cache keeps it for the next epochs */
-    ck_assert_int_eq(stk__io_auto_rule(8 * G, ram, avail, 1, 64, why, sizeof why), STK_IO_MMAP);
-    ck_assert_msg(strstr(why, "cold (1 of 64 sampled pages resident) but fit in half"), "%s", why);
-    ck_assert_int_eq(stk__io_auto_rule(11 * G, ram, avail, 0, 64, why, sizeof why), STK_IO_MMAP);
-    /* cold and past it: direct */
-    ck_assert_int_eq(stk__io_auto_rule(11 * G + 1, ram, avail, 0, 64, why, sizeof why), STK_IO_DIRECT);
+#define RULE(bytes, hit, probed, huge) stk__io_auto_rule(bytes, ram, avail, hit, probed, huge, why, sizeof why)
+    /* cold, within half of the available memory, maps advised huge pages:
+     * the page cache keeps it for the next epochs */
+    ck_assert_int_eq(RULE(8 * G, 1, 64, 1), STK_IO_MMAP);
+    ck_assert_msg(strstr(why, "cold (1 of 64 sampled pages resident) but fit in memory"), "%s", why);
+    ck_assert_int_eq(RULE(11 * G, 0, 64, 1), STK_IO_MMAP);
+    /* cold and past half of it: direct */
+    ck_assert_int_eq(RULE(11 * G + 1, 0, 64, 1), STK_IO_DIRECT);
     ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)"), "%s", why);
+    /* cold, maps not advised: direct past a quarter, the map below it */
+    ck_assert_int_eq(RULE(5500000001ull, 0, 64, 0), STK_IO_DIRECT);
+    ck_assert_msg(strstr(why, "than a quarter of available memory (22.0 GB), and their maps are not advised"), "%s",
+                  why);
+    ck_assert_int_eq(RULE(5500000000ull, 0, 64, 0), STK_IO_MMAP);
     /* the same bytes resident (half the sample or more): mmap */
-    ck_assert_int_eq(stk__io_auto_rule(11 * G + 1, ram, avail, 32, 64, why, sizeof why), STK_IO_MMAP);
+    ck_assert_int_eq(RULE(11 * G + 1, 32, 64, 0), STK_IO_MMAP);
     ck_assert_msg(strstr(why, "32 of 64 sampled pages resident) fit in memory"), "%s", why);
-    /* larger than half of RAM: direct, resident or not */
-    ck_assert_int_eq(stk__io_auto_rule(12 * G + 1, ram, avail, 64, 64, why, sizeof why), STK_IO_DIRECT);
+    /* past half of RAM: direct, resident or not; at it, the map */
+    ck_assert_int_eq(RULE(12 * G + 1, 64, 64, 1), STK_IO_DIRECT);
     ck_assert_msg(strstr(why, "larger than half of RAM (24.0 GB)"), "%s", why);
-    /* nothing sampled, or memory unknown: the map */
-    ck_assert_int_eq(stk__io_auto_rule(11 * G + 1, ram, avail, 0, 0, why, sizeof why), STK_IO_MMAP);
-    ck_assert_int_eq(stk__io_auto_rule(100 * G, 0, 0, 0, 64, why, sizeof why), STK_IO_MMAP);
+    ck_assert_int_eq(RULE(12 * G, 64, 64, 1), STK_IO_MMAP);
+    /* nothing sampled: the map */
+    ck_assert_int_eq(RULE(11 * G + 1, 0, 0, 0), STK_IO_MMAP);
+#undef RULE
+    /* memory unknown: the map, and the reason says so */
+    ck_assert_int_eq(stk__io_auto_rule(100 * G, 0, 0, 0, 64, 0, why, sizeof why), STK_IO_MMAP);
+    ck_assert_msg(strstr(why, "available memory unknown"), "%s", why);
 }
 END_TEST
 

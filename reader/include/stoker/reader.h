@@ -109,9 +109,9 @@ struct stk_transform;
  * (stored bytes) are larger than half of physical memory, or when a sample of
  * the tensor fields' pages
  * (mincore) is mostly not resident and they are larger than half of the
- * available memory (cold data within that bound goes through the page cache,
- * which serves the epochs after the first); stk_reader_io_stats_get says
- * which path and why. A failed
+ * available memory (a quarter where the maps are not advised huge pages):
+ * cold data within that bound goes through the page cache, which serves the
+ * epochs after the first. stk_reader_io_stats_get says which path and why. A failed
  * read names the shard, the records and errno; short reads, EINTR and EAGAIN
  * are retried.
  */
@@ -148,7 +148,8 @@ typedef enum {
 typedef enum {
     STK_IO_AUTO = 0,  /* mmap, unless the selected fields are larger than half
                           of RAM, or cold and larger than half of the
-                          memory available                                 */
+                          memory available (a quarter without huge-page
+                          advice on the maps)                              */
     STK_IO_MMAP = 1,  /* copy from the mapped shards (page faults, page cache;
                           zero-copy sequential batches)                     */
     STK_IO_DIRECT = 2 /* read into the slots with asynchronous O_DIRECT reads,
