@@ -106,13 +106,13 @@ static uint64_t distinct_records(const stk_reader *r)
     return n;
 }
 
-uint64_t stk__reader_file_bytes(const stk_reader *r)
+uint64_t stk__reader_file_bytes(const stk_reader *r, uint64_t min_shard)
 {
-    uint64_t n = 0;
+    uint64_t n = 0, b;
     const stk_dataset *d;
     for (size_t p = 0; (d = part_at(r, p)); p++)
         for (size_t s = 0; !part_repeats(r, p) && s < stk_dataset_nshards(d); s++)
-            n += stk_shard_file_size(stk_dataset_shard(d, s));
+            if ((b = stk_shard_file_size(stk_dataset_shard(d, s))) >= min_shard) n += b;
     return n;
 }
 
@@ -141,14 +141,14 @@ static uint64_t compressed_bytes(const stk_reader *r)
  * (more than half of RAM), or when they are cold and more than half of what
  * is available: the first epoch would fill the cache only to have it
  * reclaimed under the trainer. Cold data within that bound stays on the
- * mmap path when its maps are advised huge pages (map_huge: plan_map_huge
- * will advise them), although direct reads bring a single cold epoch in
+ * mmap path when its maps are advised huge pages (map_huge: the advice
+ * reaches most of its bytes), although direct reads bring a single cold epoch in
  * faster: the faults then read 2-4 MiB each, and from the second epoch on
  * (and in the next run, and for every rank on the machine) the data is
  * read from memory, where the direct path reads the device every epoch
  * (bench/README "cold", runs G, G2 and H: 5 cold shuffled epochs of 8 GB
  * in 2.8-7.2 s through the map, 8.9-10.6 s direct). Without the advice a cold
- * map faults in 4-64 KiB at a time (0.3-1.4 GB/s there): cold data larger
+ * map faults in 4-64 KiB at a time (shuffled: 0.3-1.4 GB/s there): cold data larger
  * than a quarter of what is available goes direct then. */
 int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
                       char *why, size_t size)
@@ -177,11 +177,15 @@ int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned
                  "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident); available "
                  "memory unknown",
                  gb(sel_bytes), hit, probed);
-    else
+    else if (avail)
         snprintf(why, size,
                  "auto: the selected fields (%.1f GB, %u of %u sampled pages resident) fit in memory (%.1f GB "
                  "available)",
                  gb(sel_bytes), hit, probed, gb(avail));
+    else
+        snprintf(why, size,
+                 "auto: the selected fields (%.1f GB, %u of %u sampled pages resident); available memory unknown",
+                 gb(sel_bytes), hit, probed);
     return STK_IO_MMAP;
 }
 
@@ -259,11 +263,27 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
 #define HUGE_MAP_MIN ((uint64_t)2 << 20)
 
 /* Whether plan_map_huge will advise the maps (huge: -1 auto, 0, 1; avail:
- * MemAvailable, 0 unknown): before io is chosen, for auto's rule. */
+ * MemAvailable, 0 unknown). */
 static int map_huge_planned(const stk_reader *r, int huge, uint64_t avail)
 {
     if (huge >= 0) return huge;
-    return r->o.release_pages <= 0 && avail && stk__reader_file_bytes(r) <= avail / 2;
+    return r->o.release_pages <= 0 && avail && stk__reader_file_bytes(r, 0) <= avail / 2;
+}
+
+/* For auto's rule, before io is chosen: whether the advice will reach most
+ * of the data, i.e. plan_map_huge advises, the kernel has transparent huge
+ * pages, and at least half of the shard bytes are in shards of a huge page
+ * and more (the only ones advised). */
+static int map_huge_reaches(const stk_reader *r, int huge, uint64_t avail)
+{
+    char mode[64] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return 0;
+    size_t n = fread(mode, 1, sizeof mode - 1, f);
+    fclose(f);
+    mode[n] = 0;
+    return !strstr(mode, "[never]") && map_huge_planned(r, huge, avail) &&
+           stk__reader_file_bytes(r, HUGE_MAP_MIN) * 2 >= stk__reader_file_bytes(r, 0);
 }
 
 static int plan_map_huge(stk_reader *r, int huge, uint64_t avail, stk_error *err)
@@ -319,7 +339,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     int io = o->io;
     uint64_t avail = meminfo_bytes("MemAvailable"); /* read once: the choice and the advice agree */
     if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
-        io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_planned(r, huge, avail));
+        io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_reaches(r, huge, avail));
     } else {
         snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
     }

@@ -254,9 +254,9 @@ uint64_t stk__io_plan_bytes(const stk_reader *r);
 int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
                       char *why, size_t size);
 int stk__io_start(stk_reader *r, stk_error *err);
-/* The bytes of the reader's shard files, a dataset a mixture names twice
- * counted once. */
-uint64_t stk__reader_file_bytes(const stk_reader *r);
+/* The bytes of the reader's shard files of at least min_shard bytes each
+ * (0: all), a dataset a mixture names twice counted once. */
+uint64_t stk__reader_file_bytes(const stk_reader *r, uint64_t min_shard);
 /* Environment variable `name` choosing one of two settings: *choice is -1
  * when it is unset, empty or "auto", 0 for `a`, 1 for `b`; any other value
  * is STK_E_ARG naming the variable and the value. */

@@ -525,7 +525,7 @@ static int start_workers(stk_reader *r, stk_error *err)
  * dataset cannot stay in memory anyway. */
 static int larger_than_ram(const stk_reader *r)
 {
-    uint64_t total = stk__reader_file_bytes(r);
+    uint64_t total = stk__reader_file_bytes(r, 0);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page / 2;
 }

@@ -430,6 +430,9 @@ START_TEST(test_auto_rule)
     ck_assert_msg(strstr(why, "than a quarter of available memory (22.0 GB), and their maps are not advised"), "%s",
                   why);
     ck_assert_int_eq(RULE(5500000000ull, 0, 64, 0), STK_IO_MMAP);
+    ck_assert_int_eq(RULE(11 * G + 1, 0, 64, 0), STK_IO_DIRECT); /* past half: said so, advice or not */
+    ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)") && !strstr(why, "not advised"), "%s",
+                  why);
     /* the same bytes resident (half the sample or more): mmap */
     ck_assert_int_eq(RULE(11 * G + 1, 32, 64, 0), STK_IO_MMAP);
     ck_assert_msg(strstr(why, "32 of 64 sampled pages resident) fit in memory"), "%s", why);
@@ -442,7 +445,9 @@ START_TEST(test_auto_rule)
 #undef RULE
     /* memory unknown: the map, and the reason says so */
     ck_assert_int_eq(stk__io_auto_rule(100 * G, 0, 0, 0, 64, 0, why, sizeof why), STK_IO_MMAP);
-    ck_assert_msg(strstr(why, "available memory unknown"), "%s", why);
+    ck_assert_msg(strstr(why, "cold (0 of 64") && strstr(why, "available memory unknown"), "%s", why);
+    ck_assert_int_eq(stk__io_auto_rule(100 * G, 0, 0, 64, 64, 0, why, sizeof why), STK_IO_MMAP);
+    ck_assert_msg(strstr(why, "64 of 64 sampled pages resident); available memory unknown"), "%s", why);
 }
 END_TEST
 
