@@ -263,32 +263,31 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
 #define HUGE_MAP_MIN ((uint64_t)2 << 20)
 
 /* Whether plan_map_huge will advise the maps (huge: -1 auto, 0, 1; avail:
- * MemAvailable, 0 unknown). */
-static int map_huge_planned(const stk_reader *r, int huge, uint64_t avail)
+ * MemAvailable, 0 unknown; files: stk__reader_file_bytes(r, 0)). */
+static int map_huge_planned(const stk_reader *r, int huge, uint64_t avail, uint64_t files)
 {
     if (huge >= 0) return huge;
-    return r->o.release_pages <= 0 && avail && stk__reader_file_bytes(r, 0) <= avail / 2;
+    return r->o.release_pages <= 0 && avail && files <= avail / 2;
 }
 
-/* For auto's rule, before io is chosen: whether the advice will reach most
- * of the data, i.e. plan_map_huge advises, the kernel has transparent huge
- * pages, and at least half of the shard bytes are in shards of a huge page
- * and more (the only ones advised). */
-static int map_huge_reaches(const stk_reader *r, int huge, uint64_t avail)
+/* For auto's rule, before io is chosen: whether advice that is planned will
+ * reach most of the data, i.e. the kernel has transparent huge pages, and
+ * at least half of the shard bytes are in shards of a huge page and more
+ * (the only ones advised). */
+static int map_huge_reaches(const stk_reader *r, int planned, uint64_t files)
 {
     char mode[64] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    FILE *f = planned ? fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r") : NULL;
     if (!f) return 0;
     size_t n = fread(mode, 1, sizeof mode - 1, f);
     fclose(f);
     mode[n] = 0;
-    return !strstr(mode, "[never]") && map_huge_planned(r, huge, avail) &&
-           stk__reader_file_bytes(r, HUGE_MAP_MIN) * 2 >= stk__reader_file_bytes(r, 0);
+    return !strstr(mode, "[never]") && stk__reader_file_bytes(r, HUGE_MAP_MIN) * 2 >= files;
 }
 
-static int plan_map_huge(stk_reader *r, int huge, uint64_t avail, stk_error *err)
+static int plan_map_huge(stk_reader *r, int planned, stk_error *err)
 {
-    if (!map_huge_planned(r, huge, avail)) return STK_OK;
+    if (!planned) return STK_OK;
     size_t n = stk_dataset_nshards(r->ds), advised = 0, distinct = 0, at = 0;
     if (!(r->shard_huge = calloc(n ? n : 1, 1))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_dataset *d;
@@ -337,9 +336,11 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     for (unsigned k = 0; k < r->nsel; k++)
         if (direct_field(r, k)) sel_bytes += r->sel_stride[k] * records;
     int io = o->io;
-    uint64_t avail = meminfo_bytes("MemAvailable"); /* read once: the choice and the advice agree */
+    /* read once: the choice and the advice agree */
+    uint64_t avail = meminfo_bytes("MemAvailable"), files = stk__reader_file_bytes(r, 0);
+    int planned = map_huge_planned(r, huge, avail, files);
     if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
-        io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_reaches(r, huge, avail));
+        io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_reaches(r, planned, files));
     } else {
         snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
     }
@@ -352,7 +353,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
     if (r->direct) plan_quasi_blocks(r, blocks);
-    else if (plan_map_huge(r, huge, avail, err)) return err ? err->code : STK_E_NOMEM;
+    else if (plan_map_huge(r, planned, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
 

@@ -6,13 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-/* Whether madvise(MADV_HUGEPAGE) is taken here: a Linux kernel with
- * transparent huge pages (it takes the advice whatever their setting). */
-static int thp_available(void) { return access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0; }
 
 /* ------------------------------------------------- deterministic values */
 
@@ -113,7 +107,7 @@ static stk_shard_info round_trip(const char *dir, const char *name, const stk_sc
     ck_assert_uint_eq(stk_shard_file_hash(sh), info.file_hash);
     /* A file's mapping takes the huge-page advice where the kernel has
      * transparent huge pages; the values read the same after it. */
-    ck_assert_int_eq(stk_shard_advise_huge(sh), thp_available());
+    ck_assert_int_eq(stk_shard_advise_huge(sh), tu_thp_available());
     ck_assert_uint_eq(stk_shard_verify_records(sh, 0, n, NULL, NULL), 0);
     stk_shard_close(sh);
 

@@ -679,7 +679,7 @@ static const char *huge_ds(void)
  * as they are, a bad value is refused. */
 START_TEST(test_map_huge)
 {
-    int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
+    int thp = tu_thp_available();
     stk_reader_options o = tu_reader_options(5, STK_ORDER_SHUFFLE);
     o.threads = 2;
     setenv("STOKER_MAP_HUGE", "0", 1);

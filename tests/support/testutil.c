@@ -46,6 +46,8 @@ void tu_rm_rf(const char *path)
     }
 }
 
+bool tu_thp_available(void) { return access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0; }
+
 void tu_scratch(char *out, size_t cap, const char *name)
 {
     const char *root = getenv("STOKER_TEST_TMP");

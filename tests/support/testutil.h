@@ -34,6 +34,10 @@
 
 /* ------------------------------------------------------------- files */
 
+/* Whether madvise(MADV_HUGEPAGE) is taken here: a Linux kernel with
+ * transparent huge pages (it takes the advice whatever their setting). */
+bool tu_thp_available(void);
+
 /* A fresh, empty directory $STOKER_TEST_TMP/<name> (created, emptied first).
  * Writes its path into out. */
 void tu_scratch(char *out, size_t cap, const char *name);
