@@ -124,9 +124,8 @@ static inline uint64_t stk__array_item(const stk_field *f)
     return n;
 }
 
-/* A JPEG value's frame size, from its SOF marker (jpeg_dims.c); false when
- * the bytes are no JPEG stream with a frame header. */
-bool stk__jpeg_dims(const uint8_t *p, uint64_t n, uint32_t *height, uint32_t *width, unsigned *components);
+/* A JPEG value's frame size, from its SOF marker (jpeg_dims.c). */
+#include "jpeg_dims.h"
 
 /* Largest uncompressed block a reader must hold (1 GiB). */
 #define STK_BLOCK_RAW_MAX ((uint64_t)1 << 30)

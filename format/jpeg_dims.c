@@ -4,7 +4,7 @@
  * readers plan crops without parsing (spec/FORMAT.md 4.13). The writer and
  * the verifier check the two agree; that needs only the markers before the
  * first scan, not a decoder, so the format library stays free of libjpeg. */
-#include "internal.h"
+#include "jpeg_dims.h"
 
 static bool is_sof(uint8_t m)
 {
@@ -12,7 +12,7 @@ static bool is_sof(uint8_t m)
     return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
-bool stk__jpeg_dims(const uint8_t *p, uint64_t n, uint32_t *height, uint32_t *width, unsigned *components)
+bool stk__jpeg_sof(const uint8_t *p, uint64_t n, uint64_t *at)
 {
     if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return false;
     uint64_t i = 2;
@@ -32,12 +32,20 @@ bool stk__jpeg_dims(const uint8_t *p, uint64_t n, uint32_t *height, uint32_t *wi
         if (len < 2 || i + 2 + len > n) return false;
         if (is_sof(m)) {
             if (len < 8) return false;
-            *height = (uint32_t)p[i + 5] << 8 | p[i + 6];
-            *width = (uint32_t)p[i + 7] << 8 | p[i + 8];
-            *components = p[i + 9];
+            *at = i;
             return true;
         }
         i += 2 + len;
     }
     return false;
+}
+
+bool stk__jpeg_dims(const uint8_t *p, uint64_t n, uint32_t *height, uint32_t *width, unsigned *components)
+{
+    uint64_t i;
+    if (!stk__jpeg_sof(p, n, &i)) return false;
+    *height = (uint32_t)p[i + 5] << 8 | p[i + 6];
+    *width = (uint32_t)p[i + 7] << 8 | p[i + 8];
+    *components = p[i + 9];
+    return true;
 }

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "image.h"
+#include "ingest.h"
 #include "listing.h"
 #include "output.h"
 #include "parts.h"
@@ -385,7 +385,6 @@ typedef struct {
     uint8_t *buf;
     size_t cap;
     tjhandle enc;        /* --image-format jpeg/original: the encoder */
-    tjhandle hdr;        /* --image-format original: reads an input's JPEG header */
     unsigned char *jpeg; /* its output, tjBufSize of the largest image */
     unsigned long jcap;
     stage_t st; /* copied to run_t.stages[k] by worker_fini */
@@ -403,7 +402,6 @@ static void worker_fini(void *state)
     if (w->out) *w->out = w->st;
     pk_decoder_free(w->dec);
     if (w->enc) tjDestroy(w->enc);
-    if (w->hdr) tjDestroy(w->hdr);
     tjFree(w->jpeg);
     free(w->buf);
     free(w);
@@ -422,8 +420,7 @@ static void *worker_init(void *user, unsigned k)
         w->jcap = tjBufSize((int)r->o->img.size, (int)r->o->img.size, TJSAMP_420);
         w->enc = tjInitCompress();
         w->jpeg = w->enc ? tjAlloc((int)w->jcap) : NULL;
-        w->hdr = r->o->image_format == IMG_ORIGINAL ? tjInitDecompress() : NULL;
-        if (!w->jpeg || (r->o->image_format == IMG_ORIGINAL && !w->hdr)) {
+        if (!w->jpeg) {
             worker_fini(w);
             return NULL;
         }
@@ -540,14 +537,12 @@ static size_t slot_bytes(const opts *o)
 static bool keep_original(const run_t *r, worker_t *w, const uint8_t *data, size_t n, const pk_result *res)
 {
     pk_layout l;
-    int jw, jh, ss, cs;
     if (pk_sniff(data, n) != PK_FMT_JPEG || n > image_bytes(r->o)) return false;
     pk_layout_compute(&r->o->img, res->w, res->h, &l);
     if (l.resized_w != res->w || l.resized_h != res->h || l.w != res->w || l.h != res->h || l.crop_x ||
         l.crop_y || l.pad_x || l.pad_y)
         return false;
-    return tjDecompressHeader3(w->hdr, data, (unsigned long)n, &jw, &jh, &ss, &cs) == 0 &&
-           (cs == TJCS_YCbCr || cs == TJCS_RGB) && (unsigned)jw == res->w && (unsigned)jh == res->h;
+    return pk_jpeg_three_components(w->dec, data, n, res->w, res->h);
 }
 
 /* The image in slot (res->out_w x res->out_h RGB) as the image format wants

@@ -1,15 +1,15 @@
 /* reader/transform.c - the image transform's parameters and its CPU
  * implementation.
  *
- * Crop boxes follow torchvision's RandomResizedCrop.get_params step for step
- * (ten tries of area and log-uniform aspect ratio, then the clamped central
- * fallback), with a SplitMix64 stream keyed by (seed, epoch, record) instead
- * of a global RNG, so a record gets the same box in the same epoch on any
+ * Crop boxes are torchvision's RandomResizedCrop.get_params
+ * (image/geometry.c), drawn from a SplitMix64 stream keyed by (seed, epoch,
+ * record) instead of a global RNG, so a record gets the same box in the same epoch on any
  * rank, thread or device. The pixel math here is the CUDA kernel's, line for
  * line (transform_cuda.cu): half-pixel centres, edge clamping inside the box,
  * bilinear weights in f32, then (v / 255 - mean) / std. */
 #include "abi_v0.h"
 #include "device.h"
+#include "image.h"
 #include "order.h"
 
 #include <math.h>
@@ -69,59 +69,22 @@ static uint64_t rng_next(rng *r)
     return stk__mix64(r->s);
 }
 
-static double rng_uniform(rng *r, double lo, double hi)
-{
-    return lo + (hi - lo) * (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* Inclusive [0, n]. */
-static int32_t rng_int(rng *r, int32_t n) { return (int32_t)(rng_next(r) % (uint64_t)(n + 1)); }
-
-/* Python's round(), which torchvision's box arithmetic uses: half to even. */
-static int32_t round_even(double v)
-{
-    double f = floor(v), d = v - f;
-    if (d > 0.5 || (d == 0.5 && fmod(f, 2.0) != 0)) f += 1;
-    return (int32_t)f;
-}
-
-/* torchvision's RandomResizedCrop.get_params (tests/reader/test_crop.c
- * compares the distributions). */
-static void random_resized(const stk_transform *t, rng *r, int32_t H, int32_t W, stk__crop_box *b)
-{
-    double area = (double)H * W, lr0 = log(t->ratio_min), lr1 = log(t->ratio_max);
-    for (int attempt = 0; attempt < 10; attempt++) {
-        double target = area * rng_uniform(r, t->scale_min, t->scale_max);
-        double aspect = exp(rng_uniform(r, lr0, lr1));
-        int32_t w = round_even(sqrt(target * aspect)), h = round_even(sqrt(target / aspect));
-        if (w > 0 && w <= W && h > 0 && h <= H) {
-            b->y0 = rng_int(r, H - h);
-            b->x0 = rng_int(r, W - w);
-            b->w = w;
-            b->h = h;
-            return;
-        }
-    }
-    double in_ratio = (double)W / H;
-    int32_t w = W, h = H;
-    if (in_ratio < t->ratio_min) h = round_even(w / (double)t->ratio_min);
-    else if (in_ratio > t->ratio_max) w = round_even(h * (double)t->ratio_max);
-    b->y0 = (H - h) / 2;
-    b->x0 = (W - w) / 2;
-    b->w = w;
-    b->h = h;
-}
+static uint64_t rng_draw(void *state) { return rng_next(state); }
 
 void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
                     uint64_t record, stk__crop_box *box)
 {
     memset(box, 0, sizeof *box);
     rng r = {stk__mix64(stk__order_key(seed, epoch, TAG_AUGMENT) ^ stk__mix64(record + 1))};
+    const stk__img_rng draw = {rng_draw, &r};
     uint32_t oh = t->out_height ? t->out_height : H, ow = t->out_width ? t->out_width : W;
     switch (t->crop) {
-    case STK_CROP_RANDOM_RESIZED:
-        random_resized(t, &r, (int32_t)H, (int32_t)W, box);
+    case STK_CROP_RANDOM_RESIZED: {
+        stk__img_box b;
+        stk__img_rrc_box(H, W, t->scale_min, t->scale_max, t->ratio_min, t->ratio_max, &draw, &b);
+        *box = (stk__crop_box){b.x0, b.y0, b.w, b.h, 0, {0, 0, 0}};
         break;
+    }
     case STK_CROP_CENTER:
         box->h = (int32_t)(oh < H ? oh : H);
         box->w = (int32_t)(ow < W ? ow : W);
@@ -133,7 +96,7 @@ void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t see
         box->h = (int32_t)H;
         break;
     }
-    box->flip = t->flip_prob > 0 && rng_uniform(&r, 0, 1) < t->flip_prob;
+    box->flip = t->flip_prob > 0 && stk__img_uniform(&draw, 0, 1) < t->flip_prob;
 }
 
 /* f32 -> IEEE half, round to nearest even (what __float2half_rn does). */
@@ -279,8 +242,8 @@ __attribute__((target("avx2,fma"))) static inline void norm8(__m256i dwords, __m
 
 /* Pixels [0, n & ~7) of a 3-channel image to f32, NCHW (three planes of n)
  * or NHWC; returns the pixels done. Reads no byte past the 3 * n. */
-__attribute__((target("avx2,fma"))) static uint64_t normalise_avx2(const stk__xform_job *j, const uint8_t *hwc,
-                                                                   float *dst, uint64_t n, int nchw)
+__attribute__((target("avx2,fma"))) static uint64_t
+normalise_avx2(const stk__xform_job *j, const uint8_t *hwc, float *dst, uint64_t n, int nchw)
 {
     const uint64_t done = n & ~(uint64_t)7;
     float sc[3], sh[3];
@@ -294,7 +257,8 @@ __attribute__((target("avx2,fma"))) static uint64_t normalise_avx2(const stk__xf
         for (int c = 0; c < 3; c++) {
             int8_t b[32];
             for (int k = 0; k < 32; k++) b[k] = -128;
-            for (int k = 0; k < 4; k++) b[4 * k] = (int8_t)(3 * k + c), b[16 + 4 * k] = (int8_t)(3 * k + 4 + c);
+            for (int k = 0; k < 4; k++)
+                b[4 * k] = (int8_t)(3 * k + c), b[16 + 4 * k] = (int8_t)(3 * k + 4 + c);
             m[c] = _mm256_loadu_si256((const __m256i *)(const void *)b);
             scale[c] = _mm256_set1_ps(sc[c]);
             shift[c] = _mm256_set1_ps(sh[c]);

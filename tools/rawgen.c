@@ -35,6 +35,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "jpeg_dims.h"
 #include "stoker/format.h"
 
 extern char **environ;
@@ -908,8 +909,8 @@ static int write_broken(run_t *r, unsigned k)
             if (p + 4 <= jl) p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
             rc = emit(r, rel, r->g.jpg, p, 2);
         } else {
-            size_t sof = jpeg_marker(r->g.jpg, jl, 0xC0);
-            if (!sof) {
+            uint64_t sof;
+            if (!stk__jpeg_sof(r->g.jpg, jl, &sof) || r->g.jpg[sof + 1] != 0xC0) {
                 fprintf(stderr, "rawgen: %s: no SOF0 marker in the encoded JPEG\n", rel);
                 break;
             }

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+#include "image.h"
+
 #include "stoker/reader.h"
 
 #define CELL_PAD 2
@@ -230,17 +232,22 @@ static int shape_of(const stk_dataset *ds, unsigned f, uint64_t rec, uint64_t *d
     return rc ? rc : stk_shard_value_shape(stk_dataset_shard(ds, s), f, local, dims, err);
 }
 
-/* A JPEG value (codec jpeg) decoded to its stored shape into *buf (grown). */
-static int decode_jpeg(tjhandle tj, const void *p, uint64_t size, const uint64_t *dims, uint8_t **buf,
+/* A JPEG value (codec jpeg) decoded to its stored shape into *buf. */
+static int decode_jpeg(stk__jpeg *j, const void *p, uint64_t size, const uint64_t *dims, stk__img_buf *buf,
                        uint64_t rec, stk_error *err)
 {
-    uint8_t *b = realloc(*buf, (size_t)(dims[0] * dims[1] * dims[2]));
-    if (!b) return stk_error_set(err, STK_E_NOMEM, "out of memory for record %llu", (unsigned long long)rec);
-    *buf = b;
-    if (!tj || tjDecompress2(tj, p, (unsigned long)size, b, (int)dims[1], 0, (int)dims[0],
-                             dims[2] == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0)
-        return stk_error_set(err, STK_E_FORMAT, "record %llu: the JPEG does not decode: %s",
-                             (unsigned long long)rec, tj ? tjGetErrorStr2(tj) : "no TurboJPEG handle");
+    stk__jpeg_info info;
+    stk_error e;
+    int pf = dims[2] == 1 ? STK_IMG_PF_GRAY : STK_IMG_PF_RGB,
+        rc = stk__jpeg_header(j, p, (size_t)size, &info, &e);
+    if (!rc && (info.w != dims[1] || info.h != dims[0]))
+        rc = stk_error_set(&e, STK_E_FORMAT, "its header gives %ux%u, not %llux%llu", info.w, info.h,
+                           (unsigned long long)dims[1], (unsigned long long)dims[0]);
+    if (!rc) rc = stk__img_buf_reserve(buf, stk__jpeg_decode_bytes(&info, pf, 1), "the image", &e);
+    if (!rc) rc = stk__jpeg_decode(j, p, (size_t)size, &info, pf, 1, buf->p, &e);
+    if (rc)
+        return stk_error_set(err, rc == STK_E_NOMEM ? STK_E_NOMEM : STK_E_FORMAT,
+                             "record %llu: the JPEG does not decode: %s", (unsigned long long)rec, e.msg);
     return STK_OK;
 }
 
@@ -332,21 +339,25 @@ int main(int argc, char **argv)
     }
     memset(rgb, BACKGROUND, (size_t)(W * H * 3));
     stk_block_cursor ib = {0}, lb = {0}; /* image and label blocks (compressed fields) */
-    tjhandle tj = fd->codec == STK_CODEC_JPEG ? tjInitDecompress() : NULL;
-    uint8_t *pixels = NULL; /* a decoded JPEG */
+    stk__jpeg *jd = fd->codec == STK_CODEC_JPEG ? stk__jpeg_new() : NULL;
+    stk__img_buf pixels = {0}; /* a decoded JPEG */
+    if (fd->codec == STK_CODEC_JPEG && !jd) {
+        fprintf(stderr, "shardview: out of memory for the JPEG decoder\n");
+        rc = EXIT_PROBLEMS;
+    }
     for (uint64_t i = 0; i < n && !rc; i++) {
         uint64_t rec = recs[i] = pick(&o, N, i), dims[STK_MAX_DIMS] = {h, w, ch};
         const void *p;
         uint64_t size;
         if (value_of(ds, (unsigned)f, rec, &ib, &p, &size, &err) ||
             (fd->kind == STK_KIND_ARRAY && shape_of(ds, (unsigned)f, rec, dims, &err)) ||
-            (tj && decode_jpeg(tj, p, size, dims, &pixels, rec, &err))) {
+            (jd && decode_jpeg(jd, p, size, dims, &pixels, rec, &err))) {
             fprintf(stderr, "shardview: %s\n", err.msg);
             rc = EXIT_PROBLEMS;
             break;
         }
         unsigned x = (unsigned)((i % cols) * cw + pad), y = (unsigned)((i / cols) * chh + pad);
-        blit(rgb, (unsigned)W, tj ? pixels : p, (unsigned)dims[1], (unsigned)dims[0], (unsigned)ch, x, y);
+        blit(rgb, (unsigned)W, jd ? pixels.p : p, (unsigned)dims[1], (unsigned)dims[0], (unsigned)ch, x, y);
         labels[i] = label_of(ds, lf, rec, &lb);
         /* drawn inside its own cell only: a long label is cut, not spilled */
         if (lab && lf >= 0)
@@ -379,8 +390,8 @@ int main(int argc, char **argv)
     free(labels);
     free(recs);
     stk_block_cursor_free(&ib);
-    free(pixels);
-    if (tj) tjDestroy(tj);
+    stk__img_buf_free(&pixels);
+    stk__jpeg_free(jd);
     stk_block_cursor_free(&lb);
     free(rgb);
     stk_dataset_close(ds);

@@ -16,7 +16,7 @@
  * kernels keep 14-bit weights and an 8-bit intermediate, as Pillow keeps
  * 22-bit weights and an 8-bit intermediate).
  */
-#include "image.h"
+#include "ingest.h"
 #include "resize.h"
 #include "resize_internal.h" /* test seams */
 #include "ycc.h"

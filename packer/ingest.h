@@ -1,13 +1,14 @@
 /*
- * packer/image.h - pack's image ingest: one file's bytes in, a fixed
+ * packer/ingest.h - pack's image ingest: one file's bytes in, a fixed
  * size x size x 3 u8 RGB tensor (HWC, rows top to bottom) out.
  *
  * The format is sniffed from the magic bytes, never from the file name.
- * JPEG goes through TurboJPEG (every JPEG libjpeg-turbo decodes: baseline,
- * progressive, arithmetic, any subsampling, grayscale, CMYK and YCCK), PNG
- * through libspng (every colour type and depth); WebP (libwebp), GIF
- * (giflib: the first frame), TIFF (libtiff: the first page) and BMP (read
- * here) through image_formats.c, which says where they differ from Pillow.
+ * JPEG goes through image/jpeg.c (every JPEG libjpeg-turbo decodes: baseline,
+ * progressive, arithmetic, any subsampling, grayscale, CMYK and YCCK), the
+ * others through image/formats/ (PNG: every colour type and depth; WebP;
+ * GIF: the first frame; TIFF: the first page; BMP), which says where they
+ * differ from Pillow. This file keeps pack's policy: the output size and
+ * mode, max_pixels, the fill, and the statuses pack reports and skips by.
  * The result matches what
  * torchvision does to a PIL image:
  *
@@ -30,12 +31,14 @@
  * samples keep their high byte (Pillow clips 16-bit grayscale at 255, which
  * turns most of it white; that is not copied).
  *
- * A pk_decoder holds a TurboJPEG handle and scratch buffers that grow to the
+ * A pk_decoder holds a JPEG decoder (image.h) and scratch buffers that grow to the
  * largest image seen and are reused: one per thread, never shared. Nothing
  * here prints, exits or keeps global state.
  */
-#ifndef STOKER_PACKER_IMAGE_H
-#define STOKER_PACKER_IMAGE_H
+#ifndef STOKER_PACKER_INGEST_H
+#define STOKER_PACKER_INGEST_H
+
+#include "image.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -109,32 +112,10 @@ typedef enum {
 /* What the magic bytes say (PK_FMT_UNKNOWN for anything not decoded here). */
 pk_format pk_sniff(const uint8_t *data, size_t len);
 
-/* Where a src_w x src_h image lands in the output: it is resized to
- * resized_w x resized_h, the window [crop_x, crop_x + w) x [crop_y, crop_y + h)
- * of that is written at (pad_x, pad_y) of the size x size output, and the
- * rest of the output (only in PK_RESIZE_FIT) is `fill`.
- *   shorter: the shorter side becomes size, the longer int(size * long /
- *            short) (torchvision truncates); crop offsets are torchvision
- *            CenterCrop's int(round((resized - size) / 2.0)), with Python's
- *            round-half-to-even.
- *   stretch: size x size.
- *   fit:     the longer side becomes size, the shorter round(size * short /
- *            long) (half up, at least 1), placed at ((size - w) / 2,
- *            (size - h) / 2) rounded down.
- *   keep:    no crop, no padding, w x h = resized_w x resized_h. With
- *            min_side, torchvision Resize(min_side, max_size=max_side): the
- *            shorter side min_side, the longer int(min_side * long / short);
- *            if that exceeds max_side, the longer becomes max_side and the
- *            shorter int(max_side * shorter / longer) (at least 1). Without,
- *            only images whose longer side exceeds max_side are resized:
- *            the longer to max_side, the shorter floor(short * max_side /
- *            long) (at least 1); smaller ones keep their size. */
-typedef struct {
-    uint64_t resized_w, resized_h;
-    uint64_t crop_x, crop_y;
-    uint32_t w, h;
-    uint32_t pad_x, pad_y;
-} pk_layout;
+/* Where a src_w x src_h image lands in the output: torchvision's Resize +
+ * CenterCrop as image.h's stk__img_layout_compute says, with pk_params'
+ * mode (whose values are stk__img_mode's), size, min_side and max_side. */
+typedef stk__img_layout pk_layout;
 
 /* Fill *l for a src_w x src_h source (both >= 1) under valid params. */
 void pk_layout_compute(const pk_params *p, uint32_t src_w, uint32_t src_h, pk_layout *l);
@@ -145,6 +126,11 @@ typedef struct pk_decoder pk_decoder;
 pk_decoder *pk_decoder_new(void);
 /* NULL is a no-op. */
 void pk_decoder_free(pk_decoder *d);
+
+/* Whether data[0 .. n) is a JPEG of exactly w x h whose header says it
+ * decodes to three components (YCbCr or RGB: not greyscale or CMYK), as
+ * pack's --image-format original needs to store it as it is. */
+int pk_jpeg_three_components(pk_decoder *d, const uint8_t *data, size_t n, uint32_t w, uint32_t h);
 
 /* Decode data[0 .. len) (a whole file) and write p->size^2 * 3 bytes of RGB
  * into out. *orig_w, *orig_h (either may be NULL) get the source dimensions
@@ -162,4 +148,4 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
 #ifdef __cplusplus
 }
 #endif
-#endif /* STOKER_PACKER_IMAGE_H */
+#endif /* STOKER_PACKER_INGEST_H */

@@ -1,0 +1,322 @@
+/* image/jpeg.c - the one JPEG decoder: pack's ingest, the reader's crops
+ * and shardview all decode here (image.h says what every decode promises).
+ *
+ * Whole, DCT-scaled and planar decodes go through TurboJPEG; a region goes
+ * through libjpeg's own API, since TurboJPEG 2.1's cannot crop. */
+#include "image.h"
+#include "jpeg_dims.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include <jpeglib.h>
+
+/* TurboJPEG flags for every decode.
+ *   accurate IDCT (TJFLAG_FASTDCT not set): what Pillow decodes with, so an
+ *     unscaled decode is bit-identical to Pillow's; ifast is hardly faster
+ *     with SIMD and less accurate at high quality, and makes no difference
+ *     to a DCT-scaled decode, whose reduced IDCTs do not depend on it.
+ *   fancy upsampling (TJFLAG_FASTUPSAMPLE not set): chroma interpolated as
+ *     Pillow does; nearest-neighbour chroma costs visible quality at edges.
+ *   TJFLAG_STOPONWARNING: a warning fails the image, so stop at once.
+ *   TJFLAG_LIMITSCANS: refuse progressive files with absurd numbers of scans
+ *     (a CPU-exhaustion attack on progressive decoding). */
+#define STK_IMG_TJ_FLAGS (TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS)
+
+/* libjpeg reports errors through error_exit, which must not return (its
+ * default calls exit()): jump back. A warning (corrupt data it worked
+ * around) is an error too, as TJFLAG_STOPONWARNING makes it for TurboJPEG. */
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    int code; /* STK_IMG_E_CORRUPT, or _NOMEM */
+    char msg[STK_ERROR_MSG_MAX];
+} jerr_t;
+
+struct stk__jpeg {
+    tjhandle tj;                      /* whole, scaled and planar decodes */
+    struct jpeg_decompress_struct ci; /* region decodes, kept: no pools to build per image */
+    jerr_t je;
+    bool ci_made;
+    unsigned scales; /* bit k set: TurboJPEG offers scaling by 1/2^k (k = 1..3) */
+};
+
+/* ------------------------------------------------------------- buffers */
+
+int stk__img_buf_reserve(stk__img_buf *b, size_t n, const char *what, stk_error *err)
+{
+    if (n <= b->cap && !(b->cap > STK_IMG_KEEP_BYTES && n < b->cap / 4)) return STK_OK;
+    free(b->p);
+    b->cap = 0;
+    if (!(b->p = malloc(n ? n : 1)))
+        return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (%zu bytes for %s)", n, what);
+    b->cap = n;
+    return STK_OK;
+}
+
+void stk__img_buf_free(stk__img_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+/* ------------------------------------------------------------- handles */
+
+stk__jpeg *stk__jpeg_new(void)
+{
+    stk__jpeg *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    int n = 0;
+    const tjscalingfactor *sf = tjGetScalingFactors(&n);
+    for (int i = 0; sf && i < n; i++)
+        for (unsigned k = 1; k <= 3; k++)
+            if (sf[i].num == 1 && sf[i].denom == 1 << k) j->scales |= 1u << k;
+    return j;
+}
+
+void stk__jpeg_free(stk__jpeg *j)
+{
+    if (!j) return;
+    if (j->tj) tjDestroy(j->tj);
+    if (j->ci_made) jpeg_destroy_decompress(&j->ci);
+    free(j);
+}
+
+static int tj_ready(stk__jpeg *j, stk_error *err)
+{
+    if (!j->tj && !(j->tj = tjInitDecompress()))
+        return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (TurboJPEG handle)");
+    return STK_OK;
+}
+
+/* Drop the TurboJPEG handle after any failure (made again on next use):
+ * libjpeg-turbo 2.1 leaves it in a state where the next header read
+ * "succeeds" with garbage sizes. */
+static void tj_reset(stk__jpeg *j)
+{
+    if (j->tj) tjDestroy(j->tj);
+    j->tj = NULL;
+}
+
+/* Report TurboJPEG's error, then replace the handle. Valid JPEGs this build
+ * cannot decode (12-bit samples; lossless and hierarchical processes) are
+ * unsupported; everything else is damage, "Unsupported marker type"
+ * included, which noise produces. */
+static int tj_fail(stk__jpeg *j, stk_error *err)
+{
+    const char *why = tjGetErrorStr2(j->tj);
+    int rc = strncmp(why, "Unsupported JPEG", 16) == 0
+                 ? stk_error_set(err, STK_IMG_E_UNSUPPORTED, "unsupported JPEG: %s", why)
+                 : stk_error_set(err, STK_IMG_E_CORRUPT, "corrupt JPEG: %s", why);
+    tj_reset(j);
+    return rc;
+}
+
+/* -------------------------------------------------------------- header */
+
+int stk__jpeg_header(stk__jpeg *j, const uint8_t *data, size_t len, stk__jpeg_info *info, stk_error *err)
+{
+    memset(info, 0, sizeof *info);
+    info->colorspace = info->subsamp = -1;
+    uint32_t fw = 0, fh = 0;
+    unsigned nc = 0;
+    bool sof = stk__jpeg_dims(data, len, &fh, &fw, &nc);
+    int rc = tj_ready(j, err), iw, ih, subsamp, cs;
+    if (rc) return rc;
+    if (tjDecompressHeader3(j->tj, data, (unsigned long)len, &iw, &ih, &subsamp, &cs) == 0) {
+        /* TurboJPEG 2.1 also "succeeds" on a file cut before its frame header
+         * (libjpeg reads it as a tables-only stream) and then reports whatever
+         * the handle's fields held: trust only sizes the frame header confirms. */
+        if (!sof || iw <= 0 || ih <= 0 || (uint32_t)iw != fw || (uint32_t)ih != fh) {
+            tj_reset(j);
+            return stk_error_set(err, STK_IMG_E_CORRUPT,
+                                 "corrupt JPEG: no complete frame header (truncated file?)");
+        }
+        *info = (stk__jpeg_info){fw, fh, cs == TJCS_CMYK || cs == TJCS_YCCK ? 4u : nc, cs, subsamp};
+        return STK_OK;
+    }
+    /* TurboJPEG 2.1 also refuses the header of JPEGs whose sampling factors
+     * it has no name for (2x1,1x2,1x1; 3x1; ...), which libjpeg decodes
+     * fine. Take the frame header's size and let the decode judge the rest;
+     * keep TurboJPEG's message for when the frame header fails too. */
+    rc = tj_fail(j, err);
+    if (!sof) return rc;
+    info->w = fw;
+    info->h = fh;
+    info->components = nc;
+    return fw && fh ? STK_OK : rc;
+}
+
+/* -------------------------------------------------------- whole decodes */
+
+unsigned stk__jpeg_scale(const stk__jpeg *j, uint32_t w, uint32_t h, uint64_t need_w, uint64_t need_h)
+{
+    for (unsigned k = 3; k >= 1; k--) {
+        unsigned den = 1u << k;
+        if ((j->scales & den) && stk__jpeg_scaled(w, den) >= need_w && stk__jpeg_scaled(h, den) >= need_h)
+            return den;
+    }
+    return 1;
+}
+
+uint32_t stk__jpeg_scaled(uint32_t w, unsigned den) { return (uint32_t)(((uint64_t)w + den - 1) / den); }
+
+static bool is_cmyk(const stk__jpeg_info *info) { return info->components == 4; }
+
+size_t stk__jpeg_decode_bytes(const stk__jpeg_info *info, int pf, unsigned den)
+{
+    size_t px = (size_t)stk__jpeg_scaled(info->w, den) * stk__jpeg_scaled(info->h, den);
+    return px * (pf == STK_IMG_PF_GRAY ? 1 : is_cmyk(info) ? 4 : 3);
+}
+
+/* Pillow's CMYK -> RGB for Adobe (inverted) CMYK, which Pillow assumes for
+ * every CMYK JPEG: with stored bytes c, k (ink 255 - c, 255 - k),
+ * R = k - (255 - c) * k / 255, rounded as Pillow's MULDIV255. In place: each
+ * 3-byte output lands at or before the 4-byte input it came from. */
+static void cmyk_to_rgb(uint8_t *px, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *s = px + 4 * i;
+        uint32_t k = s[3];
+        uint8_t rgb[3];
+        for (int c = 0; c < 3; c++) {
+            uint32_t t = (255u - s[c]) * k + 128;
+            rgb[c] = (uint8_t)(k - ((t + (t >> 8)) >> 8));
+        }
+        memcpy(px + 3 * i, rgb, 3);
+    }
+}
+
+int stk__jpeg_decode(stk__jpeg *j, const uint8_t *data, size_t len, const stk__jpeg_info *info, int pf,
+                     unsigned den, uint8_t *out, stk_error *err)
+{
+    int rc = tj_ready(j, err);
+    if (rc) return rc;
+    bool cmyk = pf == STK_IMG_PF_RGB && is_cmyk(info);
+    int sw = (int)stk__jpeg_scaled(info->w, den), sh = (int)stk__jpeg_scaled(info->h, den);
+    int tpf = pf == STK_IMG_PF_GRAY ? TJPF_GRAY : cmyk ? TJPF_CMYK : TJPF_RGB;
+    if (tjDecompress2(j->tj, data, (unsigned long)len, out, sw, 0, sh, tpf, STK_IMG_TJ_FLAGS) != 0)
+        return tj_fail(j, err);
+    if (cmyk) cmyk_to_rgb(out, (size_t)sw * (size_t)sh);
+    return STK_OK;
+}
+
+int stk__jpeg_planar_ok(const stk__jpeg_info *info)
+{
+    if (info->colorspace == TJCS_GRAY) return info->subsamp == TJSAMP_GRAY;
+    return info->colorspace == TJCS_YCbCr && (info->subsamp == TJSAMP_444 || info->subsamp == TJSAMP_422 ||
+                                              info->subsamp == TJSAMP_420 || info->subsamp == TJSAMP_440);
+}
+
+int stk__jpeg_decode_planes(stk__jpeg *j, const uint8_t *data, size_t len, const stk__jpeg_info *info,
+                            stk__img_buf *buf, stk__ycc_view *v, stk_error *err)
+{
+    int subsamp = info->subsamp, np = subsamp == TJSAMP_GRAY ? 1 : 3, stride[3] = {0, 0, 0};
+    size_t at[3] = {0, 0, 0}, total = 0;
+    for (int c = 0; c < np; c++) {
+        int pw = tjPlaneWidth(c, (int)info->w, subsamp), ph = tjPlaneHeight(c, (int)info->h, subsamp);
+        stride[c] = (pw + 16 + 31) & ~31;
+        at[c] = total;
+        total += (size_t)stride[c] * (size_t)ph;
+    }
+    int rc = tj_ready(j, err);
+    if (rc || (rc = stk__img_buf_reserve(buf, total + 32, "the decoded image", err))) return rc;
+    unsigned char *planes[3] = {buf->p + at[0], np == 3 ? buf->p + at[1] : NULL,
+                                np == 3 ? buf->p + at[2] : NULL};
+    if (tjDecompressToYUVPlanes(j->tj, data, (unsigned long)len, planes, (int)info->w, stride, (int)info->h,
+                                STK_IMG_TJ_FLAGS) != 0)
+        return tj_fail(j, err);
+    memset(buf->p + total, 0, 32);
+    *v = (stk__ycc_view){{planes[0], planes[1], planes[2]},
+                         {(size_t)stride[0], (size_t)stride[1], (size_t)stride[2]},
+                         info->w,
+                         info->h,
+                         subsamp == TJSAMP_422 || subsamp == TJSAMP_420 ? 2u : 1u,
+                         subsamp == TJSAMP_440 || subsamp == TJSAMP_420 ? 2u : 1u};
+    return STK_OK;
+}
+
+/* -------------------------------------------------------- region decode */
+
+static void on_error(j_common_ptr ci)
+{
+    jerr_t *e = (jerr_t *)(void *)ci->err;
+    ci->err->format_message(ci, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void on_message(j_common_ptr ci, int level)
+{
+    if (level < 0) on_error(ci); /* warnings; trace messages (level > 0) are ignored */
+}
+
+static void fail_region(stk__jpeg *j, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void fail_region(stk__jpeg *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->je.msg, sizeof j->je.msg, fmt, ap);
+    va_end(ap);
+    longjmp(j->je.jb, 1);
+}
+
+int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
+                            uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
+                            const uint8_t **at, size_t *stride, stk_error *err)
+{
+    struct jpeg_decompress_struct *ci = &j->ci;
+    uint32_t fw = 0, fh = 0;
+    unsigned nc = 0;
+    if (!stk__jpeg_dims(data, len, &fh, &fw, &nc) || fw != W || fh != H || nc != 3)
+        return stk_error_set(err, STK_IMG_E_CORRUPT,
+                             "its frame header does not give its %ux%u shape with 3 components", W, H);
+    if (setjmp(j->je.jb)) {
+        /* a fresh object for the next image: nothing of this one is trusted */
+        jpeg_destroy_decompress(ci);
+        j->ci_made = false;
+        return j->je.code == STK_IMG_E_NOMEM
+                   ? stk_error_set(err, STK_IMG_E_NOMEM, "%s", j->je.msg)
+                   : stk_error_set(err, STK_IMG_E_CORRUPT, "corrupt JPEG: %s", j->je.msg);
+    }
+    j->je.code = STK_IMG_E_CORRUPT;
+    if (!j->ci_made) {
+        ci->err = jpeg_std_error(&j->je.pub);
+        j->je.pub.error_exit = on_error;
+        j->je.pub.emit_message = on_message;
+        jpeg_create_decompress(ci);
+        j->ci_made = true;
+    }
+    jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    if (ci->image_width != W || ci->image_height != H || ci->num_components != 3)
+        fail_region(j, "its header does not give its %ux%u shape with 3 components", W, H);
+    ci->out_color_space = JCS_RGB;
+    jpeg_start_decompress(ci);
+    JDIMENSION xoff = x0, cw = w;
+    jpeg_crop_scanline(ci, &xoff, &cw); /* widened to whole iMCU columns */
+    size_t row = (size_t)cw * 3;
+    stk_error oom;
+    if (stk__img_buf_reserve(buf, row * h + room, "the crop", &oom)) {
+        j->je.code = STK_IMG_E_NOMEM;
+        fail_region(j, "%s", oom.msg);
+    }
+    if (y0 && jpeg_skip_scanlines(ci, y0) != y0) fail_region(j, "it ends before row %u of %u", y0, H);
+    for (uint32_t y = 0; y < h;) { /* as many rows a call as libjpeg makes at once */
+        JSAMPROW rows[16];
+        JDIMENSION n = h - y < 16 ? h - y : 16;
+        for (JDIMENSION k = 0; k < n; k++) rows[k] = buf->p + row * (y + k);
+        JDIMENSION got = jpeg_read_scanlines(ci, rows, n);
+        if (got == 0) fail_region(j, "it ends at row %u of %u", y0 + y, H);
+        y += got;
+    }
+    jpeg_abort_decompress(ci); /* the rows below the region are never decoded */
+    *at = buf->p + (size_t)(x0 - xoff) * 3;
+    *stride = row;
+    return STK_OK;
+}
