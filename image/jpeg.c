@@ -298,7 +298,12 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
         fail_region(j, "its header does not give its %ux%u shape with 3 components", W, H);
     ci->out_color_space = JCS_RGB;
     jpeg_start_decompress(ci);
-    JDIMENSION xoff = x0, cw = w;
+    /* jpeg_crop_scanline widens the left edge to an iMCU boundary but
+     * upsamples the chroma at the right edge by replication, unlike a whole
+     * decode: ask for 2 more columns (fancy upsampling reads one chroma
+     * sample on each side), so that the region's own columns get the
+     * neighbours a whole decode gives them, at every subsampling. */
+    JDIMENSION xoff = x0, cw = W - x0 < w + 2 ? W - x0 : w + 2;
     jpeg_crop_scanline(ci, &xoff, &cw); /* widened to whole iMCU columns */
     size_t row = (size_t)cw * 3;
     stk_error oom;

@@ -80,8 +80,8 @@ int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint6
  * conversion (so that samples are rounded once, at the end, not twice). */
 #define STK_IMG_PLANE_FRAC 6
 
-/* A JPEG's decoded planes before colour conversion (TurboJPEG's
- * tjDecompressToYUVPlanes): Y (w x h) and, unless grayscale, Cb and Cr,
+/* A JPEG's decoded planes before colour conversion (image.h's
+ * stk__jpeg_decode_planes): Y (w x h) and, unless grayscale, Cb and Cr,
  * each subsampled by sub_x, sub_y (1 or 2) into ceil(w / sub_x) x
  * ceil(h / sub_y) samples. Every row must be readable 16 bytes past its last
  * sample, the last row included (the SIMD kernels load 16 bytes at a time;
