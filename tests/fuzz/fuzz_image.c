@@ -5,7 +5,7 @@
  * non-empty line; on success it wrote exactly size x size x 3 bytes (the
  * buffer is exact, so ASan sees any write past it). max_pixels stays small so
  * that a decompression bomb is refused from the header, as in pack. */
-#include "image.h"
+#include "ingest.h"
 
 #include <stdint.h>
 #include <stdlib.h>
