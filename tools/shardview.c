@@ -251,6 +251,25 @@ static int decode_jpeg(stk__jpeg *j, const void *p, uint64_t size, const uint64_
     return STK_OK;
 }
 
+/* A coded value's checksum, checked before it is decoded whatever the
+ * dataset's verification says (spec/FORMAT.md 9.1). */
+static int check_value(const stk_dataset *ds, unsigned f, uint64_t rec, const void *p, uint64_t size,
+                       stk_error *err)
+{
+    size_t s;
+    uint64_t local;
+    int rc = stk_dataset_locate(ds, rec, &s, &local, err);
+    if (rc) return rc;
+    const stk_shard *sh = stk_dataset_shard(ds, s);
+    uint64_t want = stk_shard_stored_hash(sh, f, local), got = stk_hash(p, (size_t)size);
+    if (want == got) return STK_OK;
+    return stk_error_set(err, STK_E_CHECKSUM,
+                         "%s: record %llu (dataset record %llu): checksum mismatch (stored %016llx, computed "
+                         "%016llx)",
+                         stk_shard_path(sh), (unsigned long long)local, (unsigned long long)rec,
+                         (unsigned long long)want, (unsigned long long)got);
+}
+
 static int64_t label_of(const stk_dataset *ds, int lf, uint64_t rec, stk_block_cursor *bb)
 {
     const void *p;
@@ -351,6 +370,7 @@ int main(int argc, char **argv)
         uint64_t size;
         if (value_of(ds, (unsigned)f, rec, &ib, &p, &size, &err) ||
             (fd->kind == STK_KIND_ARRAY && shape_of(ds, (unsigned)f, rec, dims, &err)) ||
+            (jd && check_value(ds, (unsigned)f, rec, p, size, &err)) ||
             (jd && decode_jpeg(jd, p, size, dims, &pixels, rec, &err))) {
             fprintf(stderr, "shardview: %s\n", err.msg);
             rc = EXIT_PROBLEMS;

@@ -10,7 +10,12 @@
  * each followed by the whole JPEG, whose output must equal what a fresh
  * decoder gives. shardview stops at its first failing record, so its
  * decoder never outlives a failure: it is checked to refuse the bad record
- * by name and to show a good one exactly. */
+ * by name and to show a good one exactly.
+ *
+ * A stored JPEG whose bytes no longer match their checksum (one flipped
+ * entropy byte near its end: bit rot below most crops) is refused with
+ * CHECKSUM by the reader's centre and random crops with verify off, and by
+ * shardview, before anything decodes it. */
 #include "cli_util.h"
 #include "testutil.h"
 
@@ -203,6 +208,84 @@ START_TEST(test_shardview_path)
 }
 END_TEST
 
+/* A dataset of n copies of jpg (u8[*,*,3], codec jpeg) in dir. */
+static void write_jpeg_ds(const char *dir, const uint8_t *jpg, size_t len, const size_t *sizes, size_t n)
+{
+    stk_schema s;
+    stk_schema_init(&s);
+    const uint64_t any[3] = {0, 0, 3};
+    ck_assert_int_eq(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, NULL), 0);
+    ck_assert_int_eq(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, NULL), 0);
+    stk_dataset_options o = {.force = 1};
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    const uint64_t dims[2] = {H, W};
+    for (size_t i = 0; i < n; i++) {
+        stk_value v = {jpg, sizes ? sizes[i] : len};
+        ck_assert_msg(stk_dataset_writer_append_dims(dw, &v, dims, &e) == 0, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
+}
+
+/* Flip one entropy byte 12 bytes before the end of every copy of jpg in
+ * dir's shard files (the checksum table keeps the old hashes). */
+static void rot_values(const char *dir, const uint8_t *jpg, size_t len)
+{
+    size_t nf, flipped = 0;
+    char **names = tu_list(dir, &nf);
+    for (size_t k = 0; k < nf; k++) {
+        if (!strstr(names[k], ".stk")) continue;
+        char path[TU_PATH];
+        tu_join(path, sizeof path, dir, names[k]);
+        size_t n;
+        uint8_t *file = tu_read(path, &n);
+        for (size_t i = 0; i + len <= n; i++)
+            if (memcmp(file + i, jpg, len) == 0) {
+                file[i + len - 12] ^= 0x10;
+                flipped++;
+            }
+        tu_write(path, file, n);
+        free(file);
+    }
+    tu_free_names(names, nf);
+    ck_assert_uint_gt(flipped, 0);
+}
+
+START_TEST(test_bit_rot_refused)
+{
+    tu_cli_setup();
+    unsigned long len;
+    uint8_t *jpg = good_jpeg(&len);
+    char dir[TU_PATH];
+    tu_join(dir, sizeof dir, tu_tmp, "ds");
+    enum { NREC = 16 };
+    write_jpeg_ds(dir, jpg, len, NULL, NREC);
+    rot_values(dir, jpg, len);
+    for (int crop = STK_CROP_CENTER; crop <= STK_CROP_RANDOM_RESIZED; crop++) {
+        stk_transform t;
+        stk_transform_imagenet(&t, crop == STK_CROP_RANDOM_RESIZED, OUT);
+        t.dtype = STK_DT_U8;
+        t.layout = STK_IMAGE_NHWC;
+        t.crop = crop;
+        for (uint32_t batch = 1; batch <= NREC; batch *= 4) { /* a record alone, and with others */
+            stk_reader_options o = tu_reader_options(batch, STK_ORDER_SEQUENTIAL);
+            o.transform = &t;
+            o.verify = STK_VERIFY_OFF;
+            o.threads = 1;
+            stk_reader *r = tu_open_reader(dir, &o);
+            stk_error e;
+            ck_assert_ptr_null(stk_reader_next(r, &e));
+            tu_assert_error(&e, STK_E_CHECKSUM, "checksum mismatch");
+            stk_reader_close(r);
+        }
+    }
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 3 --out one.png", tu_tools), 1);
+    ck_assert_ptr_nonnull(strstr(tu_slurp("err.txt"), "checksum mismatch"));
+    tjFree(jpg);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode_paths");
@@ -212,6 +295,7 @@ int main(void)
     tcase_add_test(tc, test_centre_crop_path);
     tcase_add_test(tc, test_random_crop_path);
     tcase_add_test(tc, test_shardview_path);
+    tcase_add_test(tc, test_bit_rot_refused);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
