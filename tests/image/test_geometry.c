@@ -5,29 +5,13 @@
  * distribution against torchvision is tests/reader/test_crop.c's job; here
  * it is the arithmetic for given random numbers. */
 #include "image.h"
+#include "image_ref.h"
 #include "testutil.h"
 
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* torchvision Resize(size) + CenterCrop(size) geometry, written the way
- * torchvision's Python reads: int(size * long / short), then
- * int(round((resized - size) / 2.0)) with round-half-to-even (rint). */
-static void tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_t *rh, uint32_t *left,
-                        uint32_t *top)
-{
-    if (w <= h) {
-        *rw = size;
-        *rh = (uint32_t)((double)size * h / w);
-    } else {
-        *rh = size;
-        *rw = (uint32_t)((double)size * w / h);
-    }
-    *left = (uint32_t)rint((*rw - size) / 2.0);
-    *top = (uint32_t)rint((*rh - size) / 2.0);
-}
 
 START_TEST(layout_numbers)
 {
@@ -64,7 +48,7 @@ START_TEST(layout_numbers)
                       (unsigned long long)l.crop_x, (unsigned long long)l.crop_y, l.w, l.h, l.pad_x, l.pad_y);
         if (cases[i].mode == STK_IMG_SHORTER) { /* and the independent torchvision reading */
             uint32_t rw, rh, left, top;
-            tv_geometry(cases[i].w, cases[i].h, cases[i].size, &rw, &rh, &left, &top);
+            tu_tv_geometry(cases[i].w, cases[i].h, cases[i].size, &rw, &rh, &left, &top);
             ck_assert_uint_eq(l.resized_w, rw);
             ck_assert_uint_eq(l.resized_h, rh);
             ck_assert_uint_eq(l.crop_x, left);
@@ -83,7 +67,7 @@ START_TEST(layout_shorter_sweep)
                 stk__img_layout l;
                 uint32_t rw, rh, left, top;
                 stk__img_layout_compute(STK_IMG_SHORTER, n, 0, n, w, h, &l);
-                tv_geometry(w, h, n, &rw, &rh, &left, &top);
+                tu_tv_geometry(w, h, n, &rw, &rh, &left, &top);
                 ck_assert_msg(l.resized_w == rw && l.resized_h == rh && l.crop_x == left && l.crop_y == top,
                               "%ux%u to %u", w, h, n);
             }

@@ -13,6 +13,7 @@
  */
 #include "resize.h"
 #include "resize_internal.h" /* test seams */
+#include "image_ref.h"
 #include "testutil.h"
 #include "ycc.h"
 
@@ -21,140 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    uint8_t *px; /* RGB, rows top to bottom */
-    uint32_t w, h;
-} image;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
-enum { FLAT, GRADIENT, DETAIL };
-
-/* FLAT: one colour. GRADIENT: smooth ramps. DETAIL: ramps, a sine
- * pattern, sharp edges and noise: everything a resampler can get wrong. */
-static image synth(uint32_t w, uint32_t h, int kind, uint64_t seed)
-{
-    image im = {xmalloc((size_t)w * h * 3), w, h};
-    for (uint32_t y = 0; y < h; y++)
-        for (uint32_t x = 0; x < w; x++) {
-            uint8_t *p = im.px + ((size_t)y * w + x) * 3;
-            double u = (x + 0.5) / w, v = (y + 0.5) / h;
-            if (kind == FLAT) {
-                p[0] = 200, p[1] = 40, p[2] = 90;
-            } else if (kind == GRADIENT) {
-                p[0] = (uint8_t)(255 * u), p[1] = (uint8_t)(255 * v), p[2] = (uint8_t)(127 * (u + v));
-            } else {
-                double s = 127.5 + 127.5 * sin(x * 0.9 + y * 0.35);
-                int edge = ((x / 7) + (y / 5)) % 2 ? 255 : 0;
-                p[0] = (uint8_t)s;
-                p[1] = (uint8_t)(x % 13 < 6 ? edge : 255 * u);
-                p[2] = (uint8_t)(rng_next(&seed) & 0xff);
-            }
-        }
-    return im;
-}
-
-static void image_free(image *im)
-{
-    free(im->px);
-    im->px = NULL;
-}
-
-/* Pillow's BILINEAR weights for output i of an in -> out axis, computed
- * directly from the definition: a triangle of radius max(in/out, 1) around
- * the output's centre, sampled at every source pixel centre it reaches,
- * normalised. */
-static uint32_t ref_weights(uint32_t in, uint32_t out, uint32_t i, uint32_t *lo, double *w)
-{
-    double scale = (double)in / out, fs = scale > 1 ? scale : 1, centre = (i + 0.5) * scale;
-    long a = (long)floor(centre - fs - 1), b = (long)ceil(centre + fs + 1);
-    a = a < 0 ? 0 : a;
-    b = b > (long)in ? (long)in : b;
-    double sum = 0;
-    for (long x = a; x < b; x++) {
-        double t = fabs((x + 0.5 - centre) / fs);
-        w[x - a] = t < 1 ? 1 - t : 0;
-        sum += w[x - a];
-    }
-    for (long x = a; x < b; x++) w[x - a] /= sum;
-    *lo = (uint32_t)a;
-    return (uint32_t)(b - a);
-}
-
-/* src (sw x sh RGB, doubles) resized to dw x dh in double, horizontal pass
- * first; returns dw * dh * 3 doubles. */
-static double *ref_resize_d(const double *src, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh)
-{
-    double *mid = xmalloc(sizeof(double) * sh * dw * 3), *out = xmalloc(sizeof(double) * dh * dw * 3);
-    double *w = xmalloc(sizeof(double) * (2 * (sw > sh ? sw : sh) + 8));
-    for (uint32_t x = 0; x < dw; x++) {
-        uint32_t lo, n = ref_weights(sw, dw, x, &lo, w);
-        for (uint32_t y = 0; y < sh; y++)
-            for (int c = 0; c < 3; c++) {
-                double s = 0;
-                for (uint32_t t = 0; t < n; t++) s += w[t] * src[((size_t)y * sw + lo + t) * 3 + c];
-                mid[((size_t)y * dw + x) * 3 + c] = s;
-            }
-    }
-    for (uint32_t y = 0; y < dh; y++) {
-        uint32_t lo, n = ref_weights(sh, dh, y, &lo, w);
-        for (uint32_t x = 0; x < dw; x++)
-            for (int c = 0; c < 3; c++) {
-                double s = 0;
-                for (uint32_t t = 0; t < n; t++) s += w[t] * mid[((size_t)(lo + t) * dw + x) * 3 + c];
-                out[((size_t)y * dw + x) * 3 + c] = s;
-            }
-    }
-    free(w);
-    free(mid);
-    return out;
-}
-
-/* ref_resize_d of an 8-bit source (widened exactly, so the same arithmetic). */
-static double *ref_resize(const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh)
-{
-    size_t n = (size_t)sw * sh * 3;
-    double *d = xmalloc(sizeof(double) * n);
-    for (size_t i = 0; i < n; i++) d[i] = src[i];
-    double *out = ref_resize_d(d, sw, sh, dw, dh);
-    free(d);
-    return out;
-}
-
-static int ref_level(double v) { return v < 0 ? 0 : v > 255 ? 255 : (int)floor(v + 0.5); }
-
-/* got (gw x gh at stride gs bytes) against the window (x0, y0) of ref
- * (rw wide): every byte within `tol`. Returns the largest difference. */
-static int compare_ref(const uint8_t *got, uint32_t gw, uint32_t gh, size_t gs, const double *ref,
-                       uint32_t rw, uint32_t x0, uint32_t y0, int tol, const char *what)
-{
-    int worst = 0;
-    for (uint32_t y = 0; y < gh; y++)
-        for (uint32_t x = 0; x < gw; x++)
-            for (int c = 0; c < 3; c++) {
-                int g = got[y * gs + x * 3 + c];
-                int r = ref_level(ref[((size_t)(y + y0) * rw + x + x0) * 3 + c]);
-                int diff = abs(g - r);
-                if (diff > worst) worst = diff;
-                ck_assert_msg(diff <= tol, "%s: pixel (%u,%u) channel %d is %d, reference %d", what, x, y, c,
-                              g, r);
-            }
-    return worst;
-}
 
 /* libjpeg's fancy upsampling of one 2:1 axis, in double: full sample j is
  * 3/4 of chroma sample j / 2 and 1/4 of its other neighbour (edges repeat);
@@ -174,11 +41,11 @@ static double *ref_planes_rgb(const uint8_t *y, const uint8_t *cb, const uint8_t
                               unsigned sx, unsigned sy)
 {
     uint32_t cw = (w + sx - 1) / sx, ch = (h + sy - 1) / sy;
-    double *up[2], *rgb = xmalloc(sizeof(double) * w * h * 3);
+    double *up[2], *rgb = tu_xmalloc(sizeof(double) * w * h * 3);
     const uint8_t *src[2] = {cb, cr};
     for (int k = 0; k < 2 && cb; k++) {
-        double *c = xmalloc(sizeof(double) * cw * ch), *mid = xmalloc(sizeof(double) * w * ch);
-        up[k] = xmalloc(sizeof(double) * w * h);
+        double *c = tu_xmalloc(sizeof(double) * cw * ch), *mid = tu_xmalloc(sizeof(double) * w * ch);
+        up[k] = tu_xmalloc(sizeof(double) * w * h);
         for (size_t i = 0; i < (size_t)cw * ch; i++) c[i] = src[k][i];
         for (uint32_t r = 0; r < ch; r++)
             for (uint32_t x = 0; x < w; x++)
@@ -215,13 +82,13 @@ static planes make_planes(uint32_t w, uint32_t h, unsigned sx, unsigned sy, int 
     uint32_t cw = (w + sx - 1) / sx, ch = (h + sy - 1) / sy;
     size_t st[3] = {w + 16, cw + 16, cw + 16}, at[3] = {0, st[0] * h, st[0] * h + st[1] * ch};
     size_t total = at[2] + st[2] * ch + 32;
-    p.mem = xmalloc(total);
-    for (size_t i = 0; i < total; i++) p.mem[i] = (uint8_t)rng_next(&seed);
+    p.mem = tu_xmalloc(total);
+    for (size_t i = 0; i < total; i++) p.mem[i] = (uint8_t)tu_rng_next(&seed);
     for (int k = 0; k < 3; k++) {
         uint32_t pw = k ? cw : w, ph = k ? ch : h;
         for (uint32_t yy = 0; yy < ph; yy++)
             for (uint32_t x = 0; x < pw; x++) {
-                uint32_t r = (uint32_t)(rng_next(&seed) % 57);
+                uint32_t r = (uint32_t)(tu_rng_next(&seed) % 57);
                 double s = sin(x * 0.7 + yy * 0.3 + k);
                 p.mem[at[k] + yy * st[k] + x] = (uint8_t)(k ? 100 + r : 60 + r + (uint32_t)(36 + 36 * s));
             }
@@ -240,7 +107,7 @@ static uint8_t *tight(const planes *p, int k)
 {
     uint32_t pw = k ? (p->v.w + p->v.sub_x - 1) / p->v.sub_x : p->v.w;
     uint32_t ph = k ? (p->v.h + p->v.sub_y - 1) / p->v.sub_y : p->v.h;
-    uint8_t *t = xmalloc((size_t)pw * ph);
+    uint8_t *t = tu_xmalloc((size_t)pw * ph);
     for (uint32_t y = 0; y < ph; y++) memcpy(t + (size_t)y * pw, p->v.data[k] + y * p->v.stride[k], pw);
     return t;
 }
@@ -251,9 +118,9 @@ static void check_ycc(stk__resizer *r, uint32_t w, uint32_t h, unsigned sx, unsi
     planes p = make_planes(w, h, sx, sy, gray, w * 7919u + h * 31u + dw + sx * 3 + sy);
     uint8_t *y = tight(&p, 0), *cb = gray ? NULL : tight(&p, 1), *cr = gray ? NULL : tight(&p, 2);
     double *rgb = ref_planes_rgb(y, cb, cr, w, h, sx, sy);
-    double *ref = ref_resize_d(rgb, w, h, dw, dh);
+    double *ref = tu_ref_resize_d(rgb, w, h, dw, dh);
     stk__rect all = {0, 0, dw, dh};
-    uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
+    uint8_t *simd = tu_xmalloc((size_t)dw * dh * 3), *scalar = tu_xmalloc((size_t)dw * dh * 3);
     char what[96];
     snprintf(what, sizeof what, "planes %ux%u sub %ux%u%s -> %ux%u", w, h, sx, sy, gray ? " gray" : "", dw,
              dh);
@@ -270,13 +137,13 @@ static void check_ycc(stk__resizer *r, uint32_t w, uint32_t h, unsigned sx, unsi
     /* Every byte within one level of the exact result: the samples are
      * rounded once, at the end (weights are 14-bit, which moves a value by
      * far less than a level). */
-    compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
+    tu_compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
     const stk__rect wins[] = {
         {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1}, {dw - 1, dh - 1, 1, 1}, {1, 0, dw - 1, dh}};
     for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
         const stk__rect *wn = &wins[i];
         if (!wn->w || wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
-        uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
+        uint8_t *part = tu_xmalloc((size_t)wn->w * wn->h * 3);
         ck_assert_int_eq(stk__resize_ycc(r, &p.v, dw, dh, wn, part, (size_t)wn->w * 3), 0);
         for (uint32_t yy = 0; yy < wn->h; yy++)
             ck_assert_msg(memcmp(part + (size_t)yy * wn->w * 3,
@@ -325,9 +192,9 @@ START_TEST(ycc_row_levels_agree)
     uint64_t seed = 99;
     const int16_t top = 255 << STK_IMG_PLANE_FRAC;
     for (int i = 0; i < N; i++) {
-        y[i] = (int16_t)(rng_next(&seed) % (top + 1));
-        cb[i] = (int16_t)(rng_next(&seed) % (top + 1));
-        cr[i] = (int16_t)(rng_next(&seed) % (top + 1));
+        y[i] = (int16_t)(tu_rng_next(&seed) % (top + 1));
+        cb[i] = (int16_t)(tu_rng_next(&seed) % (top + 1));
+        cr[i] = (int16_t)(tu_rng_next(&seed) % (top + 1));
         if (i % 7 == 0) cb[i] = i % 2 ? top : 0, cr[i] = i % 3 ? 0 : top, y[i] = i % 5 ? top : 0;
     }
     stk__resizer *r = stk__resizer_new();
@@ -354,7 +221,7 @@ static void check_mirror_room(stk__resizer *r, const stk__rgb_view *v, uint32_t 
                               const uint8_t *plain, const char *what)
 {
     size_t row = (size_t)dw * 3, n = row * dh, src_bytes = (size_t)v->h * v->stride;
-    uint8_t *want = xmalloc(n), *got = xmalloc(n), *copy = xmalloc(src_bytes + 64);
+    uint8_t *want = tu_xmalloc(n), *got = tu_xmalloc(n), *copy = tu_xmalloc(src_bytes + 64);
     for (uint32_t y = 0; y < dh; y++)
         for (uint32_t x = 0; x < dw; x++)
             memcpy(want + y * row + 3 * x, plain + y * row + 3 * (dw - 1 - x), 3);
@@ -388,12 +255,12 @@ static void check_mirror_room(stk__resizer *r, const stk__rgb_view *v, uint32_t 
     free(want);
 }
 
-static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_t dh)
+static void check_resize(stk__resizer *r, const tu_image *src, uint32_t dw, uint32_t dh)
 {
-    double *ref = ref_resize(src->px, src->w, src->h, dw, dh);
+    double *ref = tu_ref_resize(src->px, src->w, src->h, dw, dh);
     stk__rgb_view v = {src->px, src->w, src->h, (size_t)src->w * 3, 0};
     stk__rect all = {0, 0, dw, dh};
-    uint8_t *simd = xmalloc((size_t)dw * dh * 3), *scalar = xmalloc((size_t)dw * dh * 3);
+    uint8_t *simd = tu_xmalloc((size_t)dw * dh * 3), *scalar = tu_xmalloc((size_t)dw * dh * 3);
     stk__resizer_force_scalar(r, 0);
     ck_assert_int_eq(stk__resize(r, &v, dw, dh, &all, 0, simd, (size_t)dw * 3), 0);
     stk__resizer_force_scalar(r, 1);
@@ -402,7 +269,7 @@ static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_
     char what[64];
     snprintf(what, sizeof what, "%ux%u -> %ux%u", src->w, src->h, dw, dh);
     ck_assert_msg(memcmp(simd, scalar, (size_t)dw * dh * 3) == 0, "%s: SIMD and scalar differ", what);
-    compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
+    tu_compare_ref(simd, dw, dh, (size_t)dw * 3, ref, dw, 0, 0, 1, what);
     /* windows of it, as a crop asks for: the same bytes as the full result */
     const stk__rect wins[] = {{0, 0, 1, 1},
                               {dw / 3, dh / 4, dw - dw / 3, dh / 2 + 1},
@@ -411,7 +278,7 @@ static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_
     for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++) {
         const stk__rect *wn = &wins[i];
         if (wn->x + wn->w > dw || wn->y + wn->h > dh) continue;
-        uint8_t *part = xmalloc((size_t)wn->w * wn->h * 3);
+        uint8_t *part = tu_xmalloc((size_t)wn->w * wn->h * 3);
         ck_assert_int_eq(stk__resize(r, &v, dw, dh, wn, 0, part, (size_t)wn->w * 3), 0);
         for (uint32_t y = 0; y < wn->h; y++)
             ck_assert_msg(memcmp(part + (size_t)y * wn->w * 3, simd + ((size_t)(wn->y + y) * dw + wn->x) * 3,
@@ -428,20 +295,20 @@ static void check_resize(stk__resizer *r, const image *src, uint32_t dw, uint32_
 START_TEST(resize_matches_reference)
 {
     stk__resizer *r = stk__resizer_new();
-    image im = synth(97, 61, DETAIL, 12);
+    tu_image im = tu_synth(97, 61, TU_DETAIL, 12);
     static const uint32_t sizes[][2] = {
         {40, 25}, {31, 47}, {150, 90}, {60, 61}, {97, 30}, {13, 7},  {97, 61},
         {70, 44}, {96, 60}, {48, 30},  {33, 21}, {1, 1},   {200, 3}, {5, 122},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         check_resize(r, &im, sizes[i][0], sizes[i][1]);
-    image_free(&im);
+    tu_image_free(&im);
     /* tiny and degenerate sources */
-    image one = synth(1, 1, DETAIL, 13), strip = synth(7, 1, DETAIL, 14);
+    tu_image one = tu_synth(1, 1, TU_DETAIL, 13), strip = tu_synth(7, 1, TU_DETAIL, 14);
     check_resize(r, &one, 5, 3);
     check_resize(r, &strip, 3, 4);
-    image_free(&one);
-    image_free(&strip);
+    tu_image_free(&one);
+    tu_image_free(&strip);
     stk__resizer_free(r);
 }
 END_TEST
@@ -451,14 +318,15 @@ START_TEST(resize_wide_strips)
     /* long horizontal filters: 1200 -> 64 (about 38 taps, SIMD) and
      * 3000 -> 40 (about 150 taps, past the SIMD limit: scalar) */
     stk__resizer *r = stk__resizer_new();
-    image a = synth(1200, 6, DETAIL, 15), b = synth(3000, 5, DETAIL, 16), c = synth(6, 900, DETAIL, 17);
+    tu_image a = tu_synth(1200, 6, TU_DETAIL, 15), b = tu_synth(3000, 5, TU_DETAIL, 16),
+             c = tu_synth(6, 900, TU_DETAIL, 17);
     check_resize(r, &a, 64, 6);
     check_resize(r, &a, 64, 3);
     check_resize(r, &b, 40, 5);
     check_resize(r, &c, 6, 20);
-    image_free(&a);
-    image_free(&b);
-    image_free(&c);
+    tu_image_free(&a);
+    tu_image_free(&b);
+    tu_image_free(&c);
     stk__resizer_free(r);
 }
 END_TEST
@@ -469,7 +337,7 @@ static void expect_as_fresh(stk__resizer *used, const stk__rgb_view *v, const st
                             uint64_t dh, const stk__rect *win, int round)
 {
     size_t n = (size_t)win->w * win->h * 3, stride = (size_t)win->w * 3;
-    uint8_t *a = xmalloc(n), *b = xmalloc(n);
+    uint8_t *a = tu_xmalloc(n), *b = tu_xmalloc(n);
     stk__resizer *fresh = stk__resizer_new();
     ck_assert_ptr_nonnull(fresh);
     ck_assert_int_eq(yv ? stk__resize_ycc(used, yv, dw, dh, win, a, stride)
@@ -491,7 +359,7 @@ START_TEST(resize_cache_reuse)
 {
     /* one resizer across changing sizes gives what a fresh one gives */
     stk__resizer *shared = stk__resizer_new();
-    image im = synth(90, 70, DETAIL, 18);
+    tu_image im = tu_synth(90, 70, TU_DETAIL, 18);
     stk__rgb_view v = {im.px, 90, 70, 270, 0};
     static const uint32_t sizes[][2] = {{40, 30}, {41, 30}, {40, 31}, {64, 64}, {40, 30}, {12, 50}, {41, 30}};
     for (int round = 0; round < 3; round++)
@@ -499,7 +367,7 @@ START_TEST(resize_cache_reuse)
             stk__rect all = {0, 0, sizes[i][0], sizes[i][1]};
             expect_as_fresh(shared, &v, NULL, sizes[i][0], sizes[i][1], &all, round);
         }
-    image_free(&im);
+    tu_image_free(&im);
     stk__resizer_free(shared);
 }
 END_TEST
@@ -516,7 +384,7 @@ START_TEST(resize_cache_evicts)
      * (checked by breaking each comparison in turn). (`in` never differs
      * alone, and a table of the wrong SIMD layout only runs the scalar
      * kernel on the same weights.) */
-    image im = synth(90, 70, DETAIL, 19);
+    tu_image im = tu_synth(90, 70, TU_DETAIL, 19);
     stk__rgb_view v = {im.px, 90, 70, 270, 0};
     planes p = make_planes(90, 70, 2, 2, 0, 77);
     /* chroma 3 wide from 5 and from 6 (keys that differ in `full` alone);
@@ -558,7 +426,7 @@ START_TEST(resize_cache_evicts)
     stk__resizer_free(shared);
     for (int i = 0; i < 3; i++) free(q[i].mem);
     free(p.mem);
-    image_free(&im);
+    tu_image_free(&im);
 }
 END_TEST
 
@@ -569,7 +437,7 @@ START_TEST(resize_cache_budget)
      * cache keeps under its budget (48 MiB, then at most a resize's 4 more
      * tables) and the results stay those of a fresh resizer. */
     const uint32_t w = 4000, h = 4;
-    image im = synth(w, h, DETAIL, 23);
+    tu_image im = tu_synth(w, h, TU_DETAIL, 23);
     stk__resizer *r = stk__resizer_new();
     size_t most = 0;
     for (uint32_t k = 0; k < 700; k++) {
@@ -584,7 +452,7 @@ START_TEST(resize_cache_budget)
     }
     ck_assert_msg(most > ((size_t)40 << 20), "the cache never came near its budget (%zu bytes)", most);
     stk__resizer_free(r);
-    image_free(&im);
+    tu_image_free(&im);
 }
 END_TEST
 

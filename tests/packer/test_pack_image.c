@@ -21,6 +21,7 @@
 #include "resize.h"
 #include "resize_internal.h" /* test seams */
 #include "ycc.h"
+#include "image_ref.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -42,64 +43,12 @@
 
 #define MSG 512
 
-typedef struct {
-    uint8_t *px; /* RGB, rows top to bottom */
-    uint32_t w, h;
-} image;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* An exact-size heap copy, so that ASan sees any read past the end. */
 static uint8_t *dup_bytes(const void *src, size_t n)
 {
-    uint8_t *p = xmalloc(n);
+    uint8_t *p = tu_xmalloc(n);
     memcpy(p, src, n);
     return p;
-}
-
-enum { FLAT, GRADIENT, DETAIL };
-
-/* FLAT: one colour. GRADIENT: smooth ramps. DETAIL: ramps, a sine
- * pattern, sharp edges and noise: everything a resampler can get wrong. */
-static image synth(uint32_t w, uint32_t h, int kind, uint64_t seed)
-{
-    image im = {xmalloc((size_t)w * h * 3), w, h};
-    for (uint32_t y = 0; y < h; y++)
-        for (uint32_t x = 0; x < w; x++) {
-            uint8_t *p = im.px + ((size_t)y * w + x) * 3;
-            double u = (x + 0.5) / w, v = (y + 0.5) / h;
-            if (kind == FLAT) {
-                p[0] = 200, p[1] = 40, p[2] = 90;
-            } else if (kind == GRADIENT) {
-                p[0] = (uint8_t)(255 * u), p[1] = (uint8_t)(255 * v), p[2] = (uint8_t)(127 * (u + v));
-            } else {
-                double s = 127.5 + 127.5 * sin(x * 0.9 + y * 0.35);
-                int edge = ((x / 7) + (y / 5)) % 2 ? 255 : 0;
-                p[0] = (uint8_t)s;
-                p[1] = (uint8_t)(x % 13 < 6 ? edge : 255 * u);
-                p[2] = (uint8_t)(rng_next(&seed) & 0xff);
-            }
-        }
-    return im;
-}
-
-static void image_free(image *im)
-{
-    free(im->px);
-    im->px = NULL;
 }
 
 /* ----------------------------------------------------------------- JPEG */
@@ -135,7 +84,7 @@ static uint8_t *tj_decode(const uint8_t *jpg, size_t len, int pf, int *w, int *h
         d = tjInitDecompress();
     }
     ck_assert_int_gt(*w, 0);
-    uint8_t *out = xmalloc((size_t)*w * *h * tjPixelSize[pf]);
+    uint8_t *out = tu_xmalloc((size_t)*w * *h * tjPixelSize[pf]);
     ck_assert_msg(tjDecompress2(d, jpg, len, out, *w, 0, *h, pf, 0) == 0, "%s", tjGetErrorStr2(d));
     tjDestroy(d);
     return out;
@@ -177,7 +126,7 @@ static uint8_t *png_encode(const uint8_t *raw, size_t raw_len, uint32_t w, uint3
 }
 
 /* An 8-bit RGB PNG of im. */
-static uint8_t *png_rgb(const image *im, size_t *len)
+static uint8_t *png_rgb(const tu_image *im, size_t *len)
 {
     return png_encode(im->px, (size_t)im->w * im->h * 3, im->w, im->h, SPNG_COLOR_TYPE_TRUECOLOR, 8, 0, NULL,
                       NULL, len);
@@ -212,7 +161,7 @@ static pk_params params(uint32_t size, pk_resize_mode mode)
 static uint8_t *process_ok(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, uint32_t *ow,
                            uint32_t *oh)
 {
-    uint8_t *out = xmalloc((size_t)p->size * p->size * 3);
+    uint8_t *out = tu_xmalloc((size_t)p->size * p->size * 3);
     char msg[MSG] = "unset";
     int rc = pk_process(d, data, len, p, out, ow, oh, msg, sizeof msg);
     ck_assert_msg(rc == PK_OK, "pk_process: %s (%s)", pk_status_name(rc), msg);
@@ -224,7 +173,7 @@ static uint8_t *process_ok(pk_decoder *d, const uint8_t *data, size_t len, const
 static void process_fails(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *p, int want,
                           const char *sub)
 {
-    uint8_t *out = xmalloc((size_t)p->size * p->size * 3);
+    uint8_t *out = tu_xmalloc((size_t)p->size * p->size * 3);
     char msg[MSG] = "";
     uint8_t *copy = dup_bytes(data, len);
     int rc = pk_process(d, copy, len, p, out, NULL, NULL, msg, sizeof msg);
@@ -234,107 +183,6 @@ static void process_fails(pk_decoder *d, const uint8_t *data, size_t len, const 
     ck_assert_msg(strchr(msg, '\n') == NULL, "message \"%s\" is not one line", msg);
     free(copy);
     free(out);
-}
-
-/* =========================================== reference resize (double) */
-
-/* Pillow's BILINEAR weights for output i of an in -> out axis, computed
- * directly from the definition: a triangle of radius max(in/out, 1) around
- * the output's centre, sampled at every source pixel centre it reaches,
- * normalised. */
-static uint32_t ref_weights(uint32_t in, uint32_t out, uint32_t i, uint32_t *lo, double *w)
-{
-    double scale = (double)in / out, fs = scale > 1 ? scale : 1, centre = (i + 0.5) * scale;
-    long a = (long)floor(centre - fs - 1), b = (long)ceil(centre + fs + 1);
-    a = a < 0 ? 0 : a;
-    b = b > (long)in ? (long)in : b;
-    double sum = 0;
-    for (long x = a; x < b; x++) {
-        double t = fabs((x + 0.5 - centre) / fs);
-        w[x - a] = t < 1 ? 1 - t : 0;
-        sum += w[x - a];
-    }
-    for (long x = a; x < b; x++) w[x - a] /= sum;
-    *lo = (uint32_t)a;
-    return (uint32_t)(b - a);
-}
-
-/* src (sw x sh RGB, doubles) resized to dw x dh in double, horizontal pass
- * first; returns dw * dh * 3 doubles. */
-static double *ref_resize_d(const double *src, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh)
-{
-    double *mid = xmalloc(sizeof(double) * sh * dw * 3), *out = xmalloc(sizeof(double) * dh * dw * 3);
-    double *w = xmalloc(sizeof(double) * (2 * (sw > sh ? sw : sh) + 8));
-    for (uint32_t x = 0; x < dw; x++) {
-        uint32_t lo, n = ref_weights(sw, dw, x, &lo, w);
-        for (uint32_t y = 0; y < sh; y++)
-            for (int c = 0; c < 3; c++) {
-                double s = 0;
-                for (uint32_t t = 0; t < n; t++) s += w[t] * src[((size_t)y * sw + lo + t) * 3 + c];
-                mid[((size_t)y * dw + x) * 3 + c] = s;
-            }
-    }
-    for (uint32_t y = 0; y < dh; y++) {
-        uint32_t lo, n = ref_weights(sh, dh, y, &lo, w);
-        for (uint32_t x = 0; x < dw; x++)
-            for (int c = 0; c < 3; c++) {
-                double s = 0;
-                for (uint32_t t = 0; t < n; t++) s += w[t] * mid[((size_t)(lo + t) * dw + x) * 3 + c];
-                out[((size_t)y * dw + x) * 3 + c] = s;
-            }
-    }
-    free(w);
-    free(mid);
-    return out;
-}
-
-/* ref_resize_d of an 8-bit source (widened exactly, so the same arithmetic). */
-static double *ref_resize(const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh)
-{
-    size_t n = (size_t)sw * sh * 3;
-    double *d = xmalloc(sizeof(double) * n);
-    for (size_t i = 0; i < n; i++) d[i] = src[i];
-    double *out = ref_resize_d(d, sw, sh, dw, dh);
-    free(d);
-    return out;
-}
-
-static int ref_level(double v) { return v < 0 ? 0 : v > 255 ? 255 : (int)floor(v + 0.5); }
-
-/* got (gw x gh at stride gs bytes) against the window (x0, y0) of ref
- * (rw wide): every byte within `tol`. Returns the largest difference. */
-static int compare_ref(const uint8_t *got, uint32_t gw, uint32_t gh, size_t gs, const double *ref,
-                       uint32_t rw, uint32_t x0, uint32_t y0, int tol, const char *what)
-{
-    int worst = 0;
-    for (uint32_t y = 0; y < gh; y++)
-        for (uint32_t x = 0; x < gw; x++)
-            for (int c = 0; c < 3; c++) {
-                int g = got[y * gs + x * 3 + c];
-                int r = ref_level(ref[((size_t)(y + y0) * rw + x + x0) * 3 + c]);
-                int diff = abs(g - r);
-                if (diff > worst) worst = diff;
-                ck_assert_msg(diff <= tol, "%s: pixel (%u,%u) channel %d is %d, reference %d", what, x, y, c,
-                              g, r);
-            }
-    return worst;
-}
-
-/* torchvision Resize(size) + CenterCrop(size) geometry, written the way
- * torchvision's Python reads: int(size * long / short), then
- * int(round((resized - size) / 2.0)) with round-half-to-even (rint). */
-static void tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_t *rh, uint32_t *left,
-                        uint32_t *top)
-{
-    if (w <= h) {
-        *rw = size;
-        *rh = (uint32_t)((double)size * h / w);
-    } else {
-        *rh = size;
-        *rw = (uint32_t)((double)size * w / h);
-    }
-    *left = (uint32_t)rint((*rw - size) / 2.0);
-    *top = (uint32_t)rint((*rh - size) / 2.0);
 }
 
 static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
@@ -429,8 +277,8 @@ START_TEST(jpeg_flavours_exact)
     static const int samp[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_411, TJSAMP_GRAY};
     static const char *const sname[] = {"4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1", "gray"};
     pk_decoder *d = pk_decoder_new();
-    for (int kind = FLAT; kind <= DETAIL; kind++) {
-        image im = synth(64, 64, kind, 1);
+    for (int kind = TU_FLAT; kind <= TU_DETAIL; kind++) {
+        tu_image im = tu_synth(64, 64, kind, 1);
         for (size_t s = 0; s < sizeof samp / sizeof samp[0]; s++)
             for (int prog = 0; prog < 2; prog++) {
                 size_t len;
@@ -442,7 +290,7 @@ START_TEST(jpeg_flavours_exact)
                 check_jpeg_exact(d, jpg, len, 64, what);
                 free(jpg);
             }
-        image_free(&im);
+        tu_image_free(&im);
     }
     pk_decoder_free(d);
 }
@@ -451,7 +299,7 @@ END_TEST
 START_TEST(jpeg_grayscale_expands)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(40, 40, DETAIL, 2);
+    tu_image im = tu_synth(40, 40, TU_DETAIL, 2);
     size_t len;
     uint8_t *jpg = jpeg_encode(im.px, 40, 40, TJPF_RGB, TJSAMP_GRAY, 90, 0, &len);
     int w = 0, h = 0;
@@ -463,7 +311,7 @@ START_TEST(jpeg_grayscale_expands)
     free(got);
     free(gray);
     free(jpg);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -478,12 +326,12 @@ START_TEST(jpeg_ycck_to_rgb)
      * CMYK, which pk converts as Pillow does. */
     pk_decoder *d = pk_decoder_new();
     uint32_t n = 32;
-    uint8_t *cmyk = xmalloc((size_t)n * n * 4);
+    uint8_t *cmyk = tu_xmalloc((size_t)n * n * 4);
     uint64_t seed = 3;
     for (size_t i = 0; i < (size_t)n * n; i++) {
         uint8_t base = (uint8_t)(i % n * 8);
         cmyk[4 * i] = base, cmyk[4 * i + 1] = (uint8_t)(255 - base), cmyk[4 * i + 2] = (uint8_t)(i / n * 8);
-        cmyk[4 * i + 3] = (uint8_t)(128 + (rng_next(&seed) & 63));
+        cmyk[4 * i + 3] = (uint8_t)(128 + (tu_rng_next(&seed) & 63));
     }
     size_t len;
     uint8_t *jpg = jpeg_encode(cmyk, n, n, TJPF_CMYK, TJSAMP_444, 95, 0, &len);
@@ -533,7 +381,7 @@ START_TEST(jpeg_plain_cmyk_matches_pillow)
 END_TEST
 
 /* Run cjpeg with `args` on im (via a PPM); NULL when cjpeg is missing. */
-static uint8_t *cjpeg(const image *im, const char *args, size_t *len)
+static uint8_t *cjpeg(const tu_image *im, const char *args, size_t *len)
 {
     const char *prog = getenv("STOKER_CJPEG");
     if (!prog || !*prog) return NULL;
@@ -574,14 +422,14 @@ START_TEST(jpeg_cjpeg_variants)
         return;
     }
     pk_decoder *d = pk_decoder_new();
-    image im = synth(48, 48, DETAIL, 4);
+    tu_image im = tu_synth(48, 48, TU_DETAIL, 4);
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         size_t len;
         uint8_t *jpg = cjpeg(&im, variants[i], &len);
         check_jpeg_exact(d, jpg, len, 48, variants[i]);
         free(jpg);
     }
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -589,7 +437,7 @@ END_TEST
 START_TEST(jpeg_truncated)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(64, 48, DETAIL, 5);
+    tu_image im = tu_synth(64, 48, TU_DETAIL, 5);
     pk_params p = params(32, PK_RESIZE_SHORTER);
     for (int prog = 0; prog < 2; prog++) {
         size_t len;
@@ -613,7 +461,7 @@ START_TEST(jpeg_truncated)
         ck_assert_uint_eq(h, 48);
         free(jpg);
     }
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -626,9 +474,9 @@ START_TEST(jpeg_garbage)
     char msg[MSG];
     uint64_t seed = 6;
     for (int t = 0; t < 200; t++) {
-        size_t len = 3 + rng_next(&seed) % 2000;
-        uint8_t *buf = xmalloc(len);
-        for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)rng_next(&seed);
+        size_t len = 3 + tu_rng_next(&seed) % 2000;
+        uint8_t *buf = tu_xmalloc(len);
+        for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)tu_rng_next(&seed);
         buf[0] = 0xff, buf[1] = 0xd8, buf[2] = 0xff;
         int rc = pk_process(d, buf, len, &p, out, NULL, NULL, msg, sizeof msg);
         ck_assert_msg(rc == PK_E_CORRUPT || rc == PK_E_UNSUPPORTED || rc == PK_E_TOO_LARGE,
@@ -636,19 +484,19 @@ START_TEST(jpeg_garbage)
         free(buf);
     }
     /* a JPEG whose header is all there is */
-    image im = synth(16, 16, GRADIENT, 0);
+    tu_image im = tu_synth(16, 16, TU_GRADIENT, 0);
     size_t len;
     uint8_t *jpg = jpeg_encode(im.px, 16, 16, TJPF_RGB, TJSAMP_420, 90, 0, &len);
     size_t sos = find_marker(jpg, len, 0xda);
     process_fails(d, jpg, sos, &p, PK_E_CORRUPT, "corrupt JPEG: ");
     /* a JPEG with its scan data replaced by noise */
     uint8_t *bad = dup_bytes(jpg, len);
-    for (size_t i = sos + 14; i < len - 2; i++) bad[i] = (uint8_t)rng_next(&seed);
+    for (size_t i = sos + 14; i < len - 2; i++) bad[i] = (uint8_t)tu_rng_next(&seed);
     int rc = pk_process(d, bad, len, &p, out, NULL, NULL, msg, sizeof msg);
     ck_assert_msg(rc == PK_E_CORRUPT, "noisy scan: %s (%s)", pk_status_name(rc), msg);
     free(bad);
     free(jpg);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -658,7 +506,7 @@ START_TEST(jpeg_bomb_refused_from_header)
     /* 16x16 pixels of data whose frame header claims 30000x30000: refused
      * from the header, before any pixel memory exists */
     pk_decoder *d = pk_decoder_new();
-    image im = synth(16, 16, GRADIENT, 0);
+    tu_image im = tu_synth(16, 16, TU_GRADIENT, 0);
     size_t len;
     uint8_t *jpg = jpeg_encode(im.px, 16, 16, TJPF_RGB, TJSAMP_420, 90, 0, &len);
     size_t sof = find_marker(jpg, len, 0xc0);
@@ -680,7 +528,7 @@ START_TEST(jpeg_bomb_refused_from_header)
     p.size = 8;
     ck_assert_int_ne(pk_process(d, jpg, len, &p, out, &w, &h, msg, sizeof msg), PK_E_TOO_LARGE);
     free(jpg);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -690,7 +538,7 @@ START_TEST(decoder_survives_bad_files)
     /* libjpeg-turbo 2.1 leaves a TurboJPEG handle broken after a failed
      * header read; the next good file must still decode */
     pk_decoder *d = pk_decoder_new();
-    image im = synth(32, 32, DETAIL, 7);
+    tu_image im = tu_synth(32, 32, TU_DETAIL, 7);
     size_t len;
     uint8_t *jpg = jpeg_encode(im.px, 32, 32, TJPF_RGB, TJSAMP_444, 90, 0, &len);
     pk_params p = params(32, PK_RESIZE_STRETCH);
@@ -702,7 +550,7 @@ START_TEST(decoder_survives_bad_files)
         check_jpeg_exact(d, jpg, len, 32, what);
     }
     free(jpg);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -713,7 +561,7 @@ END_TEST
 START_TEST(jpeg_dct_scaled)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(1024, 768, GRADIENT, 8);
+    tu_image im = tu_synth(1024, 768, TU_GRADIENT, 8);
     /* a few sharp-edged blocks, so that a misplaced crop shows */
     for (uint32_t y = 300; y < 460; y++)
         for (uint32_t x = 200; x < 330; x++) memset(im.px + ((size_t)y * 1024 + x) * 3, 255, 3);
@@ -728,14 +576,14 @@ START_TEST(jpeg_dct_scaled)
         uint8_t *got = process_ok(d, jpg, len, &p, &ow, &oh);
         ck_assert_uint_eq(ow, 1024);
         ck_assert_uint_eq(oh, 768);
-        tv_geometry(1024, 768, n, &rw, &rh, &left, &top);
-        double *ref = ref_resize(full, 1024, 768, rw, rh);
-        uint8_t *want = xmalloc((size_t)n * n * 3);
+        tu_tv_geometry(1024, 768, n, &rw, &rh, &left, &top);
+        double *ref = tu_ref_resize(full, 1024, 768, rw, rh);
+        uint8_t *want = tu_xmalloc((size_t)n * n * 3);
         for (uint32_t y = 0; y < n; y++)
             for (uint32_t x = 0; x < n; x++)
                 for (int c = 0; c < 3; c++)
                     want[((size_t)y * n + x) * 3 + c] =
-                        (uint8_t)ref_level(ref[((size_t)(y + top) * rw + x + left) * 3 + c]);
+                        (uint8_t)tu_ref_level(ref[((size_t)(y + top) * rw + x + left) * 3 + c]);
         double db = psnr(got, want, (size_t)n * n * 3);
         /* 128 and 200 decode at 1/4 (about 51 and 55 dB here; one step too
          * far, 1/8, gives about 40 and 46). 400: 768 / 2 = 384 < 400, so a
@@ -747,7 +595,7 @@ START_TEST(jpeg_dct_scaled)
             pk_params rgb = p;
             rgb.resample_rgb = 1;
             uint8_t *g2 = process_ok(d, jpg, len, &rgb, &ow, &oh);
-            compare_ref(g2, n, n, (size_t)n * 3, ref, rw, left, top, 1, "size 400, RGB route");
+            tu_compare_ref(g2, n, n, (size_t)n * 3, ref, rw, left, top, 1, "size 400, RGB route");
             free(g2);
         }
         free(want);
@@ -756,7 +604,7 @@ START_TEST(jpeg_dct_scaled)
     }
     free(full);
     free(jpg);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -771,7 +619,7 @@ START_TEST(jpeg_planar_close_to_rgb_route)
 {
     static const int samp[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_GRAY};
     pk_decoder *d = pk_decoder_new();
-    image im = synth(301, 203, GRADIENT, 3);
+    tu_image im = tu_synth(301, 203, TU_GRADIENT, 3);
     for (size_t i = 0; i < (size_t)im.w * im.h * 3; i++) im.px[i] = (uint8_t)(40 + im.px[i] * 170 / 255);
     static const uint32_t sizes[] = {128, 150, 202, 256, 400};
     for (size_t s = 0; s < sizeof samp / sizeof samp[0]; s++) {
@@ -797,11 +645,11 @@ START_TEST(jpeg_planar_close_to_rgb_route)
         }
         free(jpg);
     }
-    image_free(&im);
+    tu_image_free(&im);
     /* tiny and odd sizes: chroma planes of one or two samples */
     static const uint32_t tiny[][2] = {{1, 1}, {3, 2}, {2, 5}, {17, 9}};
     for (size_t t = 0; t < sizeof tiny / sizeof tiny[0]; t++) {
-        image sm = synth(tiny[t][0], tiny[t][1], GRADIENT, 4);
+        tu_image sm = tu_synth(tiny[t][0], tiny[t][1], TU_GRADIENT, 4);
         for (size_t i = 0; i < (size_t)sm.w * sm.h * 3; i++) sm.px[i] = (uint8_t)(60 + sm.px[i] / 2);
         size_t len;
         uint8_t *jpg = jpeg_encode(sm.px, sm.w, sm.h, TJPF_RGB, TJSAMP_420, 92, 0, &len);
@@ -815,19 +663,19 @@ START_TEST(jpeg_planar_close_to_rgb_route)
         free(x);
         free(y);
         free(jpg);
-        image_free(&sm);
+        tu_image_free(&sm);
     }
     pk_decoder_free(d);
 }
 END_TEST
 
-/* Saturated colours and sharp edges (DETAIL: a blue channel of noise) leave
+/* Saturated colours and sharp edges (TU_DETAIL: a blue channel of noise) leave
  * the RGB cube after JPEG; the RGB route clamps each pixel before the
  * resize, the planar one the result after it. They still agree closely. */
 START_TEST(jpeg_planar_saturated)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(320, 240, DETAIL, 5);
+    tu_image im = tu_synth(320, 240, TU_DETAIL, 5);
     size_t len;
     uint8_t *jpg = jpeg_encode(im.px, im.w, im.h, TJPF_RGB, TJSAMP_420, 90, 0, &len);
     uint32_t ow, oh;
@@ -839,7 +687,7 @@ START_TEST(jpeg_planar_saturated)
     free(x);
     free(y);
     free(jpg);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -869,7 +717,7 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
     int ch = channels[color];
     size_t row = ((size_t)w * ch * depth + 7) / 8;
     uint8_t *raw = calloc(h, row);
-    uint8_t *want = xmalloc((size_t)w * h * 3);
+    uint8_t *want = tu_xmalloc((size_t)w * h * 3);
     struct spng_plte plte = {0};
     struct spng_trns trns = {0};
     uint64_t seed = (uint64_t)(color * 100 + depth * 10 + interlace);
@@ -877,9 +725,9 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
     if (color == SPNG_COLOR_TYPE_INDEXED) {
         plte.n_entries = 1u << depth;
         for (uint32_t i = 0; i < plte.n_entries; i++) {
-            plte.entries[i].red = (uint8_t)rng_next(&seed);
-            plte.entries[i].green = (uint8_t)rng_next(&seed);
-            plte.entries[i].blue = (uint8_t)rng_next(&seed);
+            plte.entries[i].red = (uint8_t)tu_rng_next(&seed);
+            plte.entries[i].green = (uint8_t)tu_rng_next(&seed);
+            plte.entries[i].blue = (uint8_t)tu_rng_next(&seed);
             trns.type3_alpha[i] = (uint8_t)(i * 37);
         }
         trns.n_type3_entries = plte.n_entries;
@@ -888,7 +736,7 @@ static void check_png(pk_decoder *d, int color, int depth, int interlace, int wi
         for (uint32_t x = 0; x < w; x++) {
             uint32_t s[4] = {0};
             for (int c = 0; c < ch; c++) {
-                s[c] = (uint32_t)rng_next(&seed) & maxv;
+                s[c] = (uint32_t)tu_rng_next(&seed) & maxv;
                 put_sample(raw + y * row, x * (uint32_t)ch + (uint32_t)c, depth, s[c]);
             }
             uint8_t *px = want + ((size_t)y * w + x) * 3;
@@ -965,7 +813,7 @@ START_TEST(png_named_jpg_is_png)
 {
     /* The bytes decide: a PNG decodes as PNG whatever the caller thinks it is. */
     pk_decoder *d = pk_decoder_new();
-    image im = synth(20, 20, DETAIL, 9);
+    tu_image im = tu_synth(20, 20, TU_DETAIL, 9);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     ck_assert_int_eq(pk_sniff(png, len), PK_FMT_PNG);
@@ -974,7 +822,7 @@ START_TEST(png_named_jpg_is_png)
     ck_assert_int_eq(memcmp(got, im.px, 20 * 20 * 3), 0);
     free(got);
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -982,7 +830,7 @@ END_TEST
 START_TEST(png_corrupt_and_truncated)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(40, 30, DETAIL, 10);
+    tu_image im = tu_synth(40, 30, TU_DETAIL, 10);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     pk_params p = params(16, PK_RESIZE_SHORTER);
@@ -996,11 +844,11 @@ START_TEST(png_corrupt_and_truncated)
     process_fails(d, bad, len, &p, PK_E_CORRUPT, "corrupt PNG: ");
     /* random bytes after a valid signature */
     uint64_t seed = 11;
-    for (size_t i = 8; i < len; i++) bad[i] = (uint8_t)rng_next(&seed);
+    for (size_t i = 8; i < len; i++) bad[i] = (uint8_t)tu_rng_next(&seed);
     process_fails(d, bad, len, &p, PK_E_CORRUPT, "corrupt PNG: ");
     free(bad);
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -1008,7 +856,7 @@ END_TEST
 START_TEST(png_bomb_refused_from_header)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(16, 16, GRADIENT, 0);
+    tu_image im = tu_synth(16, 16, TU_GRADIENT, 0);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     /* IHDR: length at 8, type at 12, width 16, height 20, CRC 29 over type + data */
@@ -1026,7 +874,7 @@ START_TEST(png_bomb_refused_from_header)
     ck_assert_uint_eq(w, 30000);
     ck_assert_uint_eq(h, 30000);
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -1038,7 +886,7 @@ END_TEST
 static void same_as_png(pk_decoder *d, const uint8_t *data, size_t len, const uint8_t *want, uint32_t w,
                         uint32_t h, uint32_t size, const char *what)
 {
-    image ref = {(uint8_t *)(uintptr_t)want, w, h};
+    tu_image ref = {(uint8_t *)(uintptr_t)want, w, h};
     size_t plen;
     uint8_t *png = png_rgb(&ref, &plen);
     pk_params p = params(size, PK_RESIZE_SHORTER);
@@ -1083,7 +931,7 @@ static uint8_t *webp_owned(uint8_t *out, size_t n, size_t *len)
 }
 
 /* Two frames, the first `a`, the second `b` (RGB, w x h, opaque). */
-static uint8_t *webp_animated(const image *a, const image *b, size_t *len)
+static uint8_t *webp_animated(const tu_image *a, const tu_image *b, size_t *len)
 {
     WebPAnimEncoderOptions ao;
     WebPConfig c;
@@ -1091,7 +939,7 @@ static uint8_t *webp_animated(const image *a, const image *b, size_t *len)
     c.lossless = 1;
     WebPAnimEncoder *enc = WebPAnimEncoderNew((int)a->w, (int)a->h, &ao);
     ck_assert_ptr_nonnull(enc);
-    const image *fr[2] = {a, b};
+    const tu_image *fr[2] = {a, b};
     for (int k = 0; k < 2; k++) {
         WebPPicture pic;
         ck_assert(WebPPictureInit(&pic));
@@ -1115,7 +963,7 @@ static uint8_t *webp_animated(const image *a, const image *b, size_t *len)
 START_TEST(webp_lossless_lossy_animated)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(37, 23, DETAIL, 5), other = synth(37, 23, FLAT, 0);
+    tu_image im = tu_synth(37, 23, TU_DETAIL, 5), other = tu_synth(37, 23, TU_FLAT, 0);
     uint8_t *out = NULL;
     size_t len;
     /* lossless: the very pixels */
@@ -1127,7 +975,7 @@ START_TEST(webp_lossless_lossy_animated)
     refused_over_max_pixels(d, ll, len, 37, 23);
     /* alpha dropped, not composited (alpha never 0: the encoder may change
      * the colour of fully transparent pixels) */
-    uint8_t *rgba = xmalloc((size_t)37 * 23 * 4);
+    uint8_t *rgba = tu_xmalloc((size_t)37 * 23 * 4);
     for (size_t i = 0; i < (size_t)37 * 23; i++) {
         memcpy(rgba + 4 * i, im.px + 3 * i, 3);
         rgba[4 * i + 3] = (uint8_t)(1 + i % 255);
@@ -1138,7 +986,7 @@ START_TEST(webp_lossless_lossy_animated)
     free(la);
     free(rgba);
     /* lossy: close to the source */
-    image big = synth(64, 64, GRADIENT, 1);
+    tu_image big = tu_synth(64, 64, TU_GRADIENT, 1);
     n = WebPEncodeRGB(big.px, 64, 64, 3 * 64, 90, &out);
     uint8_t *ly = webp_owned(out, n, &len);
     pk_params p = params(64, PK_RESIZE_STRETCH);
@@ -1157,9 +1005,9 @@ START_TEST(webp_lossless_lossy_animated)
     ll[20] ^= 0xff, ll[21] ^= 0x5a;
     process_fails(d, ll, 30, &p, PK_E_CORRUPT, "corrupt WebP: ");
     free(ll);
-    image_free(&im);
-    image_free(&other);
-    image_free(&big);
+    tu_image_free(&im);
+    tu_image_free(&other);
+    tu_image_free(&big);
     pk_decoder_free(d);
 }
 END_TEST
@@ -1226,10 +1074,10 @@ START_TEST(gif_first_frame)
     GifColorType pal[512]; /* global, then a local palette */
     uint64_t seed = 3;
     for (int i = 0; i < 512; i++)
-        pal[i] = (GifColorType){(GifByteType)rng_next(&seed), (GifByteType)rng_next(&seed),
-                                (GifByteType)rng_next(&seed)};
+        pal[i] = (GifColorType){(GifByteType)tu_rng_next(&seed), (GifByteType)tu_rng_next(&seed),
+                                (GifByteType)tu_rng_next(&seed)};
     uint8_t idx[W * H], idx2[W * H], want[W * H * 3];
-    for (int i = 0; i < W * H; i++) idx[i] = (uint8_t)rng_next(&seed), idx2[i] = (uint8_t)(255 - idx[i]);
+    for (int i = 0; i < W * H; i++) idx[i] = (uint8_t)tu_rng_next(&seed), idx2[i] = (uint8_t)(255 - idx[i]);
     for (int local = 0; local < 2; local++)
         for (int interlace = 0; interlace < 2; interlace++) {
             /* both frames local or neither: giflib 5.2's encoder leaks a local map that a
@@ -1397,13 +1245,13 @@ START_TEST(bmp_variants)
     };
     pk_decoder *d = pk_decoder_new();
     enum { W = 23, H = 17 };
-    image im = synth(W, H, DETAIL, 9);
+    tu_image im = tu_synth(W, H, TU_DETAIL, 9);
     uint8_t pal[256 * 3], idx[W * H], want[W * H * 3];
     uint64_t seed = 5;
-    for (int i = 0; i < 256 * 3; i++) pal[i] = (uint8_t)rng_next(&seed);
+    for (int i = 0; i < 256 * 3; i++) pal[i] = (uint8_t)tu_rng_next(&seed);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         for (int k = 0; k < W * H; k++)
-            idx[k] = (uint8_t)(rng_next(&seed) & ((1u << (v[i].bpp <= 8 ? v[i].bpp : 8)) - 1));
+            idx[k] = (uint8_t)(tu_rng_next(&seed) & ((1u << (v[i].bpp <= 8 ? v[i].bpp : 8)) - 1));
         size_t len;
         uint8_t *bmp = bmp_encode(&v[i], W, H, v[i].bpp <= 8 ? idx : im.px, pal, want, &len);
         ck_assert_int_eq(pk_sniff(bmp, len), PK_FMT_BMP);
@@ -1429,7 +1277,7 @@ START_TEST(bmp_variants)
     le32_put(bmp + 22, 0x7fffffff);
     process_fails(d, bmp, len, &p, PK_E_TOO_LARGE, "over --max-pixels");
     free(bmp);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -1444,7 +1292,7 @@ typedef struct {
 
 /* Write a TIFF of im (grey: its green channel; palette: idx) to a scratch
  * file and read it back; fills want. */
-static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *idx, const uint16_t *cmap,
+static uint8_t *tiff_encode(const tiff_spec *s, const tu_image *im, const uint8_t *idx, const uint16_t *cmap,
                             uint8_t *want, size_t *len)
 {
     char dir[TU_PATH], path[TU_PATH + 16];
@@ -1476,7 +1324,7 @@ static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *
         if (s->pages > 1) TIFFSetField(t, TIFFTAG_SUBFILETYPE, FILETYPE_PAGE);
         size_t bps = s->bits / 8, n = (size_t)w * h;
         /* samples: page 0 is im, later pages its inverse */
-        uint8_t *smp = xmalloc(n * s->spp * bps);
+        uint8_t *smp = tu_xmalloc(n * s->spp * bps);
         for (size_t i = 0; i < n; i++)
             for (unsigned c = 0; c < s->spp; c++) {
                 unsigned v = s->photometric == PHOTOMETRIC_PALETTE ? idx[i]
@@ -1493,7 +1341,7 @@ static uint8_t *tiff_encode(const tiff_spec *s, const image *im, const uint8_t *
         for (unsigned pl = 0; pl < nplanes; pl++) {
             const uint8_t *base = smp + (size_t)pl * n * bps;
             if (s->tile) {
-                uint8_t *tb = xmalloc((size_t)s->tile * s->tile * per * bps);
+                uint8_t *tb = tu_xmalloc((size_t)s->tile * s->tile * per * bps);
                 for (uint32_t ty = 0; ty < h; ty += s->tile)
                     for (uint32_t tx = 0; tx < w; tx += s->tile) {
                         memset(tb, 0, (size_t)s->tile * s->tile * per * bps);
@@ -1549,12 +1397,12 @@ START_TEST(tiff_variants)
     };
     pk_decoder *d = pk_decoder_new();
     enum { W = 26, H = 19 };
-    image im = synth(W, H, DETAIL, 4);
+    tu_image im = tu_synth(W, H, TU_DETAIL, 4);
     uint8_t idx[W * H], want[W * H * 3];
     uint16_t cmap[768];
     uint64_t seed = 8;
-    for (int i = 0; i < 768; i++) cmap[i] = (uint16_t)(rng_next(&seed) & 0xff) * 257;
-    for (int i = 0; i < W * H; i++) idx[i] = (uint8_t)rng_next(&seed);
+    for (int i = 0; i < 768; i++) cmap[i] = (uint16_t)(tu_rng_next(&seed) & 0xff) * 257;
+    for (int i = 0; i < W * H; i++) idx[i] = (uint8_t)tu_rng_next(&seed);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         size_t len;
         uint8_t *tif = tiff_encode(&v[i], &im, idx, cmap, want, &len);
@@ -1570,7 +1418,7 @@ START_TEST(tiff_variants)
         }
         free(tif);
     }
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -1590,31 +1438,27 @@ START_TEST(other_formats_survive_garbage)
     for (int round = 0; round < 200; round++) {
         int k = round % 5;
         memcpy(buf, magic[k], mlen[k]);
-        for (size_t i = mlen[k]; i < sizeof buf; i++) buf[i] = (uint8_t)rng_next(&seed);
+        for (size_t i = mlen[k]; i < sizeof buf; i++) buf[i] = (uint8_t)tu_rng_next(&seed);
         int rc =
-            pk_process(d, buf, 40 + (size_t)(rng_next(&seed) % 560), &p, out, NULL, NULL, msg, sizeof msg);
+            pk_process(d, buf, 40 + (size_t)(tu_rng_next(&seed) % 560), &p, out, NULL, NULL, msg, sizeof msg);
         ck_assert_msg(rc == PK_E_CORRUPT || rc == PK_E_UNSUPPORTED || rc == PK_E_TOO_LARGE || rc == PK_OK,
                       "round %d: status %d (%s)", round, rc, msg);
     }
-    image im = synth(20, 20, GRADIENT, 0);
+    tu_image im = tu_synth(20, 20, TU_GRADIENT, 0);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     free(process_ok(d, png, len, &p, NULL, NULL));
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
-
-/* ============================================================ resize */
-
-/* ============================================================ geometry */
 
 /* PNG (no DCT scaling) through pk_process in shorter mode against the
  * reference resize and torchvision's crop. */
 static void check_shorter(pk_decoder *d, uint32_t w, uint32_t h, uint32_t n)
 {
-    image im = synth(w, h, DETAIL, w * 1000 + h);
+    tu_image im = tu_synth(w, h, TU_DETAIL, w * 1000 + h);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     pk_params p = params(n, PK_RESIZE_SHORTER);
@@ -1622,15 +1466,15 @@ static void check_shorter(pk_decoder *d, uint32_t w, uint32_t h, uint32_t n)
     uint8_t *got = process_ok(d, png, len, &p, &ow, &oh);
     ck_assert_uint_eq(ow, w);
     ck_assert_uint_eq(oh, h);
-    tv_geometry(w, h, n, &rw, &rh, &left, &top);
-    double *ref = ref_resize(im.px, w, h, rw, rh);
+    tu_tv_geometry(w, h, n, &rw, &rh, &left, &top);
+    double *ref = tu_ref_resize(im.px, w, h, rw, rh);
     char what[64];
     snprintf(what, sizeof what, "%ux%u shorter %u (crop %u,%u)", w, h, n, left, top);
-    compare_ref(got, n, n, (size_t)n * 3, ref, rw, left, top, 1, what);
+    tu_compare_ref(got, n, n, (size_t)n * 3, ref, rw, left, top, 1, what);
     free(ref);
     free(got);
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
 }
 
 START_TEST(process_shorter_crops)
@@ -1654,7 +1498,7 @@ START_TEST(process_fit_pads)
     static const uint32_t dims[][2] = {{120, 80}, {80, 120}, {50, 50}, {200, 9}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         uint32_t w = dims[i][0], h = dims[i][1], n = 48;
-        image im = synth(w, h, DETAIL, 19 + i);
+        tu_image im = tu_synth(w, h, TU_DETAIL, 19 + i);
         size_t len;
         uint8_t *png = png_rgb(&im, &len);
         pk_params p = params(n, PK_RESIZE_FIT);
@@ -1662,9 +1506,9 @@ START_TEST(process_fit_pads)
         uint8_t *got = process_ok(d, png, len, &p, NULL, NULL);
         pk_layout l;
         pk_layout_compute(&p, w, h, &l);
-        double *ref = ref_resize(im.px, w, h, (uint32_t)l.resized_w, (uint32_t)l.resized_h);
-        compare_ref(got + ((size_t)l.pad_y * n + l.pad_x) * 3, l.w, l.h, (size_t)n * 3, ref, l.w, 0, 0, 1,
-                    "fit interior");
+        double *ref = tu_ref_resize(im.px, w, h, (uint32_t)l.resized_w, (uint32_t)l.resized_h);
+        tu_compare_ref(got + ((size_t)l.pad_y * n + l.pad_x) * 3, l.w, l.h, (size_t)n * 3, ref, l.w, 0, 0, 1,
+                       "fit interior");
         for (uint32_t y = 0; y < n; y++)
             for (uint32_t x = 0; x < n; x++) {
                 if (x >= l.pad_x && x < l.pad_x + l.w && y >= l.pad_y && y < l.pad_y + l.h) continue;
@@ -1678,7 +1522,7 @@ START_TEST(process_fit_pads)
         free(ref);
         free(got);
         free(png);
-        image_free(&im);
+        tu_image_free(&im);
     }
     pk_decoder_free(d);
 }
@@ -1687,17 +1531,17 @@ END_TEST
 START_TEST(process_stretch)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(120, 80, DETAIL, 23);
+    tu_image im = tu_synth(120, 80, TU_DETAIL, 23);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     pk_params p = params(48, PK_RESIZE_STRETCH);
     uint8_t *got = process_ok(d, png, len, &p, NULL, NULL);
-    double *ref = ref_resize(im.px, 120, 80, 48, 48);
-    compare_ref(got, 48, 48, 48 * 3, ref, 48, 0, 0, 1, "stretch 120x80 -> 48x48");
+    double *ref = tu_ref_resize(im.px, 120, 80, 48, 48);
+    tu_compare_ref(got, 48, 48, 48 * 3, ref, 48, 0, 0, 1, "stretch 120x80 -> 48x48");
     free(ref);
     free(got);
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -1707,7 +1551,8 @@ START_TEST(decoder_reuse_matches_fresh)
     /* scratch buffers and weight tables carried between images of changing
      * sizes and formats never leak into the next result */
     pk_decoder *shared = pk_decoder_new();
-    image a = synth(120, 90, DETAIL, 24), b = synth(64, 200, DETAIL, 25), c = synth(300, 301, GRADIENT, 26);
+    tu_image a = tu_synth(120, 90, TU_DETAIL, 24), b = tu_synth(64, 200, TU_DETAIL, 25),
+             c = tu_synth(300, 301, TU_GRADIENT, 26);
     size_t la, lb, lc;
     uint8_t *ja = jpeg_encode(a.px, a.w, a.h, TJPF_RGB, TJSAMP_420, 90, 0, &la);
     uint8_t *pb = png_rgb(&b, &lb);
@@ -1730,9 +1575,9 @@ START_TEST(decoder_reuse_matches_fresh)
     free(ja);
     free(pb);
     free(jc);
-    image_free(&a);
-    image_free(&b);
-    image_free(&c);
+    tu_image_free(&a);
+    tu_image_free(&b);
+    tu_image_free(&c);
     pk_decoder_free(shared);
 }
 END_TEST
@@ -1740,7 +1585,7 @@ END_TEST
 START_TEST(bad_arguments)
 {
     pk_decoder *d = pk_decoder_new();
-    image im = synth(8, 8, FLAT, 0);
+    tu_image im = tu_synth(8, 8, TU_FLAT, 0);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
     uint8_t out[64 * 64 * 3];
@@ -1766,7 +1611,7 @@ START_TEST(bad_arguments)
     pk_decoder_free(NULL);
     stk__resizer_free(NULL);
     free(png);
-    image_free(&im);
+    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
