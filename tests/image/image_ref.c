@@ -132,3 +132,14 @@ void tu_tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_
     *left = (uint32_t)rint((*rw - size) / 2.0);
     *top = (uint32_t)rint((*rh - size) / 2.0);
 }
+
+size_t tu_jpeg_marker(const uint8_t *j, size_t n, uint8_t m)
+{
+    size_t p = 2;
+    while (p + 4 <= n && j[p] == 0xFF) {
+        if (j[p + 1] == m) return p;
+        if (j[p + 1] == 0xDA) return 0;
+        p += 2 + ((size_t)j[p + 2] << 8 | j[p + 3]);
+    }
+    return 0;
+}

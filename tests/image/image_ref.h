@@ -46,4 +46,8 @@ int tu_compare_ref(const uint8_t *got, uint32_t gw, uint32_t gh, size_t gs, cons
 void tu_tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_t *rh, uint32_t *left,
                     uint32_t *top);
 
+/* Offset of JPEG marker m (its 0xFF) among the segments before the first
+ * scan; 0 when it is not there. */
+size_t tu_jpeg_marker(const uint8_t *j, size_t n, uint8_t m);
+
 #endif

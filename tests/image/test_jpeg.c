@@ -8,6 +8,7 @@
  * right; a region decode stops after its last row, so damage below it goes
  * unseen (what the region decode may do). */
 #include "image.h"
+#include "image_ref.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -43,17 +44,6 @@ static uint8_t *tj_ref(const uint8_t *jpg, unsigned long len, int pf, unsigned d
     ck_assert_int_eq(tjDecompress2(tj, jpg, len, out, sw, 0, sh, pf, 0), 0);
     tjDestroy(tj);
     return out;
-}
-
-static size_t marker(const uint8_t *j, size_t n, uint8_t m)
-{
-    size_t p = 2;
-    while (p + 4 <= n && j[p] == 0xFF) {
-        if (j[p + 1] == m) return p;
-        if (j[p + 1] == 0xDA) return 0;
-        p += 2 + ((size_t)j[p + 2] << 8 | j[p + 3]);
-    }
-    return 0;
 }
 
 START_TEST(header_and_whole_decodes)
@@ -115,7 +105,7 @@ START_TEST(cuts_fail_and_the_next_decodes)
     uint8_t *want = tj_ref(jpg, len, TJPF_RGB, 1), *got = malloc(W * H * 3);
     stk__jpeg *j = stk__jpeg_new();
     stk__img_buf buf = {0};
-    size_t sos = marker(jpg, len, 0xDA);
+    size_t sos = tu_jpeg_marker(jpg, len, 0xDA);
     for (size_t cut = 2; cut < len; cut += cut < sos + 16 ? 1 : 37) {
         stk__jpeg_info info;
         stk_error e;
@@ -151,7 +141,7 @@ START_TEST(header_needs_a_frame_header)
 {
     unsigned long len;
     uint8_t *jpg = make_jpeg(TJSAMP_444, 90, &len);
-    size_t sof = marker(jpg, len, 0xC0);
+    size_t sof = tu_jpeg_marker(jpg, len, 0xC0);
     ck_assert_uint_gt(sof, 0);
     stk__jpeg *j = stk__jpeg_new();
     stk__jpeg_info info;
@@ -170,7 +160,7 @@ START_TEST(warning_is_an_error)
 {
     unsigned long len;
     uint8_t *jpg = make_jpeg(TJSAMP_420, 95, &len);
-    size_t sos = marker(jpg, len, 0xDA);
+    size_t sos = tu_jpeg_marker(jpg, len, 0xDA);
     size_t sos_len = (size_t)jpg[sos + 2] << 8 | jpg[sos + 3];
     /* the last quarter of the scan data, where the bottom rows are */
     uint8_t *bad = malloc(len);

@@ -17,6 +17,7 @@
  * CHECKSUM by the reader's centre and random crops with verify off, and by
  * shardview, before anything decodes it. */
 #include "cli_util.h"
+#include "image_ref.h"
 #include "testutil.h"
 
 #include <spng.h>
@@ -47,18 +48,6 @@ static uint8_t *good_jpeg(unsigned long *len)
     return jb;
 }
 
-/* Offset of marker m (its 0xFF) before the scan; 0 when absent. */
-static size_t marker(const uint8_t *j, size_t n, uint8_t m)
-{
-    size_t p = 2;
-    while (p + 4 <= n && j[p] == 0xFF) {
-        if (j[p + 1] == m) return p;
-        if (j[p + 1] == 0xDA) return 0;
-        p += 2 + ((size_t)j[p + 2] << 8 | j[p + 3]);
-    }
-    return 0;
-}
-
 /* The bad values fed before the good one: every 3rd prefix up to a little
  * into the scan, then every 61st, and the whole file with its entropy data
  * flipped in the middle. *n gets the count; the caller frees each. */
@@ -69,7 +58,7 @@ typedef struct {
 
 static blob *bad_values(const uint8_t *jpg, size_t len, size_t *n)
 {
-    size_t sos = marker(jpg, len, 0xDA), k = 0;
+    size_t sos = tu_jpeg_marker(jpg, len, 0xDA), k = 0;
     ck_assert_uint_gt(sos, 0);
     blob *b = calloc(len + 2, sizeof *b);
     for (size_t cut = 2; cut < len; cut += cut < sos + 16 ? 3 : 61) b[k++] = (blob){tu_dup(jpg, cut), cut};
@@ -155,6 +144,26 @@ END_TEST
 START_TEST(test_random_crop_path) { crop_path(STK_CROP_RANDOM_RESIZED); }
 END_TEST
 
+/* A dataset of n copies of jpg (u8[*,*,3], codec jpeg) in dir. */
+static void write_jpeg_ds(const char *dir, const uint8_t *jpg, size_t len, const size_t *sizes, size_t n)
+{
+    stk_schema s;
+    stk_schema_init(&s);
+    const uint64_t any[3] = {0, 0, 3};
+    ck_assert_int_eq(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, NULL), 0);
+    ck_assert_int_eq(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, NULL), 0);
+    stk_dataset_options o = {.force = 1};
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    const uint64_t dims[2] = {H, W};
+    for (size_t i = 0; i < n; i++) {
+        stk_value v = {jpg, sizes ? sizes[i] : len};
+        ck_assert_msg(stk_dataset_writer_append_dims(dw, &v, dims, &e) == 0, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
+}
+
 /* shardview on a dataset of [good, cut in its Huffman tables, good]: the bad
  * record is refused by number, a good one shown at its stored size exactly
  * as TurboJPEG decodes it. */
@@ -163,26 +172,12 @@ START_TEST(test_shardview_path)
     tu_cli_setup();
     unsigned long len;
     uint8_t *jpg = good_jpeg(&len);
-    size_t dht = marker(jpg, len, 0xC4);
-    ck_assert_uint_gt(dht, marker(jpg, len, 0xC0)); /* after the frame header: the writer takes it */
-    stk_schema s;
-    stk_schema_init(&s);
-    const uint64_t any[3] = {0, 0, 3};
-    ck_assert_int_eq(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, NULL), 0);
-    ck_assert_int_eq(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, NULL), 0);
-    stk_dataset_options o = {.force = 1};
-    stk_error e;
+    size_t dht = tu_jpeg_marker(jpg, len, 0xC4);
+    ck_assert_uint_gt(dht, tu_jpeg_marker(jpg, len, 0xC0)); /* after the frame header: the writer takes it */
     char dir[TU_PATH];
     tu_join(dir, sizeof dir, tu_tmp, "ds");
-    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
-    ck_assert_msg(dw != NULL, "%s", e.msg);
-    const uint64_t dims[2] = {H, W};
     const size_t sizes[3] = {len, dht + 8, len};
-    for (int i = 0; i < 3; i++) {
-        stk_value v = {jpg, sizes[i]};
-        ck_assert_msg(stk_dataset_writer_append_dims(dw, &v, dims, &e) == 0, "%s", e.msg);
-    }
-    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
+    write_jpeg_ds(dir, jpg, len, sizes, 3);
     ck_assert_int_eq(tu_sh("'%s/shardview' ds --out s.png --records 3", tu_tools), 1);
     ck_assert_ptr_nonnull(strstr(tu_slurp("err.txt"), "record 1: the JPEG does not decode"));
     ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 2 --out one.png", tu_tools), 0);
@@ -208,25 +203,6 @@ START_TEST(test_shardview_path)
 }
 END_TEST
 
-/* A dataset of n copies of jpg (u8[*,*,3], codec jpeg) in dir. */
-static void write_jpeg_ds(const char *dir, const uint8_t *jpg, size_t len, const size_t *sizes, size_t n)
-{
-    stk_schema s;
-    stk_schema_init(&s);
-    const uint64_t any[3] = {0, 0, 3};
-    ck_assert_int_eq(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, NULL), 0);
-    ck_assert_int_eq(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, NULL), 0);
-    stk_dataset_options o = {.force = 1};
-    stk_error e;
-    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
-    ck_assert_msg(dw != NULL, "%s", e.msg);
-    const uint64_t dims[2] = {H, W};
-    for (size_t i = 0; i < n; i++) {
-        stk_value v = {jpg, sizes ? sizes[i] : len};
-        ck_assert_msg(stk_dataset_writer_append_dims(dw, &v, dims, &e) == 0, "%s", e.msg);
-    }
-    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
-}
 
 /* Flip one entropy byte 12 bytes before the end of every copy of jpg in
  * dir's shard files (the checksum table keeps the old hashes). */
