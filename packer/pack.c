@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -24,7 +23,6 @@
 #include "pipeline.h"
 #include "stoker/format.h"
 
-enum { PACK_OK = 0, PACK_FAIL = 1, PACK_USAGE = 2, PACK_SKIPPED = 3 };
 #define MAX_FILE_BYTES ((uint64_t)1 << 30)
 
 static void usage(FILE *f)
@@ -102,58 +100,60 @@ typedef struct {
 
 static const char *const FIELDS[4] = {"image", "label", "orig_size", "source"};
 
-/* "none" / "zstd[:L]" into a level (0: none). */
-static bool parse_codec(const char *s, size_t len, int *level)
+/* "none" / "zstd[:L]" (s[0..len)) into a level (0: none); false with a message. */
+static bool parse_codec(const cli_args *a, const char *s, size_t len, int *level)
 {
-    unsigned v = 3;
-    char tail;
     if (len == 4 && !strncmp(s, "none", 4)) return *level = 0, true;
-    if (len < 4 || strncmp(s, "zstd", 4)) return false;
-    if (len > 4) {
-        char buf[16];
-        if (s[4] != ':' || len - 5 >= sizeof buf) return false;
-        memcpy(buf, s + 5, len - 5);
-        buf[len - 5] = 0;
-        if (sscanf(buf, "%u%c", &v, &tail) != 1 || v < 1 || v > 19) return false;
-    }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.*s", (int)len, s);
+    if (len < 4 || strncmp(s, "zstd", 4) || (len > 4 && s[4] != ':') || len >= sizeof buf)
+        return cli_bad_value(a, buf, "none or zstd[:LEVEL]");
+    uint64_t v = 3;
+    if (len > 4 && !cli_uint(a, buf + 5, 1, 19, &v)) return false;
     *level = (int)v;
     return true;
 }
 
 /* --compress none | zstd[:L] | field=codec,field=codec... */
-static bool parse_compress(const char *s, int zstd[4])
+static bool parse_compress(const cli_args *a, const char *s, int zstd[4])
 {
     if (!strchr(s, '=')) {
         int l;
-        if (!parse_codec(s, strlen(s), &l)) return false;
+        if (!parse_codec(a, s, strlen(s), &l)) return false;
         for (int f = 0; f < 4; f++) zstd[f] = l;
         return true;
     }
+    const char *all = s;
     while (*s) {
         const char *eq = strchr(s, '='), *end = strchr(s, ',');
         if (!end) end = s + strlen(s);
-        if (!eq || eq > end) return false;
+        if (!eq || eq > end) return cli_bad_value(a, all, "none, zstd[:LEVEL] or FIELD=CODEC,...");
         int f = 0;
         while (f < 4 && (strlen(FIELDS[f]) != (size_t)(eq - s) || strncmp(FIELDS[f], s, (size_t)(eq - s))))
             f++;
-        if (f == 4 || !parse_codec(eq + 1, (size_t)(end - eq - 1), &zstd[f])) return false;
+        if (f == 4)
+            return cli_bad_value(a, all, "FIELD=CODEC,... with fields image, label, orig_size, source");
+        if (!parse_codec(a, eq + 1, (size_t)(end - eq - 1), &zstd[f])) return false;
         s = *end ? end + 1 : end;
     }
     return true;
 }
 
-static bool parse_part(const char *s, unsigned *k, unsigned *n)
+static bool parse_fill(const cli_args *a, const char *s, uint8_t fill[3])
 {
-    char tail;
-    return sscanf(s, "%u/%u%c", k, n, &tail) == 2 && *n >= 1 && *n <= 9999 && *k >= 1 && *k <= *n;
-}
-
-static bool parse_fill(const char *s, uint8_t fill[3])
-{
-    unsigned r, g, b;
-    char tail;
-    if (sscanf(s, "%u,%u,%u%c", &r, &g, &b, &tail) != 3 || r > 255 || g > 255 || b > 255) return false;
-    fill[0] = (uint8_t)r, fill[1] = (uint8_t)g, fill[2] = (uint8_t)b;
+    const char *p = s;
+    for (int i = 0; i < 3; i++) {
+        size_t len = strcspn(p, ",");
+        char part[32];
+        uint64_t v;
+        if ((i < 2) != (p[len] == ',') || len >= sizeof part)
+            return cli_bad_value(a, s, "R,G,B with each an integer from 0 to 255");
+        memcpy(part, p, len);
+        part[len] = 0;
+        if (!cli_uint(a, part, 0, 255, &v)) return false;
+        fill[i] = (uint8_t)v;
+        p += len + 1;
+    }
     return true;
 }
 
@@ -168,39 +168,38 @@ static bool parse_mode(const char *s, pk_resize_mode *m)
 }
 
 /* raw | jpeg[:Q] | original[:Q] */
-static bool parse_image_format(const char *s, int *fmt, int *quality)
+static bool parse_image_format(const cli_args *a, const char *s, int *fmt, int *quality)
 {
     static const char *const names[] = {"raw", "jpeg", "original"};
     for (int f = 0; f < 3; f++) {
         size_t n = strlen(names[f]);
         if (strncmp(s, names[f], n) || (s[n] && s[n] != ':') || (s[n] && f == IMG_RAW)) continue;
-        unsigned q = 90;
-        char tail;
-        if (s[n] && (sscanf(s + n + 1, "%u%c", &q, &tail) != 1 || q < 1 || q > 100)) return false;
+        uint64_t q = 90;
+        if (s[n] && !cli_uint(a, s + n + 1, 1, 100, &q)) return false;
         *fmt = f;
         *quality = (int)q;
         return true;
     }
-    return false;
+    return cli_bad_value(a, s, "raw, jpeg[:Q] or original[:Q]");
 }
 
 /* The --resize keep bounds, once every option is read; false with a message. */
-static bool settle_sides(opts *o)
+static bool settle_sides(const cli_args *a, opts *o)
 {
     pk_params *p = &o->img;
     if ((p->max_side || p->min_side) && !o->resize_set) p->mode = PK_RESIZE_KEEP;
     if (p->mode != PK_RESIZE_KEEP) {
         if (!p->max_side && !p->min_side) return true;
-        fprintf(stderr, "pack: --max-side and --min-side go with --resize keep (try --help)\n");
+        cli_usage_error(a, "--max-side and --min-side go with --resize keep");
         return false;
     }
     if (!p->max_side && !p->min_side) {
-        fprintf(stderr, "pack: --resize keep needs --max-side N or --min-side N (try --help)\n");
+        cli_usage_error(a, "--resize keep needs --max-side N or --min-side N");
         return false;
     }
     if (!p->max_side) p->max_side = p->min_side > PK_MAX_SIZE / 4 ? PK_MAX_SIZE : 4 * p->min_side;
     if (p->min_side > p->max_side) {
-        fprintf(stderr, "pack: --min-side %u is larger than --max-side %u\n", p->min_side, p->max_side);
+        cli_usage_error(a, "--min-side %u is larger than --max-side %u", p->min_side, p->max_side);
         return false;
     }
     p->size = p->max_side; /* the bound a stored image's sides keep to */
@@ -209,29 +208,15 @@ static bool settle_sides(opts *o)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"size", 1, 0, 's'},
-                                       {"resize", 1, 0, 'R'},
-                                       {"fill", 1, 0, 'F'},
-                                       {"threads", 1, 0, 'j'},
-                                       {"shard-size", 1, 0, 'B'},
-                                       {"records-per-shard", 1, 0, 'N'},
-                                       {"on-error", 1, 0, 'E'},
-                                       {"max-pixels", 1, 0, 'P'},
-                                       {"part", 1, 0, 'K'},
-                                       {"merge", 0, 0, 'M'},
-                                       {"force", 0, 0, 'f'},
-                                       {"json", 0, 0, 'J'},
-                                       {"stats", 0, 0, 'T'},
-                                       {"quiet", 0, 0, 'q'},
-                                       {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},
-                                       {"compress", 1, 0, 'Z'},
-                                       {"block-size", 1, 0, 'Q'},
-                                       {"resample-space", 1, 0, 'Y'},
-                                       {"max-side", 1, 0, 'X'},
-                                       {"min-side", 1, 0, 'W'},
-                                       {"image-format", 1, 0, 'I'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"size", 1, 0, 's'},     {"resize", 1, 0, 'R'},     {"fill", 1, 0, 'F'},
+        {"threads", 1, 0, 'j'},  {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'},
+        {"on-error", 1, 0, 'E'}, {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'},
+        {"merge", 0, 0, 'M'},    {"force", 0, 0, 'f'},      {"stats", 0, 0, 'T'},
+        {"compress", 1, 0, 'Z'}, {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'},
+        {"max-side", 1, 0, 'X'}, {"min-side", 1, 0, 'W'},   {"image-format", 1, 0, 'I'},
+        CLI_COMMON_OPTIONS};
+    cli_args a = {.prog = "pack", .usage = usage, .longopts = lo};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                 .quality = 90,
@@ -239,106 +224,86 @@ static int parse(int argc, char **argv, opts *o)
                 .part = 1,
                 .parts = 1,
                 .shard_size = (uint64_t)1 << 30};
-    int c, li = -1;
-    uint64_t v;
-    while ((c = getopt_long(argc, argv, "s:j:qhV", lo, &li)) != -1) {
+    int c;
+    uint64_t v, k, n;
+    while ((c = cli_getopt(&a, argc, argv, "s:j:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
         case 's':
-            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 16384 && (o->img.size = (uint32_t)v);
+            ok = cli_uint(&a, optarg, 1, 16384, &v) && (o->img.size = (uint32_t)v);
             break;
         case 'R':
-            ok = parse_mode(optarg, &o->img.mode);
+            ok = parse_mode(optarg, &o->img.mode) ||
+                 cli_bad_value(&a, optarg, "shorter, stretch, fit or keep");
             o->resize_set = true;
             break;
         case 'X':
-            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= PK_MAX_SIZE && (o->img.max_side = (uint32_t)v);
+            ok = cli_uint(&a, optarg, 1, PK_MAX_SIZE, &v) && (o->img.max_side = (uint32_t)v);
             break;
         case 'W':
-            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= PK_MAX_SIZE && (o->img.min_side = (uint32_t)v);
+            ok = cli_uint(&a, optarg, 1, PK_MAX_SIZE, &v) && (o->img.min_side = (uint32_t)v);
             break;
         case 'I':
-            ok = parse_image_format(optarg, &o->image_format, &o->quality);
+            ok = parse_image_format(&a, optarg, &o->image_format, &o->quality);
             break;
         case 'F':
-            ok = parse_fill(optarg, o->img.fill);
+            ok = parse_fill(&a, optarg, o->img.fill);
             break;
         case 'Y':
-            ok = !strcmp(optarg, "ycc") || !strcmp(optarg, "rgb");
+            ok = !strcmp(optarg, "ycc") || !strcmp(optarg, "rgb") || cli_bad_value(&a, optarg, "ycc or rgb");
             o->img.resample_rgb = !strcmp(optarg, "rgb");
             break;
         case 'j':
-            ok = cli_parse_u64(optarg, &v) && v >= 1 && v <= 1024 && (o->threads = (unsigned)v);
+            ok = cli_uint(&a, optarg, 1, 1024, &v) && (o->threads = (unsigned)v);
             break;
         case 'B':
-            ok = cli_parse_size(optarg, &o->shard_size) && o->shard_size > 0;
+            ok = cli_size(&a, optarg, 1, UINT64_MAX, &o->shard_size);
             break;
         case 'N':
-            ok = cli_parse_u64(optarg, &o->per_shard) && o->per_shard > 0;
+            ok = cli_uint(&a, optarg, 1, UINT64_MAX, &o->per_shard);
             break;
         case 'E':
-            ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail");
+            ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail") ||
+                 cli_bad_value(&a, optarg, "skip or fail");
             o->fail_fast = !strcmp(optarg, "fail");
             break;
         case 'P':
-            ok = cli_parse_u64(optarg, &o->img.max_pixels) && o->img.max_pixels > 0;
+            ok = cli_uint(&a, optarg, 1, UINT64_MAX, &o->img.max_pixels);
             break;
         case 'K':
-            ok = parse_part(optarg, &o->part, &o->parts);
+            ok = cli_fraction(&a, optarg, 9999, &k, &n);
+            if (ok) o->part = (unsigned)k, o->parts = (unsigned)n;
             break;
         case 'M':
             o->merge = true;
             break;
         case 'Z':
-            ok = parse_compress(optarg, o->zstd);
+            ok = parse_compress(&a, optarg, o->zstd);
             break;
         case 'Q':
-            ok =
-                cli_parse_size(optarg, &o->block_bytes) && o->block_bytes > 0 && o->block_bytes <= (1u << 29);
+            ok = cli_size(&a, optarg, 1, 1u << 29, &o->block_bytes);
             break;
         case 'f':
             o->force = true;
             break;
-        case 'J':
-            o->json = true;
-            break;
         case 'T':
             o->stats = true;
             break;
-        case 'q':
-            o->quiet = true;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(PACK_OK);
-        case 'V':
-            printf("pack (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR,
-                   STK_FORMAT_MINOR);
-            exit(PACK_OK);
         default:
-            return PACK_USAGE;
+            return CLI_EXIT_USAGE;
         }
-        if (!ok) {
-            fprintf(stderr, "pack: invalid value '%s' for --%s (try --help)\n", optarg,
-                    li >= 0 ? lo[li].name : (c == 's' ? "size" : "threads"));
-            return PACK_USAGE;
-        }
-        li = -1;
+        if (!ok) return CLI_EXIT_USAGE;
     }
-    int want = o->merge ? 1 : 2;
-    if (argc - optind != want) {
-        fprintf(stderr, "pack: expected %s (try --help)\n", o->merge ? "OUTDIR" : "INPUT OUTDIR");
-        return PACK_USAGE;
-    }
+    o->json = a.json, o->quiet = a.quiet;
+    if (!cli_operands(&a, argc, o->merge ? 1 : 2, o->merge ? 1 : 2, o->merge ? "OUTDIR" : "INPUT OUTDIR"))
+        return CLI_EXIT_USAGE;
     o->input = o->merge ? NULL : argv[optind];
     o->out = argv[argc - 1];
-    if (!settle_sides(o)) return PACK_USAGE;
-    if (o->image_format != IMG_RAW && o->zstd[0]) {
-        fprintf(stderr, "pack: the image is stored as JPEG: name the fields to compress "
-                        "(--compress label=zstd,...)\n");
-        return PACK_USAGE;
-    }
-    return PACK_OK;
+    if (!settle_sides(&a, o)) return CLI_EXIT_USAGE;
+    if (o->image_format != IMG_RAW && o->zstd[0])
+        return cli_usage_error(&a, "the image is stored as JPEG: name the fields to compress "
+                                   "(--compress label=zstd,...)");
+    return CLI_EXIT_OK;
 }
 
 /* ------------------------------------------------------------ the run */
@@ -1007,7 +972,7 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
     stk_error err;
     if (pk_merge(o->out, r ? o->parts : 0, &mr, &err)) {
         fprintf(stderr, "pack: %s\n", err.msg);
-        return PACK_FAIL;
+        return CLI_EXIT_FAIL;
     }
     double el = cli_now() - t0;
     bool orig = r && o->image_format == IMG_ORIGINAL; /* this run's inputs, kept or re-encoded */
@@ -1032,7 +997,7 @@ static int finish_merge(const opts *o, double t0, const run_t *r)
                     (unsigned long long)r->kept, (unsigned long long)r->reencoded, o->quality);
     }
     if (o->stats && !o->json) stats_text(r, el);
-    return mr.skipped ? PACK_SKIPPED : PACK_OK;
+    return mr.skipped ? CLI_EXIT_SKIPPED : CLI_EXIT_OK;
 }
 
 /* Reproduce the reasons for inputs skipped before an interruption, and say
@@ -1190,13 +1155,13 @@ static int run_pack(const opts *o)
      * writer is refused at once; a new one is made after it, so a mistyped
      * INPUT leaves no directory behind. Either way before OUTDIR is touched. */
     stk_dir_lock *lock = NULL;
-    if (is_dir(o->out) && !(lock = lock_out(o))) return PACK_FAIL;
+    if (is_dir(o->out) && !(lock = lock_out(o))) return CLI_EXIT_FAIL;
     if (pk_listing_load(o->input, &r.L, msg, sizeof msg)) {
         fprintf(stderr, "pack: %s\n", msg);
         stk_dir_lock_release(lock);
-        return PACK_FAIL;
+        return CLI_EXIT_FAIL;
     }
-    int status = PACK_FAIL;
+    int status = CLI_EXIT_FAIL;
     uint64_t first, end, next = 0, per_shard = 0, params = 0;
     char *pack_json = NULL, prefix[32];
     pk_part_range(r.L.n, o->part, o->parts, &first, &end);
@@ -1273,7 +1238,7 @@ static int run_pack(const opts *o)
         if (prep == 1)
             pk_part_counts(o->out, o->part, o->parts, &packed, &skipped,
                            &nshards); /* as the first run said */
-        status = skipped ? PACK_SKIPPED : PACK_OK;
+        status = skipped ? CLI_EXIT_SKIPPED : CLI_EXIT_OK;
         double el = cli_now() - t0;
         if (o->json) {
             printf(
@@ -1309,7 +1274,8 @@ out:
 static int run_merge(const opts *o)
 {
     stk_dir_lock *lock = NULL;
-    if (is_dir(o->out) && !(lock = lock_out(o))) return PACK_FAIL; /* none: the merge says what is missing */
+    if (is_dir(o->out) && !(lock = lock_out(o)))
+        return CLI_EXIT_FAIL; /* none: the merge says what is missing */
     int rc = finish_merge(o, cli_now(), NULL);
     stk_dir_lock_release(lock);
     return rc;

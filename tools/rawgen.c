@@ -23,7 +23,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <spawn.h>
@@ -88,38 +87,30 @@ typedef struct {
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"images", 1, 0, 'n'},
-                                       {"classes", 1, 0, 'c'},
-                                       {"seed", 1, 0, 'e'},
-                                       {"min-side", 1, 0, 'a'},
-                                       {"max-side", 1, 0, 'b'},
-                                       {"variants", 0, 0, 'v'},
-                                       {"broken", 0, 0, 'B'},
-                                       {"force", 0, 0, 'f'},
-                                       {"json", 0, 0, 'J'},
-                                       {"quiet", 0, 0, 'q'},
-                                       {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"images", 1, 0, 'n'},   {"classes", 1, 0, 'c'},  {"seed", 1, 0, 'e'},
+        {"min-side", 1, 0, 'a'}, {"max-side", 1, 0, 'b'}, {"variants", 0, 0, 'v'},
+        {"broken", 0, 0, 'B'},   {"force", 0, 0, 'f'},    CLI_COMMON_OPTIONS};
+    cli_args a = {.prog = "rawgen", .usage = usage, .longopts = lo};
     *o = (opts){.images = 1000, .classes = 10, .min_side = 200, .max_side = 500};
-    int c, li = -1;
-    while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
+    int c;
+    while ((c = cli_getopt(&a, argc, argv, "n:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
         case 'n':
-            ok = cli_parse_u64(optarg, &o->images) && o->images <= 100000000;
+            ok = cli_uint(&a, optarg, 0, 100000000, &o->images);
             break;
         case 'c':
-            ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000;
+            ok = cli_uint(&a, optarg, 1, 100000, &o->classes);
             break;
         case 'e':
-            ok = cli_parse_u64(optarg, &o->seed);
+            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->seed);
             break;
         case 'a':
-            ok = cli_parse_u64(optarg, &o->min_side) && o->min_side >= 1 && o->min_side <= 16384;
+            ok = cli_uint(&a, optarg, 1, 16384, &o->min_side);
             break;
         case 'b':
-            ok = cli_parse_u64(optarg, &o->max_side) && o->max_side >= 1 && o->max_side <= 16384;
+            ok = cli_uint(&a, optarg, 1, 16384, &o->max_side);
             break;
         case 'v':
             o->variants = true;
@@ -130,39 +121,18 @@ static int parse(int argc, char **argv, opts *o)
         case 'f':
             o->force = true;
             break;
-        case 'J':
-            o->json = true;
-            break;
-        case 'q':
-            o->quiet = true;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(EXIT_OK);
-        case 'V':
-            printf("rawgen (stoker) %s\n", STK_VERSION_STRING);
-            exit(EXIT_OK);
         default:
-            return EXIT_USAGE;
+            return CLI_EXIT_USAGE;
         }
-        if (!ok) {
-            fprintf(stderr, "rawgen: invalid value '%s' for --%s (try --help)\n", optarg,
-                    li >= 0 ? lo[li].name : "images");
-            return EXIT_USAGE;
-        }
-        li = -1;
+        if (!ok) return CLI_EXIT_USAGE;
     }
-    if (o->min_side > o->max_side) {
-        fprintf(stderr, "rawgen: --min-side %llu is larger than --max-side %llu (try --help)\n",
-                (unsigned long long)o->min_side, (unsigned long long)o->max_side);
-        return EXIT_USAGE;
-    }
-    if (optind != argc - 1) {
-        fprintf(stderr, "rawgen: expected one OUTDIR (try --help)\n");
-        return EXIT_USAGE;
-    }
+    o->json = a.json, o->quiet = a.quiet;
+    if (o->min_side > o->max_side)
+        return cli_usage_error(&a, "--min-side %llu is larger than --max-side %llu",
+                               (unsigned long long)o->min_side, (unsigned long long)o->max_side);
+    if (!cli_operands(&a, argc, 1, 1, "one OUTDIR")) return CLI_EXIT_USAGE;
     o->out = argv[optind];
-    return EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 /* ------------------------------------------------------------ randomness */
@@ -1082,7 +1052,7 @@ int main(int argc, char **argv)
     r.cwidth = 3;
     for (uint64_t c = o.classes - 1; c >= 1000; c /= 10) r.cwidth++;
     double t0 = cli_now();
-    if (prepare_outdir(&o)) return EXIT_PROBLEMS;
+    if (prepare_outdir(&o)) return CLI_EXIT_FAIL;
     for (uint64_t c = 0; c < o.classes; c++) {
         char *d = class_dir(&r, c), *p = NULL;
         if (!d || asprintf(&p, "%s/%s", o.out, d) < 0 || mkdir(p, 0755) != 0) {
@@ -1090,7 +1060,7 @@ int main(int argc, char **argv)
                     d ? strerror(errno) : "out of memory");
             free(d);
             free(p);
-            return EXIT_PROBLEMS;
+            return CLI_EXIT_FAIL;
         }
         free(d);
         free(p);
@@ -1100,11 +1070,11 @@ int main(int argc, char **argv)
     r.g.jpg = tjAlloc((int)r.g.jpg_cap);
     if (!make_noise(&r.g, o.seed, (uint32_t)o.max_side)) {
         fprintf(stderr, "rawgen: out of memory\n");
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     if (!r.g.tj || !r.g.jpg) {
         fprintf(stderr, "rawgen: cannot initialise TurboJPEG\n");
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     uint64_t total = o.images + (o.variants ? V_COUNT : 0) + (o.broken ? B_COUNT : 0);
     cli_progress_start_units(&r.bar, "rawgen", "files", total, o.quiet || o.json);
@@ -1161,5 +1131,5 @@ int main(int argc, char **argv)
     free(r.g.noise);
     tjFree(r.g.jpg);
     tjDestroy(r.g.tj);
-    return rc ? EXIT_PROBLEMS : EXIT_OK;
+    return rc ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
