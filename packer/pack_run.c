@@ -49,7 +49,7 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
  * fail meets one of them. */
 static int redo_gaps(pk_run *r, const uint64_t *gaps, size_t n, bool *restart)
 {
-    void *w = pk_worker_init(r, 0); /* a worker of its own */
+    void *w = pk_worker_init(r, 0);              /* a worker of its own */
     uint8_t *slot = malloc(pk_slot_bytes(r->o)); /* the image, and its block sums after it (produce) */
     int rc = w && slot ? 0 : -1;
     for (size_t k = 0; !rc && k < n && !*restart; k++) {
