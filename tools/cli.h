@@ -34,11 +34,10 @@ enum {
  * '?': the tool returns CLI_EXIT_USAGE. Errors name the program by its short
  * name, never its path. */
 #define CLI_OPT_JSON 0x10000 /* --json's getopt value: above any character */
-#define CLI_COMMON_OPTIONS                                                                         \
-  {"quiet", 0, 0, 'q'}, {"json", 0, 0, CLI_OPT_JSON}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, \
-  {                                                                                                \
-    0, 0, 0, 0                                                                                     \
-  }
+/* clang-format off */
+#define CLI_COMMON_OPTIONS \
+    {"quiet", 0, 0, 'q'}, {"json", 0, 0, CLI_OPT_JSON}, {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}
+/* clang-format on */
 #define CLI_COMMON_SHORT "qhV"
 
 typedef struct {
@@ -86,11 +85,15 @@ bool cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 /* "K/N" with 1 <= K <= N <= max_n. */
 bool cli_parse_fraction(const char *s, uint64_t max_n, uint64_t *k, uint64_t *n);
+/* A decimal number: digits with an optional fraction ("0.5", "12", "3."),
+ * no sign, exponent, blanks, "inf" or "nan"; within [lo, hi]. */
+bool cli_parse_real(const char *s, double lo, double hi, double *out);
 
 bool cli_uint(const cli_args *a, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 bool cli_int(const cli_args *a, const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool cli_size(const cli_args *a, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 bool cli_fraction(const cli_args *a, const char *s, uint64_t max_n, uint64_t *k, uint64_t *n);
+bool cli_real(const cli_args *a, const char *s, double lo, double hi, double *out);
 
 /* ---------------------------------------------------------------- output */
 

@@ -189,6 +189,19 @@ bool cli_parse_fraction(const char *s, uint64_t max_n, uint64_t *k, uint64_t *n)
     return true;
 }
 
+bool cli_parse_real(const char *s, double lo, double hi, double *out)
+{
+    if (!s) return false;
+    size_t whole = strspn(s, "0123456789"), frac = s[whole] == '.' ? strspn(s + whole + 1, "0123456789") : 0;
+    size_t len = whole + (s[whole] == '.' ? 1 + frac : 0);
+    if (!whole && !frac) return false;
+    if (s[len]) return false;
+    double v = strtod(s, NULL);
+    if (!(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
 bool cli_uint(const cli_args *a, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
     if (cli_parse_uint(s, lo, hi, out)) return true;
@@ -221,5 +234,13 @@ bool cli_fraction(const cli_args *a, const char *s, uint64_t max_n, uint64_t *k,
     char what[96];
     snprintf(what, sizeof what, "K/N with N an integer from 1 to %llu and K from 1 to N",
              (unsigned long long)max_n);
+    return cli_bad_value(a, s, what);
+}
+
+bool cli_real(const cli_args *a, const char *s, double lo, double hi, double *out)
+{
+    if (cli_parse_real(s, lo, hi, out)) return true;
+    char what[96];
+    snprintf(what, sizeof what, "a number from %g to %g", lo, hi);
     return cli_bad_value(a, s, what);
 }

@@ -222,7 +222,6 @@ static int parse_args(int argc, char **argv, opts *o)
     int c;
     uint64_t v;
     double d;
-    char *end;
     while ((c = cli_getopt(&a, argc, argv, "b:o:s:e:j:p:f:" CLI_COMMON_SHORT)) != -1) {
         switch (c) {
         case 'b':
@@ -311,10 +310,7 @@ static int parse_args(int argc, char **argv, opts *o)
             o->ro.quasi_window = (uint32_t)v;
             break;
         case O_STEP:
-            errno = 0;
-            d = strtod(optarg, &end);
-            if (errno || *end || !(d >= 0 && d <= 1e6))
-                return cli_bad_value(&a, optarg, "a number from 0 to 1000000"), CLI_EXIT_USAGE;
+            if (!cli_real(&a, optarg, 0, 1e6, &d)) return CLI_EXIT_USAGE;
             o->step_us = (uint64_t)(d * 1000 + 0.5);
             break;
         case O_BUSY:
@@ -366,10 +362,7 @@ static int parse_args(int argc, char **argv, opts *o)
                 return cli_bad_value(&a, optarg, "a list of integers from 1 to 1048576"), CLI_EXIT_USAGE;
             break;
         case O_SW_S:
-            errno = 0;
-            d = strtod(optarg, &end);
-            if (errno || *end || !(d > 0 && d <= 3600))
-                return cli_bad_value(&a, optarg, "a number above 0 and at most 3600"), CLI_EXIT_USAGE;
+            if (!cli_real(&a, optarg, 0.001, 3600, &d)) return CLI_EXIT_USAGE;
             o->so.seconds = d;
             break;
         case O_CSV:

@@ -132,6 +132,22 @@ START_TEST(fraction_edges)
 }
 END_TEST
 
+START_TEST(real_edges)
+{
+    double d = 0;
+    ck_assert(cli_parse_real("0.5", 0, 10, &d) && d == 0.5);
+    ck_assert(cli_parse_real("12", 0, 100, &d) && d == 12);
+    ck_assert(cli_parse_real("3.", 0, 10, &d) && d == 3);
+    ck_assert(cli_parse_real(".25", 0, 10, &d) && d == 0.25);
+    static const char *const bad[] = {"1e3", "-1",  "+1",   "",      ".",     " 1", "1 ",
+                                      "inf", "nan", "0x10", "12abc", "1.2.3", "1,5"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(!cli_parse_real(bad[i], 0, 1e9, &d), "accepted '%s'", bad[i]);
+    ck_assert(!cli_parse_real("1000001", 0, 1e6, &d));
+    ck_assert(!cli_parse_real("0", 0.001, 3600, &d));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli_args");
@@ -140,6 +156,7 @@ int main(void)
     tcase_add_test(tc, int_edges);
     tcase_add_test(tc, size_edges);
     tcase_add_test(tc, fraction_edges);
+    tcase_add_test(tc, real_edges);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
