@@ -189,7 +189,6 @@ static int parse(int argc, char **argv, pk_opts *o)
         {"compress", 1, 0, 'Z'}, {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'},
         {"max-side", 1, 0, 'X'}, {"min-side", 1, 0, 'W'},   {"image-format", 1, 0, 'I'},
         CLI_COMMON_OPTIONS};
-    cli_args a = {.prog = "pack", .usage = usage, .longopts = lo};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (pk_opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                    .quality = 90,
@@ -197,6 +196,13 @@ static int parse(int argc, char **argv, pk_opts *o)
                    .part = 1,
                    .parts = 1,
                    .shard_size = (uint64_t)1 << 30};
+    const cli_number num[] = {{'B', true, 1, UINT64_MAX, &o->shard_size},
+                              {'N', false, 1, UINT64_MAX, &o->per_shard},
+                              {'P', false, 1, UINT64_MAX, &o->img.max_pixels},
+                              {'Q', true, 1, 1u << 29, &o->block_bytes},
+                              {0, false, 0, 0, NULL}};
+    const cli_flag flags[] = {{'M', &o->merge}, {'f', &o->force}, {'T', &o->stats}, {0, NULL}};
+    cli_args a = {.prog = "pack", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
     int c;
     uint64_t v, k, n;
     while ((c = cli_getopt(&a, argc, argv, "s:j:" CLI_COMMON_SHORT)) != -1) {
@@ -229,38 +235,17 @@ static int parse(int argc, char **argv, pk_opts *o)
         case 'j':
             ok = cli_uint(&a, optarg, 1, 1024, &v) && (o->threads = (unsigned)v);
             break;
-        case 'B':
-            ok = cli_size(&a, optarg, 1, UINT64_MAX, &o->shard_size);
-            break;
-        case 'N':
-            ok = cli_uint(&a, optarg, 1, UINT64_MAX, &o->per_shard);
-            break;
         case 'E':
             ok = !strcmp(optarg, "skip") || !strcmp(optarg, "fail") ||
                  cli_bad_value(&a, optarg, "skip or fail");
             o->fail_fast = !strcmp(optarg, "fail");
             break;
-        case 'P':
-            ok = cli_uint(&a, optarg, 1, UINT64_MAX, &o->img.max_pixels);
-            break;
         case 'K':
             ok = cli_fraction(&a, optarg, 9999, &k, &n);
             if (ok) o->part = (unsigned)k, o->parts = (unsigned)n;
             break;
-        case 'M':
-            o->merge = true;
-            break;
         case 'Z':
             ok = parse_compress(&a, optarg, o->zstd);
-            break;
-        case 'Q':
-            ok = cli_size(&a, optarg, 1, 1u << 29, &o->block_bytes);
-            break;
-        case 'f':
-            o->force = true;
-            break;
-        case 'T':
-            o->stats = true;
             break;
         default:
             return CLI_EXIT_USAGE;

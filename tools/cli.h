@@ -31,7 +31,10 @@ enum {
  *       --json     sets a->json (the result as one JSON object on stdout)
  * and says in one line what is wrong with an unknown option or a missing
  * value ("PROG: unknown option '--x' (try 'PROG --help')"), then returns
- * '?': the tool returns CLI_EXIT_USAGE. Errors name the program by its short
+ * '?': the tool returns CLI_EXIT_USAGE. Integer options listed in
+ * a->numbers are parsed into their place here too (a bad value: '?'), and
+ * the flags in a->flags set; a tool whose options all fit those tables
+ * has no switch of its own. Errors name the program by its short
  * name, never its path. */
 #define CLI_OPT_JSON 0x10000 /* --json's getopt value: above any character */
 /* clang-format off */
@@ -40,10 +43,29 @@ enum {
 /* clang-format on */
 #define CLI_COMMON_SHORT "qhV"
 
+/* An integer option that cli_getopt parses itself (cli_uint, or cli_size
+ * when size): the option's getopt value, its range and where it goes. A
+ * table of them ends with val 0. */
+typedef struct {
+    int val;
+    bool size;
+    uint64_t lo, hi;
+    uint64_t *out;
+} cli_number;
+
+/* A flag option that cli_getopt sets itself: its getopt value and the bool
+ * it sets. A table of them ends with val 0. */
+typedef struct {
+    int val;
+    bool *out;
+} cli_flag;
+
 typedef struct {
     const char *prog;              /* the tool's short name, in every message */
     void (*usage)(FILE *f);        /* prints the tool's --help */
     const struct option *longopts; /* the tool's table, ending in CLI_COMMON_OPTIONS */
+    const cli_number *numbers;     /* NULL, or integer options parsed here */
+    const cli_flag *flags;         /* NULL, or flags set here */
     bool quiet, json;              /* -q, --json */
     int opt;                       /* the option cli_getopt returned last */
 } cli_args;

@@ -61,7 +61,17 @@ int cli_getopt(cli_args *a, int argc, char *const *argv, const char *shortopts)
             say_bad_option(a, argv, c);
             return '?';
         default:
-            return c;
+            for (const cli_flag *f = a->flags; f && f->val; f++)
+                if (f->val == c) *f->out = true, c = 0;
+            for (const cli_number *n = a->numbers; c && n && n->val; n++)
+                if (n->val == c) {
+                    bool ok = n->size ? cli_size(a, optarg, n->lo, n->hi, n->out)
+                                      : cli_uint(a, optarg, n->lo, n->hi, n->out);
+                    if (!ok) return '?';
+                    c = 0; /* taken */
+                    break;
+                }
+            if (c) return c;
         }
     }
 }

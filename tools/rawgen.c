@@ -73,41 +73,14 @@ static int parse(int argc, char **argv, rg_opts *o)
         {"images", 1, 0, 'n'},   {"classes", 1, 0, 'c'},  {"seed", 1, 0, 'e'},
         {"min-side", 1, 0, 'a'}, {"max-side", 1, 0, 'b'}, {"variants", 0, 0, 'v'},
         {"broken", 0, 0, 'B'},   {"force", 0, 0, 'f'},    CLI_COMMON_OPTIONS};
-    cli_args a = {.prog = "rawgen", .usage = usage, .longopts = lo};
     *o = (rg_opts){.images = 1000, .classes = 10, .min_side = 200, .max_side = 500};
-    int c;
-    while ((c = cli_getopt(&a, argc, argv, "n:" CLI_COMMON_SHORT)) != -1) {
-        bool ok = true;
-        switch (c) {
-        case 'n':
-            ok = cli_uint(&a, optarg, 0, 100000000, &o->images);
-            break;
-        case 'c':
-            ok = cli_uint(&a, optarg, 1, 100000, &o->classes);
-            break;
-        case 'e':
-            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->seed);
-            break;
-        case 'a':
-            ok = cli_uint(&a, optarg, 1, 16384, &o->min_side);
-            break;
-        case 'b':
-            ok = cli_uint(&a, optarg, 1, 16384, &o->max_side);
-            break;
-        case 'v':
-            o->variants = true;
-            break;
-        case 'B':
-            o->broken = true;
-            break;
-        case 'f':
-            o->force = true;
-            break;
-        default:
-            return CLI_EXIT_USAGE;
-        }
-        if (!ok) return CLI_EXIT_USAGE;
-    }
+    const cli_number num[] = {{'n', false, 0, 100000000, &o->images}, {'c', false, 1, 100000, &o->classes},
+                              {'e', false, 0, UINT64_MAX, &o->seed},  {'a', false, 1, 16384, &o->min_side},
+                              {'b', false, 1, 16384, &o->max_side},   {0, false, 0, 0, NULL}};
+    const cli_flag flags[] = {{'v', &o->variants}, {'B', &o->broken}, {'f', &o->force}, {0, NULL}};
+    cli_args a = {.prog = "rawgen", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
+    /* the tables take every option: what comes back was refused, and said */
+    if (cli_getopt(&a, argc, argv, "n:" CLI_COMMON_SHORT) != -1) return CLI_EXIT_USAGE;
     o->json = a.json, o->quiet = a.quiet;
     if (o->min_side > o->max_side)
         return cli_usage_error(&a, "--min-side %llu is larger than --max-side %llu",

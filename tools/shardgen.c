@@ -52,36 +52,18 @@ static int parse(int argc, char **argv, opts *o)
         {"records-per-shard", 1, 0, 'r'}, {"shard-size", 1, 0, 'b'}, {"seed", 1, 0, 'e'},
         {"captions", 0, 0, 'C'},          {"aspect", 0, 0, 'A'},     {"force", 0, 0, 'f'},
         {"compress", 1, 0, 'z'},          {"block-size", 1, 0, 'k'}, CLI_COMMON_OPTIONS};
-    cli_args a = {.prog = "shardgen", .usage = usage, .longopts = lo};
     *o = (opts){.records = 1000, .size = 64, .classes = 10, .shard_bytes = 64u << 20};
+    const cli_number num[] = {
+        {'n', false, 0, UINT64_MAX, &o->records},    {'s', false, 1, 16384, &o->size},
+        {'c', false, 1, 100000, &o->classes},        {'r', false, 0, UINT64_MAX, &o->per_shard},
+        {'b', true, 0, UINT64_MAX, &o->shard_bytes}, {'e', false, 0, UINT64_MAX, &o->seed},
+        {'k', true, 1, UINT64_MAX, &o->block},       {0, false, 0, 0, NULL}};
+    const cli_flag flags[] = {{'C', &o->captions}, {'A', &o->aspect}, {'f', &o->force}, {0, NULL}};
+    cli_args a = {.prog = "shardgen", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
     int c;
     while ((c = cli_getopt(&a, argc, argv, "n:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'n':
-            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->records);
-            break;
-        case 's':
-            ok = cli_uint(&a, optarg, 1, 16384, &o->size);
-            break;
-        case 'c':
-            ok = cli_uint(&a, optarg, 1, 100000, &o->classes);
-            break;
-        case 'r':
-            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->per_shard);
-            break;
-        case 'b':
-            ok = cli_size(&a, optarg, 0, UINT64_MAX, &o->shard_bytes);
-            break;
-        case 'e':
-            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->seed);
-            break;
-        case 'C':
-            o->captions = true;
-            break;
-        case 'A':
-            o->aspect = true;
-            break;
         case 'z': {
             uint64_t lv = 3;
             if (!strcmp(optarg, "none")) lv = 0;
@@ -91,12 +73,6 @@ static int parse(int argc, char **argv, opts *o)
             o->zstd = (int)lv;
             break;
         }
-        case 'k':
-            ok = cli_size(&a, optarg, 1, UINT64_MAX, &o->block);
-            break;
-        case 'f':
-            o->force = true;
-            break;
         default:
             return CLI_EXIT_USAGE;
         }

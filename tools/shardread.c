@@ -214,11 +214,19 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
                                        CLI_COMMON_OPTIONS};
-    cli_args a = {.prog = "shardread", .usage = usage, .longopts = lo};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
     o->ro.batch_size = 256;
     o->epochs = 1;
+    const cli_number num[] = {{'s', false, 0, UINT64_MAX, &o->ro.seed},
+                              {'e', false, 1, UINT64_MAX, &o->epochs},
+                              {O_WARMUP, false, 0, UINT64_MAX, &o->warmup},
+                              {O_STOP, false, 1, UINT64_MAX, &o->stop_after},
+                              {O_EPOCH_SIZE, false, 1, UINT64_MAX, &o->ro.epoch_size},
+                              {O_BUDGET, true, 0, UINT64_MAX, &o->ro.memory_budget},
+                              {O_QBLOCK, true, 1, UINT64_MAX, &o->ro.quasi_block_bytes},
+                              {0, false, 0, 0, NULL}};
+    cli_args a = {.prog = "shardread", .usage = usage, .longopts = lo, .numbers = num};
     int c;
     uint64_t v;
     double d;
@@ -231,12 +239,6 @@ static int parse_args(int argc, char **argv, opts *o)
         case 'o':
             if ((o->ro.order = parse_enum(optarg, ORDERS, 3)) < 0)
                 return cli_bad_value(&a, optarg, "sequential, shuffle or quasi"), CLI_EXIT_USAGE;
-            break;
-        case 's':
-            if (!cli_uint(&a, optarg, 0, UINT64_MAX, &o->ro.seed)) return CLI_EXIT_USAGE;
-            break;
-        case 'e':
-            if (!cli_uint(&a, optarg, 1, UINT64_MAX, &o->epochs)) return CLI_EXIT_USAGE;
             break;
         case O_RANK:
             if (!cli_uint(&a, optarg, 0, 1 << 24, &v)) return CLI_EXIT_USAGE;
@@ -267,12 +269,6 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_VERIFY:
             if ((o->ro.verify = parse_enum(optarg, VERIFY, 3)) < 0)
                 return cli_bad_value(&a, optarg, "off, once or always"), CLI_EXIT_USAGE;
-            break;
-        case O_BUDGET:
-            if (!cli_size(&a, optarg, 0, UINT64_MAX, &o->ro.memory_budget)) return CLI_EXIT_USAGE;
-            break;
-        case O_QBLOCK:
-            if (!cli_size(&a, optarg, 1, UINT64_MAX, &o->ro.quasi_block_bytes)) return CLI_EXIT_USAGE;
             break;
         case O_IO:
             if ((o->ro.io = parse_enum(optarg, IO_MODES, 3)) < 0)
@@ -321,12 +317,6 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_DUMP:
             o->dump = 1;
-            break;
-        case O_WARMUP:
-            if (!cli_uint(&a, optarg, 0, UINT64_MAX, &o->warmup)) return CLI_EXIT_USAGE;
-            break;
-        case O_STOP:
-            if (!cli_uint(&a, optarg, 1, UINT64_MAX, &o->stop_after)) return CLI_EXIT_USAGE;
             break;
         case O_SOUT:
             o->state_out = optarg;
@@ -380,9 +370,6 @@ static int parse_args(int argc, char **argv, opts *o)
             }
             break;
         }
-        case O_EPOCH_SIZE:
-            if (!cli_uint(&a, optarg, 1, UINT64_MAX, &o->ro.epoch_size)) return CLI_EXIT_USAGE;
-            break;
         case O_REWEIGHT:
             o->reweight = 1;
             break;
