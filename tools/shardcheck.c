@@ -10,7 +10,6 @@
 #include "cli.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -41,9 +40,8 @@ static void usage(FILE *f)
                "  -V, --version        version\n\n"
                "--file-hash needs a manifest (a dataset directory or manifest.json):\n"
                "shard files named alone carry no whole-file hash to compare with.\n\n"
-               "Exit status: 0 everything checked is intact, 1 problems found (also a\n"
-               "shard or manifest that exists but cannot be opened or parsed), 2 usage\n"
-               "error or a PATH that does not exist.\n");
+               "Exit status: 0 everything checked is intact; 1 problems found (also a\n"
+               "PATH, shard or manifest that cannot be read or parsed); 2 usage error.\n");
 }
 
 typedef struct {
@@ -104,7 +102,7 @@ static void *grow(void *p, size_t *cap, size_t n, size_t elem)
     void *q = realloc(p, c * elem);
     if (!q) {
         fprintf(stderr, "shardcheck: out of memory\n");
-        exit(EXIT_USAGE);
+        exit(CLI_EXIT_FAIL);
     }
     *cap = c;
     return q;
@@ -200,10 +198,10 @@ static int add_dataset(checker *c, const char *path)
     if (!m) {
         if (err.code == STK_E_IO) {
             fprintf(stderr, "shardcheck: %s\n", err.msg);
-            return EXIT_USAGE;
+            return CLI_EXIT_FAIL;
         }
         add_problem(c, SIZE_MAX, UINT64_MAX, -1, err.msg);
-        return EXIT_OK;
+        return CLI_EXIT_OK;
     }
     c->manifests = realloc(c->manifests, (c->nm + 1) * sizeof *c->manifests);
     c->manifests[c->nm++] = m;
@@ -216,7 +214,7 @@ static int add_dataset(checker *c, const char *path)
         free(p);
     }
     free(dir);
-    return EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 static int add_path(checker *c, const char *path)
@@ -224,12 +222,12 @@ static int add_path(checker *c, const char *path)
     struct stat st;
     if (stat(path, &st) != 0) {
         fprintf(stderr, "shardcheck: %s: %s\n", path, strerror(errno));
-        return EXIT_USAGE;
+        return CLI_EXIT_FAIL;
     }
     size_t n = strlen(path);
     if (S_ISDIR(st.st_mode) || (n >= 5 && strcmp(path + n - 5, ".json") == 0)) return add_dataset(c, path);
     add_target(c, path, NULL, NULL);
-    return EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 static void plan_units(checker *c)
@@ -394,15 +392,17 @@ static void report(checker *c, double seconds)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {
-        {"quick", 0, 0, 'Q'},   {"full", 0, 0, 'F'},    {"file-hash", 0, 0, 'H'},
-        {"threads", 1, 0, 'j'}, {"json", 0, 0, 'J'},    {"quiet", 0, 0, 'q'},
-        {"help", 0, 0, 'h'},    {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"quick", 0, 0, 'Q'},
+                                       {"full", 0, 0, 'F'},
+                                       {"file-hash", 0, 0, 'H'},
+                                       {"threads", 1, 0, 'j'},
+                                       CLI_COMMON_OPTIONS};
+    cli_args a = {.prog = "shardcheck", .usage = usage, .longopts = lo};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.full = true, .threads = ncpu > 0 ? (unsigned)ncpu : 1};
     int ch;
     uint64_t v;
-    while ((ch = getopt_long(argc, argv, "j:qhV", lo, NULL)) != -1) {
+    while ((ch = cli_getopt(&a, argc, argv, "j:" CLI_COMMON_SHORT)) != -1) {
         switch (ch) {
         case 'Q':
             o->full = false;
@@ -414,38 +414,18 @@ static int parse(int argc, char **argv, opts *o)
             o->file_hash = true;
             break;
         case 'j':
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1024) {
-                fprintf(stderr, "shardcheck: invalid thread count '%s' (1 to 1024)\n", optarg);
-                return EXIT_USAGE;
-            }
+            if (!cli_uint(&a, optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
             o->threads = (unsigned)v;
             break;
-        case 'J':
-            o->json = true;
-            break;
-        case 'q':
-            o->quiet = true;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(EXIT_OK);
-        case 'V':
-            printf("shardcheck (stoker) %s, format %d.%d\n", STK_VERSION_STRING, STK_FORMAT_MAJOR,
-                   STK_FORMAT_MINOR);
-            exit(EXIT_OK);
         default:
-            return EXIT_USAGE;
+            return CLI_EXIT_USAGE;
         }
     }
-    if (optind >= argc) {
-        fprintf(stderr, "shardcheck: no PATH given (try --help)\n");
-        return EXIT_USAGE;
-    }
-    if (o->file_hash && !o->full) {
-        fprintf(stderr, "shardcheck: --file-hash reads every byte; it cannot go with --quick\n");
-        return EXIT_USAGE;
-    }
-    return EXIT_OK;
+    o->json = a.json, o->quiet = a.quiet;
+    if (!cli_operands(&a, argc, 1, -1, "at least one PATH")) return CLI_EXIT_USAGE;
+    if (o->file_hash && !o->full)
+        return cli_usage_error(&a, "--file-hash reads every byte; it cannot go with --quick");
+    return CLI_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -461,7 +441,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < c.nt; i++) check_structure(&c, i);
     if (c.o.full) run_full(&c);
     report(&c, cli_now() - t0);
-    int status = c.total_problems ? EXIT_PROBLEMS : EXIT_OK;
+    int status = c.total_problems ? CLI_EXIT_FAIL : CLI_EXIT_OK;
     for (size_t i = 0; i < c.nt; i++) stk_shard_close(c.t[i].sh), free(c.t[i].path);
     for (size_t i = 0; i < c.np; i++) free(c.p[i].msg), free(c.p[i].field_name);
     for (size_t i = 0; i < c.nm; i++) stk_manifest_free(c.manifests[i]);

@@ -6,7 +6,6 @@
  * variable-length caption. The same flags give byte-identical output. */
 #include "cli.h"
 
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,85 +47,41 @@ typedef struct {
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"records", 1, 0, 'n'},    {"size", 1, 0, 's'},
-                                       {"classes", 1, 0, 'c'},    {"records-per-shard", 1, 0, 'r'},
-                                       {"shard-size", 1, 0, 'b'}, {"seed", 1, 0, 'e'},
-                                       {"captions", 0, 0, 'C'},   {"aspect", 0, 0, 'A'},
-                                       {"force", 0, 0, 'f'},      {"json", 0, 0, 'j'},
-                                       {"quiet", 0, 0, 'q'},      {"compress", 1, 0, 'z'},
-                                       {"block-size", 1, 0, 'k'}, {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},    {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"records", 1, 0, 'n'},           {"size", 1, 0, 's'},       {"classes", 1, 0, 'c'},
+        {"records-per-shard", 1, 0, 'r'}, {"shard-size", 1, 0, 'b'}, {"seed", 1, 0, 'e'},
+        {"captions", 0, 0, 'C'},          {"aspect", 0, 0, 'A'},     {"force", 0, 0, 'f'},
+        {"compress", 1, 0, 'z'},          {"block-size", 1, 0, 'k'}, CLI_COMMON_OPTIONS};
     *o = (opts){.records = 1000, .size = 64, .classes = 10, .shard_bytes = 64u << 20};
-    int c, li = -1;
-    while ((c = getopt_long(argc, argv, "n:qhV", lo, &li)) != -1) {
+    const cli_number num[] = {
+        {'n', false, 0, UINT64_MAX, &o->records},    {'s', false, 1, 16384, &o->size},
+        {'c', false, 1, 100000, &o->classes},        {'r', false, 0, UINT64_MAX, &o->per_shard},
+        {'b', true, 0, UINT64_MAX, &o->shard_bytes}, {'e', false, 0, UINT64_MAX, &o->seed},
+        {'k', true, 1, UINT64_MAX, &o->block},       {0, false, 0, 0, NULL}};
+    const cli_flag flags[] = {{'C', &o->captions}, {'A', &o->aspect}, {'f', &o->force}, {0, NULL}};
+    cli_args a = {.prog = "shardgen", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
+    int c;
+    while ((c = cli_getopt(&a, argc, argv, "n:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'n':
-            ok = cli_parse_u64(optarg, &o->records);
-            break;
-        case 's':
-            ok = cli_parse_u64(optarg, &o->size) && o->size > 0 && o->size <= 16384;
-            break;
-        case 'c':
-            ok = cli_parse_u64(optarg, &o->classes) && o->classes > 0 && o->classes <= 100000;
-            break;
-        case 'r':
-            ok = cli_parse_u64(optarg, &o->per_shard);
-            break;
-        case 'b':
-            ok = cli_parse_size(optarg, &o->shard_bytes);
-            break;
-        case 'e':
-            ok = cli_parse_u64(optarg, &o->seed);
-            break;
-        case 'C':
-            o->captions = true;
-            break;
-        case 'A':
-            o->aspect = true;
-            break;
         case 'z': {
             uint64_t lv = 3;
-            ok = !strncmp(optarg, "zstd", 4) &&
-                 (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &lv) && lv >= 1 && lv <= 19));
-            if (!strcmp(optarg, "none")) ok = true, lv = 0;
+            if (!strcmp(optarg, "none")) lv = 0;
+            else if (strncmp(optarg, "zstd", 4) || (optarg[4] && optarg[4] != ':'))
+                ok = cli_bad_value(&a, optarg, "none or zstd[:L]");
+            else if (optarg[4]) ok = cli_uint(&a, optarg + 5, 1, 19, &lv);
             o->zstd = (int)lv;
             break;
         }
-        case 'k':
-            ok = cli_parse_size(optarg, &o->block) && o->block > 0;
-            break;
-        case 'f':
-            o->force = true;
-            break;
-        case 'j':
-            o->json = true;
-            break;
-        case 'q':
-            o->quiet = true;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(EXIT_OK);
-        case 'V':
-            printf("shardgen (stoker) %s\n", STK_VERSION_STRING);
-            exit(EXIT_OK);
         default:
-            return EXIT_USAGE;
+            return CLI_EXIT_USAGE;
         }
-        if (!ok) {
-            fprintf(stderr, "shardgen: invalid value '%s' for --%s (try --help)\n", optarg,
-                    li >= 0 ? lo[li].name : "records");
-            return EXIT_USAGE;
-        }
-        li = -1;
+        if (!ok) return CLI_EXIT_USAGE;
     }
-    if (optind != argc - 1) {
-        fprintf(stderr, "shardgen: expected one OUTDIR (try --help)\n");
-        return EXIT_USAGE;
-    }
+    if (!cli_operands(&a, argc, 1, 1, "one OUTDIR")) return CLI_EXIT_USAGE;
     o->out = argv[optind];
-    return EXIT_OK;
+    o->json = a.json, o->quiet = a.quiet;
+    return CLI_EXIT_OK;
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -177,7 +132,7 @@ int main(int argc, char **argv)
         (o.zstd && stk_schema_set_codec(&s, 0, STK_CODEC_ZSTD, &err)) ||
         (o.zstd && o.captions && stk_schema_set_codec(&s, 2, STK_CODEC_ZSTD, &err))) {
         fprintf(stderr, "shardgen: %s\n", err.msg);
-        return EXIT_USAGE;
+        return CLI_EXIT_USAGE;
     }
     char **names = class_names(o.classes);
     char pack[256];
@@ -194,7 +149,7 @@ int main(int argc, char **argv)
     uint8_t *img = malloc((size_t)(o.size * o.size * 3));
     if (!names || !img) {
         fprintf(stderr, "shardgen: out of memory\n");
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     double t0 = cli_now();
     stk_dataset_writer *dw = stk_dataset_writer_create(o.out, &s, &dopt, &err);
@@ -222,7 +177,7 @@ int main(int argc, char **argv)
         cli_progress_update(&p, (i + 1) * o.size * o.size * 3, NULL);
     }
     cli_progress_end(&p);
-    rc = dw && stk_dataset_writer_finish(dw, &err) == STK_OK ? EXIT_OK : EXIT_PROBLEMS;
+    rc = dw && stk_dataset_writer_finish(dw, &err) == STK_OK ? CLI_EXIT_OK : CLI_EXIT_FAIL;
     double el = cli_now() - t0;
     if (rc) fprintf(stderr, "shardgen: %s\n", err.msg);
     else if (o.json) printf("{\"records\": %llu, \"seconds\": %.3f}\n", (unsigned long long)o.records, el);

@@ -5,7 +5,6 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +18,7 @@ static void usage(FILE *f)
                "      --shards        list every shard (default: the first and last 5)\n"
                "      --no-histogram  skip the class histogram (it reads every label)\n"
                "      --json          print one JSON object instead\n"
+               "  -q, --quiet         no note on stderr when the histogram cannot be made\n"
                "  -h, --help          this help\n"
                "  -V, --version       version\n\n"
                "Exit status: 0 described, 1 the dataset cannot be opened (the message says\n"
@@ -26,7 +26,7 @@ static void usage(FILE *f)
 }
 
 typedef struct {
-    int all_shards, histogram, json;
+    int all_shards, histogram, json, quiet;
 } opts;
 
 static int cmp_i64(const void *a, const void *b)
@@ -307,13 +307,13 @@ static void print_json(const char *path, const stk_dataset *ds, const histogram 
 
 int main(int argc, char **argv)
 {
-    enum { O_SHARDS = 256, O_NOHIST, O_JSON };
-    static const struct option lo[] = {{"shards", 0, 0, O_SHARDS}, {"no-histogram", 0, 0, O_NOHIST},
-                                       {"json", 0, 0, O_JSON},     {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},     {0, 0, 0, 0}};
-    opts o = {0, 1, 0};
+    enum { O_SHARDS = 256, O_NOHIST };
+    static const struct option lo[] = {
+        {"shards", 0, 0, O_SHARDS}, {"no-histogram", 0, 0, O_NOHIST}, CLI_COMMON_OPTIONS};
+    cli_args a = {.prog = "shardinfo", .usage = usage, .longopts = lo};
+    opts o = {0, 1, 0, 0};
     int c;
-    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+    while ((c = cli_getopt(&a, argc, argv, CLI_COMMON_SHORT)) != -1) {
         switch (c) {
         case O_SHARDS:
             o.all_shards = 1;
@@ -321,32 +321,20 @@ int main(int argc, char **argv)
         case O_NOHIST:
             o.histogram = 0;
             break;
-        case O_JSON:
-            o.json = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return EXIT_OK;
-        case 'V':
-            printf("shardinfo (stoker) %s\n", STK_VERSION_STRING);
-            return EXIT_OK;
         default:
-            usage(stderr);
-            return EXIT_USAGE;
+            return CLI_EXIT_USAGE;
         }
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, "shardinfo: expected one DATASET (see --help)\n");
-        return EXIT_USAGE;
-    }
+    o.json = a.json, o.quiet = a.quiet;
+    if (!cli_operands(&a, argc, 1, 1, "one DATASET")) return CLI_EXIT_USAGE;
     stk_error err;
     stk_dataset *ds = stk_dataset_open(argv[optind], &err);
     if (!ds) {
         fprintf(stderr, "shardinfo: %s\n", err.msg);
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     histogram h = {0, NULL, NULL};
-    if (o.histogram && make_histogram(ds, &h)) /* 24 bytes per record: a billion records may not fit */
+    if (o.histogram && make_histogram(ds, &h) && !o.quiet) /* 24 bytes a record: a billion may not fit */
         fprintf(stderr,
                 "shardinfo: the class histogram could not be made (memory, or a corrupt label block); "
                 "described without it\n");
@@ -355,5 +343,5 @@ int main(int argc, char **argv)
     free(h.value);
     free(h.count);
     stk_dataset_close(ds);
-    return EXIT_OK;
+    return CLI_EXIT_OK;
 }

@@ -11,7 +11,6 @@
 #include "sweep.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <stdlib.h>
@@ -22,7 +21,10 @@
 #include "mixspec.h"
 #include "stoker/reader.h"
 
-enum { EXIT_DATA = 1 }; /* the data failed to read: checksum, I/O, truncation */
+/* A reader, dataset or state that could not be opened: the options' fault
+ * (a --fields name the dataset lacks, settings over --memory-budget) is a
+ * usage error, anything else (missing, unreadable, corrupt) the input's. */
+static int open_status(int code) { return code == STK_E_ARG ? CLI_EXIT_USAGE : CLI_EXIT_FAIL; }
 
 static void usage(FILE *f)
 {
@@ -101,9 +103,10 @@ static void usage(FILE *f)
                "  -q, --quiet             no progress bar or summary\n"
                "  -h, --help              this help\n"
                "  -V, --version           version\n\n"
-               "Exit status: 0 read to the end, 1 the data failed (checksum mismatch,\n"
-               "truncated or unreadable shard: the message names shard and record),\n"
-               "2 usage error or a dataset that cannot be opened.\n");
+               "Exit status: 0 read to the end; 1 the data failed (checksum mismatch,\n"
+               "truncated or unreadable shard: the message names shard and record), or a\n"
+               "dataset or state file cannot be read or written; 2 usage error (also\n"
+               "options the dataset cannot serve, such as a --fields name it lacks).\n");
 }
 
 typedef struct {
@@ -129,12 +132,6 @@ static const char *const TAILS[] = {"pad", "drop", "partial"};
 static const char *const VERIFY[] = {"off", "once", "always"};
 static const char *const IO_MODES[] = {"auto", "mmap", "direct"};
 
-static int bad(const char *opt, const char *val)
-{
-    fprintf(stderr, "shardread: invalid value '%s' for %s (see --help)\n", val, opt);
-    return EXIT_USAGE;
-}
-
 static int parse_args(int argc, char **argv, opts *o)
 {
     enum {
@@ -159,7 +156,6 @@ static int parse_args(int argc, char **argv, opts *o)
         O_WARMUP,
         O_SOUT,
         O_SIN,
-        O_JSON,
         O_DEVICE,
         O_FALLBACK,
         O_XFORM,
@@ -203,7 +199,6 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"warmup", 1, 0, O_WARMUP},
                                        {"state-out", 1, 0, O_SOUT},
                                        {"state-in", 1, 0, O_SIN},
-                                       {"json", 0, 0, O_JSON},
                                        {"device", 1, 0, O_DEVICE},
                                        {"fallback", 0, 0, O_FALLBACK},
                                        {"transform", 1, 0, O_XFORM},
@@ -218,73 +213,69 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"mix", 1, 0, O_MIX},
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
-                                       {"quiet", 0, 0, 'q'},
-                                       {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},
-                                       {0, 0, 0, 0}};
+                                       CLI_COMMON_OPTIONS};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
     o->ro.batch_size = 256;
     o->epochs = 1;
+    const cli_number num[] = {{'s', false, 0, UINT64_MAX, &o->ro.seed},
+                              {'e', false, 1, UINT64_MAX, &o->epochs},
+                              {O_WARMUP, false, 0, UINT64_MAX, &o->warmup},
+                              {O_STOP, false, 1, UINT64_MAX, &o->stop_after},
+                              {O_EPOCH_SIZE, false, 1, UINT64_MAX, &o->ro.epoch_size},
+                              {O_BUDGET, true, 0, UINT64_MAX, &o->ro.memory_budget},
+                              {O_QBLOCK, true, 1, UINT64_MAX, &o->ro.quasi_block_bytes},
+                              {0, false, 0, 0, NULL}};
+    cli_args a = {.prog = "shardread", .usage = usage, .longopts = lo, .numbers = num};
     int c;
     uint64_t v;
     double d;
-    char *end;
-    while ((c = getopt_long(argc, argv, "b:o:s:e:j:p:f:qhV", lo, NULL)) != -1) {
+    while ((c = cli_getopt(&a, argc, argv, "b:o:s:e:j:p:f:" CLI_COMMON_SHORT)) != -1) {
         switch (c) {
         case 'b':
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--batch-size", optarg);
+            if (!cli_uint(&a, optarg, 1, UINT32_MAX, &v)) return CLI_EXIT_USAGE;
             o->ro.batch_size = (uint32_t)v;
             break;
         case 'o':
-            if ((o->ro.order = parse_enum(optarg, ORDERS, 3)) < 0) return bad("--order", optarg);
-            break;
-        case 's':
-            if (!cli_parse_u64(optarg, &o->ro.seed)) return bad("--seed", optarg);
-            break;
-        case 'e':
-            if (!cli_parse_u64(optarg, &o->epochs) || o->epochs == 0) return bad("--epochs", optarg);
+            if ((o->ro.order = parse_enum(optarg, ORDERS, 3)) < 0)
+                return cli_bad_value(&a, optarg, "sequential, shuffle or quasi"), CLI_EXIT_USAGE;
             break;
         case O_RANK:
-            if (!cli_parse_u64(optarg, &v) || v > 1 << 24) return bad("--rank", optarg);
+            if (!cli_uint(&a, optarg, 0, 1 << 24, &v)) return CLI_EXIT_USAGE;
             o->ro.rank = (int)v;
             break;
         case O_WORLD:
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1 << 24) return bad("--world-size", optarg);
+            if (!cli_uint(&a, optarg, 1, 1 << 24, &v)) return CLI_EXIT_USAGE;
             o->ro.world_size = (int)v;
             break;
         case 'j':
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 256) return bad("--threads", optarg);
+            if (!cli_uint(&a, optarg, 1, 256, &v)) return CLI_EXIT_USAGE;
             o->ro.threads = (unsigned)v;
             break;
         case 'p':
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 4096) return bad("--prefetch", optarg);
+            if (!cli_uint(&a, optarg, 1, 4096, &v)) return CLI_EXIT_USAGE;
             o->ro.prefetch = (unsigned)v;
             break;
         case O_DROP:
             o->ro.tail = STK_TAIL_DROP;
             break;
         case O_TAIL:
-            if ((o->ro.tail = parse_enum(optarg, TAILS, 3)) < 0) return bad("--tail", optarg);
+            if ((o->ro.tail = parse_enum(optarg, TAILS, 3)) < 0)
+                return cli_bad_value(&a, optarg, "pad, drop or partial"), CLI_EXIT_USAGE;
             break;
         case 'f':
             o->ro.fields = optarg;
             break;
         case O_VERIFY:
-            if ((o->ro.verify = parse_enum(optarg, VERIFY, 3)) < 0) return bad("--verify", optarg);
-            break;
-        case O_BUDGET:
-            if (!cli_parse_size(optarg, &o->ro.memory_budget)) return bad("--memory-budget", optarg);
-            break;
-        case O_QBLOCK:
-            if (!cli_parse_size(optarg, &o->ro.quasi_block_bytes) || !o->ro.quasi_block_bytes)
-                return bad("--quasi-block", optarg);
+            if ((o->ro.verify = parse_enum(optarg, VERIFY, 3)) < 0)
+                return cli_bad_value(&a, optarg, "off, once or always"), CLI_EXIT_USAGE;
             break;
         case O_IO:
-            if ((o->ro.io = parse_enum(optarg, IO_MODES, 3)) < 0) return bad("--io", optarg);
+            if ((o->ro.io = parse_enum(optarg, IO_MODES, 3)) < 0)
+                return cli_bad_value(&a, optarg, "auto, mmap or direct"), CLI_EXIT_USAGE;
             break;
         case O_IO_DEPTH:
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > 1024) return bad("--io-depth", optarg);
+            if (!cli_uint(&a, optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
             o->ro.io_depth = (unsigned)v;
             break;
         case O_SW_IO: {
@@ -293,29 +284,29 @@ static int parse_args(int argc, char **argv, opts *o)
             o->so.nio = 0;
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 int m = parse_enum(t, IO_MODES, 3);
-                if (m < 0 || o->so.nio == 3) return bad("--sweep-io", optarg);
+                if (m < 0 || o->so.nio == 3)
+                    return cli_bad_value(&a, optarg, "a list of auto, mmap, direct"), CLI_EXIT_USAGE;
                 o->so.io[o->so.nio++] = m;
             }
-            if (!o->so.nio) return bad("--sweep-io", optarg);
+            if (!o->so.nio) return cli_bad_value(&a, optarg, "a list of auto, mmap, direct"), CLI_EXIT_USAGE;
             break;
         }
         case O_SW_DEPTH:
             if (!(o->so.ndepth = sweep_parse_list(optarg, o->so.io_depth)))
-                return bad("--sweep-io-depth", optarg);
+                return cli_bad_value(&a, optarg, "a list of integers from 1 to 1024"), CLI_EXIT_USAGE;
             for (unsigned i = 0; i < o->so.ndepth; i++)
-                if (o->so.io_depth[i] > 1024) return bad("--sweep-io-depth", optarg);
+                if (o->so.io_depth[i] > 1024)
+                    return cli_bad_value(&a, optarg, "a list of integers from 1 to 1024"), CLI_EXIT_USAGE;
             break;
         case O_SW_DROP:
             o->so.drop_cache = 1;
             break;
         case O_QWIN:
-            if (!cli_parse_u64(optarg, &v) || v == 0 || v > UINT32_MAX) return bad("--quasi-window", optarg);
+            if (!cli_uint(&a, optarg, 1, UINT32_MAX, &v)) return CLI_EXIT_USAGE;
             o->ro.quasi_window = (uint32_t)v;
             break;
         case O_STEP:
-            errno = 0;
-            d = strtod(optarg, &end);
-            if (errno || *end || !(d >= 0 && d <= 1e6)) return bad("--step-ms", optarg);
+            if (!cli_real(&a, optarg, 0, 1e6, &d)) return CLI_EXIT_USAGE;
             o->step_us = (uint64_t)(d * 1000 + 0.5);
             break;
         case O_BUSY:
@@ -327,29 +318,20 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_DUMP:
             o->dump = 1;
             break;
-        case O_WARMUP:
-            if (!cli_parse_u64(optarg, &o->warmup)) return bad("--warmup", optarg);
-            break;
-        case O_STOP:
-            if (!cli_parse_u64(optarg, &o->stop_after) || !o->stop_after) return bad("--stop-after", optarg);
-            break;
         case O_SOUT:
             o->state_out = optarg;
             break;
         case O_SIN:
             o->state_in = optarg;
             break;
-        case O_JSON:
-            o->json = 1;
-            break;
         case O_DEVICE:
             if (!strcmp(optarg, "none")) o->ro.device = STK_DEVICE_NONE;
             else if (!strcmp(optarg, "host")) o->ro.device = STK_DEVICE_HOST;
-            else if (!strncmp(optarg, "cuda", 4) &&
-                     (!optarg[4] || (optarg[4] == ':' && cli_parse_u64(optarg + 5, &v) && v < 1024))) {
+            else if (!strncmp(optarg, "cuda", 4) && (!optarg[4] || optarg[4] == ':')) {
+                if (optarg[4] && !cli_uint(&a, optarg + 5, 0, 1023, &v)) return CLI_EXIT_USAGE;
                 o->ro.device = STK_DEVICE_CUDA;
                 o->ro.device_index = optarg[4] ? (int)v : 0;
-            } else return bad("--device", optarg);
+            } else return cli_bad_value(&a, optarg, "none, host or cuda[:N]"), CLI_EXIT_USAGE;
             break;
         case O_FALLBACK:
             o->ro.device_fallback = 1;
@@ -359,19 +341,18 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_SW_T:
             if (!(o->so.nthreads = sweep_parse_list(optarg, o->so.threads)))
-                return bad("--sweep-threads", optarg);
+                return cli_bad_value(&a, optarg, "a list of integers from 1 to 1048576"), CLI_EXIT_USAGE;
             break;
         case O_SW_P:
             if (!(o->so.nprefetch = sweep_parse_list(optarg, o->so.prefetch)))
-                return bad("--sweep-prefetch", optarg);
+                return cli_bad_value(&a, optarg, "a list of integers from 1 to 1048576"), CLI_EXIT_USAGE;
             break;
         case O_SW_B:
-            if (!(o->so.nbatch = sweep_parse_list(optarg, o->so.batch))) return bad("--sweep-batch", optarg);
+            if (!(o->so.nbatch = sweep_parse_list(optarg, o->so.batch)))
+                return cli_bad_value(&a, optarg, "a list of integers from 1 to 1048576"), CLI_EXIT_USAGE;
             break;
         case O_SW_S:
-            errno = 0;
-            d = strtod(optarg, &end);
-            if (errno || *end || !(d > 0 && d <= 3600)) return bad("--sweep-seconds", optarg);
+            if (!cli_real(&a, optarg, 0.001, 3600, &d)) return CLI_EXIT_USAGE;
             o->so.seconds = d;
             break;
         case O_CSV:
@@ -385,13 +366,10 @@ static int parse_args(int argc, char **argv, opts *o)
             mix_spec_free(&o->mix);
             if (mix_spec_parse(optarg, &o->mix, msg, sizeof msg)) {
                 fprintf(stderr, "shardread: --mix: %s\n", msg);
-                return EXIT_USAGE;
+                return CLI_EXIT_USAGE;
             }
             break;
         }
-        case O_EPOCH_SIZE:
-            if (!cli_parse_u64(optarg, &o->ro.epoch_size) || !o->ro.epoch_size) return bad("--epoch-size", optarg);
-            break;
         case O_REWEIGHT:
             o->reweight = 1;
             break;
@@ -399,64 +377,45 @@ static int parse_args(int argc, char **argv, opts *o)
             int train = !strncmp(optarg, "imagenet-train", 14), eval = !strncmp(optarg, "imagenet-eval", 13);
             const char *rest = optarg + (train ? 14 : eval ? 13 : 0);
             v = 224;
-            if ((!train && !eval) ||
-                (*rest && (*rest != ':' || !cli_parse_u64(rest + 1, &v) || !v || v > 8192)))
-                return bad("--transform", optarg);
-            if (o->ro.transform) return bad("--transform (with --crop)", optarg);
+            if ((!train && !eval) || (*rest && *rest != ':'))
+                return cli_bad_value(&a, optarg, "imagenet-train[:SIZE] or imagenet-eval[:SIZE]"),
+                       CLI_EXIT_USAGE;
+            if (*rest && !cli_uint(&a, rest + 1, 1, 8192, &v)) return CLI_EXIT_USAGE;
+            if (o->ro.transform) return cli_usage_error(&a, "--transform and --crop do not go together");
             stk_transform_imagenet(&o->xf, train, (uint32_t)v);
             o->ro.transform = &o->xf;
             break;
         }
         case O_CROP: {
             int rnd = !strncmp(optarg, "random:", 7), ctr = !strncmp(optarg, "center:", 7);
-            if ((!rnd && !ctr) || !cli_parse_u64(optarg + 7, &v) || !v || v > 8192 || o->ro.transform)
-                return bad("--crop", optarg);
+            if (!rnd && !ctr) return cli_bad_value(&a, optarg, "random:SIZE or center:SIZE"), CLI_EXIT_USAGE;
+            if (!cli_uint(&a, optarg + 7, 1, 8192, &v)) return CLI_EXIT_USAGE;
+            if (o->ro.transform) return cli_usage_error(&a, "--transform and --crop do not go together");
             stk_transform_imagenet(&o->xf, rnd, (uint32_t)v);
             o->xf.dtype = STK_DT_U8;
             o->xf.layout = STK_IMAGE_NHWC;
             o->ro.transform = &o->xf;
             break;
         }
-        case 'q':
-            o->quiet = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(EXIT_OK);
-        case 'V':
-            printf("shardread (stoker) %s\n", STK_VERSION_STRING);
-            exit(EXIT_OK);
         default:
-            usage(stderr);
-            return EXIT_USAGE;
+            return CLI_EXIT_USAGE;
         }
     }
-    if (optind + (o->mix.n ? 0 : 1) != argc) {
-        fprintf(stderr, o->mix.n ? "shardread: --mix names the datasets: no DATASET besides (see --help)\n"
-                                 : "shardread: expected one DATASET (see --help)\n");
-        return EXIT_USAGE;
-    }
+    o->json = a.json, o->quiet = a.quiet;
+    if (!cli_operands(&a, argc, o->mix.n ? 0 : 1, o->mix.n ? 0 : 1,
+                      o->mix.n ? "no DATASET besides --mix (it names the datasets)" : "one DATASET"))
+        return CLI_EXIT_USAGE;
     o->path = o->mix.n ? o->mix.path[0] : argv[optind];
     if (o->mix.n && !o->ro.epoch_size) o->ro.epoch_size = o->mix.epoch_size;
-    if (o->mix.n && o->sweep) {
-        fprintf(stderr, "shardread: --sweep reads one dataset, not a --mix\n");
-        return EXIT_USAGE;
-    }
-    if (o->reweight && !o->state_in) {
-        fprintf(stderr, "shardread: --reweight goes with --state-in\n");
-        return EXIT_USAGE;
-    }
+    if (o->mix.n && o->sweep) return cli_usage_error(&a, "--sweep reads one dataset, not a --mix");
+    if (o->reweight && !o->state_in) return cli_usage_error(&a, "--reweight goes with --state-in");
     if (!o->sweep && (o->so.csv || o->so.plot || o->so.nthreads || o->so.nprefetch || o->so.nbatch ||
-                      o->so.nio || o->so.ndepth || o->so.drop_cache)) {
-        fprintf(stderr, "shardread: --sweep-* options, --csv and --plot go with --sweep\n");
-        return EXIT_USAGE;
-    }
-    if (o->sweep && (o->dump || o->stop_after || o->state_in || o->state_out || o->touch)) {
-        fprintf(stderr,
-                "shardread: --dump-order, --stop-after, --state-in/out and --touch do not go with --sweep\n");
-        return EXIT_USAGE;
-    }
-    return EXIT_OK;
+                      o->so.nio || o->so.ndepth || o->so.drop_cache))
+        return cli_usage_error(&a, "--sweep-* options, --csv and --plot go with --sweep");
+    if (o->sweep && (o->dump || o->stop_after || o->state_in || o->state_out || o->touch))
+        return cli_usage_error(
+            &a, "--dump-order, --stop-after, --state-in/out and --touch do not go with --sweep");
+    return CLI_EXIT_OK;
 }
 
 /* Defaults of the grid: threads 1, 2, 4 ... up to twice the cores. */
@@ -486,7 +445,7 @@ static int run_sweep(opts *o)
     stk_dataset *ds = stk_dataset_open(o->path, &err);
     if (!ds) {
         fprintf(stderr, "shardread: %s\n", err.msg);
-        return EXIT_USAGE;
+        return open_status(err.code);
     }
     int rc = sweep_run(ds, &o->ro, &o->so);
     stk_dataset_close(ds);
@@ -529,7 +488,7 @@ static int load_state(stk_reader *r, const char *path, int reweight)
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "shardread: %s: %s\n", path, strerror(errno));
-        return EXIT_USAGE;
+        return CLI_EXIT_FAIL;
     }
     char buf[32768]; /* a mixture's state: ~200 bytes per source */
     size_t n = fread(buf, 1, sizeof buf, f);
@@ -537,16 +496,16 @@ static int load_state(stk_reader *r, const char *path, int reweight)
     stk_error err;
     if (stk_reader_restore_text(r, buf, n, reweight ? STK_RESTORE_REWEIGHT : 0, &err)) {
         fprintf(stderr, "shardread: %s: %s\n", path, err.msg);
-        return EXIT_USAGE;
+        return open_status(err.code);
     }
-    return EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 static int save_state(const stk_reader *r, const char *path)
 {
     size_t n = stk_reader_save_text(r, NULL, 0);
     char *buf = malloc(n + 2);
-    if (!buf) return fprintf(stderr, "shardread: out of memory\n"), EXIT_USAGE;
+    if (!buf) return fprintf(stderr, "shardread: out of memory\n"), CLI_EXIT_FAIL;
     stk_reader_save_text(r, buf, n + 1);
     buf[n++] = '\n';
     stk_error err;
@@ -554,9 +513,9 @@ static int save_state(const stk_reader *r, const char *path)
     free(buf);
     if (rc) {
         fprintf(stderr, "shardread: %s\n", err.msg);
-        return EXIT_USAGE;
+        return CLI_EXIT_FAIL;
     }
-    return EXIT_OK;
+    return CLI_EXIT_OK;
 }
 
 /* A mixture's sources: what each gave, its share, and its cost per sample
@@ -742,12 +701,12 @@ int main(int argc, char **argv)
     if (o.sweep) return run_sweep(&o);
     stk_error err;
     double cpu0 = cpu_seconds();
-    stk_reader *r = o.mix.n ? stk_reader_open_mix(o.mix.src, o.mix.n, &o.ro, &err)
-                            : stk_reader_open(o.path, &o.ro, &err);
+    stk_reader *r =
+        o.mix.n ? stk_reader_open_mix(o.mix.src, o.mix.n, &o.ro, &err) : stk_reader_open(o.path, &o.ro, &err);
     if (!r) {
         fprintf(stderr, "shardread: %s\n", err.msg);
         mix_spec_free(&o.mix);
-        return EXIT_USAGE;
+        return open_status(err.code);
     }
     if (o.state_in && (rc = load_state(r, o.state_in, o.reweight))) {
         stk_reader_close(r);
@@ -772,7 +731,7 @@ int main(int argc, char **argv)
                 cli_progress_clear(&bar);
                 fprintf(stderr, "shardread: %s\n", err.msg);
                 errmsg = err.msg;
-                rc = EXIT_DATA;
+                rc = CLI_EXIT_FAIL;
             }
             break;
         }
@@ -787,7 +746,7 @@ int main(int argc, char **argv)
     }
     if (!rc && stk_reader_synchronize(r, &err)) { /* the last upload is part of the time */
         fprintf(stderr, "shardread: %s\n", err.msg);
-        rc = EXIT_DATA;
+        rc = CLI_EXIT_FAIL;
     }
     stk_reader_release(r);
     cli_progress_end(&bar);

@@ -10,7 +10,6 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
-#include <getopt.h>
 #include <spng.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +41,7 @@ static void usage(FILE *f)
                "      --columns C       cells per row (default: a square-ish grid)\n"
                "      --quality Q       JPEG quality (default 90)\n"
                "      --json            print the sheet's geometry and cells as JSON\n"
+               "  -q, --quiet           accepted as by every tool (shardview prints only errors)\n"
                "  -h, --help            this help\n"
                "  -V, --version         version\n\n"
                "Exit status: 0 written, 1 the dataset or output failed (the message says\n"
@@ -131,38 +131,38 @@ static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigne
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    enum { O_RANDOM = 256, O_SEED, O_FIRST, O_RECORD, O_LABEL, O_FIELD, O_COLS, O_QUALITY, O_JSON };
-    static const struct option lo[] = {{"out", 1, 0, 'o'},         {"records", 1, 0, 'n'},
-                                       {"random", 1, 0, O_RANDOM}, {"seed", 1, 0, O_SEED},
-                                       {"first", 1, 0, O_FIRST},   {"record", 1, 0, O_RECORD},
-                                       {"label", 0, 0, O_LABEL},   {"field", 1, 0, O_FIELD},
-                                       {"columns", 1, 0, O_COLS},  {"quality", 1, 0, O_QUALITY},
-                                       {"json", 0, 0, O_JSON},     {"help", 0, 0, 'h'},
-                                       {"version", 0, 0, 'V'},     {0, 0, 0, 0}};
+    enum { O_RANDOM = 256, O_SEED, O_FIRST, O_RECORD, O_LABEL, O_FIELD, O_COLS, O_QUALITY };
+    static const struct option lo[] = {
+        {"out", 1, 0, 'o'},           {"records", 1, 0, 'n'},   {"random", 1, 0, O_RANDOM},
+        {"seed", 1, 0, O_SEED},       {"first", 1, 0, O_FIRST}, {"record", 1, 0, O_RECORD},
+        {"label", 0, 0, O_LABEL},     {"field", 1, 0, O_FIELD}, {"columns", 1, 0, O_COLS},
+        {"quality", 1, 0, O_QUALITY}, CLI_COMMON_OPTIONS};
+    cli_args a = {.prog = "shardview", .usage = usage, .longopts = lo};
     memset(o, 0, sizeof *o);
     o->n = 64;
     o->field = "image";
     o->quality = 90;
     int c;
     uint64_t v;
-    while ((c = getopt_long(argc, argv, "o:n:hV", lo, NULL)) != -1) {
+    while ((c = cli_getopt(&a, argc, argv, "o:n:" CLI_COMMON_SHORT)) != -1) {
+        bool ok = true;
         switch (c) {
         case 'o':
             o->out = optarg;
             break;
         case 'n':
         case O_RANDOM:
-            if (!cli_parse_u64(optarg, &o->n) || !o->n || o->n > 100000) goto bad;
+            ok = cli_uint(&a, optarg, 1, 100000, &o->n);
             o->random = c == O_RANDOM;
             break;
         case O_SEED:
-            if (!cli_parse_u64(optarg, &o->seed)) goto bad;
+            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->seed);
             break;
         case O_FIRST:
-            if (!cli_parse_u64(optarg, &o->first)) goto bad;
+            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->first);
             break;
         case O_RECORD:
-            if (!cli_parse_u64(optarg, &o->record)) goto bad;
+            ok = cli_uint(&a, optarg, 0, UINT64_MAX, &o->record);
             o->one = 1;
             break;
         case O_LABEL:
@@ -172,36 +172,23 @@ static int parse_args(int argc, char **argv, opts *o)
             o->field = optarg;
             break;
         case O_COLS:
-            if (!cli_parse_u64(optarg, &v) || !v || v > 1000) goto bad;
+            ok = cli_uint(&a, optarg, 1, 1000, &v);
             o->columns = (unsigned)v;
             break;
         case O_QUALITY:
-            if (!cli_parse_u64(optarg, &v) || !v || v > 100) goto bad;
+            ok = cli_uint(&a, optarg, 1, 100, &v);
             o->quality = (int)v;
             break;
-        case O_JSON:
-            o->json = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(EXIT_OK);
-        case 'V':
-            printf("shardview (stoker) %s\n", STK_VERSION_STRING);
-            exit(EXIT_OK);
         default:
-            usage(stderr);
-            return EXIT_USAGE;
+            return CLI_EXIT_USAGE;
         }
+        if (!ok) return CLI_EXIT_USAGE;
     }
-    if (optind + 1 != argc || !o->out) {
-        fprintf(stderr, "shardview: expected DATASET and --out FILE (see --help)\n");
-        return EXIT_USAGE;
-    }
+    o->json = a.json;
+    if (!cli_operands(&a, argc, 1, 1, "one DATASET")) return CLI_EXIT_USAGE;
+    if (!o->out) return cli_usage_error(&a, "--out FILE is required");
     o->path = argv[optind];
-    return EXIT_OK;
-bad:
-    fprintf(stderr, "shardview: invalid value '%s' (see --help)\n", optarg);
-    return EXIT_USAGE;
+    return CLI_EXIT_OK;
 }
 
 /* The records to show: the first n from `first`, n distinct at random (a
@@ -293,7 +280,7 @@ int main(int argc, char **argv)
     stk_dataset *ds = stk_dataset_open(o.path, &err);
     if (!ds) {
         fprintf(stderr, "shardview: %s\n", err.msg);
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     const stk_schema *sc = stk_dataset_schema(ds);
     const stk_manifest *m = stk_dataset_manifest(ds);
@@ -306,7 +293,7 @@ int main(int argc, char **argv)
         fd->ndim != 3 || (fd->shape[2] != 1 && fd->shape[2] != 3 && fd->shape[2] != 4)) {
         fprintf(stderr, "shardview: %s: no u8 [H, W, 1|3|4] field '%s'\n", o.path, o.field);
         stk_dataset_close(ds);
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     /* Geometry in 64 bits, refused before any allocation when too large
      * (and above what JPEG can hold: 65,500 pixels a side). */
@@ -318,7 +305,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "shardview: %s: record %llu out of range (%llu records)\n", o.path,
                 (unsigned long long)(o.one ? o.record : o.first), (unsigned long long)N);
         stk_dataset_close(ds);
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     /* Images of their own shape (array fields) sit in cells of the largest
      * shown, top left, at their stored size. */
@@ -328,7 +315,7 @@ int main(int argc, char **argv)
         if (shape_of(ds, (unsigned)f, pick(&o, N, i), dims, &err)) {
             fprintf(stderr, "shardview: %s\n", err.msg);
             stk_dataset_close(ds);
-            return EXIT_PROBLEMS;
+            return CLI_EXIT_FAIL;
         }
         h = dims[0] > h ? dims[0] : h;
         w = dims[1] > w ? dims[1] : w;
@@ -344,7 +331,7 @@ int main(int argc, char **argv)
                 "--records or --columns\n",
                 (unsigned long long)W, (unsigned long long)H);
         stk_dataset_close(ds);
-        return EXIT_USAGE;
+        return CLI_EXIT_USAGE;
     }
     uint8_t *rgb = malloc((size_t)(W * H * 3));
     int64_t *labels = malloc(sizeof *labels * n);
@@ -354,7 +341,7 @@ int main(int argc, char **argv)
                 (unsigned long long)H);
         free(rgb), free(labels), free(recs);
         stk_dataset_close(ds);
-        return EXIT_PROBLEMS;
+        return CLI_EXIT_FAIL;
     }
     memset(rgb, BACKGROUND, (size_t)(W * H * 3));
     stk_block_cursor ib = {0}, lb = {0}; /* image and label blocks (compressed fields) */
@@ -373,7 +360,7 @@ int main(int argc, char **argv)
             (jd && check_value(ds, (unsigned)f, rec, p, size, &err)) ||
             (jd && decode_jpeg(jd, p, size, dims, &pixels, rec, &err))) {
             fprintf(stderr, "shardview: %s\n", err.msg);
-            rc = EXIT_PROBLEMS;
+            rc = CLI_EXIT_FAIL;
             break;
         }
         unsigned x = (unsigned)((i % cols) * cw + pad), y = (unsigned)((i / cols) * chh + pad);
@@ -384,7 +371,7 @@ int main(int argc, char **argv)
             draw_number(rgb, (unsigned)W, (unsigned)H, x + 1, y + (unsigned)h + 2, x + (unsigned)w,
                         labels[i]);
     }
-    if (!rc && write_image(o.out, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = EXIT_PROBLEMS;
+    if (!rc && write_image(o.out, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = CLI_EXIT_FAIL;
     if (!rc && o.json) { /* only for a sheet that was written */
         printf("{\"out\":");
         cli_json_string(stdout, o.out);

@@ -270,7 +270,7 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
     size_t n = (size_t)so->nthreads * so->nprefetch * so->nbatch * nser, k = 0;
     unsigned series = 0;
     point *pt = calloc(n, sizeof *pt);
-    if (!pt) return EXIT_PROBLEMS;
+    if (!pt) return CLI_EXIT_FAIL;
     cli_progress bar;
     cli_progress_start_units(&bar, "sweep", "points", n, so->quiet);
     for (unsigned b = 0; b < so->nbatch; b++)
@@ -289,7 +289,7 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
                     }
     cli_progress_end(&bar);
     mark_knee(pt, n);
-    int rc = EXIT_OK;
+    int rc = CLI_EXIT_OK;
     if (so->json) {
         printf("{\"points\":[");
         for (size_t i = 0, first = 1; i < n; i++)
@@ -325,9 +325,9 @@ int sweep_run(const stk_dataset *ds, const stk_reader_options *base, const sweep
             }
     }
     for (size_t i = 0; i < n; i++)
-        if (!pt[i].ok) rc = EXIT_PROBLEMS;
-    if (so->csv && write_csv(so->csv, pt, n)) rc = EXIT_PROBLEMS;
-    if (so->plot && write_svg(so->plot, pt, n, so)) rc = EXIT_PROBLEMS;
+        if (!pt[i].ok) rc = CLI_EXIT_FAIL;
+    if (so->csv && write_csv(so->csv, pt, n)) rc = CLI_EXIT_FAIL;
+    if (so->plot && write_svg(so->plot, pt, n, so)) rc = CLI_EXIT_FAIL;
     free(pt);
     return rc;
 }

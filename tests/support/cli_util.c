@@ -2,9 +2,11 @@
 #define _GNU_SOURCE
 #include "cli_util.h"
 
+#include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 char tu_tmp[1024], tu_tools[1024];
@@ -58,4 +60,50 @@ int tu_count_lines(const char *s)
     int n = 0;
     for (; *s; s++) n += *s == '\n';
     return n;
+}
+
+void tu_check_int_option(const char *bin, const char *name, const char *opt, const char *pre,
+                         const char *post, uint64_t max, const char *operands)
+{
+    static const char *const bad[] = {"4294967296", "18446744073709551616", "-1", "1e3", "12abc"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (i == 0 && max >= ((uint64_t)1 << 32)) continue; /* a value the option takes */
+        int rc = tu_sh("'%s' %s '%s%s%s' %s", bin, opt, pre, bad[i], post, operands);
+        const char *err = tu_slurp("err.txt");
+        char want[160];
+        snprintf(want, sizeof want, "%s: %s: '", name, opt);
+        ck_assert_msg(rc == 2, "%s %s %s%s%s: exit %d (%s)", name, opt, pre, bad[i], post, rc, err);
+        ck_assert_msg(tu_count_lines(err) == 1 && !strncmp(err, want, strlen(want)) && strstr(err, bad[i]),
+                      "%s %s %s%s%s: '%s'", name, opt, pre, bad[i], post, err);
+    }
+}
+
+void tu_check_common_options(const char *bin, const char *name)
+{
+    char want[200];
+    ck_assert_int_eq(tu_sh("'%s' --no-such-option x", bin), 2);
+    snprintf(want, sizeof want, "%s: unknown option '--no-such-option' (try '%s --help')\n", name, name);
+    ck_assert_str_eq(tu_slurp("err.txt"), want);
+    ck_assert_int_eq(tu_sh("'%s' -Z x", bin), 2);
+    snprintf(want, sizeof want, "%s: unknown option '-Z' (try '%s --help')\n", name, name);
+    ck_assert_str_eq(tu_slurp("err.txt"), want);
+    ck_assert_int_eq(tu_sh("'%s' --help=x x", bin), 2);
+    snprintf(want, sizeof want, "%s: option '--help' takes no value (try '%s --help')\n", name, name);
+    ck_assert_str_eq(tu_slurp("err.txt"), want);
+    ck_assert_int_eq(tu_sh("'%s' -V", bin), 0);
+    snprintf(want, sizeof want, "%s (stoker) %s, format %d.%d\n", name, STK_VERSION_STRING, STK_FORMAT_MAJOR,
+             STK_FORMAT_MINOR);
+    ck_assert_str_eq(tu_slurp("out.txt"), want);
+    ck_assert_int_eq(tu_sh("'%s' --help", bin), 0);
+    const char *help = tu_slurp("out.txt");
+    ck_assert_msg(strstr(help, "-q, --quiet") && strstr(help, "--json") && strstr(help, "-h, --help") &&
+                      strstr(help, "-V, --version") && strstr(help, "Exit status: 0 "),
+                  "%s --help", name);
+    ck_assert_int_eq(tu_sh("'%s' -q", bin), 2);
+    snprintf(want, sizeof want, "%s: expected ", name);
+    ck_assert_msg(tu_count_lines(tu_slurp("err.txt")) == 1 &&
+                      !strncmp(tu_slurp("err.txt"), want, strlen(want)),
+                  "%s: %s", name, tu_slurp("err.txt"));
+    snprintf(want, sizeof want, "(try '%s --help')\n", name);
+    ck_assert_msg(strstr(tu_slurp("err.txt"), want), "%s: %s", name, tu_slurp("err.txt"));
 }

@@ -20,4 +20,16 @@ int tu_count_lines(const char *s);
 /* $STOKER_PACK: the pack binary (ctest sets it for the tests that run pack). */
 const char *tu_pack_bin(void);
 
+/* The tools' one grammar for integer options: `bin` (a tool called `name`)
+ * given `opt` (its long name) with each of 2^32 (where that is above `max`),
+ * 2^64, -1, 1e3 and 12abc, written into the value as pre + V + post (e.g.
+ * "zstd:" + V), then `operands`, must exit 2 with one line on stderr that
+ * starts "NAME: OPT: '" and quotes V. */
+/* The options and messages every tool shares: a mistyped option is one line
+ * naming `name` and the hint, -V the same line everywhere, --help documents
+ * -q, --json, -h, -V and the exit status, missing operands one line. */
+void tu_check_common_options(const char *bin, const char *name);
+void tu_check_int_option(const char *bin, const char *name, const char *opt, const char *pre,
+                         const char *post, uint64_t max, const char *operands);
+
 #endif

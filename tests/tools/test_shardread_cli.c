@@ -131,7 +131,7 @@ START_TEST(test_exit_codes)
     make_dataset();
     ck_assert_int_eq(tu_sh("'%s/shardread' --order random ds", tu_tools), 2);
     ck_assert(strstr(tu_slurp("err.txt"), "--order") != NULL);
-    ck_assert_int_eq(tu_sh("'%s/shardread' nowhere", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("'%s/shardread' nowhere", tu_tools), 1); /* unreadable input */
     ck_assert_int_eq(tu_sh("'%s/shardread' --fields image,nope ds", tu_tools), 2);
     ck_assert(strstr(tu_slurp("err.txt"), "no field 'nope'") != NULL);
     ck_assert_int_eq(tu_sh("'%s/shardread' --help", tu_tools), 0);
@@ -160,30 +160,41 @@ START_TEST(test_mix_resume_and_errors)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 70 --size 8 --classes 3 --seed 4 --records-per-shard 30 ds2",
-                           tu_tools), 0);
-    const char *common = "--mix ds:0.6,ds2:0.4:order=quasi --quasi-block 2K --order shuffle --seed 3 --dump-order -e 2 -q";
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 70 --size 8 --classes 3 --seed 4 --records-per-shard 30 ds2", tu_tools),
+        0);
+    const char *common =
+        "--mix ds:0.6,ds2:0.4:order=quasi --quasi-block 2K --order shuffle --seed 3 --dump-order -e 2 -q";
     ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 ", tu_tools, common), 0);
     char *whole = dup_out("out.txt");
     ck_assert_int_eq(tu_count_lines(whole), 2 * 19); /* ceil(220 / 12) per epoch */
-    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 --stop-after 5 --state-out st.json", tu_tools, common), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 --stop-after 5 --state-out st.json", tu_tools, common),
+                     0);
     size_t n1 = strlen(tu_slurp("out.txt"));
     ck_assert(strstr(tu_slurp("st.json"), "\"stoker_reader_state\":2") != NULL);
     char *rank[2];
     for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 6 --rank %d --world-size 2 --state-in st.json", tu_tools,
-                               common, r), 0);
+        ck_assert_int_eq(
+            tu_sh("'%s/shardread' %s -b 6 --rank %d --world-size 2 --state-in st.json", tu_tools, common, r),
+            0);
         rank[r] = dup_out("out.txt");
     }
     expect_joined(rank[0], rank[1], whole + n1);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
-                           "--seed 3 -b 12 -q --state-in st.json", tu_tools), 2);
-    ck_assert(strstr(tu_slurp("err.txt"), "source 0 (ds) has weight 0.6 in the state, weight 0.5 here") != NULL);
+                           "--seed 3 -b 12 -q --state-in st.json",
+                           tu_tools),
+                     2);
+    ck_assert(strstr(tu_slurp("err.txt"), "source 0 (ds) has weight 0.6 in the state, weight 0.5 here") !=
+              NULL);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
-                           "--seed 3 -b 12 -q --state-in st.json --reweight", tu_tools), 0);
+                           "--seed 3 -b 12 -q --state-in st.json --reweight",
+                           tu_tools),
+                     0);
     /* --json: the sources with their counts */
     ck_assert_int_eq(
-        tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"repeat\":0.5},{\"path\":\"ds2\",\"choose\":10}]}' > m.json)"), 0);
+        tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"repeat\":0.5},{\"path\":\"ds2\",\"choose\":10}]}' > "
+              "m.json)"),
+        0);
     ck_assert_int_eq(tu_sh("'%s/shardread' -q --json -b 5 --mix m.json", tu_tools), 0);
     json_error_t je;
     json_t *j = json_loads(tu_slurp("out.txt"), 0, &je);

@@ -1,0 +1,114 @@
+/* tests/tools/test_grammar_cli.c - one command-line grammar across the tools
+ * (tools/cli.h): every integer option refuses what does not fit, naming the
+ * option, with the usage exit status; a mistyped option is one line naming
+ * the program, not its path; -V, -q, --json and --help the same everywhere;
+ * a dataset that is not there is the same exit status in every tool. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_util.h"
+
+static const char *const TOOLS[] = {"shardgen",  "shardcheck", "shardinfo",
+                                    "shardview", "shardread",  "rawgen"};
+
+typedef struct {
+    const char *tool, *opt, *pre, *post;
+    uint64_t max;
+} int_option;
+
+/* Every integer option of every tool (pack's are in tests/packer), with the
+ * largest value it takes. */
+static const int_option INT_OPTIONS[] = {
+    {"shardgen", "--records", "", "", UINT64_MAX},
+    {"shardgen", "--size", "", "", 16384},
+    {"shardgen", "--classes", "", "", 100000},
+    {"shardgen", "--records-per-shard", "", "", UINT64_MAX},
+    {"shardgen", "--shard-size", "", "", UINT64_MAX},
+    {"shardgen", "--seed", "", "", UINT64_MAX},
+    {"shardgen", "--compress", "zstd:", "", 19},
+    {"shardgen", "--block-size", "", "", UINT64_MAX},
+    {"shardcheck", "--threads", "", "", 1024},
+    {"shardview", "--records", "", "", 100000},
+    {"shardview", "--random", "", "", 100000},
+    {"shardview", "--seed", "", "", UINT64_MAX},
+    {"shardview", "--first", "", "", UINT64_MAX},
+    {"shardview", "--record", "", "", UINT64_MAX},
+    {"shardview", "--columns", "", "", 1000},
+    {"shardview", "--quality", "", "", 100},
+    {"shardread", "--batch-size", "", "", UINT32_MAX},
+    {"shardread", "--seed", "", "", UINT64_MAX},
+    {"shardread", "--epochs", "", "", UINT64_MAX},
+    {"shardread", "--rank", "", "", 1 << 24},
+    {"shardread", "--world-size", "", "", 1 << 24},
+    {"shardread", "--threads", "", "", 256},
+    {"shardread", "--prefetch", "", "", 4096},
+    {"shardread", "--memory-budget", "", "", UINT64_MAX},
+    {"shardread", "--quasi-block", "", "", UINT64_MAX},
+    {"shardread", "--quasi-window", "", "", UINT32_MAX},
+    {"shardread", "--io-depth", "", "", 1024},
+    {"shardread", "--warmup", "", "", UINT64_MAX},
+    {"shardread", "--stop-after", "", "", UINT64_MAX},
+    {"shardread", "--epoch-size", "", "", UINT64_MAX},
+    {"shardread", "--device", "cuda:", "", 1023},
+    {"shardread", "--transform", "imagenet-train:", "", 8192},
+    {"shardread", "--crop", "center:", "", 8192},
+    {"shardread", "--sweep-threads", "", "", 1 << 20},
+    {"shardread", "--sweep-prefetch", "", "", 1 << 20},
+    {"shardread", "--sweep-batch", "", "", 1 << 20},
+    {"shardread", "--sweep-io-depth", "", "", 1024},
+    {"rawgen", "--images", "", "", 100000000},
+    {"rawgen", "--classes", "", "", 100000},
+    {"rawgen", "--seed", "", "", UINT64_MAX},
+    {"rawgen", "--min-side", "", "", 16384},
+    {"rawgen", "--max-side", "", "", 16384},
+};
+
+START_TEST(integer_options)
+{
+    tu_cli_setup();
+    for (size_t i = 0; i < sizeof INT_OPTIONS / sizeof *INT_OPTIONS; i++) {
+        const int_option *o = &INT_OPTIONS[i];
+        char bin[1200];
+        snprintf(bin, sizeof bin, "%s/%s", tu_tools, o->tool);
+        tu_check_int_option(bin, o->tool, o->opt, o->pre, o->post, o->max, "x");
+    }
+}
+END_TEST
+
+START_TEST(common_options)
+{
+    tu_cli_setup();
+    for (size_t i = 0; i < sizeof TOOLS / sizeof *TOOLS; i++) {
+        char bin[1200];
+        snprintf(bin, sizeof bin, "%s/%s", tu_tools, TOOLS[i]);
+        tu_check_common_options(bin, TOOLS[i]);
+    }
+}
+END_TEST
+
+/* A dataset that is not there: unreadable input, 1 in every tool that reads one. */
+START_TEST(missing_dataset)
+{
+    tu_cli_setup();
+    ck_assert_int_eq(tu_sh("'%s/shardinfo' nowhere", tu_tools), 1);
+    ck_assert_int_eq(tu_sh("'%s/shardview' --out x.png nowhere", tu_tools), 1);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q nowhere", tu_tools), 1);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --sweep nowhere", tu_tools), 1);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' -q nowhere", tu_tools), 1);
+    ck_assert_ptr_nonnull(strstr(tu_slurp("err.txt"), "nowhere"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("grammar_cli");
+    TCase *tc = tcase_create("grammar");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, integer_options);
+    tcase_add_test(tc, common_options);
+    tcase_add_test(tc, missing_dataset);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
