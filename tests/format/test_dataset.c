@@ -1019,36 +1019,31 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("dataset");
-    TCase *tc = tcase_create("writer");
-    tcase_add_test(tc, deterministic_records_per_shard);
-    tcase_add_test(tc, shard_bytes_rotation);
-    tcase_add_test(tc, shard_bytes_exact_limit);
-    tcase_add_test(tc, dataset_writer_refusals);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("crash_safety");
-    tcase_add_test(tc, writer_abort_leaves_nothing);
-    tcase_add_test(tc, writer_finish_failure_cleans_up);
-    tcase_add_test(tc, dataset_abort_leaves_no_manifest);
-    tcase_add_test(tc, existing_dataset_refused_unless_force);
-    tcase_add_test(tc, resume_gives_the_uninterrupted_bytes);
-    tcase_add_test(tc, resume_refuses_a_bad_shard);
-    tcase_add_test(tc, merge_parts);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("reader");
-    tcase_add_test(tc, open_locate_value);
-    tcase_add_test(tc, locate_across_empty_shards);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("golden");
-    tcase_add_test(tc, worked_example);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("tampering");
-    tcase_add_test(tc, missing_shard);
-    tcase_add_test(tc, swapped_paths);
-    tcase_add_test(tc, wrong_counts_and_sizes);
-    tcase_add_test(tc, replaced_shard);
-    tcase_add_test(tc, schema_disagrees);
-    tcase_add_test(tc, damaged_shard);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "writer", .test = deterministic_records_per_shard},
+        {.tcase = "writer", .test = shard_bytes_rotation},
+        {.tcase = "writer", .test = shard_bytes_exact_limit},
+        {.tcase = "writer", .test = dataset_writer_refusals},
+
+        {.tcase = "crash_safety", .test = writer_abort_leaves_nothing},
+        {.tcase = "crash_safety", .test = writer_finish_failure_cleans_up},
+        {.tcase = "crash_safety", .test = dataset_abort_leaves_no_manifest},
+        {.tcase = "crash_safety", .test = existing_dataset_refused_unless_force},
+        {.tcase = "crash_safety", .test = resume_gives_the_uninterrupted_bytes},
+        {.tcase = "crash_safety", .test = resume_refuses_a_bad_shard},
+        {.tcase = "crash_safety", .test = merge_parts},
+
+        {.tcase = "reader", .test = open_locate_value},
+        {.tcase = "reader", .test = locate_across_empty_shards},
+
+        {.tcase = "golden", .test = worked_example},
+
+        {.tcase = "tampering", .test = missing_shard},
+        {.tcase = "tampering", .test = swapped_paths},
+        {.tcase = "tampering", .test = wrong_counts_and_sizes},
+        {.tcase = "tampering", .test = replaced_shard},
+        {.tcase = "tampering", .test = schema_disagrees},
+        {.tcase = "tampering", .test = damaged_shard},
+    };
+    return TU_RUN_TABLE("dataset", cases);
 }

@@ -295,15 +295,14 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("dirlock");
-    TCase *tc = tcase_create("dirlock");
-    tcase_add_test(tc, whole_refuses_whole);
-    tcase_add_test(tc, parts_share_the_directory);
-    tcase_add_test(tc, many_parts_named_in_one_line);
-    tcase_add_test(tc, bad_arguments);
-    tcase_add_test(tc, another_process_is_refused);
-    tcase_add_test(tc, killed_holder_is_stale);
-    tcase_add_test(tc, dataset_writer_holds_its_directory);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "dirlock", .test = whole_refuses_whole},
+        {.tcase = "dirlock", .test = parts_share_the_directory},
+        {.tcase = "dirlock", .test = many_parts_named_in_one_line},
+        {.tcase = "dirlock", .test = bad_arguments},
+        {.tcase = "dirlock", .test = another_process_is_refused},
+        {.tcase = "dirlock", .test = killed_holder_is_stale},
+        {.tcase = "dirlock", .test = dataset_writer_holds_its_directory},
+    };
+    return TU_RUN_TABLE("dirlock", cases);
 }

@@ -320,16 +320,15 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("hash_blocks");
-    TCase *t = tcase_create("core");
-    tcase_add_test(t, value_hash_and_sums);
-    tcase_add_test(t, other_lengths_hash_plainly);
-    tcase_add_test(t, file_hash_any_split);
-    tcase_add_test(t, file_hash_like_a_shard);
-    tcase_add_test(t, sums_are_used_on_boundaries_only);
-    tcase_add_test(t, every_length_to_4_blocks);
-    tcase_add_test(t, block_multiples_to_mibs);
-    tcase_add_test(t, random_splits);
-    suite_add_tcase(s, t);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "core", .test = value_hash_and_sums},
+        {.tcase = "core", .test = other_lengths_hash_plainly},
+        {.tcase = "core", .test = file_hash_any_split},
+        {.tcase = "core", .test = file_hash_like_a_shard},
+        {.tcase = "core", .test = sums_are_used_on_boundaries_only},
+        {.tcase = "core", .test = every_length_to_4_blocks},
+        {.tcase = "core", .test = block_multiples_to_mibs},
+        {.tcase = "core", .test = random_splits},
+    };
+    return TU_RUN_TABLE("hash_blocks", cases);
 }

@@ -659,27 +659,24 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("manifest");
-    TCase *tc = tcase_create("serialise");
-    tcase_add_test(tc, round_trip);
-    tcase_add_test(tc, serialised_form);
-    tcase_add_test(tc, minimal);
-    tcase_add_test(tc, fingerprint_coverage);
-    tcase_add_test(tc, fingerprint_of_nothing);
-    tcase_add_test(tc, to_json_refusals);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("tampering");
-    tcase_add_test(tc, unsafe_paths);
-    tcase_add_test(tc, counts_and_fingerprint);
-    tcase_add_test(tc, duplicates);
-    tcase_add_test(tc, unknown_keys);
-    tcase_add_test(tc, versions);
-    tcase_add_test(tc, wrong_types);
-    tcase_add_test(tc, invalid_json);
-    tcase_add_test(tc, truncated_json);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("files");
-    tcase_add_test(tc, commit_and_load);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "serialise", .test = round_trip},
+        {.tcase = "serialise", .test = serialised_form},
+        {.tcase = "serialise", .test = minimal},
+        {.tcase = "serialise", .test = fingerprint_coverage},
+        {.tcase = "serialise", .test = fingerprint_of_nothing},
+        {.tcase = "serialise", .test = to_json_refusals},
+
+        {.tcase = "tampering", .test = unsafe_paths},
+        {.tcase = "tampering", .test = counts_and_fingerprint},
+        {.tcase = "tampering", .test = duplicates},
+        {.tcase = "tampering", .test = unknown_keys},
+        {.tcase = "tampering", .test = versions},
+        {.tcase = "tampering", .test = wrong_types},
+        {.tcase = "tampering", .test = invalid_json},
+        {.tcase = "tampering", .test = truncated_json},
+
+        {.tcase = "files", .test = commit_and_load},
+    };
+    return TU_RUN_TABLE("manifest", cases);
 }

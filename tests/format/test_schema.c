@@ -332,29 +332,24 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("schema");
-    TCase *tc = tcase_create("dtype");
-    tcase_add_test(tc, dtype_table);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("schema");
-    tcase_add_test(tc, schema_build_and_query);
-    tcase_add_test(tc, schema_equal);
-    tcase_add_test(tc, schema_add_refusals);
-    tcase_add_test(tc, schema_field_limit);
-    tcase_add_test(tc, schema_validate_rules);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("errors");
-    tcase_add_test(tc, status_names);
-    tcase_add_test(tc, null_error_pointer);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("hash");
-    tcase_add_test(tc, hash_known_value);
-    tcase_add_test(tc, hash_matches_reference);
-    tcase_add_test(tc, hash_streaming_agrees);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("paths");
-    tcase_add_test(tc, path_rules);
-    tcase_add_test(tc, dataset_dir_of_paths);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "dtype", .test = dtype_table},
+
+        {.tcase = "schema", .test = schema_build_and_query},
+        {.tcase = "schema", .test = schema_equal},
+        {.tcase = "schema", .test = schema_add_refusals},
+        {.tcase = "schema", .test = schema_field_limit},
+        {.tcase = "schema", .test = schema_validate_rules},
+
+        {.tcase = "errors", .test = status_names},
+        {.tcase = "errors", .test = null_error_pointer},
+
+        {.tcase = "hash", .test = hash_known_value},
+        {.tcase = "hash", .test = hash_matches_reference},
+        {.tcase = "hash", .test = hash_streaming_agrees},
+
+        {.tcase = "paths", .test = path_rules},
+        {.tcase = "paths", .test = dataset_dir_of_paths},
+    };
+    return TU_RUN_TABLE("schema", cases);
 }

@@ -475,19 +475,17 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("shard");
-    TCase *tc = tcase_create("round_trip");
-    tcase_add_test(tc, every_dtype);
-    tcase_add_test(tc, bytes_first);
-    tcase_add_test(tc, bytes_only_and_empty);
-    tcase_add_test(tc, zero_records);
-    tcase_add_test(tc, max_fields);
-    tcase_add_test(tc, large_streamed_field);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("api");
-    tcase_add_test(tc, writer_refusals);
-    tcase_add_test(tc, reader_bounds);
-    tcase_add_test(tc, open_refusals);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "round_trip", .test = every_dtype},
+        {.tcase = "round_trip", .test = bytes_first},
+        {.tcase = "round_trip", .test = bytes_only_and_empty},
+        {.tcase = "round_trip", .test = zero_records},
+        {.tcase = "round_trip", .test = max_fields},
+        {.tcase = "round_trip", .test = large_streamed_field},
+
+        {.tcase = "api", .test = writer_refusals},
+        {.tcase = "api", .test = reader_bounds},
+        {.tcase = "api", .test = open_refusals},
+    };
+    return TU_RUN_TABLE("shard", cases);
 }

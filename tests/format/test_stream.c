@@ -466,16 +466,14 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("stream");
-    TCase *t = tcase_create("stream");
-    tcase_set_timeout(t, 300);
-    tcase_add_test(t, lent_and_copied_give_the_same_bytes);
-    tcase_add_test(t, buffered_file_system);
-    tcase_add_test(t, unaligned_values_are_copied_at_once);
-    tcase_add_test(t, abort_gives_everything_back);
-    tcase_add_test(t, given_checksum_is_stored_as_given);
-    tcase_add_test(t, block_sums_make_the_file_hash);
-    tcase_add_test(t, failing_disk_gives_everything_back);
-    suite_add_tcase(s, t);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "stream", .test = lent_and_copied_give_the_same_bytes, .timeout = 300},
+        {.tcase = "stream", .test = buffered_file_system},
+        {.tcase = "stream", .test = unaligned_values_are_copied_at_once},
+        {.tcase = "stream", .test = abort_gives_everything_back},
+        {.tcase = "stream", .test = given_checksum_is_stored_as_given},
+        {.tcase = "stream", .test = block_sums_make_the_file_hash},
+        {.tcase = "stream", .test = failing_disk_gives_everything_back},
+    };
+    return TU_RUN_TABLE("stream", cases);
 }

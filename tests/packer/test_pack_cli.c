@@ -1343,27 +1343,25 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("pack_cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, help_version_and_rawgen);
-    tcase_add_test(tc, variants_packed_broken_skipped);
-    tcase_add_test(tc, bad_input_does_not_poison_next);
-    tcase_add_test(tc, pixels_match_reference);
-    tcase_add_test(tc, resample_space_rgb_and_ycc);
-    tcase_add_test(tc, threads_give_identical_bytes);
-    tcase_add_test(tc, stats_add_up);
-    tcase_add_test(tc, kill_and_resume_gives_same_bytes);
-    tcase_add_test(tc, resume_restarts_when_a_skipped_input_decodes);
-    tcase_add_test(tc, parts_merge_equals_plain_pack);
-    tcase_add_test(tc, exit_codes_and_refusals);
-    tcase_add_test(tc, one_writer_per_outdir);
-    tcase_add_test(tc, list_file_inputs);
-    tcase_add_test(tc, disk_full_fails_cleanly);
-    tcase_add_test(tc, review_refusals);
-    tcase_add_test(tc, keep_aspect_raw_and_jpeg);
-    tcase_add_test(tc, original_bytes_kept_bit_exact);
-    tcase_add_test(tc, keep_jpeg_resume);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "cli", .test = help_version_and_rawgen, .timeout = 300},
+        {.tcase = "cli", .test = variants_packed_broken_skipped},
+        {.tcase = "cli", .test = bad_input_does_not_poison_next},
+        {.tcase = "cli", .test = pixels_match_reference},
+        {.tcase = "cli", .test = resample_space_rgb_and_ycc},
+        {.tcase = "cli", .test = threads_give_identical_bytes},
+        {.tcase = "cli", .test = stats_add_up},
+        {.tcase = "cli", .test = kill_and_resume_gives_same_bytes},
+        {.tcase = "cli", .test = resume_restarts_when_a_skipped_input_decodes},
+        {.tcase = "cli", .test = parts_merge_equals_plain_pack},
+        {.tcase = "cli", .test = exit_codes_and_refusals},
+        {.tcase = "cli", .test = one_writer_per_outdir},
+        {.tcase = "cli", .test = list_file_inputs},
+        {.tcase = "cli", .test = disk_full_fails_cleanly},
+        {.tcase = "cli", .test = review_refusals},
+        {.tcase = "cli", .test = keep_aspect_raw_and_jpeg},
+        {.tcase = "cli", .test = original_bytes_kept_bit_exact},
+        {.tcase = "cli", .test = keep_jpeg_resume},
+    };
+    return TU_RUN_TABLE("pack_cli", cases);
 }

@@ -328,17 +328,15 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("pipeline");
-    TCase *tc = tcase_create("pipeline");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, in_order_and_intact);
-    tcase_add_test(tc, consumer_stop_ends_the_run);
-    tcase_add_test(tc, stats_add_up);
-    tcase_add_test(tc, consumer_stop_at_the_edges);
-    tcase_add_test(tc, nothing_to_do);
-    tcase_add_test(tc, worker_init_failure);
-    tcase_add_test(tc, prefetch_announces_each_item_once);
-    tcase_add_test(tc, bad_arguments_refused);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "pipeline", .test = in_order_and_intact, .timeout = 120},
+        {.tcase = "pipeline", .test = consumer_stop_ends_the_run},
+        {.tcase = "pipeline", .test = stats_add_up},
+        {.tcase = "pipeline", .test = consumer_stop_at_the_edges},
+        {.tcase = "pipeline", .test = nothing_to_do},
+        {.tcase = "pipeline", .test = worker_init_failure},
+        {.tcase = "pipeline", .test = prefetch_announces_each_item_once},
+        {.tcase = "pipeline", .test = bad_arguments_refused},
+    };
+    return TU_RUN_TABLE("pipeline", cases);
 }

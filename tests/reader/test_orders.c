@@ -1239,26 +1239,24 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("orders");
-    TCase *tc = tcase_create("orders");
-    tcase_set_timeout(tc, 1200);
-    tcase_add_test(tc, order_record_matches_reference);
-    tcase_add_test(tc, reader_batches_match_reference);
-    tcase_add_test(tc, endless_stream_and_release);
-    tcase_add_test(tc, sequential_zero_copy);
-    tcase_add_test(tc, pad_wraps_beyond_one_epoch);
-    tcase_add_test(tc, quasi_defaults);
-    tcase_add_test(tc, ranks_cover_the_epoch);
-    tcase_add_test(tc, drop_smaller_than_global_batch);
-    tcase_add_test(tc, bad_options_refused);
-    tcase_add_test(tc, elastic_same_global_batches);
-    tcase_add_test(tc, resume_equals_uninterrupted);
-    tcase_add_test(tc, restore_refuses_other_streams);
-    tcase_add_test(tc, state_json);
-    tcase_add_test(tc, seek_equals_reading_there);
-    tcase_add_test(tc, field_selection);
-    tcase_add_test(tc, rank_and_world_from_environment);
-    tcase_add_test(tc, tail_auto_by_world_size);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "orders", .test = order_record_matches_reference, .timeout = 1200},
+        {.tcase = "orders", .test = reader_batches_match_reference},
+        {.tcase = "orders", .test = endless_stream_and_release},
+        {.tcase = "orders", .test = sequential_zero_copy},
+        {.tcase = "orders", .test = pad_wraps_beyond_one_epoch},
+        {.tcase = "orders", .test = quasi_defaults},
+        {.tcase = "orders", .test = ranks_cover_the_epoch},
+        {.tcase = "orders", .test = drop_smaller_than_global_batch},
+        {.tcase = "orders", .test = bad_options_refused},
+        {.tcase = "orders", .test = elastic_same_global_batches},
+        {.tcase = "orders", .test = resume_equals_uninterrupted},
+        {.tcase = "orders", .test = restore_refuses_other_streams},
+        {.tcase = "orders", .test = state_json},
+        {.tcase = "orders", .test = seek_equals_reading_there},
+        {.tcase = "orders", .test = field_selection},
+        {.tcase = "orders", .test = rank_and_world_from_environment},
+        {.tcase = "orders", .test = tail_auto_by_world_size},
+    };
+    return TU_RUN_TABLE("orders", cases);
 }

@@ -161,14 +161,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("ref_order");
-    TCase *tc = tcase_create("ref");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, mix64_is_splitmix_finaliser);
-    tcase_add_test(tc, perm_is_bijection_with_inverse);
-    tcase_add_test(tc, quasi_formula_equals_construction);
-    tcase_add_test(tc, quasi_degenerate_cases);
-    tcase_add_test(tc, rank_slices_tile_the_stream);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "ref", .test = mix64_is_splitmix_finaliser, .timeout = 600},
+        {.tcase = "ref", .test = perm_is_bijection_with_inverse},
+        {.tcase = "ref", .test = quasi_formula_equals_construction},
+        {.tcase = "ref", .test = quasi_degenerate_cases},
+        {.tcase = "ref", .test = rank_slices_tile_the_stream},
+    };
+    return TU_RUN_TABLE("ref_order", cases);
 }

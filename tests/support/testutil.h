@@ -106,8 +106,27 @@ stk_reader *tu_open_reader(const char *dir, const stk_reader_options *o);
 
 /* ---------------------------------------------------------------- main */
 
+/* One row of a test file's suite table: the Check test case it belongs to
+ * (the name CK_RUN_CASE selects), the test (a START_TEST), and how many
+ * times a loop test runs (_i = 0 .. loop-1; 0 runs it once). A case's
+ * settings go on its first row: its timeout in seconds (0: Check's default,
+ * or CK_DEFAULT_TIMEOUT) and a checked fixture run around each of its tests;
+ * later rows of the case leave them zero or repeat them. */
+typedef struct {
+    const char *tcase;
+    const TTest *test;
+    int loop;
+    double timeout;
+    SFun setup, teardown;
+} tu_case;
+
 /* Run every test of the suite (CK_VERBOSITY in the environment picks the
  * output, CK_FORK whether each test forks); exit status for main(). */
 int tu_run(Suite *s);
+/* Build suite `name` from a table, case by case in the order of their first
+ * rows and test by test in table order, and tu_run it. A table whose rows
+ * disagree on a case's settings is refused (exit status failure). */
+int tu_run_table(const char *name, const tu_case *cases, size_t n);
+#define TU_RUN_TABLE(name, cases) tu_run_table((name), (cases), sizeof(cases) / sizeof *(cases))
 
 #endif

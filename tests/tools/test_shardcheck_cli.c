@@ -234,17 +234,15 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("shardcheck_cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, help_version_usage);
-    tcase_add_test(tc, clean_dataset_and_json);
-    tcase_add_test(tc, byte_flips_name_the_record);
-    tcase_add_test(tc, quick_is_structure_only);
-    tcase_add_test(tc, manifest_tampering);
-    tcase_add_test(tc, threads_give_the_same_report);
-    tcase_add_test(tc, capped_report_does_not_depend_on_threads);
-    tcase_add_test(tc, shardgen_is_reproducible);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "cli", .test = help_version_usage, .timeout = 240},
+        {.tcase = "cli", .test = clean_dataset_and_json},
+        {.tcase = "cli", .test = byte_flips_name_the_record},
+        {.tcase = "cli", .test = quick_is_structure_only},
+        {.tcase = "cli", .test = manifest_tampering},
+        {.tcase = "cli", .test = threads_give_the_same_report},
+        {.tcase = "cli", .test = capped_report_does_not_depend_on_threads},
+        {.tcase = "cli", .test = shardgen_is_reproducible},
+    };
+    return TU_RUN_TABLE("shardcheck_cli", cases);
 }

@@ -39,7 +39,7 @@ static void expect_joined(const char *a, const char *b, const char *w)
     ck_assert(*a == 0 && *b == 0);
 }
 
-START_TEST(test_dump_order_format)
+START_TEST(dump_order_format)
 {
     tu_cli_setup();
     make_dataset();
@@ -62,7 +62,7 @@ END_TEST
 /* Stop after 7 batches in one process, continue in another: the same lines
  * as one uninterrupted run; and continued by two ranks of half the batch,
  * whose lines side by side are the same global batches. */
-START_TEST(test_resume_across_processes)
+START_TEST(resume_across_processes)
 {
     tu_cli_setup();
     make_dataset();
@@ -100,7 +100,7 @@ START_TEST(test_resume_across_processes)
 }
 END_TEST
 
-START_TEST(test_json_and_quasi_quality)
+START_TEST(json_and_quasi_quality)
 {
     tu_cli_setup();
     make_dataset();
@@ -125,7 +125,7 @@ START_TEST(test_json_and_quasi_quality)
 }
 END_TEST
 
-START_TEST(test_exit_codes)
+START_TEST(exit_codes)
 {
     tu_cli_setup();
     make_dataset();
@@ -156,34 +156,45 @@ END_TEST
  * rank of the whole batch or two of half: the same global batches as one
  * run; the JSON names the sources; a changed weight is refused unless
  * --reweight; a mistyped spec and a JSON file's errors are usage errors. */
-START_TEST(test_mix_resume_and_errors)
+START_TEST(mix_resume_and_errors)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 70 --size 8 --classes 3 --seed 4 --records-per-shard 30 ds2",
-                           tu_tools), 0);
-    const char *common = "--mix ds:0.6,ds2:0.4:order=quasi --quasi-block 2K --order shuffle --seed 3 --dump-order -e 2 -q";
+    ck_assert_int_eq(
+        tu_sh("'%s/shardgen' -q -n 70 --size 8 --classes 3 --seed 4 --records-per-shard 30 ds2", tu_tools),
+        0);
+    const char *common =
+        "--mix ds:0.6,ds2:0.4:order=quasi --quasi-block 2K --order shuffle --seed 3 --dump-order -e 2 -q";
     ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 ", tu_tools, common), 0);
     char *whole = dup_out("out.txt");
     ck_assert_int_eq(tu_count_lines(whole), 2 * 19); /* ceil(220 / 12) per epoch */
-    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 --stop-after 5 --state-out st.json", tu_tools, common), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 12 --stop-after 5 --state-out st.json", tu_tools, common),
+                     0);
     size_t n1 = strlen(tu_slurp("out.txt"));
     ck_assert(strstr(tu_slurp("st.json"), "\"stoker_reader_state\":2") != NULL);
     char *rank[2];
     for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(tu_sh("'%s/shardread' %s -b 6 --rank %d --world-size 2 --state-in st.json", tu_tools,
-                               common, r), 0);
+        ck_assert_int_eq(
+            tu_sh("'%s/shardread' %s -b 6 --rank %d --world-size 2 --state-in st.json", tu_tools, common, r),
+            0);
         rank[r] = dup_out("out.txt");
     }
     expect_joined(rank[0], rank[1], whole + n1);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
-                           "--seed 3 -b 12 -q --state-in st.json", tu_tools), 2);
-    ck_assert(strstr(tu_slurp("err.txt"), "source 0 (ds) has weight 0.6 in the state, weight 0.5 here") != NULL);
+                           "--seed 3 -b 12 -q --state-in st.json",
+                           tu_tools),
+                     2);
+    ck_assert(strstr(tu_slurp("err.txt"), "source 0 (ds) has weight 0.6 in the state, weight 0.5 here") !=
+              NULL);
     ck_assert_int_eq(tu_sh("'%s/shardread' --mix ds:0.5,ds2:0.5:order=quasi --quasi-block 2K --order shuffle "
-                           "--seed 3 -b 12 -q --state-in st.json --reweight", tu_tools), 0);
+                           "--seed 3 -b 12 -q --state-in st.json --reweight",
+                           tu_tools),
+                     0);
     /* --json: the sources with their counts */
     ck_assert_int_eq(
-        tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"repeat\":0.5},{\"path\":\"ds2\",\"choose\":10}]}' > m.json)"), 0);
+        tu_sh("(echo '{\"sources\":[{\"path\":\"ds\",\"repeat\":0.5},{\"path\":\"ds2\",\"choose\":10}]}' > "
+              "m.json)"),
+        0);
     ck_assert_int_eq(tu_sh("'%s/shardread' -q --json -b 5 --mix m.json", tu_tools), 0);
     json_error_t je;
     json_t *j = json_loads(tu_slurp("out.txt"), 0, &je);
@@ -213,14 +224,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("shardread cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dump_order_format);
-    tcase_add_test(tc, test_resume_across_processes);
-    tcase_add_test(tc, test_json_and_quasi_quality);
-    tcase_add_test(tc, test_exit_codes);
-    tcase_add_test(tc, test_mix_resume_and_errors);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.tcase = "cli", .test = dump_order_format, .timeout = 120},
+        {.tcase = "cli", .test = resume_across_processes},
+        {.tcase = "cli", .test = json_and_quasi_quality},
+        {.tcase = "cli", .test = exit_codes},
+        {.tcase = "cli", .test = mix_resume_and_errors},
+    };
+    return TU_RUN_TABLE("shardread cli", cases);
 }
