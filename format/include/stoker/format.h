@@ -508,10 +508,9 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * one value) that it has not given back yet. It writes them in batches of a
  * few MiB, or once they have waited 20 ms, so lending from a pool of any size
  * makes progress; a pool with this much beyond the caller's own never waits
- * for the disk's batching. The size is what rides out a disk's stalls: at
- * pack's 0.5 GB/s on two cores, 64 MiB is 0.13 s of writes (a virtual disk
- * flushing its cache stalls writes for tens of milliseconds; 8 MiB idled
- * the cores, bench/README.md). */
+ * for the disk's batching. The size is what rides out a disk's stalls (a
+ * virtual disk flushing its cache stalls writes for a while) at the rate
+ * pack writes; the figures are in bench/README.md (pack). */
 #  define STK_WRITER_LENT_MAX ((uint64_t)64 << 20)
 /* A lent value is taken by reference only when its address, its size and
  * its place in the file are multiples of this (whole pages: O_DIRECT). */
