@@ -192,12 +192,6 @@ START_TEST(inputs_vanish)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "faults", .test = kill_at_random_moments, .timeout = 900},
-        {.tcase = "faults", .test = rerun_after_kill_past_manifest},
-        {.tcase = "faults", .test = inputs_vanish},
-    };
-    return TU_RUN_TABLE("pack faults", cases);
-}
+TU_MAIN("pack faults", {.name = "faults",
+                        .timeout = 900,
+                        .tests = {kill_at_random_moments, rerun_after_kill_past_manifest, inputs_vanish}})

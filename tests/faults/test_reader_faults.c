@@ -218,13 +218,7 @@ START_TEST(parallel_processes)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "faults", .test = flips_under_verify_always, .timeout = 600},
-        {.tcase = "faults", .test = shard_deleted_mid_run},
-        {.tcase = "faults", .test = open_close_cycles_leak_nothing},
-        {.tcase = "faults", .test = parallel_processes},
-    };
-    return TU_RUN_TABLE("reader faults", cases);
-}
+TU_MAIN("reader faults", {.name = "faults",
+                          .timeout = 600,
+                          .tests = {flips_under_verify_always, shard_deleted_mid_run,
+                                    open_close_cycles_leak_nothing, parallel_processes}})

@@ -485,16 +485,6 @@ START_TEST(every_dtype)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "array", .test = schema_rules},
-        {.tcase = "array", .test = round_trip},
-        {.tcase = "array", .test = inferred_dims_and_determinism},
-        {.tcase = "array", .test = writer_refusals},
-        {.tcase = "array", .test = corruption_named},
-        {.tcase = "array", .test = version_and_manifest},
-        {.tcase = "array", .test = every_dtype},
-    };
-    return TU_RUN_TABLE("array", cases);
-}
+TU_MAIN("array", {.name = "array",
+                  .tests = {schema_rules, round_trip, inferred_dims_and_determinism, writer_refusals,
+                            corruption_named, version_and_manifest, every_dtype}})

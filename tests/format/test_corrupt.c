@@ -778,24 +778,10 @@ START_TEST(flip_every_byte)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "header", .test = header_fields_rehashed},
-        {.tcase = "header", .test = header_fields_not_rehashed},
-        {.tcase = "header", .test = version_from_file},
-        {.tcase = "header", .test = newer_minor_larger_header},
-        {.tcase = "header", .test = newer_minor_header_past_first_read},
-        {.tcase = "header", .test = header_names},
-
-        {.tcase = "footer_and_offsets", .test = footer_damage},
-        {.tcase = "footer_and_offsets", .test = offsets_column},
-        {.tcase = "footer_and_offsets", .test = padding_per_gap},
-
-        {.tcase = "truncation", .test = truncated_memory_every_length},
-        {.tcase = "truncation", .test = truncated_file_sampled},
-
-        {.tcase = "flips", .test = flip_every_byte},
-    };
-    return TU_RUN_TABLE("corrupt", cases);
-}
+TU_MAIN("corrupt",
+        {.name = "header",
+         .tests = {header_fields_rehashed, header_fields_not_rehashed, version_from_file,
+                   newer_minor_larger_header, newer_minor_header_past_first_read, header_names}},
+        {.name = "footer_and_offsets", .tests = {footer_damage, offsets_column, padding_per_gap}},
+        {.name = "truncation", .tests = {truncated_memory_every_length, truncated_file_sampled}},
+        {.name = "flips", .tests = {flip_every_byte}})

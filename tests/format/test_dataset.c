@@ -1017,33 +1017,16 @@ START_TEST(merge_parts)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "writer", .test = deterministic_records_per_shard},
-        {.tcase = "writer", .test = shard_bytes_rotation},
-        {.tcase = "writer", .test = shard_bytes_exact_limit},
-        {.tcase = "writer", .test = dataset_writer_refusals},
-
-        {.tcase = "crash_safety", .test = writer_abort_leaves_nothing},
-        {.tcase = "crash_safety", .test = writer_finish_failure_cleans_up},
-        {.tcase = "crash_safety", .test = dataset_abort_leaves_no_manifest},
-        {.tcase = "crash_safety", .test = existing_dataset_refused_unless_force},
-        {.tcase = "crash_safety", .test = resume_gives_the_uninterrupted_bytes},
-        {.tcase = "crash_safety", .test = resume_refuses_a_bad_shard},
-        {.tcase = "crash_safety", .test = merge_parts},
-
-        {.tcase = "reader", .test = open_locate_value},
-        {.tcase = "reader", .test = locate_across_empty_shards},
-
-        {.tcase = "golden", .test = worked_example},
-
-        {.tcase = "tampering", .test = missing_shard},
-        {.tcase = "tampering", .test = swapped_paths},
-        {.tcase = "tampering", .test = wrong_counts_and_sizes},
-        {.tcase = "tampering", .test = replaced_shard},
-        {.tcase = "tampering", .test = schema_disagrees},
-        {.tcase = "tampering", .test = damaged_shard},
-    };
-    return TU_RUN_TABLE("dataset", cases);
-}
+TU_MAIN("dataset",
+        {.name = "writer",
+         .tests = {deterministic_records_per_shard, shard_bytes_rotation, shard_bytes_exact_limit,
+                   dataset_writer_refusals}},
+        {.name = "crash_safety",
+         .tests = {writer_abort_leaves_nothing, writer_finish_failure_cleans_up,
+                   dataset_abort_leaves_no_manifest, existing_dataset_refused_unless_force,
+                   resume_gives_the_uninterrupted_bytes, resume_refuses_a_bad_shard, merge_parts}},
+        {.name = "reader", .tests = {open_locate_value, locate_across_empty_shards}},
+        {.name = "golden", .tests = {worked_example}},
+        {.name = "tampering",
+         .tests = {missing_shard, swapped_paths, wrong_counts_and_sizes, replaced_shard, schema_disagrees,
+                   damaged_shard}})

@@ -293,16 +293,7 @@ START_TEST(dataset_writer_holds_its_directory)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "dirlock", .test = whole_refuses_whole},
-        {.tcase = "dirlock", .test = parts_share_the_directory},
-        {.tcase = "dirlock", .test = many_parts_named_in_one_line},
-        {.tcase = "dirlock", .test = bad_arguments},
-        {.tcase = "dirlock", .test = another_process_is_refused},
-        {.tcase = "dirlock", .test = killed_holder_is_stale},
-        {.tcase = "dirlock", .test = dataset_writer_holds_its_directory},
-    };
-    return TU_RUN_TABLE("dirlock", cases);
-}
+TU_MAIN("dirlock", {.name = "dirlock",
+                    .tests = {whole_refuses_whole, parts_share_the_directory, many_parts_named_in_one_line,
+                              bad_arguments, another_process_is_refused, killed_holder_is_stale,
+                              dataset_writer_holds_its_directory}})

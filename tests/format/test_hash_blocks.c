@@ -318,17 +318,7 @@ START_TEST(random_splits)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "core", .test = value_hash_and_sums},
-        {.tcase = "core", .test = other_lengths_hash_plainly},
-        {.tcase = "core", .test = file_hash_any_split},
-        {.tcase = "core", .test = file_hash_like_a_shard},
-        {.tcase = "core", .test = sums_are_used_on_boundaries_only},
-        {.tcase = "core", .test = every_length_to_4_blocks},
-        {.tcase = "core", .test = block_multiples_to_mibs},
-        {.tcase = "core", .test = random_splits},
-    };
-    return TU_RUN_TABLE("hash_blocks", cases);
-}
+TU_MAIN("hash_blocks", {.name = "core",
+                        .tests = {value_hash_and_sums, other_lengths_hash_plainly, file_hash_any_split,
+                                  file_hash_like_a_shard, sums_are_used_on_boundaries_only,
+                                  every_length_to_4_blocks, block_multiples_to_mibs, random_splits}})

@@ -657,26 +657,11 @@ START_TEST(commit_and_load)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "serialise", .test = round_trip},
-        {.tcase = "serialise", .test = serialised_form},
-        {.tcase = "serialise", .test = minimal},
-        {.tcase = "serialise", .test = fingerprint_coverage},
-        {.tcase = "serialise", .test = fingerprint_of_nothing},
-        {.tcase = "serialise", .test = to_json_refusals},
-
-        {.tcase = "tampering", .test = unsafe_paths},
-        {.tcase = "tampering", .test = counts_and_fingerprint},
-        {.tcase = "tampering", .test = duplicates},
-        {.tcase = "tampering", .test = unknown_keys},
-        {.tcase = "tampering", .test = versions},
-        {.tcase = "tampering", .test = wrong_types},
-        {.tcase = "tampering", .test = invalid_json},
-        {.tcase = "tampering", .test = truncated_json},
-
-        {.tcase = "files", .test = commit_and_load},
-    };
-    return TU_RUN_TABLE("manifest", cases);
-}
+TU_MAIN("manifest",
+        {.name = "serialise",
+         .tests = {round_trip, serialised_form, minimal, fingerprint_coverage, fingerprint_of_nothing,
+                   to_json_refusals}},
+        {.name = "tampering",
+         .tests = {unsafe_paths, counts_and_fingerprint, duplicates, unknown_keys, versions, wrong_types,
+                   invalid_json, truncated_json}},
+        {.name = "files", .tests = {commit_and_load}})

@@ -330,26 +330,10 @@ START_TEST(dataset_dir_of_paths)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "dtype", .test = dtype_table},
-
-        {.tcase = "schema", .test = schema_build_and_query},
-        {.tcase = "schema", .test = schema_equal},
-        {.tcase = "schema", .test = schema_add_refusals},
-        {.tcase = "schema", .test = schema_field_limit},
-        {.tcase = "schema", .test = schema_validate_rules},
-
-        {.tcase = "errors", .test = status_names},
-        {.tcase = "errors", .test = null_error_pointer},
-
-        {.tcase = "hash", .test = hash_known_value},
-        {.tcase = "hash", .test = hash_matches_reference},
-        {.tcase = "hash", .test = hash_streaming_agrees},
-
-        {.tcase = "paths", .test = path_rules},
-        {.tcase = "paths", .test = dataset_dir_of_paths},
-    };
-    return TU_RUN_TABLE("schema", cases);
-}
+TU_MAIN("schema", {.name = "dtype", .tests = {dtype_table}},
+        {.name = "schema",
+         .tests = {schema_build_and_query, schema_equal, schema_add_refusals, schema_field_limit,
+                   schema_validate_rules}},
+        {.name = "errors", .tests = {status_names, null_error_pointer}},
+        {.name = "hash", .tests = {hash_known_value, hash_matches_reference, hash_streaming_agrees}},
+        {.name = "paths", .tests = {path_rules, dataset_dir_of_paths}})

@@ -473,19 +473,8 @@ START_TEST(open_refusals)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "round_trip", .test = every_dtype},
-        {.tcase = "round_trip", .test = bytes_first},
-        {.tcase = "round_trip", .test = bytes_only_and_empty},
-        {.tcase = "round_trip", .test = zero_records},
-        {.tcase = "round_trip", .test = max_fields},
-        {.tcase = "round_trip", .test = large_streamed_field},
-
-        {.tcase = "api", .test = writer_refusals},
-        {.tcase = "api", .test = reader_bounds},
-        {.tcase = "api", .test = open_refusals},
-    };
-    return TU_RUN_TABLE("shard", cases);
-}
+TU_MAIN("shard",
+        {.name = "round_trip",
+         .tests = {every_dtype, bytes_first, bytes_only_and_empty, zero_records, max_fields,
+                   large_streamed_field}},
+        {.name = "api", .tests = {writer_refusals, reader_bounds, open_refusals}})

@@ -464,16 +464,9 @@ START_TEST(failing_disk_gives_everything_back)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "stream", .test = lent_and_copied_give_the_same_bytes, .timeout = 300},
-        {.tcase = "stream", .test = buffered_file_system},
-        {.tcase = "stream", .test = unaligned_values_are_copied_at_once},
-        {.tcase = "stream", .test = abort_gives_everything_back},
-        {.tcase = "stream", .test = given_checksum_is_stored_as_given},
-        {.tcase = "stream", .test = block_sums_make_the_file_hash},
-        {.tcase = "stream", .test = failing_disk_gives_everything_back},
-    };
-    return TU_RUN_TABLE("stream", cases);
-}
+TU_MAIN("stream", {.name = "stream",
+                   .timeout = 300,
+                   .tests = {lent_and_copied_give_the_same_bytes, buffered_file_system,
+                             unaligned_values_are_copied_at_once, abort_gives_everything_back,
+                             given_checksum_is_stored_as_given, block_sums_make_the_file_hash,
+                             failing_disk_gives_everything_back}})

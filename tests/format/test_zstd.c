@@ -277,14 +277,7 @@ START_TEST(dataset_manifest)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "zstd", .test = round_trip_every_block_size, .timeout = 120},
-        {.tcase = "zstd", .test = deterministic_and_smaller},
-        {.tcase = "zstd", .test = corrupt_block_is_named},
-        {.tcase = "zstd", .test = versions_and_refusals},
-        {.tcase = "zstd", .test = dataset_manifest},
-    };
-    return TU_RUN_TABLE("zstd", cases);
-}
+TU_MAIN("zstd", {.name = "zstd",
+                 .timeout = 120,
+                 .tests = {round_trip_every_block_size, deterministic_and_smaller, corrupt_block_is_named,
+                           versions_and_refusals, dataset_manifest}})

@@ -177,9 +177,9 @@ int main(void)
         return 77;
     }
     const tu_case cases[] = {
-        {.tcase = "cuda", .test = batches_on_device, .timeout = 300},
-        {.tcase = "cuda", .test = transform_matches_host},
-        {.tcase = "cuda", .test = close_with_uploads_queued},
+        {.name = "cuda",
+         .timeout = 300,
+         .tests = {batches_on_device, transform_matches_host, close_with_uploads_queued}},
     };
-    return TU_RUN_TABLE("cuda", cases);
+    return tu_run_table("cuda", cases, sizeof cases / sizeof *cases);
 }

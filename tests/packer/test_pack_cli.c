@@ -1341,27 +1341,12 @@ START_TEST(keep_jpeg_resume)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "cli", .test = help_version_and_rawgen, .timeout = 300},
-        {.tcase = "cli", .test = variants_packed_broken_skipped},
-        {.tcase = "cli", .test = bad_input_does_not_poison_next},
-        {.tcase = "cli", .test = pixels_match_reference},
-        {.tcase = "cli", .test = resample_space_rgb_and_ycc},
-        {.tcase = "cli", .test = threads_give_identical_bytes},
-        {.tcase = "cli", .test = stats_add_up},
-        {.tcase = "cli", .test = kill_and_resume_gives_same_bytes},
-        {.tcase = "cli", .test = resume_restarts_when_a_skipped_input_decodes},
-        {.tcase = "cli", .test = parts_merge_equals_plain_pack},
-        {.tcase = "cli", .test = exit_codes_and_refusals},
-        {.tcase = "cli", .test = one_writer_per_outdir},
-        {.tcase = "cli", .test = list_file_inputs},
-        {.tcase = "cli", .test = disk_full_fails_cleanly},
-        {.tcase = "cli", .test = review_refusals},
-        {.tcase = "cli", .test = keep_aspect_raw_and_jpeg},
-        {.tcase = "cli", .test = original_bytes_kept_bit_exact},
-        {.tcase = "cli", .test = keep_jpeg_resume},
-    };
-    return TU_RUN_TABLE("pack_cli", cases);
-}
+TU_MAIN("pack_cli", {.name = "cli",
+                     .timeout = 300,
+                     .tests = {help_version_and_rawgen, variants_packed_broken_skipped,
+                               bad_input_does_not_poison_next, pixels_match_reference,
+                               resample_space_rgb_and_ycc, threads_give_identical_bytes, stats_add_up,
+                               kill_and_resume_gives_same_bytes, resume_restarts_when_a_skipped_input_decodes,
+                               parts_merge_equals_plain_pack, exit_codes_and_refusals, one_writer_per_outdir,
+                               list_file_inputs, disk_full_fails_cleanly, review_refusals,
+                               keep_aspect_raw_and_jpeg, original_bytes_kept_bit_exact, keep_jpeg_resume}})

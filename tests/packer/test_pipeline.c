@@ -326,17 +326,8 @@ START_TEST(bad_arguments_refused)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "pipeline", .test = in_order_and_intact, .timeout = 120},
-        {.tcase = "pipeline", .test = consumer_stop_ends_the_run},
-        {.tcase = "pipeline", .test = stats_add_up},
-        {.tcase = "pipeline", .test = consumer_stop_at_the_edges},
-        {.tcase = "pipeline", .test = nothing_to_do},
-        {.tcase = "pipeline", .test = worker_init_failure},
-        {.tcase = "pipeline", .test = prefetch_announces_each_item_once},
-        {.tcase = "pipeline", .test = bad_arguments_refused},
-    };
-    return TU_RUN_TABLE("pipeline", cases);
-}
+TU_MAIN("pipeline", {.name = "pipeline",
+                     .timeout = 120,
+                     .tests = {in_order_and_intact, consumer_stop_ends_the_run, stats_add_up,
+                               consumer_stop_at_the_edges, nothing_to_do, worker_init_failure,
+                               prefetch_announces_each_item_once, bad_arguments_refused}})

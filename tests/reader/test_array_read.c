@@ -103,10 +103,5 @@ START_TEST(every_order_and_thread_count)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "array_read", .test = every_order_and_thread_count, .loop = 2, .timeout = 120},
-    };
-    return TU_RUN_TABLE("array_read", cases);
-}
+TU_MAIN("array_read",
+        {.name = "array_read", .timeout = 120, .loop = 2, .loop_tests = {every_order_and_thread_count}})

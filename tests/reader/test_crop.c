@@ -167,11 +167,4 @@ START_TEST(fallback_rounding)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "boxes", .test = boxes_match_torchvision, .timeout = 120},
-        {.tcase = "boxes", .test = fallback_rounding},
-    };
-    return TU_RUN_TABLE("crop", cases);
-}
+TU_MAIN("crop", {.name = "boxes", .timeout = 120, .tests = {boxes_match_torchvision, fallback_rounding}})

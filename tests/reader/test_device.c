@@ -488,18 +488,10 @@ START_TEST(cuda_unavailable_falls_back)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "device", .test = batches_intact_under_random_delays, .timeout = 300},
-        {.tcase = "device", .test = buffer_not_reused_before_release_event},
-        {.tcase = "device", .test = seek_releases_held_batch_on_stream},
-        {.tcase = "device", .test = shutdown_mid_copy},
-        {.tcase = "device", .test = transform_center_crop},
-        {.tcase = "device", .test = transform_random_resized},
-        {.tcase = "device", .test = random_resized_boxes},
-        {.tcase = "device", .test = transform_options_refused},
-        {.tcase = "device", .test = cuda_unavailable_falls_back},
-    };
-    return TU_RUN_TABLE("device upload", cases);
-}
+TU_MAIN("device upload",
+        {.name = "device",
+         .timeout = 300,
+         .tests = {batches_intact_under_random_delays, buffer_not_reused_before_release_event,
+                   seek_releases_held_batch_on_stream, shutdown_mid_copy, transform_center_crop,
+                   transform_random_resized, random_resized_boxes, transform_options_refused,
+                   cuda_unavailable_falls_back}})

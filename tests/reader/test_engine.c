@@ -466,21 +466,11 @@ START_TEST(compressed_fields)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "engine", .test = zero_copy_points_into_map, .timeout = 120},
-        {.tcase = "engine", .test = shuffle_gathers_right_bytes},
-        {.tcase = "engine", .test = stats_sane},
-        {.tcase = "engine", .test = checksum_error_names_shard_and_record},
-        {.tcase = "engine", .test = verify_once_hashes_each_record_once},
-        {.tcase = "engine", .test = truncated_shard_is_an_error},
-        {.tcase = "engine", .test = replaced_shard_keeps_old_mapping},
-        {.tcase = "engine", .test = memory_budget_and_bad_options},
-        {.tcase = "engine", .test = field_selection},
-        {.tcase = "engine", .test = seek_and_close_under_load},
-        {.tcase = "engine", .test = state_text_rejects_junk},
-        {.tcase = "engine", .test = compressed_fields},
-    };
-    return TU_RUN_TABLE("reader engine", cases);
-}
+TU_MAIN("reader engine",
+        {.name = "engine",
+         .timeout = 120,
+         .tests = {zero_copy_points_into_map, shuffle_gathers_right_bytes, stats_sane,
+                   checksum_error_names_shard_and_record, verify_once_hashes_each_record_once,
+                   truncated_shard_is_an_error, replaced_shard_keeps_old_mapping,
+                   memory_budget_and_bad_options, field_selection, seek_and_close_under_load,
+                   state_text_rejects_junk, compressed_fields}})

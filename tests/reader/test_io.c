@@ -732,25 +732,11 @@ static void reset_env(void)
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "io", .test = same_batches, .loop = 2, .timeout = 300, .teardown = reset_env},
-        {.tcase = "io", .test = field_selection},
-        {.tcase = "io", .test = faults_retried, .loop = 2},
-        {.tcase = "io", .test = read_error_names_record, .loop = 2},
-        {.tcase = "io", .test = quasi_block_read_error, .loop = 2},
-        {.tcase = "io", .test = quasi_large_records},
-        {.tcase = "io", .test = streaming_copies},
-        {.tcase = "io", .test = map_huge},
-        {.tcase = "io", .test = truncated_shard},
-        {.tcase = "io", .test = replaced_shard},
-        {.tcase = "io", .test = resume},
-        {.tcase = "io", .test = compressed},
-        {.tcase = "io", .test = compressed_read_error},
-        {.tcase = "io", .test = auto_rule},
-        {.tcase = "io", .test = auto_and_options},
-        {.tcase = "io", .test = memory_budget},
-    };
-    return TU_RUN_TABLE("io", cases);
-}
+TU_MAIN("io", {.name = "io",
+               .timeout = 300,
+               .teardown = reset_env,
+               .loop = 2,
+               .loop_tests = {same_batches, faults_retried, read_error_names_record, quasi_block_read_error},
+               .tests = {field_selection, quasi_large_records, streaming_copies, map_huge, truncated_shard,
+                         replaced_shard, resume, compressed, compressed_read_error, auto_rule,
+                         auto_and_options, memory_budget}})

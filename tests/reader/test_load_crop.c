@@ -399,14 +399,8 @@ START_TEST(square_field_on_workers)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "load_crop", .test = crops_match_reference, .loop = 2, .timeout = 300},
-        {.tcase = "load_crop", .test = normalised_crops, .loop = 2},
-        {.tcase = "load_crop", .test = square_field_on_workers},
-        {.tcase = "load_crop", .test = normalise_exact},
-        {.tcase = "load_crop", .test = refusals},
-    };
-    return TU_RUN_TABLE("load_crop", cases);
-}
+TU_MAIN("load_crop", {.name = "load_crop",
+                      .timeout = 300,
+                      .loop = 2,
+                      .loop_tests = {crops_match_reference, normalised_crops},
+                      .tests = {square_field_on_workers, normalise_exact, refusals}})

@@ -53,11 +53,4 @@ START_TEST(stream_copy_large)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "membuf", .test = stream_copy_bytes},
-        {.tcase = "membuf", .test = stream_copy_large},
-    };
-    return TU_RUN_TABLE("membuf", cases);
-}
+TU_MAIN("membuf", {.name = "membuf", .tests = {stream_copy_bytes, stream_copy_large}})

@@ -147,13 +147,7 @@ START_TEST(partial_sources_cover_the_dataset_over_epochs)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "mix", .test = interleave_matches_the_reference, .timeout = 120},
-        {.tcase = "mix", .test = counts_follow_the_spec},
-        {.tcase = "mix", .test = source_records_match_the_reference},
-        {.tcase = "mix", .test = partial_sources_cover_the_dataset_over_epochs},
-    };
-    return TU_RUN_TABLE("mix", cases);
-}
+TU_MAIN("mix", {.name = "mix",
+                .timeout = 120,
+                .tests = {interleave_matches_the_reference, counts_follow_the_spec,
+                          source_records_match_the_reference, partial_sources_cover_the_dataset_over_epochs}})

@@ -562,15 +562,8 @@ START_TEST(sources_must_agree_on_the_fields)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "mix_reader", .test = stream_matches_the_reference, .timeout = 300},
-        {.tcase = "mix_reader", .test = one_dataset_twice_is_mapped_once},
-        {.tcase = "mix_reader", .test = counts_and_proportions},
-        {.tcase = "mix_reader", .test = resume_into_another_world_size},
-        {.tcase = "mix_reader", .test = restore_refuses_another_mixture},
-        {.tcase = "mix_reader", .test = sources_must_agree_on_the_fields},
-    };
-    return TU_RUN_TABLE("mix_reader", cases);
-}
+TU_MAIN("mix_reader", {.name = "mix_reader",
+                       .timeout = 300,
+                       .tests = {stream_matches_the_reference, one_dataset_twice_is_mapped_once,
+                                 counts_and_proportions, resume_into_another_world_size,
+                                 restore_refuses_another_mixture, sources_must_agree_on_the_fields}})

@@ -1237,26 +1237,11 @@ START_TEST(tail_auto_by_world_size)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "orders", .test = order_record_matches_reference, .timeout = 1200},
-        {.tcase = "orders", .test = reader_batches_match_reference},
-        {.tcase = "orders", .test = endless_stream_and_release},
-        {.tcase = "orders", .test = sequential_zero_copy},
-        {.tcase = "orders", .test = pad_wraps_beyond_one_epoch},
-        {.tcase = "orders", .test = quasi_defaults},
-        {.tcase = "orders", .test = ranks_cover_the_epoch},
-        {.tcase = "orders", .test = drop_smaller_than_global_batch},
-        {.tcase = "orders", .test = bad_options_refused},
-        {.tcase = "orders", .test = elastic_same_global_batches},
-        {.tcase = "orders", .test = resume_equals_uninterrupted},
-        {.tcase = "orders", .test = restore_refuses_other_streams},
-        {.tcase = "orders", .test = state_json},
-        {.tcase = "orders", .test = seek_equals_reading_there},
-        {.tcase = "orders", .test = field_selection},
-        {.tcase = "orders", .test = rank_and_world_from_environment},
-        {.tcase = "orders", .test = tail_auto_by_world_size},
-    };
-    return TU_RUN_TABLE("orders", cases);
-}
+TU_MAIN("orders", {.name = "orders",
+                   .timeout = 1200,
+                   .tests = {order_record_matches_reference, reader_batches_match_reference,
+                             endless_stream_and_release, sequential_zero_copy, pad_wraps_beyond_one_epoch,
+                             quasi_defaults, ranks_cover_the_epoch, drop_smaller_than_global_batch,
+                             bad_options_refused, elastic_same_global_batches, resume_equals_uninterrupted,
+                             restore_refuses_other_streams, state_json, seek_equals_reading_there,
+                             field_selection, rank_and_world_from_environment, tail_auto_by_world_size}})

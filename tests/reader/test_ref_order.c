@@ -159,14 +159,8 @@ START_TEST(rank_slices_tile_the_stream)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "ref", .test = mix64_is_splitmix_finaliser, .timeout = 600},
-        {.tcase = "ref", .test = perm_is_bijection_with_inverse},
-        {.tcase = "ref", .test = quasi_formula_equals_construction},
-        {.tcase = "ref", .test = quasi_degenerate_cases},
-        {.tcase = "ref", .test = rank_slices_tile_the_stream},
-    };
-    return TU_RUN_TABLE("ref_order", cases);
-}
+TU_MAIN("ref_order",
+        {.name = "ref",
+         .timeout = 600,
+         .tests = {mix64_is_splitmix_finaliser, perm_is_bijection_with_inverse,
+                   quasi_formula_equals_construction, quasi_degenerate_cases, rank_slices_tile_the_stream}})

@@ -303,41 +303,17 @@ int tu_run(Suite *s)
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
-/* Whether b's settings (timeout, fixture) are none or those of a. */
-static bool same_settings(const tu_case *a, const tu_case *b)
-{
-    if (b->timeout == 0 && !b->setup && !b->teardown) return true;
-    return b->timeout == a->timeout && b->setup == a->setup && b->teardown == a->teardown;
-}
-
-/* The index of the first row of row i's case. */
-static size_t first_row(const tu_case *cases, size_t i)
-{
-    size_t first = 0;
-    while (strcmp(cases[first].tcase, cases[i].tcase) != 0) first++;
-    return first;
-}
-
 int tu_run_table(const char *name, const tu_case *cases, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        const tu_case *first = &cases[first_row(cases, i)];
-        if (!same_settings(first, &cases[i])) {
-            fprintf(stderr, "%s: test %s gives case %s other settings than its first row\n", name,
-                    cases[i].test->name, cases[i].tcase);
-            return EXIT_FAILURE;
-        }
-    }
     Suite *s = suite_create(name);
     for (size_t i = 0; i < n; i++) {
-        if (first_row(cases, i) < i) continue; /* added with its case's first row */
-        TCase *tc = tcase_create(cases[i].tcase);
-        if (cases[i].timeout > 0) tcase_set_timeout(tc, cases[i].timeout);
-        if (cases[i].setup || cases[i].teardown)
-            tcase_add_checked_fixture(tc, cases[i].setup, cases[i].teardown);
-        for (size_t j = i; j < n; j++)
-            if (strcmp(cases[j].tcase, cases[i].tcase) == 0)
-                tcase_add_loop_test(tc, cases[j].test, 0, cases[j].loop > 0 ? cases[j].loop : 1);
+        const tu_case *c = &cases[i];
+        TCase *tc = tcase_create(c->name);
+        if (c->timeout > 0) tcase_set_timeout(tc, c->timeout);
+        if (c->setup || c->teardown) tcase_add_checked_fixture(tc, c->setup, c->teardown);
+        for (size_t t = 0; t < TU_TESTS_MAX && c->loop_tests[t]; t++)
+            tcase_add_loop_test(tc, c->loop_tests[t], 0, c->loop);
+        for (size_t t = 0; t < TU_TESTS_MAX && c->tests[t]; t++) tcase_add_test(tc, c->tests[t]);
         suite_add_tcase(s, tc);
     }
     return tu_run(s);

@@ -2,7 +2,7 @@
  * tests/support/testutil.h - the test-helper library (stoker_testutil) seen
  * from a black-box test: scratch directories, whole-file I/O, a standard
  * schema with deterministic records, opening a reader, and the one Check
- * runner. Only the public headers come with it; a test that needs the
+ * runner (TU_MAIN). Only the public headers come with it; a test that needs the
  * library's internals (header surgery, layouts, the hasher) includes
  * testutil_internal.h instead and says WHITEBOX in its CMakeLists.txt.
  * Running the tools from a test: cli_util.h.
@@ -106,27 +106,34 @@ stk_reader *tu_open_reader(const char *dir, const stk_reader_options *o);
 
 /* ---------------------------------------------------------------- main */
 
-/* One row of a test file's suite table: the Check test case it belongs to
- * (the name CK_RUN_CASE selects), the test (a START_TEST), and how many
- * times a loop test runs (_i = 0 .. loop-1; 0 runs it once). A case's
- * settings go on its first row: its timeout in seconds (0: Check's default,
- * or CK_DEFAULT_TIMEOUT) and a checked fixture run around each of its tests;
- * later rows of the case leave them zero or repeat them. */
+/* One Check test case of a test file's suite table: its name (what
+ * CK_RUN_CASE selects), its tests in the order they run, its timeout in
+ * seconds (0: Check's default, or CK_DEFAULT_TIMEOUT), a checked fixture run
+ * around each of its tests, and loop tests, which run first, each with
+ * _i = 0 .. loop-1. */
+#define TU_TESTS_MAX 32
 typedef struct {
-    const char *tcase;
-    const TTest *test;
-    int loop;
+    const char *name;
+    const TTest *tests[TU_TESTS_MAX];
     double timeout;
     SFun setup, teardown;
+    int loop;
+    const TTest *loop_tests[TU_TESTS_MAX];
 } tu_case;
 
 /* Run every test of the suite (CK_VERBOSITY in the environment picks the
  * output, CK_FORK whether each test forks); exit status for main(). */
 int tu_run(Suite *s);
-/* Build suite `name` from a table, case by case in the order of their first
- * rows and test by test in table order, and tu_run it. A table whose rows
- * disagree on a case's settings is refused (exit status failure). */
+/* Build suite `name` from a table of test cases, in table order, and
+ * tu_run it. */
 int tu_run_table(const char *name, const tu_case *cases, size_t n);
-#define TU_RUN_TABLE(name, cases) tu_run_table((name), (cases), sizeof(cases) / sizeof *(cases))
+/* A test file's main: TU_MAIN("suite", {.name = "case", .tests = {a, b}}, ...)
+ * runs suite "suite" of the test cases given (tu_case initialisers). */
+#define TU_MAIN(suite, ...)                                                        \
+  int main(void)                                                                   \
+  {                                                                                \
+    const tu_case tu_cases_[] = {__VA_ARGS__};                                     \
+    return tu_run_table((suite), tu_cases_, sizeof tu_cases_ / sizeof *tu_cases_); \
+  }
 
 #endif

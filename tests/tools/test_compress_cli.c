@@ -95,11 +95,5 @@ START_TEST(shardcheck_names_block)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "cli", .test = pack_compress, .timeout = 300},
-        {.tcase = "cli", .test = shardcheck_names_block},
-    };
-    return TU_RUN_TABLE("compressed fields cli", cases);
-}
+TU_MAIN("compressed fields cli",
+        {.name = "cli", .timeout = 300, .tests = {pack_compress, shardcheck_names_block}})

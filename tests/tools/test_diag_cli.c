@@ -300,15 +300,7 @@ START_TEST(sweep_io_axes)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "cli", .test = contact_sheet_png_exact, .timeout = 120},
-        {.tcase = "cli", .test = contact_sheet_jpeg_and_random},
-        {.tcase = "cli", .test = shardinfo_json},
-        {.tcase = "cli", .test = variable_shapes},
-        {.tcase = "cli", .test = sweep_csv_and_json},
-        {.tcase = "cli", .test = sweep_io_axes},
-    };
-    return TU_RUN_TABLE("diagnostics cli", cases);
-}
+TU_MAIN("diagnostics cli", {.name = "cli",
+                            .timeout = 120,
+                            .tests = {contact_sheet_png_exact, contact_sheet_jpeg_and_random, shardinfo_json,
+                                      variable_shapes, sweep_csv_and_json, sweep_io_axes}})

@@ -232,17 +232,9 @@ START_TEST(shardgen_is_reproducible)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "cli", .test = help_version_usage, .timeout = 240},
-        {.tcase = "cli", .test = clean_dataset_and_json},
-        {.tcase = "cli", .test = byte_flips_name_the_record},
-        {.tcase = "cli", .test = quick_is_structure_only},
-        {.tcase = "cli", .test = manifest_tampering},
-        {.tcase = "cli", .test = threads_give_the_same_report},
-        {.tcase = "cli", .test = capped_report_does_not_depend_on_threads},
-        {.tcase = "cli", .test = shardgen_is_reproducible},
-    };
-    return TU_RUN_TABLE("shardcheck_cli", cases);
-}
+TU_MAIN("shardcheck_cli",
+        {.name = "cli",
+         .timeout = 240,
+         .tests = {help_version_usage, clean_dataset_and_json, byte_flips_name_the_record,
+                   quick_is_structure_only, manifest_tampering, threads_give_the_same_report,
+                   capped_report_does_not_depend_on_threads, shardgen_is_reproducible}})

@@ -222,14 +222,7 @@ START_TEST(mix_resume_and_errors)
 }
 END_TEST
 
-int main(void)
-{
-    const tu_case cases[] = {
-        {.tcase = "cli", .test = dump_order_format, .timeout = 120},
-        {.tcase = "cli", .test = resume_across_processes},
-        {.tcase = "cli", .test = json_and_quasi_quality},
-        {.tcase = "cli", .test = exit_codes},
-        {.tcase = "cli", .test = mix_resume_and_errors},
-    };
-    return TU_RUN_TABLE("shardread cli", cases);
-}
+TU_MAIN("shardread cli", {.name = "cli",
+                          .timeout = 120,
+                          .tests = {dump_order_format, resume_across_processes, json_and_quasi_quality,
+                                    exit_codes, mix_resume_and_errors}})
