@@ -312,7 +312,7 @@ int tu_run_table(const char *name, const tu_case *cases, size_t n)
         if (c->timeout > 0) tcase_set_timeout(tc, c->timeout);
         if (c->setup || c->teardown) tcase_add_checked_fixture(tc, c->setup, c->teardown);
         for (size_t t = 0; t < TU_TESTS_MAX && c->loop_tests[t]; t++)
-            tcase_add_loop_test(tc, c->loop_tests[t], 0, c->loop);
+            tcase_add_loop_test(tc, c->loop_tests[t], 0, c->loop > 0 ? c->loop : 1);
         for (size_t t = 0; t < TU_TESTS_MAX && c->tests[t]; t++) tcase_add_test(tc, c->tests[t]);
         suite_add_tcase(s, tc);
     }

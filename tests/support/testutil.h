@@ -2,8 +2,8 @@
  * tests/support/testutil.h - the test-helper library (stoker_testutil) seen
  * from a black-box test: scratch directories, whole-file I/O, a standard
  * schema with deterministic records, opening a reader, and the one Check
- * runner (TU_MAIN). Only the public headers come with it; a test that needs the
- * library's internals (header surgery, layouts, the hasher) includes
+ * runner (TU_MAIN). Only the public headers come with it; a test that needs
+ * the library's internals (header surgery, layouts, the hasher) includes
  * testutil_internal.h instead and says WHITEBOX in its CMakeLists.txt.
  * Running the tools from a test: cli_util.h.
  *
@@ -110,7 +110,7 @@ stk_reader *tu_open_reader(const char *dir, const stk_reader_options *o);
  * CK_RUN_CASE selects), its tests in the order they run, its timeout in
  * seconds (0: Check's default, or CK_DEFAULT_TIMEOUT), a checked fixture run
  * around each of its tests, and loop tests, which run first, each with
- * _i = 0 .. loop-1. */
+ * _i = 0 .. loop-1 (at least once). */
 #define TU_TESTS_MAX 32
 typedef struct {
     const char *name;
