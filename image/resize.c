@@ -35,11 +35,10 @@
 /* Weight tables kept per axis, in AXIS_SETS sets of AXIS_WAYS (a table's
  * key picks its set; the least recently used way of the set is rebuilt on
  * a miss). Real photo sets have a long tail of sizes, and a centre crop's
- * tables depend on both dimensions: the 10k bench set has 1,422 sizes, and
- * each needs a luma and a chroma table per axis. With 64 tables per axis,
- * building tables was 3.5% of pack's decoding thread (an LRU of 64 missed
- * 60% of lookups); 1,024 tables miss about 17%. Tables are built on first
- * use, so memory follows the sizes seen: about 12 KiB a horizontal and
+ * tables depend on both dimensions, each size needing a luma and a chroma
+ * table per axis: a cache of 64 tables per axis missed most lookups on the
+ * bench set, 1,024 far fewer (bench/README.md, "Weight-table cache"). Tables
+ * are built on first use, so memory follows the sizes seen: about 12 KiB a horizontal and
  * 6 KiB a vertical plane table at --size 256, 18 MiB per thread for a full
  * cache. An RGB table of a large downscale is far bigger (4000 -> 256:
  * 150 KiB, its SIMD layout holding 4 taps per chunk and output), so the

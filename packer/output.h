@@ -21,10 +21,10 @@
  * it makes them durable (fdatasync). The writer sends images with O_DIRECT,
  * which leaves no dirty pages, but a disk with a volatile cache (every
  * virtual disk) still holds them: a shard's fsync then waits for its whole
- * gigabyte to reach the medium (1.0-1.2 s measured, bench/README.md), the
- * open shard's writes stall behind it, and the last shard's is serial at the
- * end of the run. Flushed as it goes, the fsync finds a small tail. (Doing
- * either on the appending thread stalls it: measured 2x slower.) */
+ * gigabyte to reach the medium (bench/README.md, pack), the open shard's
+ * writes stall behind it, and the last shard's is serial at the end of the
+ * run. Flushed as it goes, the fsync finds a small tail. (Doing either on
+ * the appending thread would stall it.) */
 #define PK_OUT_PENDING 2
 #define PK_OUT_FLUSH_BYTES ((uint64_t)64 << 20)
 

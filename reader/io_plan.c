@@ -146,10 +146,9 @@ static uint64_t compressed_bytes(const stk_reader *r)
  * faster: the faults then read 2-4 MiB each, and from the second epoch on
  * (and in the next run, and for every rank on the machine) the data is
  * read from memory, where the direct path reads the device every epoch
- * (bench/README "cold", runs G, G2 and H: 5 cold shuffled epochs of 8 GB
- * in 2.8-7.2 s through the map, 8.9-10.6 s direct). Without the advice a cold
- * map faults in 4-64 KiB at a time (shuffled: 0.3-1.4 GB/s there): cold data larger
- * than a quarter of what is available goes direct then. */
+ * (bench/README "cold", runs G, G2 and H). Without the advice a cold map
+ * faults in 4-64 KiB at a time, much slower: cold data larger than a
+ * quarter of what is available goes direct then. */
 int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
                       char *why, size_t size)
 {
@@ -252,7 +251,7 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
  * next run, the other ranks of the node) maps them 2 MiB at a time. Shuffled
  * gathers from a page cache of small pages pay for every 4-64 KiB of a
  * record the first time each mapping touches it, and a page walk per 4 KiB
- * after (bench/README "Warm reads": 3x slower epochs on a virtual machine).
+ * after (bench/README "Warm reads" has the figures).
  * Not when the shard files (every field, each file once) are larger than
  * half of available memory: there a fault's 2-4 MiB would be evicted before
  * it is used. Not with release_pages asked for: releasing consumed pages

@@ -2,10 +2,10 @@
  *
  * The reader's big buffers (slots of tens of MiB, 4 MiB quasi blocks, read
  * bounce areas) are fresh memory that the workers first touch while they
- * copy or read into it. With 4 KiB pages that is one page fault per 4 KiB:
- * in a virtual machine a fault costs ~10 us, so the first touch of a 48 MiB
- * slot takes ~0.15 s (0.3 GB/s), and direct reads into fresh blocks fault
- * the same way when the kernel pins their pages. Advised as huge pages, the
+ * copy or read into it. With 4 KiB pages that is one page fault per 4 KiB,
+ * and where faults are dear (a virtual machine) the first touch of a slot
+ * is slow; direct reads into fresh blocks fault the same way when the
+ * kernel pins their pages. Advised as huge pages, the
  * same memory takes one fault per 2 MiB, and copies into it miss the TLB
  * less. The advice only applies where transparent huge pages are set to
  * "madvise" or "always" (Debian's default is "madvise"); elsewhere it fails

@@ -50,7 +50,7 @@ static pid_t start_pack(const char *out)
     return pid;
 }
 
-START_TEST(test_kill_at_random_moments)
+START_TEST(kill_at_random_moments)
 {
     tu_cli_setup();
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 480 --classes 4 --min-side 48 --max-side 96 raw", tu_tools), 0);
@@ -117,11 +117,11 @@ END_TEST
  * (strace's fault injection), so the run ends with its manifest committed
  * and its part bookkeeping still there, as a kill right after the commit
  * leaves it. The same command again finishes the tidy-up, same bytes. */
-START_TEST(test_rerun_after_kill_past_manifest)
+START_TEST(rerun_after_kill_past_manifest)
 {
     tu_cli_setup();
     if (tu_sh("command -v strace") != 0) {
-        printf("test_rerun_after_kill_past_manifest: skipped: strace is not installed\n");
+        printf("rerun_after_kill_past_manifest: skipped: strace is not installed\n");
         return;
     }
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 60 --classes 2 --min-side 40 --max-side 60 raw", tu_tools), 0);
@@ -143,7 +143,7 @@ END_TEST
 
 /* A listed input that is gone, a directory in its place, and a file removed
  * while pack runs: each skipped with a reason, counted; the rest packed. */
-START_TEST(test_inputs_vanish)
+START_TEST(inputs_vanish)
 {
     tu_cli_setup();
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 40 --classes 2 --min-side 40 --max-side 60 raw", tu_tools), 0);
@@ -192,14 +192,6 @@ START_TEST(test_inputs_vanish)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("pack faults");
-    TCase *tc = tcase_create("faults");
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_kill_at_random_moments);
-    tcase_add_test(tc, test_rerun_after_kill_past_manifest);
-    tcase_add_test(tc, test_inputs_vanish);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("pack faults", {.name = "faults",
+                        .timeout = 900,
+                        .tests = {kill_at_random_moments, rerun_after_kill_past_manifest, inputs_vanish}})

@@ -52,7 +52,7 @@ static int count_fds(void)
 /* Flip one byte of one record's value (image, label or text) in the file
  * while a verify=always reader has it mapped: the epoch must end in a
  * checksum error naming that shard and record, never in bad data. */
-START_TEST(test_flips_under_verify_always)
+START_TEST(flips_under_verify_always)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "flips", 90, 30);
@@ -107,7 +107,7 @@ END_TEST
 
 /* Deleted (unlinked) and renamed-over shards keep being read from the old
  * file; every value stays right. */
-START_TEST(test_shard_deleted_mid_run)
+START_TEST(shard_deleted_mid_run)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "deleted", 120, 30);
@@ -153,7 +153,7 @@ static long rss_anon_kb(void)
     return kb;
 }
 
-START_TEST(test_open_close_cycles_leak_nothing)
+START_TEST(open_close_cycles_leak_nothing)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "cycles", 64, 16);
@@ -181,7 +181,7 @@ START_TEST(test_open_close_cycles_leak_nothing)
 END_TEST
 
 /* Six processes read the same dataset at once, verifying every record. */
-START_TEST(test_parallel_processes)
+START_TEST(parallel_processes)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "procs", 200, 40);
@@ -218,15 +218,7 @@ START_TEST(test_parallel_processes)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("reader faults");
-    TCase *tc = tcase_create("faults");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_flips_under_verify_always);
-    tcase_add_test(tc, test_shard_deleted_mid_run);
-    tcase_add_test(tc, test_open_close_cycles_leak_nothing);
-    tcase_add_test(tc, test_parallel_processes);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("reader faults", {.name = "faults",
+                          .timeout = 600,
+                          .tests = {flips_under_verify_always, shard_deleted_mid_run,
+                                    open_close_cycles_leak_nothing, parallel_processes}})

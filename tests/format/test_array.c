@@ -148,7 +148,7 @@ static void write_dataset(const char *dir, uint64_t n, int zstd, uint64_t per)
     ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
 }
 
-START_TEST(test_round_trip)
+START_TEST(round_trip)
 {
     char dir[TU_PATH];
     for (int zstd = 0; zstd < 2; zstd++) {
@@ -177,7 +177,7 @@ END_TEST
 
 /* One per-record dim is inferred from the size; the bytes do not depend on
  * whether dims were given. Same records, same bytes. */
-START_TEST(test_inferred_dims_and_determinism)
+START_TEST(inferred_dims_and_determinism)
 {
     char dir[TU_PATH], a[TU_PATH + 16], b[TU_PATH + 16];
     tu_scratch(dir, sizeof dir, "array-det");
@@ -213,7 +213,7 @@ END_TEST
 
 /* Each refusal names the record and field, and the writer goes on as if the
  * refused record had never been offered. */
-START_TEST(test_writer_refusals)
+START_TEST(writer_refusals)
 {
     char dir[TU_PATH], path[TU_PATH + 16];
     tu_scratch(dir, sizeof dir, "array-refuse");
@@ -297,7 +297,7 @@ static void note(void *user, const stk_shard *sh, uint64_t record, int field, in
 }
 
 /* A damaged shape, offset or JPEG byte is reported at the record and field. */
-START_TEST(test_corruption_named)
+START_TEST(corruption_named)
 {
     char dir[TU_PATH], path[TU_PATH + 16], bad[TU_PATH + 16];
     tu_scratch(dir, sizeof dir, "array-corrupt");
@@ -362,7 +362,7 @@ END_TEST
 
 /* 1.2 features in a file that says 1.1 are malformed; the manifest says
  * [1, 2] and gives per-record dims as null. */
-START_TEST(test_version_and_manifest)
+START_TEST(version_and_manifest)
 {
     char dir[TU_PATH], path[TU_PATH + 32];
     tu_scratch(dir, sizeof dir, "array-version");
@@ -412,7 +412,7 @@ START_TEST(test_version_and_manifest)
 }
 END_TEST
 
-START_TEST(test_schema_rules)
+START_TEST(schema_rules)
 {
     stk_schema s;
     stk_error e;
@@ -442,7 +442,7 @@ START_TEST(test_schema_rules)
 END_TEST
 
 /* Every dtype: values of 0..n elements come back bit for bit. */
-START_TEST(test_every_dtype)
+START_TEST(every_dtype)
 {
     char dir[TU_PATH], path[TU_PATH + 16];
     tu_scratch(dir, sizeof dir, "array-dtypes");
@@ -485,17 +485,6 @@ START_TEST(test_every_dtype)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("array");
-    TCase *tc = tcase_create("array");
-    tcase_add_test(tc, test_schema_rules);
-    tcase_add_test(tc, test_round_trip);
-    tcase_add_test(tc, test_inferred_dims_and_determinism);
-    tcase_add_test(tc, test_writer_refusals);
-    tcase_add_test(tc, test_corruption_named);
-    tcase_add_test(tc, test_version_and_manifest);
-    tcase_add_test(tc, test_every_dtype);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("array", {.name = "array",
+                  .tests = {schema_rules, round_trip, inferred_dims_and_determinism, writer_refusals,
+                            corruption_named, version_and_manifest, every_dtype}})

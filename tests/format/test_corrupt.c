@@ -168,7 +168,8 @@ static const header_case CASES[] = {
     {"dtype of bytes", DESC(2, D_DTYPE), 1, SET, STK_DT_I8, STK_E_FORMAT,
      "bytes field 'text' must have dtype u8"},
     {"codec", DESC(0, D_CODEC), 1, SET, 3, STK_E_UNSUPPORTED, "field 'image' uses codec 3"},
-    {"codec jpeg on a tensor", DESC(0, D_CODEC), 1, SET, STK_CODEC_JPEG, STK_E_FORMAT, "codec jpeg needs an array field"},
+    {"codec jpeg on a tensor", DESC(0, D_CODEC), 1, SET, STK_CODEC_JPEG, STK_E_FORMAT,
+     "codec jpeg needs an array field"},
     {"zstd in a 1.0 file", DESC(0, D_CODEC), 1, SET, 1, STK_E_FORMAT,
      "codec zstd needs format 1.1, the file says 1.0"},
     {"codec of bytes", DESC(2, D_CODEC), 1, SET, 200, STK_E_UNSUPPORTED, "field 'text' uses codec 200"},
@@ -413,7 +414,8 @@ START_TEST(newer_minor_header_past_first_read)
     tu_write(path, b, len + delta);
     stk_error e;
     for (int from_file = 0; from_file < 2; from_file++) {
-        stk_shard *sh = from_file ? stk_shard_open(path, &e) : stk_shard_open_memory(b, len + delta, NAME, &e);
+        stk_shard *sh =
+            from_file ? stk_shard_open(path, &e) : stk_shard_open_memory(b, len + delta, NAME, &e);
         ck_assert_msg(sh != NULL, "%s", e.msg);
         unsigned major, minor;
         stk_shard_version(sh, &major, &minor);
@@ -776,28 +778,10 @@ START_TEST(flip_every_byte)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("corrupt");
-    TCase *tc = tcase_create("header");
-    tcase_add_test(tc, header_fields_rehashed);
-    tcase_add_test(tc, header_fields_not_rehashed);
-    tcase_add_test(tc, version_from_file);
-    tcase_add_test(tc, newer_minor_larger_header);
-    tcase_add_test(tc, newer_minor_header_past_first_read);
-    tcase_add_test(tc, header_names);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("footer_and_offsets");
-    tcase_add_test(tc, footer_damage);
-    tcase_add_test(tc, offsets_column);
-    tcase_add_test(tc, padding_per_gap);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("truncation");
-    tcase_add_test(tc, truncated_memory_every_length);
-    tcase_add_test(tc, truncated_file_sampled);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("flips");
-    tcase_add_test(tc, flip_every_byte);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("corrupt",
+        {.name = "header",
+         .tests = {header_fields_rehashed, header_fields_not_rehashed, version_from_file,
+                   newer_minor_larger_header, newer_minor_header_past_first_read, header_names}},
+        {.name = "footer_and_offsets", .tests = {footer_damage, offsets_column, padding_per_gap}},
+        {.name = "truncation", .tests = {truncated_memory_every_length, truncated_file_sampled}},
+        {.name = "flips", .tests = {flip_every_byte}})

@@ -1017,38 +1017,16 @@ START_TEST(merge_parts)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("dataset");
-    TCase *tc = tcase_create("writer");
-    tcase_add_test(tc, deterministic_records_per_shard);
-    tcase_add_test(tc, shard_bytes_rotation);
-    tcase_add_test(tc, shard_bytes_exact_limit);
-    tcase_add_test(tc, dataset_writer_refusals);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("crash_safety");
-    tcase_add_test(tc, writer_abort_leaves_nothing);
-    tcase_add_test(tc, writer_finish_failure_cleans_up);
-    tcase_add_test(tc, dataset_abort_leaves_no_manifest);
-    tcase_add_test(tc, existing_dataset_refused_unless_force);
-    tcase_add_test(tc, resume_gives_the_uninterrupted_bytes);
-    tcase_add_test(tc, resume_refuses_a_bad_shard);
-    tcase_add_test(tc, merge_parts);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("reader");
-    tcase_add_test(tc, open_locate_value);
-    tcase_add_test(tc, locate_across_empty_shards);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("golden");
-    tcase_add_test(tc, worked_example);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("tampering");
-    tcase_add_test(tc, missing_shard);
-    tcase_add_test(tc, swapped_paths);
-    tcase_add_test(tc, wrong_counts_and_sizes);
-    tcase_add_test(tc, replaced_shard);
-    tcase_add_test(tc, schema_disagrees);
-    tcase_add_test(tc, damaged_shard);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("dataset",
+        {.name = "writer",
+         .tests = {deterministic_records_per_shard, shard_bytes_rotation, shard_bytes_exact_limit,
+                   dataset_writer_refusals}},
+        {.name = "crash_safety",
+         .tests = {writer_abort_leaves_nothing, writer_finish_failure_cleans_up,
+                   dataset_abort_leaves_no_manifest, existing_dataset_refused_unless_force,
+                   resume_gives_the_uninterrupted_bytes, resume_refuses_a_bad_shard, merge_parts}},
+        {.name = "reader", .tests = {open_locate_value, locate_across_empty_shards}},
+        {.name = "golden", .tests = {worked_example}},
+        {.name = "tampering",
+         .tests = {missing_shard, swapped_paths, wrong_counts_and_sizes, replaced_shard, schema_disagrees,
+                   damaged_shard}})

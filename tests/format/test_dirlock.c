@@ -293,17 +293,7 @@ START_TEST(dataset_writer_holds_its_directory)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("dirlock");
-    TCase *tc = tcase_create("dirlock");
-    tcase_add_test(tc, whole_refuses_whole);
-    tcase_add_test(tc, parts_share_the_directory);
-    tcase_add_test(tc, many_parts_named_in_one_line);
-    tcase_add_test(tc, bad_arguments);
-    tcase_add_test(tc, another_process_is_refused);
-    tcase_add_test(tc, killed_holder_is_stale);
-    tcase_add_test(tc, dataset_writer_holds_its_directory);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("dirlock", {.name = "dirlock",
+                    .tests = {whole_refuses_whole, parts_share_the_directory, many_parts_named_in_one_line,
+                              bad_arguments, another_process_is_refused, killed_holder_is_stale,
+                              dataset_writer_holds_its_directory}})

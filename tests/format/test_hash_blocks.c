@@ -318,18 +318,7 @@ START_TEST(random_splits)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("hash_blocks");
-    TCase *t = tcase_create("core");
-    tcase_add_test(t, value_hash_and_sums);
-    tcase_add_test(t, other_lengths_hash_plainly);
-    tcase_add_test(t, file_hash_any_split);
-    tcase_add_test(t, file_hash_like_a_shard);
-    tcase_add_test(t, sums_are_used_on_boundaries_only);
-    tcase_add_test(t, every_length_to_4_blocks);
-    tcase_add_test(t, block_multiples_to_mibs);
-    tcase_add_test(t, random_splits);
-    suite_add_tcase(s, t);
-    return tu_run(s);
-}
+TU_MAIN("hash_blocks", {.name = "core",
+                        .tests = {value_hash_and_sums, other_lengths_hash_plainly, file_hash_any_split,
+                                  file_hash_like_a_shard, sums_are_used_on_boundaries_only,
+                                  every_length_to_4_blocks, block_multiples_to_mibs, random_splits}})

@@ -657,29 +657,11 @@ START_TEST(commit_and_load)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("manifest");
-    TCase *tc = tcase_create("serialise");
-    tcase_add_test(tc, round_trip);
-    tcase_add_test(tc, serialised_form);
-    tcase_add_test(tc, minimal);
-    tcase_add_test(tc, fingerprint_coverage);
-    tcase_add_test(tc, fingerprint_of_nothing);
-    tcase_add_test(tc, to_json_refusals);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("tampering");
-    tcase_add_test(tc, unsafe_paths);
-    tcase_add_test(tc, counts_and_fingerprint);
-    tcase_add_test(tc, duplicates);
-    tcase_add_test(tc, unknown_keys);
-    tcase_add_test(tc, versions);
-    tcase_add_test(tc, wrong_types);
-    tcase_add_test(tc, invalid_json);
-    tcase_add_test(tc, truncated_json);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("files");
-    tcase_add_test(tc, commit_and_load);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("manifest",
+        {.name = "serialise",
+         .tests = {round_trip, serialised_form, minimal, fingerprint_coverage, fingerprint_of_nothing,
+                   to_json_refusals}},
+        {.name = "tampering",
+         .tests = {unsafe_paths, counts_and_fingerprint, duplicates, unknown_keys, versions, wrong_types,
+                   invalid_json, truncated_json}},
+        {.name = "files", .tests = {commit_and_load}})

@@ -330,31 +330,10 @@ START_TEST(dataset_dir_of_paths)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("schema");
-    TCase *tc = tcase_create("dtype");
-    tcase_add_test(tc, dtype_table);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("schema");
-    tcase_add_test(tc, schema_build_and_query);
-    tcase_add_test(tc, schema_equal);
-    tcase_add_test(tc, schema_add_refusals);
-    tcase_add_test(tc, schema_field_limit);
-    tcase_add_test(tc, schema_validate_rules);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("errors");
-    tcase_add_test(tc, status_names);
-    tcase_add_test(tc, null_error_pointer);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("hash");
-    tcase_add_test(tc, hash_known_value);
-    tcase_add_test(tc, hash_matches_reference);
-    tcase_add_test(tc, hash_streaming_agrees);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("paths");
-    tcase_add_test(tc, path_rules);
-    tcase_add_test(tc, dataset_dir_of_paths);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("schema", {.name = "dtype", .tests = {dtype_table}},
+        {.name = "schema",
+         .tests = {schema_build_and_query, schema_equal, schema_add_refusals, schema_field_limit,
+                   schema_validate_rules}},
+        {.name = "errors", .tests = {status_names, null_error_pointer}},
+        {.name = "hash", .tests = {hash_known_value, hash_matches_reference, hash_streaming_agrees}},
+        {.name = "paths", .tests = {path_rules, dataset_dir_of_paths}})

@@ -473,21 +473,8 @@ START_TEST(open_refusals)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("shard");
-    TCase *tc = tcase_create("round_trip");
-    tcase_add_test(tc, every_dtype);
-    tcase_add_test(tc, bytes_first);
-    tcase_add_test(tc, bytes_only_and_empty);
-    tcase_add_test(tc, zero_records);
-    tcase_add_test(tc, max_fields);
-    tcase_add_test(tc, large_streamed_field);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("api");
-    tcase_add_test(tc, writer_refusals);
-    tcase_add_test(tc, reader_bounds);
-    tcase_add_test(tc, open_refusals);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("shard",
+        {.name = "round_trip",
+         .tests = {every_dtype, bytes_first, bytes_only_and_empty, zero_records, max_fields,
+                   large_streamed_field}},
+        {.name = "api", .tests = {writer_refusals, reader_bounds, open_refusals}})

@@ -464,18 +464,9 @@ START_TEST(failing_disk_gives_everything_back)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("stream");
-    TCase *t = tcase_create("stream");
-    tcase_set_timeout(t, 300);
-    tcase_add_test(t, lent_and_copied_give_the_same_bytes);
-    tcase_add_test(t, buffered_file_system);
-    tcase_add_test(t, unaligned_values_are_copied_at_once);
-    tcase_add_test(t, abort_gives_everything_back);
-    tcase_add_test(t, given_checksum_is_stored_as_given);
-    tcase_add_test(t, block_sums_make_the_file_hash);
-    tcase_add_test(t, failing_disk_gives_everything_back);
-    suite_add_tcase(s, t);
-    return tu_run(s);
-}
+TU_MAIN("stream", {.name = "stream",
+                   .timeout = 300,
+                   .tests = {lent_and_copied_give_the_same_bytes, buffered_file_system,
+                             unaligned_values_are_copied_at_once, abort_gives_everything_back,
+                             given_checksum_is_stored_as_given, block_sums_make_the_file_hash,
+                             failing_disk_gives_everything_back}})

@@ -112,7 +112,7 @@ static void check_shard(const stk_shard *sh, uint64_t n)
     ck_assert_int_eq(stk_shard_verify_index(sh, 0, NULL), 0);
 }
 
-START_TEST(test_round_trip_every_block_size)
+START_TEST(round_trip_every_block_size)
 {
     char dir[TU_PATH], path[TU_PATH + 32];
     tu_scratch(dir, sizeof dir, "zstd-rt");
@@ -137,7 +137,7 @@ START_TEST(test_round_trip_every_block_size)
 END_TEST
 
 /* The same records give the same bytes (compression is per block, fixed level). */
-START_TEST(test_deterministic_and_smaller)
+START_TEST(deterministic_and_smaller)
 {
     char dir[TU_PATH], a[TU_PATH], b[TU_PATH];
     tu_scratch(dir, sizeof dir, "zstd-det");
@@ -168,7 +168,7 @@ END_TEST
 
 /* A corrupt frame is reported once, naming the field, block and records; a
  * frame that decompresses but to other bytes fails the record checksums. */
-START_TEST(test_corrupt_block_is_named)
+START_TEST(corrupt_block_is_named)
 {
     char dir[TU_PATH], path[TU_PATH];
     tu_scratch(dir, sizeof dir, "zstd-bad");
@@ -206,7 +206,7 @@ START_TEST(test_corrupt_block_is_named)
 }
 END_TEST
 
-START_TEST(test_versions_and_refusals)
+START_TEST(versions_and_refusals)
 {
     char dir[TU_PATH], path[TU_PATH];
     tu_scratch(dir, sizeof dir, "zstd-ver");
@@ -239,7 +239,7 @@ START_TEST(test_versions_and_refusals)
 END_TEST
 
 /* A dataset with compressed fields: manifest [1, 1] and "zstd", read back. */
-START_TEST(test_dataset_manifest)
+START_TEST(dataset_manifest)
 {
     char dir[TU_PATH];
     tu_scratch(dir, sizeof dir, "zstd-ds");
@@ -277,16 +277,7 @@ START_TEST(test_dataset_manifest)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("zstd");
-    TCase *tc = tcase_create("zstd");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_round_trip_every_block_size);
-    tcase_add_test(tc, test_deterministic_and_smaller);
-    tcase_add_test(tc, test_corrupt_block_is_named);
-    tcase_add_test(tc, test_versions_and_refusals);
-    tcase_add_test(tc, test_dataset_manifest);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("zstd", {.name = "zstd",
+                 .timeout = 120,
+                 .tests = {round_trip_every_block_size, deterministic_and_smaller, corrupt_block_is_named,
+                           versions_and_refusals, dataset_manifest}})

@@ -12,6 +12,7 @@
  * its shape, the tensor base pointers and the
  * whole-file hash; returned pointers are read to their full length so that
  * ASan sees any pointer that leaves the input. Must never crash. */
+#define STOKER_ADVANCED_API /* the compressed fields' blocks, stk_shard_value_at */
 #include "stoker/format.h"
 
 #include <stdint.h>

@@ -32,7 +32,7 @@ static void CUDART_CB dawdle(void *arg)
     nanosleep(&ts, NULL);
 }
 
-START_TEST(test_batches_on_device)
+START_TEST(batches_on_device)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "cuda-batches", 300, 70);
@@ -124,7 +124,7 @@ static void read_all(const char *dir, int device, const stk_transform *t, uint8_
     stk_reader_close(r);
 }
 
-START_TEST(test_transform_matches_host)
+START_TEST(transform_matches_host)
 {
     char dir[TU_PATH];
     make_images(dir, sizeof dir);
@@ -146,7 +146,7 @@ START_TEST(test_transform_matches_host)
 }
 END_TEST
 
-START_TEST(test_close_with_uploads_queued)
+START_TEST(close_with_uploads_queued)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "cuda-close", 400, 100);
@@ -176,12 +176,10 @@ int main(void)
         printf("test_cuda: skipped: %s\n", why.msg);
         return 77;
     }
-    Suite *s = suite_create("cuda");
-    TCase *tc = tcase_create("cuda");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_batches_on_device);
-    tcase_add_test(tc, test_transform_matches_host);
-    tcase_add_test(tc, test_close_with_uploads_queued);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const tu_case cases[] = {
+        {.name = "cuda",
+         .timeout = 300,
+         .tests = {batches_on_device, transform_matches_host, close_with_uploads_queued}},
+    };
+    return tu_run_table("cuda", cases, sizeof cases / sizeof *cases);
 }

@@ -1341,29 +1341,12 @@ START_TEST(keep_jpeg_resume)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("pack_cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, help_version_and_rawgen);
-    tcase_add_test(tc, variants_packed_broken_skipped);
-    tcase_add_test(tc, bad_input_does_not_poison_next);
-    tcase_add_test(tc, pixels_match_reference);
-    tcase_add_test(tc, resample_space_rgb_and_ycc);
-    tcase_add_test(tc, threads_give_identical_bytes);
-    tcase_add_test(tc, stats_add_up);
-    tcase_add_test(tc, kill_and_resume_gives_same_bytes);
-    tcase_add_test(tc, resume_restarts_when_a_skipped_input_decodes);
-    tcase_add_test(tc, parts_merge_equals_plain_pack);
-    tcase_add_test(tc, exit_codes_and_refusals);
-    tcase_add_test(tc, one_writer_per_outdir);
-    tcase_add_test(tc, list_file_inputs);
-    tcase_add_test(tc, disk_full_fails_cleanly);
-    tcase_add_test(tc, review_refusals);
-    tcase_add_test(tc, keep_aspect_raw_and_jpeg);
-    tcase_add_test(tc, original_bytes_kept_bit_exact);
-    tcase_add_test(tc, keep_jpeg_resume);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("pack_cli", {.name = "cli",
+                     .timeout = 300,
+                     .tests = {help_version_and_rawgen, variants_packed_broken_skipped,
+                               bad_input_does_not_poison_next, pixels_match_reference,
+                               resample_space_rgb_and_ycc, threads_give_identical_bytes, stats_add_up,
+                               kill_and_resume_gives_same_bytes, resume_restarts_when_a_skipped_input_decodes,
+                               parts_merge_equals_plain_pack, exit_codes_and_refusals, one_writer_per_outdir,
+                               list_file_inputs, disk_full_fails_cleanly, review_refusals,
+                               keep_aspect_raw_and_jpeg, original_bytes_kept_bit_exact, keep_jpeg_resume}})

@@ -326,19 +326,8 @@ START_TEST(bad_arguments_refused)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("pipeline");
-    TCase *tc = tcase_create("pipeline");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, in_order_and_intact);
-    tcase_add_test(tc, consumer_stop_ends_the_run);
-    tcase_add_test(tc, stats_add_up);
-    tcase_add_test(tc, consumer_stop_at_the_edges);
-    tcase_add_test(tc, nothing_to_do);
-    tcase_add_test(tc, worker_init_failure);
-    tcase_add_test(tc, prefetch_announces_each_item_once);
-    tcase_add_test(tc, bad_arguments_refused);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("pipeline", {.name = "pipeline",
+                     .timeout = 120,
+                     .tests = {in_order_and_intact, consumer_stop_ends_the_run, stats_add_up,
+                               consumer_stop_at_the_edges, nothing_to_do, worker_init_failure,
+                               prefetch_announces_each_item_once, bad_arguments_refused}})

@@ -66,7 +66,7 @@ static void check_record(const stk_batch *b, uint32_t j, int all_fields)
     for (uint64_t k = 0; k < nt; k++) ck_assert_int_eq(t[k], (int32_t)(i * 100 + k));
 }
 
-START_TEST(test_every_order_and_thread_count)
+START_TEST(every_order_and_thread_count)
 {
     char dir[TU_PATH];
     int zstd = _i;
@@ -103,12 +103,5 @@ START_TEST(test_every_order_and_thread_count)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("array_read");
-    TCase *tc = tcase_create("array_read");
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_every_order_and_thread_count, 0, 2);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("array_read",
+        {.name = "array_read", .timeout = 120, .loop = 2, .loop_tests = {every_order_and_thread_count}})

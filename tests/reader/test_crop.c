@@ -133,7 +133,7 @@ static void compare(int32_t H, int32_t W, float smin, float smax, float rmin, fl
     free(a.scale), free(a.logr), free(a.pos), free(r.scale), free(r.logr), free(r.pos);
 }
 
-START_TEST(test_boxes_match_torchvision)
+START_TEST(boxes_match_torchvision)
 {
     compare(256, 256, 0.08f, 1.0f, 3.0f / 4, 4.0f / 3); /* the square pack stores today */
     compare(375, 500, 0.08f, 1.0f, 3.0f / 4, 4.0f / 3); /* landscape at its own aspect */
@@ -147,7 +147,7 @@ END_TEST
 /* The fallback rounds as Python does, half to even: with the ratio at most
  * 1.5, a 9 x 3 image keeps h = 3 and w = round(4.5) = 4 (not 5), a 21 x 7
  * one w = round(10.5) = 10. A scale over 1 fails every attempt. */
-START_TEST(test_fallback_rounding)
+START_TEST(fallback_rounding)
 {
     stk_transform t;
     stk_transform_imagenet(&t, 1, 224);
@@ -167,13 +167,4 @@ START_TEST(test_fallback_rounding)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("crop");
-    TCase *tc = tcase_create("boxes");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_boxes_match_torchvision);
-    tcase_add_test(tc, test_fallback_rounding);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("crop", {.name = "boxes", .timeout = 120, .tests = {boxes_match_torchvision, fallback_rounding}})

@@ -89,7 +89,7 @@ static void queue_check(stk_host_stream *s, const stk_batch *b, unsigned delay_u
 /* Random consumer delays, several epochs, orders and ring sizes: every batch
  * arrives in order, and its device buffer still holds it when the consumer
  * finally reads it. */
-START_TEST(test_batches_intact_under_random_delays)
+START_TEST(batches_intact_under_random_delays)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "delays", 150, 40);
@@ -142,7 +142,7 @@ static void gate_wait(void *arg)
     pthread_mutex_unlock(&g->mu);
 }
 
-START_TEST(test_buffer_not_reused_before_release_event)
+START_TEST(buffer_not_reused_before_release_event)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "gate", 96, 96);
@@ -187,7 +187,7 @@ END_TEST
 /* seek (and restore) release the batch the caller holds: its device buffer
  * must survive until the caller's stream has passed that point, even though
  * the ring refills at once. */
-START_TEST(test_seek_releases_held_batch_on_stream)
+START_TEST(seek_releases_held_batch_on_stream)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "seek-held", 64, 64);
@@ -227,7 +227,7 @@ static void slow(void *arg)
     sleep_us(20000);
 }
 
-START_TEST(test_shutdown_mid_copy)
+START_TEST(shutdown_mid_copy)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "shutdown", 200, 50);
@@ -369,14 +369,14 @@ static void run_transform(int crop, int dtype, int layout, uint32_t oh, uint32_t
     stk_reader_close(r);
 }
 
-START_TEST(test_transform_center_crop)
+START_TEST(transform_center_crop)
 {
     run_transform(STK_CROP_CENTER, STK_DT_F32, STK_IMAGE_NCHW, 16, 16, 0);
     run_transform(STK_CROP_CENTER, STK_DT_F32, STK_IMAGE_NHWC, 20, 30, 0.5f);
 }
 END_TEST
 
-START_TEST(test_transform_random_resized)
+START_TEST(transform_random_resized)
 {
     run_transform(STK_CROP_RANDOM_RESIZED, STK_DT_F32, STK_IMAGE_NCHW, 12, 12, 0.5f);
     run_transform(STK_CROP_RANDOM_RESIZED, STK_DT_F16, STK_IMAGE_NHWC, 9, 14, 0.5f);
@@ -389,7 +389,7 @@ END_TEST
 
 /* RandomResizedCrop's box statistics: areas within the scale range and
  * aspect ratios within the ratio range (or the central fallback). */
-START_TEST(test_random_resized_boxes)
+START_TEST(random_resized_boxes)
 {
     stk_transform t;
     stk_transform_imagenet(&t, 1, 224);
@@ -415,7 +415,7 @@ START_TEST(test_random_resized_boxes)
 }
 END_TEST
 
-START_TEST(test_transform_options_refused)
+START_TEST(transform_options_refused)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "xopts", 20, 20);
@@ -440,11 +440,11 @@ END_TEST
 
 /* Without a GPU (these machines), CUDA is refused with the reason, or falls
  * back as asked. */
-START_TEST(test_cuda_unavailable_falls_back)
+START_TEST(cuda_unavailable_falls_back)
 {
     stk_error why;
     if (stk_cuda_available(&why)) {
-        printf("test_cuda_unavailable_falls_back: skipped: a CUDA device is present (tests/gpu covers it)\n");
+        printf("cuda_unavailable_falls_back: skipped: a CUDA device is present (tests/gpu covers it)\n");
         return;
     }
     ck_assert_int_eq(why.code, STK_E_UNSUPPORTED);
@@ -488,20 +488,10 @@ START_TEST(test_cuda_unavailable_falls_back)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("device upload");
-    TCase *tc = tcase_create("device");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_batches_intact_under_random_delays);
-    tcase_add_test(tc, test_buffer_not_reused_before_release_event);
-    tcase_add_test(tc, test_seek_releases_held_batch_on_stream);
-    tcase_add_test(tc, test_shutdown_mid_copy);
-    tcase_add_test(tc, test_transform_center_crop);
-    tcase_add_test(tc, test_transform_random_resized);
-    tcase_add_test(tc, test_random_resized_boxes);
-    tcase_add_test(tc, test_transform_options_refused);
-    tcase_add_test(tc, test_cuda_unavailable_falls_back);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("device upload",
+        {.name = "device",
+         .timeout = 300,
+         .tests = {batches_intact_under_random_delays, buffer_not_reused_before_release_event,
+                   seek_releases_held_batch_on_stream, shutdown_mid_copy, transform_center_crop,
+                   transform_random_resized, random_resized_boxes, transform_options_refused,
+                   cuda_unavailable_falls_back}})

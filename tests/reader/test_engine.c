@@ -45,7 +45,7 @@ static void check_batch(const stk_batch *b)
 
 /* Sequential batches inside one shard point into the map; those that span
  * shards are gathered into a slot and still hold the right bytes. */
-START_TEST(test_zero_copy_points_into_map)
+START_TEST(zero_copy_points_into_map)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "zc", 100, 30); /* shards of 30: batches of 10 fit, of 20 span */
@@ -80,7 +80,7 @@ START_TEST(test_zero_copy_points_into_map)
 }
 END_TEST
 
-START_TEST(test_shuffle_gathers_right_bytes)
+START_TEST(shuffle_gathers_right_bytes)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "gather", 203, 17);
@@ -105,7 +105,7 @@ START_TEST(test_shuffle_gathers_right_bytes)
 }
 END_TEST
 
-START_TEST(test_stats_sane)
+START_TEST(stats_sane)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "stats", 96, 32);
@@ -171,7 +171,7 @@ static void corrupt_record(const char *dir, uint64_t rec, char *shard_path, size
     free(file);
 }
 
-START_TEST(test_checksum_error_names_shard_and_record)
+START_TEST(checksum_error_names_shard_and_record)
 {
     char dir[TU_PATH], shard[TU_PATH];
     make(dir, sizeof dir, "cksum", 60, 20);
@@ -200,7 +200,7 @@ START_TEST(test_checksum_error_names_shard_and_record)
 }
 END_TEST
 
-START_TEST(test_verify_once_hashes_each_record_once)
+START_TEST(verify_once_hashes_each_record_once)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "once", 50, 20);
@@ -223,7 +223,7 @@ END_TEST
 /* A shard truncated in place under a live reader: an error, never SIGBUS.
  * One worker and one prefetched batch keep the workers in shard 0 until the
  * consumer moves on, so nothing touches the cut pages before the check. */
-START_TEST(test_truncated_shard_is_an_error)
+START_TEST(truncated_shard_is_an_error)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "trunc", 60, 20);
@@ -242,7 +242,7 @@ START_TEST(test_truncated_shard_is_an_error)
 END_TEST
 
 /* A shard replaced by rename keeps being read from the old mapping. */
-START_TEST(test_replaced_shard_keeps_old_mapping)
+START_TEST(replaced_shard_keeps_old_mapping)
 {
     char dir[TU_PATH], other[TU_PATH];
     make(dir, sizeof dir, "replace", 40, 20);
@@ -265,7 +265,7 @@ START_TEST(test_replaced_shard_keeps_old_mapping)
 }
 END_TEST
 
-START_TEST(test_memory_budget_and_bad_options)
+START_TEST(memory_budget_and_bad_options)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "opts", 30, 10);
@@ -315,7 +315,7 @@ END_TEST
 
 /* Field selection: only what was asked, in schema order, and the slot holds
  * only those bytes. */
-START_TEST(test_field_selection)
+START_TEST(field_selection)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "fields", 30, 10);
@@ -339,7 +339,7 @@ START_TEST(test_field_selection)
 END_TEST
 
 /* Seek and close while workers are busy with many slots in flight. */
-START_TEST(test_seek_and_close_under_load)
+START_TEST(seek_and_close_under_load)
 {
     char dir[TU_PATH];
     make(dir, sizeof dir, "load", 500, 64);
@@ -367,7 +367,7 @@ START_TEST(test_seek_and_close_under_load)
 }
 END_TEST
 
-START_TEST(test_state_text_rejects_junk)
+START_TEST(state_text_rejects_junk)
 {
     static const char *const bad[] = {
         "",
@@ -423,7 +423,7 @@ END_TEST
 
 /* Compressed image and text fields: every order, several thread counts and
  * verify always; the bytes equal the records, nothing is zero-copy. */
-START_TEST(test_compressed_fields)
+START_TEST(compressed_fields)
 {
     char dir[TU_PATH];
     tu_scratch(dir, sizeof dir, "zstd-read");
@@ -466,23 +466,11 @@ START_TEST(test_compressed_fields)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("reader engine");
-    TCase *tc = tcase_create("engine");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_zero_copy_points_into_map);
-    tcase_add_test(tc, test_shuffle_gathers_right_bytes);
-    tcase_add_test(tc, test_stats_sane);
-    tcase_add_test(tc, test_checksum_error_names_shard_and_record);
-    tcase_add_test(tc, test_verify_once_hashes_each_record_once);
-    tcase_add_test(tc, test_truncated_shard_is_an_error);
-    tcase_add_test(tc, test_replaced_shard_keeps_old_mapping);
-    tcase_add_test(tc, test_memory_budget_and_bad_options);
-    tcase_add_test(tc, test_field_selection);
-    tcase_add_test(tc, test_seek_and_close_under_load);
-    tcase_add_test(tc, test_state_text_rejects_junk);
-    tcase_add_test(tc, test_compressed_fields);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("reader engine",
+        {.name = "engine",
+         .timeout = 120,
+         .tests = {zero_copy_points_into_map, shuffle_gathers_right_bytes, stats_sane,
+                   checksum_error_names_shard_and_record, verify_once_hashes_each_record_once,
+                   truncated_shard_is_an_error, replaced_shard_keeps_old_mapping,
+                   memory_budget_and_bad_options, field_selection, seek_and_close_under_load,
+                   state_text_rejects_junk, compressed_fields}})

@@ -129,7 +129,7 @@ static int have_uring(void)
     return known;
 }
 
-START_TEST(test_same_batches)
+START_TEST(same_batches)
 {
     const char *engine = ENGINES[_i];
     if (_i == 0 && !have_uring()) return;
@@ -172,7 +172,7 @@ START_TEST(test_same_batches)
 END_TEST
 
 /* One field at a time too: aligned alone (no bounce), unaligned alone. */
-START_TEST(test_field_selection)
+START_TEST(field_selection)
 {
     static const char *const sel[] = {"image", "odd", "x,odd", "text,image"};
     for (unsigned i = 0; i < 4; i++) {
@@ -192,7 +192,7 @@ START_TEST(test_field_selection)
 }
 END_TEST
 
-START_TEST(test_faults_retried)
+START_TEST(faults_retried)
 {
     const char *engine = ENGINES[_i];
     if (_i == 0 && !have_uring()) return;
@@ -215,7 +215,7 @@ START_TEST(test_faults_retried)
 END_TEST
 
 /* A read failing with EIO on record 5 of shard 1 (dataset record 25). */
-START_TEST(test_read_error_names_record)
+START_TEST(read_error_names_record)
 {
     const char *engine = ENGINES[_i];
     if (_i == 0 && !have_uring()) return;
@@ -242,7 +242,7 @@ END_TEST
 
 /* The same in quasi order, where blocks are read whole: the block's read
  * fails, and every batch that needs one of its records says so. */
-START_TEST(test_quasi_block_read_error)
+START_TEST(quasi_block_read_error)
 {
     const char *engine = ENGINES[_i];
     if (_i == 0 && !have_uring()) return;
@@ -264,7 +264,7 @@ START_TEST(test_quasi_block_read_error)
 }
 END_TEST
 
-START_TEST(test_truncated_shard)
+START_TEST(truncated_shard)
 {
     char dir[TU_PATH], path[TU_PATH];
     make_dataset(dir, sizeof dir, "trunc", 0);
@@ -288,7 +288,7 @@ END_TEST
 
 /* A shard replaced by rename after the dataset was opened: the reader reads
  * the file the dataset opened (through its mapping), not the new one. */
-START_TEST(test_replaced_shard)
+START_TEST(replaced_shard)
 {
     char dir[TU_PATH], other[TU_PATH], path[TU_PATH], tmp[TU_PATH];
     make_dataset(dir, sizeof dir, "replaced", 0);
@@ -316,7 +316,7 @@ START_TEST(test_replaced_shard)
 }
 END_TEST
 
-START_TEST(test_resume)
+START_TEST(resume)
 {
     stk_reader_options o = tu_reader_options(10, STK_ORDER_QUASI);
     o.quasi_block_bytes = 3 * (8 + IMG + ODD + 16);
@@ -340,7 +340,7 @@ END_TEST
 
 /* A compressed field is read through the block cache; the plain ones of
  * the same dataset directly. */
-START_TEST(test_compressed)
+START_TEST(compressed)
 {
     char dir[TU_PATH];
     make_dataset(dir, sizeof dir, "zstd", 1);
@@ -390,7 +390,7 @@ START_TEST(test_compressed)
 END_TEST
 
 /* A compressed block whose read fails names the shard and its records. */
-START_TEST(test_compressed_read_error)
+START_TEST(compressed_read_error)
 {
     char dir[TU_PATH];
     make_dataset(dir, sizeof dir, "zstd_eio", 1);
@@ -412,11 +412,12 @@ END_TEST
 
 /* auto's rule on its own (the reader feeds it /proc/meminfo and a mincore
  * sample, which a test cannot set): a machine of 24 GB with 22 GB available. */
-START_TEST(test_auto_rule)
+START_TEST(auto_rule)
 {
     const uint64_t G = 1000000000ull, ram = 24 * G, avail = 22 * G;
     char why[STK_ERROR_MSG_MAX];
-#define RULE(bytes, hit, probed, huge) stk__io_auto_rule(bytes, ram, avail, hit, probed, huge, why, sizeof why)
+#define RULE(bytes, hit, probed, huge) \
+  stk__io_auto_rule(bytes, ram, avail, hit, probed, huge, why, sizeof why)
     /* cold, within half of the available memory, maps advised huge pages:
      * the page cache keeps it for the next epochs */
     ck_assert_int_eq(RULE(8 * G, 1, 64, 1), STK_IO_MMAP);
@@ -427,12 +428,13 @@ START_TEST(test_auto_rule)
     ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)"), "%s", why);
     /* cold, maps not advised: direct past a quarter, the map below it */
     ck_assert_int_eq(RULE(5500000001ull, 0, 64, 0), STK_IO_DIRECT);
-    ck_assert_msg(strstr(why, "than a quarter of available memory (22.0 GB), and their maps are not advised"), "%s",
-                  why);
+    ck_assert_msg(strstr(why, "than a quarter of available memory (22.0 GB), and their maps are not advised"),
+                  "%s", why);
     ck_assert_int_eq(RULE(5500000000ull, 0, 64, 0), STK_IO_MMAP);
     ck_assert_int_eq(RULE(11 * G + 1, 0, 64, 0), STK_IO_DIRECT); /* past half: said so, advice or not */
-    ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)") && !strstr(why, "not advised"), "%s",
-                  why);
+    ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)") &&
+                      !strstr(why, "not advised"),
+                  "%s", why);
     /* the same bytes resident (half the sample or more): mmap */
     ck_assert_int_eq(RULE(11 * G + 1, 32, 64, 0), STK_IO_MMAP);
     ck_assert_msg(strstr(why, "32 of 64 sampled pages resident) fit in memory"), "%s", why);
@@ -451,7 +453,7 @@ START_TEST(test_auto_rule)
 }
 END_TEST
 
-START_TEST(test_auto_and_options)
+START_TEST(auto_and_options)
 {
     stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
     stk_reader *r = tu_open_reader(plain_ds(), &o);
@@ -505,7 +507,7 @@ START_TEST(test_auto_and_options)
 END_TEST
 
 /* The bounce area of unaligned fields counts in the memory budget. */
-START_TEST(test_memory_budget)
+START_TEST(memory_budget)
 {
     stk_reader_options o = tu_reader_options(16, STK_ORDER_SHUFFLE);
     o.fields = "odd";
@@ -568,7 +570,7 @@ static const char *big_ds(void)
     return dir;
 }
 
-START_TEST(test_quasi_large_records)
+START_TEST(quasi_large_records)
 {
     const char *dir = big_ds();
     stk_reader_options o = tu_reader_options(5, STK_ORDER_QUASI);
@@ -585,7 +587,8 @@ START_TEST(test_quasi_large_records)
         stk_reader_io_stats_get(got, &st);
         ck_assert_int_eq(st.io, STK_IO_DIRECT);
         if (blocks) {
-            ck_assert_msg(st.quasi_blocks > 0 && strstr(st.reason, "quasi blocks read whole"), "%s", st.reason);
+            ck_assert_msg(st.quasi_blocks > 0 && strstr(st.reason, "quasi blocks read whole"), "%s",
+                          st.reason);
         } else {
             ck_assert_msg(st.quasi_blocks == 0 &&
                               strstr(st.reason, "quasi records read one by one (the smallest value read "
@@ -604,7 +607,7 @@ END_TEST
  * copied from the map or out of quasi blocks (the direct path's records land
  * in place: it must not mind the setting); a bad STOKER_COPY is refused by
  * name. */
-START_TEST(test_streaming_copies)
+START_TEST(streaming_copies)
 {
     const char *dir = big_ds();
     static const int orders[] = {STK_ORDER_SHUFFLE, STK_ORDER_QUASI};
@@ -677,7 +680,7 @@ static const char *huge_ds(void)
  * memory (io_plan.c), shards of 2 MiB and more only, says so in the
  * statistics and reads the same batches; STOKER_MAP_HUGE=0 leaves the maps
  * as they are, a bad value is refused. */
-START_TEST(test_map_huge)
+START_TEST(map_huge)
 {
     int thp = tu_thp_available();
     stk_reader_options o = tu_reader_options(5, STK_ORDER_SHUFFLE);
@@ -724,33 +727,16 @@ END_TEST
  * to its defaults, so that one failure does not become the next test's. */
 static void reset_env(void)
 {
-    static const char *const vars[] = {"STOKER_IO",          "STOKER_IO_ENGINE", "STOKER_IO_FAULT",
-                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",     "STOKER_MAP_HUGE"};
+    static const char *const vars[] = {"STOKER_IO",           "STOKER_IO_ENGINE", "STOKER_IO_FAULT",
+                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",      "STOKER_MAP_HUGE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
-int main(void)
-{
-    Suite *s = suite_create("io");
-    TCase *tc = tcase_create("io");
-    tcase_set_timeout(tc, 300);
-    tcase_add_checked_fixture(tc, NULL, reset_env);
-    tcase_add_loop_test(tc, test_same_batches, 0, 2);
-    tcase_add_test(tc, test_field_selection);
-    tcase_add_loop_test(tc, test_faults_retried, 0, 2);
-    tcase_add_loop_test(tc, test_read_error_names_record, 0, 2);
-    tcase_add_loop_test(tc, test_quasi_block_read_error, 0, 2);
-    tcase_add_test(tc, test_quasi_large_records);
-    tcase_add_test(tc, test_streaming_copies);
-    tcase_add_test(tc, test_map_huge);
-    tcase_add_test(tc, test_truncated_shard);
-    tcase_add_test(tc, test_replaced_shard);
-    tcase_add_test(tc, test_resume);
-    tcase_add_test(tc, test_compressed);
-    tcase_add_test(tc, test_compressed_read_error);
-    tcase_add_test(tc, test_auto_rule);
-    tcase_add_test(tc, test_auto_and_options);
-    tcase_add_test(tc, test_memory_budget);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("io", {.name = "io",
+               .timeout = 300,
+               .teardown = reset_env,
+               .loop = 2,
+               .loop_tests = {same_batches, faults_retried, read_error_names_record, quasi_block_read_error},
+               .tests = {field_selection, quasi_large_records, streaming_copies, map_huge, truncated_shard,
+                         replaced_shard, resume, compressed, compressed_read_error, auto_rule,
+                         auto_and_options, memory_budget}})

@@ -153,7 +153,7 @@ static void run_reader(const char *dir, int crop, int order, unsigned threads, u
     stk_reader_close(r);
 }
 
-START_TEST(test_crops_match_reference)
+START_TEST(crops_match_reference)
 {
     int jpeg = _i;
     char dir[TU_PATH];
@@ -196,7 +196,7 @@ END_TEST
 /* The host backend normalises the workers' crops, and without a device the
  * workers do: f32 NCHW = u8 / 255 either way; a square field without a
  * device goes through the workers too. */
-START_TEST(test_normalised_crops)
+START_TEST(normalised_crops)
 {
     int device = _i ? STK_DEVICE_NONE : STK_DEVICE_HOST;
     char dir[TU_PATH];
@@ -244,13 +244,14 @@ END_TEST
  * count is no multiple of the SIMD step (or exactly one: 2 x 4, where the
  * loads must stop at the last byte; ASan sees them), a destination off the
  * alignment the non-temporal stores want. */
-START_TEST(test_normalise_exact)
+START_TEST(normalise_exact)
 {
     static const uint32_t sizes[][2] = {{20, 20}, {7, 3}, {224, 224}, {5, 17}, {1, 1}, {2, 4}, {3, 3}};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
         for (int layout = 0; layout < 2; layout++)
             for (size_t skew = 0; skew < 2; skew++) {
-                stk__xform_job j = {.C = 3, .out_h = sizes[si][0], .out_w = sizes[si][1], .dtype = STK_DT_F32};
+                stk__xform_job j = {
+                    .C = 3, .out_h = sizes[si][0], .out_w = sizes[si][1], .dtype = STK_DT_F32};
                 j.layout = layout ? STK_IMAGE_NHWC : STK_IMAGE_NCHW;
                 const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
                 for (int c = 0; c < 3; c++) j.mean[c] = mean[c], j.inv_std[c] = 1.0f / sd[c];
@@ -264,18 +265,20 @@ START_TEST(test_normalise_exact)
                 for (size_t p = 0; p < n; p++)
                     for (int c = 0; c < 3; c++) {
                         float x = (float)hwc[p * 3 + c];
-                        volatile float scale = j.inv_std[c] * (1.0f / 255.0f), shift = -j.mean[c] * j.inv_std[c];
+                        volatile float scale = j.inv_std[c] * (1.0f / 255.0f),
+                                       shift = -j.mean[c] * j.inv_std[c];
                         float want = fmaf(x, scale, shift);
                         volatile float v = x * (1.0f / 255.0f);
                         v = v - j.mean[c];
                         float unfused = v * j.inv_std[c];
                         size_t at = layout ? p * 3 + c : c * n + p;
                         ck_assert_msg(memcmp(&out[at], &want, 4) == 0,
-                                      "%ux%u %s skew %zu: pixel %zu channel %d: %a, want %a", j.out_h, j.out_w,
-                                      layout ? "NHWC" : "NCHW", skew, p, c, (double)out[at], (double)want);
-                        ck_assert_msg(fabsf(out[at] - unfused) <= 8 * FLT_EPSILON * fmaxf(fabsf(unfused), 1.0f),
-                                      "pixel %zu channel %d: %a, unfused %a", p, c, (double)out[at],
-                                      (double)unfused);
+                                      "%ux%u %s skew %zu: pixel %zu channel %d: %a, want %a", j.out_h,
+                                      j.out_w, layout ? "NHWC" : "NCHW", skew, p, c, (double)out[at],
+                                      (double)want);
+                        ck_assert_msg(
+                            fabsf(out[at] - unfused) <= 8 * FLT_EPSILON * fmaxf(fabsf(unfused), 1.0f),
+                            "pixel %zu channel %d: %a, unfused %a", p, c, (double)out[at], (double)unfused);
                     }
                 /* the host reference over the whole image, no resampling: the same bytes */
                 float *ref = malloc(n * 3 * sizeof(float));
@@ -284,8 +287,9 @@ START_TEST(test_normalise_exact)
                 stk__xform_job hj = j;
                 hj.src = hwc, hj.dst = ref, hj.boxes = &box, hj.n = 1, hj.H = j.out_h, hj.W = j.out_w;
                 stk__xform_host(&hj);
-                ck_assert_msg(memcmp(ref, out, n * 3 * sizeof(float)) == 0, "%ux%u %s: the host backend differs",
-                              j.out_h, j.out_w, layout ? "NHWC" : "NCHW");
+                ck_assert_msg(memcmp(ref, out, n * 3 * sizeof(float)) == 0,
+                              "%ux%u %s: the host backend differs", j.out_h, j.out_w,
+                              layout ? "NHWC" : "NCHW");
                 free(ref);
                 free(buf);
                 free(hwc);
@@ -293,7 +297,7 @@ START_TEST(test_normalise_exact)
 }
 END_TEST
 
-START_TEST(test_refusals)
+START_TEST(refusals)
 {
     char dir[TU_PATH];
     tu_scratch(dir, sizeof dir, "lc-refuse");
@@ -333,7 +337,7 @@ END_TEST
 
 /* A square u8 [H, W, 3] field without a device: cropped on the workers, as
  * an array field of the same images would be. */
-START_TEST(test_square_field_on_workers)
+START_TEST(square_field_on_workers)
 {
     char dir[TU_PATH], sq[TU_PATH];
     tu_scratch(dir, sizeof dir, "lc-sq-array");
@@ -395,16 +399,8 @@ START_TEST(test_square_field_on_workers)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("load_crop");
-    TCase *tc = tcase_create("load_crop");
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_crops_match_reference, 0, 2);
-    tcase_add_loop_test(tc, test_normalised_crops, 0, 2);
-    tcase_add_test(tc, test_square_field_on_workers);
-    tcase_add_test(tc, test_normalise_exact);
-    tcase_add_test(tc, test_refusals);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("load_crop", {.name = "load_crop",
+                      .timeout = 300,
+                      .loop = 2,
+                      .loop_tests = {crops_match_reference, normalised_crops},
+                      .tests = {square_field_on_workers, normalise_exact, refusals}})

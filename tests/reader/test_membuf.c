@@ -13,7 +13,7 @@ enum { PAD = 192, MAXLEN = 4096 + 300 };
 
 /* dst and src offsets 0..63 against every 64-byte line position, lengths
  * around the 128-byte blocks and the 64-byte head. */
-START_TEST(test_stream_copy_bytes)
+START_TEST(stream_copy_bytes)
 {
     static uint8_t src[MAXLEN + 2 * PAD], dst[MAXLEN + 2 * PAD], want[MAXLEN + 2 * PAD];
     tu_fill(src, sizeof src, 11);
@@ -27,14 +27,14 @@ START_TEST(test_stream_copy_bytes)
                 memcpy(want + PAD + doff, src + PAD + so, n);
                 stk__copy_stream(dst + PAD + doff, src + PAD + so, n);
                 stk__copy_fence();
-                ck_assert_msg(!memcmp(dst, want, sizeof dst), "length %zu, source +%u, destination +%u", n, so,
-                              doff);
+                ck_assert_msg(!memcmp(dst, want, sizeof dst), "length %zu, source +%u, destination +%u", n,
+                              so, doff);
             }
 }
 END_TEST
 
 /* A large buffer (huge-page aligned) copied whole, as a slot's record is. */
-START_TEST(test_stream_copy_large)
+START_TEST(stream_copy_large)
 {
     const size_t n = (size_t)3 << 20;
     uint8_t *a = stk__buf_alloc(n + 64), *b = stk__buf_alloc(n + 64);
@@ -53,12 +53,4 @@ START_TEST(test_stream_copy_large)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("membuf");
-    TCase *tc = tcase_create("membuf");
-    tcase_add_test(tc, test_stream_copy_bytes);
-    tcase_add_test(tc, test_stream_copy_large);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("membuf", {.name = "membuf", .tests = {stream_copy_bytes, stream_copy_large}})

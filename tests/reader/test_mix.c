@@ -71,7 +71,8 @@ START_TEST(counts_follow_the_spec)
                             src(10, STK__MIX_WEIGHT, 0.1, 0)};
     ck_assert_int_eq(stk__mix_counts(w, 3, 0, c, &E, &e), STK_OK); /* 160 by 0.7/0.2/0.1: 112, 32, 16 */
     ck_assert(E == 160 && c[0] == 112 && c[1] == 32 && c[2] == 16);
-    ck_assert_int_eq(stk__mix_counts(w, 3, 7, c, &E, &e), STK_OK); /* 4.9, 1.4, 0.7: 4, 1, 0 + 2 by remainder */
+    ck_assert_int_eq(stk__mix_counts(w, 3, 7, c, &E, &e),
+                     STK_OK); /* 4.9, 1.4, 0.7: 4, 1, 0 + 2 by remainder */
     ck_assert(E == 7 && c[0] == 5 && c[1] == 1 && c[2] == 1);
     stk__mix_source r[3] = {src(100, STK__MIX_REPEAT, 0.5, 0), src(7, STK__MIX_REPEAT, 2.5, 0),
                             src(9, STK__MIX_CHOOSE, 20, 0)};
@@ -146,15 +147,7 @@ START_TEST(partial_sources_cover_the_dataset_over_epochs)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("mix");
-    TCase *tc = tcase_create("mix");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, interleave_matches_the_reference);
-    tcase_add_test(tc, counts_follow_the_spec);
-    tcase_add_test(tc, source_records_match_the_reference);
-    tcase_add_test(tc, partial_sources_cover_the_dataset_over_epochs);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("mix", {.name = "mix",
+                .timeout = 120,
+                .tests = {interleave_matches_the_reference, counts_follow_the_spec,
+                          source_records_match_the_reference, partial_sources_cover_the_dataset_over_epochs}})

@@ -41,7 +41,8 @@ static void make_pool(void)
         stk_dataset *ds = stk_dataset_open(d->dir, &e);
         ck_assert_msg(ds != NULL, "%s", e.msg);
         uint64_t total = 0;
-        for (size_t s = 0; s < stk_dataset_nshards(ds); s++) total += stk_shard_file_size(stk_dataset_shard(ds, s));
+        for (size_t s = 0; s < stk_dataset_nshards(ds); s++)
+            total += stk_shard_file_size(stk_dataset_shard(ds, s));
         d->avg = total / d->n;
         stk_dataset_close(ds);
     }
@@ -79,7 +80,7 @@ static void random_case(mix_case *m, uint64_t *x)
         m->src[s].path = d->dir;
         m->src[s].order = (int)((y >> 10) % 4) - 1; /* -1: the reader's */
         int kind = weighted ? STK_MIX_WEIGHT : (y >> 14) % 2 ? STK_MIX_REPEAT : STK_MIX_CHOOSE;
-        double v = kind == STK_MIX_WEIGHT ? 0.1 + (double)((y >> 20) % 90) / 10
+        double v = kind == STK_MIX_WEIGHT   ? 0.1 + (double)((y >> 20) % 90) / 10
                    : kind == STK_MIX_REPEAT ? (double)((y >> 20) % 26) / 10 /* 0 .. 2.5 */
                                             : (double)((y >> 20) % (2 * d->n + 1));
         if (s == 0 && kind != STK_MIX_WEIGHT && v == 0) v = 1; /* some epoch */
@@ -87,7 +88,8 @@ static void random_case(mix_case *m, uint64_t *x)
         m->src[s].value = v;
         int order = m->src[s].order < 0 ? m->order : m->src[s].order;
         uint64_t K = m->qbb / d->avg ? m->qbb / d->avg : 1;
-        m->ref[s] = (ref_source){d->n, kind, v, order, order == REF_QUASI ? K : 0, order == REF_QUASI ? 4 : 0};
+        m->ref[s] =
+            (ref_source){d->n, kind, v, order, order == REF_QUASI ? K : 0, order == REF_QUASI ? 4 : 0};
     }
 }
 
@@ -155,11 +157,12 @@ static void check_case(const mix_case *m, int trial)
                 ck_assert_uint_eq(b->size, k);
                 ck_assert_ptr_nonnull(b->sources);
                 for (uint32_t i = 0; i < k; i++) {
-                    ck_assert_msg(b->records[i] == want[i] && b->sources[i] == wsrc[i],
-                                  "trial %d (S %u, order %d, tail %d, B %u, world %u) rank %u epoch %llu batch %llu "
-                                  "[%u]: record %llu of source %u, want %llu of %llu",
-                                  trial, m->S, m->order, m->tail, m->B, m->world, rank, U(ep), U(j), i,
-                                  U(b->records[i]), b->sources[i], U(want[i]), U(wsrc[i]));
+                    ck_assert_msg(
+                        b->records[i] == want[i] && b->sources[i] == wsrc[i],
+                        "trial %d (S %u, order %d, tail %d, B %u, world %u) rank %u epoch %llu batch %llu "
+                        "[%u]: record %llu of source %u, want %llu of %llu",
+                        trial, m->S, m->order, m->tail, m->B, m->world, rank, U(ep), U(j), i,
+                        U(b->records[i]), b->sources[i], U(want[i]), U(wsrc[i]));
                     uint32_t s = b->sources[i];
                     ck_assert_uint_eq(b->source_records[i], b->records[i] - base_of(m, s));
                     ck_assert_uint_lt(b->source_records[i], m->d[s]->n);
@@ -192,7 +195,8 @@ START_TEST(stream_matches_the_reference)
         mix_case m;
         random_case(&m, &x);
         uint64_t c[MAXS];
-        if (!ref_mix_counts(m.ref, m.S, m.epoch_size, c)) continue; /* an empty epoch: refused, tested below */
+        if (!ref_mix_counts(m.ref, m.S, m.epoch_size, c))
+            continue; /* an empty epoch: refused, tested below */
         check_case(&m, trial);
     }
 }
@@ -234,7 +238,8 @@ START_TEST(one_dataset_twice_is_mapped_once)
     ck_assert_uint_eq(stk_dataset_nshards(ds), 2 * na + nb);
     for (size_t k = 0; k < na; k++) {
         ck_assert_ptr_eq(stk_dataset_shard(ds, k), stk_dataset_shard(ds, na + nb + k));
-        for (size_t j = 0; j < nb; j++) ck_assert_ptr_ne(stk_dataset_shard(ds, k), stk_dataset_shard(ds, na + j));
+        for (size_t j = 0; j < nb; j++)
+            ck_assert_ptr_ne(stk_dataset_shard(ds, k), stk_dataset_shard(ds, na + j));
     }
     stk_dataset_close(a);
     stk_dataset_close(b);
@@ -282,8 +287,8 @@ START_TEST(counts_and_proportions)
             for (uint32_t i = 0; i < b->size; i++) {
                 uint32_t s = b->sources[i];
                 in[s]++;
-                ck_assert_msg(!seen[s][b->source_records[i]]++, "epoch %llu: source %u record %llu twice", U(ep),
-                              s, U(b->source_records[i]));
+                ck_assert_msg(!seen[s][b->source_records[i]]++, "epoch %llu: source %u record %llu twice",
+                              U(ep), s, U(b->source_records[i]));
             }
             for (uint32_t s = 0; s < 3; s++) { /* a prefix is within (S + 1) / 2: a batch within S + 1 */
                 ck_assert_msg(fabs((double)in[s] - (double)b->size * (double)c[s] / (double)E) <= 4.0,
@@ -376,8 +381,7 @@ START_TEST(resume_into_another_world_size)
     ck_assert_msg(stk_reader_restore_text(r, text, strlen(text), 0, &e) == STK_OK, "%s", e.msg);
     take(r, 30, got, 8);
     for (uint64_t j = 0; j < 30; j++)
-        for (uint32_t i = 0; i < 8; i++)
-            ck_assert_uint_eq(got[j * 8 + i], want[i / 4][j * 4 + i % 4]);
+        for (uint32_t i = 0; i < 8; i++) ck_assert_uint_eq(got[j * 8 + i], want[i / 4][j * 4 + i % 4]);
     /* seek (set_epoch) lands where reading there would: batch 3 of epoch 1 */
     ck_assert_int_eq(stk_reader_seek(r, 1, 3, &e), STK_OK);
     uint64_t after[4 * 8];
@@ -420,7 +424,8 @@ START_TEST(restore_refuses_another_mixture)
     ck_assert_int_eq(stk_reader_restore(r, &st, &e), STK_E_ARG);
     tu_assert_error(&e, STK_E_ARG, "another mixture");
     /* re-weighted: the same position of the new mixture */
-    ck_assert_msg(stk_reader_restore_text(r, text, strlen(text), STK_RESTORE_REWEIGHT, &e) == STK_OK, "%s", e.msg);
+    ck_assert_msg(stk_reader_restore_text(r, text, strlen(text), STK_RESTORE_REWEIGHT, &e) == STK_OK, "%s",
+                  e.msg);
     uint64_t e2, b2;
     stk_reader_position(r, &e2, &b2);
     ck_assert(e2 == ep && b2 == bt);
@@ -557,17 +562,8 @@ START_TEST(sources_must_agree_on_the_fields)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("mix_reader");
-    TCase *tc = tcase_create("mix_reader");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, stream_matches_the_reference);
-    tcase_add_test(tc, one_dataset_twice_is_mapped_once);
-    tcase_add_test(tc, counts_and_proportions);
-    tcase_add_test(tc, resume_into_another_world_size);
-    tcase_add_test(tc, restore_refuses_another_mixture);
-    tcase_add_test(tc, sources_must_agree_on_the_fields);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("mix_reader", {.name = "mix_reader",
+                       .timeout = 300,
+                       .tests = {stream_matches_the_reference, one_dataset_twice_is_mapped_once,
+                                 counts_and_proportions, resume_into_another_world_size,
+                                 restore_refuses_another_mixture, sources_must_agree_on_the_fields}})

@@ -1237,28 +1237,11 @@ START_TEST(tail_auto_by_world_size)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("orders");
-    TCase *tc = tcase_create("orders");
-    tcase_set_timeout(tc, 1200);
-    tcase_add_test(tc, order_record_matches_reference);
-    tcase_add_test(tc, reader_batches_match_reference);
-    tcase_add_test(tc, endless_stream_and_release);
-    tcase_add_test(tc, sequential_zero_copy);
-    tcase_add_test(tc, pad_wraps_beyond_one_epoch);
-    tcase_add_test(tc, quasi_defaults);
-    tcase_add_test(tc, ranks_cover_the_epoch);
-    tcase_add_test(tc, drop_smaller_than_global_batch);
-    tcase_add_test(tc, bad_options_refused);
-    tcase_add_test(tc, elastic_same_global_batches);
-    tcase_add_test(tc, resume_equals_uninterrupted);
-    tcase_add_test(tc, restore_refuses_other_streams);
-    tcase_add_test(tc, state_json);
-    tcase_add_test(tc, seek_equals_reading_there);
-    tcase_add_test(tc, field_selection);
-    tcase_add_test(tc, rank_and_world_from_environment);
-    tcase_add_test(tc, tail_auto_by_world_size);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("orders", {.name = "orders",
+                   .timeout = 1200,
+                   .tests = {order_record_matches_reference, reader_batches_match_reference,
+                             endless_stream_and_release, sequential_zero_copy, pad_wraps_beyond_one_epoch,
+                             quasi_defaults, ranks_cover_the_epoch, drop_smaller_than_global_batch,
+                             bad_options_refused, elastic_same_global_batches, resume_equals_uninterrupted,
+                             restore_refuses_other_streams, state_json, seek_equals_reading_there,
+                             field_selection, rank_and_world_from_environment, tail_auto_by_world_size}})

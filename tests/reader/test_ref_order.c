@@ -159,16 +159,8 @@ START_TEST(rank_slices_tile_the_stream)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("ref_order");
-    TCase *tc = tcase_create("ref");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, mix64_is_splitmix_finaliser);
-    tcase_add_test(tc, perm_is_bijection_with_inverse);
-    tcase_add_test(tc, quasi_formula_equals_construction);
-    tcase_add_test(tc, quasi_degenerate_cases);
-    tcase_add_test(tc, rank_slices_tile_the_stream);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("ref_order",
+        {.name = "ref",
+         .timeout = 600,
+         .tests = {mix64_is_splitmix_finaliser, perm_is_bijection_with_inverse,
+                   quasi_formula_equals_construction, quasi_degenerate_cases, rank_slices_tile_the_stream}})

@@ -302,3 +302,19 @@ int tu_run(Suite *s)
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+int tu_run_table(const char *name, const tu_case *cases, size_t n)
+{
+    Suite *s = suite_create(name);
+    for (size_t i = 0; i < n; i++) {
+        const tu_case *c = &cases[i];
+        TCase *tc = tcase_create(c->name);
+        if (c->timeout > 0) tcase_set_timeout(tc, c->timeout);
+        if (c->setup || c->teardown) tcase_add_checked_fixture(tc, c->setup, c->teardown);
+        for (size_t t = 0; t < TU_TESTS_MAX && c->loop_tests[t]; t++)
+            tcase_add_loop_test(tc, c->loop_tests[t], 0, c->loop > 0 ? c->loop : 1);
+        for (size_t t = 0; t < TU_TESTS_MAX && c->tests[t]; t++) tcase_add_test(tc, c->tests[t]);
+        suite_add_tcase(s, tc);
+    }
+    return tu_run(s);
+}

@@ -2,8 +2,8 @@
  * tests/support/testutil.h - the test-helper library (stoker_testutil) seen
  * from a black-box test: scratch directories, whole-file I/O, a standard
  * schema with deterministic records, opening a reader, and the one Check
- * runner. Only the public headers come with it; a test that needs the
- * library's internals (header surgery, layouts, the hasher) includes
+ * runner (TU_MAIN). Only the public headers come with it; a test that needs
+ * the library's internals (header surgery, layouts, the hasher) includes
  * testutil_internal.h instead and says WHITEBOX in its CMakeLists.txt.
  * Running the tools from a test: cli_util.h.
  *
@@ -106,8 +106,34 @@ stk_reader *tu_open_reader(const char *dir, const stk_reader_options *o);
 
 /* ---------------------------------------------------------------- main */
 
+/* One Check test case of a test file's suite table: its name (what
+ * CK_RUN_CASE selects), its tests in the order they run, its timeout in
+ * seconds (0: Check's default, or CK_DEFAULT_TIMEOUT), a checked fixture run
+ * around each of its tests, and loop tests, which run first, each with
+ * _i = 0 .. loop-1 (at least once). */
+#define TU_TESTS_MAX 32
+typedef struct {
+    const char *name;
+    const TTest *tests[TU_TESTS_MAX];
+    double timeout;
+    SFun setup, teardown;
+    int loop;
+    const TTest *loop_tests[TU_TESTS_MAX];
+} tu_case;
+
 /* Run every test of the suite (CK_VERBOSITY in the environment picks the
  * output, CK_FORK whether each test forks); exit status for main(). */
 int tu_run(Suite *s);
+/* Build suite `name` from a table of test cases, in table order, and
+ * tu_run it. */
+int tu_run_table(const char *name, const tu_case *cases, size_t n);
+/* A test file's main: TU_MAIN("suite", {.name = "case", .tests = {a, b}}, ...)
+ * runs suite "suite" of the test cases given (tu_case initialisers). */
+#define TU_MAIN(suite, ...)                                                        \
+  int main(void)                                                                   \
+  {                                                                                \
+    const tu_case tu_cases_[] = {__VA_ARGS__};                                     \
+    return tu_run_table((suite), tu_cases_, sizeof tu_cases_ / sizeof *tu_cases_); \
+  }
 
 #endif

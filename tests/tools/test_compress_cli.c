@@ -44,7 +44,7 @@ static uint64_t same_records(const char *a, const char *b)
     return n;
 }
 
-START_TEST(test_pack_compress)
+START_TEST(pack_compress)
 {
     tu_cli_setup();
     ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 120 --classes 3 --min-side 40 --max-side 80 raw", tu_tools), 0);
@@ -67,7 +67,7 @@ START_TEST(test_pack_compress)
 }
 END_TEST
 
-START_TEST(test_shardcheck_names_block)
+START_TEST(shardcheck_names_block)
 {
     tu_cli_setup();
     ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 200 --size 16 --captions --compress zstd:1 --block-size 2K "
@@ -95,13 +95,5 @@ START_TEST(test_shardcheck_names_block)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("compressed fields cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_pack_compress);
-    tcase_add_test(tc, test_shardcheck_names_block);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("compressed fields cli",
+        {.name = "cli", .timeout = 300, .tests = {pack_compress, shardcheck_names_block}})

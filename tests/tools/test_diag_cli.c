@@ -115,7 +115,7 @@ static void check_sheet(const char *file, double tol)
     json_decref(j);
 }
 
-START_TEST(test_contact_sheet_png_exact)
+START_TEST(contact_sheet_png_exact)
 {
     tu_cli_setup();
     make_dataset();
@@ -125,7 +125,7 @@ START_TEST(test_contact_sheet_png_exact)
 }
 END_TEST
 
-START_TEST(test_contact_sheet_jpeg_and_random)
+START_TEST(contact_sheet_jpeg_and_random)
 {
     tu_cli_setup();
     make_dataset();
@@ -153,7 +153,7 @@ END_TEST
 /* Images of their own shape (format 1.2 array field): shardinfo's shape
  * statistics, shardview at each image's own size, shardcheck naming a
  * record whose stored shape was damaged. */
-START_TEST(test_variable_shapes)
+START_TEST(variable_shapes)
 {
     tu_cli_setup();
     ck_assert_int_eq(
@@ -213,7 +213,7 @@ START_TEST(test_variable_shapes)
 }
 END_TEST
 
-START_TEST(test_shardinfo_json)
+START_TEST(shardinfo_json)
 {
     tu_cli_setup();
     make_dataset();
@@ -236,7 +236,7 @@ START_TEST(test_shardinfo_json)
 }
 END_TEST
 
-START_TEST(test_sweep_csv_and_json)
+START_TEST(sweep_csv_and_json)
 {
     tu_cli_setup();
     make_dataset();
@@ -274,7 +274,7 @@ START_TEST(test_sweep_csv_and_json)
 END_TEST
 
 /* The read path as sweep axes: io depth applies to direct points only. */
-START_TEST(test_sweep_io_axes)
+START_TEST(sweep_io_axes)
 {
     tu_cli_setup();
     make_dataset();
@@ -300,17 +300,7 @@ START_TEST(test_sweep_io_axes)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("diagnostics cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_contact_sheet_png_exact);
-    tcase_add_test(tc, test_contact_sheet_jpeg_and_random);
-    tcase_add_test(tc, test_shardinfo_json);
-    tcase_add_test(tc, test_variable_shapes);
-    tcase_add_test(tc, test_sweep_csv_and_json);
-    tcase_add_test(tc, test_sweep_io_axes);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("diagnostics cli", {.name = "cli",
+                            .timeout = 120,
+                            .tests = {contact_sheet_png_exact, contact_sheet_jpeg_and_random, shardinfo_json,
+                                      variable_shapes, sweep_csv_and_json, sweep_io_axes}})

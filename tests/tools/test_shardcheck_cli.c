@@ -232,19 +232,9 @@ START_TEST(shardgen_is_reproducible)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("shardcheck_cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, help_version_usage);
-    tcase_add_test(tc, clean_dataset_and_json);
-    tcase_add_test(tc, byte_flips_name_the_record);
-    tcase_add_test(tc, quick_is_structure_only);
-    tcase_add_test(tc, manifest_tampering);
-    tcase_add_test(tc, threads_give_the_same_report);
-    tcase_add_test(tc, capped_report_does_not_depend_on_threads);
-    tcase_add_test(tc, shardgen_is_reproducible);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("shardcheck_cli",
+        {.name = "cli",
+         .timeout = 240,
+         .tests = {help_version_usage, clean_dataset_and_json, byte_flips_name_the_record,
+                   quick_is_structure_only, manifest_tampering, threads_give_the_same_report,
+                   capped_report_does_not_depend_on_threads, shardgen_is_reproducible}})

@@ -39,7 +39,7 @@ static void expect_joined(const char *a, const char *b, const char *w)
     ck_assert(*a == 0 && *b == 0);
 }
 
-START_TEST(test_dump_order_format)
+START_TEST(dump_order_format)
 {
     tu_cli_setup();
     make_dataset();
@@ -62,7 +62,7 @@ END_TEST
 /* Stop after 7 batches in one process, continue in another: the same lines
  * as one uninterrupted run; and continued by two ranks of half the batch,
  * whose lines side by side are the same global batches. */
-START_TEST(test_resume_across_processes)
+START_TEST(resume_across_processes)
 {
     tu_cli_setup();
     make_dataset();
@@ -100,7 +100,7 @@ START_TEST(test_resume_across_processes)
 }
 END_TEST
 
-START_TEST(test_json_and_quasi_quality)
+START_TEST(json_and_quasi_quality)
 {
     tu_cli_setup();
     make_dataset();
@@ -125,7 +125,7 @@ START_TEST(test_json_and_quasi_quality)
 }
 END_TEST
 
-START_TEST(test_exit_codes)
+START_TEST(exit_codes)
 {
     tu_cli_setup();
     make_dataset();
@@ -156,7 +156,7 @@ END_TEST
  * rank of the whole batch or two of half: the same global batches as one
  * run; the JSON names the sources; a changed weight is refused unless
  * --reweight; a mistyped spec and a JSON file's errors are usage errors. */
-START_TEST(test_mix_resume_and_errors)
+START_TEST(mix_resume_and_errors)
 {
     tu_cli_setup();
     make_dataset();
@@ -222,16 +222,7 @@ START_TEST(test_mix_resume_and_errors)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("shardread cli");
-    TCase *tc = tcase_create("cli");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dump_order_format);
-    tcase_add_test(tc, test_resume_across_processes);
-    tcase_add_test(tc, test_json_and_quasi_quality);
-    tcase_add_test(tc, test_exit_codes);
-    tcase_add_test(tc, test_mix_resume_and_errors);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("shardread cli", {.name = "cli",
+                          .timeout = 120,
+                          .tests = {dump_order_format, resume_across_processes, json_and_quasi_quality,
+                                    exit_codes, mix_resume_and_errors}})

@@ -14,10 +14,11 @@
  *
  * The header reads top down in the order a user needs it: versions, errors,
  * schema, writing a dataset, writing one shard, reading a shard, the
- * manifest, checksums. The last section, fenced by STOKER_ADVANCED_API, is
- * for pack, the tools and bindings (the streaming writer's lent buffers and
- * block sums, shard naming): define STOKER_ADVANCED_API before including this
- * header to see it. Its calls are exported like the rest.
+ * manifest, datasets by record index, checksums. The last section, fenced by
+ * STOKER_ADVANCED_API, is for pack, the tools and bindings (the streaming
+ * writer's lent buffers and block sums, compressed fields' blocks, shard
+ * naming): define STOKER_ADVANCED_API before including this header to see
+ * it. Its calls are exported like the rest.
  *
  * ABI: option structs the caller allocates and the library reads
  * (stk_dataset_options here, stk_reader_options and stk_transform in
@@ -205,17 +206,19 @@ typedef struct stk_dataset_writer stk_dataset_writer;
  * defaults, so `stk_dataset_options o = {0};` (or stk_dataset_options_init)
  * followed by setting fields is the way to fill it. Grows at the end only
  * (see "ABI" at the top). */
+/* clang-format off */
 typedef struct {
-    uint64_t records_per_shard; /* 0: no record limit                         */
-    uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it */
+    uint64_t records_per_shard; /* 0: no record limit                                  */
+    uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it       */
     const char *prefix;         /* shard file names: PREFIX-00000.stk; "shard" if NULL */
-    int force;                  /* replace an existing dataset in the directory */
+    int force;                  /* replace an existing dataset in the directory        */
     size_t nclasses;
     const char *const *classes;
-    const char *pack_json;     /* a JSON object stored as "pack"; NULL for {} */
-    int zstd_level;            /* compressed fields: zstd level (0: 3)         */
-    uint64_t zstd_block_bytes; /* compressed fields: block size (0: 1 MiB)      */
+    const char *pack_json;      /* a JSON object stored as "pack"; NULL for {}         */
+    int zstd_level;             /* compressed fields: zstd level (0: 3)                */
+    uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)            */
 } stk_dataset_options;
+/* clang-format on */
 
 /* The exported calls behind the inline wrappers below: `size` is sizeof the
  * caller's stk_dataset_options. Bindings call these with their mirror's size. */
@@ -343,56 +346,10 @@ STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
 
 /* Value of field f of record i (tensor or bytes), bounds-checked, with the
  * variable-length offsets validated. The pointer lives until close. A
- * compressed field has no value in the map: STK_E_UNSUPPORTED (use the block
- * calls below, or the reader). */
+ * compressed field has no value in the map: STK_E_UNSUPPORTED (use the
+ * reader, or the block calls and stk_shard_value_at of the advanced section). */
 STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
                             stk_error *err);
-
-/* Compressed fields (codec STK_CODEC_ZSTD) hold their values in blocks of
- * consecutive records, each an independent zstd frame. Blocks of field f:
- * 0 for an uncompressed field. */
-STK_API uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f);
-/* The block holding record i of a compressed field. */
-STK_API int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block,
-                                 stk_error *err);
-/* Block b: its first record and record count, its size decompressed and
- * compressed. */
-STK_API int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *first,
-                                 uint64_t *count, uint64_t *raw_bytes, uint64_t *packed_bytes,
-                                 stk_error *err);
-/* Decompress block b into dst (at least raw_bytes of room). A frame that does
- * not decompress to exactly raw_bytes is STK_E_FORMAT, naming shard, field and
- * block. */
-STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
-                                 stk_error *err);
-/* Where block b's zstd frame lies in the shard's file: its byte offset and
- * packed_bytes (for readers that read the file themselves, e.g. O_DIRECT). */
-STK_API int stk_shard_block_span(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *file_off,
-                                 uint64_t *packed_bytes, stk_error *err);
-/* stk_shard_block_read from a copy of block b's frame (packed_bytes at src,
- * as stk_shard_block_span places them) instead of the map. */
-STK_API int stk_shard_block_decode(const stk_shard *sh, unsigned f, uint64_t block, const void *src,
-                                   void *dst, uint64_t cap, stk_error *err);
-/* Record i's value inside `raw`, block b decompressed by stk_shard_block_read. */
-STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw,
-                                  uint64_t i, const void **data, uint64_t *size, stk_error *err);
-
-/* Any field's value, compressed or not, for readers that go record by
- * record (tools): uncompressed values point into the map as with
- * stk_shard_value; a compressed value points into the cursor's decompressed
- * block, valid until the next call with this cursor or stk_block_cursor_free.
- * Consecutive records of one block decompress it once. Zero-initialise. */
-typedef struct {
-    const stk_shard *shard;
-    unsigned field;
-    uint64_t block;
-    uint8_t *raw;
-    uint64_t cap;
-    int valid;
-} stk_block_cursor;
-STK_API int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c,
-                               const void **data, uint64_t *size, stk_error *err);
-STK_API void stk_block_cursor_free(stk_block_cursor *c);
 
 /* The shape of record i's value of field f: ndim entries into dims (the
  * field's shape for tensors, with an array field's per-record dimensions
@@ -477,6 +434,37 @@ STK_API char *stk_dataset_dir(const char *path, stk_error *err);
  * rename, fsync the directory. Readers see the old file or the new one. */
 STK_API int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *err);
 
+/* ------------------------------------------------------ datasets by index
+ *
+ * A whole dataset mapped: every shard of a manifest, any record found in
+ * O(log shards). stk_reader_open_dataset (stoker/reader.h) reads one. */
+
+typedef struct stk_dataset stk_dataset;
+
+/* Open a dataset: `path` is its directory or its manifest.json. Reads the
+ * manifest, opens and maps every shard and checks each against the manifest
+ * (record count, size, the footer's index hash, schema): O(shards), no
+ * per-record work. Fails on the first disagreement, naming the shard. Record
+ * checksums are not verified here (see stk_shard_verify_records, or run
+ * `shardcheck`). */
+STK_API stk_dataset *stk_dataset_open(const char *path, stk_error *err);
+STK_API void stk_dataset_close(stk_dataset *ds);
+
+STK_API const stk_manifest *stk_dataset_manifest(const stk_dataset *ds);
+STK_API const stk_schema *stk_dataset_schema(const stk_dataset *ds);
+STK_API uint64_t stk_dataset_records(const stk_dataset *ds);
+STK_API size_t stk_dataset_nshards(const stk_dataset *ds);
+STK_API const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i);
+/* Global index of the first record of shard i (i == nshards gives the total). */
+STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
+
+/* Which shard holds global record `index`, and its index inside that shard. */
+STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local,
+                               stk_error *err);
+/* Field f of global record `index` (pointer into the mapping; valid until close). */
+STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data,
+                              uint64_t *size, stk_error *err);
+
 /* ---------------------------------------------------------------- hashing */
 
 /* XXH3-64 with seed 0: the checksum used everywhere in the format. Uses the
@@ -488,7 +476,7 @@ STK_API uint64_t stk_hash(const void *data, size_t len);
  *
  * For pack, the tools and bindings: the streaming shard writer that takes
  * page-aligned buffers by reference and block sums computed by the caller,
- * shard file naming, file identity. Define STOKER_ADVANCED_API to see it.
+ * shard file naming, file identity, compressed fields' blocks. Define STOKER_ADVANCED_API to see it.
  * These calls are exported and kept working like the rest, but they expose
  * how pack and the reader work inside, and change with them. */
 
@@ -520,10 +508,9 @@ typedef void (*stk_lent_done_fn)(void *ctx, const void *data);
  * one value) that it has not given back yet. It writes them in batches of a
  * few MiB, or once they have waited 20 ms, so lending from a pool of any size
  * makes progress; a pool with this much beyond the caller's own never waits
- * for the disk's batching. The size is what rides out a disk's stalls: at
- * pack's 0.5 GB/s on two cores, 64 MiB is 0.13 s of writes (a virtual disk
- * flushing its cache stalls writes for tens of milliseconds; 8 MiB idled
- * the cores, bench/README.md). */
+ * for the disk's batching. The size is what rides out a disk's stalls (a
+ * virtual disk flushing its cache stalls writes for a while) at the rate
+ * pack writes; the figures are in bench/README.md (pack). */
 #  define STK_WRITER_LENT_MAX ((uint64_t)64 << 20)
 /* A lent value is taken by reference only when its address, its size and
  * its place in the file are multiples of this (whole pages: O_DIRECT). */
@@ -600,6 +587,52 @@ STK_API int stk_shard_advise_huge(const stk_shard *sh);
  * file rather than the mapping (the reader's direct I/O). 0 where
  * stk_shard_field_base is NULL. */
 STK_API uint64_t stk_shard_field_offset(const stk_shard *sh, unsigned f);
+
+/* Compressed fields (codec STK_CODEC_ZSTD) hold their values in blocks of
+ * consecutive records, each an independent zstd frame. Blocks of field f:
+ * 0 for an uncompressed field. */
+STK_API uint64_t stk_shard_nblocks(const stk_shard *sh, unsigned f);
+/* The block holding record i of a compressed field. */
+STK_API int stk_shard_block_find(const stk_shard *sh, unsigned f, uint64_t i, uint64_t *block,
+                                 stk_error *err);
+/* Block b: its first record and record count, its size decompressed and
+ * compressed. */
+STK_API int stk_shard_block_info(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *first,
+                                 uint64_t *count, uint64_t *raw_bytes, uint64_t *packed_bytes,
+                                 stk_error *err);
+/* Decompress block b into dst (at least raw_bytes of room). A frame that does
+ * not decompress to exactly raw_bytes is STK_E_FORMAT, naming shard, field and
+ * block. */
+STK_API int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *dst, uint64_t cap,
+                                 stk_error *err);
+/* Where block b's zstd frame lies in the shard's file: its byte offset and
+ * packed_bytes (for readers that read the file themselves, e.g. O_DIRECT). */
+STK_API int stk_shard_block_span(const stk_shard *sh, unsigned f, uint64_t block, uint64_t *file_off,
+                                 uint64_t *packed_bytes, stk_error *err);
+/* stk_shard_block_read from a copy of block b's frame (packed_bytes at src,
+ * as stk_shard_block_span places them) instead of the map. */
+STK_API int stk_shard_block_decode(const stk_shard *sh, unsigned f, uint64_t block, const void *src,
+                                   void *dst, uint64_t cap, stk_error *err);
+/* Record i's value inside `raw`, block b decompressed by stk_shard_block_read. */
+STK_API int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw,
+                                  uint64_t i, const void **data, uint64_t *size, stk_error *err);
+
+/* Any field's value, compressed or not, for readers that go record by
+ * record (tools): uncompressed values point into the map as with
+ * stk_shard_value; a compressed value points into the cursor's decompressed
+ * block, valid until the next call with this cursor or stk_block_cursor_free.
+ * Consecutive records of one block decompress it once. Zero-initialise. */
+typedef struct {
+    const stk_shard *shard;
+    unsigned field;
+    uint64_t block;
+    uint8_t *raw;
+    uint64_t cap;
+    int valid;
+} stk_block_cursor;
+STK_API int stk_shard_value_at(const stk_shard *sh, unsigned f, uint64_t i, stk_block_cursor *c,
+                               const void **data, uint64_t *size, stk_error *err);
+STK_API void stk_block_cursor_free(stk_block_cursor *c);
 
 /* One writer per output directory. A writer of the whole directory
  * (part 0 of 0: a stk_dataset_writer, pack, pack --merge) holds it alone; part

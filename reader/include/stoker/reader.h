@@ -1,15 +1,16 @@
 /*
  * stoker/reader.h - libstoker, the library trainers link.
  *
- * Two layers: stk_reader streams batches from a dataset in a reproducible
- * order with prefetch threads; stk_dataset maps a whole dataset and finds any
- * record in O(log shards). The format API (stoker/format.h) is part of
- * libstoker too and is included here.
+ * stk_reader streams batches from a dataset in a reproducible order with
+ * prefetch threads. The format API (stoker/format.h: shards, manifests, and
+ * stk_dataset, which maps a whole dataset and finds any record in O(log
+ * shards)) is part of libstoker too and is included here.
  *
  * The header reads top down in the order a trainer needs it:
  *   1. the training loop: options, open, next, release, positions, save and
  *      restore, statistics, close;
- *   2. datasets by record index;
+ *   2. the dataset a reader reads (datasets by record index are in
+ *      stoker/format.h);
  *   3. the device path: upload, the image transform, host streams;
  *   4. an advanced section for bindings, tools and tests (struct sizes, the
  *      order as a pure function), fenced by STOKER_ADVANCED_API: define it
@@ -37,7 +38,6 @@
 extern "C" {
 #endif
 
-typedef struct stk_dataset stk_dataset;
 typedef struct stk_reader stk_reader;
 struct stk_transform;
 
@@ -122,128 +122,140 @@ typedef enum {
     STK_ORDER_QUASI = 2       /* shuffled blocks, mixed inside a window     */
 } stk_order;
 
+/* clang-format off */
 typedef enum {
     STK_TAIL_PAD = 0,     /* the last global batch is completed by wrapping
-                              around to the start of the epoch's order (as
-                              PyTorch's DistributedSampler pads)             */
-    STK_TAIL_DROP = 1,    /* the incomplete last global batch is dropped     */
+                             around to the start of the epoch's order (as
+                             PyTorch's DistributedSampler pads)             */
+    STK_TAIL_DROP = 1,    /* the incomplete last global batch is dropped    */
     STK_TAIL_PARTIAL = 2, /* the last global batch is short; each rank takes
-                              its slice of it, which may be short or empty:
-                              PyTorch's DataLoader default for one process   */
+                             its slice of it, which may be short or empty:
+                             PyTorch's DataLoader default for one process   */
     STK_TAIL_AUTO = 3     /* an option only, resolved at open: PAD when the
-                              world size is above 1, else PARTIAL (PyTorch's
-                              DistributedSampler vs a plain sampler).
-                              stk_reader_get_options and the state give the
-                              resolved policy                                */
+                             world size is above 1, else PARTIAL (PyTorch's
+                             DistributedSampler vs a plain sampler).
+                             stk_reader_get_options and the state give the
+                             resolved policy                                */
 } stk_tail;
+/* clang-format on */
 
+/* clang-format off */
 typedef enum {
-    STK_VERIFY_OFF = 0,   /* trust the bytes (shardcheck verified them)    */
+    STK_VERIFY_OFF = 0,   /* trust the bytes (shardcheck verified them)  */
     STK_VERIFY_ONCE = 1,  /* hash each record the first time this process
-                              reads it (one bit per record of memory)       */
-    STK_VERIFY_ALWAYS = 2 /* hash every record every time it is read       */
+                             reads it (one bit per record of memory)     */
+    STK_VERIFY_ALWAYS = 2 /* hash every record every time it is read     */
 } stk_verify;
+/* clang-format on */
 
 /* How records reach the slots (see "Storage" below). */
+/* clang-format off */
 typedef enum {
     STK_IO_AUTO = 0,  /* mmap, unless the selected fields are larger than half
-                          of RAM, or cold and larger than half of the
-                          memory available (a quarter without huge-page
-                          advice on the maps)                              */
+                         of RAM, or cold and larger than half of the
+                         memory available (a quarter without huge-page
+                         advice on the maps)                                  */
     STK_IO_MMAP = 1,  /* copy from the mapped shards (page faults, page cache;
-                          zero-copy sequential batches)                     */
+                         zero-copy sequential batches)                        */
     STK_IO_DIRECT = 2 /* read into the slots with asynchronous O_DIRECT reads,
-                          many in flight, bypassing the page cache         */
+                         many in flight, bypassing the page cache             */
 } stk_io;
+/* clang-format on */
 
 /* Caller-allocated; fill it with stk_reader_options_init, then set fields.
  * Grows at the end only (see "ABI" above). */
+/* clang-format off */
 typedef struct {
-    uint32_t batch_size; /* records per batch on this rank (>= 1)        */
-    int order;           /* stk_order                                    */
+    uint32_t batch_size;                   /* records per batch on this rank (>= 1)            */
+    int order;                             /* stk_order                                        */
     uint64_t seed;
-    int rank;                   /* < 0: $RANK, else $SLURM_PROCID, else 0       */
-    int world_size;             /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1 */
-    unsigned threads;           /* worker threads; 0: online CPUs, at most 8    */
-    unsigned prefetch;          /* batches prepared ahead; 0: 2 x threads       */
-    int tail;                   /* stk_tail (STK_TAIL_AUTO: by world size)      */
-    int verify;                 /* stk_verify                                   */
-    const char *fields;         /* comma-separated field names; NULL: all       */
-    uint64_t memory_budget;     /* host bytes the slots may take (staging, record
-                                 indices, bytes-field values; with the host
-                                 backend its buffers too); 0: no limit        */
-    uint64_t quasi_block_bytes; /* quasi: block size in bytes; 0: 4 MiB       */
-    uint32_t quasi_window;      /* quasi: blocks mixed together; 0: 64          */
-    int release_pages;          /* sequential/quasi: drop consumed pages from the
-                                 process (MADV_COLD + MADV_DONTNEED); -1 auto:
-                                 when the dataset exceeds half of RAM; 1 on;
-                                 0 off                                         */
+    int rank;                              /* < 0: $RANK, else $SLURM_PROCID, else 0           */
+    int world_size;                        /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1     */
+    unsigned threads;                      /* worker threads; 0: online CPUs, at most 8        */
+    unsigned prefetch;                     /* batches prepared ahead; 0: 2 x threads           */
+    int tail;                              /* stk_tail (STK_TAIL_AUTO: by world size)          */
+    int verify;                            /* stk_verify                                       */
+    const char *fields;                    /* comma-separated field names; NULL: all           */
+    uint64_t memory_budget;                /* host bytes the slots may take (staging, record
+                                              indices, bytes-field values; with the host
+                                              backend its buffers too); 0: no limit            */
+    uint64_t quasi_block_bytes;            /* quasi: block size in bytes; 0: 4 MiB             */
+    uint32_t quasi_window;                 /* quasi: blocks mixed together; 0: 64              */
+    int release_pages;                     /* sequential/quasi: drop consumed pages from the
+                                              process (MADV_COLD + MADV_DONTNEED); -1 auto:
+                                              when the dataset exceeds half of RAM; 1 on;
+                                              0 off                                            */
     /* Device upload (see "the device path" below). */
-    int device;                            /* stk_device; STK_DEVICE_NONE: host batches    */
-    int device_index;                      /* CUDA device ordinal                          */
+    int device;                            /* stk_device; STK_DEVICE_NONE: host batches        */
+    int device_index;                      /* CUDA device ordinal                              */
     int device_fallback;                   /* CUDA unavailable: 1 fall back to host batches
-                                 (stats.device says which), 0 fail at open     */
+                                              (stats.device says which), 0 fail at open        */
     void *stream;                          /* the consumer's stream: a cudaStream_t (CUDA) or
-                                 an stk_host_stream * (host backend); NULL: the
-                                 default stream (CUDA) / the calling thread. It
-                                 must outlive the reader (close waits on it)  */
+                                              an stk_host_stream * (host backend); NULL: the
+                                              default stream (CUDA) / the calling thread. It
+                                              must outlive the reader (close waits on it)      */
     const struct stk_transform *transform; /* device-side image transform; NULL:
-                                 none (copied for the reader's lifetime)       */
+                                              none (copied for the reader's lifetime)          */
     uint64_t block_cache_bytes;            /* compressed fields: decompressed blocks kept,
-                                 shared by the workers; 0: auto (the quasi
-                                 window, quasi_window x quasi_block_bytes up
-                                 to 1 GiB; else 4 MiB per thread + 4 MiB)     */
+                                              shared by the workers; 0: auto (the quasi
+                                              window, quasi_window x quasi_block_bytes up
+                                              to 1 GiB; else 4 MiB per thread + 4 MiB)         */
     int io;                                /* stk_io; STK_IO_AUTO: $STOKER_IO (auto, mmap or
-                                 direct), else auto                            */
+                                              direct), else auto                               */
     unsigned io_depth;                     /* direct: reads in flight per worker queue (at
-                                 most 1024, and io_depth x 256 KiB; a worker
-                                 reads one part ahead: up to 2 x io_depth); 0: 32 */
+                                              most 1024, and io_depth x 256 KiB; a worker
+                                              reads one part ahead: up to 2 x io_depth); 0: 32 */
     uint64_t epoch_size;                   /* a mixture of weighted sources: records per
-                                 epoch, shared by the weights; 0: the sum of
-                                 the sources' records (see "Mixtures")         */
+                                              epoch, shared by the weights; 0: the sum of
+                                              the sources' records (see "Mixtures")            */
 } stk_reader_options;
+/* clang-format on */
 
 /* Fill opts with the defaults above (batch_size 1, sequential, seed 0,
  * rank/world from the environment, pad tail, verify off). */
 static inline void stk_reader_options_init(stk_reader_options *opts);
 
 /* One field of a batch. */
+/* clang-format off */
 typedef struct {
     const char *name;
-    int kind;      /* stk_kind */
-    int dtype;     /* stk_dtype (u8 for bytes fields) */
-    unsigned ndim; /* 1 + the field's ndim: shape[0] is the batch */
+    int kind;                /* stk_kind                                        */
+    int dtype;               /* stk_dtype (u8 for bytes fields)                 */
+    unsigned ndim;           /* 1 + the field's ndim: shape[0] is the batch     */
     uint64_t shape[STK_MAX_DIMS + 1];
     const void *data;        /* tensors: shape[0] records, contiguous, C order;
-                                 NULL for bytes fields                         */
+                                NULL for bytes fields                           */
     const stk_value *values; /* bytes and array fields: shape[0] values pointing
-                                 into the mapping; NULL for tensors             */
-    uint64_t nbytes;         /* bytes at data (tensors), sum of sizes (bytes)  */
-    int zero_copy;           /* 1: data points into the mapped shard          */
+                                into the mapping; NULL for tensors              */
+    uint64_t nbytes;         /* bytes at data (tensors), sum of sizes (bytes)   */
+    int zero_copy;           /* 1: data points into the mapped shard            */
 } stk_batch_field;
+/* clang-format on */
 
+/* clang-format off */
 typedef struct {
-    uint64_t epoch;          /* epoch this batch belongs to                   */
-    uint64_t index;          /* batch index within the epoch (0-based)        */
-    uint32_t size;           /* records in this batch (< batch_size only for a
-                                 STK_TAIL_PARTIAL tail)                         */
-    const uint64_t *records; /* global record index of each of them           */
+    uint64_t epoch;                 /* epoch this batch belongs to                    */
+    uint64_t index;                 /* batch index within the epoch (0-based)         */
+    uint32_t size;                  /* records in this batch (< batch_size only for a
+                                       STK_TAIL_PARTIAL tail)                         */
+    const uint64_t *records;        /* global record index of each of them            */
     unsigned nfields;
-    const stk_batch_field *fields; /* the selected fields, in schema order     */
-    int on_device;                 /* tensors' data are device pointers (CUDA) or the
-                                 host backend's buffers; bytes fields stay on
-                                 the host                                      */
-    void *event;                   /* device path: the event the batch is ready at
-                                 (cudaEvent_t); next has already made the
-                                 consumer's stream wait for it                 */
+    const stk_batch_field *fields;  /* the selected fields, in schema order           */
+    int on_device;                  /* tensors' data are device pointers (CUDA) or the
+                                       host backend's buffers; bytes fields stay on
+                                       the host                                       */
+    void *event;                    /* device path: the event the batch is ready at
+                                       (cudaEvent_t); next has already made the
+                                       consumer's stream wait for it                  */
     const uint32_t *sources;        /* a mixture: the source of each record (its
-                                 index in the sources given at open); NULL for
-                                 one dataset                                   */
+                                       index in the sources given at open); NULL for
+                                       one dataset                                    */
     const uint64_t *source_records; /* a mixture: each record's index inside its
-                                 source (records[i] is that plus the records
-                                 of the sources before it); NULL for one
-                                 dataset                                       */
+                                       source (records[i] is that plus the records
+                                       of the sources before it); NULL for one
+                                       dataset                                        */
 } stk_batch;
+/* clang-format on */
 
 /* Open `path` (a dataset directory or its manifest) and start the workers at
  * epoch 0, batch 0. Fails with STK_E_ARG on bad options (naming the option),
@@ -283,15 +295,17 @@ typedef enum { STK_MIX_WEIGHT = 1, STK_MIX_REPEAT = 2, STK_MIX_CHOOSE = 3 } stk_
 
 /* One source. Caller-allocated; fill it with stk_source_init. Grows at the
  * end only. */
+/* clang-format off */
 typedef struct {
-    const char *path;           /* a dataset directory or its manifest, or NULL  */
+    const char *path;           /* a dataset directory or its manifest, or NULL    */
     const stk_dataset *dataset; /* ... an open dataset instead (path NULL); it must
-                                 outlive the reader                             */
-    int kind;                   /* stk_mix_kind                                   */
+                                   outlive the reader                              */
+    int kind;                   /* stk_mix_kind                                    */
     double value;               /* the weight (> 0), repeat (>= 0) or number of
-                                 records (a whole number)                       */
-    int order;                  /* stk_order of this source; -1: opts.order      */
+                                   records (a whole number)                        */
+    int order;                  /* stk_order of this source; -1: opts.order        */
 } stk_source;
+/* clang-format on */
 
 /* Defaults: no path, weight 1, the reader's order. */
 static inline void stk_source_init(stk_source *s);
@@ -373,23 +387,25 @@ STK_API int stk_reader_restore_text(stk_reader *r, const char *text, size_t len,
 
 /* Frozen: the library writes it whole into the caller's struct; new
  * statistics come through new calls. */
+/* clang-format off */
 typedef struct {
-    uint64_t batches; /* batches returned by next                      */
-    uint64_t samples; /* records in them                               */
-    uint64_t bytes;   /* bytes of the selected fields in them          */
+    uint64_t batches;   /* batches returned by next                       */
+    uint64_t samples;   /* records in them                                */
+    uint64_t bytes;     /* bytes of the selected fields in them           */
     uint64_t zero_copy_batches;
-    uint64_t verified; /* record values hashed and found good           */
-    double wall_s;     /* since the first next (or the last stats reset) */
-    double wait_s;     /* time the caller spent blocked in next         */
-    double busy_s;     /* worker time spent preparing batches, summed   */
-    double mean_ready; /* batches ready when next was called, averaged  */
+    uint64_t verified;  /* record values hashed and found good            */
+    double wall_s;      /* since the first next (or the last stats reset) */
+    double wait_s;      /* time the caller spent blocked in next          */
+    double busy_s;      /* worker time spent preparing batches, summed    */
+    double mean_ready;  /* batches ready when next was called, averaged   */
     unsigned threads;
     unsigned prefetch;
-    int device;         /* the device path in use (after any fallback)   */
+    int device;         /* the device path in use (after any fallback)    */
     double h2d_s;       /* device path: time the copy engine spent on
-                                 uploads (of batches whose slot was reused)     */
-    uint64_t h2d_bytes; /* bytes uploaded                                */
+                           uploads (of batches whose slot was reused)     */
+    uint64_t h2d_bytes; /* bytes uploaded                                 */
 } stk_reader_stats;
+/* clang-format on */
 
 /* Statistics since open or the last reset. Cheap: a few clock reads per batch. */
 STK_API void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s);
@@ -398,21 +414,23 @@ STK_API void stk_reader_stats_reset(stk_reader *r);
 /* How the records are read: the path chosen, why, and the direct path's
  * counters (since open). Written by the library; grows at the end only. */
 typedef enum { STK_IO_ENGINE_NONE = 0, STK_IO_ENGINE_URING = 1, STK_IO_ENGINE_THREADS = 2 } stk_io_engine;
+/* clang-format off */
 typedef struct {
-    int io;                         /* STK_IO_MMAP or STK_IO_DIRECT                  */
-    int engine;                     /* stk_io_engine (NONE on the mmap path)         */
-    unsigned depth;                 /* reads in flight per worker                    */
-    uint64_t reads;                 /* direct reads completed                        */
-    uint64_t bytes;                 /* bytes they delivered                          */
-    uint64_t retries;               /* short reads, EINTR, EAGAIN resubmitted        */
-    uint64_t bounced_bytes;         /* read through the alignment bounce area        */
+    int io;                         /* STK_IO_MMAP or STK_IO_DIRECT                 */
+    int engine;                     /* stk_io_engine (NONE on the mmap path)        */
+    unsigned depth;                 /* reads in flight per worker                   */
+    uint64_t reads;                 /* direct reads completed                       */
+    uint64_t bytes;                 /* bytes they delivered                         */
+    uint64_t retries;               /* short reads, EINTR, EAGAIN resubmitted       */
+    uint64_t bounced_bytes;         /* read through the alignment bounce area       */
     uint64_t map_reads;             /* runs copied from the mapping instead (a shard
-                                 replaced or deleted since open)              */
+                                       replaced or deleted since open)              */
     unsigned buffered_files;        /* shard files the file system opened without
-                                 O_DIRECT (read through the page cache)       */
-    uint64_t quasi_blocks;          /* quasi order: blocks read whole         */
-    char reason[STK_ERROR_MSG_MAX]; /* why this path, and any fallback        */
+                                       O_DIRECT (read through the page cache)       */
+    uint64_t quasi_blocks;          /* quasi order: blocks read whole               */
+    char reason[STK_ERROR_MSG_MAX]; /* why this path, and any fallback              */
 } stk_reader_io_stats;
+/* clang-format on */
 static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s);
 /* Per source of a mixture (one dataset: one source, weight 1), since open
  * or the last stats reset. Written by the library; grows at the end only. */
@@ -455,31 +473,9 @@ STK_API void stk_reader_close(stk_reader *r);
 
 /* ================================================================== datasets */
 
-/* Open a dataset: `path` is its directory or its manifest.json. Reads the
- * manifest, opens and maps every shard and checks each against the manifest
- * (record count, size, the footer's index hash, schema): O(shards), no
- * per-record work. Fails on the first disagreement, naming the shard. Record
- * checksums are not verified here (see stk_shard_verify_records, or run
- * `shardcheck`). */
-STK_API stk_dataset *stk_dataset_open(const char *path, stk_error *err);
-STK_API void stk_dataset_close(stk_dataset *ds);
-
-STK_API const stk_manifest *stk_dataset_manifest(const stk_dataset *ds);
-STK_API const stk_schema *stk_dataset_schema(const stk_dataset *ds);
-STK_API uint64_t stk_dataset_records(const stk_dataset *ds);
-STK_API size_t stk_dataset_nshards(const stk_dataset *ds);
-STK_API const stk_shard *stk_dataset_shard(const stk_dataset *ds, size_t i);
-/* Global index of the first record of shard i (i == nshards gives the total). */
-STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
-
-/* Which shard holds global record `index`, and its index inside that shard. */
-STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local,
-                               stk_error *err);
-/* Field f of global record `index` (pointer into the mapping; valid until close). */
-STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data,
-                              uint64_t *size, stk_error *err);
-
-/* The dataset a reader reads (its own for stk_reader_open). */
+/* The dataset a reader reads (its own for stk_reader_open). Datasets by
+ * record index (stk_dataset_open, stk_dataset_value, ...) are in
+ * stoker/format.h, with the rest of the stk_dataset_ calls. */
 STK_API const stk_dataset *stk_reader_dataset(const stk_reader *r);
 
 /* ============================================================ the device path
@@ -525,17 +521,19 @@ typedef enum {
  * boxes and flips are chosen on the CPU from (seed, epoch, record), so a run
  * reproduces whatever the threads, ranks or device. Caller-allocated; fill it
  * with stk_transform_init or stk_transform_imagenet. Grows at the end only. */
+/* clang-format off */
 typedef struct stk_transform {
-    const char *field;              /* a u8 [H, W, C] field (C <= 4); NULL: "image" */
+    const char *field;              /* a u8 [H, W, C] field (C <= 4); NULL: "image"   */
     int dtype;                      /* STK_DT_F32, STK_DT_F16, STK_DT_BF16, STK_DT_U8 */
-    int layout;                     /* stk_image_layout                            */
-    float mean[4], std[4];          /* per channel, in [0, 1] units (torchvision)  */
-    int crop;                       /* stk_crop                                    */
-    uint32_t out_height, out_width; /* 0: the input's size                      */
-    float scale_min, scale_max;     /* random-resized: area fraction of the image  */
-    float ratio_min, ratio_max;     /* random-resized: aspect ratio range          */
-    float flip_prob;                /* horizontal flip probability                 */
+    int layout;                     /* stk_image_layout                               */
+    float mean[4], std[4];          /* per channel, in [0, 1] units (torchvision)     */
+    int crop;                       /* stk_crop                                       */
+    uint32_t out_height, out_width; /* 0: the input's size                            */
+    float scale_min, scale_max;     /* random-resized: area fraction of the image     */
+    float ratio_min, ratio_max;     /* random-resized: aspect ratio range             */
+    float flip_prob;                /* horizontal flip probability                    */
 } stk_transform;
+/* clang-format on */
 
 /* Defaults: the whole image as f32 NCHW, mean 0 and std 1 (x / 255), no crop
  * or flip, torchvision's RandomResizedCrop ranges. */
