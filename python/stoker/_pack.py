@@ -282,6 +282,8 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
         raise ValueError(f"stoker.pack: on_error={on_error!r}: 'skip' or 'fail'")
     if mode not in ("process", "thread"):
         raise ValueError(f"stoker.pack: mode={mode!r}: 'process' or 'thread'")
+    if classes is not None and hasattr(classes, "__iter__") and not isinstance(classes, (str, bytes, list, tuple)):
+        classes = list(classes)  # an iterator: read once, here
     _class_names(classes, "stoker.pack")  # a bad name is refused here, before any worker starts
     inputs = inputs if hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__") else list(inputs)
     fields = _field_spec(fields)

@@ -224,7 +224,7 @@ else:
                         lambda kids: hs.lists(kids, max_size=3) | hs.dictionaries(hs.text(max_size=6), kids,
                                                                                    max_size=3),
                         max_leaves=8)
-    SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
+    SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
     def _paths(v, at=()):
