@@ -1,12 +1,13 @@
 """ctypes mirror of stoker/reader.h and stoker/format.h, and the loader of libstoker.
 
-Only this module knows the C layouts (the reader's and the dataset writer's
-structs, the dtype codes) and turns a stk_error into stoker.Error. The option structs the library reads
-(stk_reader_options, stk_transform) go through the `_sized` entry points with
-this binding's sizeof, as the C header's inline wrappers do: a newer
-libstoker reads and writes only the fields this binding knows and defaults
-the rest. Structs the library fills (state, statistics) are allocated with
-spare room behind them all the same.
+Only this module knows the C layouts (the reader's structs, the dataset
+writer's options, the dtype codes in the one dtype table), and it turns a
+stk_error into stoker.Error. The option structs the library reads
+(stk_reader_options, stk_transform, stk_dataset_options) go through the
+`_sized` entry points with this binding's sizeof, as the C headers' inline
+wrappers do: a newer libstoker reads and writes only the fields this binding
+knows and defaults the rest. Structs the library fills (state, statistics)
+are allocated with spare room behind them all the same.
 """
 import collections
 import ctypes

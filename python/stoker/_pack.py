@@ -333,7 +333,6 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
     resumed = st is not None
     bar = _Progress(end - first, nxt - first, sys.stderr.isatty() if progress is None else progress)
     try:
-        pos = []  # (input, sample) of each record in the open shard, for the state file
         shards = w.shards
         for i, err, r in pool.results(nxt, end, chunk):
             if err is not None:
@@ -344,10 +343,8 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                 samples = _samples_of(i, r)
                 for j in range(sub if i == nxt else 0, len(samples)):
                     w.write(samples[j])
-                    pos.append((i, j))
                     if w.shards != shards:  # the shard before this record is on disk
                         shards = w.shards
-                        pos = pos[-1:]
                         while len(committed) < shards:
                             committed.append(_shard_entry(target, len(committed), (i, j)))
                         state = {"params": params, "shards": shards, "records": w.records - 1, "next": [i, j],

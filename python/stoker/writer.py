@@ -9,7 +9,7 @@
 
     stoker.pack(make_sample, inputs, "out/train", fields, workers=8)
 
-Both go through libstoker's dataset writer (stoker.pack is in _pack.py) (the C code `pack` uses): the
+Both go through libstoker's dataset writer (the C code `pack` uses; stoker.pack is in _pack.py): the
 shards, checksums and manifest are the format's, written crash-safely, and
 `shardcheck` verifies them. The Reader gives every field kind back
 (Reader(..., ragged="list"|"pad")).
@@ -322,9 +322,9 @@ class _Encoder:
 
 def _class_names(classes, who):
     """The class names as the C writer takes them (UTF-8, NUL-terminated), checked as spec/FORMAT.md
-    section 8 requires: each a non-empty str without NUL that is valid Unicode (no lone surrogate), so
-    that a name is never cut at a NUL nor ends in a raw Python error. Raises ArgumentError naming the
-    class (its index and repr) and the argument. libstoker checks the rest (empty, duplicates)."""
+    section 8 requires: each a str without NUL that can be UTF-8 (no lone surrogate), so that a name is
+    never cut at a NUL nor ends in a raw Python error. Raises ArgumentError naming the class (its index
+    and repr) and the argument. libstoker checks that none is empty and none repeats."""
     if classes is None:
         return []
     if isinstance(classes, (str, bytes)) or not hasattr(classes, "__iter__"):
