@@ -215,7 +215,7 @@ def _load_state(target, params, first, end):
                       f"{e.strerror}") from None
     try:
         st = json.loads(raw)
-    except ValueError as e:  # UnicodeDecodeError too
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError too; RecursionError: nested too deep
         raise L.Error(L.STK_E_FORMAT, f"stoker.pack: {path}: not a state file (bad JSON: {e})" + fix) from None
     try:
         return _check_state(st, params, target, first, end)

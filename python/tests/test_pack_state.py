@@ -168,6 +168,7 @@ MALFORMED = {
     "number": "7",
     "bad JSON": '{"params": ',
     "not UTF-8": b'{"params": "\xff"}',
+    "nested too deep": "[" * 100000,
     "negative next": lambda d: d.update(next=[-1, 0]),
     "next past the inputs": lambda d: d.update(next=[N, 0]),
     "next a number": lambda d: d.update(next=5),
@@ -219,13 +220,18 @@ if hypothesis is None:
         pytest.skip("python3-hypothesis is not installed (apt-get install python3-hypothesis): the property "
                     "tests of stoker.pack's state file did not run")
 else:
+    def _containers(kids):  # named, not a lambda: hypothesis reads a lambda's source to show it
+        return hs.lists(kids, max_size=3) | hs.dictionaries(hs.text(max_size=6), kids, max_size=3)
+
     JSON = hs.recursive(hs.none() | hs.booleans() | hs.integers(-2 ** 70, 2 ** 70) | hs.floats(allow_nan=False)
-                        | hs.text(max_size=8),
-                        lambda kids: hs.lists(kids, max_size=3) | hs.dictionaries(hs.text(max_size=6), kids,
-                                                                                   max_size=3),
-                        max_leaves=8)
+                        | hs.text(max_size=8), _containers, max_leaves=8)
     SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+    def _other_than(old):
+        def other(x):
+            return x != old or type(x) is not type(old)
+        return other
 
     def _paths(v, at=()):
         """Every place in a JSON value: (path, value)."""
@@ -288,7 +294,7 @@ else:
         or, for 'params' alone, a state of other arguments (None: the run starts over)."""
         orig = json.loads((prop_dir / (STATE + ".orig")).read_text())
         at, old = data.draw(hs.sampled_from(list(_paths(orig))[1:]))
-        new = data.draw(JSON.filter(lambda x: x != old or type(x) is not type(old)))
+        new = data.draw(JSON.filter(_other_than(old)))
         try:
             got = _load(prop_dir, _put(orig, at, new))
         except stoker.Error as e:
