@@ -328,7 +328,9 @@ def test_a_killed_pack_resumes_to_the_same_bytes(tmp_path):
     for trial in range(4):
         out = tmp_path / f"t{trial}"
         for attempt in range(40):
-            p = subprocess.Popen([sys.executable, child, str(out)], env=env)
+            p = subprocess.Popen([sys.executable, child, str(out)], env=env, stdout=subprocess.PIPE)
+            p.stdout.readline()  # started packing: on a loaded machine the imports alone may take a second
+            p.stdout.close()
             try:
                 p.wait(timeout=rnd.uniform(0.3, 1.5))
             except subprocess.TimeoutExpired:
