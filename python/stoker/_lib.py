@@ -71,6 +71,7 @@ DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 DEVICE_NAMES = {DEVICE_NONE: "none", DEVICE_HOST: "host", DEVICE_CUDA: "cuda"}
 LAYOUTS = {"NCHW": 0, "NHWC": 1}
 CROPS = {"none": 0, "center": 1, "random_resized": 2}
+MIX_KINDS = {"weight": 1, "repeat": 2, "choose": 3}  # stk_mix_kind
 XFORM_DTYPES = {n: DTYPE_BY_NAME[n].code for n in ("float32", "float16", "bfloat16", "uint8")}  # stk_transform
 
 

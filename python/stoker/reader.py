@@ -472,13 +472,12 @@ class Reader:
     @staticmethod
     def _open_mix(sources, o, err):
         arr = (L.Source * len(sources))()
-        kinds = {"weight": 1, "repeat": 2, "choose": 3}  # stk_mix_kind
         keep = []
         for c, x in zip(arr, sources):
             L.stk_source_init(ctypes.addressof(c))
             keep.append(os.fsencode(x.path))
             c.path = keep[-1]
-            c.kind, c.value = kinds[x.kind], x.value
+            c.kind, c.value = L.MIX_KINDS[x.kind], x.value
             c.order = -1 if x.order is None else L.ORDERS[x.order]
         return L.stk_reader_open_mix(arr, len(sources), ctypes.addressof(o), ctypes.byref(err))
 
