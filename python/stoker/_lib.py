@@ -1,12 +1,15 @@
-"""ctypes mirror of stoker/reader.h and the loader of libstoker.
+"""ctypes mirror of stoker/reader.h and stoker/format.h, and the loader of libstoker.
 
-Only this module knows the C layouts. The option structs the library reads
-(stk_reader_options, stk_transform) go through the `_sized` entry points with
-this binding's sizeof, as the C header's inline wrappers do: a newer
-libstoker reads and writes only the fields this binding knows and defaults
-the rest. Structs the library fills (state, statistics) are allocated with
-spare room behind them all the same.
+Only this module knows the C layouts (the reader's structs, the dataset
+writer's options, the dtype codes in the one dtype table), and it turns a
+stk_error into stoker.Error. The option structs the library reads
+(stk_reader_options, stk_transform, stk_dataset_options) go through the
+`_sized` entry points with this binding's sizeof, as the C headers' inline
+wrappers do: a newer libstoker reads and writes only the fields this binding
+knows and defaults the rest. Structs the library fills (state, statistics)
+are allocated with spare room behind them all the same.
 """
+import collections
 import ctypes
 import ctypes.util
 import os
@@ -28,6 +31,35 @@ STK_KIND_TENSOR, STK_KIND_BYTES, STK_KIND_ARRAY = 1, 2, 3
 STK_CODEC_NONE, STK_CODEC_ZSTD, STK_CODEC_JPEG = 0, 1, 2
 # stk_dtype
 DT_U8, DT_I8, DT_U16, DT_I16, DT_U32, DT_I32, DT_U64, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(1, 13)
+
+
+class DType(collections.namedtuple("DType", "code name stored device torch")):
+    """One stk_dtype, as each side shows it:
+    name    the binding's name (numpy's, and "bfloat16")
+    stored  the numpy typestr of a value as it lies in memory (bfloat16: its uint16 bit pattern)
+    device  the typestr device memory is read as (torch has no uint16/32/64: their signed twins)
+    torch   the torch dtype of a batch's tensor (uint16/32 widened exactly to int32/64, uint64
+            reinterpreted as int64)"""
+
+
+# The one dtype table: every other view of the dtypes (numpy, CUDA, torch, the Writer's names,
+# the transform's outputs) is derived from it.
+DTYPES = (
+    DType(DT_U8, "uint8", "|u1", "|u1", "uint8"),
+    DType(DT_I8, "int8", "|i1", "|i1", "int8"),
+    DType(DT_U16, "uint16", "<u2", "<i2", "int32"),
+    DType(DT_I16, "int16", "<i2", "<i2", "int16"),
+    DType(DT_U32, "uint32", "<u4", "<i4", "int64"),
+    DType(DT_I32, "int32", "<i4", "<i4", "int32"),
+    DType(DT_U64, "uint64", "<u8", "<i8", "int64"),
+    DType(DT_I64, "int64", "<i8", "<i8", "int64"),
+    DType(DT_F16, "float16", "<f2", "<f2", "float16"),
+    DType(DT_BF16, "bfloat16", "<u2", "<i2", "bfloat16"),
+    DType(DT_F32, "float32", "<f4", "<f4", "float32"),
+    DType(DT_F64, "float64", "<f8", "<f8", "float64"),
+)
+DTYPE = {d.code: d for d in DTYPES}
+DTYPE_BY_NAME = {d.name: d for d in DTYPES}
 ORDERS = {"sequential": 0, "shuffle": 1, "quasi": 2}
 TAILS = {"pad": 0, "drop": 1, "partial": 2, "auto": 3}
 TAIL_NAMES = {0: "pad", 1: "drop", 2: "partial"}
@@ -39,7 +71,8 @@ DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 DEVICE_NAMES = {DEVICE_NONE: "none", DEVICE_HOST: "host", DEVICE_CUDA: "cuda"}
 LAYOUTS = {"NCHW": 0, "NHWC": 1}
 CROPS = {"none": 0, "center": 1, "random_resized": 2}
-XFORM_DTYPES = {"float32": DT_F32, "float16": DT_F16, "bfloat16": DT_BF16, "uint8": DT_U8}
+MIX_KINDS = {"weight": 1, "repeat": 2, "choose": 3}  # stk_mix_kind
+XFORM_DTYPES = {n: DTYPE_BY_NAME[n].code for n in ("float32", "float16", "bfloat16", "uint8")}  # stk_transform
 
 
 class Error_(ctypes.Structure):
@@ -115,6 +148,12 @@ class Stats(ctypes.Structure):
                 ("device", c_int), ("h2d_s", c_double), ("h2d_bytes", c_u64)]
 
 
+class DatasetOptions(ctypes.Structure):  # stk_dataset_options (stoker/format.h)
+    _fields_ = [("records_per_shard", c_u64), ("shard_bytes", c_u64), ("prefix", c_char_p),
+                ("force", c_int), ("nclasses", c_size_t), ("classes", ctypes.POINTER(c_char_p)),
+                ("pack_json", c_char_p), ("zstd_level", c_int), ("zstd_block_bytes", c_u64)]
+
+
 class IoStats(ctypes.Structure):
     _fields_ = [("io", c_int), ("engine", c_int), ("depth", c_uint), ("reads", c_u64), ("bytes", c_u64),
                 ("retries", c_u64), ("bounced_bytes", c_u64), ("map_reads", c_u64),
@@ -182,7 +221,7 @@ def _check_abi():
     mirrors = {"stk_error": Error_, "stk_value": Value, "stk_transform": Transform, "stk_reader_options": Options,
                "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
                "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats, "stk_source": Source,
-               "stk_reader_source_stats": SourceStats}
+               "stk_reader_source_stats": SourceStats, "stk_dataset_options": DatasetOptions}
     for name, cls in mirrors.items():
         theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
         if theirs and theirs != ours:
@@ -270,3 +309,59 @@ stk_dataset_schema = _fn("stk_dataset_schema", P(Schema_), c_void_p)
 stk_batch_shapes = _fn("stk_batch_shapes", P(c_u64), c_void_p, c_uint)
 stk_dataset_records = _fn("stk_dataset_records", c_u64, c_void_p)
 stk_cuda_available = _fn("stk_cuda_available", c_int, P(Error_))
+
+
+# The dataset writer (stoker/format.h), for stoker.Writer and stoker.pack.
+_dataset_writer_create_sized = _fn("stk_dataset_writer_create_sized", c_void_p, c_char_p, P(Schema_),
+                                   P(DatasetOptions), c_size_t, P(Error_))
+
+
+def stk_dataset_writer_create(path, schema, opts, err):
+    return _dataset_writer_create_sized(path, schema, opts, ctypes.sizeof(DatasetOptions), err)
+
+
+stk_dataset_writer_append_dims = _fn("stk_dataset_writer_append_dims", c_int, c_void_p, P(Value), P(c_u64),
+                                     P(Error_))
+stk_dataset_writer_finish = _fn("stk_dataset_writer_finish", c_int, c_void_p, P(Error_))
+stk_dataset_writer_abort = _fn("stk_dataset_writer_abort", None, c_void_p)
+stk_dataset_writer_shards = _fn("stk_dataset_writer_shards", c_u64, c_void_p)
+stk_dataset_writer_resume = _fn("stk_dataset_writer_resume", c_int, c_void_p, c_u64, P(c_u64), P(Error_))
+stk_dataset_merge = _fn("stk_dataset_merge", c_int, c_char_p, P(c_char_p), c_size_t, P(Error_))
+stk_schema_validate = _fn("stk_schema_validate", c_int, P(Schema_), P(Error_))
+# One shard, opened to check what a pack state file says about it.
+stk_shard_open = _fn("stk_shard_open", c_void_p, c_char_p, P(Error_))
+stk_shard_close = _fn("stk_shard_close", None, c_void_p)
+stk_shard_records = _fn("stk_shard_records", c_u64, c_void_p)
+stk_shard_index_hash = _fn("stk_shard_index_hash", c_u64, c_void_p)
+_shard_file_name = _fn("stk_shard_file_name", c_int, c_char_p, c_size_t, c_char_p, c_u64)
+
+
+def shard_file_name(index, prefix=b"shard"):
+    """The dataset writer's name of shard `index` ("shard-00000.stk")."""
+    buf = ctypes.create_string_buffer(64)
+    _shard_file_name(buf, len(buf), prefix, index)
+    return buf.value.decode()
+
+
+class Error(Exception):
+    """An error reported by libstoker. str(e) is the library's message, unchanged;
+    `code` is its stk_status and `status` the status's short name ("checksum", "io", ...)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.status = stk_status_name(code).decode()
+
+
+class ArgumentError(Error, ValueError):
+    """libstoker refused an argument or option (STK_E_ARG, STK_E_RANGE)."""
+
+
+def error(code, message):
+    """The stoker exception for a status: ArgumentError for ARG and RANGE, else Error."""
+    return (ArgumentError if code in (STK_E_ARG, STK_E_RANGE) else Error)(code, message)
+
+
+def raise_error(err):
+    """Raise the stoker exception of a filled stk_error."""
+    raise error(err.code, err.msg.decode("utf-8", "replace"))

@@ -31,7 +31,8 @@ only when a DataLoader is made.
 import json
 import os
 
-from . import ArgumentError, Reader, Transform, _manifest
+from ._lib import ArgumentError
+from .reader import Reader, Transform, _manifest
 
 __all__ = ["DataLoader", "Dataset", "ENV_CHECKPOINT_DIR", "ENV_CHECKPOINT_EVERY"]
 

@@ -1,4 +1,4 @@
-"""Writing datasets of any samples from Python: Writer, pack, merge.
+"""Writing datasets of any samples from Python: the Writer and the field kinds.
 
     fields = {"tokens": stoker.Tensor("uint16", (1025,)),
               "boxes": stoker.Ragged("float32", (None, 4)),
@@ -9,64 +9,20 @@
 
     stoker.pack(make_sample, inputs, "out/train", fields, workers=8)
 
-Both go through libstoker's dataset writer (the C code `pack` uses): the
+Both go through libstoker's dataset writer (the C code `pack` uses; stoker.pack is in _pack.py): the
 shards, checksums and manifest are the format's, written crash-safely, and
 `shardcheck` verifies them. The Reader gives every field kind back
 (Reader(..., ragged="list"|"pad")).
 """
 import ctypes
-import hashlib
 import json
 import os
-import pickle
-import signal
-import struct
-import sys
-import time
-import traceback
-import warnings
 
 import numpy as np
 
 from . import _lib as L
 
 P = ctypes.POINTER
-_STATE = "stoker-pack.state.json"
-_SKIPPED = "skipped.tsv"
-
-
-class _DatasetOptions(ctypes.Structure):  # stk_dataset_options
-    _fields_ = [("records_per_shard", L.c_u64), ("shard_bytes", L.c_u64), ("prefix", L.c_char_p),
-                ("force", L.c_int), ("nclasses", L.c_size_t), ("classes", P(L.c_char_p)),
-                ("pack_json", L.c_char_p), ("zstd_level", L.c_int), ("zstd_block_bytes", L.c_u64)]
-
-
-_create = L._fn("stk_dataset_writer_create_sized", L.c_void_p, L.c_char_p, P(L.Schema_), P(_DatasetOptions),
-                L.c_size_t, P(L.Error_))
-_append = L._fn("stk_dataset_writer_append_dims", L.c_int, L.c_void_p, P(L.Value), P(L.c_u64), P(L.Error_))
-_finish = L._fn("stk_dataset_writer_finish", L.c_int, L.c_void_p, P(L.Error_))
-_abort = L._fn("stk_dataset_writer_abort", None, L.c_void_p)
-_shards = L._fn("stk_dataset_writer_shards", L.c_u64, L.c_void_p)
-_resume = L._fn("stk_dataset_writer_resume", L.c_int, L.c_void_p, L.c_u64, P(L.c_u64), P(L.Error_))
-_merge = L._fn("stk_dataset_merge", L.c_int, L.c_char_p, P(L.c_char_p), L.c_size_t, P(L.Error_))
-_schema_validate = L._fn("stk_schema_validate", L.c_int, P(L.Schema_), P(L.Error_))
-
-_theirs = L._fn("stk_reader_sizeof", L.c_size_t, L.c_char_p)(b"stk_dataset_options")
-if _theirs and _theirs != ctypes.sizeof(_DatasetOptions):
-    raise ImportError(f"stoker: {L.path}: stk_dataset_options is {_theirs} bytes there, "
-                      f"{ctypes.sizeof(_DatasetOptions)} in this binding: install both from the same tree")
-
-# numpy dtype -> stk dtype; bfloat16 values are given as their uint16 bit patterns
-_DT = {"uint8": L.DT_U8, "int8": L.DT_I8, "uint16": L.DT_U16, "int16": L.DT_I16, "uint32": L.DT_U32,
-       "int32": L.DT_I32, "uint64": L.DT_U64, "int64": L.DT_I64, "float16": L.DT_F16, "float32": L.DT_F32,
-       "float64": L.DT_F64}
-_DT_NAME = {v: k for k, v in _DT.items()}
-_DT_NAME[L.DT_BF16] = "bfloat16"
-
-
-def _error(err):
-    from . import _raise
-    _raise(err)
 
 
 def _stk_dtype(dtype):
@@ -76,13 +32,18 @@ def _stk_dtype(dtype):
         name = np.dtype(dtype).name
     except TypeError:
         name = None
-    if name not in _DT:
-        raise TypeError(f"stoker: dtype {dtype!r} is not one of {', '.join(list(_DT) + ['bfloat16'])}")
-    return _DT[name]
+    d = L.DTYPE_BY_NAME.get(name)
+    if d is None or d.code == L.DT_BF16:  # numpy has no bfloat16: named only as a string
+        raise TypeError(f"stoker: dtype {dtype!r} is not one of {', '.join(x.name for x in L.DTYPES)}")
+    return d.code
+
+
+def _dt_name(stk):
+    return L.DTYPE[stk].name
 
 
 def _np_dtype(stk):
-    return np.dtype("<u2") if stk == L.DT_BF16 else np.dtype(_DT_NAME[stk]).newbyteorder("<")
+    return np.dtype(L.DTYPE[stk].stored)  # bfloat16 values are given as their uint16 bit patterns
 
 
 def _codec(codec):
@@ -130,7 +91,7 @@ class Tensor(_FieldKind):
         _codec(codec)
 
     def _describe(self):
-        return f"Tensor({_DT_NAME[self.dtype]!r}, {self.shape}{_codec_arg(self.codec)})"
+        return f"Tensor({_dt_name(self.dtype)!r}, {self.shape}{_codec_arg(self.codec)})"
 
 
 def Scalar(dtype, codec=None):
@@ -155,7 +116,7 @@ class Ragged(_FieldKind):
         _codec(codec)
 
     def _describe(self):
-        return f"Ragged({_DT_NAME[self.dtype]!r}, {self.shape}{_codec_arg(self.codec)})"
+        return f"Ragged({_dt_name(self.dtype)!r}, {self.shape}{_codec_arg(self.codec)})"
 
 
 class Bytes(_FieldKind):
@@ -207,8 +168,8 @@ def _schema(fields):
             for d, v in enumerate(f.shape):
                 c.shape[d] = 0 if v is None else v
     err = L.Error_()
-    if _schema_validate(ctypes.byref(s), ctypes.byref(err)):
-        _error(err)
+    if L.stk_schema_validate(ctypes.byref(s), ctypes.byref(err)):
+        L.raise_error(err)
     return s
 
 
@@ -356,7 +317,33 @@ class _Encoder:
     @staticmethod
     def _expect(f):
         shape = ["*" if d is None else d for d in f.shape]
-        return f"{_DT_NAME[f.dtype]}{shape}".replace("'", "")
+        return f"{_dt_name(f.dtype)}{shape}".replace("'", "")
+
+
+def _class_names(classes, who):
+    """The class names as the C writer takes them (UTF-8, NUL-terminated), checked as spec/FORMAT.md
+    section 8 requires: each a str without NUL that can be UTF-8 (no lone surrogate), so that a name is
+    never cut at a NUL nor ends in a raw Python error. Raises ArgumentError naming the class (its index
+    and repr) and the argument. libstoker checks that none is empty and none repeats."""
+    if classes is None:
+        return []
+    if isinstance(classes, (str, bytes)) or not hasattr(classes, "__iter__"):
+        raise L.error(L.STK_E_ARG, f"{who}: classes={classes!r:.80}: a list of str (class i is classes[i])")
+    out = []
+    for i, c in enumerate(classes):
+        if not isinstance(c, str):
+            why = f"is {type(c).__name__}, not str"
+        elif "\0" in c:
+            why = f"holds a NUL at {c.index(chr(0))}"
+        else:
+            try:
+                out.append(c.encode("utf-8"))
+                continue
+            except UnicodeEncodeError as e:
+                why = f"cannot be UTF-8 ({e.reason} at {e.start})"
+        raise L.error(L.STK_E_ARG, f"{who}: classes[{i}] {c!r:.80} {why}: class names are non-empty str "
+                      "without NUL (spec/FORMAT.md section 8)")
+    return out
 
 
 def _pack_json(fields, metadata, tool, params=None):
@@ -398,38 +385,38 @@ class Writer:
         self._enc = _Encoder(self.fields)
         schema = _schema(self.fields)
         self._pack = _pack_json(self.fields, metadata, _tool, _pack_params)
-        o = _DatasetOptions()
+        o = L.DatasetOptions()
         o.records_per_shard, o.shard_bytes, o.force = int(records_per_shard), int(shard_size or 0), int(bool(force))
-        self._classes = [c.encode() for c in (classes or [])]
+        self._classes = _class_names(classes, "stoker.Writer")
         arr = (L.c_char_p * max(len(self._classes), 1))(*self._classes)
         o.nclasses, o.classes = len(self._classes), ctypes.cast(arr, P(L.c_char_p))
         o.pack_json = self._pack.encode()
         o.zstd_level = _zstd_level(self.fields)
         self._err = L.Error_()
-        self._w = _create(self.path.encode(), ctypes.byref(schema), ctypes.byref(o), ctypes.sizeof(o),
-                          ctypes.byref(self._err))
+        self._w = L.stk_dataset_writer_create(self.path.encode(), ctypes.byref(schema), ctypes.byref(o),
+                                             ctypes.byref(self._err))
         if not self._w:
-            _error(self._err)
+            L.raise_error(self._err)
         self.records = 0
         self.bytes = 0  # sample bytes written by this writer (values as given, before any codec)
         if _resume_shards:
             n = L.c_u64()
-            if _resume(self._w, _resume_shards, ctypes.byref(n), ctypes.byref(self._err)):
+            if L.stk_dataset_writer_resume(self._w, _resume_shards, ctypes.byref(n), ctypes.byref(self._err)):
                 self.abort()
-                _error(self._err)
+                L.raise_error(self._err)
             self.records = n.value
 
     @property
     def shards(self):
         """Shards committed so far."""
-        return _shards(self._w) if self._w else 0
+        return L.stk_dataset_writer_shards(self._w) if self._w else 0
 
     def write(self, sample):
         if not self._w:
             raise ValueError(f"stoker.Writer({self.path!r}) is closed")
         keep = self._enc.encode(sample, self.records)
-        if _append(self._w, self._enc.values, self._enc.dims, ctypes.byref(self._err)):
-            _error(self._err)
+        if L.stk_dataset_writer_append_dims(self._w, self._enc.values, self._enc.dims, ctypes.byref(self._err)):
+            L.raise_error(self._err)
         del keep
         self.records += 1
         self.bytes += self._enc.nbytes
@@ -437,14 +424,14 @@ class Writer:
     def close(self):
         """Commit the last shard and the manifest (idempotent)."""
         w, self._w = self._w, None
-        if w and _finish(w, ctypes.byref(self._err)):
-            _error(self._err)
+        if w and L.stk_dataset_writer_finish(w, ctypes.byref(self._err)):
+            L.raise_error(self._err)
 
     def abort(self):
         """Discard: committed shards stay on disk, but no manifest is written."""
         w, self._w = self._w, None
         if w:
-            _abort(w)
+            L.stk_dataset_writer_abort(w)
 
     def __enter__(self):
         return self
@@ -464,418 +451,9 @@ class Writer:
         return f"<stoker.Writer {self.path!r}: {self.records} records, {self.shards} shards committed>"
 
 
-# ------------------------------------------------------------------ pack
-
-# fn and the inputs, for the workers (_Workers): forked processes inherit
-# them, threads read them; set while a pack runs (one at a time per process).
-_job = None
-
-
-def _run_chunk(first, end):
-    fn, inputs = _job
-    out = []
-    for i in range(first, end):
-        try:
-            r = fn(inputs[i])
-            out.append((i, None, r))
-        except Exception as e:  # listed in skipped.tsv (or the run stops: on_error="fail")
-            out.append((i, f"{type(e).__name__}: {e}".replace("\t", " ").replace("\n", " "), None))
-    return out
-
-
-def _samples_of(i, r):
-    if r is None:
-        return []
-    if isinstance(r, dict):
-        return [r]
-    if isinstance(r, (list, tuple)):
-        return list(r)
-    raise TypeError(f"stoker.pack: input {i}: fn returned {type(r).__name__}; return a sample dict, a list "
-                    "of them, or None to skip")
-
-
-def _params(fields, inputs, fn, shard_size, records_per_shard, classes, metadata, part):
-    """What must be equal for a re-run to continue an interrupted one."""
-    h = hashlib.sha256()
-    h.update(json.dumps([repr(fields), shard_size, records_per_shard, classes, metadata, part,
-                         getattr(fn, "__module__", None), getattr(fn, "__qualname__", repr(fn)), len(inputs)],
-                        default=repr).encode())
-    for x in inputs:
-        h.update(repr(x).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
-def _write_atomic(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _load_state(out, params):
-    try:
-        with open(os.path.join(out, _STATE)) as f:
-            st = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return st if st.get("params") == params else None
-
-
-class _Progress:
-    def __init__(self, total, start, enabled):
-        self.total, self.start, self.enabled = total, start, enabled
-        self.t0 = self.last = time.monotonic()
-
-    def update(self, done, skipped, force=False):
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self.last < 0.2:
-            return
-        self.last = now
-        rate = (done - self.start) / max(now - self.t0, 1e-9)
-        eta = (self.total - done) / rate if rate > 0 else 0
-        sys.stderr.write(f"\rstoker.pack: {done:,}/{self.total:,} inputs, {rate:,.0f}/s, "
-                         f"ETA {int(eta // 60)}:{int(eta % 60):02d}, {skipped:,} skipped ")
-        sys.stderr.flush()
-
-    def end(self):
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
-def _part_dir(out, part):
-    k, n = part
-    return os.path.join(out, f"part-{k:05d}-of-{n:05d}")
-
-
-def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 30, records_per_shard=0,
-         classes=None, metadata=None, on_error="skip", part=None, progress=None, chunk=16, force=False):
-    """Write fn(input) for every input into a dataset at `out`, in parallel, in input order.
-
-    fn                 input -> a sample dict (as Writer.write takes), a list of them, or None (skip)
-    inputs             a sequence (paths, indices, records); its order is the dataset's
-    workers            None: os.cpu_count(); 0: in this process
-    mode               "process" (default: forked workers, fn needs no pickling, for Python code that holds
-                       the GIL) or "thread" (for fns that release it: numpy, PIL decode, I/O)
-    on_error           "skip": an input whose fn raises is listed in OUT/skipped.tsv with the exception
-                       (index, input, error) and the run goes on; "fail": the run stops, no manifest
-    part               (k, n): the k-th (1-based) of n slices of the inputs, written to
-                       OUT/part-0000k-of-0000n; stoker.merge(out) joins them once all are there
-    progress           None: a progress line on stderr when it is a terminal
-    chunk              inputs per task handed to a worker
-    force              replace a dataset in `out` that other arguments made (the same arguments: returned as is)
-    shard_size, records_per_shard, classes, metadata: as for Writer
-
-    The dataset is byte-identical whatever `workers` and `mode` (samples are written in input order).
-    A killed run resumes when called again with the same arguments: the shards it committed are verified
-    and kept, and fn runs again only on the inputs after them. "The same arguments" are the fields, the
-    inputs (their repr), the shard settings, classes, metadata, part and fn's module and name: a changed fn
-    body under the same name is not seen (pass force=True, or another out, after changing what fn makes).
-    Returns a summary dict.
-    """
-    if on_error not in ("skip", "fail"):
-        raise ValueError(f"stoker.pack: on_error={on_error!r}: 'skip' or 'fail'")
-    if mode not in ("process", "thread"):
-        raise ValueError(f"stoker.pack: mode={mode!r}: 'process' or 'thread'")
-    inputs = inputs if hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__") else list(inputs)
-    fields = _field_spec(fields)
-    first, end = 0, len(inputs)
-    target = os.fspath(out)
-    if part is not None:
-        k, n = part
-        if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
-            raise ValueError(f"stoker.pack: part={part!r}: (k, n) with 1 <= k <= n")
-        first, end = len(inputs) * (k - 1) // n, len(inputs) * k // n
-        target = _part_dir(target, (k, n))
-    params = _params(fields, inputs, fn, shard_size, records_per_shard, classes, metadata, part)
-    # the pack object is the same for every part, so that their manifests merge
-    whole = _params(fields, inputs, fn, shard_size, records_per_shard, classes, metadata, None)
-    done = _manifest_params(target)
-    if done == whole:  # finished before (a run killed after its manifest may have left its state file)
-        _unlink(os.path.join(target, _STATE))
-        return {"out": target, "resumed": True, "complete": True, **_summary_of(target)}
-    if done is not None and not force:
-        from . import Error
-        raise Error(L.STK_E_EXISTS, f"stoker.pack: {target} already holds a dataset made with other arguments; "
-                    "pass force=True to replace it")
-    st = _load_state(target, params) if done is None else None
-    t0 = time.monotonic()
-    skipped = [tuple(s) for s in st["skipped"]] if st else []
-    nxt, sub = (st["next"] if st else (first, 0))
-    pool = _Workers(fn, inputs, workers, mode)  # before the writer: workers hold none of its files
-    try:
-        try:
-            w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
-                       _tool="stoker.pack", _pack_params=whole, _resume_shards=st["shards"] if st else None)
-        except Exception as e:
-            if not st:
-                raise
-            warnings.warn(f"stoker.pack: {target}: the interrupted run's shards do not verify ({e}); "
-                          "starting over")
-            st, skipped, nxt, sub = None, [], first, 0
-            w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
-                       _tool="stoker.pack", _pack_params=whole)
-        if st and w.records != st["records"]:
-            w.abort()
-            raise RuntimeError(f"stoker.pack: {target}: the kept shards hold {w.records} records, the state "
-                               f"says {st['records']}")
-    except BaseException:
-        pool.close(kill=True)
-        raise
-    resumed = st is not None
-    bar = _Progress(end - first, nxt - first, sys.stderr.isatty() if progress is None else progress)
-    try:
-        pos = []  # (input, sample) of each record in the open shard, for the state file
-        shards = w.shards
-        for i, err, r in pool.results(nxt, end, chunk):
-            if err is not None:
-                if on_error == "fail":
-                    raise RuntimeError(f"stoker.pack: input {i} ({inputs[i]!r:.200}): {err}")
-                skipped.append((i, repr(inputs[i]), err))
-            else:
-                samples = _samples_of(i, r)
-                for j in range(sub if i == nxt else 0, len(samples)):
-                    w.write(samples[j])
-                    pos.append((i, j))
-                    if w.shards != shards:  # the shard before this record is on disk
-                        shards = w.shards
-                        pos = pos[-1:]
-                        _write_atomic(os.path.join(target, _STATE), json.dumps({
-                            "params": params, "shards": shards, "records": w.records - 1, "next": [i, j],
-                            "skipped": [s for s in skipped if s[0] < i]}))
-            bar.update(i + 1 - first, len(skipped))
-        pool.close()
-        _write_skipped(target, skipped)
-        w.close()
-    except BaseException:
-        pool.close(kill=True)
-        w.abort()
-        bar.end()
-        raise
-    bar.end()
-    _unlink(os.path.join(target, _STATE))
-    return {"out": target, "resumed": resumed, "complete": True, "inputs": end - first, "records": w.records,
-            "skipped": len(skipped), "seconds": time.monotonic() - t0, "bytes": w.bytes}
-
-
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _write_skipped(target, skipped):
-    text = "".join(f"{i}\t{inp}\t{err}\n" for i, inp, err in skipped)
-    _write_atomic(os.path.join(target, _SKIPPED), "index\tinput\terror\n" + text)
-
-
-def _manifest_params(target):
-    try:
-        with open(os.path.join(target, "manifest.json")) as f:
-            return (json.load(f).get("pack") or {}).get("params", "")
-    except (OSError, ValueError):
-        return None
-
-
-def _summary_of(target):
-    with open(os.path.join(target, "manifest.json")) as f:
-        m = json.load(f)
-    try:
-        with open(os.path.join(target, _SKIPPED)) as f:
-            nskip = sum(1 for _ in f) - 1
-    except OSError:
-        nskip = 0
-    return {"records": m["record_count"], "skipped": nskip}
-
-
-class _Workers:
-    """fn over chunks of inputs, results in chunk order, at most `depth` chunks in flight per worker so that
-    memory does not grow with the input count.
-
-    mode "process": forked processes, started before the dataset writer opens (they hold none of its files).
-    fn and the inputs are inherited, not pickled (lambdas and closures work); a chunk's (first, end) goes out
-    on a pipe and its results come back pickled on the worker's own pipe. Chunk c goes to worker c % n, so
-    reading the workers in turn gives input order with no reordering, and the parent reads on its main
-    thread (no result thread contending for the GIL, no pool that hangs when a worker dies: a dead worker is
-    an error naming its inputs). mode "thread": a thread pool, for fns that release the GIL. workers 0: here."""
-
-    def __init__(self, fn, inputs, workers, mode, depth=4):
-        global _job
-        self.n = (os.cpu_count() or 1) if workers is None else max(int(workers), 0)
-        self.mode, self.depth, self.procs, self.pool = mode, depth, [], None
-        _job = (fn, inputs)
-        if self.n and mode == "thread":
-            from concurrent.futures import ThreadPoolExecutor
-            self.pool = ThreadPoolExecutor(self.n)
-        elif self.n:
-            try:
-                for _ in range(self.n):
-                    self._fork()
-            except BaseException:
-                self.close(kill=True)
-                raise
-
-    def _fork(self):
-        tr, tw = os.pipe()
-        rr, rw = os.pipe()
-        sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the worker: never returns
-            code = 0
-            try:
-                os.close(tw), os.close(rr)
-                for r, w, _ in self.procs:  # the other workers' pipe ends
-                    os.close(r), os.close(w)
-                _worker_loop(tr, rw)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(tr), os.close(rw)
-        self.procs.append((rr, tw, pid))
-
-    def results(self, first, end, chunk):
-        """(index, error or None, fn's result) for inputs [first, end), in order."""
-        chunks = [(a, min(a + chunk, end)) for a in range(first, end, chunk)]
-        if not self.n:
-            for a, b in chunks:
-                yield from _run_chunk(a, b)
-            return
-        ahead = self.depth * self.n
-        if self.pool is not None:
-            import collections
-            window = collections.deque(self.pool.submit(_run_chunk, *c) for c in chunks[:ahead])
-            for c in range(len(chunks)):
-                res = window.popleft().result()
-                if c + ahead < len(chunks):
-                    window.append(self.pool.submit(_run_chunk, *chunks[c + ahead]))
-                yield from res
-            return
-        for c, ab in enumerate(chunks[:ahead]):
-            self._send(c, ab)
-        for c in range(len(chunks)):
-            res = self._receive(c, chunks[c])
-            if c + ahead < len(chunks):
-                self._send(c + ahead, chunks[c + ahead])
-            yield from res
-
-    def _send(self, c, ab):
-        try:
-            _write_all(self.procs[c % self.n][1], _HEAD.pack(*ab))
-        except BrokenPipeError:
-            pass  # the worker is dead: _receive says so, in input order, naming the inputs it held
-
-    def _receive(self, c, ab):
-        rr, _, pid = self.procs[c % self.n]
-        head = _read_exact(rr, _HEAD.size)
-        res = None
-        if head is not None:
-            nbody, nbuf = _HEAD.unpack(head)
-            sizes = _read_exact(rr, 8 * nbuf) if nbuf else b""
-            body = _read_exact(rr, nbody) if sizes is not None else None
-            bufs = [_read_exact(rr, k) for k in struct.unpack(f"<{nbuf}Q", sizes)] if body is not None else [None]
-            if body is not None and all(b is not None for b in bufs):
-                res = pickle.loads(body, buffers=bufs)  # arrays over the received buffers: no copy
-        if res is None:
-            _, status = os.waitpid(pid, 0)
-            self.procs[c % self.n] = (rr, self.procs[c % self.n][1], 0)
-            why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-                   else f"exit status {os.WEXITSTATUS(status)}")
-            raise RuntimeError(f"stoker.pack: worker process {pid} died ({why}) on inputs {ab[0]}..{ab[1] - 1}")
-        return res
-
-    def close(self, kill=False):
-        global _job
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        for rr, tw, pid in self.procs:
-            os.close(tw)  # a waiting worker reads EOF and exits
-            os.close(rr)
-            if pid:
-                if kill:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                os.waitpid(pid, 0)
-        self.procs, self.pool, _job = [], None, None
-
-
-# A task is (first, end). A result is (pickle bytes, out-of-band buffers), their sizes, the pickle, then
-# the buffers: protocol 5 sends array data as it lies, not copied into the pickle.
-_HEAD = struct.Struct("<QQ")
-
-
-def _read_exact(fd, n):
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = os.readv(fd, [view[got:]])
-        if k == 0:
-            return None
-        got += k
-    return buf
-
-
-def _write_all(fd, *parts):
-    views = [memoryview(p).cast("B") for p in parts if len(p)]
-    while views:
-        k = os.writev(fd, views[:64])
-        while views and k >= len(views[0]):
-            k -= len(views[0])
-            views.pop(0)
-        if views and k:
-            views[0] = views[0][k:]
-
-
-def _worker_loop(tr, rw):
-    while True:
-        task = _read_exact(tr, _HEAD.size)
-        if task is None:
-            return
-        res = _run_chunk(*_HEAD.unpack(task))
-        bufs = []
-        try:
-            body = pickle.dumps(res, protocol=5, buffer_callback=bufs.append)
-            raws = [b.raw() for b in bufs]
-        except Exception as e:  # a result that does not pickle: every input of the chunk is listed
-            why = f"fn's result cannot be sent from the worker process: {type(e).__name__}: {e}"
-            body, raws = pickle.dumps([(i, err or why, None) for i, err, _ in res]), []
-        sizes = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
-        _write_all(rw, _HEAD.pack(len(body), len(raws)), sizes, body, *raws)
-
-
-def merge(out):
-    """Join the parts stoker.pack(..., part=(k, n)) wrote under `out` into one dataset there: a manifest
-    naming their shards in part order (nothing copied) and skipped.tsv. Refuses while a part is missing
-    or unfinished, naming them."""
-    out = os.fspath(out)
-    names = sorted(d for d in os.listdir(out) if d.startswith("part-") and "-of-" in d)
-    counts = {d.rsplit("-of-", 1)[1] for d in names}
-    if not names or len(counts) != 1:
-        raise ValueError(f"stoker.merge: {out}: " + ("no part-K-of-N directories" if not names else
-                         f"parts of different counts ({', '.join(sorted(counts))})"))
-    n = int(counts.pop())
-    want = [f"part-{k:05d}-of-{n:05d}" for k in range(1, n + 1)]
-    missing = [d for d in want if not os.path.exists(os.path.join(out, d, "manifest.json"))]
-    if missing:
-        raise ValueError(f"stoker.merge: {out}: {len(missing)} of {n} parts missing or unfinished: "
-                         + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
-    lines = ["index\tinput\terror\n"]
-    for d in want:
-        try:
-            with open(os.path.join(out, d, _SKIPPED)) as f:
-                lines += f.readlines()[1:]
-        except OSError:
-            pass
-    _write_atomic(os.path.join(out, _SKIPPED), "".join(lines))
-    arr = (L.c_char_p * n)(*[d.encode() for d in want])
-    err = L.Error_()
-    if _merge(out.encode(), arr, n, ctypes.byref(err)):
-        _error(err)
-    return {"out": out, "parts": n, **_summary_of(out)}
+def __getattr__(name):
+    """stoker.writer.pack and stoker.writer.merge, where they were before _pack.py held them."""
+    if name in ("pack", "merge"):
+        from . import _pack
+        return getattr(_pack, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -327,7 +328,9 @@ def test_a_killed_pack_resumes_to_the_same_bytes(tmp_path):
     for trial in range(4):
         out = tmp_path / f"t{trial}"
         for attempt in range(40):
-            p = subprocess.Popen([sys.executable, child, str(out)], env=env)
+            p = subprocess.Popen([sys.executable, child, str(out)], env=env, stdout=subprocess.PIPE)
+            p.stdout.readline()  # started packing: on a loaded machine the imports alone may take a second
+            p.stdout.close()
             try:
                 p.wait(timeout=rnd.uniform(0.3, 1.5))
             except subprocess.TimeoutExpired:
@@ -369,3 +372,36 @@ def test_a_dead_worker_is_an_error_naming_its_inputs(tmp_path, hold_first):
         stoker.pack(die, range(200), tmp_path / "ds", {"a": stoker.Scalar("int64")}, workers=2, chunk=10,
                     progress=False)
     assert not (tmp_path / "ds" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("classes,index,why", [
+    (["cat", "a\x00b"], 1, r"holds a NUL at 1"),
+    ([1], 0, r"is int, not str"),
+    (["dog", b"cat"], 1, r"is bytes, not str"),
+    (["\ud800"], 0, r"cannot be UTF-8 \(surrogates not allowed at 0\)"),
+], ids=["nul", "int", "bytes", "lone-surrogate"])
+def test_a_bad_class_name_is_refused_naming_class_and_argument(tmp_path, classes, index, why):
+    """spec/FORMAT.md section 8: class names are str without NUL that can be UTF-8; a NUL was cut
+    (['a\\x00b'] read back as ['a']) and the others ended in raw Python errors."""
+    f = {"a": stoker.Scalar("int32")}
+    for who, call in (("stoker.Writer", lambda out: stoker.Writer(out, f, classes=classes)),
+                      ("stoker.pack", lambda out: stoker.pack(lambda i: {"a": i}, range(3), out, f, workers=0,
+                                                              classes=classes, progress=False))):
+        out = tmp_path / who
+        with pytest.raises(stoker.ArgumentError) as e:
+            call(out)
+        msg = str(e.value)
+        assert msg.startswith(f"{who}: classes[{index}] {classes[index]!r}") and e.value.code == 1, msg  # STK_E_ARG
+        assert re.search(why, msg), msg
+        assert not (out / "manifest.json").exists()
+
+
+def test_classes_must_be_a_list_and_good_names_round_trip(tmp_path):
+    f = {"a": stoker.Scalar("int32")}
+    with pytest.raises(stoker.ArgumentError, match=r"stoker.Writer: classes='cat': a list of str"):
+        stoker.Writer(tmp_path / "s", f, classes="cat")
+    names = ["chat ✓", "dog", "🐈"]
+    with stoker.Writer(tmp_path / "ok", f, classes=iter(names)) as w:
+        w.write({"a": 1})
+    with stoker.Reader(tmp_path / "ok", batch_size=1) as r:
+        assert r.classes == names

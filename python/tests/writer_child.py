@@ -23,4 +23,5 @@ def make(i):
 
 
 if __name__ == "__main__":
+    print("packing", flush=True)  # imports done: the parent's kill timer starts here, whatever the load
     stoker.pack(make, range(2400), sys.argv[1], FIELDS, workers=2, records_per_shard=40, chunk=5, progress=False)
