@@ -382,14 +382,14 @@ class DataLoader:
         """The first iter() after a checkpoint_dir file was restored. The file holds
         `saved`, where the script surely saved its model (p), and `maybe`, a later
         save point it may or may not have reached: the end of epoch em's loop (its
-        save comes after the loop) or batch km of em (checkpoint_every). set_epoch()
+        save comes after the loop) or its save after batch km - 1 (checkpoint_every). set_epoch()
         settles an epoch end; where nothing settles it, the earlier point is taken
         (a model that did save repeats batches; one that did not loses none)."""
         es, ks, f = p[0], p[1], self._ckpt
         if maybe is None:
             if want is None or want == es:
                 return es, ks, None
-        elif maybe[1] >= self._n:
+        elif maybe[2] == "end":
             em = maybe[0]
             if want == em:               # the script repeats epoch em: its save of it was not written
                 return es, ks, None
@@ -401,7 +401,7 @@ class DataLoader:
                                 f"epoch {em}, so it repeats epoch {em} from batch {ks} (right if it did not): call "
                                 "loader.set_epoch(epoch) before each epoch's loop to make restarts exact")
         else:
-            em, km = maybe
+            em, km, _ = maybe
             if want is None or want == em:
                 return es, ks, (f"{f}: stopped after batch {km - 1} of epoch {em} was handed out and before the "
                                 f"loop asked for the next: this loader cannot tell whether the script's save after "
@@ -440,14 +440,14 @@ class DataLoader:
         if it._finished:
             raise StopIteration
         k = it._yielded
-        if k >= it._n:
-            it._finished = True
-            if self._ckpt:
-                self._commit((it.epoch, k))  # the loop is over; the script's save of the epoch comes next
-            raise StopIteration
         every = self._ckpt_every
         if every and self._ckpt and k % every == 0 and k > it._k0:
             self._commit()      # the loop asks for batch k: the script's save after batch k-1 is written
+        if k >= it._n:
+            it._finished = True
+            if self._ckpt:
+                self._commit((it.epoch, k, "end"))  # the loop is over; the script's save of the epoch comes next
+            raise StopIteration
         b = self.reader.next_batch()
         if b is None:                   # the Reader's set_epochs() ended the stream
             it._finished = True
@@ -456,8 +456,8 @@ class DataLoader:
             raise RuntimeError(f"stoker.torch.DataLoader: expected batch {k} of epoch {it.epoch}, the reader gave "
                                f"batch {b.index} of epoch {b.epoch}: was the Reader moved under the loader?")
         it._yielded = k + 1
-        if every and self._ckpt and (k + 1) % every == 0 and k + 1 < it._n:
-            self._commit((it.epoch, k + 1))  # the script saves after this batch, or has not yet
+        if every and self._ckpt and (k + 1) % every == 0:
+            self._commit((it.epoch, k + 1, "step"))  # the script saves after this batch, or has not yet
         get = dict.__getitem__  # the batch is fresh: skip Batch's expiry check
         if self.as_dict:
             out = {f: get(b, f) for f in self.fields}
@@ -561,12 +561,13 @@ class DataLoader:
 
     def _commit(self, maybe=None):
         """Write the checkpoint file: `saved`, the loader state where the script has surely
-        saved its model (this position when `maybe` is None), and `maybe`, (epoch, batch)
-        of a later save point the script is at: it may or may not have saved there yet."""
+        saved its model (this position when `maybe` is None), and `maybe`, (epoch, batch,
+        "end" or "step") of a later save point the script is at: the end of the epoch's
+        loop, or its save after batch - 1; it may or may not have saved there yet."""
         if maybe is None:
             self._ck_saved = self.state_dict()
         doc = {"stoker_loader_checkpoint": CHECKPOINT_VERSION, "saved": self._ck_saved,
-               "maybe": None if maybe is None else {"epoch": maybe[0], "batch": maybe[1]},
+               "maybe": None if maybe is None else {"epoch": maybe[0], "batch": maybe[1], "at": maybe[2]},
                "every": self._ckpt_every}
         text = json.dumps(doc, separators=(",", ":")) + "\n"
         if text != self._ck_text:
@@ -606,9 +607,11 @@ class DataLoader:
         e, k, _ = self._pending
         if maybe is not None:
             if not (isinstance(maybe, dict) and type(maybe.get("epoch")) is int and type(maybe.get("batch")) is int
-                    and maybe["epoch"] == e and k <= maybe["batch"] <= self._n):
-                raise ValueError(f"'maybe' {maybe!r}: not a batch of epoch {e} from {k} to {self._n}")
-            maybe = (maybe["epoch"], maybe["batch"])
+                    and maybe["epoch"] == e and k <= maybe["batch"] <= self._n
+                    and (maybe.get("at") == "step" or (maybe.get("at") == "end" and maybe["batch"] == self._n))):
+                raise ValueError(f"'maybe' {maybe!r}: not the end of epoch {e} ({self._n} batches) nor a step save "
+                                 f"from batch {k} to it")
+            maybe = (maybe["epoch"], maybe["batch"], maybe["at"])
         self._resume = ("restart", maybe)
         self._ck_saved = saved
 

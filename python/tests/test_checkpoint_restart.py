@@ -31,22 +31,25 @@ KILLS = {
     "step-saved": ["saved", 1, 99],       # step: right after the script's save, before the loop asks again
     "loop-end": ["end", 1, None],         # the epoch's loop is over, the script's save not written
     "epoch-saved": ["endsaved", 1, None],  # the script's save of the epoch written, the next loop not begun
+    "last-step-saved": ["saved", 1, 124],  # step, every 25: its save after the epoch's last batch, the loop not over
 }
 EPOCH_END_WARNING = r"^ResumeWarning: stoker\.torch\.DataLoader: .*call loader\.set_epoch\(epoch\) before each epoch"
 STEP_WARNING = r"^ResumeWarning: stoker\.torch\.DataLoader: .*cannot tell whether the script's save after it"
 
 
 def expectation(mode, set_epoch, kill):
-    """(what the restored model trained on: "exact", "repeats 50" or "mislabelled", warning regex or None)."""
+    """(what the restored model trained on: "exact", "repeats" (the batches since the save
+    before the last, twice) or "mislabelled", warning regex or None)."""
     if kill in ("loop-end", "epoch-saved") and not set_epoch and mode != "state":
         return ("exact" if kill == "loop-end" else "mislabelled"), EPOCH_END_WARNING
-    if mode == "step" and kill in ("before-save", "step-saved"):
-        return ("exact" if kill == "before-save" else "repeats 50"), STEP_WARNING
+    if mode == "step" and kill in ("before-save", "step-saved", "last-step-saved"):
+        return ("exact" if kill == "before-save" else "repeats"), STEP_WARNING
     return "exact", None
 
 
-MATRIX = [(mode, se, kill) for mode in ("epoch", "step", "state") for se in (True, False) for kill in KILLS
-          if mode != "epoch" or kill != "step-saved"]
+MATRIX = [(mode, se, kill, EVERY) for mode in ("epoch", "step", "state") for se in (True, False) for kill in KILLS
+          if (mode != "epoch" or kill != "step-saved") and kill != "last-step-saved"]
+MATRIX += [("step", se, kill, 25) for se in (True, False) for kill in ("loop-end", "last-step-saved")]  # 25 | 125
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +84,10 @@ def launch(server, cfg):
     return code
 
 
-def job(tmp, ds, mode, set_epoch, kill):
+def job(tmp, ds, mode, set_epoch, kill, every=EVERY):
     return {"dataset": ds, "ckdir": str(tmp / "ck"), "model": str(tmp / "model.json"),
             "warnings": str(tmp / "warnings.txt"), "mode": mode, "set_epoch": set_epoch, "epochs": EPOCHS,
-            "every": EVERY, "kill": kill}
+            "every": every, "kill": kill}
 
 
 def trained(cfg):
@@ -112,12 +115,13 @@ def reference(ds1000, server, tmp_path_factory):
 
 
 @plain_stage_only
-@pytest.mark.parametrize("mode,set_epoch,kill", MATRIX,
-                         ids=[f"{m}-{'set_epoch' if s else 'no_set_epoch'}-{k}" for m, s, k in MATRIX])
+@pytest.mark.parametrize("mode,set_epoch,kill,every", MATRIX,
+                         ids=[f"{m}-{'set_epoch' if s else 'no_set_epoch'}-{k}" + (f"-every{n}" if n != EVERY else "")
+                              for m, s, k, n in MATRIX])
 def test_sigkill_and_restart_trains_the_model_on_every_batch_once(ds1000, server, reference, tmp_path, mode,
-                                                                   set_epoch, kill):
+                                                                   set_epoch, kill, every):
     outcome, warning = expectation(mode, set_epoch, kill)
-    cfg = job(tmp_path, ds1000, mode, set_epoch, KILLS[kill])
+    cfg = job(tmp_path, ds1000, mode, set_epoch, KILLS[kill], every)
     assert launch(server, cfg) == -signal.SIGKILL
     assert warning_lines(cfg) == []
     cfg["kill"] = None                                      # the same command again
@@ -131,8 +135,9 @@ def test_sigkill_and_restart_trains_the_model_on_every_batch_once(ds1000, server
         first = next((i for i, (a, b) in enumerate(zip(got, reference)) if a != b), None)
         assert got == reference, f"first difference at entry {first}: {got[first:first + 2]} vs " \
                                  f"{reference[first:first + 2]}; {len(got)} entries, {len(reference)} wanted"
-    elif outcome == "repeats 50":   # saved after batch 99, resumed from 50: 50..99 twice, nothing lost
-        assert got == reference[:N + 100] + reference[N + 50:]
+    elif outcome == "repeats":      # saved after batch km - 1, resumed from the save before: twice, none lost
+        km = KILLS[kill][2] + 1
+        assert got == reference[:N + km] + reference[N + km - every:]
     else:                           # the loader repeats epoch 1 while the loop is in 2: loader.epoch says so
         assert got[:2 * N] == reference[:2 * N]
         assert got[2 * N][:2] == [2, 1] and got[2 * N][3] == reference[N + (100 if mode == "step" else 0)][3]
@@ -165,7 +170,7 @@ def test_set_epoch_from_zero_without_a_checkpoint_says_it_drops_the_position(ds1
         assert all(torch.equal(x, y) for x, y in zip(got, e0)) and len(got) == len(e0) == N
     with open(tmp_path / "stoker-ds.rank0.json") as f:
         doc = json.load(f)
-    assert (doc["saved"]["epoch"], doc["maybe"]) == (0, {"epoch": 0, "batch": N})
+    assert (doc["saved"]["epoch"], doc["maybe"]) == (0, {"epoch": 0, "batch": N, "at": "end"})
 
 
 def test_epoch_tells_the_truth_after_a_restore(ds1000, tmp_path):

@@ -264,7 +264,7 @@ def test_checkpoint_dir_resumes_after_kill_9(ds, tmp_path):
     after = read_log(tmp_path / "run.log")[19:]
     assert [(x["epoch"], x["batch"]) for x in after[:1]] == [(1, 6)]
     assert before[:17] + after == full                  # batches 6 and 7 of epoch 1 read twice, none lost
-    assert json.load(open(ck / "stoker-ds.rank0.json"))["maybe"] == {"epoch": 2, "batch": 11}  # its loop over
+    assert json.load(open(ck / "stoker-ds.rank0.json"))["maybe"] == {"epoch": 2, "batch": 11, "at": "end"}  # its loop over
 
 
 def test_checkpoint_env_applies_to_shuffling_loaders_only(ds, tmp_path, monkeypatch):
