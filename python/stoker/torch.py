@@ -41,13 +41,13 @@ __all__ = ["DataLoader", "Dataset", "ResumeWarning", "ENV_CHECKPOINT_DIR", "ENV_
 ENV_CHECKPOINT_DIR = "STOKER_CHECKPOINT_DIR"      # checkpoint_dir for loaders that shuffle
 ENV_CHECKPOINT_EVERY = "STOKER_CHECKPOINT_EVERY"  # the script's model saves, in batches of an epoch (default: none)
 STATE_VERSION = 1
+_STATE_KEYS = ("stoker_loader_state", "epoch", "_num_yielded", "_iterator_finished", "reader")
 CHECKPOINT_VERSION = 2   # the checkpoint_dir file: {"stoker_loader_checkpoint", "saved", "maybe", "every"}
 
 
 class ResumeWarning(UserWarning):
     """A restart from checkpoint_dir that this loader cannot make exact for the
     model (or that drops the saved position because set_epoch() says so)."""
-_STATE_KEYS = ("stoker_loader_state", "epoch", "_num_yielded", "_iterator_finished", "reader")
 
 
 class Dataset:
@@ -382,9 +382,9 @@ class DataLoader:
         """The first iter() after a checkpoint_dir file was restored. The file holds
         `saved`, where the script surely saved its model (p), and `maybe`, a later
         save point it may or may not have reached: the end of epoch em's loop (its
-        save comes after the loop) or its save after batch km - 1 (checkpoint_every). set_epoch()
-        settles an epoch end; where nothing settles it, the earlier point is taken
-        (a model that did save repeats batches; one that did not loses none)."""
+        save comes after the loop) or its save after batch km - 1 (checkpoint_every).
+        set_epoch() settles an epoch end; where nothing settles it, the earlier point
+        is taken (a model that did save repeats batches; one that did not loses none)."""
         es, ks, f = p[0], p[1], self._ckpt
         if maybe is None:
             if want is None or want == es:
