@@ -21,7 +21,9 @@ next iter() continues from it.
 Resume follows torchdata's StatefulDataLoader: state_dict() describes the
 last iterator (or the next one, before any iter()), load_state_dict() the
 next; {} loads nothing. checkpoint_dir= (or $STOKER_CHECKPOINT_DIR) makes the
-loader save its own position every N batches and restore it when it opens.
+loader save its own position where the script saves its model (at epoch
+ends, or every checkpoint_every batches where the script says it saves
+there) and restore it when it opens: see DataLoader's checkpoint_dir.
 
 Batches are zero-copy views, as the Reader's: valid until the next batch is
 taken (copy=True, pin_memory=True, a device, or a collate_fn that makes new
@@ -30,16 +32,23 @@ only when a DataLoader is made.
 """
 import json
 import os
+import warnings
 
 from ._lib import ArgumentError
 from .reader import Reader, Transform, _manifest
 
-__all__ = ["DataLoader", "Dataset", "ENV_CHECKPOINT_DIR", "ENV_CHECKPOINT_EVERY"]
+__all__ = ["DataLoader", "Dataset", "ResumeWarning", "ENV_CHECKPOINT_DIR", "ENV_CHECKPOINT_EVERY"]
 
 ENV_CHECKPOINT_DIR = "STOKER_CHECKPOINT_DIR"      # checkpoint_dir for loaders that shuffle
-ENV_CHECKPOINT_EVERY = "STOKER_CHECKPOINT_EVERY"  # batches between saves (default 100)
+ENV_CHECKPOINT_EVERY = "STOKER_CHECKPOINT_EVERY"  # the script's model saves, in batches of an epoch (default: none)
 STATE_VERSION = 1
 _STATE_KEYS = ("stoker_loader_state", "epoch", "_num_yielded", "_iterator_finished", "reader")
+CHECKPOINT_VERSION = 2   # the checkpoint_dir file: {"stoker_loader_checkpoint", "saved", "maybe", "every"}
+
+
+class ResumeWarning(UserWarning):
+    """A restart from checkpoint_dir that this loader cannot make exact for the
+    model (or that drops the saved position because set_epoch() says so)."""
 
 
 class Dataset:
@@ -107,11 +116,11 @@ class _BatchSampler:
 
 class _Iter:
     """One epoch of the loader (what iter(loader) returns)."""
-    __slots__ = ("_loader", "epoch", "_n", "_yielded", "_finished")
+    __slots__ = ("_loader", "epoch", "_n", "_yielded", "_finished", "_k0")
 
     def __init__(self, loader, epoch, n, yielded):
         self._loader, self.epoch, self._n = loader, epoch, n
-        self._yielded, self._finished = yielded, False
+        self._yielded, self._finished, self._k0 = yielded, False, yielded
 
     def __iter__(self):
         return self
@@ -211,22 +220,28 @@ class DataLoader:
     order, rank, world_size, verify, io, crop, debug, ... : as stoker.Reader
                   (rank and world size from torch.distributed when a process
                   group is initialised, else $RANK/$WORLD_SIZE)
-    checkpoint_dir  save the loader's position atomically to
-                  DIR/stoker-NAME.rankR.json every checkpoint_every batches
-                  and at each epoch's end, and continue from that file when a
-                  loader opens. Default: $STOKER_CHECKPOINT_DIR, for loaders
-                  that shuffle (training, not evaluation); False: never.
-    checkpoint_every  batches between saves (default $STOKER_CHECKPOINT_EVERY,
-                  else 100). A batch counts as done when the loop asks for the
-                  next one, so a restart repeats at most checkpoint_every
-                  batches and skips none.
+    checkpoint_dir  keep the loader's position in DIR/stoker-NAME.rankR.json
+                  (written atomically) at the points where the script saves
+                  its model, and continue from it when a loader opens, so that
+                  the restored model trains on every batch of every epoch once,
+                  each under the epoch of the script's loop (README, "Resume").
+                  Default: $STOKER_CHECKPOINT_DIR, for loaders that shuffle
+                  (training, not evaluation); False: never.
+    checkpoint_every  N: the script also saves its model after every N-th
+                  batch of an epoch (when i + 1 is a multiple of N, i from
+                  loader.enumerate()), not only after each epoch's loop.
+                  Default $STOKER_CHECKPOINT_EVERY, else none: the script
+                  saves after each epoch's loop (or never), and a restart
+                  begins the epoch its model is in.
     checkpoint_name  NAME above (default: the dataset directory's name)
 
     Epochs: every iter() starts the next epoch (the first is 0), or the one
     named by set_epoch() / sampler.set_epoch() since the last iter(). After
-    load_state_dict() (or a checkpoint_dir file found at open) the next iter()
-    continues from that exact position instead, unless set_epoch() names
-    another epoch. len(loader) is batches per epoch on this rank,
+    load_state_dict() the next iter() continues from that exact position
+    instead, unless set_epoch() names another epoch; after a checkpoint_dir
+    file found at open, from where the script's model was saved, set_epoch()
+    deciding where only it can (a ResumeWarning says what was done where
+    neither can tell). len(loader) is batches per epoch on this rank,
     len(loader.dataset) records in the dataset.
     """
 
@@ -301,6 +316,9 @@ class DataLoader:
         e, b = r.position()      # the next iter() continues where the reader stands (epoch 0, batch 0)
         self._pending = (e, b, False)
         self._next_epoch = e + 1
+        self._resume = None      # a checkpoint_dir file's open question, settled by the next iter()
+        self._ck_saved = None    # the loader state of the last position the script surely saved at
+        self._ck_text = None     # the checkpoint file's content as last written or read
         self._ckpt = self._checkpoint_path(checkpoint_dir, checkpoint_name)
         self._ckpt_every = self._checkpoint_every(checkpoint_every)
         if self._ckpt and os.path.exists(self._ckpt):
@@ -337,34 +355,76 @@ class DataLoader:
 
     @property
     def epoch(self):
-        """The epoch of the last iter() (or of the next one, before any)."""
-        if self._pending is not None:
-            return self._pending[0]
-        return self._it.epoch if self._it is not None else self._next_epoch
+        """The epoch of the last iter(); after load_state_dict() or a restore, and
+        before any iter(), the epoch the next iter() yields."""
+        if self._it is None or self._pending is not None:
+            return self._plan()[0]
+        return self._it.epoch
 
     def set_epoch(self, epoch):
         """The next iter() starts `epoch` (DistributedSampler.set_epoch), unless a state
         was just loaded for that same epoch: then it continues from that position."""
         self._set = int(epoch)
 
+    def _plan(self):
+        """(epoch, batch, warning or None): where the next iter() starts."""
+        p, want = self._pending, self._set
+        if self._resume is not None:
+            return self._plan_restart(p, want, self._resume[1])
+        if p is not None and not p[2] and (want is None or want == p[0]):
+            return p[0], p[1], None               # continue the loaded position
+        if want is not None:
+            return want, 0, None
+        if p is not None:
+            return p[0] + 1, 0, None              # a finished epoch was loaded
+        return self._next_epoch, 0, None
+
+    def _plan_restart(self, p, want, maybe):
+        """The first iter() after a checkpoint_dir file was restored. The file holds
+        `saved`, where the script surely saved its model (p), and `maybe`, a later
+        save point it may or may not have reached: the end of epoch em's loop (its
+        save comes after the loop) or its save after batch km - 1 (checkpoint_every).
+        set_epoch() settles an epoch end; where nothing settles it, the earlier point
+        is taken (a model that did save repeats batches; one that did not loses none)."""
+        es, ks, f = p[0], p[1], self._ckpt
+        if maybe is None:
+            if want is None or want == es:
+                return es, ks, None
+        elif maybe[2] == "end":
+            em = maybe[0]
+            if want == em:               # the script repeats epoch em: its save of it was not written
+                return es, ks, None
+            if want == em + 1:           # the script's checkpoint of epoch em was written
+                return em + 1, 0, None
+            if want is None:
+                return es, ks, (f"{f}: stopped after epoch {em}'s loop ended and before the next began; without "
+                                f"set_epoch() this loader cannot tell whether the script saved its checkpoint of "
+                                f"epoch {em}, so it repeats epoch {em} from batch {ks} (right if it did not): call "
+                                "loader.set_epoch(epoch) before each epoch's loop to make restarts exact")
+        else:
+            em, km, _ = maybe
+            if want is None or want == em:
+                return es, ks, (f"{f}: stopped after batch {km - 1} of epoch {em} was handed out and before the "
+                                f"loop asked for the next: this loader cannot tell whether the script's save after "
+                                f"it (checkpoint_every={self._ckpt_every}) was written, so it continues from batch "
+                                f"{ks} (if it was, the model trains on batches {ks}..{km - 1} twice): save "
+                                "loader.state_dict() with the model, and call set_epoch(), for exact restarts")
+        return want, 0, (f"{f}: set_epoch({want}) while the saved position is batch {ks} of epoch {es}: "
+                         f"starting epoch {want} from its first batch, as set_epoch() asks (a script that "
+                         "restarts without a checkpoint of its own); the saved position is dropped")
+
     def __iter__(self):
         r = self.reader
-        p, self._pending = self._pending, None
-        want, self._set = self._set, None
-        if p is not None and not p[2] and (want is None or want == p[0]):
-            e, k = p[0], p[1]                     # continue the loaded position
-        else:
-            if want is not None:
-                e = want
-            elif p is not None:
-                e = p[0] + 1                      # a finished epoch was loaded
-            else:
-                e = self._next_epoch
-            k = 0
+        e, k, msg = self._plan()
+        self._pending = self._set = self._resume = None
+        if msg:
+            warnings.warn(f"stoker.torch.DataLoader: {msg}", ResumeWarning, stacklevel=2)
         if k < self._n and r.position() != (e, k):
             r.seek(e, k)
         self._next_epoch = e + 1
         self._it = _Iter(self, e, self._n, k)
+        if self._ckpt:
+            self._commit()   # the loop starts: the script is past any save before it
         return self._it
 
     def enumerate(self, start=0):
@@ -381,13 +441,14 @@ class DataLoader:
         if it._finished:
             raise StopIteration
         k = it._yielded
+        every = self._ckpt_every
+        if every and self._ckpt and k % every == 0 and k > it._k0:
+            self._commit()      # the loop asks for batch k: the script's save after batch k-1 is written
         if k >= it._n:
             it._finished = True
             if self._ckpt:
-                self._save_checkpoint()
+                self._commit((it.epoch, k, "end"))  # the loop is over; the script's save of the epoch comes next
             raise StopIteration
-        if self._ckpt and k and k % self._ckpt_every == 0:
-            self._save_checkpoint()     # batches 0 .. k-1 are done: the loop asks for batch k
         b = self.reader.next_batch()
         if b is None:                   # the Reader's set_epochs() ended the stream
             it._finished = True
@@ -396,6 +457,8 @@ class DataLoader:
             raise RuntimeError(f"stoker.torch.DataLoader: expected batch {k} of epoch {it.epoch}, the reader gave "
                                f"batch {b.index} of epoch {b.epoch}: was the Reader moved under the loader?")
         it._yielded = k + 1
+        if every and self._ckpt and (k + 1) % every == 0:
+            self._commit((it.epoch, k + 1, "step"))  # the script saves after this batch, or has not yet
         get = dict.__getitem__  # the batch is fresh: skip Batch's expiry check
         if self.as_dict:
             out = {f: get(b, f) for f in self.fields}
@@ -431,8 +494,10 @@ class DataLoader:
         """The next iter() continues from `state` (a state_dict() of a loader over the
         same dataset, order, seed, global batch and tail; rank and world size may
         differ; or a stoker.Reader state_dict()). {} loads nothing. A finished
-        epoch's state makes the next iter() start the epoch after it."""
+        epoch's state makes the next iter() start the epoch after it. It replaces
+        a position restored from checkpoint_dir."""
         self._it = None
+        self._resume = None
         if state == {}:
             self._pending = None
             return
@@ -481,16 +546,34 @@ class DataLoader:
     def _checkpoint_every(self, every):
         if every is None:
             text = os.environ.get(ENV_CHECKPOINT_EVERY)
+            if not text:
+                return None
             try:
-                every = int(text) if text else 100
+                every = int(text)
             except ValueError:
-                raise ValueError(f"${ENV_CHECKPOINT_EVERY}={text!r}: a number of batches >= 1") from None
-        if int(every) < 1:
-            raise ValueError(f"checkpoint_every {every!r}: a number of batches >= 1")
-        return int(every)
+                every = 0
+            if every < 1:
+                raise ValueError(f"${ENV_CHECKPOINT_EVERY}={text!r}: a number of batches >= 1 (how often the "
+                                 "script saves its model within an epoch), or unset")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"checkpoint_every {every!r}: a number of batches >= 1 (how often the script saves "
+                             "its model within an epoch), or None")
+        return every
 
-    def _save_checkpoint(self):
-        _atomic_write(self._ckpt, json.dumps(self.state_dict(), separators=(",", ":")) + "\n")
+    def _commit(self, maybe=None):
+        """Write the checkpoint file: `saved`, the loader state where the script has surely
+        saved its model (this position when `maybe` is None), and `maybe`, (epoch, batch,
+        "end" or "step") of a later save point the script is at: the end of the epoch's
+        loop, or its save after batch - 1; it may or may not have saved there yet."""
+        if maybe is None:
+            self._ck_saved = self.state_dict()
+        doc = {"stoker_loader_checkpoint": CHECKPOINT_VERSION, "saved": self._ck_saved,
+               "maybe": None if maybe is None else {"epoch": maybe[0], "batch": maybe[1], "at": maybe[2]},
+               "every": self._ckpt_every}
+        text = json.dumps(doc, separators=(",", ":")) + "\n"
+        if text != self._ck_text:
+            _atomic_write(self._ckpt, text)
+            self._ck_text = text
 
     def _restore_checkpoint(self):
         """Continue from the checkpoint file; a file that is not whole JSON or belongs to
@@ -501,13 +584,37 @@ class DataLoader:
                 os.unlink(os.path.join(d, f))
         try:
             with open(self._ckpt) as f:
-                state = json.load(f)
-            self.load_state_dict(state)
+                text = f.read()
+            doc = json.loads(text)
+            if isinstance(doc, dict) and "stoker_loader_checkpoint" in doc:
+                self._restore_v2(doc)
+                self._ck_text = text
+            else:
+                self.load_state_dict(doc)   # version 1: the loader's state alone
         except ArgumentError as e:
             raise ArgumentError(e.code, f"{self._ckpt}: {e}: it belongs to another run (delete it to start "
                                 "afresh, or give this loader another checkpoint_name)") from e
         except (ValueError, TypeError) as e:
             raise ValueError(f"{self._ckpt}: {e}: delete it to start afresh") from e
+
+    def _restore_v2(self, doc):
+        if doc["stoker_loader_checkpoint"] != CHECKPOINT_VERSION:
+            raise ValueError(f"checkpoint version {doc['stoker_loader_checkpoint']!r} "
+                             f"(this stoker reads {CHECKPOINT_VERSION})")
+        saved, maybe = doc.get("saved"), doc.get("maybe")
+        self.load_state_dict(saved)
+        if self._pending is None or self._pending[2]:
+            raise ValueError("'saved' is not a position inside an epoch")
+        e, k, _ = self._pending
+        if maybe is not None:
+            if not (isinstance(maybe, dict) and type(maybe.get("epoch")) is int and type(maybe.get("batch")) is int
+                    and maybe["epoch"] == e and k <= maybe["batch"] <= self._n
+                    and (maybe.get("at") == "step" or (maybe.get("at") == "end" and maybe["batch"] == self._n))):
+                raise ValueError(f"'maybe' {maybe!r}: not the end of epoch {e} ({self._n} batches) nor a step save "
+                                 f"from batch {k} to it")
+            maybe = (maybe["epoch"], maybe["batch"], maybe["at"])
+        self._resume = ("restart", maybe)
+        self._ck_saved = saved
 
     @property
     def checkpoint_path(self):

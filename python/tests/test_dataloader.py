@@ -256,7 +256,7 @@ def test_checkpoint_dir_resumes_after_kill_9(ds, tmp_path):
     assert p.returncode == -signal.SIGKILL, p.stderr
     before = read_log(tmp_path / "run.log")
     assert len(before) == 19
-    saved = json.load(open(ck / "stoker-ds.rank0.json"))
+    saved = json.load(open(ck / "stoker-ds.rank0.json"))["saved"]
     assert (saved["epoch"], saved["_num_yielded"]) == (1, 6)  # saved when batch 6 was asked for: 0..5 done
     # the restarted script knows nothing of the position: the loader finds its file
     run_child(*common[:-4], "--epochs", 2, "--checkpoint-every", 3, "--log", tmp_path / "run.log",
@@ -264,7 +264,7 @@ def test_checkpoint_dir_resumes_after_kill_9(ds, tmp_path):
     after = read_log(tmp_path / "run.log")[19:]
     assert [(x["epoch"], x["batch"]) for x in after[:1]] == [(1, 6)]
     assert before[:17] + after == full                  # batches 6 and 7 of epoch 1 read twice, none lost
-    assert json.load(open(ck / "stoker-ds.rank0.json"))["_iterator_finished"]
+    assert json.load(open(ck / "stoker-ds.rank0.json"))["maybe"] == {"epoch": 2, "batch": 11, "at": "end"}  # its loop over
 
 
 def test_checkpoint_env_applies_to_shuffling_loaders_only(ds, tmp_path, monkeypatch):
@@ -275,7 +275,7 @@ def test_checkpoint_env_applies_to_shuffling_loaders_only(ds, tmp_path, monkeypa
         for _ in range(5):
             next(it)
         assert train.checkpoint_path == str(tmp_path / "env" / "stoker-ds.rank0.json")
-        assert json.load(open(train.checkpoint_path))["_num_yielded"] == 4
+        assert json.load(open(train.checkpoint_path))["saved"]["_num_yielded"] == 4
     with stoker.torch.DataLoader(ds, batch_size=10) as val:        # evaluation: whole epochs, no file
         assert val.checkpoint_path is None
     with stoker.torch.DataLoader(ds, batch_size=10, shuffle=True) as again:   # continues the file
