@@ -66,6 +66,11 @@ int stk_dataset_new_prefix(const char *dir, const char *prefix, char *out, size_
     if (cap < strlen(prefix) + 12)
         return stk_error_set(err, STK_E_ARG, "stk_dataset_new_prefix: a buffer of %zu bytes is too small",
                              cap);
+    char base[STK_NAME_MAX + 16]; /* out may be prefix itself */
+    if (strlen(prefix) >= sizeof base)
+        return stk_error_set(err, STK_E_ARG, "shard prefix '%.40s' is too long", prefix);
+    snprintf(base, sizeof base, "%s", prefix);
+    prefix = base;
     char *mp = stk__path_join(dir, STK_MANIFEST_NAME);
     if (!mp) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     bool present = access(mp, F_OK) == 0;

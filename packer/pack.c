@@ -65,7 +65,12 @@ static void usage(FILE *f)
                "      --block-size BYTES  uncompressed bytes per compressed block (default 1M)\n"
                "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
                "      --merge             write the manifest once every part is in OUTDIR\n"
-               "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
+               "      --force             replace a dataset or an unfinished pack in OUTDIR: the\n"
+               "                          new one is built beside the old one (the disk must hold\n"
+               "                          both) and replaces it only once complete; a failure\n"
+               "                          leaves the old dataset as it was\n"
+               "      --force-in-place    replace it removing the old dataset first (room for one\n"
+               "                          dataset; a failure leaves neither)\n"
                "      --stats             say where the time went: per thread busy and\n"
                "                          waiting (input, window, pool, writer), the writer's\n"
                "                          time per image, CPU busy (in --json: \"stats\")\n"
@@ -74,8 +79,9 @@ static void usage(FILE *f)
                "  -h, --help              this help\n"
                "  -V, --version           version\n\n"
                "Records keep the listing order; the same input and flags give byte-identical\n"
-               "shards whatever -j. Running the same command again after a crash keeps the\n"
-               "shards already committed (verified) and finishes the rest.\n\n"
+               "shards whatever -j (a replace over a dataset may name them shard.gG-NNNNN.stk).\n"
+               "Running the same command again after a crash keeps the shards already\n"
+               "committed (verified) and finishes the rest.\n\n"
                "One writer per OUTDIR: while a pack (or part K, or a merge) writes into it,\n"
                "another is refused at once, naming the one that holds it (pid, host); parts\n"
                "of one job array run side by side. A lock left by a killed run is taken over.\n\n"
@@ -96,7 +102,7 @@ typedef struct {
     uint64_t shard_size, per_shard;
     int zstd[4]; /* per field (image, label, orig_size, source): 0 raw, else the level */
     uint64_t block_bytes;
-    bool fail_fast, merge, force, json, quiet, stats;
+    bool fail_fast, merge, force, force_in_place, json, quiet, stats;
     const char *input, *out;
 } opts;
 
@@ -209,6 +215,7 @@ static bool settle_sides(opts *o)
 
 static int parse(int argc, char **argv, opts *o)
 {
+    // clang-format off
     static const struct option lo[] = {{"size", 1, 0, 's'},
                                        {"resize", 1, 0, 'R'},
                                        {"fill", 1, 0, 'F'},
@@ -231,7 +238,9 @@ static int parse(int argc, char **argv, opts *o)
                                        {"max-side", 1, 0, 'X'},
                                        {"min-side", 1, 0, 'W'},
                                        {"image-format", 1, 0, 'I'},
+                                       {"force-in-place", 0, 0, 'G'},
                                        {0, 0, 0, 0}};
+    // clang-format on
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                 .quality = 90,
@@ -298,6 +307,9 @@ static int parse(int argc, char **argv, opts *o)
             break;
         case 'f':
             o->force = true;
+            break;
+        case 'G':
+            o->force = o->force_in_place = true;
             break;
         case 'J':
             o->json = true;
@@ -1085,9 +1097,11 @@ static int prepare(run_t *r, uint64_t params, uint64_t first, uint64_t end, uint
                     o->out);
             return -1;
         }
-        remove_in(o->out, STK_MANIFEST_NAME); /* first: the directory stops being a dataset */
-        remove_in(o->out, "listing.tsv");
-        remove_in(o->out, "skipped.tsv");
+        if (o->force_in_place) {
+            remove_in(o->out, STK_MANIFEST_NAME); /* first: the directory stops being a dataset */
+            remove_in(o->out, "listing.tsv");
+            remove_in(o->out, "skipped.tsv");
+        } /* else the old dataset stays until the merge commits the new manifest */
     }
     uint64_t done_params = pk_part_params(o->out, o->part, o->parts);
     char *state = pk_part_file(o->out, o->part, o->parts, ".state"), *old = NULL;
@@ -1199,10 +1213,16 @@ static int run_pack(const opts *o)
     int status = PACK_FAIL;
     uint64_t first, end, next = 0, per_shard = 0, params = 0;
     char *pack_json = NULL, prefix[32];
+    bool replacing = false; /* --force over a dataset: new shard names beside the old ones */
     pk_part_range(r.L.n, o->part, o->parts, &first, &end);
     if (o->parts == 1) snprintf(prefix, sizeof prefix, "shard");
     else snprintf(prefix, sizeof prefix, "part-%04u-of-%04u", o->part, o->parts);
     if (make_schema(o, &r.schema) || ensure_dir(o->out) || (!lock && !(lock = lock_out(o)))) goto out;
+    replacing = o->force && !o->force_in_place && exists(o->out, STK_MANIFEST_NAME);
+    if (replacing && stk_dataset_new_prefix(o->out, prefix, prefix, sizeof prefix, &r.err)) {
+        fprintf(stderr, "pack: %s\n", r.err.msg);
+        goto out;
+    }
     per_shard = records_per_shard(o, &r.schema);
     if (per_shard > r.L.n) per_shard = r.L.n; /* no shard can hold more; every part computes the same */
     if (!(pack_json = pack_params_json(&r, per_shard))) {
@@ -1293,6 +1313,13 @@ static int run_pack(const opts *o)
                 o->part, o->parts, o->out);
     }
 out:
+    if (status == PACK_FAIL && replacing && exists(o->out, STK_MANIFEST_NAME)) {
+        if (r.out.dir) { /* this run's new shards and records: no manifest names them */
+            pk_out_abort(&r.out, true);
+            remove_part(&r, o);
+        }
+        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
+    }
     for (size_t i = 0; i < r.nskips; i++) free(r.skips[i].reason);
     free(r.skips);
     free(pack_json);
@@ -1310,7 +1337,10 @@ static int run_merge(const opts *o)
 {
     stk_dir_lock *lock = NULL;
     if (is_dir(o->out) && !(lock = lock_out(o))) return PACK_FAIL; /* none: the merge says what is missing */
+    bool replacing = exists(o->out, STK_MANIFEST_NAME);
     int rc = finish_merge(o, cli_now(), NULL);
+    if (rc == PACK_FAIL && replacing && lock)
+        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
     stk_dir_lock_release(lock);
     return rc;
 }
