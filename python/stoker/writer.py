@@ -381,7 +381,10 @@ class Writer:
     shard_size         bytes per shard, whole records (default 1 GiB); records_per_shard: a record limit
     classes            class names (label i is classes[i]), as the Reader's .classes gives them back
     metadata           any JSON object, kept in the manifest: Reader(...).metadata
-    force              replace a dataset already in `path`
+    force              replace a dataset already in `path`: the new one is built beside it (the disk must hold
+                       both) and replaces it at close(); until then, and after any failure, the old one stays
+                       readable. force="in_place" removes the old one first (room for one dataset: a failure
+                       leaves neither)
 
     write(sample) takes a dict with exactly the fields' keys: numpy arrays of the field's dtype and shape
     (never cast: a float64 array for a float32 field is an error), Python scalars and lists where they
@@ -399,7 +402,8 @@ class Writer:
         schema = _schema(self.fields)
         self._pack = _pack_json(self.fields, metadata, _tool, _pack_params)
         o = _DatasetOptions()
-        o.records_per_shard, o.shard_bytes, o.force = int(records_per_shard), int(shard_size or 0), int(bool(force))
+        o.records_per_shard, o.shard_bytes, o.force = (int(records_per_shard), int(shard_size or 0),
+                                                     2 if force == "in_place" else int(bool(force)))
         self._classes = [c.encode() for c in (classes or [])]
         arr = (L.c_char_p * max(len(self._classes), 1))(*self._classes)
         o.nclasses, o.classes = len(self._classes), ctypes.cast(arr, P(L.c_char_p))
@@ -567,7 +571,8 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                        OUT/part-0000k-of-0000n; stoker.merge(out) joins them once all are there
     progress           None: a progress line on stderr when it is a terminal
     chunk              inputs per task handed to a worker
-    force              replace a dataset in `out` that other arguments made (the same arguments: returned as is)
+    force              replace a dataset in `out` that other arguments made (the same arguments: returned as is),
+                       beside it: the disk must hold both, and a failure leaves the old one readable (Writer)
     shard_size, records_per_shard, classes, metadata: as for Writer
 
     The dataset is byte-identical whatever `workers` and `mode` (samples are written in input order).
@@ -653,8 +658,10 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
         w.close()
     except BaseException:
         pool.close(kill=True)
-        w.abort()
+        w.abort()  # replacing: the new shards go, the old dataset stays as it was
         bar.end()
+        if done is not None:  # no resume of a replace: nothing of it is kept
+            _unlink(os.path.join(target, _STATE))
         raise
     bar.end()
     _unlink(os.path.join(target, _STATE))
