@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static bool same_meta(const stk_manifest *a, const stk_manifest *b)
@@ -52,8 +53,9 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
     /* A dataset already in dir stays whole until the new manifest replaces
      * it by rename; then its shards at the top of dir go (stk_dataset_sweep). */
     char *mp = stk__path_join(dir, STK_MANIFEST_NAME);
-    bool replacing = mp && access(mp, F_OK) == 0;
-    free(mp);
+    struct stat st;
+    ino_t old = mp && stat(mp, &st) == 0 ? st.st_ino : 0; /* the commit renames a new file over it */
+    bool replacing = old != 0;
     stk_manifest *first = NULL, out = {0};
     size_t cap = 0;
     int rc = STK_OK;
@@ -91,7 +93,8 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
             stk_dataset_sweep(dir, &e2); /* a failure leaves inert files, no dataset lost */
         }
     }
-    if (rc && replacing) stk__error_note_intact(err, dir);
+    if (rc && replacing && mp && stat(mp, &st) == 0 && st.st_ino == old) stk__error_note_intact(err, dir);
+    free(mp);
     for (size_t i = 0; i < out.nshards; i++) free(out.shards[i].path);
     free(out.shards);
     stk_manifest_free(first);

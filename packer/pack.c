@@ -755,6 +755,17 @@ static void remove_in(const char *dir, const char *name)
     free(p);
 }
 
+/* The inode of OUTDIR/manifest.json (0: none): a replace's commit renames a
+ * new file over it, so an unchanged inode is the old dataset still there. */
+static ino_t manifest_ino(const char *dir)
+{
+    char *p = NULL;
+    struct stat st;
+    ino_t ino = asprintf(&p, "%s/%s", dir, STK_MANIFEST_NAME) >= 0 && stat(p, &st) == 0 ? st.st_ino : 0;
+    free(p);
+    return ino;
+}
+
 static bool is_dir(const char *path)
 {
     struct stat st;
@@ -1213,12 +1224,12 @@ static int run_pack(const opts *o)
     int status = PACK_FAIL;
     uint64_t first, end, next = 0, per_shard = 0, params = 0;
     char *pack_json = NULL, prefix[32];
-    bool replacing = false; /* --force over a dataset: new shard names beside the old ones */
+    ino_t replacing = 0; /* --force over a dataset (its manifest's inode): new shard names beside it */
     pk_part_range(r.L.n, o->part, o->parts, &first, &end);
     if (o->parts == 1) snprintf(prefix, sizeof prefix, "shard");
     else snprintf(prefix, sizeof prefix, "part-%04u-of-%04u", o->part, o->parts);
     if (make_schema(o, &r.schema) || ensure_dir(o->out) || (!lock && !(lock = lock_out(o)))) goto out;
-    replacing = o->force && !o->force_in_place && exists(o->out, STK_MANIFEST_NAME);
+    replacing = o->force && !o->force_in_place ? manifest_ino(o->out) : 0;
     if (replacing && stk_dataset_new_prefix(o->out, prefix, prefix, sizeof prefix, &r.err)) {
         fprintf(stderr, "pack: %s\n", r.err.msg);
         goto out;
@@ -1313,7 +1324,7 @@ static int run_pack(const opts *o)
                 o->part, o->parts, o->out);
     }
 out:
-    if (status == PACK_FAIL && replacing && exists(o->out, STK_MANIFEST_NAME)) {
+    if (status == PACK_FAIL && replacing && manifest_ino(o->out) == replacing) {
         if (r.out.dir) { /* this run's new shards and records: no manifest names them */
             pk_out_abort(&r.out, true);
             remove_part(&r, o);
@@ -1337,9 +1348,9 @@ static int run_merge(const opts *o)
 {
     stk_dir_lock *lock = NULL;
     if (is_dir(o->out) && !(lock = lock_out(o))) return PACK_FAIL; /* none: the merge says what is missing */
-    bool replacing = exists(o->out, STK_MANIFEST_NAME);
+    ino_t old = manifest_ino(o->out);
     int rc = finish_merge(o, cli_now(), NULL);
-    if (rc == PACK_FAIL && replacing && lock)
+    if (rc == PACK_FAIL && old && manifest_ino(o->out) == old && lock)
         fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
     stk_dir_lock_release(lock);
     return rc;
