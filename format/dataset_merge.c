@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static bool same_meta(const stk_manifest *a, const stk_manifest *b)
 {
@@ -21,7 +23,8 @@ static bool same_meta(const stk_manifest *a, const stk_manifest *b)
 
 /* Append part p's shards to out, their paths prefixed with the part's
  * directory name. */
-static int take_shards(stk_manifest *out, size_t *cap, const stk_manifest *p, const char *part, stk_error *err)
+static int take_shards(stk_manifest *out, size_t *cap, const stk_manifest *p, const char *part,
+                       stk_error *err)
 {
     for (size_t i = 0; i < p->nshards; i++) {
         if (out->nshards == *cap) {
@@ -47,13 +50,20 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
     if (!nparts) return stk_error_set(err, STK_E_ARG, "%s: no parts to merge", dir);
     stk_dir_lock *lock = stk_dir_lock_take(dir, 0, 0, "merging parts", err);
     if (!lock) return err ? err->code : STK_E_BUSY;
+    /* A dataset already in dir stays whole until the new manifest replaces
+     * it by rename; then its shards at the top of dir go (stk_dataset_sweep). */
+    char *mp = stk__path_join(dir, STK_MANIFEST_NAME);
+    struct stat st;
+    ino_t old = mp && stat(mp, &st) == 0 ? st.st_ino : 0; /* the commit renames a new file over it */
+    bool replacing = old != 0;
     stk_manifest *first = NULL, out = {0};
     size_t cap = 0;
     int rc = STK_OK;
     for (size_t k = 0; k < nparts && !rc; k++) {
         if (!parts[k] || !stk__name_is_valid(parts[k])) {
-            rc = stk_error_set(err, STK_E_ARG, "%s: part %zu: '%.64s' is not a subdirectory name ([A-Za-z0-9_.-])",
-                               dir, k, parts[k] ? parts[k] : "(null)");
+            rc = stk_error_set(err, STK_E_ARG,
+                               "%s: part %zu: '%.64s' is not a subdirectory name ([A-Za-z0-9_.-])", dir, k,
+                               parts[k] ? parts[k] : "(null)");
             break;
         }
         char *pd = stk__path_join(dir, parts[k]);
@@ -61,9 +71,10 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
         if (!pd) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
         else if (!m) rc = err ? err->code : STK_E_MANIFEST;
         else if (first && !same_meta(first, m))
-            rc = stk_error_set(err, STK_E_MANIFEST,
-                               "%s: another schema, class list or pack object than %s/%s: not parts of one dataset",
-                               pd, dir, parts[0]);
+            rc = stk_error_set(
+                err, STK_E_MANIFEST,
+                "%s: another schema, class list or pack object than %s/%s: not parts of one dataset", pd, dir,
+                parts[0]);
         else rc = take_shards(&out, &cap, m, parts[k], err);
         free(pd);
         if (!first) first = m;
@@ -77,7 +88,13 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
         out.classes = first->classes;
         out.pack_json = first->pack_json;
         rc = stk_manifest_commit(&out, dir, err);
+        if (!rc && replacing) {
+            stk_error e2;
+            stk_dataset_sweep(dir, &e2); /* a failure leaves inert files, no dataset lost */
+        }
     }
+    if (rc && replacing && mp && stat(mp, &st) == 0 && st.st_ino == old) stk__error_note_intact(err, dir);
+    free(mp);
     for (size_t i = 0; i < out.nshards; i++) free(out.shards[i].path);
     free(out.shards);
     stk_manifest_free(first);

@@ -24,7 +24,20 @@ struct stk_dataset_writer {
     stk_manifest m;  /* shards committed so far, classes, pack */
     size_t cap;
     stk_dir_lock *lock; /* the whole directory, from create to finish/abort */
+    bool replacing;     /* STK_FORCE_REPLACE over a manifest: the old dataset stays until finish */
+    bool committed;     /* the new manifest is in place */
 };
+
+/* Replacing: the shards this writer committed, none of which the old
+ * manifest names (stk_dataset_new_prefix), removed when it fails or aborts. */
+static void remove_new_shards(const stk_dataset_writer *dw)
+{
+    for (size_t i = 0; i < dw->m.nshards; i++) {
+        char *p = stk__path_join(dw->dir, dw->m.shards[i].path);
+        if (p) unlink(p);
+        free(p);
+    }
+}
 
 static int mkdirs(const char *dir, stk_error *err)
 {
@@ -53,6 +66,7 @@ static void dw_free(stk_dataset_writer *dw)
 {
     if (!dw) return;
     stk_writer_abort(dw->cur);
+    if (dw->replacing && !dw->committed) remove_new_shards(dw);
     for (size_t i = 0; i < dw->m.nshards; i++) free(dw->m.shards[i].path);
     free(dw->m.shards);
     for (size_t i = 0; i < dw->m.nclasses; i++) free(dw->m.classes[i]);
@@ -64,18 +78,33 @@ static void dw_free(stk_dataset_writer *dw)
     free(dw);
 }
 
-static int remove_old_manifest(const char *dir, int force, stk_error *err)
+/* An old dataset in dir: refused without force; with STK_FORCE_IN_PLACE its
+ * manifest is removed now; with STK_FORCE_REPLACE the new shards take names
+ * it does not use and it stays until finish. */
+static int handle_old(stk_dataset_writer *dw, int force, stk_error *err)
 {
-    char *mp = stk__path_join(dir, STK_MANIFEST_NAME);
+    char *mp = stk__path_join(dw->dir, STK_MANIFEST_NAME);
     if (!mp) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     int rc = STK_OK;
     if (access(mp, F_OK) == 0) {
         if (!force)
             rc = stk_error_set(err, STK_E_EXISTS,
-                               "%s: directory already holds a dataset (%s); refusing to replace it", dir,
+                               "%s: directory already holds a dataset (%s); refusing to replace it", dw->dir,
                                STK_MANIFEST_NAME);
-        else if (unlink(mp) != 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
-        else rc = stk__fsync_parent(mp, err);
+        else if (force == STK_FORCE_IN_PLACE) {
+            if (unlink(mp) != 0) rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot remove", mp);
+            else rc = stk__fsync_parent(mp, err);
+        } else {
+            char pfx[STK_NAME_MAX + 16];
+            char *p = NULL;
+            rc = stk_dataset_new_prefix(dw->dir, dw->prefix, pfx, sizeof pfx, err);
+            if (!rc && !(p = strdup(pfx))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+            if (!rc) {
+                free(dw->prefix);
+                dw->prefix = p;
+                dw->replacing = true;
+            }
+        }
     }
     free(mp);
     return rc;
@@ -189,9 +218,14 @@ stk_dataset_writer *stk_dataset_writer_create_sized(const char *dir, const stk_s
     if (copy_meta(dw, o, err) || mkdirs(dir, err)) goto fail;
     /* Before anything in dir is touched: a second writer is refused here. */
     if (!(dw->lock = stk_dir_lock_take(dir, 0, 0, "stk_dataset_writer", err))) goto fail;
-    if (remove_old_manifest(dir, o && o->force, err)) goto fail;
+    if (handle_old(dw, o ? o->force : 0, err)) goto fail;
     return dw;
 fail:
+    if (o && o->force && o->force != STK_FORCE_IN_PLACE && dw->dir) { /* nothing of it was touched */
+        char *mp = stk__path_join(dw->dir, STK_MANIFEST_NAME);
+        if (mp && access(mp, F_OK) == 0) stk__error_note_intact(err, dw->dir);
+        free(mp);
+    }
     dw_free(dw);
     return NULL;
 }
@@ -217,7 +251,7 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
         dw->m.shards = s;
         dw->cap = cap;
     }
-    char name[64];
+    char name[STK_NAME_MAX + 48];
     shard_name(dw, name, sizeof name);
     stk_shard_entry *e = &dw->m.shards[dw->m.nshards];
     memset(e, 0, sizeof *e);
@@ -254,7 +288,7 @@ static uint64_t shard_capacity(const stk_dataset_writer *dw)
 
 static int open_shard(stk_dataset_writer *dw, stk_error *err)
 {
-    char name[64];
+    char name[STK_NAME_MAX + 48];
     shard_name(dw, name, sizeof name);
     char *path = stk__path_join(dw->dir, name);
     if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
@@ -289,10 +323,25 @@ int stk_dataset_writer_append_dims(stk_dataset_writer *dw, const stk_value *v, c
     if (dw->cur && stk_writer_records(dw->cur) > 0) {
         bool full = dw->records_per_shard && stk_writer_records(dw->cur) >= dw->records_per_shard;
         if (!full && dw->shard_bytes) full = stk__writer_bytes_after(dw->cur, v) > dw->shard_bytes;
-        if (full && (rc = close_shard(dw, err))) return rc;
+        if (full && (rc = close_shard(dw, err))) goto out;
     }
-    if (!dw->cur && (rc = open_shard(dw, err))) return rc;
-    return dims ? stk_writer_append_dims(dw->cur, v, dims, err) : stk_writer_append(dw->cur, v, err);
+    if (!dw->cur && (rc = open_shard(dw, err))) goto out;
+    rc = dims ? stk_writer_append_dims(dw->cur, v, dims, err) : stk_writer_append(dw->cur, v, err);
+out:
+    if (rc && dw->replacing) stk__error_note_intact(err, dw->dir);
+    return rc;
+}
+
+/* A commit that failed after its rename (the directory's fsync): is the
+ * manifest in dir this writer's? Its shards, which no old manifest names,
+ * must then stay. */
+static bool manifest_is_ours(const stk_dataset_writer *dw)
+{
+    stk_manifest *m = stk_manifest_load(dw->dir, NULL);
+    bool ours = m && m->nshards == dw->m.nshards && m->nshards > 0;
+    for (size_t i = 0; ours && i < m->nshards; i++) ours = !strcmp(m->shards[i].path, dw->m.shards[i].path);
+    stk_manifest_free(m);
+    return ours;
 }
 
 int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)
@@ -300,6 +349,13 @@ int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)
     if (!dw) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_finish: NULL writer");
     int rc = close_shard(dw, err);
     if (!rc) rc = stk_manifest_commit(&dw->m, dw->dir, err);
+    if (!rc || (dw->replacing && manifest_is_ours(dw))) dw->committed = true;
+    if (!rc && dw->replacing) {
+        /* The new dataset is in place: the old shards (and any other file
+         * named like a shard that the new manifest does not name) go. */
+        stk_error e2;
+        stk_dataset_sweep(dw->dir, &e2); /* a failure leaves inert files, no dataset lost */
+    } else if (rc && dw->replacing && !dw->committed) stk__error_note_intact(err, dw->dir);
     dw_free(dw);
     return rc;
 }
@@ -329,7 +385,8 @@ typedef struct {
     char what[160];
 } first_problem;
 
-static void note_problem(void *user, const stk_shard *sh, uint64_t record, int field, int code, const char *what)
+static void note_problem(void *user, const stk_shard *sh, uint64_t record, int field, int code,
+                         const char *what)
 {
     (void)sh, (void)code;
     first_problem *p = user;
@@ -342,7 +399,7 @@ static void note_problem(void *user, const stk_shard *sh, uint64_t record, int f
 /* Shard `index` of an interrupted run, verified in full, as a manifest entry. */
 static int keep_shard(stk_dataset_writer *dw, uint64_t index, stk_shard_entry *e, stk_error *err)
 {
-    char name[64];
+    char name[STK_NAME_MAX + 48];
     stk_shard_file_name(name, sizeof name, dw->prefix, index);
     char *path = stk__path_join(dw->dir, name);
     if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");

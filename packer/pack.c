@@ -51,7 +51,12 @@ static void usage(FILE *f)
                "      --block-size BYTES  uncompressed bytes per compressed block (default 1M)\n"
                "      --part K/N          pack only the K-th of N parts (K = 1..N) for a job array\n"
                "      --merge             write the manifest once every part is in OUTDIR\n"
-               "      --force             replace a dataset or an unfinished pack in OUTDIR\n"
+               "      --force             replace a dataset or an unfinished pack in OUTDIR: the\n"
+               "                          new one is built beside the old one (the disk must hold\n"
+               "                          both) and replaces it only once complete; a failure\n"
+               "                          leaves the old dataset as it was\n"
+               "      --force-in-place    replace it removing the old dataset first (room for one\n"
+               "                          dataset; a failure leaves neither)\n"
                "      --stats             say where the time went: per thread busy and\n"
                "                          waiting (input, window, pool, writer), the writer's\n"
                "                          time per image, CPU busy (in --json: \"stats\")\n"
@@ -60,8 +65,9 @@ static void usage(FILE *f)
                "  -h, --help              this help\n"
                "  -V, --version           version\n\n"
                "Records keep the listing order; the same input and flags give byte-identical\n"
-               "shards whatever -j. Running the same command again after a crash keeps the\n"
-               "shards already committed (verified) and finishes the rest.\n\n"
+               "shards whatever -j (a replace over a dataset may name them shard.gG-NNNNN.stk).\n"
+               "Running the same command again after a crash keeps the shards already\n"
+               "committed (verified) and finishes the rest.\n\n"
                "One writer per OUTDIR: while a pack (or part K, or a merge) writes into it,\n"
                "another is refused at once, naming the one that holds it (pid, host); parts\n"
                "of one job array run side by side. A lock left by a killed run is taken over.\n\n"
@@ -188,7 +194,7 @@ static int parse(int argc, char **argv, pk_opts *o)
         {"merge", 0, 0, 'M'},    {"force", 0, 0, 'f'},      {"stats", 0, 0, 'T'},
         {"compress", 1, 0, 'Z'}, {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'},
         {"max-side", 1, 0, 'X'}, {"min-side", 1, 0, 'W'},   {"image-format", 1, 0, 'I'},
-        CLI_COMMON_OPTIONS};
+        {"force-in-place", 0, 0, 'G'}, CLI_COMMON_OPTIONS};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (pk_opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                    .quality = 90,
@@ -221,6 +227,9 @@ static int parse(int argc, char **argv, pk_opts *o)
             break;
         case 'W':
             ok = cli_uint(&a, optarg, 1, PK_MAX_SIZE, &v) && (o->img.min_side = (uint32_t)v);
+            break;
+        case 'G':
+            o->force = o->force_in_place = true;
             break;
         case 'I':
             ok = parse_image_format(&a, optarg, &o->image_format, &o->quality);

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cli.h"
 #include "ingest.h"
@@ -31,7 +32,7 @@ typedef struct {
     uint64_t shard_size, per_shard;
     int zstd[4]; /* per field (image, label, orig_size, source): 0 raw, else the level */
     uint64_t block_bytes;
-    bool fail_fast, merge, force, json, quiet, stats;
+    bool fail_fast, merge, force, force_in_place, json, quiet, stats;
     const char *input, *out;
 } pk_opts;
 
@@ -89,6 +90,7 @@ int pk_make_schema(const pk_opts *o, stk_schema *s);
 int pk_ensure_dir(const char *dir);
 bool pk_exists(const char *dir, const char *name);
 void pk_remove_in(const char *dir, const char *name);
+ino_t pk_manifest_ino(const char *dir);
 bool pk_is_dir(const char *path);
 stk_dir_lock *pk_lock_out(const pk_opts *o);
 void pk_remove_part(const pk_run *r, const pk_opts *o);

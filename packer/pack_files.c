@@ -52,6 +52,17 @@ void pk_remove_in(const char *dir, const char *name)
     free(p);
 }
 
+/* The inode of DIR/manifest.json (0: none): a replace's commit renames a
+ * new file over it, so an unchanged inode is the old dataset still there. */
+ino_t pk_manifest_ino(const char *dir)
+{
+    char *p = NULL;
+    struct stat st;
+    ino_t ino = asprintf(&p, "%s/%s", dir, STK_MANIFEST_NAME) >= 0 && stat(p, &st) == 0 ? st.st_ino : 0;
+    free(p);
+    return ino;
+}
+
 bool pk_is_dir(const char *path)
 {
     struct stat st;

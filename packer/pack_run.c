@@ -93,9 +93,11 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
                     o->out);
             return -1;
         }
-        pk_remove_in(o->out, STK_MANIFEST_NAME); /* first: the directory stops being a dataset */
-        pk_remove_in(o->out, "listing.tsv");
-        pk_remove_in(o->out, "skipped.tsv");
+        if (o->force_in_place) {
+            pk_remove_in(o->out, STK_MANIFEST_NAME); /* first: the directory stops being a dataset */
+            pk_remove_in(o->out, "listing.tsv");
+            pk_remove_in(o->out, "skipped.tsv");
+        } /* else the old dataset stays until the merge commits the new manifest */
     }
     uint64_t done_params = pk_part_params(o->out, o->part, o->parts);
     char *state = pk_part_file(o->out, o->part, o->parts, ".state"), *old = NULL;
@@ -208,11 +210,17 @@ int pk_run_pack(const pk_opts *o)
     int status = CLI_EXIT_FAIL;
     uint64_t first, end, next = 0, per_shard = 0, params = 0;
     char *pack_json = NULL, prefix[32];
+    ino_t replacing = 0; /* --force over a dataset (its manifest's inode): new shard names beside it */
     pk_part_range(r.L.n, o->part, o->parts, &first, &end);
     if (o->parts == 1) snprintf(prefix, sizeof prefix, "shard");
     else snprintf(prefix, sizeof prefix, "part-%04u-of-%04u", o->part, o->parts);
     if (pk_make_schema(o, &r.schema) || pk_ensure_dir(o->out) || (!lock && !(lock = pk_lock_out(o))))
         goto out;
+    replacing = o->force && !o->force_in_place ? pk_manifest_ino(o->out) : 0;
+    if (replacing && stk_dataset_new_prefix(o->out, prefix, prefix, sizeof prefix, &r.err)) {
+        fprintf(stderr, "pack: %s\n", r.err.msg);
+        goto out;
+    }
     per_shard = pk_records_per_shard(o, &r.schema);
     if (per_shard > r.L.n) per_shard = r.L.n; /* no shard can hold more; every part computes the same */
     if (!(pack_json = pk_pack_json(&r, per_shard))) {
@@ -303,6 +311,13 @@ int pk_run_pack(const pk_opts *o)
                 o->part, o->parts, o->out);
     }
 out:
+    if (status == CLI_EXIT_FAIL && replacing && pk_manifest_ino(o->out) == replacing) {
+        if (r.out.dir) { /* this run's new shards and records: no manifest names them */
+            pk_out_abort(&r.out, true);
+            pk_remove_part(&r, o);
+        }
+        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
+    }
     for (size_t i = 0; i < r.nskips; i++) free(r.skips[i].reason);
     free(r.skips);
     free(pack_json);
@@ -321,7 +336,10 @@ int pk_run_merge(const pk_opts *o)
     stk_dir_lock *lock = NULL;
     if (pk_is_dir(o->out) && !(lock = pk_lock_out(o)))
         return CLI_EXIT_FAIL; /* none: the merge says what is missing */
+    ino_t old = pk_manifest_ino(o->out);
     int rc = finish_merge(o, cli_now(), NULL);
+    if (rc == CLI_EXIT_FAIL && old && pk_manifest_ino(o->out) == old && lock)
+        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
     stk_dir_lock_release(lock);
     return rc;
 }

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -227,6 +228,25 @@ static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params,
     return STK_OK;
 }
 
+/* DIR/name.new -> DIR/name, durable. */
+static int take_new(const char *dir, const char *name, stk_error *err)
+{
+    char *from = NULL, *to = NULL;
+    int rc = STK_OK;
+    if (asprintf(&from, "%s/%s.new", dir, name) < 0 || asprintf(&to, "%s/%s", dir, name) < 0)
+        rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    else if (rename(from, to) != 0)
+        rc = stk_error_set(err, STK_E_IO, "%s: rename to %s failed: %s", from, to, strerror(errno));
+    free(from);
+    free(to);
+    if (rc) return rc;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+        rc = stk_error_set(err, STK_E_IO, "%s: fsync of directory failed: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
 static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_merge_result *res,
                           stk_error *err)
 {
@@ -258,9 +278,18 @@ static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_
         if (!(m.pack_json = json_dumps(pack, JSON_COMPACT)))
             rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     }
-    if (!rc) rc = commit_concat(dir, n, ".listing.tsv", "listing.tsv", "index\tlabel\tpath\n", err);
-    if (!rc) rc = commit_concat(dir, n, ".skipped.tsv", "skipped.tsv", "path\treason\n", err);
+    /* The listings go beside a dataset this one replaces (.new) and take
+     * its place after the manifest: until the commit the old dataset and
+     * its listings stay as they were. */
+    if (!rc) rc = commit_concat(dir, n, ".listing.tsv", "listing.tsv.new", "index\tlabel\tpath\n", err);
+    if (!rc) rc = commit_concat(dir, n, ".skipped.tsv", "skipped.tsv.new", "path\treason\n", err);
     if (!rc) rc = stk_manifest_commit(&m, dir, err);
+    if (!rc) rc = take_new(dir, "listing.tsv", err);
+    if (!rc) rc = take_new(dir, "skipped.tsv", err);
+    if (!rc) {
+        stk_error e2; /* the replaced dataset's shards, stale shards: a failure leaves inert files */
+        stk_dataset_sweep(dir, &e2);
+    }
     res->nshards = m.nshards;
     for (size_t i = 0; i < m.nshards; i++) free(m.shards[i].path);
     free(m.shards);

@@ -266,7 +266,8 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                        OUT/part-0000k-of-0000n; stoker.merge(out) joins them once all are there
     progress           None: a progress line on stderr when it is a terminal
     chunk              inputs per task handed to a worker
-    force              replace a dataset in `out` that other arguments made (the same arguments: returned as is)
+    force              replace a dataset in `out` that other arguments made (the same arguments: returned as is),
+                       beside it: the disk must hold both, and a failure leaves the old one readable (Writer)
     shard_size, records_per_shard, classes, metadata: as for Writer
 
     The dataset is byte-identical whatever `workers` and `mode` (samples are written in input order).
@@ -357,8 +358,10 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
         w.close()
     except BaseException:
         pool.close(kill=True)
-        w.abort()
+        w.abort()  # replacing: the new shards go, the old dataset stays as it was
         bar.end()
+        if done is not None:  # no resume of a replace: nothing of it is kept
+            _unlink(os.path.join(target, _STATE))
         raise
     bar.end()
     _unlink(os.path.join(target, _STATE))

@@ -368,7 +368,10 @@ class Writer:
     shard_size         bytes per shard, whole records (default 1 GiB); records_per_shard: a record limit
     classes            class names (label i is classes[i]), as the Reader's .classes gives them back
     metadata           any JSON object, kept in the manifest: Reader(...).metadata
-    force              replace a dataset already in `path`
+    force              replace a dataset already in `path`: the new one is built beside it (the disk must hold
+                       both) and replaces it at close(); until then, and after any failure, the old one stays
+                       readable. force="in_place" removes the old one first (room for one dataset: a failure
+                       leaves neither)
 
     write(sample) takes a dict with exactly the fields' keys: numpy arrays of the field's dtype and shape
     (never cast: a float64 array for a float32 field is an error), Python scalars and lists where they
@@ -386,7 +389,8 @@ class Writer:
         schema = _schema(self.fields)
         self._pack = _pack_json(self.fields, metadata, _tool, _pack_params)
         o = L.DatasetOptions()
-        o.records_per_shard, o.shard_bytes, o.force = int(records_per_shard), int(shard_size or 0), int(bool(force))
+        o.records_per_shard, o.shard_bytes, o.force = (int(records_per_shard), int(shard_size or 0),
+                                                     2 if force == "in_place" else int(bool(force)))
         self._classes = _class_names(classes, "stoker.Writer")
         arr = (L.c_char_p * max(len(self._classes), 1))(*self._classes)
         o.nclasses, o.classes = len(self._classes), ctypes.cast(arr, P(L.c_char_p))

@@ -4,8 +4,11 @@
  * shards that disagree with their manifest. */
 #include "testutil_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +58,21 @@ static void check_values(const stk_dataset *ds, uint64_t seed)
                           (unsigned long long)i, f);
         }
     }
+}
+
+/* dir holds exactly `names` (NULL-terminated, sorted), dot files aside. */
+static void assert_names(const char *dir, const char *const *names)
+{
+    size_t n, k = 0;
+    char **got = tu_list(dir, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (got[i][0] == '.') continue;
+        ck_assert_msg(names[k] != NULL, "%s: unexpected file %s", dir, got[i]);
+        ck_assert_msg(!strcmp(got[i], names[k]), "%s: file %s, expected %s", dir, got[i], names[k]);
+        k++;
+    }
+    ck_assert_msg(names[k] == NULL, "%s: %s is missing", dir, names[k]);
+    tu_free_names(got, n);
 }
 
 /* Both directories hold the same names with the same bytes. */
@@ -398,23 +416,46 @@ START_TEST(existing_dataset_refused_unless_force)
     check_values(ds, 1);
     stk_dataset_close(ds);
 
-    /* With force, the manifest goes first, before any new shard. */
-    o.force = 1;
+    /* With force, the new dataset is built beside the old one, which stays
+     * readable until finish commits the new manifest. */
+    o.force = STK_FORCE_REPLACE;
     o.records_per_shard = 3;
     stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
     ck_assert_msg(dw != NULL, "%s", e.msg);
-    ck_assert(!tu_exists(m));
     for (uint64_t i = 0; i < 7; i++) {
         tu_record r;
         tu_std_record(&r, 2, i);
         ck_assert_int_eq(stk_dataset_writer_append(dw, r.v, &e), STK_OK);
-        ck_assert(!tu_exists(m));
+        ds = open_ok(dir);
+        ck_assert_uint_eq(stk_dataset_records(ds), 10);
+        check_values(ds, 1);
+        stk_dataset_close(ds);
     }
     ck_assert_int_eq(stk_dataset_writer_finish(dw, &e), STK_OK);
     ds = open_ok(dir);
     ck_assert_uint_eq(stk_dataset_records(ds), 7);
     ck_assert_uint_eq(stk_dataset_nshards(ds), 3);
     check_values(ds, 2);
+    stk_dataset_close(ds);
+    /* only the new dataset's files are left: its shards under new names */
+    assert_names(dir, (const char *[]){"manifest.json", "shard.g1-00000.stk", "shard.g1-00001.stk",
+                                       "shard.g1-00002.stk", NULL});
+
+    /* STK_FORCE_IN_PLACE: the old behaviour, the manifest goes first. */
+    o.force = STK_FORCE_IN_PLACE;
+    dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    ck_assert(!tu_exists(m));
+    for (uint64_t i = 0; i < 4; i++) {
+        tu_record r;
+        tu_std_record(&r, 3, i);
+        ck_assert_int_eq(stk_dataset_writer_append(dw, r.v, &e), STK_OK);
+        ck_assert(!tu_exists(m));
+    }
+    ck_assert_int_eq(stk_dataset_writer_finish(dw, &e), STK_OK);
+    ds = open_ok(dir);
+    ck_assert_uint_eq(stk_dataset_records(ds), 4);
+    check_values(ds, 3);
     stk_dataset_close(ds);
     free(m0);
 }
@@ -883,10 +924,23 @@ START_TEST(worked_example)
     stk_dataset_close(ds);
 
     /* "The same program writes byte-identical files every time it runs";
-     * force replaces the previous run. */
-    char again[TU_PATH];
+     * force replaces the previous run, beside it: the same shard bytes under
+     * the next generation's names, then the first names again. */
+    char again[TU_PATH], q[TU_PATH];
     tu_scratch(again, sizeof again, "example_again");
     write_example(again);
+    write_example(again);
+    assert_names(again, (const char *[]){"manifest.json", "shard.g1-00000.stk", NULL});
+    tu_join(p, sizeof p, dir, "shard-00000.stk");
+    tu_join(q, sizeof q, again, "shard.g1-00000.stk");
+    size_t na, nb;
+    uint8_t *a = tu_read(p, &na), *b2 = tu_read(q, &nb);
+    ck_assert(na == nb && memcmp(a, b2, na) == 0);
+    free(a);
+    free(b2);
+    stk_dataset *d2 = open_ok(again);
+    ck_assert_uint_eq(stk_dataset_manifest(d2)->fingerprint, 0x7b214cf204ab3822ull);
+    stk_dataset_close(d2);
     write_example(again);
     assert_same_tree(dir, again);
 }
@@ -1017,6 +1071,195 @@ START_TEST(merge_parts)
 }
 END_TEST
 
+/* ------------------------------------------------- replacing on a full disk */
+
+static char mounted[TU_PATH];
+
+static void unmount_small(void)
+{
+    if (mounted[0] && umount2(mounted, MNT_DETACH) == 0) mounted[0] = 0;
+}
+
+/* A tmpfs of `kib` KiB mounted on scratch directory `name`/fs (root only),
+ * unmounted at the end of the test or when its process exits. false, with
+ * the reason printed, where it cannot be had. */
+static bool mount_small(char *dir, size_t cap, const char *name, unsigned kib)
+{
+    char base[TU_PATH];
+    const char *root = getenv("STOKER_TEST_TMP");
+    if (root && *root) { /* one a failed run left (its process gone before the unmount) */
+        snprintf(base, sizeof base, "%s/%s/fs", root, name);
+        umount2(base, MNT_DETACH);
+    }
+    tu_scratch(base, sizeof base, name);
+    tu_join(dir, cap, base, "fs");
+    mkdir(dir, 0755);
+    if (geteuid() != 0) {
+        printf("%s: skipped: not root (a small tmpfs to fill needs mount)\n", name);
+        return false;
+    }
+    char opt[32];
+    snprintf(opt, sizeof opt, "size=%uk", kib);
+    if (mount("tmpfs", dir, "tmpfs", 0, opt) != 0) {
+        printf("%s: skipped: cannot mount a tmpfs on %s: %s\n", name, dir, strerror(errno));
+        return false;
+    }
+    snprintf(mounted, sizeof mounted, "%s", dir);
+    atexit(unmount_small);
+    return true;
+}
+
+/* Fill the file system of dir to the last page but one (DIR/filler): room
+ * for the directory lock's line, none for a shard or a manifest. */
+static void fill_up(const char *dir)
+{
+    char p[TU_PATH];
+    tu_join(p, sizeof p, dir, "filler");
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    static char buf[4096];
+    for (size_t chunk = sizeof buf; chunk;) {
+        if (write(fd, buf, chunk) < 0) chunk /= 2; /* ENOSPC: what is left is smaller */
+    }
+    off_t end = lseek(fd, 0, SEEK_END);
+    ck_assert_int_eq(ftruncate(fd, end > 4096 ? end - 4096 : 0), 0);
+    close(fd);
+}
+
+/* The dataset in dir opens, verifies and holds records [0, n) of seed. */
+static void assert_intact(const char *dir, uint64_t seed, uint64_t n)
+{
+    stk_error e;
+    stk_dataset *ds = open_ok(dir);
+    ck_assert_uint_eq(stk_dataset_records(ds), n);
+    check_values(ds, seed);
+    for (size_t k = 0; k < stk_dataset_nshards(ds); k++) {
+        const stk_shard *sh = stk_dataset_shard(ds, k);
+        ck_assert_msg(stk_shard_verify_index(sh, 0, &e) == STK_OK, "%s", e.msg);
+        ck_assert_uint_eq(stk_shard_verify_records(sh, 0, stk_shard_records(sh), NULL, NULL), 0);
+    }
+    stk_dataset_close(ds);
+}
+
+/* Write records [0, n) of seed into dir (force as given); the first error
+ * (STK_OK when all went in). */
+static int try_write(const char *dir, uint64_t seed, uint64_t n, int force, stk_error *e)
+{
+    stk_schema s;
+    tu_std_schema(&s);
+    stk_dataset_options o = opts_rps(1);
+    o.force = force;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, e);
+    if (!dw) return e->code;
+    for (uint64_t i = 0; i < n; i++) {
+        tu_record r;
+        tu_std_record(&r, seed, i);
+        int rc = stk_dataset_writer_append(dw, r.v, e);
+        if (rc) {
+            stk_dataset_writer_abort(dw);
+            return rc;
+        }
+    }
+    return stk_dataset_writer_finish(dw, e);
+}
+
+/* Issue 39: force over a valid dataset on a disk that then fills kept
+ * neither. Now the old dataset stays readable and the error says so. */
+START_TEST(force_replace_on_a_full_disk)
+{
+    char fs[TU_PATH], dir[TU_PATH], p[TU_PATH], q[TU_PATH];
+    if (!mount_small(fs, sizeof fs, "full_disk", 256)) return;
+    tu_join(dir, sizeof dir, fs, "ds");
+    stk_error e;
+    stk_dataset_options o = opts_rps(4);
+    tu_write_std_dataset(dir, 1, 10, &o);
+    const char *old[] = {"manifest.json", "shard-00000.stk", "shard-00001.stk", "shard-00002.stk", NULL};
+    assert_names(dir, old);
+
+    /* 64 shards of one record do not fit beside it (nor in its place) */
+    int rc = try_write(dir, 2, 64, STK_FORCE_REPLACE, &e);
+    ck_assert_int_eq(rc, STK_E_IO);
+    ck_assert_msg(strstr(e.msg, "No space left on device"), "%s", e.msg);
+    char want[TU_PATH + 64];
+    snprintf(want, sizeof want, "; the old dataset in %s is intact", dir);
+    ck_assert_msg(strstr(e.msg, want), "the error must say the old dataset is intact: %s", e.msg);
+    assert_intact(dir, 1, 10);
+    assert_names(dir, old); /* the new shards went with the failure */
+
+    /* leftovers of a replace that was killed: ignored by readers, removed by the next replace */
+    tu_join(p, sizeof p, dir, "shard-00000.stk");
+    tu_join(q, sizeof q, dir, "shard.g1-00000.stk");
+    tu_copy(p, q);
+    tu_join(q, sizeof q, dir, "shard.g1-00007.stk.tmp");
+    tu_write(q, "junk", 4);
+    assert_intact(dir, 1, 10);
+
+    /* a replace that fits: only the new dataset's files are left */
+    ck_assert_msg(try_write(dir, 3, 5, STK_FORCE_REPLACE, &e) == STK_OK, "%s", e.msg);
+    assert_intact(dir, 3, 5);
+    assert_names(dir,
+                 (const char *[]){"manifest.json", "shard.g1-00000.stk", "shard.g1-00001.stk",
+                                  "shard.g1-00002.stk", "shard.g1-00003.stk", "shard.g1-00004.stk", NULL});
+    /* and the next one takes the first names again */
+    ck_assert_msg(try_write(dir, 4, 2, STK_FORCE_REPLACE, &e) == STK_OK, "%s", e.msg);
+    assert_intact(dir, 4, 2);
+    assert_names(dir, (const char *[]){"manifest.json", "shard-00000.stk", "shard-00001.stk", NULL});
+
+    /* the disk full at the manifest: the old dataset stays, the new shards go */
+    fill_up(fs);
+    rc = try_write(dir, 5, 1, STK_FORCE_REPLACE, &e);
+    ck_assert_int_ne(rc, STK_OK);
+    ck_assert_msg(strstr(e.msg, want), "%s", e.msg);
+    assert_intact(dir, 4, 2);
+    assert_names(dir, (const char *[]){"manifest.json", "shard-00000.stk", "shard-00001.stk", NULL});
+
+    /* STK_FORCE_IN_PLACE, asked for by name, still loses the old one */
+    tu_join(p, sizeof p, fs, "filler");
+    unlink(p);
+    rc = try_write(dir, 2, 64, STK_FORCE_IN_PLACE, &e);
+    ck_assert_int_eq(rc, STK_E_IO);
+    ck_assert(strstr(e.msg, "is intact") == NULL);
+    tu_join(p, sizeof p, dir, STK_MANIFEST_NAME);
+    ck_assert(!tu_exists(p));
+    unmount_small();
+}
+END_TEST
+
+/* stk_dataset_merge over a dataset: replaced by the manifest's rename, the
+ * old one intact when that fails, its shards gone when it succeeds. */
+START_TEST(merge_replaces_on_a_full_disk)
+{
+    char fs[TU_PATH], root[TU_PATH], p[TU_PATH];
+    if (!mount_small(fs, sizeof fs, "merge_full", 512)) return;
+    tu_join(root, sizeof root, fs, "ds");
+    stk_dataset_options o = opts_rps(4);
+    tu_write_std_dataset(root, 1, 6, &o);
+    const char *names[2] = {"part-1", "part-2"};
+    o = opts_rps(3);
+    for (int k = 0; k < 2; k++) {
+        tu_join(p, sizeof p, root, names[k]);
+        tu_write_std_dataset(p, 4, 3, &o);
+    }
+    fill_up(fs);
+    stk_error e;
+    ck_assert_int_ne(stk_dataset_merge(root, names, 2, &e), STK_OK);
+    char want[TU_PATH + 64];
+    snprintf(want, sizeof want, "; the old dataset in %s is intact", root);
+    ck_assert_msg(strstr(e.msg, want), "%s", e.msg);
+    assert_intact(root, 1, 6);
+    assert_names(root, (const char *[]){"manifest.json", "part-1", "part-2", "shard-00000.stk",
+                                        "shard-00001.stk", NULL});
+    tu_join(p, sizeof p, fs, "filler");
+    unlink(p);
+    ck_assert_msg(stk_dataset_merge(root, names, 2, &e) == STK_OK, "%s", e.msg);
+    stk_dataset *ds = open_ok(root);
+    ck_assert_uint_eq(stk_dataset_records(ds), 6);
+    stk_dataset_close(ds);
+    assert_names(root, (const char *[]){"manifest.json", "part-1", "part-2", NULL});
+    unmount_small();
+}
+END_TEST
+
 TU_MAIN("dataset",
         {.name = "writer",
          .tests = {deterministic_records_per_shard, shard_bytes_rotation, shard_bytes_exact_limit,
@@ -1024,7 +1267,8 @@ TU_MAIN("dataset",
         {.name = "crash_safety",
          .tests = {writer_abort_leaves_nothing, writer_finish_failure_cleans_up,
                    dataset_abort_leaves_no_manifest, existing_dataset_refused_unless_force,
-                   resume_gives_the_uninterrupted_bytes, resume_refuses_a_bad_shard, merge_parts}},
+                   resume_gives_the_uninterrupted_bytes, resume_refuses_a_bad_shard, merge_parts,
+                   force_replace_on_a_full_disk, merge_replaces_on_a_full_disk}},
         {.name = "reader", .tests = {open_locate_value, locate_across_empty_shards}},
         {.name = "golden", .tests = {worked_example}},
         {.name = "tampering",

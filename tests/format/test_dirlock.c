@@ -275,7 +275,7 @@ START_TEST(dataset_writer_holds_its_directory)
     tu_free_names(names, n);
 
     /* a part of a pack in the directory: a dataset writer is refused, before
-     * it removes anything (force set: the manifest would go first) */
+     * it touches anything (force set: it would replace the dataset) */
     stk_dir_lock *p = take(1, 2, "pack --part 1/2");
     stk_dataset_options o;
     stk_dataset_options_init(&o);

@@ -211,7 +211,7 @@ typedef struct {
     uint64_t records_per_shard; /* 0: no record limit                                  */
     uint64_t shard_bytes;       /* 0: no size limit; else whole records up to it       */
     const char *prefix;         /* shard file names: PREFIX-00000.stk; "shard" if NULL */
-    int force;                  /* replace an existing dataset in the directory        */
+    int force;                  /* replace an existing dataset: STK_FORCE_*            */
     size_t nclasses;
     const char *const *classes;
     const char *pack_json;      /* a JSON object stored as "pack"; NULL for {}         */
@@ -219,6 +219,11 @@ typedef struct {
     uint64_t zstd_block_bytes;  /* compressed fields: block size (0: 1 MiB)            */
 } stk_dataset_options;
 /* clang-format on */
+
+/* stk_dataset_options.force (spec/FORMAT.md §7.3). Any other nonzero value
+ * means STK_FORCE_REPLACE. */
+#define STK_FORCE_REPLACE 1  /* build beside the old dataset; replace at the manifest commit */
+#define STK_FORCE_IN_PLACE 2 /* remove the old manifest first (room for one dataset only) */
 
 /* The exported calls behind the inline wrappers below: `size` is sizeof the
  * caller's stk_dataset_options. Bindings call these with their mirror's size. */
@@ -235,9 +240,15 @@ static inline void stk_dataset_options_init(stk_dataset_options *opts)
 
 /* Create (or reuse) directory `dir` and start a dataset there; opts may be
  * NULL (defaults). Refuses with STK_E_EXISTS when it already holds a
- * manifest, unless opts->force. With force, the old manifest is removed
- * first, so that a crash in the middle leaves a directory without a manifest
- * rather than one naming stale shards. The writer holds the directory from
+ * manifest, unless opts->force. With STK_FORCE_REPLACE the new dataset is
+ * built beside the old one, under shard names the old manifest does not use
+ * (stk_dataset_new_prefix), and replaces it at finish's manifest commit,
+ * after which the old shards are removed (stk_dataset_sweep): until then the
+ * old dataset stays readable, a failure says "the old dataset in DIR is
+ * intact" and abort removes the new shards. The disk must hold both. With
+ * STK_FORCE_IN_PLACE the old manifest is removed first (the old shards are
+ * overwritten as the new ones are written): a failure then leaves neither.
+ * The writer holds the directory from
  * here to finish or abort: a second writer into it (in this process or
  * another, pack included) is refused with STK_E_BUSY naming the holder. */
 static inline stk_dataset_writer *stk_dataset_writer_create(const char *dir, const stk_schema *schema,
@@ -679,6 +690,20 @@ STK_API int stk_dataset_writer_resume(stk_dataset_writer *dw, uint64_t shards, u
  * are, and so do their manifests. The merge holds the whole directory
  * (stk_dir_lock_take) while it writes. */
 STK_API int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, stk_error *err);
+/* Replacing a dataset beside itself (spec/FORMAT.md §7.3). The shard prefix
+ * a new dataset in `dir` takes: `prefix` itself where dir holds no manifest;
+ * else PREFIX, PREFIX.g1, PREFIX.g2, ...: the first whose shard names the
+ * old manifest does not use (with an unreadable manifest: that no file in
+ * dir has). Files under the chosen names that the old manifest does not name
+ * (leftovers of a replace that failed) are removed. `out` takes cap bytes,
+ * at least strlen(prefix) + 12. */
+STK_API int stk_dataset_new_prefix(const char *dir, const char *prefix, char *out, size_t cap,
+                                   stk_error *err);
+/* After a manifest commit that replaced a dataset: remove every file at the
+ * top of `dir` named like a shard or its temporary file (NAME-NNNNN.stk,
+ * NAME-NNNNN.stk.tmp) that dir's manifest does not name, then fsync dir.
+ * Subdirectories are not entered. Call it holding the directory's lock. */
+STK_API int stk_dataset_sweep(const char *dir, stk_error *err);
 
 #endif /* STOKER_ADVANCED_API */
 
