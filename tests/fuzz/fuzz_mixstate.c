@@ -6,8 +6,9 @@
  * written once per process; re-weighting; tail, batch, world, rank, seed),
  * then the state's text. A refused state must say why. An accepted one must
  * put the reader at the state's epoch and batch (with re-weighting, at the
- * next epoch's start when the saved batch is past the new epoch), and the
- * next two batches must be exactly the reference's: records, sources,
+ * next epoch's start when the saved batch is past the new epoch), the
+ * reader's own state of that position must restore to it, and the next two
+ * batches must be exactly the reference's: records, sources,
  * records inside the sources and the values stored there. Any mismatch
  * traps. */
 #include <stdint.h>
@@ -87,6 +88,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stk_reader_position(r, &e, &b);
     if (flags && st.batch >= bpe) CHECK(e == st.epoch + 1 && b == 0);
     else CHECK(e == st.epoch && b == st.batch);
+
+    /* the reader's own state of that position restores, without re-weighting, to the same position */
+    char text[8192];
+    size_t tn = stk_reader_save_text(r, text, sizeof text);
+    CHECK(tn < sizeof text);
+    CHECK(stk_reader_restore_text(r, text, tn, 0, &err) == STK_OK);
+    uint64_t e2, b2;
+    stk_reader_position(r, &e2, &b2);
+    CHECK(e2 == e && b2 == b);
 
     /* the reference's batches from there */
     const mixdata_cfg *c = &mixdata_cfgs[head[0] % MIXDATA_CFGS];
