@@ -95,8 +95,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(sum == E && E > 0);
     if (weighted) CHECK(E == (es ? es : total));
-    CHECK(ref_mix_counts(ref, S, es, rc) == E);
-    for (uint32_t s = 0; s < S; s++) CHECK(rc[s] == c[s]);
+    if (!weighted || E <= (1ull << 53)) { /* the reference's shares convert doubles unchecked */
+        CHECK(ref_mix_counts(ref, S, es, rc) == E);
+        for (uint32_t s = 0; s < S; s++) CHECK(rc[s] == c[s]);
+    }
 
     /* fuzzed positions of the epoch: prefix, locate and next agree */
     uint64_t A[STK__MIX_MAX], B[STK__MIX_MAX];
