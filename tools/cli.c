@@ -42,7 +42,7 @@ bool cli_parse_size(const char *s, uint64_t *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return false;
+    if (errno || end == s || !(v >= 0)) return false; /* NaN too */
     double mul = 1;
     switch (*end) {
     case 'k':
