@@ -12,15 +12,24 @@
  *
  *   build-fuzz/tests/fuzz/make_corpus tests/fuzz/corpus
  *
+ * It also writes OUTDIR/mixstate/: states saved by readers of the mixtures
+ * of mixdata.h (over datasets it writes in a scratch directory and removes),
+ * each behind the header that opens the same reader.
+ *
  * Every region is 4096-aligned, so even a tiny shard is a few pages; keep the
  * shards few and small (the fuzzer's default max_len is the largest seed). */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
 #include "stoker/format.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "mixdata.h"
 
 static void die(const char *what, const stk_error *err)
 {
@@ -132,6 +141,55 @@ static void write_manifest(const char *dir, const char *name, const stk_schema *
     free(m.shards);
 }
 
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* fuzz_mixstate's seeds: for each (header, batches read) the reader's saved
+ * state behind the header. */
+static void write_mixstates(const char *out)
+{
+    static const struct {
+        const char *name;
+        uint8_t head[MIXDATA_HEAD];
+        unsigned batches;
+    } seeds[] = {
+        {"weights-start", {0, 0, 3, 0, 0, 0}, 0},    {"weights-mid", {0, 0, 2, 1, 1, 7}, 3},
+        {"weights-reweight", {0, 1, 2, 0, 0, 7}, 5}, {"kinds-drop", {1, 2, 4, 2, 1, 1}, 2},
+        {"kinds-next-epoch", {1, 4, 7, 0, 0, 3}, 9}, {"quasi-epoch-size", {2, 0, 5, 0, 0, 9}, 4},
+        {"quasi-partial", {2, 4, 1, 2, 2, 9}, 30},   {"one-source", {3, 1, 0, 0, 0, 2}, 11},
+    };
+    char root[] = "/tmp/make_corpus.XXXXXX", msg[512];
+    if (!mkdtemp(root)) die(root, NULL);
+    if (mixdata_write(root, msg, sizeof msg)) {
+        fprintf(stderr, "make_corpus: %s\n", msg);
+        exit(1);
+    }
+    char *dir = join(out, "mixstate");
+    mkdir_p(dir);
+    for (size_t k = 0; k < sizeof seeds / sizeof *seeds; k++) {
+        stk_error err;
+        stk_reader *r = mixdata_open(root, seeds[k].head, &err);
+        if (!r) die(seeds[k].name, &err);
+        for (unsigned b = 0; b < seeds[k].batches; b++)
+            if (!stk_reader_next(r, &err)) die(seeds[k].name, &err);
+        char text[4096];
+        size_t n = stk_reader_save_text(r, text, sizeof text);
+        if (n >= sizeof text) die("state too long for a seed", NULL);
+        stk_reader_close(r);
+        char *path = join(dir, seeds[k].name);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(seeds[k].head, 1, MIXDATA_HEAD, f) != MIXDATA_HEAD || fwrite(text, 1, n, f) != n ||
+            fclose(f) != 0)
+            die(path, NULL);
+        free(path);
+    }
+    free(dir);
+    if (nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS)) die(root, NULL);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -213,5 +271,6 @@ int main(int argc, char **argv)
     write_manifest(mdir, "array.json", &arr, 1, ap, &ai, 0, NULL, "{}");
     free(sdir);
     free(mdir);
+    write_mixstates(argv[1]);
     return 0;
 }
