@@ -377,6 +377,8 @@ stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_sch
 
 uint64_t stk_dataset_writer_shards(const stk_dataset_writer *dw) { return dw ? dw->m.nshards : 0; }
 
+const char *stk_dataset_writer_prefix(const stk_dataset_writer *dw) { return dw ? dw->prefix : NULL; }
+
 /* The first problem a verification reports, for the message. */
 typedef struct {
     uint64_t n;

@@ -349,7 +349,7 @@ int main(int argc, char **argv)
     stk__img_buf pixels = {0}; /* a decoded JPEG */
     if (fd->codec == STK_CODEC_JPEG && !jd) {
         fprintf(stderr, "shardview: out of memory for the JPEG decoder\n");
-        rc = EXIT_PROBLEMS;
+        rc = CLI_EXIT_FAIL;
     }
     for (uint64_t i = 0; i < n && !rc; i++) {
         uint64_t rec = recs[i] = pick(&o, N, i), dims[STK_MAX_DIMS] = {h, w, ch};

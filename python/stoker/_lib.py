@@ -325,6 +325,7 @@ stk_dataset_writer_append_dims = _fn("stk_dataset_writer_append_dims", c_int, c_
 stk_dataset_writer_finish = _fn("stk_dataset_writer_finish", c_int, c_void_p, P(Error_))
 stk_dataset_writer_abort = _fn("stk_dataset_writer_abort", None, c_void_p)
 stk_dataset_writer_shards = _fn("stk_dataset_writer_shards", c_u64, c_void_p)
+stk_dataset_writer_prefix = _fn("stk_dataset_writer_prefix", c_char_p, c_void_p)
 stk_dataset_writer_resume = _fn("stk_dataset_writer_resume", c_int, c_void_p, c_u64, P(c_u64), P(Error_))
 stk_dataset_merge = _fn("stk_dataset_merge", c_int, c_char_p, P(c_char_p), c_size_t, P(Error_))
 stk_schema_validate = _fn("stk_schema_validate", c_int, P(Schema_), P(Error_))

@@ -108,9 +108,9 @@ def _read_shard(path):
         L.stk_shard_close(h)
 
 
-def _shard_entry(target, k, nxt):
+def _shard_entry(target, prefix, k, nxt):
     """The state file's line for committed shard k, read back from the shard itself."""
-    name = L.shard_file_name(k)
+    name = L.shard_file_name(k, prefix)
     records, index_hash = _read_shard(os.path.join(target, name))
     if records is None:
         raise L.Error(L.STK_E_IO, f"stoker.pack: {target}: the shard just committed cannot be read back: "
@@ -347,7 +347,7 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                     if w.shards != shards:  # the shard before this record is on disk
                         shards = w.shards
                         while len(committed) < shards:
-                            committed.append(_shard_entry(target, len(committed), (i, j)))
+                            committed.append(_shard_entry(target, w.prefix, len(committed), (i, j)))
                         state = {"params": params, "shards": shards, "records": w.records - 1, "next": [i, j],
                                  "skipped": [list(s) for s in skipped if s[0] < i], "committed": committed}
                         state["check"] = _seal(state)

@@ -411,6 +411,11 @@ class Writer:
             self.records = n.value
 
     @property
+    def prefix(self):
+        """The shard file names' prefix (PREFIX-00000.stk): "shard", or a new one while replacing (force)."""
+        return L.stk_dataset_writer_prefix(self._w) if self._w else None
+
+    @property
     def shards(self):
         """Shards committed so far."""
         return L.stk_dataset_writer_shards(self._w) if self._w else 0

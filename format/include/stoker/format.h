@@ -672,6 +672,10 @@ STK_API void stk_dir_lock_release(stk_dir_lock *l);
  * caller that writes from a list of inputs knows after each append which
  * inputs are safely on disk (stoker.pack's resume). */
 STK_API uint64_t stk_dataset_writer_shards(const stk_dataset_writer *dw);
+/* The prefix of the shard file names this writer writes (PREFIX-00000.stk):
+ * the options' prefix, or, replacing a dataset beside itself, the one
+ * stk_dataset_new_prefix chose. Valid until finish or abort. */
+STK_API const char *stk_dataset_writer_prefix(const stk_dataset_writer *dw);
 /* Continue an interrupted dataset: before the first append, adopt the first
  * `shards` shards already in the directory (PREFIX-00000.stk, ...), which an
  * earlier writer with the same schema and options committed. Each is opened
