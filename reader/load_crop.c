@@ -20,7 +20,7 @@
  * columns alone are transformed and converted (jpeg_crop_scanline, widened to
  * iMCU boundaries), and decoding stops at its last row. The pixels are those
  * of a whole decode. Eval and whole-image crops decode whole (TurboJPEG). */
-#include "reader_impl.h"
+#include "device.h"
 #include "resize.h"
 
 #include <math.h>
