@@ -416,7 +416,8 @@ START_TEST(test_auto_rule)
 {
     const uint64_t G = 1000000000ull, ram = 24 * G, avail = 22 * G;
     char why[STK_ERROR_MSG_MAX];
-#define RULE(bytes, hit, probed, huge) stk__io_auto_rule(bytes, ram, avail, hit, probed, huge, why, sizeof why)
+#define RULE(bytes, hit, probed, huge) \
+  stk__io_auto_rule(bytes, ram, avail, hit, probed, huge, why, sizeof why)
     /* cold, within half of the available memory, maps advised huge pages:
      * the page cache keeps it for the next epochs */
     ck_assert_int_eq(RULE(8 * G, 1, 64, 1), STK_IO_MMAP);
@@ -427,12 +428,13 @@ START_TEST(test_auto_rule)
     ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)"), "%s", why);
     /* cold, maps not advised: direct past a quarter, the map below it */
     ck_assert_int_eq(RULE(5500000001ull, 0, 64, 0), STK_IO_DIRECT);
-    ck_assert_msg(strstr(why, "than a quarter of available memory (22.0 GB), and their maps are not advised"), "%s",
-                  why);
+    ck_assert_msg(strstr(why, "than a quarter of available memory (22.0 GB), and their maps are not advised"),
+                  "%s", why);
     ck_assert_int_eq(RULE(5500000000ull, 0, 64, 0), STK_IO_MMAP);
     ck_assert_int_eq(RULE(11 * G + 1, 0, 64, 0), STK_IO_DIRECT); /* past half: said so, advice or not */
-    ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)") && !strstr(why, "not advised"), "%s",
-                  why);
+    ck_assert_msg(strstr(why, "larger than half of available memory (22.0 GB)") &&
+                      !strstr(why, "not advised"),
+                  "%s", why);
     /* the same bytes resident (half the sample or more): mmap */
     ck_assert_int_eq(RULE(11 * G + 1, 32, 64, 0), STK_IO_MMAP);
     ck_assert_msg(strstr(why, "32 of 64 sampled pages resident) fit in memory"), "%s", why);
@@ -585,7 +587,8 @@ START_TEST(test_quasi_large_records)
         stk_reader_io_stats_get(got, &st);
         ck_assert_int_eq(st.io, STK_IO_DIRECT);
         if (blocks) {
-            ck_assert_msg(st.quasi_blocks > 0 && strstr(st.reason, "quasi blocks read whole"), "%s", st.reason);
+            ck_assert_msg(st.quasi_blocks > 0 && strstr(st.reason, "quasi blocks read whole"), "%s",
+                          st.reason);
         } else {
             ck_assert_msg(st.quasi_blocks == 0 &&
                               strstr(st.reason, "quasi records read one by one (the smallest value read "
@@ -635,6 +638,45 @@ START_TEST(test_streaming_copies)
     setenv("STOKER_QUASI_BLOCKS", "yes", 1);
     ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
     ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_QUASI_BLOCKS='yes'"), "%s", e.msg);
+}
+END_TEST
+
+/* The environment is read once per open from one table (reader/env.c): a
+ * bad value is refused by name where it decides something, and only there: an
+ * option set explicitly (opts.io) or a path that does not use the variable
+ * (STOKER_IO_ENGINE on the map path) opens as before. */
+START_TEST(test_env_refused_where_used)
+{
+    const char *dir = big_ds();
+    stk_reader_options o = tu_reader_options(6, STK_ORDER_SHUFFLE);
+    stk_error e;
+    setenv("STOKER_IO", "fast", 1);
+    o.io = STK_IO_AUTO;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO='fast': expected auto, mmap or direct"),
+                  "%s", e.msg);
+    stk_reader_close(open_io(dir, &o, STK_IO_MMAP)); /* the option decides: the variable is moot */
+    unsetenv("STOKER_IO");
+    setenv("STOKER_IO_ENGINE", "fast", 1);
+    stk_reader_close(open_io(dir, &o, STK_IO_MMAP));
+    o.io = STK_IO_DIRECT;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO_ENGINE='fast'"), "%s", e.msg);
+    unsetenv("STOKER_IO_ENGINE");
+    char spec[300];
+    memset(spec, 'x', sizeof spec - 1);
+    spec[sizeof spec - 1] = 0;
+    setenv("STOKER_IO_FAULT", spec, 1);
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO_FAULT"), "%s", e.msg);
+    setenv("WORLD_SIZE", "0", 1);
+    o.world_size = 2; /* set: WORLD_SIZE is not read */
+    unsetenv("STOKER_IO_FAULT");
+    stk_reader_close(open_io(dir, &o, STK_IO_MMAP));
+    o.world_size = -1;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "WORLD_SIZE='0' is not a world size"), "%s", e.msg);
+    unsetenv("WORLD_SIZE");
 }
 END_TEST
 
@@ -724,8 +766,9 @@ END_TEST
  * to its defaults, so that one failure does not become the next test's. */
 static void reset_env(void)
 {
-    static const char *const vars[] = {"STOKER_IO",          "STOKER_IO_ENGINE", "STOKER_IO_FAULT",
-                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",     "STOKER_MAP_HUGE"};
+    static const char *const vars[] = {"STOKER_IO",           "STOKER_IO_ENGINE", "STOKER_IO_FAULT",
+                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",      "STOKER_MAP_HUGE",
+                                       "WORLD_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -742,6 +785,7 @@ int main(void)
     tcase_add_loop_test(tc, test_quasi_block_read_error, 0, 2);
     tcase_add_test(tc, test_quasi_large_records);
     tcase_add_test(tc, test_streaming_copies);
+    tcase_add_test(tc, test_env_refused_where_used);
     tcase_add_test(tc, test_map_huge);
     tcase_add_test(tc, test_truncated_shard);
     tcase_add_test(tc, test_replaced_shard);
