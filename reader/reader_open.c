@@ -259,8 +259,6 @@ static int plan_transform(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
-/* Records per quasi block of shards [s0, s1) holding n records: blocks of
- * about quasi_block_bytes of the records' average size. */
 /* Field f of source s against source 0's: the same name, kind, dtype,
  * shape and codec, at the same place in the schema (the reader addresses
  * a field by its index in every shard). */
@@ -303,6 +301,8 @@ static int check_mix_fields(const stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
+/* Records per quasi block of shards [s0, s1) holding n records: blocks of
+ * about quasi_block_bytes of the records' average size. */
 static uint64_t quasi_K(const stk_reader *r, size_t s0, size_t s1, uint64_t n)
 {
     uint64_t total = 0;
