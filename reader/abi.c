@@ -1,5 +1,6 @@
-/* reader/abi.c - what keeps callers of other releases working: the sized
- * copies of option structs, the 0.1.0 entry points, the library's version.
+/* reader/abi.c - what keeps callers of other releases working: the 0.1.0
+ * entry points, the library's version (the sized copies of option structs
+ * that every entry uses are in util.c, the layer below all others).
  *
  * In 0.1.0 stk_reader_options_init, stk_reader_open, stk_reader_open_dataset
  * and stk_transform_imagenet were exported functions; the header now makes

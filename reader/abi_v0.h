@@ -1,5 +1,6 @@
 /* reader/abi_v0.h - the option structs as stoker 0.1.0 laid them out, frozen,
- * and the sized copy that lets any release's caller be served. Not installed.
+ * and their smallest sizes; the sized copy that lets any release's caller be
+ * served is util.h's stk__read_sized. Not installed.
  *
  * 0.1.0 had no size guard: its binaries call stk_reader_options_init,
  * stk_reader_open, stk_reader_open_dataset and stk_transform_imagenet, which
