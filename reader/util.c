@@ -1,9 +1,8 @@
 /* reader/util.c - the util layer's helpers (util.h): the sized struct copies
- * every ABI-versioned entry point uses, the clock. */
+ * every ABI-versioned entry point uses. */
 #include "util.h"
 
 #include <string.h>
-#include <time.h>
 
 int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size,
                     const char *what, stk_error *err)
@@ -32,11 +31,4 @@ void stk__write_sized(void *dst, size_t dst_size, const void *src, size_t src_si
 {
     memcpy(dst, src, dst_size < src_size ? dst_size : src_size);
     if (dst_size > src_size) memset((unsigned char *)dst + src_size, 0, dst_size - src_size);
-}
-
-double stk__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }

@@ -7,6 +7,7 @@
 #include "stoker/format.h"
 
 #include <stddef.h>
+#include <time.h>
 
 /* Copy a caller's struct of `src_size` bytes into `dst` (`dst_size` bytes,
  * already holding the defaults): min(src_size, dst_size) bytes, so fields the
@@ -21,7 +22,13 @@ int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size
  * are zeroed. */
 void stk__write_sized(void *dst, size_t dst_size, const void *src, size_t src_size);
 
-/* Seconds on the monotonic clock. */
-double stk__now(void);
+/* Seconds on the monotonic clock (inline: the workers read it per batch
+ * and per source change). */
+static inline double stk__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 #endif
