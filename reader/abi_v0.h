@@ -1,5 +1,6 @@
 /* reader/abi_v0.h - the option structs as stoker 0.1.0 laid them out, frozen,
- * and the sized copy that lets any release's caller be served. Not installed.
+ * and their smallest sizes; the sized copy that lets any release's caller be
+ * served is util.h's stk__read_sized. Not installed.
  *
  * 0.1.0 had no size guard: its binaries call stk_reader_options_init,
  * stk_reader_open, stk_reader_open_dataset and stk_transform_imagenet, which
@@ -14,6 +15,7 @@
 #define STK_READER_ABI_V0_H
 
 #include "stoker/reader.h"
+#include "util.h" /* the sized copies */
 
 #include <stddef.h>
 
@@ -94,18 +96,5 @@ _Static_assert(sizeof(stk_transform) >= sizeof(stk__transform_v0), "stk_transfor
 /* The smallest size any caller's struct has: 0.1.0's. */
 #define STK__READER_OPTIONS_MIN_SIZE sizeof(stk__reader_options_v0)
 #define STK__TRANSFORM_MIN_SIZE sizeof(stk__transform_v0)
-
-/* Copy a caller's struct of `src_size` bytes into `dst` (`dst_size` bytes,
- * already holding the defaults): min(src_size, dst_size) bytes, so fields the
- * caller's header lacks keep their defaults. Refuses (STK_E_ARG, naming
- * `what`) a size below `min_size`, and a larger struct whose bytes beyond
- * dst_size are not all zero: a caller built against a newer stoker has set
- * fields this library does not know. */
-int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size,
-                    const char *what, stk_error *err);
-/* Write `src` (the defaults, `src_size` bytes) into a caller's struct of
- * `dst_size` bytes: never past its end; bytes beyond what this library knows
- * are zeroed. */
-void stk__write_sized(void *dst, size_t dst_size, const void *src, size_t src_size);
 
 #endif

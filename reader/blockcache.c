@@ -14,8 +14,10 @@
  * On the direct path the worker reads the block's frame from the file
  * through its I/O queue (O_DIRECT, not the page cache) and decompresses that
  * copy; otherwise it decompresses straight from the map. */
-#include "reader_impl.h"
+#include "caches.h"
+#include "membuf.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* reader/dataset.c - a dataset as one address space of records; several
  * datasets concatenated as one (a mixture's sources). */
-#include "reader_impl.h"
+#include "dataset.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -141,7 +141,8 @@ stk_dataset *stk__dataset_concat(stk_dataset *const *parts, size_t n, uint64_t o
     stk_dataset *ds = calloc(1, sizeof *ds);
     size_t nsh = 0;
     for (size_t i = 0; i < n; i++) nsh += parts[i]->m->nshards;
-    if (!ds || !(ds->m = calloc(1, sizeof *ds->m)) || !(ds->shards = calloc(nsh ? nsh : 1, sizeof *ds->shards)) ||
+    if (!ds || !(ds->m = calloc(1, sizeof *ds->m)) ||
+        !(ds->shards = calloc(nsh ? nsh : 1, sizeof *ds->shards)) ||
         !(ds->first = calloc(nsh + 1, sizeof *ds->first)) ||
         !(ds->m->shards = calloc(nsh ? nsh : 1, sizeof *ds->m->shards)) ||
         !(ds->m->pack_json = strdup("{}")) || !(ds->dir = strdup(parts[0]->dir)) ||

@@ -1,6 +1,9 @@
-/* reader/device.h - the backend seam of the upload path. Internal.
+/* reader/device.h - the device layer (upload backends, the transform, the
+ * load-time crop): what happens to a sample's pixels, on the host or a
+ * device. It calls the order layer (the crop's random draws) and util only.
+ * Internal.
  *
- * The upload protocol (upload.c) is written once against these operations,
+ * The backend seam of the upload path: the upload protocol (upload.c) is written once against these operations,
  * which mirror the CUDA runtime's stream/event model:
  *   - a stream runs its operations in order, asynchronously to the caller;
  *   - event_record(e, s) marks "everything queued on s so far";
@@ -77,5 +80,17 @@ void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t see
                     uint64_t record, stk__crop_box *box);
 /* Output bytes per sample. */
 uint64_t stk__xform_out_bytes(const stk_transform *t, uint32_t C);
+
+/* The load-time crop of images of their own size (load_crop.c): one per
+ * worker, made on first use. */
+typedef struct stk__cropper stk__cropper;
+stk__cropper *stk__cropper_new(void);
+void stk__cropper_free(stk__cropper *c);
+/* Record `record`'s image (value: dims[0] x dims[1] x 3 pixels, or a JPEG
+ * stream of that shape when jpeg) cropped as t says for (seed, epoch), resized
+ * to t->out_height x t->out_width x 3 at dst, mirrored when drawn so. */
+int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
+                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
+                     uint8_t *dst, stk_error *err);
 
 #endif

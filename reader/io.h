@@ -8,7 +8,17 @@
  * O_DIRECT cannot do in place (an offset, length or buffer off the block
  * alignment) reads the aligned superset into the queue's bounce area and
  * copies the part asked for. Short reads, EINTR and EAGAIN are retried; any
- * other failure names the shard, the records and errno. */
+ * other failure names the shard, the records and errno.
+ *
+ * Backends. io_plan.c chooses the read path once per open: the map
+ * (STK_IO_MMAP, no engine: the workers copy from the dataset's mappings) or
+ * this engine (STK_IO_DIRECT), whose queues run on io_uring or a pread pool
+ * (STK__ENGINE_*). Another backend (object storage, say) goes here, beside
+ * those two: an STK__ENGINE_* value whose stk__io_open opens the objects
+ * instead of O_DIRECT files and whose queues deliver the same runs into the
+ * same buffers through stk__ioq_add/submit/wait; io_plan.c chooses it. The
+ * engine and the caches above call only this interface and stay as they are.
+ * This layer calls only the dataset and util layers. */
 #ifndef STK_READER_IO_H
 #define STK_READER_IO_H
 

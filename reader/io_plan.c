@@ -69,15 +69,6 @@ static unsigned probe_resident(const stk_reader *r, unsigned *probed)
 
 static double gb(uint64_t b) { return (double)b / 1e9; }
 
-int stk__env_choice(const char *name, const char *a, const char *b, int *choice, stk_error *err)
-{
-    const char *v = getenv(name);
-    *choice = !v || !*v || !strcmp(v, "auto") ? -1 : !strcmp(v, a) ? 0 : !strcmp(v, b) ? 1 : -2;
-    if (*choice == -2)
-        return stk_error_set(err, STK_E_ARG, "environment %s='%s': expected auto, %s or %s", name, v, a, b);
-    return STK_OK;
-}
-
 /* Part p of the reader's dataset (a mixture's sources), the dataset itself
  * as part 0 when it is not a mixture; NULL past the end. */
 static const stk_dataset *part_at(const stk_reader *r, size_t p)
@@ -168,8 +159,9 @@ int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned
     }
     if (cold && avail)
         snprintf(why, size,
-                 "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident) but fit in memory "
-                 "(%.1f GB available): read through the page cache, which keeps them for the next epochs",
+                 "auto: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident) but fit "
+                 "in memory (%.1f GB available): read through the page cache, which keeps them for the next "
+                 "epochs",
                  gb(sel_bytes), hit, probed, gb(avail));
     else if (cold)
         snprintf(why, size,
@@ -177,14 +169,16 @@ int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned
                  "memory unknown",
                  gb(sel_bytes), hit, probed);
     else if (avail)
-        snprintf(why, size,
-                 "auto: the selected fields (%.1f GB, %u of %u sampled pages resident) fit in memory (%.1f GB "
-                 "available)",
-                 gb(sel_bytes), hit, probed, gb(avail));
+        snprintf(
+            why, size,
+            "auto: the selected fields (%.1f GB, %u of %u sampled pages resident) fit in memory (%.1f GB "
+            "available)",
+            gb(sel_bytes), hit, probed, gb(avail));
     else
-        snprintf(why, size,
-                 "auto: the selected fields (%.1f GB, %u of %u sampled pages resident); available memory unknown",
-                 gb(sel_bytes), hit, probed);
+        snprintf(
+            why, size,
+            "auto: the selected fields (%.1f GB, %u of %u sampled pages resident); available memory unknown",
+            gb(sel_bytes), hit, probed);
     return STK_IO_MMAP;
 }
 
@@ -216,16 +210,18 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
         r->qb_off[k] = bytes;
         if (direct_field(r, k)) { /* room for the aligned overrun: see stk__qentry_shift */
             bytes += (r->sel_stride[k] * r->K + 2 * 4096 - 1) & ~(uint64_t)4095;
-            if (r->sel_stride[k] >= STK__IO_MIN_READ && r->sel_stride[k] < smallest) smallest = r->sel_stride[k];
+            if (r->sel_stride[k] >= STK__IO_MIN_READ && r->sel_stride[k] < smallest)
+                smallest = r->sel_stride[k];
         }
     }
     if (!bytes) return; /* compressed fields only: the block cache serves quasi order */
     size_t n = strlen(r->io_reason);
     if (smallest != UINT64_MAX && smallest >= QBLOCK_RECORD_MAX && blocks < 0) {
-        snprintf(r->io_reason + n, sizeof r->io_reason - n,
-                 "; quasi records read one by one (the smallest value read directly is %.0f KiB, at least %llu "
-                 "KiB: reads the device serves at its block rate)",
-                 smallest / 1024.0, (unsigned long long)(QBLOCK_RECORD_MAX >> 10));
+        snprintf(
+            r->io_reason + n, sizeof r->io_reason - n,
+            "; quasi records read one by one (the smallest value read directly is %.0f KiB, at least %llu "
+            "KiB: reads the device serves at its block rate)",
+            smallest / 1024.0, (unsigned long long)(QBLOCK_RECORD_MAX >> 10));
         return;
     }
     uint64_t min = ((uint64_t)r->Wq + 4ull * r->o.threads) * bytes,
@@ -316,19 +312,19 @@ static int choose_auto(stk_reader *r, uint64_t bytes, uint64_t avail, int map_hu
     return stk__io_auto_rule(bytes, ram, avail, hit, probed, map_huge, r->io_reason, sizeof r->io_reason);
 }
 
-int stk__io_plan(stk_reader *r, stk_error *err)
+int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
 {
     stk_reader_options *o = &r->o;
-    int env, blocks, huge;
+    long io_env, blocks, huge;
     if (o->io == STK_IO_AUTO) {
-        if (stk__env_choice("STOKER_IO", "mmap", "direct", &env, err)) return STK_E_ARG;
-        if (env >= 0) o->io = env ? STK_IO_DIRECT : STK_IO_MMAP;
+        if (stk__env_get(env, STK__ENV_IO, &io_env, err)) return STK_E_ARG;
+        if (io_env >= 0) o->io = io_env ? STK_IO_DIRECT : STK_IO_MMAP;
     }
     if (o->io < STK_IO_AUTO || o->io > STK_IO_DIRECT)
         return stk_error_set(err, STK_E_ARG, "io %d unknown (auto, mmap or direct)", o->io);
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
-    if (stk__env_choice("STOKER_QUASI_BLOCKS", "0", "1", &blocks, err) ||
-        stk__env_choice("STOKER_MAP_HUGE", "0", "1", &huge, err))
+    if (stk__env_get(env, STK__ENV_QUASI_BLOCKS, &blocks, err) ||
+        stk__env_get(env, STK__ENV_MAP_HUGE, &huge, err))
         return STK_E_ARG;
     if (o->io_depth == 0) o->io_depth = DEFAULT_IO_DEPTH;
     uint64_t sel_bytes = 0, records = distinct_records(r);
@@ -337,7 +333,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     int io = o->io;
     /* read once: the choice and the advice agree */
     uint64_t avail = meminfo_bytes("MemAvailable"), files = stk__reader_file_bytes(r, 0);
-    int planned = map_huge_planned(r, huge, avail, files);
+    int planned = map_huge_planned(r, (int)huge, avail, files);
     if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
         io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_reaches(r, planned, files));
     } else {
@@ -351,7 +347,7 @@ int stk__io_plan(stk_reader *r, stk_error *err)
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
-    if (r->direct) plan_quasi_blocks(r, blocks);
+    if (r->direct) plan_quasi_blocks(r, (int)blocks);
     else if (plan_map_huge(r, planned, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
@@ -375,12 +371,15 @@ uint64_t stk__io_plan_bytes(const stk_reader *r)
     return queues * per;
 }
 
-int stk__io_start(stk_reader *r, stk_error *err)
+int stk__io_start(stk_reader *r, const stk__env *env, stk_error *err)
 {
     if (!r->direct) return STK_OK;
-    stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, 2 * r->o.threads, getenv("STOKER_IO_FAULT")};
-    int engine;
-    if (stk__env_choice("STOKER_IO_ENGINE", "io_uring", "threads", &engine, err)) return STK_E_ARG;
+    long engine, fault;
+    if (stk__env_get(env, STK__ENV_IO_ENGINE, &engine, err) ||
+        stk__env_get(env, STK__ENV_IO_FAULT, &fault, err))
+        return STK_E_ARG;
+    stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, 2 * r->o.threads,
+                        stk__env_text(env, STK__ENV_IO_FAULT)};
     if (engine >= 0) c.engine = engine ? STK__ENGINE_THREADS : STK__ENGINE_URING;
     char note[200];
     int rc = stk__io_open(&r->io, r->ds, &c, note, sizeof note, err);

@@ -21,7 +21,7 @@
  * is image/geometry.c's; this file keeps the crop's policy (which decode,
  * the pixel limit, what a record's error says). */
 #include "image.h"
-#include "reader_impl.h"
+#include "device.h"
 #include "resize.h"
 
 #include <stdio.h>

@@ -6,10 +6,9 @@
 
 #include <stdint.h>
 
+#include "dataset.h" /* STK__MIX_MAX */
 #include "order.h"
 #include "stoker/format.h"
-
-#define STK__MIX_MAX 64 /* sources in one mixture */
 
 typedef enum { STK__MIX_WEIGHT = 1, STK__MIX_REPEAT = 2, STK__MIX_CHOOSE = 3 } stk__mix_kind;
 

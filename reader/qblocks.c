@@ -18,8 +18,10 @@
  * into room the cache has, never evicting), so that the device reads window
  * w + 1 while the workers copy records out of window w; without it the
  * device idled for half of every window. */
-#include "reader_impl.h"
+#include "caches.h"
+#include "membuf.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -17,7 +17,7 @@
  * (spec/ORDERS.md), so prefetch depth and threads change only speed. */
 /* madvise advice beyond POSIX: MADV_COLD, MADV_POPULATE_READ (Linux). */
 #define _GNU_SOURCE
-#include "reader_impl.h"
+#include "engine.h"
 #include "abi_v0.h"
 #include "trace.h"
 
@@ -29,13 +29,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-double stk__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void stk_reader_options_init_sized(stk_reader_options *opts, size_t size)
 {

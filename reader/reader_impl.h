@@ -1,275 +1,58 @@
-/* reader/reader_impl.h - the reader's private structures, shared by the
- * files of reader/ (open, engine, state, statistics). Not installed. */
+/* reader/reader_impl.h - the reader's internal header: its layers, and the
+ * interface of the top two. Not installed.
+ *
+ * reader/ is layered, top first:
+ *     api -> plan -> engine -> {device, caches} -> {order, io} -> {dataset, util}
+ * A file calls the files of its own layer and of the layers below; never a
+ * layer above, never a sibling in braces. Each layer's interface is its own
+ * header, which includes only headers of its layer and those below
+ * (abi_v0.h, the frozen 0.1.0 layouts, is types only: any file may use it):
+ *   api      abi.c state.c reader_mix.c           public entries over a reader  (here)
+ *   plan     reader_open.c io_plan.c env.c        options, environment, memory, read path  (here, env.h)
+ *   engine   reader.c upload.c                    the reader's state, workers, copy thread  engine.h
+ *   device   transform.c load_crop.c device_*.c   pixels: transform, crop, upload backends  device.h
+ *   caches   blockcache.c qblocks.c               blocks shared by the workers  caches.h
+ *   order    order.c mix.c                        orders and mixtures, pure functions  order.h mix.h
+ *   io       io.c                                 the direct-read engine (backends: io.h)  io.h
+ *   dataset  dataset.c                            datasets as one address space  dataset.h
+ *   util     util.c membuf.c                      sized copies, clock, buffers  util.h membuf.h
+ * scripts/check-layers (run by scripts/test) reads the call graph from the
+ * objects and fails on a call up or sideways and on any file-level cycle. */
 #ifndef STK_READER_IMPL_H
 #define STK_READER_IMPL_H
 
-#include "stoker/reader.h"
-#include "device.h"
-#include "io.h"
-#include "membuf.h"
-#include "mix.h"
-#include "order.h"
+#include "engine.h"
+#include "env.h"
 
-#include <pthread.h>
-#include <sys/types.h>
+/* ---------------------------------------------------------------- plan */
 
-/* FREE -> BUSY (a worker gathers) -> READY, or on the device path
- * BUSY -> GATHERED (staged) -> READY (upload queued by the copy thread). */
-enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_GATHERED = 2, SLOT_READY = 3 };
-
-/* The device side of slot i (upload.c). */
-typedef struct {
-    void *dev, *dev_out; /* device copy of the staged tensors; transform output */
-    void *ev_start, *ev_copied, *ev_ready, *ev_released;
-    int used; /* uploaded at least once (ev_copied recorded) */
-} stk__dslot;
-
-/* Decompressed blocks of compressed fields, shared and bounded (blockcache.c). */
-typedef struct stk__zcache stk__zcache;
-typedef struct stk__zentry stk__zentry;
-stk__zcache *stk__zcache_new(uint64_t cap);
-void stk__zcache_free(stk__zcache *c);
-/* Block `block` of field f of shard s, decompressed, pinned until put. q:
- * the direct path's queue to read the frame through (empty; NULL: the map). */
-int stk__zcache_get(stk__zcache *c, const stk_dataset *ds, size_t s, unsigned f, uint64_t block, stk__ioq *q,
-                    stk__zentry **e, const uint8_t **raw, stk_error *err);
-void stk__zcache_put(stk__zcache *c, stk__zentry *e);
-
-/* Bytes values of compressed fields, copied out of the blocks: one buffer per
- * part, so parts never share one while they grow it. */
-typedef struct {
-    uint8_t *p;
-    uint64_t len, cap;
-} stk__zheap;
-
-/* Quasi blocks read whole on the direct path, shared and bounded (qblocks.c). */
-typedef struct stk__qcache stk__qcache;
-typedef struct stk__qentry stk__qentry;
-stk__qcache *stk__qcache_new(uint64_t cap, uint64_t block_bytes, uint64_t K, uint64_t N);
-void stk__qcache_free(stk__qcache *c);
-/* Pin block `block`; *load = 1 when the caller created the entry and must
- * read it, then call stk__qcache_loaded. NULL: out of memory (err). */
-stk__qentry *stk__qcache_pin(stk__qcache *c, uint64_t block, int *load, stk_error *err);
-/* Read-ahead: a new LOADING entry for block, pinned, when the block is not
- * cached and fits without evicting anything; else NULL. */
-stk__qentry *stk__qcache_claim(stk__qcache *c, uint64_t block);
-uint8_t *stk__qentry_buf(const stk__qentry *e);
-/* Per field: the data of field k starts at buf + qb_off[k] + shift[k]
- * (shift: the block's file offset modulo 4096), so that O_DIRECT reads the
- * aligned span in place; each field's region has room for the overrun. */
-uint32_t *stk__qentry_shift(stk__qentry *e);
-void stk__qcache_loaded(stk__qcache *c, stk__qentry *e, const stk_error *err);
-int stk__qcache_ready(stk__qcache *c, stk__qentry *e);
-int stk__qcache_wait(stk__qcache *c, stk__qentry *e, stk_error *err);
-/* Unpin; used: one of its records was copied (a block whose records have
- * all been copied is freed). */
-void stk__qcache_unpin(stk__qcache *c, stk__qentry *e, int used);
-uint64_t stk__qcache_loads(stk__qcache *c);
-
-typedef struct {
-    uint64_t seq;                           /* the batch it holds or is being filled with */
-    int state;                              /* SLOT_* (under the reader's mutex) */
-    stk_error err;                          /* set when preparing failed */
-    unsigned err_part;                      /* the part err came from */
-    unsigned parts_left;                    /* parts still being prepared (under mu) */
-    uint8_t *buf;                           /* gathered tensors, one region per field */
-    uint64_t *records;                      /* batch_size global record indices */
-    stk_value *values;                      /* batch_size per bytes or array field */
-    uint64_t *shapes;                       /* batch_size x ndim per array field            */
-    uint64_t *field_shapes[STK_MAX_FIELDS]; /* into shapes, per selected field
-                                               (NULL but for array fields):
-                                               stk_batch_shapes */
-    stk_batch batch;
-    stk_batch_field fields[STK_MAX_FIELDS];
-    stk__zheap *zheap; /* [parts] when a compressed bytes field is read */
-    uint32_t *sources;        /* a mixture: batch_size source indices ... */
-    uint64_t *source_records; /* ... and records inside the source */
-    double busy;              /* worker seconds spent on this batch (under mu) */
-    double *src_busy;         /* a timed mixture: of which gathering each source's records */
-    double timed_busy;        /* ... their sum */
-} stk__slot;
-
-typedef struct stk_reader stk_reader;
-
-/* The load-time crop of images of their own size (load_crop.c): one per
- * worker, made on first use. */
-typedef struct stk__cropper stk__cropper;
-stk__cropper *stk__cropper_new(void);
-void stk__cropper_free(stk__cropper *c);
-/* Record `record`'s image (value: dims[0] x dims[1] x 3 pixels, or a JPEG
- * stream of that shape when jpeg) cropped as t says for (seed, epoch), resized
- * to t->out_height x t->out_width x 3 at dst, mirrored when drawn so. */
-int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
-                     const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
-                     uint8_t *dst, stk_error *err);
-
-typedef struct {
-    stk_reader *r;
-    pthread_t thread;
-    int started;
-    stk__epoch_order ord; /* the epoch this worker computed last */
-    uint64_t ord_epoch;
-    uint64_t batch_no;     /* batches prepared, for stamp[] */
-    uint64_t *stamp;       /* per shard: batch_no that last checked it */
-    uint64_t verified;     /* records verified, not yet added to stats */
-    unsigned advise_left;  /* batches to read ahead for (reader.c, prepare) */
-    stk__ioq *ioq[2];      /* direct path: read queues, the part ending and the next */
-    stk__qentry **qblk[2]; /* quasi blocks: per record of each part, its block */
-    stk__qentry **qown[2]; /* ... and the blocks the part reads itself */
-    stk__qentry **qpre[2]; /* ... of which read ahead for the next window */
-    double h2d;            /* upload seconds, not yet added to stats */
-    /* compressed fields: the block in use per selected field, pinned in the
-     * cache while this worker's records stay in it (reader.c) */
-    stk__zentry *pin[STK_MAX_FIELDS];
-    const uint8_t *pin_raw[STK_MAX_FIELDS];
-    size_t pin_shard[STK_MAX_FIELDS];
-    uint64_t pin_block[STK_MAX_FIELDS];
-    stk__ioq *zq;          /* direct path: the ending part's queue, empty, for blocks */
-    stk__cropper *cropper; /* the load-time crop (load_crop.c), or NULL */
-    uint8_t *crop_buf;     /* a crop before the workers normalise it (load_norm) */
-    stk__mix_cache *mixc;  /* a mixture: the sources' orders (mix.c) */
-} stk__worker;
-
-typedef struct {
-    dev_t dev;
-    ino_t ino;
-} stk__file_id;
-
-struct stk_reader {
-    const stk_dataset *ds;
-    stk_dataset *owned;   /* when opened by path */
-    stk_reader_options o; /* resolved: defaults and environment applied */
-    char *fields_text;    /* o.fields points here */
-
-    unsigned nsel; /* selected fields: schema index, stride, slot offset */
-    unsigned sel[STK_MAX_FIELDS];
-    uint64_t sel_stride[STK_MAX_FIELDS];
-    uint64_t sel_off[STK_MAX_FIELDS];
-    int has_bytes;
-    unsigned shape_words; /* sum of the selected array fields' ndim */
-    int has_compressed;   /* a selected field is compressed: no zero-copy */
-    int zbytes;           /* a selected bytes field is compressed: slots get zheaps */
-    stk__zcache *zcache;  /* when a selected field is compressed */
-    uint64_t zcache_bytes;
-
-    /* the read path (io_plan.c) */
-    int direct;                       /* STK_IO_DIRECT chosen */
-    uint8_t *shard_huge;              /* the map path: per shard, its map advised huge pages (or NULL) */
-    uint8_t io_field[STK_MAX_FIELDS]; /* direct: selected field k is read directly (an uncompressed tensor) */
-    stk__io *io;                      /* its engine */
-    char io_reason[STK_ERROR_MSG_MAX]; /* why, and any fallback */
-    stk__qcache *qcache;               /* quasi order, one rank: blocks read whole */
-    uint64_t qb_off[STK_MAX_FIELDS];   /* a direct field's offset in a block's buffer */
-    uint64_t qb_bytes, qcache_bytes;   /* a block's buffer; the cache's bound */
-
-    /* a mixture (mix.c): the sources read as one; NULL for one dataset.
-     * N counts an epoch's positions, `records` the dataset's records (the
-     * sources concatenated): equal for one dataset */
-    stk__mix *mix;
-    int mix_timed; /* records cost more than a small copy: gathers timed per source */
-    char **src_path;           /* [nsrc] as given at open ("" for an open dataset) */
-    uint32_t nsrc;
-    uint64_t records;
-    uint64_t N, G, nbatches, K;
-    uint32_t Wq;
-    int release;
-    stk__file_id *shard_id;  /* per shard, to tell rewritten from replaced */
-    uint64_t *verified_bits; /* STK_VERIFY_ONCE: one bit per record */
-
-    unsigned nslots;
-    uint64_t slot_bytes;
-    int stream_copy; /* values gathered into slots with streaming stores (membuf.c; reader_open.c, plan_copy) */
-    stk__slot *slots;
-    stk__worker *workers;
-
-    /* device path (upload.c); be == NULL for host batches */
-    stk__backend *be;
-    void *copy_stream;
-    stk__dslot *dslots;
-    pthread_t copier;
-    int copier_started;
-    uint64_t next_copy;    /* the next sequence the copy thread uploads */
-    stk_transform xf;      /* the transform (o.transform points here) */
-    stk_transform load_xf; /* load_crop: the crop the workers make (xf then
-                              only normalises their out_h x out_w crops) */
-    int load_crop;         /* the transformed field's images are cropped on
-                              the workers (array fields; square ones without
-                              a device) */
-    int load_norm;         /* ... and normalised there too (no device) */
-    int xf_sel;            /* index into sel[] of the transformed field, -1: none */
-    stk__xform_job xf_job; /* its shape and constants */
-    uint64_t xf_out_bytes; /* per sample */
-    uint64_t boxes_off;    /* crop boxes' offset in a slot's buffer */
-    char device_note[STK_ERROR_MSG_MAX];
-
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv, ready_cv;
-    uint64_t claim, consume, released, end_seq;
-    unsigned claim_part, parts; /* batches are prepared in `parts` parts (one per thread) */
-    uint64_t slot_stride_bytes; /* bytes of selected tensor fields per record */
-    uint64_t gen;               /* bumped by seek; read unlocked by workers (atomics) */
-    unsigned active;
-    unsigned idle; /* workers waiting for a free slot */
-    int stop, pausing;
-    stk_error sticky;
-
-    /* statistics, under mu */
-    double st_start, st_wait, st_busy, st_h2d;
-    uint64_t st_h2d_bytes;
-    uint64_t st_batches, st_samples, st_bytes, st_zero_copy, st_verified, st_ready_sum;
-    uint64_t *st_src_samples, *st_src_bytes; /* [S] for a mixture */
-    double *st_src_busy;
-};
-
-double stk__now(void);
-
-/* dataset.c: n (1 to 64) open datasets as one: their shards in order, the
- * schema of the first, a fingerprint of theirs. Part i is closed with it
- * when bit i of own is set (on failure the caller keeps them all). */
-stk_dataset *stk__dataset_concat(stk_dataset *const *parts, size_t n, uint64_t own, stk_error *err);
 /* reader_open.c: the reader over ds; for a mixture, ds concatenates the
  * sources src[0..S) (order -1: the reader's; K, W: filled in) and paths
- * names them (freed by the reader, whether it opens or not). */
+ * names them (freed by the reader, whether it opens or not). The
+ * environment (env.h) is read here, once. */
 stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, uint32_t S, char **paths,
-                             const stk_reader_options *opts, size_t size, size_t transform_size, stk_error *err);
-/* reader_mix.c: the selected fields agree in every source (STK_E_ARG
- * naming the source and field otherwise). */
-int stk__mix_check_fields(const stk_reader *r, stk_error *err);
-/* The mixture's fingerprint: its sources (fingerprints, sizes, kinds,
- * values, orders, quasi blocks, counts) and epoch size. */
-uint64_t stk__mix_fingerprint(const stk_reader *r);
-const char *stk__mix_kind_name(int kind); /* "weight", "repeat", "choose" */
-/* dataset.c: part i of a concatenation (NULL past the end or for a dataset
- * that is not one). */
-const stk_dataset *stk__dataset_part(const stk_dataset *ds, size_t i);
-void *stk__worker_main(void *arg);
+                             const stk_reader_options *opts, size_t size, size_t transform_size,
+                             stk_error *err);
 
 /* io_plan.c: choose the read path (before the slots are sized), start it */
-int stk__io_plan(stk_reader *r, stk_error *err);
+int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err);
 uint64_t stk__io_plan_bytes(const stk_reader *r);
 /* auto's rule (comment in io_plan.c): STK_IO_DIRECT or STK_IO_MMAP for
  * sel_bytes of selected fields, with hit of probed sampled pages resident,
  * ram and avail from /proc/meminfo (0: unknown), map_huge whether the maps
  * would be advised huge pages; why gets the reason. */
-int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
-                      char *why, size_t size);
-int stk__io_start(stk_reader *r, stk_error *err);
+int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed,
+                      int map_huge, char *why, size_t size);
+int stk__io_start(stk_reader *r, const stk__env *env, stk_error *err);
 /* The bytes of the reader's shard files of at least min_shard bytes each
  * (0: all), a dataset a mixture names twice counted once. */
 uint64_t stk__reader_file_bytes(const stk_reader *r, uint64_t min_shard);
-/* Environment variable `name` choosing one of two settings: *choice is -1
- * when it is unset, empty or "auto", 0 for `a`, 1 for `b`; any other value
- * is STK_E_ARG naming the variable and the value. */
-int stk__env_choice(const char *name, const char *a, const char *b, int *choice, stk_error *err);
 
-/* upload.c */
-int stk__upload_backend(stk_reader *r, stk_error *err);
-int stk__upload_open(stk_reader *r, stk_error *err);
-void stk__upload_drain(stk_reader *r);
-void stk__upload_close(stk_reader *r);
-double stk__upload_reclaim(stk_reader *r, unsigned i, stk_error *err);
-void *stk__copier_main(void *arg);
-int stk__upload_acquire(stk_reader *r, unsigned i, stk_error *err);
-int stk__upload_release(stk_reader *r, unsigned i, stk_error *err);
+/* ----------------------------------------------------------------- api */
+
+/* reader_mix.c: the mixture's fingerprint: its sources (fingerprints, sizes,
+ * kinds, values, orders, quasi blocks, counts) and epoch size. */
+uint64_t stk__mix_fingerprint(const stk_reader *r);
+const char *stk__mix_kind_name(int kind); /* "weight", "repeat", "choose" */
 
 #endif

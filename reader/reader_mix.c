@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define STK__SOURCE_MIN_SIZE sizeof(stk_source) /* the first release that had it */
-#define TAG_MIXFP 0x73746b2d6d697866ULL       /* "stk-mixf" */
+#define TAG_MIXFP 0x73746b2d6d697866ULL         /* "stk-mixf" */
 
 void stk_source_init_sized(stk_source *s, size_t size)
 {
@@ -25,44 +25,6 @@ void stk_source_init_sized(stk_source *s, size_t size)
 const char *stk__mix_kind_name(int kind)
 {
     return kind == STK_MIX_WEIGHT ? "weight" : kind == STK_MIX_REPEAT ? "repeat" : "choose";
-}
-
-/* Field f of source s against source 0's: the same name, kind, dtype,
- * shape and codec, at the same place in the schema (the reader addresses
- * a field by its index in every shard). */
-static int check_field(const stk_reader *r, uint32_t s, unsigned f, stk_error *err)
-{
-    const stk_field *a = &stk_dataset_schema(r->ds)->fields[f];
-    const stk_schema *sc = stk_dataset_schema(stk__dataset_part(r->ds, s));
-    int at = stk_schema_find(sc, a->name);
-    if (at < 0)
-        return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s) has no field '%s' (source 0, %s, has it)",
-                             s, r->src_path[s], a->name, r->src_path[0]);
-    if ((unsigned)at != f)
-        return stk_error_set(err, STK_E_ARG,
-                             "mixture: source %u (%s): field '%s' is field %d of its schema, field %u in source 0 "
-                             "(%s): the fields read must be at the same place in every source (pack them with "
-                             "the same schema)",
-                             s, r->src_path[s], a->name, at, f, r->src_path[0]);
-    const stk_field *b = &sc->fields[at];
-    if (a->kind == b->kind && a->dtype == b->dtype && a->ndim == b->ndim && a->codec == b->codec &&
-        !memcmp(a->shape, b->shape, sizeof a->shape))
-        return STK_OK;
-    char da[128], db[128]; /* the descriptions name the codec when there is one */
-    stk_field_describe(b, db, sizeof db);
-    stk_field_describe(a, da, sizeof da);
-    return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s): field %s differs from source 0's (%s): %s", s,
-                         r->src_path[s], db, r->src_path[0], da);
-}
-
-int stk__mix_check_fields(const stk_reader *r, stk_error *err)
-{
-    for (uint32_t s = 1; stk__dataset_part(r->ds, s); s++)
-        for (unsigned k = 0; k < r->nsel; k++) {
-            int rc = check_field(r, s, r->sel[k], err);
-            if (rc) return rc;
-        }
-    return STK_OK;
 }
 
 uint64_t stk__mix_fingerprint(const stk_reader *r)
@@ -96,13 +58,13 @@ static int open_source(const stk_source *in, size_t size, unsigned i, stk_source
     if (stk__read_sized(s, sizeof *s, in, size, STK__SOURCE_MIN_SIZE, "stk_source", err))
         return err ? err->code : STK_E_ARG;
     if (s->kind < STK_MIX_WEIGHT || s->kind > STK_MIX_CHOOSE)
-        return stk_error_set(err, STK_E_ARG, "mixture: source %u: kind %d unknown (weight, repeat or choose)", i,
-                             s->kind);
+        return stk_error_set(err, STK_E_ARG, "mixture: source %u: kind %d unknown (weight, repeat or choose)",
+                             i, s->kind);
     if (s->order < -1 || s->order > STK_ORDER_QUASI)
         return stk_error_set(err, STK_E_ARG, "mixture: source %u: order %d unknown", i, s->order);
     if (!s->path == !s->dataset)
-        return stk_error_set(err, STK_E_ARG, "mixture: source %u: give a path or an open dataset (one of them)",
-                             i);
+        return stk_error_set(err, STK_E_ARG,
+                             "mixture: source %u: give a path or an open dataset (one of them)", i);
     if (!(*path = strdup(s->path ? s->path : ""))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (s->path && !(*opened = stk_dataset_open(s->path, err))) {
         if (err) {
@@ -146,9 +108,11 @@ stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, siz
                                       stk_error *err)
 {
     if (!sources || n == 0 || n > STK__MIX_MAX)
-        return stk_error_set(err, STK_E_ARG, "mixture: %u sources (1 to %d)", sources ? n : 0, STK__MIX_MAX), NULL;
+        return stk_error_set(err, STK_E_ARG, "mixture: %u sources (1 to %d)", sources ? n : 0, STK__MIX_MAX),
+               NULL;
     if (source_size < STK__SOURCE_MIN_SIZE)
-        return stk_error_set(err, STK_E_ARG, "stk_source: size %zu is smaller than any release's", source_size),
+        return stk_error_set(err, STK_E_ARG, "stk_source: size %zu is smaller than any release's",
+                             source_size),
                NULL;
     stk_dataset *parts[STK__MIX_MAX] = {0}, *cat = NULL;
     stk__mix_source src[STK__MIX_MAX];
@@ -166,7 +130,9 @@ stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, siz
             stk_dataset_close(opened);
             opened = NULL;
         }
-        parts[i] = j >= 0 ? parts[j] : opened ? opened : (stk_dataset *)s.dataset; /* borrowed: never closed here */
+        parts[i] = j >= 0   ? parts[j]
+                   : opened ? opened
+                            : (stk_dataset *)s.dataset; /* borrowed: never closed here */
         if (opened) own |= 1ULL << i;
         src[i] = (stk__mix_source){stk_dataset_records(parts[i]), s.kind, s.value, s.order, 0, 0};
     }
@@ -215,8 +181,8 @@ static void source_stats_locked(const stk_reader *r, unsigned s, stk_reader_sour
     *out = st;
 }
 
-int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *out, size_t size,
-                                      stk_error *err)
+int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *out,
+                                      size_t size, stk_error *err)
 {
     if (s >= stk_reader_sources(r))
         return stk_error_set(err, STK_E_ARG, "source %u: the reader has %u", s, stk_reader_sources(r));
@@ -257,8 +223,10 @@ int stk_reader_verdict_sources(const stk_reader *r, char *buf, size_t cap)
     size_t n = (size_t)snprintf(line, sizeof line, "sources:");
     uint32_t hi = UINT32_MAX, lo = UINT32_MAX; /* costliest and cheapest per sample */
     for (uint32_t s = 0; s < S && n < sizeof line; s++) {
-        double share = (double)st[s].samples / samples * 100, tshare = busy > 0 ? st[s].busy_s / busy * 100 : 0;
-        n += (size_t)snprintf(line + n, sizeof line - n, s ? "; %s %.0f%%, %.0f%%" : " %s %.0f%% of samples, %.0f%% of worker time",
+        double share = (double)st[s].samples / samples * 100,
+               tshare = busy > 0 ? st[s].busy_s / busy * 100 : 0;
+        n += (size_t)snprintf(line + n, sizeof line - n,
+                              s ? "; %s %.0f%%, %.0f%%" : " %s %.0f%% of samples, %.0f%% of worker time",
                               *r->src_path[s] ? short_name(r->src_path[s]) : "(dataset)", share, tshare);
         if (!st[s].samples) continue;
         double c = st[s].busy_s / (double)st[s].samples;

@@ -14,33 +14,20 @@
 #define FIELD_ALIGN 64
 #define FIELD_ALIGN_DIRECT 4096 /* direct reads land in place: O_DIRECT alignment */
 
-/* Non-negative integer from the environment, -1 if absent; -2 if invalid. */
-static long env_int(const char *name)
+/* Rank and world size the options leave to the environment: RANK, else
+ * SLURM_PROCID; WORLD_SIZE, else SLURM_NTASKS. */
+static int resolve_dist(stk_reader_options *o, const stk__env *env, stk_error *err)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) return -1;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    return (errno || *end || x < 0 || x > 1 << 24) ? -2 : x;
-}
-
-static int resolve_dist(stk_reader_options *o, stk_error *err)
-{
-    static const char *const rank_env[] = {"RANK", "SLURM_PROCID"};
-    static const char *const world_env[] = {"WORLD_SIZE", "SLURM_NTASKS"};
+    static const int rank_env[] = {STK__ENV_RANK, STK__ENV_SLURM_PROCID};
+    static const int world_env[] = {STK__ENV_WORLD_SIZE, STK__ENV_SLURM_NTASKS};
     for (int i = 0; i < 2 && o->rank < 0; i++) {
-        long v = env_int(rank_env[i]);
-        if (v == -2)
-            return stk_error_set(err, STK_E_ARG, "environment %s='%s' is not a rank", rank_env[i],
-                                 getenv(rank_env[i]));
+        long v;
+        if (stk__env_get(env, rank_env[i], &v, err)) return STK_E_ARG;
         if (v >= 0) o->rank = (int)v;
     }
     for (int i = 0; i < 2 && o->world_size < 0; i++) {
-        long v = env_int(world_env[i]);
-        if (v == -2 || v == 0)
-            return stk_error_set(err, STK_E_ARG, "environment %s='%s' is not a world size", world_env[i],
-                                 getenv(world_env[i]));
+        long v;
+        if (stk__env_get(env, world_env[i], &v, err)) return STK_E_ARG;
         if (v > 0) o->world_size = (int)v;
     }
     if (o->rank < 0) o->rank = 0;
@@ -55,7 +42,7 @@ static int resolve_dist(stk_reader_options *o, stk_error *err)
 /* The caller's options (`size` bytes as its header has them) over the
  * defaults; its transform (`transform_size` bytes) into r->xf. */
 static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t size, size_t transform_size,
-                           stk_error *err)
+                           const stk__env *env, stk_error *err)
 {
     stk_reader_options *o = &r->o;
     stk_reader_options_init_sized(o, sizeof *o);
@@ -76,7 +63,7 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
         return stk_error_set(err, STK_E_ARG, "tail %d unknown (pad, drop, partial or auto)", o->tail);
     if (o->verify < STK_VERIFY_OFF || o->verify > STK_VERIFY_ALWAYS)
         return stk_error_set(err, STK_E_ARG, "verify %d unknown (off, once or always)", o->verify);
-    int rc = resolve_dist(o, err);
+    int rc = resolve_dist(o, env, err);
     if (rc) return rc;
     if (o->tail == STK_TAIL_AUTO) o->tail = o->world_size > 1 ? STK_TAIL_PAD : STK_TAIL_PARTIAL;
     if (o->threads == 0) {
@@ -272,6 +259,48 @@ static int plan_transform(stk_reader *r, stk_error *err)
     return STK_OK;
 }
 
+/* Field f of source s against source 0's: the same name, kind, dtype,
+ * shape and codec, at the same place in the schema (the reader addresses
+ * a field by its index in every shard). */
+static int check_field(const stk_reader *r, uint32_t s, unsigned f, stk_error *err)
+{
+    const stk_field *a = &stk_dataset_schema(r->ds)->fields[f];
+    const stk_schema *sc = stk_dataset_schema(stk__dataset_part(r->ds, s));
+    int at = stk_schema_find(sc, a->name);
+    if (at < 0)
+        return stk_error_set(err, STK_E_ARG,
+                             "mixture: source %u (%s) has no field '%s' (source 0, %s, has it)", s,
+                             r->src_path[s], a->name, r->src_path[0]);
+    if ((unsigned)at != f)
+        return stk_error_set(
+            err, STK_E_ARG,
+            "mixture: source %u (%s): field '%s' is field %d of its schema, field %u in source 0 "
+            "(%s): the fields read must be at the same place in every source (pack them with "
+            "the same schema)",
+            s, r->src_path[s], a->name, at, f, r->src_path[0]);
+    const stk_field *b = &sc->fields[at];
+    if (a->kind == b->kind && a->dtype == b->dtype && a->ndim == b->ndim && a->codec == b->codec &&
+        !memcmp(a->shape, b->shape, sizeof a->shape))
+        return STK_OK;
+    char da[128], db[128]; /* the descriptions name the codec when there is one */
+    stk_field_describe(b, db, sizeof db);
+    stk_field_describe(a, da, sizeof da);
+    return stk_error_set(err, STK_E_ARG, "mixture: source %u (%s): field %s differs from source 0's (%s): %s",
+                         s, r->src_path[s], db, r->src_path[0], da);
+}
+
+/* A mixture: the selected fields agree in every source (STK_E_ARG naming
+ * the source and field otherwise). */
+static int check_mix_fields(const stk_reader *r, stk_error *err)
+{
+    for (uint32_t s = 1; stk__dataset_part(r->ds, s); s++)
+        for (unsigned k = 0; k < r->nsel; k++) {
+            int rc = check_field(r, s, r->sel[k], err);
+            if (rc) return rc;
+        }
+    return STK_OK;
+}
+
 /* Records per quasi block of shards [s0, s1) holding n records: blocks of
  * about quasi_block_bytes of the records' average size. */
 static uint64_t quasi_K(const stk_reader *r, size_t s0, size_t s1, uint64_t n)
@@ -386,11 +415,11 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
  * whole lines; else memcpy, which leaves a small batch in the cache for the
  * consumer. STOKER_COPY=stream|cached overrides (for measuring both). */
 #define STREAM_SLOT_MIN ((uint64_t)16 << 20)
-static int plan_copy(stk_reader *r, stk_error *err)
+static int plan_copy(stk_reader *r, const stk__env *env, stk_error *err)
 {
-    int env;
-    if (stk__env_choice("STOKER_COPY", "stream", "cached", &env, err)) return STK_E_ARG;
-    r->stream_copy = env >= 0 ? env == 0 : r->slot_bytes >= STREAM_SLOT_MIN && stk__copy_stream_ok();
+    long copy;
+    if (stk__env_get(env, STK__ENV_COPY, &copy, err)) return STK_E_ARG;
+    r->stream_copy = copy >= 0 ? copy == 0 : r->slot_bytes >= STREAM_SLOT_MIN && stk__copy_stream_ok();
     return STK_OK;
 }
 
@@ -399,7 +428,8 @@ static int alloc_slots(stk_reader *r, stk_error *err)
     r->nslots = r->o.prefetch + 1;
     /* A clock read (~40 ns) per source change is noise beside a record of a
      * few KiB, a decompression or a crop; smaller records cost their bytes. */
-    r->mix_timed = r->mix && (r->slot_stride_bytes >= 4096 || r->has_bytes || r->has_compressed || r->load_crop);
+    r->mix_timed =
+        r->mix && (r->slot_stride_bytes >= 4096 || r->has_bytes || r->has_compressed || r->load_crop);
     uint64_t per = host_bytes_per_slot(r), total = per * r->nslots + r->zcache_bytes +
                                                    stk__io_plan_bytes(r); /* < 2^62: see select_fields */
     if (r->o.memory_budget && total > r->o.memory_budget)
@@ -544,7 +574,8 @@ static int alloc_mix_stats(stk_reader *r, stk_error *err)
 }
 
 stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, uint32_t S, char **paths,
-                             const stk_reader_options *opts, size_t size, size_t transform_size, stk_error *err)
+                             const stk_reader_options *opts, size_t size, size_t transform_size,
+                             stk_error *err)
 {
     stk_reader *r = calloc(1, sizeof *r);
     if (!r) {
@@ -559,9 +590,11 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
     r->xf_sel = -1;
-    if (resolve_options(r, opts, size, transform_size, err) || select_fields(r, err) ||
-        (src && stk__mix_check_fields(r, err)) || plan_stream(r, src, S, err) || alloc_mix_stats(r, err) ||
-        stk__io_plan(r, err))
+    stk__env env; /* the one read of the environment */
+    stk__env_read(&env);
+    if (resolve_options(r, opts, size, transform_size, &env, err) || select_fields(r, err) ||
+        (src && check_mix_fields(r, err)) || plan_stream(r, src, S, err) || alloc_mix_stats(r, err) ||
+        stk__io_plan(r, &env, err))
         goto fail;
     layout_slot(r);
     if (plan_transform(r, err)) goto fail;
@@ -569,11 +602,13 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
      * the batch the consumer waits for (the first one, above all) comes
      * sooner; tiny batches stay whole. */
     r->parts = r->o.batch_size >= 2 * r->o.threads ? r->o.threads : 1;
-    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || plan_copy(r, err) || alloc_slots(r, err) ||
-        stk__upload_open(r, err) || remember_shards(r, err) || stk__io_start(r, err))
+    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || plan_copy(r, &env, err) ||
+        alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err) ||
+        stk__io_start(r, &env, err))
         goto fail;
     /* the direct path does not go through the page cache: nothing to release */
-    r->release = !r->direct && !r->mix && (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
+    r->release = !r->direct && !r->mix &&
+                 (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
     if (start_workers(r, err)) goto fail;
     if (r->be) {

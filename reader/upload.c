@@ -11,7 +11,7 @@
  *                  device buffer again.
  * The copy thread uploads batches in stream order, so `ready` events complete
  * in order too. Nothing here blocks the consumer's CPU thread on the device. */
-#include "reader_impl.h"
+#include "engine.h"
 #include "trace.h"
 
 #include <stdio.h>

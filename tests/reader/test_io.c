@@ -641,6 +641,45 @@ START_TEST(streaming_copies)
 }
 END_TEST
 
+/* The environment is read once per open from one table (reader/env.c): a
+ * bad value is refused by name where it decides something, and only there: an
+ * option set explicitly (opts.io) or a path that does not use the variable
+ * (STOKER_IO_ENGINE on the map path) opens as before. */
+START_TEST(env_refused_where_used)
+{
+    const char *dir = big_ds();
+    stk_reader_options o = tu_reader_options(6, STK_ORDER_SHUFFLE);
+    stk_error e;
+    setenv("STOKER_IO", "fast", 1);
+    o.io = STK_IO_AUTO;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO='fast': expected auto, mmap or direct"),
+                  "%s", e.msg);
+    stk_reader_close(open_io(dir, &o, STK_IO_MMAP)); /* the option decides: the variable is moot */
+    unsetenv("STOKER_IO");
+    setenv("STOKER_IO_ENGINE", "fast", 1);
+    stk_reader_close(open_io(dir, &o, STK_IO_MMAP));
+    o.io = STK_IO_DIRECT;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO_ENGINE='fast'"), "%s", e.msg);
+    unsetenv("STOKER_IO_ENGINE");
+    char spec[300];
+    memset(spec, 'x', sizeof spec - 1);
+    spec[sizeof spec - 1] = 0;
+    setenv("STOKER_IO_FAULT", spec, 1);
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "STOKER_IO_FAULT"), "%s", e.msg);
+    setenv("WORLD_SIZE", "0", 1);
+    o.world_size = 2; /* set: WORLD_SIZE is not read */
+    unsetenv("STOKER_IO_FAULT");
+    stk_reader_close(open_io(dir, &o, STK_IO_MMAP));
+    o.world_size = -1;
+    ck_assert_ptr_null(stk_reader_open(dir, &o, &e));
+    ck_assert_msg(e.code == STK_E_ARG && strstr(e.msg, "WORLD_SIZE='0' is not a world size"), "%s", e.msg);
+    unsetenv("WORLD_SIZE");
+}
+END_TEST
+
 /* How many mappings of shard file `shard` of dataset `dir` in this process
  * carry the huge-page advice ("hg" in their VmFlags); -1 when none maps it. */
 static int mapped_huge(const char *dir, const char *shard)
@@ -728,7 +767,8 @@ END_TEST
 static void reset_env(void)
 {
     static const char *const vars[] = {"STOKER_IO",           "STOKER_IO_ENGINE", "STOKER_IO_FAULT",
-                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",      "STOKER_MAP_HUGE"};
+                                       "STOKER_QUASI_BLOCKS", "STOKER_COPY",      "STOKER_MAP_HUGE",
+                                       "WORLD_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
 }
 
@@ -737,6 +777,6 @@ TU_MAIN("io", {.name = "io",
                .teardown = reset_env,
                .loop = 2,
                .loop_tests = {same_batches, faults_retried, read_error_names_record, quasi_block_read_error},
-               .tests = {field_selection, quasi_large_records, streaming_copies, map_huge, truncated_shard,
+               .tests = {field_selection, quasi_large_records, streaming_copies, env_refused_where_used, map_huge, truncated_shard,
                          replaced_shard, resume, compressed, compressed_read_error, auto_rule,
                          auto_and_options, memory_budget}})

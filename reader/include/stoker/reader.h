@@ -114,6 +114,30 @@ struct stk_transform;
  * epochs after the first. stk_reader_io_stats_get says which path and why. A failed
  * read names the shard, the records and errno; short reads, EINTR and EAGAIN
  * are retried.
+ *
+ * Environment: the library reads these variables at open, each time a reader
+ * opens (nothing is kept between opens), and no others. A value it does not
+ * know fails the open with STK_E_ARG naming the variable, where the variable
+ * matters; unset, empty or "auto" leaves the choice to the library.
+ *   RANK, SLURM_PROCID        opts.rank when it is < 0 (the first one set)
+ *   WORLD_SIZE, SLURM_NTASKS  opts.world_size when it is < 0 (the first set)
+ *   STOKER_IO=mmap|direct     opts.io when it is STK_IO_AUTO
+ *   STOKER_IO_ENGINE=io_uring|threads   the direct path's engine (threads:
+ *                             the pread pool even where io_uring works)
+ *   STOKER_QUASI_BLOCKS=0|1   the direct path in quasi order: 0 reads record
+ *                             by record, 1 in whole blocks even records of
+ *                             128 KiB and more (read one by one otherwise)
+ *   STOKER_MAP_HUGE=0|1       the map path: never / always advise the shard
+ *                             maps huge pages (auto: when the shard files are
+ *                             at most half of the memory available)
+ *   STOKER_COPY=stream|cached how values are gathered into slots: streaming
+ *                             stores or memcpy (auto: streams large values
+ *                             into slots of 16 MiB and more)
+ *   STOKER_IO_FAULT=...       for tests only: the direct engine's fault seam
+ *                             ("short:N,eintr:N,eagain:N" make every Nth
+ *                             completion short, EINTR or EAGAIN; "eio:S/R"
+ *                             fails any read covering record R of shard S)
+ * The switches are for measuring and testing; the options are the interface.
  */
 
 typedef enum {

@@ -1,0 +1,196 @@
+/* reader/engine.h - the engine layer (reader.c, upload.c): the reader's
+ * state, its slots and workers, the prefetch threads and the copy thread.
+ * The plan layer builds a stk_reader and starts these threads; the api layer
+ * reads its statistics. The engine calls only the layers below (device.h,
+ * caches.h, order.h/mix.h, io.h, dataset.h, util.h/membuf.h). Internal. */
+#ifndef STK_READER_ENGINE_H
+#define STK_READER_ENGINE_H
+
+#include "stoker/reader.h"
+#include "caches.h"
+#include "dataset.h"
+#include "device.h"
+#include "io.h"
+#include "membuf.h"
+#include "mix.h"
+#include "order.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+/* FREE -> BUSY (a worker gathers) -> READY, or on the device path
+ * BUSY -> GATHERED (staged) -> READY (upload queued by the copy thread). */
+enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_GATHERED = 2, SLOT_READY = 3 };
+
+/* The device side of slot i (upload.c). */
+typedef struct {
+    void *dev, *dev_out; /* device copy of the staged tensors; transform output */
+    void *ev_start, *ev_copied, *ev_ready, *ev_released;
+    int used; /* uploaded at least once (ev_copied recorded) */
+} stk__dslot;
+
+/* Bytes values of compressed fields, copied out of the blocks: one buffer per
+ * part, so parts never share one while they grow it. */
+typedef struct {
+    uint8_t *p;
+    uint64_t len, cap;
+} stk__zheap;
+
+typedef struct {
+    uint64_t seq;                           /* the batch it holds or is being filled with */
+    int state;                              /* SLOT_* (under the reader's mutex) */
+    stk_error err;                          /* set when preparing failed */
+    unsigned err_part;                      /* the part err came from */
+    unsigned parts_left;                    /* parts still being prepared (under mu) */
+    uint8_t *buf;                           /* gathered tensors, one region per field */
+    uint64_t *records;                      /* batch_size global record indices */
+    stk_value *values;                      /* batch_size per bytes or array field */
+    uint64_t *shapes;                       /* batch_size x ndim per array field            */
+    uint64_t *field_shapes[STK_MAX_FIELDS]; /* into shapes, per selected field
+                                               (NULL but for array fields):
+                                               stk_batch_shapes */
+    stk_batch batch;
+    stk_batch_field fields[STK_MAX_FIELDS];
+    stk__zheap *zheap;        /* [parts] when a compressed bytes field is read */
+    uint32_t *sources;        /* a mixture: batch_size source indices ... */
+    uint64_t *source_records; /* ... and records inside the source */
+    double busy;              /* worker seconds spent on this batch (under mu) */
+    double *src_busy;         /* a timed mixture: of which gathering each source's records */
+    double timed_busy;        /* ... their sum */
+} stk__slot;
+
+typedef struct stk_reader stk_reader;
+
+typedef struct {
+    stk_reader *r;
+    pthread_t thread;
+    int started;
+    stk__epoch_order ord; /* the epoch this worker computed last */
+    uint64_t ord_epoch;
+    uint64_t batch_no;     /* batches prepared, for stamp[] */
+    uint64_t *stamp;       /* per shard: batch_no that last checked it */
+    uint64_t verified;     /* records verified, not yet added to stats */
+    unsigned advise_left;  /* batches to read ahead for (reader.c, prepare) */
+    stk__ioq *ioq[2];      /* direct path: read queues, the part ending and the next */
+    stk__qentry **qblk[2]; /* quasi blocks: per record of each part, its block */
+    stk__qentry **qown[2]; /* ... and the blocks the part reads itself */
+    stk__qentry **qpre[2]; /* ... of which read ahead for the next window */
+    double h2d;            /* upload seconds, not yet added to stats */
+    /* compressed fields: the block in use per selected field, pinned in the
+     * cache while this worker's records stay in it (reader.c) */
+    stk__zentry *pin[STK_MAX_FIELDS];
+    const uint8_t *pin_raw[STK_MAX_FIELDS];
+    size_t pin_shard[STK_MAX_FIELDS];
+    uint64_t pin_block[STK_MAX_FIELDS];
+    stk__ioq *zq;          /* direct path: the ending part's queue, empty, for blocks */
+    stk__cropper *cropper; /* the load-time crop (load_crop.c), or NULL */
+    uint8_t *crop_buf;     /* a crop before the workers normalise it (load_norm) */
+    stk__mix_cache *mixc;  /* a mixture: the sources' orders (mix.c) */
+} stk__worker;
+
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} stk__file_id;
+
+struct stk_reader {
+    const stk_dataset *ds;
+    stk_dataset *owned;   /* when opened by path */
+    stk_reader_options o; /* resolved: defaults and environment applied */
+    char *fields_text;    /* o.fields points here */
+
+    unsigned nsel; /* selected fields: schema index, stride, slot offset */
+    unsigned sel[STK_MAX_FIELDS];
+    uint64_t sel_stride[STK_MAX_FIELDS];
+    uint64_t sel_off[STK_MAX_FIELDS];
+    int has_bytes;
+    unsigned shape_words; /* sum of the selected array fields' ndim */
+    int has_compressed;   /* a selected field is compressed: no zero-copy */
+    int zbytes;           /* a selected bytes field is compressed: slots get zheaps */
+    stk__zcache *zcache;  /* when a selected field is compressed */
+    uint64_t zcache_bytes;
+
+    /* the read path (io_plan.c) */
+    int direct;                       /* STK_IO_DIRECT chosen */
+    uint8_t *shard_huge;              /* the map path: per shard, its map advised huge pages (or NULL) */
+    uint8_t io_field[STK_MAX_FIELDS]; /* direct: selected field k is read directly (an uncompressed tensor) */
+    stk__io *io;                      /* its engine */
+    char io_reason[STK_ERROR_MSG_MAX]; /* why, and any fallback */
+    stk__qcache *qcache;               /* quasi order, one rank: blocks read whole */
+    uint64_t qb_off[STK_MAX_FIELDS];   /* a direct field's offset in a block's buffer */
+    uint64_t qb_bytes, qcache_bytes;   /* a block's buffer; the cache's bound */
+
+    /* a mixture (mix.c): the sources read as one; NULL for one dataset.
+     * N counts an epoch's positions, `records` the dataset's records (the
+     * sources concatenated): equal for one dataset */
+    stk__mix *mix;
+    int mix_timed;   /* records cost more than a small copy: gathers timed per source */
+    char **src_path; /* [nsrc] as given at open ("" for an open dataset) */
+    uint32_t nsrc;
+    uint64_t records;
+    uint64_t N, G, nbatches, K;
+    uint32_t Wq;
+    int release;
+    stk__file_id *shard_id;  /* per shard, to tell rewritten from replaced */
+    uint64_t *verified_bits; /* STK_VERIFY_ONCE: one bit per record */
+
+    unsigned nslots;
+    uint64_t slot_bytes;
+    int stream_copy; /* values gathered into slots with streaming stores (membuf.c; reader_open.c, plan_copy) */
+    stk__slot *slots;
+    stk__worker *workers;
+
+    /* device path (upload.c); be == NULL for host batches */
+    stk__backend *be;
+    void *copy_stream;
+    stk__dslot *dslots;
+    pthread_t copier;
+    int copier_started;
+    uint64_t next_copy;    /* the next sequence the copy thread uploads */
+    stk_transform xf;      /* the transform (o.transform points here) */
+    stk_transform load_xf; /* load_crop: the crop the workers make (xf then
+                              only normalises their out_h x out_w crops) */
+    int load_crop;         /* the transformed field's images are cropped on
+                              the workers (array fields; square ones without
+                              a device) */
+    int load_norm;         /* ... and normalised there too (no device) */
+    int xf_sel;            /* index into sel[] of the transformed field, -1: none */
+    stk__xform_job xf_job; /* its shape and constants */
+    uint64_t xf_out_bytes; /* per sample */
+    uint64_t boxes_off;    /* crop boxes' offset in a slot's buffer */
+    char device_note[STK_ERROR_MSG_MAX];
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, ready_cv;
+    uint64_t claim, consume, released, end_seq;
+    unsigned claim_part, parts; /* batches are prepared in `parts` parts (one per thread) */
+    uint64_t slot_stride_bytes; /* bytes of selected tensor fields per record */
+    uint64_t gen;               /* bumped by seek; read unlocked by workers (atomics) */
+    unsigned active;
+    unsigned idle; /* workers waiting for a free slot */
+    int stop, pausing;
+    stk_error sticky;
+
+    /* statistics, under mu */
+    double st_start, st_wait, st_busy, st_h2d;
+    uint64_t st_h2d_bytes;
+    uint64_t st_batches, st_samples, st_bytes, st_zero_copy, st_verified, st_ready_sum;
+    uint64_t *st_src_samples, *st_src_bytes; /* [S] for a mixture */
+    double *st_src_busy;
+};
+
+/* reader.c: a prefetch worker's thread (arg: its stk__worker). */
+void *stk__worker_main(void *arg);
+
+/* upload.c: the device side of the slots and the copy thread. */
+int stk__upload_backend(stk_reader *r, stk_error *err);
+int stk__upload_open(stk_reader *r, stk_error *err);
+void stk__upload_drain(stk_reader *r);
+void stk__upload_close(stk_reader *r);
+double stk__upload_reclaim(stk_reader *r, unsigned i, stk_error *err);
+void *stk__copier_main(void *arg);
+int stk__upload_acquire(stk_reader *r, unsigned i, stk_error *err);
+int stk__upload_release(stk_reader *r, unsigned i, stk_error *err);
+
+#endif
