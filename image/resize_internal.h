@@ -64,14 +64,14 @@ typedef struct {
     uint32_t *len;   /* count: taps used (the rest of the row is zero) */
     int16_t *coef;   /* count x taps */
     /* STK_IMG_LAYOUT_RGB */
-    uint32_t chunks; /* ceil(taps / STK_IMG_CHUNK_TAPS) */
-    uint32_t nwide;  /* count rounded up to STK_IMG_GROUP: off and wide are padded with the
-                        last output's, so every group can run the SIMD kernel */
-    uint32_t over;   /* bytes the SIMD kernel reads past a row's last pixel, at most */
+    uint32_t chunks;         /* ceil(taps / STK_IMG_CHUNK_TAPS) */
+    uint32_t nwide;          /* count rounded up to STK_IMG_GROUP: off and wide are padded with the
+                                last output's, so every group can run the SIMD kernel */
+    uint32_t over;           /* bytes the SIMD kernel reads past a row's last pixel, at most */
     uint32_t tight0, tight1; /* on a row with less room after it than `over`: outputs
                                 [tight0, tight1) (whole groups) read only the row */
-    size_t *off;     /* nwide: 3 * start, the byte offset in a row */
-    int16_t *wide;   /* nwide x chunks x STK_IMG_CHUNK_I16 */
+    size_t *off;             /* nwide: 3 * start, the byte offset in a row */
+    int16_t *wide;           /* nwide x chunks x STK_IMG_CHUNK_I16 */
     /* STK_IMG_LAYOUT_PLANE: per group of STK_IMG_PGROUP outputs and pair of taps, a
      * 32-byte shuffle and 16 int16 weights; gok[g]: group g qualifies */
     uint32_t pairs, ngroups;

@@ -146,8 +146,8 @@ h_two(const uint8_t *x, size_t stride, const int16_t *w, const uint32_t chunks, 
         const __m256i *k = (const __m256i *)(const void *)w;
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s01), _mm256_loadu_si256(k)));
         if (!taps2)
-            acc = _mm256_add_epi32(acc,
-                                   _mm256_madd_epi16(_mm256_shuffle_epi8(px, s23), _mm256_loadu_si256(k + 1)));
+            acc = _mm256_add_epi32(
+                acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, s23), _mm256_loadu_si256(k + 1)));
     }
     return acc;
 }
@@ -176,9 +176,10 @@ STK_IMG_AVX2 static inline __attribute__((always_inline)) void h_store(__m256i a
  * at its own offset, so a mirrored table (offsets falling) runs as is.
  * Inlined with a constant `chunks` for the common tap counts, so the tap
  * loop unrolls. */
-STK_IMG_AVX2 static inline __attribute__((always_inline)) void
-h_body(const stk__axis *a, const uint8_t *s0, size_t stride, uint8_t *d0, uint8_t *d1, uint32_t from,
-       uint32_t to, const uint32_t chunks, const int taps2)
+STK_IMG_AVX2 static inline __attribute__((always_inline)) void h_body(const stk__axis *a, const uint8_t *s0,
+                                                                      size_t stride, uint8_t *d0, uint8_t *d1,
+                                                                      uint32_t from, uint32_t to,
+                                                                      const uint32_t chunks, const int taps2)
 {
     const size_t step = (size_t)chunks * STK_IMG_CHUNK_I16;
     const size_t *off = a->off + from, *end = a->off + to;

@@ -188,12 +188,12 @@ static bool settle_sides(const cli_args *a, pk_opts *o)
 static int parse(int argc, char **argv, pk_opts *o)
 {
     static const struct option lo[] = {
-        {"size", 1, 0, 's'},     {"resize", 1, 0, 'R'},     {"fill", 1, 0, 'F'},
-        {"threads", 1, 0, 'j'},  {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'},
-        {"on-error", 1, 0, 'E'}, {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'},
-        {"merge", 0, 0, 'M'},    {"force", 0, 0, 'f'},      {"stats", 0, 0, 'T'},
-        {"compress", 1, 0, 'Z'}, {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'},
-        {"max-side", 1, 0, 'X'}, {"min-side", 1, 0, 'W'},   {"image-format", 1, 0, 'I'},
+        {"size", 1, 0, 's'},           {"resize", 1, 0, 'R'},     {"fill", 1, 0, 'F'},
+        {"threads", 1, 0, 'j'},        {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'},
+        {"on-error", 1, 0, 'E'},       {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'},
+        {"merge", 0, 0, 'M'},          {"force", 0, 0, 'f'},      {"stats", 0, 0, 'T'},
+        {"compress", 1, 0, 'Z'},       {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'},
+        {"max-side", 1, 0, 'X'},       {"min-side", 1, 0, 'W'},   {"image-format", 1, 0, 'I'},
         {"force-in-place", 0, 0, 'G'}, CLI_COMMON_OPTIONS};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (pk_opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},

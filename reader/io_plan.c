@@ -140,8 +140,8 @@ static uint64_t compressed_bytes(const stk_reader *r)
  * (bench/README "cold", runs G, G2 and H). Without the advice a cold map
  * faults in 4-64 KiB at a time, much slower: cold data larger than a
  * quarter of what is available goes direct then. */
-int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed, int map_huge,
-                      char *why, size_t size)
+int stk__io_auto_rule(uint64_t sel_bytes, uint64_t ram, uint64_t avail, unsigned hit, unsigned probed,
+                      int map_huge, char *why, size_t size)
 {
     int cold = probed && hit * 2 < probed;
     if (ram && sel_bytes > ram / 2) {

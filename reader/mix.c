@@ -21,7 +21,8 @@ static int counts_weighted(const stk__mix_source *src, uint32_t S, uint64_t E, u
 {
     double sum = 0;
     for (uint32_t s = 0; s < S; s++) sum += src[s].value;
-    if (!isfinite(sum)) return stk_error_set(err, STK_E_ARG, "mixture: the weights' sum overflows (scale them down)");
+    if (!isfinite(sum))
+        return stk_error_set(err, STK_E_ARG, "mixture: the weights' sum overflows (scale them down)");
     double rem[STK__MIX_MAX];
     uint64_t given = 0;
     for (uint32_t s = 0; s < S; s++) {
@@ -34,7 +35,8 @@ static int counts_weighted(const stk__mix_source *src, uint32_t S, uint64_t E, u
     /* q_s in double is exact to the record below 2^53; above, the shares
      * could miss E by more than one record per source */
     if (given > E || E - given > S)
-        return stk_error_set(err, STK_E_ARG, "mixture: epoch_size %llu cannot be shared by weight (at most 2^53)",
+        return stk_error_set(err, STK_E_ARG,
+                             "mixture: epoch_size %llu cannot be shared by weight (at most 2^53)",
                              (unsigned long long)E);
     for (uint64_t left = E - given; left; left--) { /* the largest remainders, the lower source on ties */
         uint32_t best = 0;
@@ -59,7 +61,8 @@ int stk__mix_counts(const stk__mix_source *src, uint32_t S, uint64_t epoch_size,
         if (x->kind == STK__MIX_WEIGHT) {
             weighted++;
             if (!(v > 0) || !isfinite(v))
-                return stk_error_set(err, STK_E_ARG, "mixture: source %u: weight %g (a positive number)", s, v);
+                return stk_error_set(err, STK_E_ARG, "mixture: source %u: weight %g (a positive number)", s,
+                                     v);
         } else if (x->kind == STK__MIX_REPEAT) {
             if (!(v >= 0) || !(v * (double)x->n < 9.2e18))
                 return stk_error_set(err, STK_E_ARG, "mixture: source %u: repeat %g (0 or more)", s, v);
@@ -69,7 +72,8 @@ int stk__mix_counts(const stk__mix_source *src, uint32_t S, uint64_t epoch_size,
                 return stk_error_set(err, STK_E_ARG, "mixture: source %u: choose %g (a whole number)", s, v);
             c[s] = (uint64_t)v;
         } else {
-            return stk_error_set(err, STK_E_ARG, "mixture: source %u: give a weight, a repeat or a choose", s);
+            return stk_error_set(err, STK_E_ARG, "mixture: source %u: give a weight, a repeat or a choose",
+                                 s);
         }
         if (x->n == 0) return stk_error_set(err, STK_E_ARG, "mixture: source %u has no records", s);
         if (total > UINT64_MAX - x->n) return stk_error_set(err, STK_E_RANGE, "mixture: too many records");
@@ -78,20 +82,24 @@ int stk__mix_counts(const stk__mix_source *src, uint32_t S, uint64_t epoch_size,
     if (weighted && weighted != S)
         return stk_error_set(err, STK_E_ARG,
                              "mixture: %u of %u sources have a weight: weights are for all sources or none "
-                             "(the others: repeat or choose)", weighted, S);
+                             "(the others: repeat or choose)",
+                             weighted, S);
     uint64_t sum = 0;
     if (weighted) {
         if (epoch_size > (1ULL << 53))
-            return stk_error_set(err, STK_E_ARG, "mixture: epoch_size %llu cannot be shared by weight (at most 2^53)",
+            return stk_error_set(err, STK_E_ARG,
+                                 "mixture: epoch_size %llu cannot be shared by weight (at most 2^53)",
                                  (unsigned long long)epoch_size);
         int rc = counts_weighted(src, S, epoch_size ? epoch_size : total, c, err);
         if (rc) return rc;
     }
     for (uint32_t s = 0; s < S; s++) {
-        if (sum > (UINT64_MAX >> 2) - c[s]) return stk_error_set(err, STK_E_RANGE, "mixture: epoch too large");
+        if (sum > (UINT64_MAX >> 2) - c[s])
+            return stk_error_set(err, STK_E_RANGE, "mixture: epoch too large");
         sum += c[s];
     }
-    if (!sum) return stk_error_set(err, STK_E_ARG, "mixture: the epoch is empty (every source gives 0 records)");
+    if (!sum)
+        return stk_error_set(err, STK_E_ARG, "mixture: the epoch is empty (every source gives 0 records)");
     *E = sum;
     return STK_OK;
 }
@@ -163,7 +171,10 @@ uint32_t stk__mix_next(const uint64_t *c, uint32_t S, uint64_t *A)
     return best;
 }
 
-uint64_t stk__mix_source_seed(uint64_t seed, uint32_t s) { return stk__mix64(seed ^ TAG_MIX) ^ stk__mix64(s + 1); }
+uint64_t stk__mix_source_seed(uint64_t seed, uint32_t s)
+{
+    return stk__mix64(seed ^ TAG_MIX) ^ stk__mix64(s + 1);
+}
 
 /* Element j of a source of n records giving c an epoch: its pass (the
  * epoch of the source's own order) and its position in that pass. */

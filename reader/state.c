@@ -129,8 +129,8 @@ static const char *const kind_names[] = {"weight", "repeat", "choose"};
 
 static int parse_source(json_t *o, unsigned i, src_state *x, stk_error *err)
 {
-    static const char *const keys[] = {"fingerprint", "records", "kind", "value", "order", "quasi_block_records",
-                                       "per_epoch"};
+    static const char *const keys[] = {"fingerprint",         "records",  "kind", "value", "order",
+                                       "quasi_block_records", "per_epoch"};
     const char *k;
     json_t *v;
     if (!json_is_object(o)) return stk_error_set(err, STK_E_FORMAT, "state: source %u is not an object", i);
@@ -174,17 +174,19 @@ static int parse_mix(json_t *o, src_state *src, unsigned *S, uint64_t *E, stk_er
     return rc;
 }
 
-static int parse_obj(json_t *o, stk_reader_state *st, src_state *src, unsigned *S, uint64_t *E, stk_error *err)
+static int parse_obj(json_t *o, stk_reader_state *st, src_state *src, unsigned *S, uint64_t *E,
+                     stk_error *err)
 {
     static const char *const keys[] = {
-        "stoker_reader_state", "fingerprint",  "order", "seed",       "global_batch", "tail",
-        "quasi_block_records", "quasi_window", "epoch", "batch",      "epoch_size",   "sources"};
+        "stoker_reader_state", "fingerprint",  "order", "seed",  "global_batch", "tail",
+        "quasi_block_records", "quasi_window", "epoch", "batch", "epoch_size",   "sources"};
     uint64_t version = 0, window = 0; /* set by get_uint before any use; -O3 cannot tell */
     int rc;
     if ((rc = get_uint(o, "stoker_reader_state", UINT32_MAX, &version, err))) return rc;
     if (version != 1 && version != 2)
         return stk_error_set(err, STK_E_VERSION,
-                             "state: version %" PRIu64 " needs a newer stoker (this build reads 1 and 2)", version);
+                             "state: version %" PRIu64 " needs a newer stoker (this build reads 1 and 2)",
+                             version);
     const char *k;
     json_t *v;
     size_t nkeys = version == 2 ? 12 : 10; /* epoch_size and sources: a mixture's (version 2) */
@@ -250,7 +252,8 @@ size_t stk_reader_save_text(const stk_reader *r, char *buf, size_t cap)
     char tmp[256 * STK__MIX_MAX + 512];
     size_t len = stk_reader_state_format(&st, tmp, sizeof tmp) - 1;
     tmp[23] = '2'; /* {"stoker_reader_state":1 */
-    len += (size_t)snprintf(tmp + len, sizeof tmp - len, ",\"epoch_size\":%" PRIu64 ",\"sources\":[", r->mix->E);
+    len +=
+        (size_t)snprintf(tmp + len, sizeof tmp - len, ",\"epoch_size\":%" PRIu64 ",\"sources\":[", r->mix->E);
     for (uint32_t s = 0; s < r->mix->S; s++) {
         const stk__mix_source *x = &r->mix->src[s];
         char num[32];
@@ -276,31 +279,35 @@ static int check_source(const stk_reader *r, uint32_t s, const src_state *x, uns
     const char *path = r->src_path[s];
     char a[32], b[32];
     if (x->fingerprint != fp || x->records != m->n)
-        return stk_error_set(err, STK_E_ARG,
-                             "state does not belong to this reader: source %u (%s) is another dataset (fingerprint "
-                             "%016" PRIx64 ", %" PRIu64 " records in the state; %016" PRIx64 ", %" PRIu64 " here)",
-                             s, path, x->fingerprint, x->records, fp, m->n);
+        return stk_error_set(
+            err, STK_E_ARG,
+            "state does not belong to this reader: source %u (%s) is another dataset (fingerprint "
+            "%016" PRIx64 ", %" PRIu64 " records in the state; %016" PRIx64 ", %" PRIu64 " here)",
+            s, path, x->fingerprint, x->records, fp, m->n);
     if (flags & STK_RESTORE_REWEIGHT) return STK_OK;
     if (x->kind != m->kind || x->value != m->value)
-        return stk_error_set(err, STK_E_ARG,
-                             "state does not belong to this reader: source %u (%s) has %s %s in the state, %s %s "
-                             "here (restore with re-weighting to go on with the new weights)",
-                             s, path, stk__mix_kind_name(x->kind), fmt_value(x->value, a, sizeof a),
-                             stk__mix_kind_name(m->kind), fmt_value(m->value, b, sizeof b));
+        return stk_error_set(
+            err, STK_E_ARG,
+            "state does not belong to this reader: source %u (%s) has %s %s in the state, %s %s "
+            "here (restore with re-weighting to go on with the new weights)",
+            s, path, stk__mix_kind_name(x->kind), fmt_value(x->value, a, sizeof a),
+            stk__mix_kind_name(m->kind), fmt_value(m->value, b, sizeof b));
     if (x->order != m->order || x->K != m->K)
-        return stk_error_set(err, STK_E_ARG,
-                             "state does not belong to this reader: source %u (%s) reads in %s order (%" PRIu64
-                             " records a quasi block) in the state, %s (%" PRIu64 ") here",
-                             s, path, order_names[x->order], x->K, order_names[m->order], m->K);
+        return stk_error_set(
+            err, STK_E_ARG,
+            "state does not belong to this reader: source %u (%s) reads in %s order (%" PRIu64
+            " records a quasi block) in the state, %s (%" PRIu64 ") here",
+            s, path, order_names[x->order], x->K, order_names[m->order], m->K);
     return STK_OK;
 }
 
-static int restore_mix(stk_reader *r, const stk_reader_state *st, const src_state *src, unsigned S, uint64_t E,
-                       unsigned flags, stk_error *err)
+static int restore_mix(stk_reader *r, const stk_reader_state *st, const src_state *src, unsigned S,
+                       uint64_t E, unsigned flags, stk_error *err)
 {
     if (S != r->mix->S)
-        return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: %u sources in the state, %u here",
-                             S, r->mix->S);
+        return stk_error_set(err, STK_E_ARG,
+                             "state does not belong to this reader: %u sources in the state, %u here", S,
+                             r->mix->S);
     for (uint32_t s = 0; s < S; s++) {
         int rc = check_source(r, s, &src[s], flags, err);
         if (rc) return rc;
@@ -314,7 +321,8 @@ static int restore_mix(stk_reader *r, const stk_reader_state *st, const src_stat
     else if (st->global_batch != r->G) what = "global batch (batch_size x world_size)";
     else if (st->tail != r->o.tail) what = "tail";
     else if (!reweight && st->quasi_window != me.quasi_window) what = "quasi window";
-    else if (!reweight && st->fingerprint != me.fingerprint) what = "mixture fingerprint (the state was edited?)";
+    else if (!reweight && st->fingerprint != me.fingerprint)
+        what = "mixture fingerprint (the state was edited?)";
     if (what) return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: %s differs", what);
     uint64_t e = st->epoch, b = st->batch;
     if (reweight && b >= r->nbatches && e < UINT64_MAX) { /* a shorter epoch now: the next one's start */
@@ -340,11 +348,15 @@ int stk_reader_restore_text(stk_reader *r, const char *text, size_t len, unsigne
     json_decref(o);
     if (rc) return rc;
     if (!r->mix && S)
-        return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: it is a mixture's (%u sources), "
-                             "this reader reads one dataset", S);
+        return stk_error_set(err, STK_E_ARG,
+                             "state does not belong to this reader: it is a mixture's (%u sources), "
+                             "this reader reads one dataset",
+                             S);
     if (r->mix && !S)
-        return stk_error_set(err, STK_E_ARG, "state does not belong to this reader: it is one dataset's, this "
-                             "reader reads a mixture of %u sources", r->mix->S);
+        return stk_error_set(err, STK_E_ARG,
+                             "state does not belong to this reader: it is one dataset's, this "
+                             "reader reads a mixture of %u sources",
+                             r->mix->S);
     return r->mix ? restore_mix(r, &st, src, S, E, flags, err) : stk_reader_restore(r, &st, err);
 }
 

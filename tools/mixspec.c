@@ -111,7 +111,8 @@ static int json_source(json_t *o, const char *dir, unsigned i, mix_spec *m, char
     for (int k = 0; k < 3; k++) {
         json_t *v = json_object_get(o, kinds[k]);
         if (!v) continue;
-        if (!json_is_number(v)) return snprintf(msg, cap, "source %u: \"%s\" must be a number", i, kinds[k]), -1;
+        if (!json_is_number(v))
+            return snprintf(msg, cap, "source %u: \"%s\" must be a number", i, kinds[k]), -1;
         s.kind = STK_MIX_WEIGHT + k;
         s.value = json_number_value(v);
         given++;

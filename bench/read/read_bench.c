@@ -275,7 +275,8 @@ static int cmd_shuffle(const args_t *a, int mix)
         for (uint32_t i = 0; i < b->size && !mix; i++)
             if (b->records[i] < N && seen[b->records[i]]++) dup++;
         for (uint32_t i = 0; i < b->size && mix; i++) /* the sources are the dataset, one after another */
-            bad += !b->sources || b->sources[i] > 2 || b->records[i] != b->sources[i] * (N / 3) + b->source_records[i];
+            bad += !b->sources || b->sources[i] > 2 ||
+                   b->records[i] != b->sources[i] * (N / 3) + b->source_records[i];
         got += b->size;
     }
     uint64_t missing = 0;
@@ -312,8 +313,8 @@ static int cmd_shuffle(const args_t *a, int mix)
            "%.2f s, "
            "%.2f batches ready on average\n",
            mix ? "mixture of 3 sources (0.5, 0.3, 0.2 of the dataset), shuffled" : "shuffle", o->threads,
-           o->prefetch, o->batch_size, o->fields ? o->fields : "(all)", (unsigned long long)per_record, (unsigned long long)st.batches, st.wall_s, el, sps, gbs, st.wait_s,
-           st.busy_s, st.mean_ready);
+           o->prefetch, o->batch_size, o->fields ? o->fields : "(all)", (unsigned long long)per_record,
+           (unsigned long long)st.batches, st.wall_s, el, sps, gbs, st.wait_s, st.busy_s, st.mean_ready);
     printf("read_bench: %s\n", verdict);
     printf("read_bench: RssAnon %.1f MiB before open, %.1f MiB peak, %.1f MiB at the end; growth %.1f MiB; "
            "allowed %u slots x %.1f MiB + 32 MiB = %.1f MiB\n",

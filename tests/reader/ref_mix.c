@@ -42,7 +42,8 @@ uint64_t ref_mix_counts(const ref_source *src, uint32_t S, uint64_t epoch_size, 
 static int cmp_elem(const void *pa, const void *pb)
 {
     const ref_elem *a = pa, *b = pb;
-    unsigned __int128 x = (unsigned __int128)(2 * a->j + 1) * b->c, y = (unsigned __int128)(2 * b->j + 1) * a->c;
+    unsigned __int128 x = (unsigned __int128)(2 * a->j + 1) * b->c,
+                      y = (unsigned __int128)(2 * b->j + 1) * a->c;
     if (x != y) return x < y ? -1 : 1;
     return a->s < b->s ? -1 : a->s > b->s;
 }
@@ -58,7 +59,10 @@ ref_elem *ref_mix_interleave(const uint64_t *c, uint32_t S, uint64_t E)
     return e;
 }
 
-uint64_t ref_mix_source_seed(uint64_t seed, uint32_t s) { return ref_mix64(seed ^ REF_TAG_MIXS) ^ ref_mix64(s + 1); }
+uint64_t ref_mix_source_seed(uint64_t seed, uint32_t s)
+{
+    return ref_mix64(seed ^ REF_TAG_MIXS) ^ ref_mix64(s + 1);
+}
 
 uint64_t ref_mix_record(const ref_source *x, uint64_t c, uint64_t sseed, uint64_t e, uint64_t j)
 {

@@ -13,10 +13,10 @@ enum { REF_WEIGHT = 1, REF_REPEAT = 2, REF_CHOOSE = 3 };
 #define REF_TAG_MIXS 0x73746b2d6d697873ull /* "stk-mixs" */
 
 typedef struct {
-    uint64_t n;   /* records */
-    int kind;     /* REF_WEIGHT, REF_REPEAT, REF_CHOOSE */
+    uint64_t n; /* records */
+    int kind;   /* REF_WEIGHT, REF_REPEAT, REF_CHOOSE */
     double value;
-    int order;    /* REF_SEQUENTIAL, ... */
+    int order;     /* REF_SEQUENTIAL, ... */
     uint64_t K, W; /* quasi */
 } ref_source;
 

@@ -777,6 +777,6 @@ TU_MAIN("io", {.name = "io",
                .teardown = reset_env,
                .loop = 2,
                .loop_tests = {same_batches, faults_retried, read_error_names_record, quasi_block_read_error},
-               .tests = {field_selection, quasi_large_records, streaming_copies, env_refused_where_used, map_huge, truncated_shard,
-                         replaced_shard, resume, compressed, compressed_read_error, auto_rule,
-                         auto_and_options, memory_budget}})
+               .tests = {field_selection, quasi_large_records, streaming_copies, env_refused_where_used,
+                         map_huge, truncated_shard, replaced_shard, resume, compressed, compressed_read_error,
+                         auto_rule, auto_and_options, memory_budget}})
