@@ -138,13 +138,7 @@ START_TEST(merge_on_a_full_disk_keeps_the_old_dataset)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("pack_replace");
-    TCase *tc = tcase_create("full_disk");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, force_on_a_full_disk_keeps_the_old_dataset);
-    tcase_add_test(tc, merge_on_a_full_disk_keeps_the_old_dataset);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("pack_replace",
+        {.name = "full_disk",
+         .timeout = 300,
+         .tests = {force_on_a_full_disk_keeps_the_old_dataset, merge_on_a_full_disk_keeps_the_old_dataset}})

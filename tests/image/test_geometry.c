@@ -213,17 +213,7 @@ START_TEST(rrc_box_inside)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("image_geometry");
-    TCase *tc = tcase_create("geometry");
-    tcase_add_test(tc, layout_numbers);
-    tcase_add_test(tc, layout_shorter_sweep);
-    tcase_add_test(tc, layout_keep_numbers);
-    tcase_add_test(tc, eval_layout_numbers);
-    tcase_add_test(tc, rrc_box_first_try);
-    tcase_add_test(tc, rrc_box_fallback);
-    tcase_add_test(tc, rrc_box_inside);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("image_geometry",
+        {.name = "geometry",
+         .tests = {layout_numbers, layout_shorter_sweep, layout_keep_numbers, eval_layout_numbers,
+                   rrc_box_first_try, rrc_box_fallback, rrc_box_inside}})

@@ -254,18 +254,8 @@ START_TEST(buffer_reuse_and_give_back)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("image_jpeg");
-    TCase *tc = tcase_create("jpeg");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, header_and_whole_decodes);
-    tcase_add_test(tc, scale_choice);
-    tcase_add_test(tc, cuts_fail_and_the_next_decodes);
-    tcase_add_test(tc, header_needs_a_frame_header);
-    tcase_add_test(tc, warning_is_an_error);
-    tcase_add_test(tc, region_is_whole_decode);
-    tcase_add_test(tc, buffer_reuse_and_give_back);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("image_jpeg", {.name = "jpeg",
+                       .timeout = 120,
+                       .tests = {header_and_whole_decodes, scale_choice, cuts_fail_and_the_next_decodes,
+                                 header_needs_a_frame_header, warning_is_an_error, region_is_whole_decode,
+                                 buffer_reuse_and_give_back}})

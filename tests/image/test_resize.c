@@ -476,19 +476,8 @@ START_TEST(ycc_scalar_groups_in_simd)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("image_resize");
-    TCase *tc = tcase_create("resize");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, ycc_resize_matches_reference);
-    tcase_add_test(tc, ycc_row_levels_agree);
-    tcase_add_test(tc, resize_matches_reference);
-    tcase_add_test(tc, resize_wide_strips);
-    tcase_add_test(tc, resize_cache_reuse);
-    tcase_add_test(tc, resize_cache_evicts);
-    tcase_add_test(tc, resize_cache_budget);
-    tcase_add_test(tc, ycc_scalar_groups_in_simd);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("image_resize", {.name = "resize",
+                         .timeout = 120,
+                         .tests = {ycc_resize_matches_reference, ycc_row_levels_agree,
+                                   resize_matches_reference, resize_wide_strips, resize_cache_reuse,
+                                   resize_cache_evicts, resize_cache_budget, ycc_scalar_groups_in_simd}})

@@ -1616,51 +1616,22 @@ START_TEST(bad_arguments)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("pack_image");
-    TCase *tc = tcase_create("formats");
-    tcase_add_test(tc, sniff_magic_not_names);
-    tcase_add_test(tc, empty_file);
-    tcase_add_test(tc, unsupported_formats);
-    tcase_add_test(tc, bad_arguments);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("jpeg");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, jpeg_flavours_exact);
-    tcase_add_test(tc, jpeg_grayscale_expands);
-    tcase_add_test(tc, jpeg_ycck_to_rgb);
-    tcase_add_test(tc, jpeg_plain_cmyk_matches_pillow);
-    tcase_add_test(tc, jpeg_cjpeg_variants);
-    tcase_add_test(tc, jpeg_truncated);
-    tcase_add_test(tc, jpeg_garbage);
-    tcase_add_test(tc, jpeg_bomb_refused_from_header);
-    tcase_add_test(tc, decoder_survives_bad_files);
-    tcase_add_test(tc, jpeg_dct_scaled);
-    tcase_add_test(tc, jpeg_planar_close_to_rgb_route);
-    tcase_add_test(tc, jpeg_planar_saturated);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("png");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, png_flavours_exact);
-    tcase_add_test(tc, png_named_jpg_is_png);
-    tcase_add_test(tc, png_corrupt_and_truncated);
-    tcase_add_test(tc, png_bomb_refused_from_header);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("more");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, webp_lossless_lossy_animated);
-    tcase_add_test(tc, gif_first_frame);
-    tcase_add_test(tc, bmp_variants);
-    tcase_add_test(tc, tiff_variants);
-    tcase_add_test(tc, other_formats_survive_garbage);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("resize");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, process_shorter_crops);
-    tcase_add_test(tc, process_fit_pads);
-    tcase_add_test(tc, process_stretch);
-    tcase_add_test(tc, decoder_reuse_matches_fresh);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("pack_image",
+        {.name = "formats", .tests = {sniff_magic_not_names, empty_file, unsupported_formats, bad_arguments}},
+        {.name = "jpeg",
+         .timeout = 120,
+         .tests = {jpeg_flavours_exact, jpeg_grayscale_expands, jpeg_ycck_to_rgb,
+                   jpeg_plain_cmyk_matches_pillow, jpeg_cjpeg_variants, jpeg_truncated, jpeg_garbage,
+                   jpeg_bomb_refused_from_header, decoder_survives_bad_files, jpeg_dct_scaled,
+                   jpeg_planar_close_to_rgb_route, jpeg_planar_saturated}},
+        {.name = "png",
+         .timeout = 60,
+         .tests = {png_flavours_exact, png_named_jpg_is_png, png_corrupt_and_truncated,
+                   png_bomb_refused_from_header}},
+        {.name = "more",
+         .timeout = 60,
+         .tests = {webp_lossless_lossy_animated, gif_first_frame, bmp_variants, tiff_variants,
+                   other_formats_survive_garbage}},
+        {.name = "resize",
+         .timeout = 120,
+         .tests = {process_shorter_crops, process_fit_pads, process_stretch, decoder_reuse_matches_fresh}})

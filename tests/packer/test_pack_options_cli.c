@@ -57,13 +57,4 @@ START_TEST(common_options)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("pack_options_cli");
-    TCase *tc = tcase_create("options");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, integer_options);
-    tcase_add_test(tc, common_options);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("pack_options_cli", {.name = "options", .timeout = 300, .tests = {integer_options, common_options}})

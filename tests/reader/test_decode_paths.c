@@ -75,7 +75,7 @@ static void free_values(blob *b, size_t n)
     free(b);
 }
 
-START_TEST(test_pack_path)
+START_TEST(pack_path)
 {
     unsigned long len;
     uint8_t *jpg = good_jpeg(&len);
@@ -138,10 +138,10 @@ static void crop_path(int crop)
     tjFree(jpg);
 }
 
-START_TEST(test_centre_crop_path) { crop_path(STK_CROP_CENTER); }
+START_TEST(centre_crop_path) { crop_path(STK_CROP_CENTER); }
 END_TEST
 
-START_TEST(test_random_crop_path) { crop_path(STK_CROP_RANDOM_RESIZED); }
+START_TEST(random_crop_path) { crop_path(STK_CROP_RANDOM_RESIZED); }
 END_TEST
 
 /* A dataset of n copies of jpg (u8[*,*,3], codec jpeg) in dir. */
@@ -167,7 +167,7 @@ static void write_jpeg_ds(const char *dir, const uint8_t *jpg, size_t len, const
 /* shardview on a dataset of [good, cut in its Huffman tables, good]: the bad
  * record is refused by number, a good one shown at its stored size exactly
  * as TurboJPEG decodes it. */
-START_TEST(test_shardview_path)
+START_TEST(shardview_path)
 {
     tu_cli_setup();
     unsigned long len;
@@ -228,7 +228,7 @@ static void rot_values(const char *dir, const uint8_t *jpg, size_t len)
     ck_assert_uint_gt(flipped, 0);
 }
 
-START_TEST(test_bit_rot_refused)
+START_TEST(bit_rot_refused)
 {
     tu_cli_setup();
     unsigned long len;
@@ -262,16 +262,7 @@ START_TEST(test_bit_rot_refused)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("decode_paths");
-    TCase *tc = tcase_create("bad_then_good");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_pack_path);
-    tcase_add_test(tc, test_centre_crop_path);
-    tcase_add_test(tc, test_random_crop_path);
-    tcase_add_test(tc, test_shardview_path);
-    tcase_add_test(tc, test_bit_rot_refused);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("decode_paths",
+        {.name = "bad_then_good",
+         .timeout = 120,
+         .tests = {pack_path, centre_crop_path, random_crop_path, shardview_path, bit_rot_refused}})

@@ -148,15 +148,5 @@ START_TEST(real_edges)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("cli_args");
-    TCase *tc = tcase_create("parse");
-    tcase_add_test(tc, uint_edges);
-    tcase_add_test(tc, int_edges);
-    tcase_add_test(tc, size_edges);
-    tcase_add_test(tc, fraction_edges);
-    tcase_add_test(tc, real_edges);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("cli_args",
+        {.name = "parse", .tests = {uint_edges, int_edges, size_edges, fraction_edges, real_edges}})

@@ -101,14 +101,5 @@ START_TEST(missing_dataset)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("grammar_cli");
-    TCase *tc = tcase_create("grammar");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, integer_options);
-    tcase_add_test(tc, common_options);
-    tcase_add_test(tc, missing_dataset);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
-}
+TU_MAIN("grammar_cli",
+        {.name = "grammar", .timeout = 300, .tests = {integer_options, common_options, missing_dataset}})
