@@ -1,15 +1,15 @@
 /* fuzz_cli - libFuzzer target: the option-value parsers every tool and
- * pack share (tools/cli.c): cli_parse_u64, cli_parse_size, and
- * cli_json_string, which writes names into the tools' JSON output.
+ * pack share (tools/cli_args.c) and cli_json_string, which writes names into
+ * the tools' JSON output.
  *
- * The input, cut at its first NUL, is one option value. cli_parse_u64 must
- * accept a plain decimal number exactly when it fits in 64 bits, giving its
- * value; cli_parse_size must agree with it on plain numbers below 2^53 and
- * scale K/M/G/T by powers of 1024; cli_json_string must write one JSON
- * string that reads back as the input wherever the input is valid UTF-8.
- * With -DSTOKER_FUZZ_STRICT_CLI (issue 39, item 4: one strict integer
- * parser for every tool) cli_parse_u64 must also refuse anything but
- * digits: a sign, spaces, trailing text. */
+ * The input, cut at its first NUL, is one option value. cli_parse_uint must
+ * accept exactly the strings of decimal digits whose value fits in 64 bits
+ * (no sign, blank, exponent or trailing text), giving that value;
+ * cli_parse_int the same with an optional '-', within int64; cli_parse_size
+ * must agree with cli_parse_uint on plain numbers and scale K/M/G/T by
+ * powers of 1024; cli_parse_fraction accepts "K/N" only with 1 <= K <= N;
+ * cli_json_string must write one JSON string that reads back as the input
+ * wherever the input is valid UTF-8. */
 #include "cli.h"
 
 #include <jansson.h>
@@ -45,21 +45,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = strlen(s);
     int digits = len > 0 && strspn(s, "0123456789") == len, fits = 0;
     uint64_t want = digits ? digits_value(s, &fits) : 0, v = 0, sz = 0;
-    int u = cli_parse_u64(s, &v);
-    if (digits) CHECK(u == fits && (!u || v == want));
-#ifdef STOKER_FUZZ_STRICT_CLI
-    CHECK(!u || digits);
-#endif
-    if (cli_parse_size(s, &sz) && digits && fits && want < (1ull << 53)) CHECK(sz == want);
-    if (digits && fits && want < (1ull << 53)) CHECK(cli_parse_size(s, &sz) && sz == want);
+    int u = cli_parse_uint(s, 0, UINT64_MAX, &v);
+    CHECK(u == (digits && fits) && (!u || v == want));
+    int64_t iv;
+    int neg = s[0] == '-', idigits = len > 1 && neg && strspn(s + 1, "0123456789") == len - 1;
+    if (cli_parse_int(s, INT64_MIN, INT64_MAX, &iv)) CHECK(digits || idigits);
+    if (digits && fits && want <= (uint64_t)INT64_MAX)
+        CHECK(cli_parse_int(s, INT64_MIN, INT64_MAX, &iv) && (uint64_t)iv == want);
+    if (digits && fits) CHECK(cli_parse_size(s, 0, UINT64_MAX, &sz) && sz == want);
     if (digits && fits && want < (1ull << 40)) { /* the suffixes scale by 1024 */
         char *k = malloc(len + 2);
         CHECK(k != NULL);
         memcpy(k, s, len);
         memcpy(k + len, "K", 2);
-        CHECK(cli_parse_size(k, &sz) && sz == want * 1024);
+        CHECK(cli_parse_size(k, 0, UINT64_MAX, &sz) && sz == want * 1024);
         free(k);
     }
+    uint64_t fk, fn;
+    if (cli_parse_fraction(s, UINT64_MAX, &fk, &fn)) CHECK(fk >= 1 && fk <= fn);
 
     char *out = NULL;
     size_t olen = 0;

@@ -1,5 +1,5 @@
 /* fuzz_ownsize - libFuzzer target: pack's images of their own size
- * (--resize keep with --max-side / --min-side; packer/image.c,
+ * (--resize keep with --max-side / --min-side; packer/ingest.c,
  * PK_RESIZE_KEEP), stored as JPEG or as the original file.
  *
  * Input: 5 bytes of parameters, then the image file. The parameters give
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-#include "image.h"
+#include "ingest.h"
 
 #define CHECK(cond)                \
   do {                             \
