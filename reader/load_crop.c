@@ -116,10 +116,15 @@ static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_
     if (!c->tj && !(c->tj = tjInitDecompress()))
         return stk_error_set(err, STK_E_NOMEM, "cannot start TurboJPEG");
     if (tjDecompressHeader3(c->tj, data, (unsigned long)size, &w, &h, &sub, &cs) != 0 || (uint32_t)w != W ||
-        (uint32_t)h != H)
+        (uint32_t)h != H) {
+        /* TurboJPEG leaves a handle whose header read failed half-way unable
+         * to read the next header: the next record gets a new one */
+        tjDestroy(c->tj);
+        c->tj = NULL;
         return stk_error_set(err, STK_E_FORMAT,
                              "record %llu: the JPEG's header does not give its %ux%u shape",
                              (unsigned long long)record, W, H);
+    }
     if (px_reserve(c, (size_t)H * W * 3))
         return stk_error_set(err, STK_E_NOMEM, "out of memory for a %ux%u image", W, H);
     if (tjDecompress2(c->tj, data, (unsigned long)size, c->px, (int)W, 0, (int)H, TJPF_RGB, 0) != 0)
