@@ -15,7 +15,9 @@
  * pixels (at most 1 Mpx) are the rest of the input repeated, encoded by
  * TurboJPEG (quality and subsampling from byte 8's other bits), so that a
  * few bytes make an image of a few thousand pixels a side. Its JPEG (and,
- * up to 64 Kpx, its raw pixels) must always crop. Then, with bit 1, bytes 9-12 pick a byte
+ * up to 64 Kpx, its raw pixels) must always crop, also right after the
+ * same cropper was given the tile itself as a JPEG (a hostile record
+ * before a good one in a worker). Then, with bit 1, bytes 9-12 pick a byte
  * of the JPEG's entropy-coded data and byte 13 what to XOR it with: the
  * JPEG is stored as a one-record dataset, that byte is damaged in the shard
  * file (its checksum now fails: bit rot), and a reader (verify off, the
@@ -31,9 +33,21 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
-#define CHECK(cond)                \
-  do {                             \
-    if (!(cond)) __builtin_trap(); \
+/* A failed check names its line (and the library's message, where there is
+ * one) before it traps: the optimiser may merge the traps of several. */
+static void fail(int line, const char *msg) __attribute__((noinline, noreturn));
+static void fail(int line, const char *msg)
+{
+    fprintf(stderr, "fuzz_crop.c:%d: check failed%s%s\n", line, msg ? ": " : "", msg ? msg : "");
+    __builtin_trap();
+}
+#define CHECK(cond)                    \
+  do {                                 \
+    if (!(cond)) fail(__LINE__, NULL); \
+  } while (0)
+#define CHECK_E(cond, e)                  \
+  do {                                    \
+    if (!(cond)) fail(__LINE__, (e).msg); \
   } while (0)
 
 #define HEAD 14
@@ -65,18 +79,18 @@ static void read_damaged(const stk_transform *t, const uint8_t *jpeg, size_t n, 
     stk_error e;
     const uint64_t any[3] = {0, 0, 3}, dims[2] = {H, W};
     stk_schema_init(&s);
-    CHECK(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, &e) == STK_OK);
-    CHECK(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, &e) == STK_OK);
+    CHECK_E(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, &e) == STK_OK, e);
+    CHECK_E(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, &e) == STK_OK, e);
     stk_dataset_options o;
     stk_dataset_options_init(&o);
     o.force = 1;
     stk_dataset_writer *w = stk_dataset_writer_create(dir, &s, &o, &e);
-    CHECK(w != NULL);
+    CHECK_E(w != NULL, e);
     stk_value v = {jpeg, n};
-    CHECK(stk_dataset_writer_append_dims(w, &v, dims, &e) == STK_OK);
-    CHECK(stk_dataset_writer_finish(w, &e) == STK_OK);
+    CHECK_E(stk_dataset_writer_append_dims(w, &v, dims, &e) == STK_OK, e);
+    CHECK_E(stk_dataset_writer_finish(w, &e) == STK_OK, e);
     stk_dataset *ds = stk_dataset_open(dir, &e);
-    CHECK(ds != NULL && stk_dataset_nshards(ds) == 1);
+    CHECK_E(ds != NULL && stk_dataset_nshards(ds) == 1, e);
     snprintf(shard, sizeof shard, "%s", stk_shard_path(stk_dataset_shard(ds, 0)));
     stk_dataset_close(ds);
 
@@ -103,7 +117,7 @@ static void read_damaged(const stk_transform *t, const uint8_t *jpeg, size_t n, 
     ro.rank = 0;
     ro.io = STK_IO_MMAP;
     stk_reader *r = stk_reader_open(dir, &ro, &e);
-    CHECK(r != NULL);
+    CHECK_E(r != NULL, e);
     e.code = STK_OK;
     const stk_batch *bt = stk_reader_next(r, &e);
     if (!bt) CHECK(e.code != STK_OK && e.msg[0]);
@@ -143,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (stk__cropper_run(c, &t, 7, 1, record, data, size, dims, 1, square, dst, &e) != STK_OK)
             CHECK(e.code != STK_OK && e.msg[0]); /* a failure must say why */
         if (size >= dims[0] * dims[1] * 3)       /* raw pixels of the right size always crop */
-            CHECK(stk__cropper_run(c, &t, 7, 1, record, data, size, dims, 0, square, dst, &e) == STK_OK);
+            CHECK_E(stk__cropper_run(c, &t, 7, 1, record, data, size, dims, 0, square, dst, &e) == STK_OK, e);
         free(dst);
         return 0;
     }
@@ -161,7 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(px, data, have);
     for (; have < n; have *= 2) memcpy(px + have, px, have < n - have ? have : n - have);
     if (n <= 3u << 16)
-        CHECK(stk__cropper_run(c, &t, 7, 1, record, px, n, dims, 0, square, dst, &e) == STK_OK);
+        CHECK_E(stk__cropper_run(c, &t, 7, 1, record, px, n, dims, 0, square, dst, &e) == STK_OK, e);
     if (!enc) CHECK((enc = tjInitCompress()) != NULL);
     static const int subsamp[3] = {TJSAMP_444, TJSAMP_422, TJSAMP_420};
     unsigned char *jpeg = NULL;
@@ -169,7 +183,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(tjCompress2(enc, px, (int)dims[1], 0, (int)dims[0], TJPF_RGB, &jpeg, &jn, subsamp[(synth >> 2) % 3],
                       50 + (synth >> 4) % 50, 0) == 0);
     free(px);
-    CHECK(stk__cropper_run(c, &t, 7, 1, record, jpeg, jn, dims, 1, square, dst, &e) == STK_OK);
+    /* a worker's record after a hostile one: the tile as a JPEG first, whatever it gives */
+    if (stk__cropper_run(c, &t, 7, 1, record, data, size, dims, 1, square, dst, &e) != STK_OK)
+        CHECK_E(e.code != STK_OK && e.msg[0], e);
+    CHECK_E(stk__cropper_run(c, &t, 7, 1, record, jpeg, jn, dims, 1, square, dst, &e) == STK_OK, e);
     /* the entropy-coded data: after the last SOS header, before EOI */
     size_t sos = 0;
     for (size_t i = 0; i + 3 < jn; i++)
