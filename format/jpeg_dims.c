@@ -12,12 +12,24 @@ static bool is_sof(uint8_t m)
     return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
-bool stk__jpeg_sof(const uint8_t *p, uint64_t n, uint64_t *at)
+static uint64_t segment_length(const uint8_t *p, uint64_t at) { return (uint64_t)p[at + 2] << 8 | p[at + 3]; }
+
+/* The walk over the marker segments from SOI up to the first scan's header
+ * (SOS, the last it gives): moves *at from the segment there (0: the SOI)
+ * to the next and returns its marker, the whole segment inside the bytes.
+ * 0 at the end of the walk, the end of the image or bytes that are not one. */
+static uint8_t next_segment(const uint8_t *p, uint64_t n, uint64_t *at)
 {
-    if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return false;
-    uint64_t i = 2;
+    uint64_t i;
+    if (*at == 0) {
+        if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return 0;
+        i = 2;
+    } else {
+        if (p[*at + 1] == 0xDA) return 0;
+        i = *at + 2 + segment_length(p, *at);
+    }
     while (i + 4 <= n) {
-        if (p[i] != 0xFF) return false;
+        if (p[i] != 0xFF) return 0;
         uint8_t m = p[i + 1];
         if (m == 0xFF) { /* fill byte */
             i++;
@@ -27,16 +39,35 @@ bool stk__jpeg_sof(const uint8_t *p, uint64_t n, uint64_t *at)
             i += 2;
             continue;
         }
-        if (m == 0xD9 || m == 0xDA) return false; /* end of image or first scan: no frame header */
-        uint64_t len = (uint64_t)p[i + 2] << 8 | p[i + 3];
-        if (len < 2 || i + 2 + len > n) return false;
-        if (is_sof(m)) {
-            if (len < 8) return false;
+        if (m == 0xD9) return 0; /* end of image */
+        uint64_t len = segment_length(p, i);
+        if (len < 2 || i + 2 + len > n) return 0;
+        *at = i;
+        return m;
+    }
+    return 0;
+}
+
+bool stk__jpeg_marker(const uint8_t *p, uint64_t n, uint8_t marker, uint64_t *at)
+{
+    uint64_t i = 0;
+    for (uint8_t m; (m = next_segment(p, n, &i)) != 0;)
+        if (m == marker) {
             *at = i;
             return true;
         }
-        i += 2 + len;
-    }
+    return false;
+}
+
+bool stk__jpeg_sof(const uint8_t *p, uint64_t n, uint64_t *at)
+{
+    uint64_t i = 0;
+    for (uint8_t m; (m = next_segment(p, n, &i)) != 0;)
+        if (is_sof(m)) {
+            if (segment_length(p, i) < 8) return false;
+            *at = i;
+            return true;
+        }
     return false;
 }
 

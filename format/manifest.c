@@ -46,6 +46,16 @@ static int only_keys(ctx *c, json_t *obj, const char *where, const char *const *
     return STK_OK;
 }
 
+/* Element i of the array `array` (where = "array[i]", for the messages):
+ * an object with only the keys `allowed`. */
+static int entry_keys(ctx *c, json_t *j, const char *array, size_t i, const char *const *allowed, char *where,
+                      size_t cap)
+{
+    snprintf(where, cap, "%s[%zu]", array, i);
+    if (!json_is_object(j)) return mfail(c, "%s must be an object", where);
+    return only_keys(c, j, where, allowed);
+}
+
 static int get_u64(ctx *c, json_t *obj, const char *key, const char *where, uint64_t *out)
 {
     json_t *v = json_object_get(obj, key);
@@ -79,10 +89,8 @@ static int get_hash(ctx *c, json_t *obj, const char *key, const char *where, uin
 static int parse_field(ctx *c, json_t *j, unsigned i, stk_field *f)
 {
     char where[48];
-    snprintf(where, sizeof where, "schema[%u]", i);
     static const char *const keys[] = {"name", "kind", "dtype", "shape", "codec", NULL};
-    if (!json_is_object(j)) return mfail(c, "%s must be an object", where);
-    int rc = only_keys(c, j, where, keys);
+    int rc = entry_keys(c, j, "schema", i, keys, where, sizeof where);
     const char *name = NULL, *kind = NULL, *codec = NULL;
     if (rc || (rc = get_str(c, j, "name", where, &name)) || (rc = get_str(c, j, "kind", where, &kind)) ||
         (rc = get_str(c, j, "codec", where, &codec)))
@@ -192,11 +200,9 @@ static int parse_classes(ctx *c, json_t *arr, stk_manifest *m)
 static int parse_shard(ctx *c, json_t *j, size_t i, stk_shard_entry *e)
 {
     char where[48];
-    snprintf(where, sizeof where, "shards[%zu]", i);
     static const char *const keys[] = {"path", "records", "bytes", "xxh3", "index_xxh3", NULL};
-    if (!json_is_object(j)) return mfail(c, "%s must be an object", where);
+    int rc = entry_keys(c, j, "shards", i, keys, where, sizeof where);
     const char *path = NULL;
-    int rc = only_keys(c, j, where, keys);
     if (rc || (rc = get_str(c, j, "path", where, &path)) ||
         (rc = get_u64(c, j, "records", where, &e->records)) ||
         (rc = get_u64(c, j, "bytes", where, &e->file_size)) ||

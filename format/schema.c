@@ -44,18 +44,22 @@ static int add_field(stk_schema *s, const char *name, stk_error *err, stk_field 
     return STK_OK;
 }
 
-int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned ndim, const uint64_t *shape,
-                          stk_error *err)
+/* A tensor or array field: what the two share but the rule on dimensions. */
+static int add_shaped(stk_schema *s, const char *name, uint8_t kind, int dtype, unsigned ndim,
+                      const uint64_t *shape, stk_error *err)
 {
     stk_field *f = NULL;
     int rc = add_field(s, name, err, &f);
     if (rc) return rc;
     if (!stk_dtype_size(dtype))
         return stk_error_set(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
+    if (kind == STK_KIND_ARRAY && (ndim < 1 || ndim > STK_MAX_DIMS || !shape))
+        return stk_error_set(err, STK_E_ARG, "schema: array field '%s': %u dimensions (1 to %d)", name, ndim,
+                             STK_MAX_DIMS);
     if (ndim > STK_MAX_DIMS)
         return stk_error_set(err, STK_E_ARG, "schema: field '%s': %u dimensions (at most %d)", name, ndim,
                              STK_MAX_DIMS);
-    f->kind = STK_KIND_TENSOR;
+    f->kind = kind;
     f->dtype = (uint8_t)dtype;
     f->codec = STK_CODEC_NONE;
     f->ndim = (uint8_t)ndim;
@@ -64,6 +68,12 @@ int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned n
     rc = stk_schema_validate(s, err);
     if (rc) s->nfields--;
     return rc;
+}
+
+int stk_schema_add_tensor(stk_schema *s, const char *name, int dtype, unsigned ndim, const uint64_t *shape,
+                          stk_error *err)
+{
+    return add_shaped(s, name, STK_KIND_TENSOR, dtype, ndim, shape, err);
 }
 
 int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err)
@@ -81,23 +91,7 @@ int stk_schema_add_bytes(stk_schema *s, const char *name, stk_error *err)
 int stk_schema_add_array(stk_schema *s, const char *name, int dtype, unsigned ndim, const uint64_t *shape,
                          stk_error *err)
 {
-    stk_field *f = NULL;
-    int rc = add_field(s, name, err, &f);
-    if (rc) return rc;
-    if (!stk_dtype_size(dtype))
-        return stk_error_set(err, STK_E_ARG, "schema: field '%s': unknown dtype %d", name, dtype);
-    if (ndim < 1 || ndim > STK_MAX_DIMS || !shape)
-        return stk_error_set(err, STK_E_ARG, "schema: array field '%s': %u dimensions (1 to %d)", name, ndim,
-                             STK_MAX_DIMS);
-    f->kind = STK_KIND_ARRAY;
-    f->dtype = (uint8_t)dtype;
-    f->codec = STK_CODEC_NONE;
-    f->ndim = (uint8_t)ndim;
-    for (unsigned d = 0; d < ndim; d++) f->shape[d] = shape[d];
-    s->nfields++;
-    rc = stk_schema_validate(s, err);
-    if (rc) s->nfields--;
-    return rc;
+    return add_shaped(s, name, STK_KIND_ARRAY, dtype, ndim, shape, err);
 }
 
 unsigned stk_field_var_dims(const stk_field *f)

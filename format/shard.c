@@ -324,8 +324,8 @@ static int locate(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t **d
                : STK_OK;
 }
 
-int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
-                    stk_error *err)
+/* STK_E_RANGE unless field f and record i are in the shard. */
+static int check_index(const stk_shard *sh, unsigned f, uint64_t i, stk_error *err)
 {
     if (f >= sh->L.schema.nfields)
         return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
@@ -333,9 +333,17 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
     if (i >= sh->L.records)
         return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
                              (unsigned long long)i, (unsigned long long)sh->L.records);
+    return STK_OK;
+}
+
+int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
+                    stk_error *err)
+{
+    int rc = check_index(sh, f, i, err);
+    if (rc) return rc;
     char what[160];
     const uint8_t *p;
-    int rc = locate(sh, f, i, &p, size, what, sizeof what);
+    rc = locate(sh, f, i, &p, size, what, sizeof what);
     if (rc)
         return stk_error_set(err, rc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
                              sh->L.schema.fields[f].name, what);
@@ -346,12 +354,8 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
 int stk_shard_value_shape(const stk_shard *sh, unsigned f, uint64_t i, uint64_t dims[STK_MAX_DIMS],
                           stk_error *err)
 {
-    if (f >= sh->L.schema.nfields)
-        return stk_error_set(err, STK_E_RANGE, "%s: field %u out of range (%u fields)", sh->path, f,
-                             sh->L.schema.nfields);
-    if (i >= sh->L.records)
-        return stk_error_set(err, STK_E_RANGE, "%s: record %llu out of range (%llu records)", sh->path,
-                             (unsigned long long)i, (unsigned long long)sh->L.records);
+    int rc = check_index(sh, f, i, err);
+    if (rc) return rc;
     const stk_field *fd = &sh->L.schema.fields[f];
     uint64_t var[STK_MAX_DIMS];
     unsigned v = 0;

@@ -108,8 +108,6 @@ void pk_decoder_free(pk_decoder *d)
     free(d);
 }
 
-pk_format pk_sniff(const uint8_t *data, size_t len) { return (pk_format)stk__img_sniff(data, len); }
-
 void pk_layout_compute(const pk_params *p, uint32_t src_w, uint32_t src_h, pk_layout *l)
 {
     stk__img_layout_compute((stk__img_mode)p->mode, p->size, p->min_side, p->max_side, src_w, src_h, l);
@@ -224,7 +222,7 @@ static int check_args(const pk_decoder *d, const uint8_t *data, size_t len, cons
     return PK_OK;
 }
 
-/* The decoders of image/formats/, in pk_format order from PK_FMT_PNG. */
+/* The decoders of image/formats/, in stk__img_format order from STK_IMG_FMT_PNG. */
 static int (*const other_decode[])(const uint8_t *, size_t, const stk__img_limits *, stk__img_buf *,
                                    stk__rgb_view *, uint32_t *, uint32_t *, stk_error *) = {
     stk__img_png_decode, stk__img_webp_decode, stk__img_gif_decode, stk__img_bmp_decode,
@@ -240,19 +238,19 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
     if (rc == PK_OK && len == 0) rc = pk__fail(msg, msgcap, PK_E_EMPTY, "empty file");
     if (rc == PK_OK) {
         const stk__img_limits lim = {check_pixels, (void *)p};
-        pk_format fmt = pk_sniff(data, len);
+        stk__img_format fmt = stk__img_sniff(data, len);
         int code;
         switch (fmt) {
-        case PK_FMT_JPEG:
+        case STK_IMG_FMT_JPEG:
             code = jpeg_decode(d, data, len, p, &v, &ow, &oh, &err);
             break;
-        case PK_FMT_PNG:
-        case PK_FMT_WEBP:
-        case PK_FMT_GIF:
-        case PK_FMT_BMP:
-        case PK_FMT_TIFF: /* RGB out */
+        case STK_IMG_FMT_PNG:
+        case STK_IMG_FMT_WEBP:
+        case STK_IMG_FMT_GIF:
+        case STK_IMG_FMT_BMP:
+        case STK_IMG_FMT_TIFF: /* RGB out */
             v.planar = false;
-            code = other_decode[fmt - PK_FMT_PNG](data, len, &lim, &d->pix, &v.rgb, &ow, &oh, &err);
+            code = other_decode[fmt - STK_IMG_FMT_PNG](data, len, &lim, &d->pix, &v.rgb, &ow, &oh, &err);
             break;
         default:
             code = stk__img_unsupported(data, len, &err);

@@ -38,6 +38,7 @@
 #ifndef STOKER_PACKER_INGEST_H
 #define STOKER_PACKER_INGEST_H
 
+#include "formats.h" /* stk__img_sniff: what the magic bytes say */
 #include "image.h"
 
 #include <stddef.h>
@@ -98,19 +99,6 @@ typedef enum {
 
 /* Short stable name of a status, e.g. "corrupt". Never NULL. */
 const char *pk_status_name(int status);
-
-typedef enum {
-    PK_FMT_UNKNOWN = 0,
-    PK_FMT_JPEG = 1,
-    PK_FMT_PNG = 2,
-    PK_FMT_WEBP = 3,
-    PK_FMT_GIF = 4,
-    PK_FMT_BMP = 5,
-    PK_FMT_TIFF = 6
-} pk_format;
-
-/* What the magic bytes say (PK_FMT_UNKNOWN for anything not decoded here). */
-pk_format pk_sniff(const uint8_t *data, size_t len);
 
 /* Where a src_w x src_h image lands in the output: torchvision's Resize +
  * CenterCrop as image.h's stk__img_layout_compute says, with pk_params'

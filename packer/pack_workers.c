@@ -136,7 +136,7 @@ void pk_prefetch(void *user, uint64_t i)
 static bool keep_original(const pk_run *r, worker_t *w, const uint8_t *data, size_t n, const pk_result *res)
 {
     pk_layout l;
-    if (pk_sniff(data, n) != PK_FMT_JPEG || n > pk_image_bytes(r->o)) return false;
+    if (stk__img_sniff(data, n) != STK_IMG_FMT_JPEG || n > pk_image_bytes(r->o)) return false;
     pk_layout_compute(&r->o->img, res->w, res->h, &l);
     if (l.resized_w != res->w || l.resized_h != res->h || l.w != res->w || l.h != res->h || l.crop_x ||
         l.crop_y || l.pad_x || l.pad_y)

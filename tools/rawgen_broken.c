@@ -23,18 +23,6 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
 }
 
-/* Offset of JPEG marker `m` (its 0xFF), or 0 when it is not before the scan. */
-static size_t jpeg_marker(const uint8_t *j, size_t n, uint8_t m)
-{
-    size_t p = 2;
-    while (p + 4 <= n && j[p] == 0xFF) {
-        if (j[p + 1] == m) return p;
-        if (j[p + 1] == 0xDA) return 0;
-        p += 2 + ((size_t)j[p + 2] << 8 | j[p + 3]);
-    }
-    return 0;
-}
-
 enum {
     B_EMPTY,
     B_TRUNC_JPEG,
@@ -106,8 +94,8 @@ int rg_write_broken(rg_run *r, unsigned k)
         if (k == B_TRUNC_JPEG) rc = rg_emit(r, rel, r->g.jpg, jl / 2, 2);
         else if (k ==
                  B_TRUNC_HDR) { /* cut halfway through the first Huffman table: the header does not parse */
-            size_t dht = jpeg_marker(r->g.jpg, jl, 0xC4);
-            if (!dht) {
+            uint64_t dht;
+            if (!stk__jpeg_marker(r->g.jpg, jl, 0xC4, &dht)) {
                 fprintf(stderr, "rawgen: %s: no DHT marker in the encoded JPEG\n", rel);
                 break;
             }
@@ -115,11 +103,12 @@ int rg_write_broken(rg_run *r, unsigned k)
                          2);
         } else if (k ==
                    B_HEADER_ONLY) { /* everything up to and including the SOS header: no scan data, no EOI */
-            size_t p = 2;
-            while (p + 4 <= jl && r->g.jpg[p] == 0xFF && r->g.jpg[p + 1] != 0xDA)
-                p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
-            if (p + 4 <= jl) p += 2 + ((size_t)r->g.jpg[p + 2] << 8 | r->g.jpg[p + 3]);
-            rc = rg_emit(r, rel, r->g.jpg, p, 2);
+            uint64_t sos;
+            if (!stk__jpeg_marker(r->g.jpg, jl, 0xDA, &sos)) {
+                fprintf(stderr, "rawgen: %s: no SOS marker in the encoded JPEG\n", rel);
+                break;
+            }
+            rc = rg_emit(r, rel, r->g.jpg, sos + 2 + ((size_t)r->g.jpg[sos + 2] << 8 | r->g.jpg[sos + 3]), 2);
         } else {
             uint64_t sof;
             if (!stk__jpeg_sof(r->g.jpg, jl, &sof) || r->g.jpg[sof + 1] != 0xC0) {

@@ -54,36 +54,31 @@ static int label_field(const stk_schema *s)
 
 static int64_t as_i64(const void *p, int dtype)
 {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        int64_t i64;
+    } v;
+    memcpy(&v, p, stk_dtype_size(dtype)); /* an integer dtype, at most 8 bytes */
     switch (dtype) {
     case STK_DT_U8:
-        return *(const uint8_t *)p;
+        return v.u8;
     case STK_DT_I8:
-        return *(const int8_t *)p;
-    case STK_DT_U16: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        return v;
-    }
-    case STK_DT_I16: {
-        int16_t v;
-        memcpy(&v, p, 2);
-        return v;
-    }
-    case STK_DT_U32: {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    case STK_DT_I32: {
-        int32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    default: {
-        int64_t v;
-        memcpy(&v, p, 8);
-        return v;
-    }
+        return v.i8;
+    case STK_DT_U16:
+        return v.u16;
+    case STK_DT_I16:
+        return v.i16;
+    case STK_DT_U32:
+        return v.u32;
+    case STK_DT_I32:
+        return v.i32;
+    default:
+        return v.i64;
     }
 }
 

@@ -73,7 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(exact != NULL);
     CHECK(pk_process(dec, data, size, &p, exact, NULL, NULL, msg, sizeof msg) == PK_OK);
     CHECK(!memcmp(exact, out, n));
-    if (storage == 1 || (storage == 2 && pk_sniff(data, size) != PK_FMT_JPEG)) { /* encoded as pack does */
+    if (storage == 1 ||
+        (storage == 2 && stk__img_sniff(data, size) != STK_IMG_FMT_JPEG)) { /* encoded as pack does */
         unsigned char *jpg = NULL;
         unsigned long jlen = 0;
         int jw, jh, ss, cs;

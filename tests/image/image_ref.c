@@ -1,6 +1,8 @@
 /* tests/image/image_ref.c - image_ref.h: the image tests' shared references. */
 #include "image_ref.h"
 
+#include "jpeg_dims.h" /* format/: the marker walk */
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -135,11 +137,6 @@ void tu_tv_geometry(uint32_t w, uint32_t h, uint32_t size, uint32_t *rw, uint32_
 
 size_t tu_jpeg_marker(const uint8_t *j, size_t n, uint8_t m)
 {
-    size_t p = 2;
-    while (p + 4 <= n && j[p] == 0xFF) {
-        if (j[p + 1] == m) return p;
-        if (j[p + 1] == 0xDA) return 0;
-        p += 2 + ((size_t)j[p + 2] << 8 | j[p + 3]);
-    }
-    return 0;
+    uint64_t at;
+    return stk__jpeg_marker(j, n, m, &at) ? (size_t)at : 0;
 }

@@ -198,18 +198,19 @@ START_TEST(sniff_magic_not_names)
 {
     static const uint8_t jpg[] = {0xff, 0xd8, 0xff, 0xe0},
                          png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    ck_assert_int_eq(pk_sniff(jpg, sizeof jpg), PK_FMT_JPEG);
-    ck_assert_int_eq(pk_sniff(png, sizeof png), PK_FMT_PNG);
-    ck_assert_int_eq(pk_sniff(png, 4), PK_FMT_PNG); /* cut inside the signature: still PNG */
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"GIF89a", 6), PK_FMT_GIF);
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"RIFF\x10\0\0\0WEBPVP8L", 16), PK_FMT_WEBP);
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"RIFF\x10\0\0\0WAVEfmt ", 16), PK_FMT_UNKNOWN);
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"II*\0", 4), PK_FMT_TIFF);
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"MM\0*", 4), PK_FMT_TIFF);
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"BM\0\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0", 18), PK_FMT_BMP);
-    ck_assert_int_eq(pk_sniff((const uint8_t *)"BMW is a car, not a bitmap", 26), PK_FMT_UNKNOWN);
-    ck_assert_int_eq(pk_sniff(jpg, 1), PK_FMT_UNKNOWN);
-    ck_assert_int_eq(pk_sniff(NULL, 0), PK_FMT_UNKNOWN);
+    ck_assert_int_eq(stk__img_sniff(jpg, sizeof jpg), STK_IMG_FMT_JPEG);
+    ck_assert_int_eq(stk__img_sniff(png, sizeof png), STK_IMG_FMT_PNG);
+    ck_assert_int_eq(stk__img_sniff(png, 4), STK_IMG_FMT_PNG); /* cut inside the signature: still PNG */
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"GIF89a", 6), STK_IMG_FMT_GIF);
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"RIFF\x10\0\0\0WEBPVP8L", 16), STK_IMG_FMT_WEBP);
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"RIFF\x10\0\0\0WAVEfmt ", 16), STK_IMG_FMT_UNKNOWN);
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"II*\0", 4), STK_IMG_FMT_TIFF);
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"MM\0*", 4), STK_IMG_FMT_TIFF);
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"BM\0\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0", 18),
+                     STK_IMG_FMT_BMP);
+    ck_assert_int_eq(stk__img_sniff((const uint8_t *)"BMW is a car, not a bitmap", 26), STK_IMG_FMT_UNKNOWN);
+    ck_assert_int_eq(stk__img_sniff(jpg, 1), STK_IMG_FMT_UNKNOWN);
+    ck_assert_int_eq(stk__img_sniff(NULL, 0), STK_IMG_FMT_UNKNOWN);
 }
 END_TEST
 
@@ -816,7 +817,7 @@ START_TEST(png_named_jpg_is_png)
     tu_image im = tu_synth(20, 20, TU_DETAIL, 9);
     size_t len;
     uint8_t *png = png_rgb(&im, &len);
-    ck_assert_int_eq(pk_sniff(png, len), PK_FMT_PNG);
+    ck_assert_int_eq(stk__img_sniff(png, len), STK_IMG_FMT_PNG);
     pk_params p = params(20, PK_RESIZE_STRETCH);
     uint8_t *got = process_ok(d, png, len, &p, NULL, NULL);
     ck_assert_int_eq(memcmp(got, im.px, 20 * 20 * 3), 0);
@@ -998,7 +999,7 @@ START_TEST(webp_lossless_lossy_animated)
     free(ly);
     /* animated: the first frame */
     uint8_t *an = webp_animated(&im, &other, &len);
-    ck_assert_int_eq(pk_sniff(an, len), PK_FMT_WEBP);
+    ck_assert_int_eq(stk__img_sniff(an, len), STK_IMG_FMT_WEBP);
     same_as_png(d, an, len, im.px, 37, 23, 16, "animated WebP");
     free(an);
     /* the RIFF header of a WebP whose data is garbage */
@@ -1254,7 +1255,7 @@ START_TEST(bmp_variants)
             idx[k] = (uint8_t)(tu_rng_next(&seed) & ((1u << (v[i].bpp <= 8 ? v[i].bpp : 8)) - 1));
         size_t len;
         uint8_t *bmp = bmp_encode(&v[i], W, H, v[i].bpp <= 8 ? idx : im.px, pal, want, &len);
-        ck_assert_int_eq(pk_sniff(bmp, len), PK_FMT_BMP);
+        ck_assert_int_eq(stk__img_sniff(bmp, len), STK_IMG_FMT_BMP);
         char what[96];
         snprintf(what, sizeof what, "BMP header %u, %u bits, compression %u%s", v[i].hs, v[i].bpp, v[i].comp,
                  v[i].top_down ? ", top-down" : "");
@@ -1406,7 +1407,7 @@ START_TEST(tiff_variants)
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         size_t len;
         uint8_t *tif = tiff_encode(&v[i], &im, idx, cmap, want, &len);
-        ck_assert_int_eq(pk_sniff(tif, len), PK_FMT_TIFF);
+        ck_assert_int_eq(stk__img_sniff(tif, len), STK_IMG_FMT_TIFF);
         char what[96];
         snprintf(what, sizeof what,
                  "TIFF photometric %u, %u bits x %u, planar %u, compression %u, tile %u, %d pages",
