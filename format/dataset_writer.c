@@ -365,14 +365,22 @@ void stk_dataset_writer_abort(stk_dataset_writer *dw) { dw_free(dw); }
 /* The 0.1.0 entry point: stk_dataset_writer_create is now an inline wrapper
  * that passes sizeof the caller's options; binaries built against 0.1.0 call
  * this symbol, with the 0.1.0 struct. Bound to the old name by an asm label
- * (GCC and Clang, ELF): the C name belongs to the header's inline function. */
+ * (GCC and Clang, ELF): the C name belongs to the header's inline function.
+ * Their `force` keeps its 0.1.0 meaning, remove-first (STK_FORCE_IN_PLACE):
+ * such a program names its shards PREFIX-NNNNN.stk whatever the directory
+ * held; rebuilt against this header it gets the replace beside the old one. */
 STK_API stk_dataset_writer *
 stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema, const stk_dataset_options *o,
                               stk_error *err) __asm__("stk_dataset_writer_create");
 stk_dataset_writer *stk__v0_dataset_writer_create(const char *dir, const stk_schema *schema,
                                                   const stk_dataset_options *o, stk_error *err)
 {
-    return stk_dataset_writer_create_sized(dir, schema, o, sizeof(dataset_options_v0), err);
+    dataset_options_v0 v0;
+    if (!o) return stk_dataset_writer_create_sized(dir, schema, o, sizeof v0, err);
+    memcpy(&v0, o, sizeof v0);
+    if (v0.force) v0.force = STK_FORCE_IN_PLACE;
+    return stk_dataset_writer_create_sized(dir, schema, (const stk_dataset_options *)(const void *)&v0,
+                                           sizeof v0, err);
 }
 
 uint64_t stk_dataset_writer_shards(const stk_dataset_writer *dw) { return dw ? dw->m.nshards : 0; }
