@@ -215,9 +215,8 @@ END_TEST
  * refused record had never been offered. */
 START_TEST(writer_refusals)
 {
-    char dir[TU_PATH], path[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "array-refuse");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH + 16];
+    tu_scratch_file(path, sizeof path, "array-refuse", "s.stk");
     stk_schema s;
     schema(&s, 0);
     stk_error e;
@@ -444,9 +443,8 @@ END_TEST
 /* Every dtype: values of 0..n elements come back bit for bit. */
 START_TEST(every_dtype)
 {
-    char dir[TU_PATH], path[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "array-dtypes");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH + 16];
+    tu_scratch_file(path, sizeof path, "array-dtypes", "s.stk");
     stk_schema s;
     stk_schema_init(&s);
     const uint64_t var[1] = {0};

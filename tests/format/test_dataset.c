@@ -288,10 +288,9 @@ END_TEST
 
 START_TEST(writer_abort_leaves_nothing)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
+    char path[TU_PATH], tmp[TU_PATH];
     stk_error e;
-    tu_scratch(dir, sizeof dir, "writer_abort");
-    tu_join(path, sizeof path, dir, "x.stk");
+    tu_scratch_file(path, sizeof path, "writer_abort", "x.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
     stk_schema s;
     tu_std_schema(&s);
@@ -343,10 +342,9 @@ END_TEST
  * removes its temporary file and leaves the path as it was. */
 START_TEST(writer_finish_failure_cleans_up)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
+    char path[TU_PATH], tmp[TU_PATH];
     stk_error e;
-    tu_scratch(dir, sizeof dir, "finish_fail");
-    tu_join(path, sizeof path, dir, "x.stk");
+    tu_scratch_file(path, sizeof path, "finish_fail", "x.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
     ck_assert_int_eq(mkdir(path, 0755), 0);
     stk_schema s;

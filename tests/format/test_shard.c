@@ -379,10 +379,9 @@ static void remember(void *user, const stk_shard *sh, uint64_t record, int field
 
 START_TEST(reader_bounds)
 {
-    char dir[TU_PATH], path[TU_PATH];
+    char path[TU_PATH];
     stk_error e;
-    tu_scratch(dir, sizeof dir, "reader_bounds");
-    tu_join(path, sizeof path, dir, "b.stk");
+    tu_scratch_file(path, sizeof path, "reader_bounds", "b.stk");
     tu_write_std_shard(path, 4, 0, 6, NULL);
     stk_shard *sh = stk_shard_open(path, &e);
     ck_assert_ptr_nonnull(sh);

@@ -285,9 +285,8 @@ END_TEST
 
 START_TEST(abort_gives_everything_back)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
-    tu_scratch(dir, sizeof dir, "abort");
-    tu_join(path, sizeof path, dir, "a.stk");
+    char path[TU_PATH], tmp[TU_PATH];
+    tu_scratch_file(path, sizeof path, "abort", "a.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
     stk_schema s;
     stk_error e;
@@ -362,9 +361,8 @@ static void sums_wrong_at_5(uint64_t i, const uint8_t *img, size_t n, uint64_t *
 
 START_TEST(given_checksum_is_stored_as_given)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "given");
-    tu_join(path, sizeof path, dir, "h.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "given", "h.stk");
     stk_error e;
     pool_t pool;
     pool_init(&pool, 16, image_bytes(64));
@@ -386,9 +384,8 @@ END_TEST
  * verifies), so the sums are really used and not just accepted. */
 START_TEST(block_sums_make_the_file_hash)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "sums");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "sums", "s.stk");
     stk_error e;
     pool_t pool;
     pool_init(&pool, 16, image_bytes(64));
@@ -413,9 +410,8 @@ END_TEST
  * and every lent value still comes back exactly once. */
 START_TEST(failing_disk_gives_everything_back)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
-    tu_scratch(dir, sizeof dir, "efbig");
-    tu_join(path, sizeof path, dir, "f.stk");
+    char path[TU_PATH], tmp[TU_PATH];
+    tu_scratch_file(path, sizeof path, "efbig", "f.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
     stk_schema s;
     stk_error e;

@@ -170,9 +170,8 @@ END_TEST
  * frame that decompresses but to other bytes fails the record checksums. */
 START_TEST(corrupt_block_is_named)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "zstd-bad");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "zstd-bad", "s.stk");
     write_shard(path, 200, 900, 3); /* 10 records per image block */
     stk_shard *sh = stk_shard_open(path, NULL);
     ck_assert_ptr_nonnull(sh);
@@ -208,9 +207,8 @@ END_TEST
 
 START_TEST(versions_and_refusals)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "zstd-ver");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "zstd-ver", "s.stk");
     write_shard(path, 20, 100, 3);
     size_t len;
     uint8_t *file = tu_read(path, &len);

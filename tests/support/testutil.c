@@ -61,6 +61,13 @@ void tu_scratch(char *out, size_t cap, const char *name)
     mkdir_p(out);
 }
 
+void tu_scratch_file(char *out, size_t cap, const char *dir, const char *file)
+{
+    char d[TU_PATH];
+    tu_scratch(d, sizeof d, dir);
+    tu_join(out, cap, d, file);
+}
+
 void tu_join(char *out, size_t cap, const char *dir, const char *name)
 {
     int n = snprintf(out, cap, "%s/%s", dir, name);

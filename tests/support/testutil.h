@@ -41,6 +41,9 @@ bool tu_thp_available(void);
 /* A fresh, empty directory $STOKER_TEST_TMP/<name> (created, emptied first).
  * Writes its path into out. */
 void tu_scratch(char *out, size_t cap, const char *name);
+/* out = the path of `file` in a fresh scratch directory `dir` (tu_scratch):
+ * for a test that needs one file and not the directory. */
+void tu_scratch_file(char *out, size_t cap, const char *dir, const char *file);
 /* out = dir + "/" + name. */
 void tu_join(char *out, size_t cap, const char *dir, const char *name);
 /* out = path + ".tmp": where writers stage a file before renaming it. */
