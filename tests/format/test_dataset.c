@@ -292,16 +292,8 @@ START_TEST(writer_abort_leaves_nothing)
     stk_error e;
     tu_scratch_file(path, sizeof path, "writer_abort", "x.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
-    stk_schema s;
-    tu_std_schema(&s);
 
-    stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_ptr_nonnull(w);
-    for (uint64_t i = 0; i < 3; i++) {
-        tu_record r;
-        tu_std_record(&r, 1, i);
-        ck_assert_int_eq(stk_writer_append(w, r.v, &e), STK_OK);
-    }
+    stk_writer *w = tu_std_writer(path, 1, 0, 3);
     ck_assert(tu_exists(tmp));
     stk_writer_abort(w);
     ck_assert(!tu_exists(path));
@@ -310,11 +302,7 @@ START_TEST(writer_abort_leaves_nothing)
     /* Over an existing shard: the old file is untouched until a finish. */
     stk_shard_info old;
     tu_write_std_shard(path, 1, 0, 4, &old);
-    w = stk_writer_create(path, &s, &e);
-    ck_assert_ptr_nonnull(w);
-    tu_record r;
-    tu_std_record(&r, 2, 0);
-    ck_assert_int_eq(stk_writer_append(w, r.v, &e), STK_OK);
+    w = tu_std_writer(path, 2, 0, 1);
     stk_shard *sh = stk_shard_open(path, &e);
     ck_assert_ptr_nonnull(sh);
     ck_assert_uint_eq(stk_shard_file_hash(sh), old.file_hash);
@@ -347,13 +335,7 @@ START_TEST(writer_finish_failure_cleans_up)
     tu_scratch_file(path, sizeof path, "finish_fail", "x.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
     ck_assert_int_eq(mkdir(path, 0755), 0);
-    stk_schema s;
-    tu_std_schema(&s);
-    stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_ptr_nonnull(w);
-    tu_record r;
-    tu_std_record(&r, 1, 0);
-    ck_assert_int_eq(stk_writer_append(w, r.v, &e), STK_OK);
+    stk_writer *w = tu_std_writer(path, 1, 0, 1);
     stk_shard_info info;
     ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_E_IO);
     ck_assert_ptr_nonnull(strstr(e.msg, "rename to"));

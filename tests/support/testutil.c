@@ -211,7 +211,7 @@ void tu_std_record(tu_record *r, uint64_t seed, uint64_t i)
     r->v[TU_TEXT] = (stk_value){r->text, tl};
 }
 
-void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info)
+stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint64_t n)
 {
     stk_schema s;
     stk_error e;
@@ -223,6 +223,13 @@ void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_
         tu_std_record(&r, seed, i);
         ck_assert_msg(stk_writer_append(w, r.v, &e) == STK_OK, "%s", e.msg);
     }
+    return w;
+}
+
+void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info)
+{
+    stk_error e;
+    stk_writer *w = tu_std_writer(path, seed, first, n);
     ck_assert_msg(stk_writer_finish(w, info, &e) == STK_OK, "%s", e.msg);
 }
 

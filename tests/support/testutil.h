@@ -82,6 +82,9 @@ typedef struct {
 void tu_std_schema(stk_schema *s);
 /* Record i of the dataset identified by seed. */
 void tu_std_record(tu_record *r, uint64_t seed, uint64_t i);
+/* A writer of the standard schema at path (staging in its .tmp) that has
+ * taken records [first, first+n) of `seed`; not finished. */
+stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint64_t n);
 /* Write records [first, first+n) of `seed` as one shard at path. */
 void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info);
 /* Assert that every value of the shard equals records [first, ...) of seed. */
