@@ -42,22 +42,15 @@ static void expect_open_fails(const char *dir, int code, const char *sub)
     tu_assert_error(&e, code, sub);
 }
 
+static int dataset_value(const void *ds, unsigned f, uint64_t i, const void **p, uint64_t *n, stk_error *e)
+{
+    return stk_dataset_value(ds, f, i, p, n, e);
+}
+
 /* Every record of the dataset equals record i of `seed`. */
 static void check_values(const stk_dataset *ds, uint64_t seed)
 {
-    stk_error e;
-    for (uint64_t i = 0; i < stk_dataset_records(ds); i++) {
-        tu_record r;
-        tu_std_record(&r, seed, i);
-        for (unsigned f = 0; f < 3; f++) {
-            const void *p;
-            uint64_t n;
-            ck_assert_msg(stk_dataset_value(ds, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
-            ck_assert_uint_eq(n, r.v[f].size);
-            ck_assert_msg(n == 0 || memcmp(p, r.v[f].data, (size_t)n) == 0, "record %llu field %u differs",
-                          (unsigned long long)i, f);
-        }
-    }
+    tu_check_std_values(ds, dataset_value, stk_dataset_records(ds), seed, 0);
 }
 
 /* dir holds exactly `names` (NULL-terminated, sorted), dot files aside. */

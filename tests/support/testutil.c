@@ -233,21 +233,31 @@ void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_
     ck_assert_msg(stk_writer_finish(w, info, &e) == STK_OK, "%s", e.msg);
 }
 
-void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first)
+void tu_check_std_values(const void *src, tu_value_fn get, uint64_t count, uint64_t seed, uint64_t first)
 {
     stk_error e;
-    for (uint64_t i = 0; i < stk_shard_records(sh); i++) {
+    for (uint64_t i = 0; i < count; i++) {
         tu_record r;
         tu_std_record(&r, seed, first + i);
         for (unsigned f = 0; f < 3; f++) {
             const void *p;
             uint64_t n;
-            ck_assert_msg(stk_shard_value(sh, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
+            ck_assert_msg(get(src, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
             ck_assert_uint_eq(n, r.v[f].size);
             ck_assert_msg(n == 0 || memcmp(p, r.v[f].data, (size_t)n) == 0, "record %llu field %u differs",
                           (unsigned long long)i, f);
         }
     }
+}
+
+static int shard_value(const void *sh, unsigned f, uint64_t i, const void **p, uint64_t *n, stk_error *e)
+{
+    return stk_shard_value(sh, f, i, p, n, e);
+}
+
+void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first)
+{
+    tu_check_std_values(sh, shard_value, stk_shard_records(sh), seed, first);
 }
 
 const stk_shard *tu_locate_value(const stk_dataset *ds, uint64_t rec, unsigned f, uint64_t *local,

@@ -87,6 +87,13 @@ void tu_std_record(tu_record *r, uint64_t seed, uint64_t i);
 stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint64_t n);
 /* Write records [first, first+n) of `seed` as one shard at path. */
 void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info);
+/* Reads value f of record i of src (a shard, a dataset, ...) as
+ * stk_shard_value does. */
+typedef int (*tu_value_fn)(const void *src, unsigned f, uint64_t i, const void **p, uint64_t *n,
+                           stk_error *e);
+/* Assert that the `count` records of src, read with get, equal records
+ * [first, ...) of seed. */
+void tu_check_std_values(const void *src, tu_value_fn get, uint64_t count, uint64_t seed, uint64_t first);
 /* Assert that every value of the shard equals records [first, ...) of seed. */
 void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first);
 /* The shard of ds that holds dataset record rec, with the record's index in
