@@ -580,13 +580,8 @@ START_TEST(locate_across_empty_shards)
     stk_error e;
     tu_scratch(dir, sizeof dir, "empty_shards");
     const uint64_t counts[5] = {0, 3, 0, 0, 2};
-    stk_manifest *m = calloc(1, sizeof *m);
-    ck_assert_ptr_nonnull(m);
+    stk_manifest *m = tu_manifest_new(5);
     tu_std_schema(&m->schema);
-    m->version_major = STK_FORMAT_MAJOR;
-    m->version_minor = STK_FORMAT_MINOR;
-    m->nshards = 5;
-    m->shards = calloc(5, sizeof *m->shards);
     uint64_t first = 0;
     for (size_t i = 0; i < 5; i++) {
         char name[32], path[TU_PATH];

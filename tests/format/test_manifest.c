@@ -15,14 +15,8 @@
  * The hashes are made up: nothing here opens the shards. */
 static stk_manifest *base_manifest(void)
 {
-    stk_manifest *m = calloc(1, sizeof *m);
-    ck_assert_ptr_nonnull(m);
-    m->version_major = STK_FORMAT_MAJOR;
-    m->version_minor = STK_FORMAT_MINOR;
+    stk_manifest *m = tu_manifest_new(3);
     tu_std_schema(&m->schema);
-    m->nshards = 3;
-    m->shards = calloc(3, sizeof *m->shards);
-    ck_assert_ptr_nonnull(m->shards);
     for (size_t i = 0; i < 3; i++) {
         char name[32];
         snprintf(name, sizeof name, "shard-%05zu.stk", i);

@@ -226,6 +226,18 @@ stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint6
     return w;
 }
 
+stk_manifest *tu_manifest_new(size_t nshards)
+{
+    stk_manifest *m = calloc(1, sizeof *m);
+    ck_assert_ptr_nonnull(m);
+    m->version_major = STK_FORMAT_MAJOR;
+    m->version_minor = STK_FORMAT_MINOR;
+    m->nshards = nshards;
+    m->shards = calloc(nshards, sizeof *m->shards);
+    ck_assert_ptr_nonnull(m->shards);
+    return m;
+}
+
 void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info)
 {
     stk_error e;

@@ -85,6 +85,9 @@ void tu_std_record(tu_record *r, uint64_t seed, uint64_t i);
 /* A writer of the standard schema at path (staging in its .tmp) that has
  * taken records [first, first+n) of `seed`; not finished. */
 stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint64_t n);
+/* A manifest of this build's format version with room for nshards
+ * (zeroed) shard entries and an empty schema; free with stk_manifest_free. */
+stk_manifest *tu_manifest_new(size_t nshards);
 /* Write records [first, first+n) of `seed` as one shard at path. */
 void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info);
 /* Reads value f of record i of src (a shard, a dataset, ...) as
