@@ -826,11 +826,7 @@ static void write_example(const char *dir)
 {
     stk_error e;
     stk_schema s;
-    const uint64_t shape[3] = {2, 2, 3};
-    stk_schema_init(&s);
-    ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, shape, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_bytes(&s, "caption", &e), STK_OK);
+    tu_caption_schema(&s, 2, 2);
     const char *classes[] = {"cat", "dog"};
     stk_dataset_options o = {
         .force = 1, .nclasses = 2, .classes = classes, .pack_json = "{\"tool\": \"example\"}"};

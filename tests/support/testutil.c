@@ -199,6 +199,16 @@ void tu_std_schema(stk_schema *s)
     ck_assert_int_eq(stk_schema_add_bytes(s, "text", &e), STK_OK);
 }
 
+void tu_caption_schema(stk_schema *s, uint64_t h, uint64_t w)
+{
+    stk_error e;
+    const uint64_t shape[3] = {h, w, 3};
+    stk_schema_init(s);
+    ck_assert_msg(stk_schema_add_tensor(s, "image", STK_DT_U8, 3, shape, &e) == STK_OK, "%s", e.msg);
+    ck_assert_msg(stk_schema_add_tensor(s, "label", STK_DT_I64, 0, NULL, &e) == STK_OK, "%s", e.msg);
+    ck_assert_msg(stk_schema_add_bytes(s, "caption", &e) == STK_OK, "%s", e.msg);
+}
+
 void tu_std_record(tu_record *r, uint64_t seed, uint64_t i)
 {
     uint64_t k = seed * 1000003u + i;

@@ -80,6 +80,9 @@ typedef struct {
 } tu_record;
 
 void tu_std_schema(stk_schema *s);
+/* s = image u8[h, w, 3], label i64 (a scalar), caption (bytes), each
+ * added with an assert that the add succeeds. */
+void tu_caption_schema(stk_schema *s, uint64_t h, uint64_t w);
 /* Record i of the dataset identified by seed. */
 void tu_std_record(tu_record *r, uint64_t seed, uint64_t i);
 /* A writer of the standard schema at path (staging in its .tmp) that has
