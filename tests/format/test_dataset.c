@@ -105,10 +105,8 @@ static size_t count_suffix(const char *dir, const char *suffix)
 
 START_TEST(deterministic_records_per_shard)
 {
-    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
-    tu_scratch(root, sizeof root, "det_rps");
-    tu_join(a, sizeof a, root, "a");
-    tu_join(b, sizeof b, root, "b");
+    char a[TU_PATH], b[TU_PATH];
+    tu_scratch_pair(a, b, sizeof a, "det_rps", "a", "b");
     stk_dataset_options o = opts_rps(5);
     tu_write_std_dataset(a, 3, 23, &o);
     tu_write_std_dataset(b, 3, 23, &o);
@@ -194,11 +192,9 @@ static void write_big(const char *dir, uint64_t shard_bytes)
 START_TEST(shard_bytes_rotation)
 {
     const uint64_t limit = 48 * 1024;
-    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
+    char a[TU_PATH], b[TU_PATH];
     stk_error e;
-    tu_scratch(root, sizeof root, "shard_bytes");
-    tu_join(a, sizeof a, root, "a");
-    tu_join(b, sizeof b, root, "b");
+    tu_scratch_pair(a, b, sizeof a, "shard_bytes", "a", "b");
     write_big(a, limit);
     write_big(b, limit);
     assert_same_tree(a, b);
@@ -933,10 +929,8 @@ static void write_interrupted(const char *dir, uint64_t n_stop, const stk_datase
 /* Resume after 3 committed shards: the same bytes as one uninterrupted run. */
 START_TEST(resume_gives_the_uninterrupted_bytes)
 {
-    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
-    tu_scratch(root, sizeof root, "resume");
-    tu_join(a, sizeof a, root, "a");
-    tu_join(b, sizeof b, root, "b");
+    char a[TU_PATH], b[TU_PATH];
+    tu_scratch_pair(a, b, sizeof a, "resume", "a", "b");
     stk_dataset_options o = opts_rps(5);
     tu_write_std_dataset(a, 4, 23, &o);
     write_interrupted(b, 17, &o); /* shards 0-2 committed, the 4th open */

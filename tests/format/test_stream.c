@@ -266,10 +266,8 @@ END_TEST
 
 START_TEST(unaligned_values_are_copied_at_once)
 {
-    char dir[TU_PATH], ref[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "unaligned");
-    tu_join(ref, sizeof ref, dir, "plain.stk");
-    tu_join(path, sizeof path, dir, "lend.stk");
+    char ref[TU_PATH], path[TU_PATH];
+    tu_scratch_pair(ref, path, sizeof ref, "unaligned", "plain.stk", "lend.stk");
     stk_shard_info want = write_shard(ref, 10, 500, 0, PLAIN, NULL);
     /* 300-byte images cannot go out from where they are: each is copied and
      * given back before the append returns. */

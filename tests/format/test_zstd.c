@@ -139,10 +139,8 @@ END_TEST
 /* The same records give the same bytes (compression is per block, fixed level). */
 START_TEST(deterministic_and_smaller)
 {
-    char dir[TU_PATH], a[TU_PATH], b[TU_PATH];
-    tu_scratch(dir, sizeof dir, "zstd-det");
-    tu_join(a, sizeof a, dir, "a.stk");
-    tu_join(b, sizeof b, dir, "b.stk");
+    char a[TU_PATH], b[TU_PATH];
+    tu_scratch_pair(a, b, sizeof a, "zstd-det", "a.stk", "b.stk");
     write_shard(a, 500, 4096, 3);
     write_shard_threads(b, 500, 4096, 3, 4); /* four compression threads: the same bytes */
     size_t la, lb;

@@ -68,6 +68,14 @@ void tu_scratch_file(char *out, size_t cap, const char *dir, const char *file)
     tu_join(out, cap, d, file);
 }
 
+void tu_scratch_pair(char *a, char *b, size_t cap, const char *dir, const char *an, const char *bn)
+{
+    char d[TU_PATH];
+    tu_scratch(d, sizeof d, dir);
+    tu_join(a, cap, d, an);
+    tu_join(b, cap, d, bn);
+}
+
 void tu_join(char *out, size_t cap, const char *dir, const char *name)
 {
     int n = snprintf(out, cap, "%s/%s", dir, name);

@@ -44,6 +44,9 @@ void tu_scratch(char *out, size_t cap, const char *name);
 /* out = the path of `file` in a fresh scratch directory `dir` (tu_scratch):
  * for a test that needs one file and not the directory. */
 void tu_scratch_file(char *out, size_t cap, const char *dir, const char *file);
+/* a, b (each of cap bytes) = the paths of `an` and `bn` in one fresh scratch
+ * directory `dir`: two things a test compares. */
+void tu_scratch_pair(char *a, char *b, size_t cap, const char *dir, const char *an, const char *bn);
 /* out = dir + "/" + name. */
 void tu_join(char *out, size_t cap, const char *dir, const char *name);
 /* out = path + ".tmp": where writers stage a file before renaming it. */
