@@ -144,8 +144,7 @@ START_TEST(contact_sheet_jpeg_and_random)
     ck_assert(cell_mad(ds, rgb, SIDE, 0, 0, 7) == 0);
     stk_dataset_close(ds);
     free(rgb);
-    ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 50 --out one.png", tu_tools), 1);
-    ck_assert(strstr(tu_slurp("err.txt"), "out of range") != NULL);
+    tu_sh_says(1, "err.txt", "out of range", "'%s/shardview' ds --record 50 --out one.png", tu_tools);
     ck_assert_int_eq(tu_sh("'%s/shardview' ds", tu_tools), 2);
 }
 END_TEST
@@ -230,8 +229,7 @@ START_TEST(shardinfo_json)
     ck_assert_int_eq(total, 50);
     ck_assert(json_array_size(hist) <= 7 && json_array_size(hist) > 1);
     json_decref(j);
-    ck_assert_int_eq(tu_sh("'%s/shardinfo' ds", tu_tools), 0);
-    ck_assert(strstr(tu_slurp("out.txt"), "records      50 in 3 shards") != NULL);
+    tu_sh_says(0, "out.txt", "records      50 in 3 shards", "'%s/shardinfo' ds", tu_tools);
     ck_assert_int_eq(tu_sh("'%s/shardinfo' nowhere", tu_tools), 1);
 }
 END_TEST
