@@ -285,6 +285,14 @@ static int shard_value(const void *sh, unsigned f, uint64_t i, const void **p, u
     return stk_shard_value(sh, f, i, p, n, e);
 }
 
+stk_shard *tu_shard_open(const char *path)
+{
+    stk_error e;
+    stk_shard *sh = stk_shard_open(path, &e);
+    ck_assert_msg(sh != NULL, "%s: %s", path, e.msg);
+    return sh;
+}
+
 void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first)
 {
     tu_check_std_values(sh, shard_value, stk_shard_records(sh), seed, first);

@@ -103,6 +103,8 @@ typedef int (*tu_value_fn)(const void *src, unsigned f, uint64_t i, const void *
 /* Assert that the `count` records of src, read with get, equal records
  * [first, ...) of seed. */
 void tu_check_std_values(const void *src, tu_value_fn get, uint64_t count, uint64_t seed, uint64_t first);
+/* stk_shard_open, asserting that it succeeds (the message if not). */
+stk_shard *tu_shard_open(const char *path);
 /* Assert that every value of the shard equals records [first, ...) of seed. */
 void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first);
 /* The shard of ds that holds dataset record rec, with the record's index in
