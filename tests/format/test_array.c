@@ -179,10 +179,8 @@ END_TEST
  * whether dims were given. Same records, same bytes. */
 START_TEST(inferred_dims_and_determinism)
 {
-    char dir[TU_PATH], a[TU_PATH + 16], b[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "array-det");
-    tu_join(a, sizeof a, dir, "a.stk");
-    tu_join(b, sizeof b, dir, "b.stk");
+    char a[TU_PATH + 16], b[TU_PATH + 16];
+    tu_scratch_pair(a, b, sizeof a, "array-det", "a.stk", "b.stk");
     stk_schema s;
     stk_schema_init(&s);
     const uint64_t tok[1] = {0}, box[2] = {0, 4};
@@ -215,9 +213,8 @@ END_TEST
  * refused record had never been offered. */
 START_TEST(writer_refusals)
 {
-    char dir[TU_PATH], path[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "array-refuse");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH + 16];
+    tu_scratch_file(path, sizeof path, "array-refuse", "s.stk");
     stk_schema s;
     schema(&s, 0);
     stk_error e;
@@ -299,10 +296,8 @@ static void note(void *user, const stk_shard *sh, uint64_t record, int field, in
 /* A damaged shape, offset or JPEG byte is reported at the record and field. */
 START_TEST(corruption_named)
 {
-    char dir[TU_PATH], path[TU_PATH + 16], bad[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "array-corrupt");
-    tu_join(path, sizeof path, dir, "s.stk");
-    tu_join(bad, sizeof bad, dir, "bad.stk");
+    char path[TU_PATH + 16], bad[TU_PATH + 16];
+    tu_scratch_pair(path, bad, sizeof path, "array-corrupt", "s.stk", "bad.stk");
     const uint64_t n = 12;
     size_t len;
     uint8_t *good = shard_bytes(path, n, &len);
@@ -444,9 +439,8 @@ END_TEST
 /* Every dtype: values of 0..n elements come back bit for bit. */
 START_TEST(every_dtype)
 {
-    char dir[TU_PATH], path[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "array-dtypes");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH + 16];
+    tu_scratch_file(path, sizeof path, "array-dtypes", "s.stk");
     stk_schema s;
     stk_schema_init(&s);
     const uint64_t var[1] = {0};

@@ -42,22 +42,15 @@ static void expect_open_fails(const char *dir, int code, const char *sub)
     tu_assert_error(&e, code, sub);
 }
 
+static int dataset_value(const void *ds, unsigned f, uint64_t i, const void **p, uint64_t *n, stk_error *e)
+{
+    return stk_dataset_value(ds, f, i, p, n, e);
+}
+
 /* Every record of the dataset equals record i of `seed`. */
 static void check_values(const stk_dataset *ds, uint64_t seed)
 {
-    stk_error e;
-    for (uint64_t i = 0; i < stk_dataset_records(ds); i++) {
-        tu_record r;
-        tu_std_record(&r, seed, i);
-        for (unsigned f = 0; f < 3; f++) {
-            const void *p;
-            uint64_t n;
-            ck_assert_msg(stk_dataset_value(ds, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
-            ck_assert_uint_eq(n, r.v[f].size);
-            ck_assert_msg(n == 0 || memcmp(p, r.v[f].data, (size_t)n) == 0, "record %llu field %u differs",
-                          (unsigned long long)i, f);
-        }
-    }
+    tu_check_std_values(ds, dataset_value, stk_dataset_records(ds), seed, 0);
 }
 
 /* dir holds exactly `names` (NULL-terminated, sorted), dot files aside. */
@@ -112,10 +105,8 @@ static size_t count_suffix(const char *dir, const char *suffix)
 
 START_TEST(deterministic_records_per_shard)
 {
-    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
-    tu_scratch(root, sizeof root, "det_rps");
-    tu_join(a, sizeof a, root, "a");
-    tu_join(b, sizeof b, root, "b");
+    char a[TU_PATH], b[TU_PATH];
+    tu_scratch_pair(a, b, sizeof a, "det_rps", "a", "b");
     stk_dataset_options o = opts_rps(5);
     tu_write_std_dataset(a, 3, 23, &o);
     tu_write_std_dataset(b, 3, 23, &o);
@@ -201,11 +192,9 @@ static void write_big(const char *dir, uint64_t shard_bytes)
 START_TEST(shard_bytes_rotation)
 {
     const uint64_t limit = 48 * 1024;
-    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
+    char a[TU_PATH], b[TU_PATH];
     stk_error e;
-    tu_scratch(root, sizeof root, "shard_bytes");
-    tu_join(a, sizeof a, root, "a");
-    tu_join(b, sizeof b, root, "b");
+    tu_scratch_pair(a, b, sizeof a, "shard_bytes", "a", "b");
     write_big(a, limit);
     write_big(b, limit);
     assert_same_tree(a, b);
@@ -288,21 +277,12 @@ END_TEST
 
 START_TEST(writer_abort_leaves_nothing)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
+    char path[TU_PATH], tmp[TU_PATH];
     stk_error e;
-    tu_scratch(dir, sizeof dir, "writer_abort");
-    tu_join(path, sizeof path, dir, "x.stk");
+    tu_scratch_file(path, sizeof path, "writer_abort", "x.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
-    stk_schema s;
-    tu_std_schema(&s);
 
-    stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_ptr_nonnull(w);
-    for (uint64_t i = 0; i < 3; i++) {
-        tu_record r;
-        tu_std_record(&r, 1, i);
-        ck_assert_int_eq(stk_writer_append(w, r.v, &e), STK_OK);
-    }
+    stk_writer *w = tu_std_writer(path, 1, 0, 3);
     ck_assert(tu_exists(tmp));
     stk_writer_abort(w);
     ck_assert(!tu_exists(path));
@@ -311,11 +291,7 @@ START_TEST(writer_abort_leaves_nothing)
     /* Over an existing shard: the old file is untouched until a finish. */
     stk_shard_info old;
     tu_write_std_shard(path, 1, 0, 4, &old);
-    w = stk_writer_create(path, &s, &e);
-    ck_assert_ptr_nonnull(w);
-    tu_record r;
-    tu_std_record(&r, 2, 0);
-    ck_assert_int_eq(stk_writer_append(w, r.v, &e), STK_OK);
+    w = tu_std_writer(path, 2, 0, 1);
     stk_shard *sh = stk_shard_open(path, &e);
     ck_assert_ptr_nonnull(sh);
     ck_assert_uint_eq(stk_shard_file_hash(sh), old.file_hash);
@@ -343,19 +319,12 @@ END_TEST
  * removes its temporary file and leaves the path as it was. */
 START_TEST(writer_finish_failure_cleans_up)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
+    char path[TU_PATH], tmp[TU_PATH];
     stk_error e;
-    tu_scratch(dir, sizeof dir, "finish_fail");
-    tu_join(path, sizeof path, dir, "x.stk");
+    tu_scratch_file(path, sizeof path, "finish_fail", "x.stk");
     tu_tmp_of(tmp, sizeof tmp, path);
     ck_assert_int_eq(mkdir(path, 0755), 0);
-    stk_schema s;
-    tu_std_schema(&s);
-    stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_ptr_nonnull(w);
-    tu_record r;
-    tu_std_record(&r, 1, 0);
-    ck_assert_int_eq(stk_writer_append(w, r.v, &e), STK_OK);
+    stk_writer *w = tu_std_writer(path, 1, 0, 1);
     stk_shard_info info;
     ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_E_IO);
     ck_assert_ptr_nonnull(strstr(e.msg, "rename to"));
@@ -607,13 +576,8 @@ START_TEST(locate_across_empty_shards)
     stk_error e;
     tu_scratch(dir, sizeof dir, "empty_shards");
     const uint64_t counts[5] = {0, 3, 0, 0, 2};
-    stk_manifest *m = calloc(1, sizeof *m);
-    ck_assert_ptr_nonnull(m);
+    stk_manifest *m = tu_manifest_new(5);
     tu_std_schema(&m->schema);
-    m->version_major = STK_FORMAT_MAJOR;
-    m->version_minor = STK_FORMAT_MINOR;
-    m->nshards = 5;
-    m->shards = calloc(5, sizeof *m->shards);
     uint64_t first = 0;
     for (size_t i = 0; i < 5; i++) {
         char name[32], path[TU_PATH];
@@ -858,11 +822,7 @@ static void write_example(const char *dir)
 {
     stk_error e;
     stk_schema s;
-    const uint64_t shape[3] = {2, 2, 3};
-    stk_schema_init(&s);
-    ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, shape, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_bytes(&s, "caption", &e), STK_OK);
+    tu_caption_schema(&s, 2, 2);
     const char *classes[] = {"cat", "dog"};
     stk_dataset_options o = {
         .force = 1, .nclasses = 2, .classes = classes, .pack_json = "{\"tool\": \"example\"}"};
@@ -969,10 +929,8 @@ static void write_interrupted(const char *dir, uint64_t n_stop, const stk_datase
 /* Resume after 3 committed shards: the same bytes as one uninterrupted run. */
 START_TEST(resume_gives_the_uninterrupted_bytes)
 {
-    char root[TU_PATH], a[TU_PATH], b[TU_PATH];
-    tu_scratch(root, sizeof root, "resume");
-    tu_join(a, sizeof a, root, "a");
-    tu_join(b, sizeof b, root, "b");
+    char a[TU_PATH], b[TU_PATH];
+    tu_scratch_pair(a, b, sizeof a, "resume", "a", "b");
     stk_dataset_options o = opts_rps(5);
     tu_write_std_dataset(a, 4, 23, &o);
     write_interrupted(b, 17, &o); /* shards 0-2 committed, the 4th open */

@@ -15,14 +15,8 @@
  * The hashes are made up: nothing here opens the shards. */
 static stk_manifest *base_manifest(void)
 {
-    stk_manifest *m = calloc(1, sizeof *m);
-    ck_assert_ptr_nonnull(m);
-    m->version_major = STK_FORMAT_MAJOR;
-    m->version_minor = STK_FORMAT_MINOR;
+    stk_manifest *m = tu_manifest_new(3);
     tu_std_schema(&m->schema);
-    m->nshards = 3;
-    m->shards = calloc(3, sizeof *m->shards);
-    ck_assert_ptr_nonnull(m->shards);
     for (size_t i = 0; i < 3; i++) {
         char name[32];
         snprintf(name, sizeof name, "shard-%05zu.stk", i);
@@ -76,6 +70,15 @@ static json_t *load(const char *text)
     json_error_t je;
     json_t *j = json_loads(text, 0, &je);
     ck_assert_msg(j != NULL, "%s", je.text);
+    return j;
+}
+
+/* The base manifest as a fresh JSON tree, for a test to tamper with. */
+static json_t *base_tree(void)
+{
+    char *t = base_text();
+    json_t *j = load(t);
+    free(t);
     return j;
 }
 
@@ -400,21 +403,20 @@ END_TEST
 
 START_TEST(unknown_keys)
 {
-    char *t = base_text();
-    json_t *j = load(t);
+    json_t *j = base_tree();
     json_object_set_new(j, "comment", json_string("hi"));
     refuse_tree(j, STK_E_MANIFEST, "manifest: unknown key \"comment\"");
 
-    j = load(t);
+    j = base_tree();
     json_object_set_new(shard_obj(j, 1), "sha256", json_string("x"));
     refuse_tree(j, STK_E_MANIFEST, "shards[1]: unknown key \"sha256\"");
 
-    j = load(t);
+    j = base_tree();
     json_object_set_new(field_obj(j, 2), "max_len", json_integer(3));
     refuse_tree(j, STK_E_MANIFEST, "schema[2]: unknown key \"max_len\"");
 
     /* A later minor version may add keys: this build reads what it knows. */
-    j = load(t);
+    j = base_tree();
     json_array_set_new(json_object_get(j, "format_version"), 1, json_integer(STK_FORMAT_MINOR + 1));
     json_object_set_new(j, "comment", json_string("hi"));
     json_object_set_new(shard_obj(j, 1), "sha256", json_string("x"));
@@ -423,24 +425,22 @@ START_TEST(unknown_keys)
     ck_assert_uint_eq(m->version_minor, STK_FORMAT_MINOR + 1);
     ck_assert_uint_eq(m->record_count, 10);
     stk_manifest_free(m);
-    free(t);
 }
 END_TEST
 
 START_TEST(versions)
 {
-    char *t = base_text();
-    json_t *j = load(t);
+    json_t *j = base_tree();
     json_array_set_new(json_object_get(j, "format_version"), 0, json_integer(2));
     refuse_tree(j, STK_E_VERSION, "unsupported format version 2.0");
 
-    j = load(t);
+    j = base_tree();
     json_array_set_new(json_object_get(j, "format_version"), 0, json_integer(0));
     json_array_set_new(json_object_get(j, "format_version"), 1, json_integer(9));
     refuse_tree(j, STK_E_VERSION, "unsupported format version 0.9");
 
     /* The version is read before anything else it might govern. */
-    j = load(t);
+    j = base_tree();
     json_array_set_new(json_object_get(j, "format_version"), 0, json_integer(7));
     json_object_set_new(j, "schema", json_string("a v7 schema"));
     refuse_tree(j, STK_E_VERSION, "unsupported format version 7.0");
@@ -449,21 +449,20 @@ START_TEST(versions)
         json_string("1.0"),         json_pack("[i]", 1),       json_pack("[i,i,i]", 1, 0, 0),
         json_pack("[s,i]", "1", 0), json_pack("[i,i]", -1, 0), json_pack("[i,i]", 1, 70000)};
     for (size_t i = 0; i < sizeof bad_versions / sizeof bad_versions[0]; i++) {
-        j = load(t);
+        j = base_tree();
         json_object_set_new(j, "format_version", bad_versions[i]);
         refuse_tree(j, STK_E_MANIFEST, "\"format_version\" must be [major, minor]");
     }
-    j = load(t);
+    j = base_tree();
     json_object_del(j, "format_version");
     refuse_tree(j, STK_E_MANIFEST, "\"format_version\" must be");
 
-    j = load(t);
+    j = base_tree();
     json_object_set_new(j, "format", json_string("stoker-shard"));
     refuse_tree(j, STK_E_MANIFEST, "\"format\" is \"stoker-shard\", not \"stoker-dataset\"");
-    j = load(t);
+    j = base_tree();
     json_object_del(j, "format");
     refuse_tree(j, STK_E_MANIFEST, "manifest: missing \"format\"");
-    free(t);
 }
 END_TEST
 

@@ -42,11 +42,7 @@ START_TEST(schema_build_and_query)
 {
     stk_schema s;
     stk_error e;
-    const uint64_t img[3] = {256, 256, 3};
-    stk_schema_init(&s);
-    ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, img, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_tensor(&s, "label", STK_DT_I64, 0, NULL, &e), STK_OK);
-    ck_assert_int_eq(stk_schema_add_bytes(&s, "caption", &e), STK_OK);
+    tu_caption_schema(&s, 256, 256);
     ck_assert_uint_eq(s.nfields, 3);
     ck_assert_int_eq(stk_schema_validate(&s, &e), STK_OK);
 

@@ -172,8 +172,7 @@ static stk_shard_info write_shard(const char *path, uint64_t side, uint64_t n, u
 static void check_shard(const char *path, uint64_t side, uint64_t n, const stk_shard_info *info)
 {
     stk_error e;
-    stk_shard *sh = stk_shard_open(path, &e);
-    ck_assert_msg(sh != NULL, "%s", e.msg);
+    stk_shard *sh = tu_shard_open(path);
     ck_assert_uint_eq(stk_shard_records(sh), n);
     ck_assert_uint_eq(stk_shard_verify_records(sh, 0, n, NULL, NULL), 0);
     ck_assert_uint_eq(stk_shard_verify_padding(sh, NULL, NULL), 0);
@@ -266,10 +265,8 @@ END_TEST
 
 START_TEST(unaligned_values_are_copied_at_once)
 {
-    char dir[TU_PATH], ref[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "unaligned");
-    tu_join(ref, sizeof ref, dir, "plain.stk");
-    tu_join(path, sizeof path, dir, "lend.stk");
+    char ref[TU_PATH], path[TU_PATH];
+    tu_scratch_pair(ref, path, sizeof ref, "unaligned", "plain.stk", "lend.stk");
     stk_shard_info want = write_shard(ref, 10, 500, 0, PLAIN, NULL);
     /* 300-byte images cannot go out from where they are: each is copied and
      * given back before the append returns. */
@@ -283,60 +280,74 @@ START_TEST(unaligned_values_are_copied_at_once)
 }
 END_TEST
 
-START_TEST(abort_gives_everything_back)
-{
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
-    tu_scratch(dir, sizeof dir, "abort");
-    tu_join(path, sizeof path, dir, "a.stk");
-    tu_tmp_of(tmp, sizeof tmp, path);
-    stk_schema s;
-    stk_error e;
-    schema_for(&s, 64);
-    pool_t pool;
-    pool_init(&pool, 900, image_bytes(64));
-    stk_writer *w = stk_writer_create(path, &s, &e);
-    ck_assert_int_eq(stk_writer_expect(w, 800, &e), STK_OK);
-    for (uint64_t i = 0; i < 800; i++) {
-        unsigned b = pool_get(&pool);
-        int64_t label;
-        fill_record(pool.buf[b], image_bytes(64), &label, i);
-        stk_value v[2] = {{pool.buf[b], image_bytes(64)}, {&label, 8}};
-        ck_assert_int_eq(stk_writer_append_lent(w, v, NULL, pool_done, &pool, &e), STK_OK);
-    }
-    stk_writer_abort(w);
-    ck_assert_uint_eq(pool.lent, 800);
-    ck_assert_uint_eq(pool_outstanding(&pool), 0);
-    ck_assert_uint_eq(pool.errors, 0);
-    ck_assert(!tu_exists(tmp));
-    ck_assert(!tu_exists(path));
-    pool_fini(&pool);
-}
-END_TEST
-
 /* How a record's checksum is given to the writer: pre from record i's
  * image (n bytes), with room for its block sums at sums. */
 typedef void (*prehash_fn)(uint64_t i, const uint8_t *img, size_t n, uint64_t *sums, stk_prehash *pre);
 
-/* Eight records of 64 x 64 images lent to a streaming writer at path, each
- * with the checksum `how` gives (kept in given[i]); the writer's info. */
-static stk_shard_info lend_eight(const char *path, pool_t *pool, prehash_fn how, uint64_t given[8])
+/* Record i (64 x 64) filled into a buffer of the pool and lent to w, with
+ * the checksum `how` gives (kept in *given), or none where how is NULL. */
+static int lend_record(stk_writer *w, pool_t *pool, uint64_t i, prehash_fn how, uint64_t *given, stk_error *e)
+{
+    unsigned b = pool_get(pool);
+    int64_t label;
+    fill_record(pool->buf[b], image_bytes(64), &label, i);
+    stk_prehash pre, *pp = NULL;
+    if (how) {
+        how(i, pool->buf[b], image_bytes(64), (uint64_t *)(void *)(pool->buf[b] + image_bytes(64)), &pre);
+        *given = pre.hash;
+        pp = &pre;
+    }
+    stk_value v[2] = {{pool->buf[b], image_bytes(64)}, {&label, 8}};
+    return stk_writer_append_lent(w, v, pp, pool_done, pool, e);
+}
+
+/* A streaming writer of 64 x 64 records at path, told to expect n. */
+static stk_writer *lend_writer(const char *path, uint64_t n)
 {
     stk_schema s;
     stk_error e;
     schema_for(&s, 64);
     stk_writer *w = stk_writer_create(path, &s, &e);
     ck_assert_msg(w != NULL, "%s", e.msg);
-    ck_assert_int_eq(stk_writer_expect(w, 8, &e), STK_OK);
-    for (uint64_t i = 0; i < 8; i++) {
-        unsigned b = pool_get(pool);
-        int64_t label;
-        fill_record(pool->buf[b], image_bytes(64), &label, i);
-        stk_prehash pre;
-        how(i, pool->buf[b], image_bytes(64), (uint64_t *)(void *)(pool->buf[b] + image_bytes(64)), &pre);
-        given[i] = pre.hash;
-        stk_value v[2] = {{pool->buf[b], image_bytes(64)}, {&label, 8}};
-        ck_assert_int_eq(stk_writer_append_lent(w, v, &pre, pool_done, pool, &e), STK_OK);
-    }
+    ck_assert_int_eq(stk_writer_expect(w, n, &e), STK_OK);
+    return w;
+}
+
+/* Every one of the `lent` values came back exactly once, and neither path
+ * nor its temporary file is left; frees the pool. */
+static void all_given_back(pool_t *pool, uint64_t lent, const char *path)
+{
+    char tmp[TU_PATH + 8];
+    tu_tmp_of(tmp, sizeof tmp, path);
+    ck_assert_uint_eq(pool->lent, lent);
+    ck_assert_uint_eq(pool_outstanding(pool), 0);
+    ck_assert_uint_eq(pool->errors, 0);
+    ck_assert(!tu_exists(tmp));
+    ck_assert(!tu_exists(path));
+    pool_fini(pool);
+}
+
+START_TEST(abort_gives_everything_back)
+{
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "abort", "a.stk");
+    pool_t pool;
+    pool_init(&pool, 900, image_bytes(64));
+    stk_writer *w = lend_writer(path, 800);
+    stk_error e;
+    for (uint64_t i = 0; i < 800; i++) ck_assert_int_eq(lend_record(w, &pool, i, NULL, NULL, &e), STK_OK);
+    stk_writer_abort(w);
+    all_given_back(&pool, 800, path);
+}
+END_TEST
+
+/* Eight records of 64 x 64 images lent to a streaming writer at path, each
+ * with the checksum `how` gives (kept in given[i]); the writer's info. */
+static stk_shard_info lend_eight(const char *path, pool_t *pool, prehash_fn how, uint64_t given[8])
+{
+    stk_writer *w = lend_writer(path, 8);
+    stk_error e;
+    for (uint64_t i = 0; i < 8; i++) ck_assert_int_eq(lend_record(w, pool, i, how, &given[i], &e), STK_OK);
     stk_shard_info info;
     ck_assert_int_eq(stk_writer_finish(w, &info, &e), STK_OK);
     return info;
@@ -362,16 +373,13 @@ static void sums_wrong_at_5(uint64_t i, const uint8_t *img, size_t n, uint64_t *
 
 START_TEST(given_checksum_is_stored_as_given)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "given");
-    tu_join(path, sizeof path, dir, "h.stk");
-    stk_error e;
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "given", "h.stk");
     pool_t pool;
     pool_init(&pool, 16, image_bytes(64));
     uint64_t given[8];
     lend_eight(path, &pool, hash_wrong_at_3, given);
-    stk_shard *sh = stk_shard_open(path, &e);
-    ck_assert_msg(sh != NULL, "%s", e.msg);
+    stk_shard *sh = tu_shard_open(path);
     for (uint64_t i = 0; i < 8; i++) ck_assert_uint_eq(stk_shard_stored_hash(sh, 0, i), given[i]);
     ck_assert_uint_eq(stk_shard_verify_records(sh, 0, 3, NULL, NULL), 0);
     ck_assert_uint_eq(stk_shard_verify_records(sh, 3, 1, NULL, NULL), 1);
@@ -386,17 +394,15 @@ END_TEST
  * verifies), so the sums are really used and not just accepted. */
 START_TEST(block_sums_make_the_file_hash)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "sums");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "sums", "s.stk");
     stk_error e;
     pool_t pool;
     pool_init(&pool, 16, image_bytes(64));
     for (int wrong = 0; wrong < 2; wrong++) {
         uint64_t given[8];
         stk_shard_info info = lend_eight(path, &pool, wrong ? sums_wrong_at_5 : sums_right, given);
-        stk_shard *sh = stk_shard_open(path, &e);
-        ck_assert_msg(sh != NULL, "%s", e.msg);
+        stk_shard *sh = tu_shard_open(path);
         ck_assert_uint_eq(stk_shard_verify_records(sh, 0, 8, NULL, NULL), 0);
         ck_assert_int_eq(stk_shard_verify_index(sh, info.index_hash, &e), STK_OK);
         if (wrong) ck_assert_uint_ne(stk_shard_file_hash(sh), info.file_hash);
@@ -413,13 +419,8 @@ END_TEST
  * and every lent value still comes back exactly once. */
 START_TEST(failing_disk_gives_everything_back)
 {
-    char dir[TU_PATH], path[TU_PATH], tmp[TU_PATH];
-    tu_scratch(dir, sizeof dir, "efbig");
-    tu_join(path, sizeof path, dir, "f.stk");
-    tu_tmp_of(tmp, sizeof tmp, path);
-    stk_schema s;
-    stk_error e;
-    schema_for(&s, 64);
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "efbig", "f.stk");
     pool_t pool;
     pool_init(&pool, 1000, image_bytes(64));
     struct rlimit old, lim;
@@ -428,21 +429,16 @@ START_TEST(failing_disk_gives_everything_back)
     lim = old;
     lim.rlim_cur = 2u << 20;
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    stk_writer *w = stk_writer_create(path, &s, &e);
     /* 3,000 records of 12 KiB from a pool of 1,000: more than the pool, so
      * the appends wait for the I/O thread's failed writes to come back, and
      * more than fit below the limit; fewer bytes than STK_WRITER_LENT_MAX,
      * which the pool (not the writer's queue) keeps from all being queued. */
-    ck_assert_int_eq(stk_writer_expect(w, 3000, &e), STK_OK);
+    stk_writer *w = lend_writer(path, 3000);
+    stk_error e;
     int first_err = STK_OK;
     uint64_t calls = 0;
-    for (uint64_t i = 0; i < 3000 && first_err == STK_OK; i++, calls++) {
-        unsigned b = pool_get(&pool);
-        int64_t label;
-        fill_record(pool.buf[b], image_bytes(64), &label, i);
-        stk_value v[2] = {{pool.buf[b], image_bytes(64)}, {&label, 8}};
-        first_err = stk_writer_append_lent(w, v, NULL, pool_done, &pool, &e);
-    }
+    for (uint64_t i = 0; i < 3000 && first_err == STK_OK; i++, calls++)
+        first_err = lend_record(w, &pool, i, NULL, NULL, &e);
     ck_assert_int_eq(first_err, STK_E_IO);
     ck_assert_msg(strstr(e.msg, "f.stk.tmp") && strstr(e.msg, "write"), "message: %s", e.msg);
     /* sticky: the next append fails at once, and gives its value back */
@@ -455,12 +451,7 @@ START_TEST(failing_disk_gives_everything_back)
     ck_assert_int_ne(stk_writer_finish(w, &info, &e), STK_OK);
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, prev);
-    ck_assert_uint_eq(pool.lent, calls);
-    ck_assert_uint_eq(pool_outstanding(&pool), 0);
-    ck_assert_uint_eq(pool.errors, 0);
-    ck_assert(!tu_exists(tmp));
-    ck_assert(!tu_exists(path));
-    pool_fini(&pool);
+    all_given_back(&pool, calls, path);
 }
 END_TEST
 

@@ -139,10 +139,8 @@ END_TEST
 /* The same records give the same bytes (compression is per block, fixed level). */
 START_TEST(deterministic_and_smaller)
 {
-    char dir[TU_PATH], a[TU_PATH], b[TU_PATH];
-    tu_scratch(dir, sizeof dir, "zstd-det");
-    tu_join(a, sizeof a, dir, "a.stk");
-    tu_join(b, sizeof b, dir, "b.stk");
+    char a[TU_PATH], b[TU_PATH];
+    tu_scratch_pair(a, b, sizeof a, "zstd-det", "a.stk", "b.stk");
     write_shard(a, 500, 4096, 3);
     write_shard_threads(b, 500, 4096, 3, 4); /* four compression threads: the same bytes */
     size_t la, lb;
@@ -170,9 +168,8 @@ END_TEST
  * frame that decompresses but to other bytes fails the record checksums. */
 START_TEST(corrupt_block_is_named)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "zstd-bad");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "zstd-bad", "s.stk");
     write_shard(path, 200, 900, 3); /* 10 records per image block */
     stk_shard *sh = stk_shard_open(path, NULL);
     ck_assert_ptr_nonnull(sh);
@@ -208,9 +205,8 @@ END_TEST
 
 START_TEST(versions_and_refusals)
 {
-    char dir[TU_PATH], path[TU_PATH];
-    tu_scratch(dir, sizeof dir, "zstd-ver");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "zstd-ver", "s.stk");
     write_shard(path, 20, 100, 3);
     size_t len;
     uint8_t *file = tu_read(path, &len);

@@ -34,6 +34,15 @@ static uint8_t *make_jpeg(int samp, int quality, unsigned long *len)
     return jb;
 }
 
+/* make_jpeg, and *at = where its first `marker` segment starts (found). */
+static uint8_t *make_jpeg_at(int samp, int quality, unsigned long *len, uint8_t marker, size_t *at)
+{
+    uint8_t *jpg = make_jpeg(samp, quality, len);
+    *at = tu_jpeg_marker(jpg, *len, marker);
+    ck_assert_uint_gt(*at, 0);
+    return jpg;
+}
+
 /* TurboJPEG's own decode at 1/den, pf TJPF_RGB or TJPF_GRAY. */
 static uint8_t *tj_ref(const uint8_t *jpg, unsigned long len, int pf, unsigned den)
 {
@@ -140,9 +149,8 @@ END_TEST
 START_TEST(header_needs_a_frame_header)
 {
     unsigned long len;
-    uint8_t *jpg = make_jpeg(TJSAMP_444, 90, &len);
-    size_t sof = tu_jpeg_marker(jpg, len, 0xC0);
-    ck_assert_uint_gt(sof, 0);
+    size_t sof;
+    uint8_t *jpg = make_jpeg_at(TJSAMP_444, 90, &len, 0xC0, &sof);
     stk__jpeg *j = stk__jpeg_new();
     stk__jpeg_info info;
     stk_error e;
@@ -159,8 +167,8 @@ END_TEST
 START_TEST(warning_is_an_error)
 {
     unsigned long len;
-    uint8_t *jpg = make_jpeg(TJSAMP_420, 95, &len);
-    size_t sos = tu_jpeg_marker(jpg, len, 0xDA);
+    size_t sos;
+    uint8_t *jpg = make_jpeg_at(TJSAMP_420, 95, &len, 0xDA, &sos);
     size_t sos_len = (size_t)jpg[sos + 2] << 8 | jpg[sos + 3];
     /* the last quarter of the scan data, where the bottom rows are */
     uint8_t *bad = malloc(len);

@@ -69,6 +69,16 @@ static uint8_t *jpeg_encode(const uint8_t *px, uint32_t w, uint32_t h, int pf, i
     return out;
 }
 
+/* A baseline RGB JPEG of a w x h tu_synth picture (kind, seed). */
+static uint8_t *synth_jpeg(uint32_t w, uint32_t h, int kind, uint64_t seed, int subsamp, int quality,
+                           size_t *len)
+{
+    tu_image im = tu_synth(w, h, kind, seed);
+    uint8_t *jpg = jpeg_encode(im.px, w, h, TJPF_RGB, subsamp, quality, 0, len);
+    tu_image_free(&im);
+    return jpg;
+}
+
 /* TurboJPEG's own full-size decode: what every unscaled result must equal.
  * TurboJPEG 2.1 cannot read the header of JPEGs with unusual sampling
  * factors (its decode can): then the caller's *w, *h stand. */
@@ -300,9 +310,8 @@ END_TEST
 START_TEST(jpeg_grayscale_expands)
 {
     pk_decoder *d = pk_decoder_new();
-    tu_image im = tu_synth(40, 40, TU_DETAIL, 2);
     size_t len;
-    uint8_t *jpg = jpeg_encode(im.px, 40, 40, TJPF_RGB, TJSAMP_GRAY, 90, 0, &len);
+    uint8_t *jpg = synth_jpeg(40, 40, TU_DETAIL, 2, TJSAMP_GRAY, 90, &len);
     int w = 0, h = 0;
     uint8_t *gray = tj_decode(jpg, len, TJPF_GRAY, &w, &h);
     pk_params p = params(40, PK_RESIZE_STRETCH);
@@ -312,7 +321,6 @@ START_TEST(jpeg_grayscale_expands)
     free(got);
     free(gray);
     free(jpg);
-    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -485,9 +493,8 @@ START_TEST(jpeg_garbage)
         free(buf);
     }
     /* a JPEG whose header is all there is */
-    tu_image im = tu_synth(16, 16, TU_GRADIENT, 0);
     size_t len;
-    uint8_t *jpg = jpeg_encode(im.px, 16, 16, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    uint8_t *jpg = synth_jpeg(16, 16, TU_GRADIENT, 0, TJSAMP_420, 90, &len);
     size_t sos = find_marker(jpg, len, 0xda);
     process_fails(d, jpg, sos, &p, PK_E_CORRUPT, "corrupt JPEG: ");
     /* a JPEG with its scan data replaced by noise */
@@ -497,7 +504,6 @@ START_TEST(jpeg_garbage)
     ck_assert_msg(rc == PK_E_CORRUPT, "noisy scan: %s (%s)", pk_status_name(rc), msg);
     free(bad);
     free(jpg);
-    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -507,9 +513,8 @@ START_TEST(jpeg_bomb_refused_from_header)
     /* 16x16 pixels of data whose frame header claims 30000x30000: refused
      * from the header, before any pixel memory exists */
     pk_decoder *d = pk_decoder_new();
-    tu_image im = tu_synth(16, 16, TU_GRADIENT, 0);
     size_t len;
-    uint8_t *jpg = jpeg_encode(im.px, 16, 16, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    uint8_t *jpg = synth_jpeg(16, 16, TU_GRADIENT, 0, TJSAMP_420, 90, &len);
     size_t sof = find_marker(jpg, len, 0xc0);
     ck_assert_uint_gt(sof, 0);
     jpg[sof + 5] = 30000 >> 8, jpg[sof + 6] = 30000 & 0xff; /* height */
@@ -529,7 +534,6 @@ START_TEST(jpeg_bomb_refused_from_header)
     p.size = 8;
     ck_assert_int_ne(pk_process(d, jpg, len, &p, out, &w, &h, msg, sizeof msg), PK_E_TOO_LARGE);
     free(jpg);
-    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -539,9 +543,8 @@ START_TEST(decoder_survives_bad_files)
     /* libjpeg-turbo 2.1 leaves a TurboJPEG handle broken after a failed
      * header read; the next good file must still decode */
     pk_decoder *d = pk_decoder_new();
-    tu_image im = tu_synth(32, 32, TU_DETAIL, 7);
     size_t len;
-    uint8_t *jpg = jpeg_encode(im.px, 32, 32, TJPF_RGB, TJSAMP_444, 90, 0, &len);
+    uint8_t *jpg = synth_jpeg(32, 32, TU_DETAIL, 7, TJSAMP_444, 90, &len);
     pk_params p = params(32, PK_RESIZE_STRETCH);
     size_t sos = find_marker(jpg, len, 0xda);
     for (size_t cut = 2; cut < len; cut += cut < sos + 16 ? 3 : 97) {
@@ -551,7 +554,6 @@ START_TEST(decoder_survives_bad_files)
         check_jpeg_exact(d, jpg, len, 32, what);
     }
     free(jpg);
-    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST
@@ -676,9 +678,8 @@ END_TEST
 START_TEST(jpeg_planar_saturated)
 {
     pk_decoder *d = pk_decoder_new();
-    tu_image im = tu_synth(320, 240, TU_DETAIL, 5);
     size_t len;
-    uint8_t *jpg = jpeg_encode(im.px, im.w, im.h, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    uint8_t *jpg = synth_jpeg(320, 240, TU_DETAIL, 5, TJSAMP_420, 90, &len);
     uint32_t ow, oh;
     pk_params a = params(160, PK_RESIZE_SHORTER), b = a;
     b.resample_rgb = 1;
@@ -688,7 +689,6 @@ START_TEST(jpeg_planar_saturated)
     free(x);
     free(y);
     free(jpg);
-    tu_image_free(&im);
     pk_decoder_free(d);
 }
 END_TEST

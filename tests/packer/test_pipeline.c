@@ -185,13 +185,21 @@ START_TEST(in_order_and_intact)
 }
 END_TEST
 
+/* A run over [first, end) whose consumer stops at item stop_at: the run
+ * returns the consumer's 7, consuming nothing after the stop. */
+static ctx_t *stopped_run(uint64_t first, uint64_t end, uint64_t stop_at, unsigned threads, size_t window)
+{
+    ctx_t *c = ctx_new(first, end);
+    c->stop_at = stop_at;
+    ck_assert_int_eq(run(c, threads, window, 0, false), 7);
+    ck_assert_uint_eq(c->next, stop_at + 1);
+    return c;
+}
+
 START_TEST(consumer_stop_ends_the_run)
 {
-    ctx_t *c = ctx_new(0, 1000);
-    c->stop_at = 100;
-    ck_assert_int_eq(run(c, 3, 12, 0, false), 7);
+    ctx_t *c = stopped_run(0, 1000, 100, 3, 12);
     ck_assert_int_eq(c->bad, 0);
-    ck_assert_uint_eq(c->next, 101); /* nothing consumed after the stop */
     int produced = 0;
     for (uint64_t i = 0; i < 1000; i++) produced += atomic_load(&c->produced[i]);
     ck_assert_int_le(produced, 100 + 12); /* items < consumed + window: at most 112 (0 .. 111) */
@@ -202,15 +210,9 @@ END_TEST
 START_TEST(consumer_stop_at_the_edges)
 {
     /* one thread and a one-slot window; a stop at the very last item */
-    ctx_t *c = ctx_new(0, 50);
-    c->stop_at = 20;
-    ck_assert_int_eq(run(c, 1, 1, 0, false), 7);
-    ck_assert_uint_eq(c->next, 21);
+    ctx_t *c = stopped_run(0, 50, 20, 1, 1);
     free(c);
-    c = ctx_new(3, 60);
-    c->stop_at = 59;
-    ck_assert_int_eq(run(c, 4, 9, 0, false), 7);
-    ck_assert_uint_eq(c->next, 60);
+    c = stopped_run(3, 60, 59, 4, 9);
     ck_assert_int_eq(c->bad, 0);
     ck_assert_int_eq(atomic_load(&c->overlaps), 0);
     free(c);

@@ -26,6 +26,14 @@ static stk_reader *open_r(const char *dir, uint32_t B, int order, unsigned threa
     return tu_open_reader(dir, &o);
 }
 
+/* make, then open_r on what it made. */
+static stk_reader *make_open(char *dir, size_t cap, const char *name, uint64_t n, uint64_t per, uint32_t B,
+                             int order, unsigned threads, unsigned prefetch)
+{
+    make(dir, cap, name, n, per);
+    return open_r(dir, B, order, threads, prefetch);
+}
+
 /* Every field of every record of the batch equals the standard record. */
 static void check_batch(const stk_batch *b)
 {
@@ -108,8 +116,7 @@ END_TEST
 START_TEST(stats_sane)
 {
     char dir[TU_PATH];
-    make(dir, sizeof dir, "stats", 96, 32);
-    stk_reader *r = open_r(dir, 8, STK_ORDER_SHUFFLE, 2, 4);
+    stk_reader *r = make_open(dir, sizeof dir, "stats", 96, 32, 8, STK_ORDER_SHUFFLE, 2, 4);
     stk_error err;
     uint64_t bytes = 0;
     for (int i = 0; i < 12; i++) {
@@ -226,8 +233,7 @@ END_TEST
 START_TEST(truncated_shard_is_an_error)
 {
     char dir[TU_PATH];
-    make(dir, sizeof dir, "trunc", 60, 20);
-    stk_reader *r = open_r(dir, 10, STK_ORDER_SEQUENTIAL, 1, 1);
+    stk_reader *r = make_open(dir, sizeof dir, "trunc", 60, 20, 10, STK_ORDER_SEQUENTIAL, 1, 1);
     const char *last = stk_shard_path(stk_dataset_shard(stk_reader_dataset(r), 2));
     ck_assert_int_eq(truncate(last, 4096), 0);
     stk_error err;

@@ -247,30 +247,38 @@ START_TEST(one_dataset_twice_is_mapped_once)
 }
 END_TEST
 
+/* A shuffled case (random_case from seed x for the rest) of S sources,
+ * pool[first + s] by weight w[s] each in the reader's order. */
+static mix_case weighted_case(uint64_t x, uint32_t S, const double *w, uint32_t first, int tail,
+                              uint64_t epoch_size)
+{
+    mix_case m;
+    random_case(&m, &x);
+    m.S = S;
+    m.order = STK_ORDER_SHUFFLE;
+    m.tail = tail;
+    m.epoch_size = epoch_size;
+    for (uint32_t s = 0; s < S; s++) {
+        m.d[s] = &pool[first + s];
+        m.src[s].path = m.d[s]->dir;
+        m.src[s].kind = STK_MIX_WEIGHT;
+        m.src[s].value = w[s];
+        m.src[s].order = -1;
+    }
+    return m;
+}
+
 /* Per epoch, each source gives exactly its count; no record of a source
  * repeats in an epoch unless its count exceeds its records; every global
  * batch holds each source within the spec's rounding of its share. */
 START_TEST(counts_and_proportions)
 {
     make_pool();
-    mix_case m;
-    uint64_t x = 3;
-    random_case(&m, &x);
-    m.S = 3;
-    m.order = STK_ORDER_SHUFFLE;
-    m.tail = STK_TAIL_PARTIAL;
+    const double w[3] = {0.15, 0.3, 0.55};
+    mix_case m = weighted_case(3, 3, w, 1, STK_TAIL_PARTIAL, 100);
     m.B = 10;
     m.world = 1;
-    m.epoch_size = 100;
-    const double w[3] = {0.15, 0.3, 0.55};
-    for (uint32_t s = 0; s < 3; s++) {
-        m.d[s] = &pool[s + 1];
-        m.src[s].path = m.d[s]->dir;
-        m.src[s].kind = STK_MIX_WEIGHT;
-        m.src[s].value = w[s];
-        m.src[s].order = -1;
-        m.ref[s] = (ref_source){m.d[s]->n, REF_WEIGHT, w[s], REF_SHUFFLE, 0, 0};
-    }
+    for (uint32_t s = 0; s < 3; s++) m.ref[s] = (ref_source){m.d[s]->n, REF_WEIGHT, w[s], REF_SHUFFLE, 0, 0};
     stk_error e;
     stk_reader *r = open_case(&m, 0, 1, 10, &e);
     ck_assert_msg(r != NULL, "%s", e.msg);
@@ -333,21 +341,9 @@ static void take(stk_reader *r, uint64_t count, uint64_t *out, uint32_t B)
 
 static mix_case two_sources(double w0, double w1)
 {
-    mix_case m;
-    uint64_t x = 9;
-    random_case(&m, &x);
-    m.S = 2;
-    m.order = STK_ORDER_SHUFFLE;
-    m.tail = STK_TAIL_PAD;
-    m.epoch_size = 0;
     const double w[2] = {w0, w1};
-    for (uint32_t s = 0; s < 2; s++) {
-        m.d[s] = &pool[2 + s];
-        m.src[s].path = m.d[s]->dir;
-        m.src[s].kind = STK_MIX_WEIGHT;
-        m.src[s].value = w[s];
-        m.src[s].order = s ? STK_ORDER_QUASI : -1;
-    }
+    mix_case m = weighted_case(9, 2, w, 2, STK_TAIL_PAD, 0);
+    m.src[1].order = STK_ORDER_QUASI;
     return m;
 }
 

@@ -121,14 +121,8 @@ static const test_ds *ds_b(void)
     static const uint64_t counts[4] = {17, 1, 30, 13};
     stk_error e;
     tu_scratch(DS_B.dir, sizeof DS_B.dir, "ds_b");
-    stk_manifest *m = calloc(1, sizeof *m);
-    ck_assert_ptr_nonnull(m);
+    stk_manifest *m = tu_manifest_new(4);
     test_schema(&m->schema);
-    m->version_major = STK_FORMAT_MAJOR;
-    m->version_minor = STK_FORMAT_MINOR;
-    m->nshards = 4;
-    m->shards = calloc(4, sizeof *m->shards);
-    ck_assert_ptr_nonnull(m->shards);
     uint64_t first = 0;
     for (size_t k = 0; k < 4; k++) {
         char name[32], path[TU_PATH];

@@ -22,17 +22,34 @@ void tu_cli_setup(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-int tu_sh(const char *fmt, ...)
+static int vsh(const char *fmt, va_list ap)
 {
     char line[4096], cmd[6000];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
     snprintf(cmd, sizeof cmd, "cd '%s' && %s >out.txt 2>err.txt", tu_tmp, line);
     int st = system(cmd);
     ck_assert_msg(WIFEXITED(st), "command did not exit: %s", line);
     return WEXITSTATUS(st);
+}
+
+int tu_sh(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vsh(fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void tu_sh_says(int code, const char *file, const char *sub, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vsh(fmt, ap);
+    va_end(ap);
+    const char *text = tu_slurp(file);
+    ck_assert_msg(rc == code, "exit status %d, expected %d; %s:\n%s", rc, code, file, text);
+    ck_assert_msg(strstr(text, sub) != NULL, "%s has no \"%s\":\n%s", file, sub, text);
 }
 
 char *tu_slurp(const char *name)

@@ -14,6 +14,10 @@ void tu_cli_setup(void);
 /* Run a shell command line in tu_tmp with stdout to out.txt and stderr to
  * err.txt; returns its exit status. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* tu_sh, then assert that it exited with `code` and that `file` (out.txt or
+ * err.txt) contains `sub`. */
+void tu_sh_says(int code, const char *file, const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* A file under tu_tmp, NUL-terminated, in a static buffer (up to 1 MiB). */
 char *tu_slurp(const char *name);
 int tu_count_lines(const char *s);

@@ -61,6 +61,21 @@ void tu_scratch(char *out, size_t cap, const char *name)
     mkdir_p(out);
 }
 
+void tu_scratch_file(char *out, size_t cap, const char *dir, const char *file)
+{
+    char d[TU_PATH];
+    tu_scratch(d, sizeof d, dir);
+    tu_join(out, cap, d, file);
+}
+
+void tu_scratch_pair(char *a, char *b, size_t cap, const char *dir, const char *an, const char *bn)
+{
+    char d[TU_PATH];
+    tu_scratch(d, sizeof d, dir);
+    tu_join(a, cap, d, an);
+    tu_join(b, cap, d, bn);
+}
+
 void tu_join(char *out, size_t cap, const char *dir, const char *name)
 {
     int n = snprintf(out, cap, "%s/%s", dir, name);
@@ -192,6 +207,16 @@ void tu_std_schema(stk_schema *s)
     ck_assert_int_eq(stk_schema_add_bytes(s, "text", &e), STK_OK);
 }
 
+void tu_caption_schema(stk_schema *s, uint64_t h, uint64_t w)
+{
+    stk_error e;
+    const uint64_t shape[3] = {h, w, 3};
+    stk_schema_init(s);
+    ck_assert_msg(stk_schema_add_tensor(s, "image", STK_DT_U8, 3, shape, &e) == STK_OK, "%s", e.msg);
+    ck_assert_msg(stk_schema_add_tensor(s, "label", STK_DT_I64, 0, NULL, &e) == STK_OK, "%s", e.msg);
+    ck_assert_msg(stk_schema_add_bytes(s, "caption", &e) == STK_OK, "%s", e.msg);
+}
+
 void tu_std_record(tu_record *r, uint64_t seed, uint64_t i)
 {
     uint64_t k = seed * 1000003u + i;
@@ -204,7 +229,7 @@ void tu_std_record(tu_record *r, uint64_t seed, uint64_t i)
     r->v[TU_TEXT] = (stk_value){r->text, tl};
 }
 
-void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info)
+stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint64_t n)
 {
     stk_schema s;
     stk_error e;
@@ -216,24 +241,61 @@ void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_
         tu_std_record(&r, seed, i);
         ck_assert_msg(stk_writer_append(w, r.v, &e) == STK_OK, "%s", e.msg);
     }
+    return w;
+}
+
+stk_manifest *tu_manifest_new(size_t nshards)
+{
+    stk_manifest *m = calloc(1, sizeof *m);
+    ck_assert_ptr_nonnull(m);
+    m->version_major = STK_FORMAT_MAJOR;
+    m->version_minor = STK_FORMAT_MINOR;
+    m->nshards = nshards;
+    m->shards = calloc(nshards, sizeof *m->shards);
+    ck_assert_ptr_nonnull(m->shards);
+    return m;
+}
+
+void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info)
+{
+    stk_error e;
+    stk_writer *w = tu_std_writer(path, seed, first, n);
     ck_assert_msg(stk_writer_finish(w, info, &e) == STK_OK, "%s", e.msg);
 }
 
-void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first)
+void tu_check_std_values(const void *src, tu_value_fn get, uint64_t count, uint64_t seed, uint64_t first)
 {
     stk_error e;
-    for (uint64_t i = 0; i < stk_shard_records(sh); i++) {
+    for (uint64_t i = 0; i < count; i++) {
         tu_record r;
         tu_std_record(&r, seed, first + i);
         for (unsigned f = 0; f < 3; f++) {
             const void *p;
             uint64_t n;
-            ck_assert_msg(stk_shard_value(sh, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
+            ck_assert_msg(get(src, f, i, &p, &n, &e) == STK_OK, "%s", e.msg);
             ck_assert_uint_eq(n, r.v[f].size);
             ck_assert_msg(n == 0 || memcmp(p, r.v[f].data, (size_t)n) == 0, "record %llu field %u differs",
                           (unsigned long long)i, f);
         }
     }
+}
+
+static int shard_value(const void *sh, unsigned f, uint64_t i, const void **p, uint64_t *n, stk_error *e)
+{
+    return stk_shard_value(sh, f, i, p, n, e);
+}
+
+stk_shard *tu_shard_open(const char *path)
+{
+    stk_error e;
+    stk_shard *sh = stk_shard_open(path, &e);
+    ck_assert_msg(sh != NULL, "%s: %s", path, e.msg);
+    return sh;
+}
+
+void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first)
+{
+    tu_check_std_values(sh, shard_value, stk_shard_records(sh), seed, first);
 }
 
 const stk_shard *tu_locate_value(const stk_dataset *ds, uint64_t rec, unsigned f, uint64_t *local,

@@ -41,6 +41,12 @@ bool tu_thp_available(void);
 /* A fresh, empty directory $STOKER_TEST_TMP/<name> (created, emptied first).
  * Writes its path into out. */
 void tu_scratch(char *out, size_t cap, const char *name);
+/* out = the path of `file` in a fresh scratch directory `dir` (tu_scratch):
+ * for a test that needs one file and not the directory. */
+void tu_scratch_file(char *out, size_t cap, const char *dir, const char *file);
+/* a, b (each of cap bytes) = the paths of `an` and `bn` in one fresh scratch
+ * directory `dir`: two things a test compares. */
+void tu_scratch_pair(char *a, char *b, size_t cap, const char *dir, const char *an, const char *bn);
 /* out = dir + "/" + name. */
 void tu_join(char *out, size_t cap, const char *dir, const char *name);
 /* out = path + ".tmp": where writers stage a file before renaming it. */
@@ -77,10 +83,28 @@ typedef struct {
 } tu_record;
 
 void tu_std_schema(stk_schema *s);
+/* s = image u8[h, w, 3], label i64 (a scalar), caption (bytes), each
+ * added with an assert that the add succeeds. */
+void tu_caption_schema(stk_schema *s, uint64_t h, uint64_t w);
 /* Record i of the dataset identified by seed. */
 void tu_std_record(tu_record *r, uint64_t seed, uint64_t i);
+/* A writer of the standard schema at path (staging in its .tmp) that has
+ * taken records [first, first+n) of `seed`; not finished. */
+stk_writer *tu_std_writer(const char *path, uint64_t seed, uint64_t first, uint64_t n);
+/* A manifest of this build's format version with room for nshards
+ * (zeroed) shard entries and an empty schema; free with stk_manifest_free. */
+stk_manifest *tu_manifest_new(size_t nshards);
 /* Write records [first, first+n) of `seed` as one shard at path. */
 void tu_write_std_shard(const char *path, uint64_t seed, uint64_t first, uint64_t n, stk_shard_info *info);
+/* Reads value f of record i of src (a shard, a dataset, ...) as
+ * stk_shard_value does. */
+typedef int (*tu_value_fn)(const void *src, unsigned f, uint64_t i, const void **p, uint64_t *n,
+                           stk_error *e);
+/* Assert that the `count` records of src, read with get, equal records
+ * [first, ...) of seed. */
+void tu_check_std_values(const void *src, tu_value_fn get, uint64_t count, uint64_t seed, uint64_t first);
+/* stk_shard_open, asserting that it succeeds (the message if not). */
+stk_shard *tu_shard_open(const char *path);
 /* Assert that every value of the shard equals records [first, ...) of seed. */
 void tu_check_std_shard(const stk_shard *sh, uint64_t seed, uint64_t first);
 /* The shard of ds that holds dataset record rec, with the record's index in

@@ -144,8 +144,7 @@ START_TEST(contact_sheet_jpeg_and_random)
     ck_assert(cell_mad(ds, rgb, SIDE, 0, 0, 7) == 0);
     stk_dataset_close(ds);
     free(rgb);
-    ck_assert_int_eq(tu_sh("'%s/shardview' ds --record 50 --out one.png", tu_tools), 1);
-    ck_assert(strstr(tu_slurp("err.txt"), "out of range") != NULL);
+    tu_sh_says(1, "err.txt", "out of range", "'%s/shardview' ds --record 50 --out one.png", tu_tools);
     ck_assert_int_eq(tu_sh("'%s/shardview' ds", tu_tools), 2);
 }
 END_TEST
@@ -230,23 +229,28 @@ START_TEST(shardinfo_json)
     ck_assert_int_eq(total, 50);
     ck_assert(json_array_size(hist) <= 7 && json_array_size(hist) > 1);
     json_decref(j);
-    ck_assert_int_eq(tu_sh("'%s/shardinfo' ds", tu_tools), 0);
-    ck_assert(strstr(tu_slurp("out.txt"), "records      50 in 3 shards") != NULL);
-    ck_assert_int_eq(tu_sh("'%s/shardinfo' nowhere", tu_tools), 1);
+    tu_sh_says(0, "out.txt", "records      50 in 3 shards", "'%s/shardinfo' ds", tu_tools);
+    tu_sh_says(1, "err.txt", "shardinfo: nowhere: cannot open", "'%s/shardinfo' nowhere", tu_tools);
 }
 END_TEST
+
+/* shardread -q --sweep with `args` on ds, its table written to `file`: it
+ * exits 0 and the table has a header and `rows` points; the table's text. */
+static char *sweep_csv(const char *args, const char *file, int rows)
+{
+    ck_assert_int_eq(tu_sh("'%s/shardread' -q --sweep %s --csv %s ds", tu_tools, args, file), 0);
+    char *csv = tu_slurp(file);
+    ck_assert_int_eq(tu_count_lines(csv), 1 + rows);
+    return csv;
+}
 
 START_TEST(sweep_csv_and_json)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(
-        tu_sh("'%s/shardread' -q --sweep --sweep-threads 1,2 --sweep-prefetch 1,3 --sweep-batch 4,8 "
-              "--sweep-seconds 0.05 -o shuffle --csv sweep.csv --plot sweep.svg ds",
-              tu_tools),
-        0);
-    char *csv = tu_slurp("sweep.csv");
-    ck_assert_int_eq(tu_count_lines(csv), 1 + 8);
+    char *csv = sweep_csv("--sweep-threads 1,2 --sweep-prefetch 1,3 --sweep-batch 4,8 --sweep-seconds 0.05 "
+                          "-o shuffle --plot sweep.svg",
+                          "sweep.csv", 8);
     static const char header[] =
         "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee,io,io_depth\n";
     ck_assert(strncmp(csv, header, sizeof header - 1) == 0);
@@ -278,13 +282,9 @@ START_TEST(sweep_io_axes)
 {
     tu_cli_setup();
     make_dataset();
-    ck_assert_int_eq(
-        tu_sh("'%s/shardread' -q --sweep --sweep-threads 1 --sweep-prefetch 1 --sweep-io mmap,direct "
-              "--sweep-io-depth 2,8 --sweep-seconds 0.05 -o shuffle --csv io.csv ds",
-              tu_tools),
-        0);
-    char *csv = tu_slurp("io.csv");
-    ck_assert_int_eq(tu_count_lines(csv), 1 + 3);
+    char *csv = sweep_csv("--sweep-threads 1 --sweep-prefetch 1 --sweep-io mmap,direct --sweep-io-depth 2,8 "
+                          "--sweep-seconds 0.05 -o shuffle",
+                          "io.csv", 3);
     ck_assert_msg(strstr(csv, ",mmap,0\n") && strstr(csv, ",direct,2\n") && strstr(csv, ",direct,8\n"), "%s",
                   csv);
     ck_assert_int_eq(tu_sh("'%s/shardread' --sweep --sweep-io fast ds", tu_tools), 2);
