@@ -146,15 +146,15 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
 
 /* Whether data[0 .. len) is a whole JPEG stream that stoker's decoders read:
  * its headers and every scan's entropy-coded data read through to EOI with
- * libjpeg's jpeg_read_coefficients (no IDCT, upsampling or colour work, so a
- * fraction of a decode's time), under the policy of every decode here (a
- * libjpeg warning is an error; at most 500 scans). STK_OK, or
+ * libjpeg's jpeg_read_coefficients (no IDCT, upsampling or colour work:
+ * about half of a whole decode's time), under the policy of every decode
+ * here (a libjpeg warning is an error; at most 500 scans). STK_OK, or
  * STK_IMG_E_CORRUPT (truncated, header-only, damaged), _UNSUPPORTED (12-bit
  * samples, lossless, ...), _TOO_LARGE (its coefficients, 128 bytes per 8x8
  * block, would need more than STK_IMG_CHECK_MAX_BYTES: over 179 megapixels
- * at 4:4:4) or _NOMEM, err saying what. What it does not see: sampling
- * factors the upsampler refuses (a full decode does). Keeps no state, so it
- * is safe on any thread. This is the one call from the format library into
+ * at 4:4:4) or _NOMEM, err saying what. What it does not see: what only
+ * the IDCT, upsampling or colour conversion refuse (a whole decode does).
+ * Keeps no state, so it is safe on any thread. This is the one call from the format library into
  * image/: its writer checks each JPEG value it is handed with it. */
 #define STK_IMG_CHECK_MAX_BYTES ((uint64_t)1 << 30)
 int stk__jpeg_check(const uint8_t *data, size_t len, stk_error *err);

@@ -131,6 +131,32 @@ START_TEST(writer_refuses_what_does_not_decode)
 }
 END_TEST
 
+/* A frame header of 65000 x 65000 would need 12 GiB of coefficients: refused
+ * before any of it is allocated, saying why. */
+START_TEST(writer_refuses_what_it_cannot_check)
+{
+    char dir[TU_PATH], path[TU_PATH + 16];
+    tu_scratch(dir, sizeof dir, "jpeg-huge");
+    tu_join(path, sizeof path, dir, "s.stk");
+    size_t len;
+    uint8_t *jpg = good_jpeg(&len);
+    size_t sof = marker_at(jpg, len, 0xC0);
+    jpg[sof + 5] = jpg[sof + 7] = 0xFD, jpg[sof + 6] = jpg[sof + 8] = 0xE8; /* 65000 x 65000 */
+    stk_schema s;
+    jpeg_schema(&s);
+    stk_error e;
+    stk_writer *w = stk_writer_create(path, &s, &e);
+    const uint64_t dims[2] = {65000, 65000};
+    int64_t label = 0;
+    stk_value v[2] = {{jpg, len}, {&label, 8}};
+    ck_assert_int_eq(stk_writer_append_dims(w, v, dims, &e), STK_E_ARG);
+    tu_assert_error(&e, STK_E_ARG, "record 0, field 'image': the ");
+    ck_assert_msg(strstr(e.msg, "too large to check") && strstr(e.msg, "65000x65000"), "%s", e.msg);
+    stk_writer_abort(w);
+    free(jpg);
+}
+END_TEST
+
 /* A good JPEG is stored as it came, and verifies. */
 START_TEST(writer_stores_a_good_jpeg)
 {
@@ -200,5 +226,5 @@ START_TEST(dataset_writer_refuses_unless_trusted)
 END_TEST
 
 TU_MAIN("jpeg_check", {.name = "writer",
-                       .tests = {writer_refuses_what_does_not_decode, writer_stores_a_good_jpeg,
-                                 dataset_writer_refuses_unless_trusted}});
+                       .tests = {writer_refuses_what_does_not_decode, writer_refuses_what_it_cannot_check,
+                                 writer_stores_a_good_jpeg, dataset_writer_refuses_unless_trusted}});
