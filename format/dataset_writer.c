@@ -26,6 +26,7 @@ struct stk_dataset_writer {
     stk_dir_lock *lock; /* the whole directory, from create to finish/abort */
     bool replacing;     /* STK_FORCE_REPLACE over a manifest: the old dataset stays until finish */
     bool committed;     /* the new manifest is in place */
+    bool trust_jpeg;    /* stk_dataset_writer_trust_jpeg: passed to each shard's writer */
 };
 
 /* Replacing: the shards this writer committed, none of which the old
@@ -294,6 +295,7 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
     if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     dw->cur = stk_writer_create(path, &dw->schema, err);
     free(path);
+    if (dw->cur && dw->trust_jpeg) stk_writer_trust_jpeg(dw->cur, 1, NULL);
     if (dw->cur && stk__schema_minor(&dw->schema) &&
         stk_writer_compression(dw->cur, UINT32_MAX, dw->zstd_level, dw->zstd_block_bytes, err)) {
         stk_writer_abort(dw->cur);
@@ -308,6 +310,14 @@ static int open_shard(stk_dataset_writer *dw, stk_error *err)
         dw->cur = NULL;
     }
     return dw->cur ? STK_OK : (err ? err->code : STK_E_IO);
+}
+
+int stk_dataset_writer_trust_jpeg(stk_dataset_writer *dw, int trusted, stk_error *err)
+{
+    if (!dw) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_trust_jpeg: NULL writer");
+    dw->trust_jpeg = trusted != 0;
+    if (dw->cur) stk_writer_trust_jpeg(dw->cur, trusted, NULL);
+    return STK_OK;
 }
 
 int stk_dataset_writer_append(stk_dataset_writer *dw, const stk_value *v, stk_error *err)

@@ -28,6 +28,7 @@
  * are hashed last. If the count turns out different, finish falls back to
  * reading the file back. */
 #define _GNU_SOURCE
+#include "image.h" /* stk__jpeg_check: the format library's one call into image/ */
 #include "internal.h"
 #include "writer_stream.h"
 #include "zpool.h"
@@ -70,7 +71,8 @@ struct stk_writer {
     stk_schema schema;
     char *path, *tmp;
     int fd;
-    int failed; /* sticky: a write to the file failed */
+    int failed;      /* sticky: a write to the file failed */
+    bool trust_jpeg; /* stk_writer_trust_jpeg: JPEG values get no entropy check */
     uint64_t records;
     bool direct;                   /* field 0 streams into the file       */
     uint64_t direct_off;           /* where the next direct bytes go      */
@@ -216,6 +218,17 @@ static int array_dims(const stk_writer *w, const stk_field *fd, const stk_value 
                                  "%llux%llu with %llu",
                                  w->path, rec, fd->name, h, wd, c, (unsigned long long)var[0],
                                  (unsigned long long)var[1], (unsigned long long)fd->shape[2]);
+        /* Through to EOI, so that what is stored decodes: a stream cut after
+         * its frame header, with no scan, with 12-bit samples or with damaged
+         * entropy data would pass everything above. image/jpeg.c does it,
+         * the one decoder: the format library's one call into image/ (both
+         * are in libstoker). */
+        stk_error je;
+        int rc = w->trust_jpeg ? STK_OK : stk__jpeg_check(v->data, (size_t)v->size, &je);
+        if (rc)
+            return stk_error_set(err, rc == STK_E_NOMEM ? STK_E_NOMEM : STK_E_ARG,
+                                 "%s: record %llu, field '%s': the %llu-byte value does not decode: %s",
+                                 w->path, rec, fd->name, (unsigned long long)v->size, je.msg);
         return STK_OK;
     }
     for (unsigned k = 0; k < nv; k++)
@@ -403,6 +416,13 @@ int stk_writer_append_lent(stk_writer *w, const stk_value *v, const stk_prehash 
     int rc = append(w, v, NULL, pre, done, ctx, &lent, err);
     if (!lent && done && v) done(ctx, v[0].data);
     return rc;
+}
+
+int stk_writer_trust_jpeg(stk_writer *w, int trusted, stk_error *err)
+{
+    if (!w) return stk_error_set(err, STK_E_ARG, "stk_writer_trust_jpeg: NULL writer");
+    w->trust_jpeg = trusted != 0;
+    return STK_OK;
 }
 
 int stk_writer_compression(stk_writer *w, uint32_t f, int level, uint64_t block_bytes, stk_error *err)

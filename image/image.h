@@ -144,6 +144,21 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
                             uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
                             const uint8_t **at, size_t *stride, stk_error *err);
 
+/* Whether data[0 .. len) is a whole JPEG stream that stoker's decoders read:
+ * its headers and every scan's entropy-coded data read through to EOI with
+ * libjpeg's jpeg_read_coefficients (no IDCT, upsampling or colour work:
+ * about half of a whole decode's time), under the policy of every decode
+ * here (a libjpeg warning is an error; at most 500 scans). STK_OK, or
+ * STK_IMG_E_CORRUPT (truncated, header-only, damaged), _UNSUPPORTED (12-bit
+ * samples, lossless, ...), _TOO_LARGE (its coefficients, 128 bytes per 8x8
+ * block, would need more than STK_IMG_CHECK_MAX_BYTES: over 179 megapixels
+ * at 4:4:4) or _NOMEM, err saying what. What it does not see: what only
+ * the IDCT, upsampling or colour conversion refuse (a whole decode does).
+ * Keeps no state, so it is safe on any thread. This is the one call from the format library into
+ * image/: its writer checks each JPEG value it is handed with it. */
+#define STK_IMG_CHECK_MAX_BYTES ((uint64_t)1 << 30)
+int stk__jpeg_check(const uint8_t *data, size_t len, stk_error *err);
+
 /* ----------------------------------------------------------- geometry */
 
 /* torchvision's Resize + CenterCrop for a src_w x src_h source (both >= 1)

@@ -16,6 +16,8 @@
 
 #include <jpeglib.h>
 
+#include <jerror.h> /* after jpeglib.h: the message codes stk__jpeg_check sorts errors by */
+
 /* TurboJPEG flags for every decode.
  *   accurate IDCT (TJFLAG_FASTDCT not set): what Pillow decodes with, so an
  *     unscaled decode is bit-identical to Pillow's; ifast is hardly faster
@@ -324,4 +326,115 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
     *at = buf->p + (size_t)(x0 - xoff) * 3;
     *stride = row;
     return STK_OK;
+}
+
+/* ---------------------------------------------------------- entropy check */
+
+/* What stk__jpeg_check reads with: the libjpeg object, the error manager the
+ * region decode uses (a warning is an error there too) and a scan counter. On
+ * the heap: nothing that changes between setjmp and longjmp lives in a
+ * register. */
+typedef struct {
+    struct jpeg_decompress_struct ci;
+    jerr_t je;
+    struct jpeg_progress_mgr pm;
+    bool made, own; /* own: the failure is this file's, not libjpeg's */
+} check_t;
+
+/* TurboJPEG's TJFLAG_LIMITSCANS bound: the decoders refuse more scans, so
+ * the check does too. */
+#define CHECK_MAX_SCANS 500
+
+static void fail_check(check_t *k, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+static void check_progress(j_common_ptr c)
+{
+    j_decompress_ptr ci = (j_decompress_ptr)c;
+    if (ci->input_scan_number > CHECK_MAX_SCANS) {
+        check_t *k = (check_t *)(void *)ci; /* ci is check_t's first member */
+        fail_check(k, STK_IMG_E_CORRUPT, "more than %d scans", CHECK_MAX_SCANS);
+    }
+}
+
+static void fail_check(check_t *k, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->je.msg, sizeof k->je.msg, fmt, ap);
+    va_end(ap);
+    k->je.code = code;
+    k->own = true;
+    longjmp(k->je.jb, 1);
+}
+
+/* What a libjpeg error means for the caller: valid streams this build cannot
+ * read are unsupported (as tj_fail says for TurboJPEG), memory is memory,
+ * everything else (every warning included) is damage. */
+static int check_code(int msg_code)
+{
+    switch (msg_code) {
+    case JERR_OUT_OF_MEMORY:
+        return STK_IMG_E_NOMEM;
+    case JERR_NO_BACKING_STORE:
+        return STK_IMG_E_TOO_LARGE;
+    case JERR_BAD_PRECISION:
+    case JERR_NOT_COMPILED:
+    case JERR_SOF_UNSUPPORTED:
+        return STK_IMG_E_UNSUPPORTED;
+    default:
+        return STK_IMG_E_CORRUPT;
+    }
+}
+
+int stk__jpeg_check(const uint8_t *data, size_t len, stk_error *err)
+{
+    check_t *k = calloc(1, sizeof *k);
+    if (!k) return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (JPEG check)");
+    struct jpeg_decompress_struct *ci = &k->ci;
+    int rc = STK_OK;
+    if (setjmp(k->je.jb)) {
+        int code = k->own ? k->je.code : check_code(ci->err->msg_code);
+        rc =
+            code == STK_IMG_E_NOMEM ? stk_error_set(err, code, "out of memory checking a JPEG: %s", k->je.msg)
+            : code == STK_IMG_E_TOO_LARGE ? stk_error_set(err, code, "JPEG too large to check: %s", k->je.msg)
+            : code == STK_IMG_E_UNSUPPORTED ? stk_error_set(err, code, "unsupported JPEG: %s", k->je.msg)
+                                            : stk_error_set(err, code, "corrupt JPEG: %s", k->je.msg);
+        goto done;
+    }
+    ci->err = jpeg_std_error(&k->je.pub);
+    k->je.pub.error_exit = on_error;
+    k->je.pub.emit_message = on_message;
+    jpeg_create_decompress(ci);
+    k->made = true;
+    /* a backstop above the bound below: libjpeg has no backing store here,
+     * so arrays past this fail (JERR_NO_BACKING_STORE) instead of being
+     * allocated */
+    ci->mem->max_memory_to_use = (long)(STK_IMG_CHECK_MAX_BYTES + ((uint64_t)16 << 20));
+    k->pm.progress_monitor = check_progress;
+    ci->progress = &k->pm;
+    jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_read_header(ci, TRUE); /* 12-bit samples fail here in an 8-bit libjpeg (JERR_BAD_PRECISION) */
+    if (ci->data_precision != 8)
+        fail_check(k, STK_IMG_E_UNSUPPORTED, "%d-bit samples (stoker decodes 8-bit JPEG only)",
+                   ci->data_precision);
+    /* jpeg_read_coefficients holds the whole image's coefficients, 128 bytes
+     * a block (components rounded up to whole sampling groups) */
+    uint64_t blocks = 0;
+    for (int c = 0; c < ci->num_components; c++) {
+        const jpeg_component_info *cp = &ci->comp_info[c];
+        blocks += ((uint64_t)cp->width_in_blocks + (uint64_t)cp->h_samp_factor) *
+                  ((uint64_t)cp->height_in_blocks + (uint64_t)cp->v_samp_factor);
+    }
+    if (blocks > STK_IMG_CHECK_MAX_BYTES / 128)
+        fail_check(k, STK_IMG_E_TOO_LARGE,
+                   "%ux%u with %d components needs %llu MiB of coefficients, over %llu", ci->image_width,
+                   ci->image_height, ci->num_components, (unsigned long long)(blocks * 128 >> 20),
+                   (unsigned long long)(STK_IMG_CHECK_MAX_BYTES >> 20));
+    (void)jpeg_read_coefficients(ci); /* every scan's entropy-coded data, through to EOI */
+    jpeg_finish_decompress(ci);
+done:
+    if (k->made) jpeg_destroy_decompress(ci);
+    free(k);
+    return rc;
 }

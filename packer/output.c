@@ -248,6 +248,9 @@ static int open_for(pk_out *o, const stk_value *v, stk_error *err)
         if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
         o->cur = stk_writer_create(path, &o->schema, err);
         if (o->cur) stk_writer_io_stats_into(o->cur, &o->stats.io);
+        /* pack's JPEG values are its own encoder's, or inputs kept as they are
+         * after a full decode (pk_process): no second pass over them */
+        if (o->cur) stk_writer_trust_jpeg(o->cur, 1, NULL);
         for (uint32_t f = 0; o->cur && f < o->schema.nfields; f++)
             if (o->schema.fields[f].codec == STK_CODEC_ZSTD &&
                 ((rc = stk_writer_compression(o->cur, f, o->zlevel[f], o->zblock, err)) ||

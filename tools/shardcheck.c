@@ -4,7 +4,12 @@
  * --quick: structure only, O(shards): headers, footers, sizes, the checksum
  *          table's own hash, and agreement with the manifest.
  * --full:  also every record of every field against its XXH3-64 and every
- *          padding byte, on N threads over ~64 MiB pieces of the shards.
+ *          padding byte, on N threads over ~64 MiB pieces of the shards
+ *          (compressed blocks are decompressed to check their records).
+ * --decode: also every JPEG value decoded in full through image/jpeg.c, the
+ *          reader's decoder: what passes its checksum but would fail every
+ *          read (a value stored unchecked, or damaged before its checksum
+ *          was taken).
  * Problems are printed sorted (shard, record, field), one per line. */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -19,6 +24,9 @@
 
 #include "stoker/format.h"
 
+#include "image.h"     /* the one JPEG decoder, for --decode */
+#include "jpeg_dims.h" /* the frame-header check --full already made */
+
 #define UNIT_BYTES ((uint64_t)64 << 20)
 #define MAX_LISTED_PER_SHARD 100
 
@@ -30,10 +38,14 @@ static void usage(FILE *f)
                "FILE: record R, field 'F': what is wrong.\n\n"
                "      --quick          structure only: headers, footers, sizes, checksum\n"
                "                       tables, agreement with the manifest (O(shards))\n"
-               "      --full           also every record's checksum and all padding (default)\n"
+               "      --full           also every record's checksum and all padding (default);\n"
+               "                       decodes no value: a JPEG whose bytes match their\n"
+               "                       checksum may still not decode (see --decode)\n"
+               "      --decode         --full, and every JPEG value decoded in full as the\n"
+               "                       reader decodes it; slower by the decode time\n"
                "      --file-hash      also hash each whole shard file and compare with the\n"
                "                       manifest's xxh3 (as `xxhsum -H3` prints it)\n"
-               "  -j, --threads N      threads for --full (default: all cores)\n"
+               "  -j, --threads N      threads for --full and --decode (default: all cores)\n"
                "      --json           print the result as one JSON object on stdout\n"
                "  -q, --quiet          no progress bar or summary line\n"
                "  -h, --help           this help\n"
@@ -45,7 +57,7 @@ static void usage(FILE *f)
 }
 
 typedef struct {
-    bool full, file_hash, json, quiet;
+    bool full, decode, file_hash, json, quiet;
     unsigned threads;
 } opts;
 
@@ -92,8 +104,15 @@ typedef struct {
     size_t nu, capu;
     atomic_size_t next_unit;
     atomic_uint_fast64_t bytes_done;
+    atomic_uint_fast64_t decoded; /* --decode: JPEG values decoded whole */
     int io_error;
 } checker;
+
+/* One thread's JPEG decoder and pixel buffer (--decode). */
+typedef struct {
+    stk__jpeg *j;
+    stk__img_buf buf;
+} decoder;
 
 static void *grow(void *p, size_t *cap, size_t n, size_t elem)
 {
@@ -274,12 +293,48 @@ static void on_problem(void *user, const stk_shard *sh, uint64_t record, int fie
                       msg);
 }
 
-static void run_unit(checker *c, const unit *u)
+/* Decode record i's JPEG value of field f in full, as the reader's whole
+ * decode does (RGB, or grey for a one-component field). Values --full
+ * already reports (no frame header, a shape other than the record's, a
+ * checksum mismatch) are left to it: one problem a value. */
+static void decode_value(const stk_shard *sh, unsigned f, uint64_t i, decoder *d, cb_ctx *x)
+{
+    const stk_field *fd = &stk_shard_schema(sh)->fields[f];
+    const void *data;
+    uint64_t size, dims[STK_MAX_DIMS];
+    uint32_t fh, fw;
+    unsigned nc;
+    stk_error e;
+    if (stk_shard_value(sh, f, i, &data, &size, &e) || stk_shard_value_shape(sh, f, i, dims, &e) ||
+        stk_hash(data, (size_t)size) != stk_shard_stored_hash(sh, f, i) ||
+        !stk__jpeg_dims(data, size, &fh, &fw, &nc) || fh != dims[0] || fw != dims[1] || nc != fd->shape[2])
+        return;
+    char what[STK_ERROR_MSG_MAX + 32];
+    stk__jpeg_info info;
+    int pf = fd->shape[2] == 1 ? STK_IMG_PF_GRAY : STK_IMG_PF_RGB, rc;
+    if (!d->j && !(d->j = stk__jpeg_new())) rc = stk_error_set(&e, STK_E_NOMEM, "out of memory");
+    else if (!(rc = stk__jpeg_header(d->j, data, (size_t)size, &info, &e)) &&
+             !(rc = stk__img_buf_reserve(&d->buf, stk__jpeg_decode_bytes(&info, pf, 1), "the decoded image",
+                                         &e)))
+        rc = stk__jpeg_decode(d->j, data, (size_t)size, &info, pf, 1, d->buf.p, &e);
+    if (rc == STK_OK) {
+        atomic_fetch_add(&x->c->decoded, 1);
+        return;
+    }
+    snprintf(what, sizeof what, "the JPEG does not decode: %s", e.msg);
+    on_problem(x, sh, i, (int)f, rc, what);
+}
+
+static void run_unit(checker *c, const unit *u, decoder *d)
 {
     const target *t = &c->t[u->t];
     cb_ctx x = {c, u->t};
     if (u->kind == U_RECORDS) {
         stk_shard_verify_records(t->sh, u->first, u->count, on_problem, &x);
+        const stk_schema *s = stk_shard_schema(t->sh);
+        for (unsigned f = 0; c->o.decode && f < s->nfields; f++)
+            for (uint64_t i = u->first; s->fields[f].codec == STK_CODEC_JPEG && i < u->first + u->count; i++)
+                decode_value(t->sh, f, i, d, &x);
     } else if (u->kind == U_PADDING) {
         stk_shard_verify_padding(t->sh, on_problem, &x);
     } else {
@@ -301,10 +356,18 @@ static void run_unit(checker *c, const unit *u)
     }
 }
 
+static void decoder_free(decoder *d)
+{
+    stk__jpeg_free(d->j);
+    stk__img_buf_free(&d->buf);
+}
+
 static void *worker(void *arg)
 {
     checker *c = arg;
-    for (size_t i; (i = atomic_fetch_add(&c->next_unit, 1)) < c->nu;) run_unit(c, &c->u[i]);
+    decoder d = {0};
+    for (size_t i; (i = atomic_fetch_add(&c->next_unit, 1)) < c->nu;) run_unit(c, &c->u[i], &d);
+    decoder_free(&d);
     return NULL;
 }
 
@@ -322,12 +385,14 @@ static void run_full(checker *c)
         else break;
     cli_progress p;
     cli_progress_start(&p, "shardcheck", total, c->o.quiet || c->o.json);
+    decoder d = {0};
     for (size_t i; (i = atomic_fetch_add(&c->next_unit, 1)) < c->nu;) {
-        run_unit(c, &c->u[i]);
+        run_unit(c, &c->u[i], &d);
         char extra[48];
         snprintf(extra, sizeof extra, "%llu problems", (unsigned long long)c->total_problems);
         cli_progress_update(&p, atomic_load(&c->bytes_done), extra);
     }
+    decoder_free(&d);
     for (unsigned k = 1; k <= started; k++) pthread_join(th[k], NULL);
     cli_progress_end(&p);
     free(th);
@@ -349,12 +414,14 @@ static void report(checker *c, double seconds)
     for (size_t i = 0; i < c->nt; i++)
         if (c->t[i].opened) records += c->t[i].records, bytes += c->t[i].bytes;
     double gbs = seconds > 0 ? (double)bytes / seconds / 1e9 : 0;
-    const char *mode = c->o.full ? "full" : "quick";
+    const char *mode = c->o.decode ? "decode" : c->o.full ? "full" : "quick";
+    unsigned long long decoded = atomic_load(&c->decoded);
     if (c->o.json) {
         printf("{\"ok\": %s, \"mode\": \"%s\", \"shards\": %zu, \"records\": %llu, \"bytes\": %llu, "
-               "\"seconds\": %.6f, \"gb_per_s\": %.3f, \"problems\": %llu, \"problem_list\": [",
+               "\"seconds\": %.6f, \"gb_per_s\": %.3f, \"decoded\": %llu, \"problems\": %llu, "
+               "\"problem_list\": [",
                c->total_problems ? "false" : "true", mode, c->nt, (unsigned long long)records,
-               (unsigned long long)bytes, seconds, gbs, (unsigned long long)c->total_problems);
+               (unsigned long long)bytes, seconds, gbs, decoded, (unsigned long long)c->total_problems);
         for (size_t i = 0; i < c->np; i++) {
             const problem *p = &c->p[i];
             printf("%s{\"file\": ", i ? ", " : "");
@@ -380,8 +447,10 @@ static void report(checker *c, double seconds)
             printf("%s: ... and %llu more problems\n", c->t[i].path,
                    (unsigned long long)(l - MAX_LISTED_PER_SHARD));
     }
-    char rate[32] = ""; /* --quick reads no data: a rate would mislead */
+    char rate[64] = ""; /* --quick reads no data: a rate would mislead */
     if (c->o.full) snprintf(rate, sizeof rate, " (%.2f GB/s)", gbs);
+    if (c->o.decode)
+        snprintf(rate + strlen(rate), sizeof rate - strlen(rate), ", %llu JPEG values decoded", decoded);
     if (!c->o.quiet)
         fprintf(stderr,
                 "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s%s: %s%llu problem%s\n",
@@ -392,23 +461,26 @@ static void report(checker *c, double seconds)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {{"quick", 0, 0, 'Q'},
-                                       {"full", 0, 0, 'F'},
-                                       {"file-hash", 0, 0, 'H'},
-                                       {"threads", 1, 0, 'j'},
-                                       CLI_COMMON_OPTIONS};
+    static const struct option lo[] = {{"quick", 0, 0, 'Q'},   {"full", 0, 0, 'F'},
+                                       {"decode", 0, 0, 'D'},  {"file-hash", 0, 0, 'H'},
+                                       {"threads", 1, 0, 'j'}, CLI_COMMON_OPTIONS};
     cli_args a = {.prog = "shardcheck", .usage = usage, .longopts = lo};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.full = true, .threads = ncpu > 0 ? (unsigned)ncpu : 1};
     int ch;
     uint64_t v;
+    bool quick = false;
     while ((ch = cli_getopt(&a, argc, argv, "j:" CLI_COMMON_SHORT)) != -1) {
         switch (ch) {
         case 'Q':
             o->full = false;
+            quick = true;
             break;
         case 'F':
             o->full = true;
+            break;
+        case 'D':
+            o->decode = true;
             break;
         case 'H':
             o->file_hash = true;
@@ -425,6 +497,9 @@ static int parse(int argc, char **argv, opts *o)
     if (!cli_operands(&a, argc, 1, -1, "at least one PATH")) return CLI_EXIT_USAGE;
     if (o->file_hash && !o->full)
         return cli_usage_error(&a, "--file-hash reads every byte; it cannot go with --quick");
+    if (quick && o->decode)
+        return cli_usage_error(&a, "--decode reads every value; it cannot go with --quick");
+    if (o->decode) o->full = true;
     return CLI_EXIT_OK;
 }
 

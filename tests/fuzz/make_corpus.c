@@ -80,6 +80,7 @@ static stk_shard_info write_shard(const char *dir, const char *name, const stk_s
     char *path = join(dir, name);
     stk_writer *w = stk_writer_create(path, s, &err);
     if (!w) die(path, &err);
+    stk_writer_trust_jpeg(w, 1, &err); /* fake_jpeg's streams only look like JPEG to the format */
     uint32_t seed = 1;
     for (uint64_t i = 0; i < records; i++) {
         stk_value v[STK_MAX_FIELDS];

@@ -2,8 +2,11 @@
  *
  * Every corruption is made in a fresh copy of a small generated dataset, at
  * an offset computed from the shard's own layout, and the test asserts the
- * exit status and the exact record/field that shardcheck names. */
+ * exit status and the exact record/field that shardcheck names. A JPEG value
+ * whose checksum holds but which does not decode passes --full and is named
+ * by --decode. */
 #define _GNU_SOURCE
+#define STOKER_ADVANCED_API /* stk_dataset_writer_trust_jpeg: a value stored unchecked */
 #include <check.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -220,6 +224,90 @@ START_TEST(capped_report_does_not_depend_on_threads)
 }
 END_TEST
 
+/* A 40 x 32 RGB image as a JPEG (malloc'd). */
+static uint8_t *encode_jpeg(unsigned long *len)
+{
+    uint8_t px[32 * 40 * 3];
+    for (size_t k = 0; k < sizeof px; k++) px[k] = (uint8_t)(k * 31 + k / 97);
+    tjhandle tj = tjInitCompress();
+    unsigned char *out = NULL;
+    ck_assert_int_eq(tjCompress2(tj, px, 40, 0, 32, TJPF_RGB, &out, len, TJSAMP_420, 90, 0), 0);
+    tjDestroy(tj);
+    uint8_t *j = malloc(*len);
+    memcpy(j, out, *len);
+    tjFree(out);
+    return j;
+}
+
+/* 5 records of a JPEG field in shards of 3 under tu_tmp/NAME; record `cut`
+ * (when < 5) is the JPEG cut in half, stored unchecked as the writer's
+ * trusting path (pack's) stores values: its checksum is its own. */
+static void write_jpeg_dataset(const char *name, uint64_t cut)
+{
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%s", tu_tmp, name);
+    stk_schema s;
+    stk_schema_init(&s);
+    const uint64_t any[3] = {0, 0, 3};
+    ck_assert_int_eq(stk_schema_add_array(&s, "image", STK_DT_U8, 3, any, NULL), 0);
+    ck_assert_int_eq(stk_schema_set_codec(&s, 0, STK_CODEC_JPEG, NULL), 0);
+    stk_dataset_options o = {.force = 1, .records_per_shard = 3};
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    ck_assert_int_eq(stk_dataset_writer_trust_jpeg(dw, 1, &e), 0);
+    unsigned long len;
+    uint8_t *jpg = encode_jpeg(&len);
+    const uint64_t dims[2] = {32, 40};
+    for (uint64_t i = 0; i < 5; i++) {
+        stk_value v = {jpg, i == cut ? len / 2 : len};
+        ck_assert_msg(stk_dataset_writer_append_dims(dw, &v, dims, &e) == 0, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == 0, "%s", e.msg);
+    free(jpg);
+}
+
+START_TEST(decode_names_what_does_not_decode)
+{
+    tu_cli_setup();
+    write_jpeg_dataset("good", UINT64_MAX);
+    write_jpeg_dataset("bad", 4); /* shard 1, record 1 */
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --decode good", tu_tools), 0);
+    /* its checksum holds: --full passes it, --decode does not */
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --full bad", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' -q --decode bad", tu_tools), 1);
+    const char *out = tu_slurp("out.txt");
+    ck_assert_int_eq(tu_count_lines(out), 1);
+    ck_assert_msg(strstr(out, "bad/shard-00001.stk: record 1, field 'image': the JPEG does not decode: ") !=
+                      NULL,
+                  "%s", out);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --decode --json -j2 bad", tu_tools), 1);
+    json_error_t je;
+    json_t *j = json_loads(tu_slurp("out.txt"), 0, &je);
+    ck_assert_msg(j != NULL, "--json output does not parse: %s", je.text);
+    ck_assert(json_is_false(json_object_get(j, "ok")));
+    ck_assert_str_eq(json_string_value(json_object_get(j, "mode")), "decode");
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "decoded")), 4);
+    json_t *p = json_array_get(json_object_get(j, "problem_list"), 0);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(p, "file")), "bad/shard-00001.stk"));
+    ck_assert_int_eq(json_integer_value(json_object_get(p, "record")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(p, "field")), "image");
+    json_decref(j);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --decode --json good", tu_tools), 0);
+    j = json_loads(tu_slurp("out.txt"), 0, &je);
+    ck_assert_msg(j != NULL, "--json output does not parse: %s", je.text);
+    ck_assert(json_is_true(json_object_get(j, "ok")));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "decoded")), 5);
+    json_decref(j);
+    /* --decode reads every value: not with --quick, in either order */
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --decode --quick good", tu_tools), 2);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --quick --decode good", tu_tools), 2);
+    ck_assert_int_eq(tu_count_lines(tu_slurp("err.txt")), 1);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' --help", tu_tools), 0);
+    ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "--decode"));
+}
+END_TEST
+
 START_TEST(shardgen_is_reproducible)
 {
     tu_cli_setup();
@@ -232,9 +320,9 @@ START_TEST(shardgen_is_reproducible)
 }
 END_TEST
 
-TU_MAIN("shardcheck_cli",
-        {.name = "cli",
-         .timeout = 240,
-         .tests = {help_version_usage, clean_dataset_and_json, byte_flips_name_the_record,
-                   quick_is_structure_only, manifest_tampering, threads_give_the_same_report,
-                   capped_report_does_not_depend_on_threads, shardgen_is_reproducible}})
+TU_MAIN("shardcheck_cli", {.name = "cli",
+                           .timeout = 240,
+                           .tests = {help_version_usage, clean_dataset_and_json, byte_flips_name_the_record,
+                                     quick_is_structure_only, manifest_tampering,
+                                     threads_give_the_same_report, capped_report_does_not_depend_on_threads,
+                                     decode_names_what_does_not_decode, shardgen_is_reproducible}})

@@ -305,7 +305,10 @@ STK_API int stk_writer_append(stk_writer *w, const stk_value *values, stk_error 
  * works too where each array field has one per-record dimension and no JPEG
  * codec: that dimension follows from the value's size. The value's size must
  * be dtype size x the product of the shape (JPEG: the stream must start with
- * a JPEG marker and its frame header give these dims). */
+ * a JPEG marker, its frame header give these dims, and it must read through
+ * to its end: every scan's entropy-coded data is decoded, and a truncated,
+ * header-only, damaged or 12-bit stream is refused, naming the record and
+ * field). */
 STK_API int stk_writer_append_dims(stk_writer *w, const stk_value *values, const uint64_t *dims,
                                    stk_error *err);
 /* Records appended so far, and the bytes the shard would have if finished now. */
@@ -551,6 +554,15 @@ typedef struct {
 } stk_prehash;
 STK_API int stk_writer_append_lent(stk_writer *w, const stk_value *values, const stk_prehash *pre,
                                    stk_lent_done_fn done, void *ctx, stk_error *err);
+
+/* Skip the entropy check of JPEG values (stk_writer_append_dims reads each
+ * one through to its end) when trusted is non-zero; the frame header is
+ * still checked against the dims. For a caller whose JPEG values come from
+ * its own encoder or were decoded in full already (pack), or that stores
+ * damaged ones on purpose (tests of the read paths). Any time; applies to
+ * the appends that follow. The dataset writer's passes it to every shard. */
+STK_API int stk_writer_trust_jpeg(stk_writer *w, int trusted, stk_error *err);
+STK_API int stk_dataset_writer_trust_jpeg(stk_dataset_writer *dw, int trusted, stk_error *err);
 
 /* Where a streaming writer's time went, for a caller that wants to say why
  * writing is slow (pack --stats). Seconds, summed over the writers that
