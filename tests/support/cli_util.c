@@ -22,7 +22,7 @@ void tu_cli_setup(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static int vsh(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static int vsh(const char *fmt, va_list ap)
 {
     char line[4096], cmd[6000];
     vsnprintf(line, sizeof line, fmt, ap);
