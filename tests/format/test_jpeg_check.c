@@ -54,6 +54,19 @@ static void jpeg_schema(stk_schema *s)
     ck_assert_int_eq(stk_schema_set_codec(s, 0, STK_CODEC_JPEG, NULL), 0);
 }
 
+/* A shard writer of jpeg_schema at NAME/s.stk in scratch (its path in `path`). */
+static stk_writer *jpeg_writer(const char *name, char *path, size_t cap, stk_error *e)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, name);
+    tu_join(path, cap, dir, "s.stk");
+    stk_schema s;
+    jpeg_schema(&s);
+    stk_writer *w = stk_writer_create(path, &s, e);
+    ck_assert_msg(w != NULL, "%s", e->msg);
+    return w;
+}
+
 static int append(stk_writer *w, const uint8_t *jpg, size_t len, int64_t label, stk_error *e)
 {
     const uint64_t dims[2] = {H, W};
@@ -135,17 +148,13 @@ END_TEST
  * before any of it is allocated, saying why. */
 START_TEST(writer_refuses_what_it_cannot_check)
 {
-    char dir[TU_PATH], path[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "jpeg-huge");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH + 16];
+    stk_error e;
+    stk_writer *w = jpeg_writer("jpeg-huge", path, sizeof path, &e);
     size_t len;
     uint8_t *jpg = good_jpeg(&len);
     size_t sof = marker_at(jpg, len, 0xC0);
     jpg[sof + 5] = jpg[sof + 7] = 0xFD, jpg[sof + 6] = jpg[sof + 8] = 0xE8; /* 65000 x 65000 */
-    stk_schema s;
-    jpeg_schema(&s);
-    stk_error e;
-    stk_writer *w = stk_writer_create(path, &s, &e);
     const uint64_t dims[2] = {65000, 65000};
     int64_t label = 0;
     stk_value v[2] = {{jpg, len}, {&label, 8}};
@@ -160,15 +169,11 @@ END_TEST
 /* A good JPEG is stored as it came, and verifies. */
 START_TEST(writer_stores_a_good_jpeg)
 {
-    char dir[TU_PATH], path[TU_PATH + 16];
-    tu_scratch(dir, sizeof dir, "jpeg-good");
-    tu_join(path, sizeof path, dir, "s.stk");
+    char path[TU_PATH + 16];
+    stk_error e;
+    stk_writer *w = jpeg_writer("jpeg-good", path, sizeof path, &e);
     size_t len;
     uint8_t *jpg = good_jpeg(&len);
-    stk_schema s;
-    jpeg_schema(&s);
-    stk_error e;
-    stk_writer *w = stk_writer_create(path, &s, &e);
     for (int64_t i = 0; i < 3; i++) ck_assert_msg(append(w, jpg, len, i, &e) == 0, "%s", e.msg);
     stk_shard_info info;
     ck_assert_msg(stk_writer_finish(w, &info, &e) == 0, "%s", e.msg);
