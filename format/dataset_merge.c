@@ -55,7 +55,6 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
     char *mp = stk__path_join(dir, STK_MANIFEST_NAME);
     struct stat st;
     ino_t old = mp && stat(mp, &st) == 0 ? st.st_ino : 0; /* the commit renames a new file over it */
-    bool replacing = old != 0;
     stk_manifest *first = NULL, out = {0};
     size_t cap = 0;
     int rc = STK_OK;
@@ -88,12 +87,12 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
         out.classes = first->classes;
         out.pack_json = first->pack_json;
         rc = stk_manifest_commit(&out, dir, err);
-        if (!rc && replacing) {
+        if (!rc && old) {
             stk_error e2;
             stk_dataset_sweep(dir, &e2); /* a failure leaves inert files, no dataset lost */
         }
     }
-    if (rc && replacing && mp && stat(mp, &st) == 0 && st.st_ino == old) stk__error_note_intact(err, dir);
+    if (rc && old && mp && stat(mp, &st) == 0 && st.st_ino == old) stk__error_note_intact(err, dir);
     free(mp);
     for (size_t i = 0; i < out.nshards; i++) free(out.shards[i].path);
     free(out.shards);

@@ -272,12 +272,12 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     const void *src;
     uint64_t size, dims[STK_MAX_DIMS];
     unsigned f = r->sel[k];
+    const int jpeg = stk_shard_schema(sh)->fields[f].codec == STK_CODEC_JPEG;
     int rc = stk_shard_value(sh, f, local, &src, &size, err);
     /* a coded value's checksum is checked before it is decoded, whatever
      * verify says: the region decode stops after the crop's last row and
      * would not see bit rot below it (spec/FORMAT.md 9.1) */
-    if (!rc && (verify || stk_shard_schema(sh)->fields[f].codec == STK_CODEC_JPEG))
-        rc = verify_value(r, sh, f, local, rec, src, size, err);
+    if (!rc && (verify || jpeg)) rc = verify_value(r, sh, f, local, rec, src, size, err);
     if (!rc) rc = stk_shard_value_shape(sh, f, local, dims, err);
     if (!rc && !w->cropper && !(w->cropper = stk__cropper_new()))
         rc = stk_error_set(err, STK_E_NOMEM, "out of memory for the image crop");
@@ -287,7 +287,6 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     if (r->load_norm && !w->crop_buf && !(w->crop_buf = malloc((size_t)t->out_height * t->out_width * 3)))
         return stk_error_set(err, STK_E_NOMEM, "out of memory for the image crop");
     if (r->load_norm) crop = w->crop_buf;
-    int jpeg = stk_shard_schema(sh)->fields[f].codec == STK_CODEC_JPEG;
     int square = stk_shard_schema(sh)->fields[f].kind == STK_KIND_TENSOR;
     rc = stk__cropper_run(w->cropper, t, r->o.seed, sl->seq / r->nbatches, rec, src, size, dims, jpeg, square,
                           crop, err);

@@ -28,6 +28,26 @@ if not os.environ.get("STOKER_LIB"):
 TOOLS = os.environ.get("STOKER_TOOLS") or os.environ.get("STK_TOOLS") or os.path.join(ROOT, "build", "tools")
 
 
+def records(path, field="i"):
+    """Field `field` of every record of the dataset at `path`, in order."""
+    import numpy as np
+    import stoker
+    with stoker.Reader(path, batch_size=64, tail="partial") as r:
+        return [x for b in r for x in np.asarray(b[field]).tolist()]
+
+
+def expected_records(make, n):
+    """The "i" of every sample make() gives for inputs 0..n-1, in order (inputs that raise give none)."""
+    out = []
+    for i in range(n):
+        try:
+            r = make(i)
+        except ValueError:
+            continue
+        out += [s["i"] for s in ([] if r is None else r if isinstance(r, list) else [r])]
+    return out
+
+
 def tool(name):
     path = os.path.join(TOOLS, name)
     if not os.access(path, os.X_OK):

@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import stoker
 from stoker import _pack
+from conftest import expected_records, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.dirname(HERE)
@@ -43,19 +43,7 @@ def run(out, kill_at=None):
 
 
 def expected():
-    out = []
-    for i in range(N):
-        try:
-            r = make(i)
-        except ValueError:
-            continue
-        out += [s["i"] for s in ([] if r is None else r if isinstance(r, list) else [r])]
-    return out
-
-
-def records(path):
-    with stoker.Reader(path, batch_size=64, tail="partial") as r:
-        return [x for b in r for x in np.asarray(b["i"]).tolist()]
+    return expected_records(make, N)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import stoker
-from conftest import run_tool, tool
+from conftest import expected_records, records, run_tool, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32",
@@ -245,22 +245,6 @@ def digest(d):
     return h.hexdigest()
 
 
-def records(path, field="i"):
-    with stoker.Reader(path, batch_size=64, tail="partial") as r:
-        return [x for b in r for x in np.asarray(b[field]).tolist()]
-
-
-def expected_records(n):
-    out = []
-    for i in range(n):
-        try:
-            r = make(i)
-        except ValueError:
-            continue
-        out += [s["i"] for s in ([] if r is None else r if isinstance(r, list) else [r])]
-    return out
-
-
 def test_pack_is_byte_identical_whatever_the_workers(tmp_path):
     digests = set()
     for workers, mode in ((0, "process"), (1, "process"), (2, "process"), (4, "process"), (2, "thread"),
@@ -268,10 +252,10 @@ def test_pack_is_byte_identical_whatever_the_workers(tmp_path):
         out = tmp_path / f"{mode}{workers}"
         s = stoker.pack(make, range(1500), out, FIELDS, workers=workers, mode=mode, records_per_shard=100,
                         chunk=7, progress=False)
-        assert s["records"] == len(expected_records(1500)) and s["skipped"] == 16
+        assert s["records"] == len(expected_records(make, 1500)) and s["skipped"] == 16
         digests.add(digest(out))
     assert len(digests) == 1
-    assert records(tmp_path / "process2") == expected_records(1500)
+    assert records(tmp_path / "process2") == expected_records(make, 1500)
     run_tool(tool("shardcheck"), "--full", "--file-hash", "-q", tmp_path / "process2")
 
 
@@ -295,7 +279,7 @@ def test_pack_again_with_the_same_arguments_is_a_no_op_and_others_are_refused(tm
     with pytest.raises(stoker.Error, match="other arguments"):
         stoker.pack(make, range(201), out, FIELDS, workers=0, progress=False)
     stoker.pack(make, range(201), out, FIELDS, workers=0, progress=False, force=True)
-    assert records(out) == expected_records(201)
+    assert records(out) == expected_records(make, 201)
 
 
 def test_part_and_merge_equal_one_pack(tmp_path):
