@@ -1,0 +1,2 @@
+/* remote/cache.c: see remote.h (being written). */
+#include "remote.h"

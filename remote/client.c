@@ -1,0 +1,2 @@
+/* remote/client.c: see remote.h (being written). */
+#include "remote.h"

@@ -1,0 +1,2 @@
+/* remote/config.c: see remote.h (being written). */
+#include "remote.h"

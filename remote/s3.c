@@ -1,0 +1,2 @@
+/* remote/s3.c: see remote.h (being written). */
+#include "remote.h"

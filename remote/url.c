@@ -1,0 +1,2 @@
+/* remote/url.c: see remote.h (being written). */
+#include "remote.h"

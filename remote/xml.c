@@ -1,0 +1,2 @@
+/* remote/xml.c: see remote.h (being written). */
+#include "remote.h"
