@@ -1,0 +1,62 @@
+/* format/rshard.h - shards of a remote dataset (s3://, https://), as the
+ * format library's stk_shard. Internal: libstoker's dataset open and the
+ * reader's remote I/O backend call these; users only name the dataset.
+ *
+ * A remote shard's bytes live in the node's cache file (remote/cache.h),
+ * mapped read-only: at open the header, footer, the offsets columns and
+ * block tables of its fields and its checksum table are fetched as ranges
+ * and stored as the file's pinned metadata, so open, the layout checks and
+ * every metadata call work as on a local file. Record bytes are fetched
+ * when asked for: stk_shard_value, stk_shard_block_* and the verify calls
+ * on a remote shard fetch the values they touch first (synchronously,
+ * coalesced, checked against the checksum table as they arrive: a mismatch
+ * refetches once, then fails naming shard, field and record), so nothing
+ * ever reads a hole as data. The reader's engine fetches ahead of that
+ * through stk__rgroup and stores with stk__rshard_store.
+ *
+ * Units of presence (the cache's units): field f of record i is unit
+ * f * N + i for an uncompressed field; for a compressed field its block b
+ * is unit f * N + b (blocks never outnumber records). */
+#ifndef STK_FORMAT_RSHARD_H
+#define STK_FORMAT_RSHARD_H
+
+#include "stoker/format.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct stk__remote stk__remote;
+typedef struct stk__rcache stk__rcache;
+
+/* Open the object `key` of client r (name: the address for messages,
+ * "s3://bucket/prefix/shard.00000") through cache c; size and index_hash
+ * from the manifest entry (the cache id; the footer must agree). */
+stk_shard *stk__rshard_open(stk__remote *r, stk__rcache *c, const char *key, const char *name, uint64_t size,
+                            uint64_t index_hash, const char *etag, stk_error *err);
+int stk__shard_is_remote(const stk_shard *sh);
+stk__remote *stk__rshard_client(const stk_shard *sh);
+const char *stk__rshard_key(const stk_shard *sh);
+const char *stk__rshard_etag(const stk_shard *sh); /* If-Match for its GETs; NULL: none */
+
+/* The field and records a run of file bytes [off, off + len) covers: the
+ * records' values of one field (uncompressed: [first, first + count); a
+ * compressed field's frames: its blocks, *block = 1). STK_E_ARG when the
+ * range is not whole values of one field. */
+int stk__rshard_span(const stk_shard *sh, uint64_t off, uint64_t len, unsigned *field, uint64_t *first,
+                     uint64_t *count, int *block, stk_error *err);
+/* 1 when every unit of the span is in the cache. */
+int stk__rshard_present(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block);
+/* Check bytes of a span (as stk__rshard_span gave) against the checksum
+ * table (uncompressed values; a compressed block: its frame decodes and its
+ * records' hashes agree). STK_E_CHECKSUM naming shard, field, record. */
+int stk__rshard_check(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block,
+                      const void *bytes, stk_error *err);
+/* Offer checked bytes of a span to the cache (it may not keep them). */
+void stk__rshard_store(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block,
+                       uint64_t off, const void *bytes, uint64_t len);
+/* Make a span present now (synchronous fetch, checked, stored even past the
+ * cache limit for a bounded window, see rshard.c). */
+int stk__rshard_fetch(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block,
+                      stk_error *err);
+
+#endif
