@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -152,7 +153,8 @@ class S3Env:
         self.log_path = os.path.join(self.tmpdir, "s3env.log")
         self._log = open(self.log_path, "a")
         try:
-            argv = [node, os.path.join(S3DIR, "start.js"), "--port", "0", "--dir",
+            # the legacy provider: s3rver's ListObjectsV2 continuation tokens are DES
+            argv = [node, "--openssl-legacy-provider", os.path.join(S3DIR, "start.js"), "--port", "0", "--dir",
                     os.path.join(self.tmpdir, "data"), "--modules", modules]
             for b in self.buckets:
                 argv += ["--bucket", b]
@@ -237,8 +239,9 @@ class S3Env:
     # ---- objects, with curl's SigV4 (straight to the server unless via_proxy) ----
 
     def url(self, key, bucket=None, via_proxy=False):
+        """The object's URL, the key percent-encoded as SigV4 signs it (RFC 3986)."""
         base = self.endpoint if via_proxy else self.direct
-        return f"{base}/{bucket or self.bucket}/{key}"
+        return f"{base}/{bucket or self.bucket}/{urllib.parse.quote(key, safe='/-_.~')}"
 
     def curl(self, *args, secret=SECRET_KEY, check=True):
         argv = ["curl", "-sS", "--aws-sigv4", f"aws:amz:{REGION}:s3", "-u", f"{ACCESS_KEY}:{secret}",

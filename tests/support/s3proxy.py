@@ -335,7 +335,7 @@ class Proxy:
     async def forward(self, req, reader, writer, conn, fault, cut):
         up = conn["up"]
         if up is None or up[1].is_closing():
-            up = await asyncio.open_connection(self.up_host, self.up_port)
+            up = await asyncio.open_connection(self.up_host, self.up_port, limit=1 << 22)
             s = up[1].get_extra_info("socket")
             if s is not None:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 
 import pytest
 
@@ -70,6 +71,30 @@ def test_bucket_listing_signed_with_the_trailing_slash(s3, obj):
         body, _, code = p.stdout.rpartition(b"\n")
         assert code == b"200", body
         assert b"<Key>dir/blob</Key>" in body
+
+
+def test_patched_s3rver_quirks(s3, obj, tmp_path):
+    """What start.js patches: a 1-byte range at 0, If-Match, keys with & < > in
+    listings; and the DES continuation tokens (node --openssl-legacy-provider)."""
+    rc, code, body = curl_proxy(s3, obj, "-r", "0-0")
+    assert (code, body) == (206, BODY[:1])
+    h = s3.curl("-sS", "-I", s3.url(obj, via_proxy=True)).stdout
+    etag = re.search(rb"(?i)etag: *(\S+)", h).group(1).decode()
+    rc, code, body = curl_proxy(s3, obj, "-r", "10-19", "-H", f"If-Match: {etag}")
+    assert (code, body) == (206, BODY[10:20])
+    rc, code, body = curl_proxy(s3, obj, "-r", "10-19", "-H", 'If-Match: "0123456789abcdef0123456789abcdef"')
+    assert code == 412 and b"PreconditionFailed" in body
+    src = tmp_path / "amp"
+    src.write_bytes(b"&")
+    s3.upload(str(src), "odd/a&b<c>.bin")
+    s3.upload(str(src), "odd/plain")
+    base = f"{s3.endpoint}/{s3.bucket}"
+    page = s3.curl("-f", f"{base}?list-type=2&max-keys=1&prefix=odd%2F")
+    assert xml(page, "Key") == [b"odd/a&amp;b&lt;c&gt;.bin"] and xml(page, "IsTruncated") == [b"true"]
+    (token,) = xml(page, "NextContinuationToken")
+    q = urllib.parse.quote(token.decode(), safe="")
+    page = s3.curl("-f", f"{base}?continuation-token={q}&list-type=2&max-keys=1&prefix=odd%2F")
+    assert xml(page, "Key") == [b"odd/plain"] and xml(page, "IsTruncated") == [b"false"]
 
 
 @pytest.mark.parametrize("status", ["503", "500", "404"])
