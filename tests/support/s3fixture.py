@@ -12,7 +12,7 @@
         s3.plan([{"match": "shard", "fault": "503", "count": 2}])
 
 pytest: `s3 = s3fixture.pytest_fixture(scope="module")` in a conftest or test module
-gives a fixture named after the variable; it skips the test with the reason when
+gives a fixture named s3 (name="..." for another); it skips the test with the reason when
 Node or the package is missing. `tests/support/s3env -- CMD` is the same from a
 shell or ctest (exit 77: skipped).
 
@@ -271,11 +271,13 @@ class S3Env:
         return self.curl("-f", self.url(key, bucket, via_proxy)).stdout
 
 
-def pytest_fixture(scope="module", buckets=None, faults=""):
-    """A pytest fixture yielding a started S3Env (skips with the reason when unavailable)."""
+def pytest_fixture(scope="module", buckets=None, faults="", name="s3"):
+    """A pytest fixture NAME yielding a started S3Env (skips with the reason when
+    unavailable). Plans set through it outlive the test that set them: clear them
+    (env.clear_plan()) where a later test of the scope must not see them."""
     import pytest
 
-    @pytest.fixture(scope=scope)
+    @pytest.fixture(scope=scope, name=name)
     def s3(tmp_path_factory):
         ok, why = available()
         if not ok:

@@ -19,7 +19,9 @@ Faults (--faults, comma-separated; or the admin endpoint below):
     latency:20ms      added before every request is forwarded (also 0.02s, 20)
     bw:200MB/s        the rate of response bytes to all clients together (token
                       bucket; MB = 10^6, MiB = 2^20; also KB, GB, KiB, GiB, B)
-    cut:0.5           where reset/truncate/stall cut the body (fraction, default 0.5)
+    cut:0.5           where reset/truncate/stall cut the body (fraction, default 0.5);
+                      a response without a body (HEAD, PUT, 204) is cut before
+                      its headers
     seed:7            the draw of each request is a hash of the seed, method,
                       target, Range and how often that same request came before:
                       the same requests get the same faults in any interleaving
@@ -403,7 +405,8 @@ class Proxy:
         """Headers, then the first cut of the body from upstream, then the fault."""
         total = resp.length if resp.length is not None else len(resp.local_body or b"")
         keep = int(total * cut) if total else 0
-        await self.write_out(writer, resp.head, b"")
+        if total:  # a response without a body would be whole after its headers: cut before them
+            await self.write_out(writer, resp.head, b"")
         if resp.local_body is not None:
             await self.write_out(writer, b"", resp.local_body[:keep])
         else:
@@ -417,7 +420,7 @@ class Proxy:
         await self.finish_fault(writer, fault, reader)
 
     async def send_cut(self, writer, status, headers, data, fault, cut, reader):
-        head = build_head(status, headers, len(data))
+        head = build_head(status, headers, len(data)) if data else b""
         await self.write_out(writer, head, data[: int(len(data) * cut)])
         await self.finish_fault(writer, fault, reader)
 

@@ -142,6 +142,18 @@ def test_planned_stall_is_given_up_by_the_client(s3, obj):
     assert curl_proxy(s3, obj)[2] == BODY  # the proxy serves others meanwhile
 
 
+@pytest.mark.parametrize("fault,rc", [("reset", 56), ("truncate", 52), ("stall", 28)])
+def test_faults_on_a_response_without_body(s3, obj, tmp_path, fault, rc):
+    """HEAD and PUT: the fault comes before the headers, or it would not be one."""
+    src = tmp_path / "small"
+    src.write_bytes(b"y" * 100)
+    s3.plan([{"match": "small/", "fault": fault, "count": 2}])
+    for args in (["-I"], ["-T", str(src)]):
+        p = s3.curl("-o", "/dev/null", "--max-time", "1", *args, s3.url("small/x", via_proxy=True), check=False)
+        assert p.returncode in (rc, 28 if fault == "stall" else rc), p.stderr
+    assert s3.stats()["faults"][fault] >= 2
+
+
 def test_planned_delay_and_put(s3, tmp_path):
     src = tmp_path / "up"
     src.write_bytes(b"x" * 5000)
