@@ -291,8 +291,9 @@ class Proxy:
 
     async def serve(self, req, reader, writer, conn):
         if req.path.startswith("/__proxy/"):
-            resp = self.admin(req, await read_body(reader, req))
-            await self.send_local(writer, req, resp, keep=True)
+            status, headers, data = self.admin(req, await read_body(reader, req))
+            writer.write(build_head(status, headers, len(data)) + data)  # not counted: admin traffic
+            await writer.drain()
             return True
         self.stats["requests"] += 1
         bm = self.stats["by_method"]

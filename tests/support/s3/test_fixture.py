@@ -286,3 +286,36 @@ def test_s3env_skips_without_node_or_package():
     env = dict(os.environ, STOKER_S3RVER_MODULES="/nonexistent")
     p = subprocess.run([sys.executable, S3ENV, "--", "true"], env=env, capture_output=True, text=True)
     assert p.returncode == 77 and "s3rver is not installed" in p.stderr
+
+
+def test_bandwidth_cap_paces_all_connections_together(monkeypatch):
+    """The token bucket on a fake clock: chunks from two "connections" share one rate."""
+    import asyncio
+
+    import s3proxy
+
+    now = 100.0  # a clock that stands still: every sleep is a wake-up time
+    wakes = []
+    monkeypatch.setattr(s3proxy.time, "monotonic", lambda: now)
+
+    async def fake_sleep(dt):
+        wakes.append(now + dt)
+
+    monkeypatch.setattr(s3proxy.asyncio, "sleep", fake_sleep)
+    pacer = s3proxy.Pacer(s3proxy.parse_rate("1MB/s"), burst_s=0.0)
+
+    async def conn(n):
+        for _ in range(n):
+            await pacer.take(100_000)
+
+    async def both():
+        await asyncio.gather(conn(5), conn(5))
+
+    asyncio.run(both())
+    # 1 MB at 1 MB/s: the last chunk, whichever connection sent it, goes out
+    # 1 s after the first (0.5 s if each connection had its own bucket)
+    assert abs(max(wakes) - 101.0) < 1e-6 and len(wakes) == 10
+    assert s3proxy.parse_faults("latency:20ms,bw:2MiB/s")["latency"] == 0.02
+    assert s3proxy.parse_faults("latency:20ms,bw:2MiB/s")["bw"] == 2 * 2**20
+    with pytest.raises(s3proxy.SpecError):
+        s3proxy.parse_faults("503:0.7,500:0.6")
