@@ -183,7 +183,7 @@ def curl_limit(s3, ranges, n, work):
         cfgs.append(path)
     s3.reset_stats()
     t0 = time.monotonic()
-    procs = [subprocess.Popen(["curl", "-K", c]) for c in cfgs]
+    procs = [subprocess.Popen(["curl", "--noproxy", "*", "-K", c]) for c in cfgs]
     bad = [p.wait() for p in procs]
     dt = time.monotonic() - t0
     for c in cfgs:
@@ -264,7 +264,7 @@ class S3fs:
         self.log = open(os.path.join(work, "s3fs.log"), "w")
         self.proc = subprocess.Popen(
             ["s3fs", BUCKET, mnt, "-f", "-o", f"url={s3.endpoint},use_path_request_style,passwd_file={pw},"
-             f"endpoint=us-east-1,dbglevel=err"], stdout=self.log, stderr=self.log)
+             f"endpoint=us-east-1,dbglevel=err"], stdout=self.log, stderr=self.log, env=s3.environ())
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -313,9 +313,9 @@ def whole_shard_epoch(tools, s3, ds, order, threads, work):
     for name in [s[0] for s in ds.shards] + ["manifest.json"]:
         dst = os.path.join(d, name)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        procs.append(subprocess.Popen(["curl", "-sSf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "S3RVER:S3RVER",
-                                       "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-o", dst,
-                                       f"{s3.endpoint}/{BUCKET}/{PREFIX}/{name}"]))
+        procs.append(subprocess.Popen(["curl", "-sSf", "--noproxy", "*", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                                       "-u", "S3RVER:S3RVER", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                                       "-o", dst, f"{s3.endpoint}/{BUCKET}/{PREFIX}/{name}"]))
     if any(p.wait() for p in procs):
         raise RuntimeError("curl failed downloading a shard")
     j = shardread_json([f"{tools}/shardread", "-q", "--json", "-o", order, "-j", threads, "-e", 1, d], None)

@@ -207,9 +207,11 @@ class S3Env:
     def environ(self, base=None):
         """base (default os.environ) with the fixture's variables."""
         e = dict(os.environ if base is None else base)
-        e.pop("AWS_PROFILE", None)
-        e.pop("AWS_SESSION_TOKEN", None)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "S3_ENDPOINT_URL"):
+            e.pop(name, None)
         e.update(self.env)
+        for name in ("NO_PROXY", "no_proxy"):  # an HTTP proxy of the machine must not take loopback
+            e[name] = ",".join(filter(None, [e.get(name, ""), "127.0.0.1", "localhost"]))
         return e
 
     # ---- the proxy's admin ----
@@ -217,7 +219,8 @@ class S3Env:
     def _admin(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.admin}/{path}", data=data, method=method)
-        with urllib.request.urlopen(req, timeout=30) as r:
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no HTTP proxy
+        with direct.open(req, timeout=30) as r:
             text = r.read()
         return json.loads(text) if text else None
 
@@ -244,7 +247,7 @@ class S3Env:
         return f"{base}/{bucket or self.bucket}/{urllib.parse.quote(key, safe='/-_.~')}"
 
     def curl(self, *args, secret=SECRET_KEY, check=True):
-        argv = ["curl", "-sS", "--aws-sigv4", f"aws:amz:{REGION}:s3", "-u", f"{ACCESS_KEY}:{secret}",
+        argv = ["curl", "-sS", "--noproxy", "*", "--aws-sigv4", f"aws:amz:{REGION}:s3", "-u", f"{ACCESS_KEY}:{secret}",
                 "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", *args]
         p = subprocess.run(argv, capture_output=True)
         if check and p.returncode != 0:

@@ -184,10 +184,10 @@ def test_random_faults_follow_the_seed(s3, obj):
 
 
 def test_bad_plan_is_refused(s3):
-    p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
+    p = subprocess.run(["curl", "-s", "--noproxy", "*", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
                         '{"rules": [{"fault": "explode"}]}', f"{s3.admin}/plan"], capture_output=True)
     assert p.stdout == b"400"
-    p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
+    p = subprocess.run(["curl", "-s", "--noproxy", "*", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
                         '{"faults": "503:2"}', f"{s3.admin}/plan"], capture_output=True)
     assert p.stdout == b"400"
 
