@@ -497,6 +497,8 @@ def main():
         if not a.keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    with open(os.path.join(a.work, "results.json"), "w") as f:
+        json.dump(res, f)  # the raw figures of the last run, whatever the report makes of them
     return report(res, orders, epochs, a, failures)
 
 
@@ -523,7 +525,7 @@ def report(res, orders, epochs, a, failures):
                 amp = fetched / got if got else 0
                 of = f" ({gbs / lim[o][0]:4.2f})" if o in lim and lim[o][0] else ""
                 cells.append(f"e{e + 1} {gbs:6.3f}{of} x{amp:4.2f}")
-                if o in lim and (ratio < 0.8 or amp > 1.05):
+                if o in lim and (gbs < 0.8 * lim[o][0] or amp > 1.05):
                     ok = False
             print(f"  {o:10s} " + "   ".join(cells))
         for o in orders:
