@@ -524,6 +524,7 @@ static void report_sources(const stk_reader *r, FILE *out, int json)
     if (S < 2 && !json) return;
     stk_reader_source_stats st[MIX_MAX];
     uint64_t all = 0;
+    char hb[16];
     for (unsigned s = 0; s < S && s < MIX_MAX; s++) {
         stk_reader_source_stats_get(r, s, &st[s], NULL);
         all += st[s].samples;
@@ -542,11 +543,12 @@ static void report_sources(const stk_reader *r, FILE *out, int json)
     }
     for (unsigned s = 0; s < S && s < MIX_MAX; s++)
         fprintf(out,
-                "source %u %s: %llu of %llu records an epoch; %llu samples (%.1f%%), %.3f GB, workers %.3f s "
+                "source %u %s: %llu of %llu records an epoch; %llu samples (%.1f%%), %s, workers %.3f s "
                 "(%.2f us/sample)\n",
                 s, stk_reader_source_path(r, s), (unsigned long long)st[s].per_epoch,
                 (unsigned long long)st[s].records, (unsigned long long)st[s].samples,
-                all ? 100.0 * (double)st[s].samples / (double)all : 0.0, st[s].bytes / 1e9, st[s].busy_s,
+                all ? 100.0 * (double)st[s].samples / (double)all : 0.0,
+                cli_bytes(hb, sizeof hb, (double)st[s].bytes), st[s].busy_s,
                 st[s].samples ? st[s].busy_s / (double)st[s].samples * 1e6 : 0.0);
 }
 
@@ -625,7 +627,7 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                                                               : "none";
     if (!o->quiet) {
         FILE *out = o->dump || o->json ? stderr : stdout;
-        char hb[16];
+        char hb[16], hb2[16];
         fprintf(out,
                 "read %llu batch%s, %llu sample%s, %s in %.3f s: %.0f samples/s, %.3f GB/s "
                 "(%llu zero-copy batch%s, %llu record%s verified)\n",
@@ -643,13 +645,13 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         fprintf(out, "cpu %.3f s (%.3f core-s per GB), anonymous memory %.1f MiB\n", cpu_s,
                 s->bytes ? cpu_s / (s->bytes / 1e9) : 0.0, anon_mib);
         if (io.io == STK_IO_DIRECT)
-            fprintf(
-                out,
-                "io: direct (%s, depth %u): %llu reads, %.3f GB, %llu retried, %.3f GB bounced, %llu from "
-                "the map, %u files without O_DIRECT; %s\n",
-                engine, io.depth, (unsigned long long)io.reads, io.bytes / 1e9,
-                (unsigned long long)io.retries, io.bounced_bytes / 1e9, (unsigned long long)io.map_reads,
-                io.buffered_files, io.reason);
+            fprintf(out,
+                    "io: direct (%s, depth %u): %llu reads, %s, %llu retried, %s bounced, %llu from "
+                    "the map, %u files without O_DIRECT; %s\n",
+                    engine, io.depth, (unsigned long long)io.reads,
+                    cli_bytes(hb, sizeof hb, (double)io.bytes), (unsigned long long)io.retries,
+                    cli_bytes(hb2, sizeof hb2, (double)io.bounced_bytes), (unsigned long long)io.map_reads,
+                    io.buffered_files, io.reason);
         else fprintf(out, "io: mmap; %s\n", io.reason);
         report_sources(r, out, 0);
         if (o->ro.order == STK_ORDER_QUASI && !o->mix.n) shuffle_quality(r, o, out);
