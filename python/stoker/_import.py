@@ -242,24 +242,22 @@ def _kind(ext):
     return "bytes"
 
 
-def _fields_of(exts, images):
-    """{extension: (field name, kind)} and the stoker fields for a sample with these extensions:
-    key first, then the image (named "image" when there is one), the label ("label" for cls), the
-    rest by extension name in sorted order."""
-    exts = sorted(exts)
+def _plan(exts):
+    """{extension: (field name, kind)} for a sample with these extensions: a sample's one image is
+    "image" whatever its format (a .png among .jpg samples is the same field), cls is "label", any
+    other extension its own field."""
     imgs = [e for e in exts if _kind(e) == "image"]
-    names = {}
-    for e in exts:
-        if e == "cls":
-            names[e] = "label"
-        elif len(imgs) == 1 and e == imgs[0]:
-            names[e] = "image"
-        else:
-            names[e] = e
-    order = sorted(exts, key=lambda e: (names[e] != "image", names[e] != "label", _kind(e) != "image", e))
+    return {e: ("label" if e == "cls" else "image" if len(imgs) == 1 and e == imgs[0] else e, _kind(e))
+            for e in sorted(exts)}
+
+
+def _fields_of(plan, images):
+    """The stoker fields of a plan: key first, then the image, the label, the rest by name."""
+    order = sorted(plan, key=lambda e: (plan[e][0] != "image", plan[e][0] != "label", plan[e][1] != "image",
+                                        plan[e][0]))
     fields, seen = {"key": String()}, {"key": "__key__"}
     for e in order:
-        n, k = names[e], _kind(e)
+        n, k = plan[e]
         if not _NAME.match(n):
             raise ValueError(f"stoker.import_webdataset: extension {e!r} makes no field name (1..31 of "
                              "A-Z a-z 0-9 _ . -)")
@@ -274,7 +272,7 @@ def _fields_of(exts, images):
             fields[n] = String()
         else:
             fields[n] = Bytes()
-    return {e: (names[e], _kind(e)) for e in exts}, fields
+    return fields
 
 
 def _decode_image(data):
@@ -367,19 +365,23 @@ def import_webdataset(sources, out, images="decode", workers=None, on_error="ski
                 if err:
                     bad(where, err)
                     continue
+                plan = _plan(parts)
                 if state["plan"] is None:
-                    state["plan"], fields = _fields_of(parts, images)
-                    state["first"] = where
+                    fields = _fields_of(plan, images)
+                    state["plan"], state["first"] = plan, where
+                    state["sig"] = {n: k for n, k in plan.values()}
                     state["w"] = Writer(target, fields, shard_size, records_per_shard, classes, metadata,
                                         force=force, _tool="stoker.import_webdataset")
-                plan = state["plan"]
-                if parts.keys() != plan.keys():
-                    missing = sorted(set(plan) - set(parts))
-                    extra = sorted(set(parts) - set(plan))
+                sig = {n: k for n, k in plan.values()}
+                if sig != state["sig"]:
+                    first = {n: e for e, (n, _) in state["plan"].items()}
+                    mine = {n: e for e, (n, _) in plan.items()}
+                    missing = [first[n] for n in sorted(first) if sig.get(n) != state["sig"][n]]
+                    extra = [mine[n] for n in sorted(mine) if state["sig"].get(n) != sig[n]]
                     bad(where, "; ".join((["no " + ", ".join(f".{e}" for e in missing)] if missing else [])
                                          + (["also " + ", ".join(f".{e}" for e in extra)] if extra else []))
                         + f" (the fields are those of the first sample, {state['first']}: "
-                        + ", ".join(f".{e}" for e in sorted(plan)) + ")")
+                        + ", ".join(f".{e}" for e in sorted(state["plan"])) + ")")
                     continue
                 i = state["index"]
                 state["index"] += 1

@@ -258,3 +258,19 @@ def test_the_command(tmp_path):
     assert p.returncode == 1 and "nope.tar: no such file" in p.stderr
     p = subprocess.run(cmd + ["--bogus", str(tmp_path / "c")], capture_output=True, text=True, env=env)
     assert p.returncode == 2
+
+
+def test_a_png_among_jpegs_is_the_same_image_field(tmp_path):
+    smp = samples(0, 4)
+    smp["train/000002"] = {("a.png" if e == "a.jpg" else e): (encode(image(2), "PNG") if e == "a.jpg" else v)
+                           for e, v in smp["train/000002"].items()}
+    path = write_tar(tmp_path / "s.tar", smp)
+    for images in ("decode", "bytes"):
+        s = stoker.import_webdataset(path, tmp_path / images, images=images)
+        assert (s["records"], s["skipped"]) == (4, 0)
+        rows, _ = read_all(tmp_path / images)
+        png = rows[2]["image"]
+        if images == "decode":
+            assert np.array_equal(png, image(2))
+        else:
+            assert png == smp["train/000002"]["a.png"]
