@@ -280,7 +280,7 @@ def _decode_image(data):
     import numpy as np
     with Image.open(io.BytesIO(data)) as im:
         im.load()
-        rgb = im.convert("RGB")  # alpha dropped, palettes expanded: as pack does
+        rgb = im if im.mode == "RGB" else im.convert("RGB")  # alpha dropped, palettes expanded: as pack does
     return np.ascontiguousarray(np.asarray(rgb, dtype=np.uint8))
 
 
