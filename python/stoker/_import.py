@@ -314,6 +314,86 @@ def _convert(job):
 
 
 # ------------------------------------------------------------------ the import
+def _run(who, target, items, start, prepare, convert, workers, on_error, progress, writer_args):
+    """The import loop shared by the formats. `items` yields ("bad", where, why) and ("sample",
+    where, payload) in order; start(payload, where) -> (fields, ctx) for the first sample (the
+    dataset's fields); prepare(payload, ctx) -> (job, None) or (None, why), on this thread;
+    convert(job) -> (sample dict, None) or (None, why), on `workers` threads (image decode).
+    Samples are written in order; the bad ones are listed in OUT/skipped.tsv (or raise with
+    on_error="fail"). Returns (writer closed, skipped count, ctx)."""
+    if on_error not in ("skip", "fail"):
+        raise ValueError(f"{who}: on_error={on_error!r}: 'skip' or 'fail'")
+    n = (os.cpu_count() or 1) if workers is None else max(int(workers), 0)
+    show = sys.stderr.isatty() if progress is None else progress
+    skipped, st = [], {"w": None, "ctx": None, "index": 0, "items": 0}
+
+    def bad(i, where, why):
+        if on_error == "fail":
+            raise L.Error(L.STK_E_FORMAT, f"{who}: {where}: {why}")
+        skipped.append((i, where, why.replace("\t", " ").replace("\n", " ")))
+
+    def jobs():
+        for kind, where, x in items:
+            i = st["index"]
+            st["index"] += 1
+            if kind == "bad":
+                bad(i, where, x)
+                continue
+            if st["w"] is None:
+                fields, st["ctx"] = start(x, where)
+                st["w"] = Writer(target, fields, *writer_args, _tool=who)
+            job, why = prepare(x, st["ctx"])
+            if why:
+                bad(i, where, why)
+                continue
+            yield i, where, job
+
+    pool = None
+    if n:
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(n)
+    last_shown = 0.0
+    try:
+        import collections
+        window = collections.deque()
+
+        def drain(limit):
+            nonlocal last_shown
+            while len(window) > limit:
+                i, where, fut = window.popleft()
+                sample, why = fut.result() if pool else fut
+                if why:
+                    bad(i, where, why)
+                else:
+                    st["w"].write(sample)
+                if show and time.monotonic() - last_shown > 0.2:
+                    last_shown = time.monotonic()
+                    sys.stderr.write(f"\r{who}: {st['w'].records:,} records, {len(skipped):,} skipped ")
+                    sys.stderr.flush()
+
+        for i, where, job in jobs():
+            window.append((i, where, pool.submit(convert, job) if pool else convert(job)))
+            drain(4 * max(n, 1))
+        drain(0)
+        if st["w"] is None:
+            raise L.Error(L.STK_E_FORMAT, f"{who}: no sample could be imported" + (
+                f"; the first problem: {skipped[0][1]}: {skipped[0][2]}" if skipped else " (the input holds none)"))
+        skipped.sort()
+        from ._pack import _write_skipped
+        st["w"].close()
+        _write_skipped(target, skipped)
+    except BaseException:
+        if st["w"] is not None:
+            st["w"].abort()
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if show:
+            sys.stderr.write("\n")
+    return st["w"], len(skipped), st["ctx"]
+
+
 def import_webdataset(sources, out, images="decode", workers=None, on_error="skip", shard_size=1 << 30,
                       records_per_shard=0, classes=None, metadata=None, force=False, progress=None):
     """Write the samples of WebDataset shards into a stoker dataset at `out`, in shard order.
@@ -333,112 +413,50 @@ def import_webdataset(sources, out, images="decode", workers=None, on_error="ski
     extension (`image` for a sample's one image, `label` for `cls`, an int64; `json` and `txt` as
     String, others Bytes). Returns a summary dict: records, skipped, shards, seconds, fields.
     """
+    who = "stoker.import_webdataset"
     if images not in ("decode", "bytes"):
-        raise ValueError(f"stoker.import_webdataset: images={images!r}: 'decode' or 'bytes'")
-    if on_error not in ("skip", "fail"):
-        raise ValueError(f"stoker.import_webdataset: on_error={on_error!r}: 'skip' or 'fail'")
+        raise ValueError(f"{who}: images={images!r}: 'decode' or 'bytes'")
     shards = _shard_paths(sources)
-    target = os.fspath(out)
-    n = (os.cpu_count() or 1) if workers is None else max(int(workers), 0)
-    show = sys.stderr.isatty() if progress is None else progress
     t0 = time.monotonic()
-    skipped, state = [], {"w": None, "plan": None, "first": None, "index": 0}
 
-    def bad(where, why):
-        if on_error == "fail":
-            raise L.Error(L.STK_E_FORMAT, f"stoker.import_webdataset: {where}: {why}")
-        skipped.append((state["index"], where, why.replace("\t", " ").replace("\n", " ")))
-        state["index"] += 1
-
-    def jobs():
-        """(index, where, job) for each sample that fits the fields, in order; the others listed."""
-        for s, path in enumerate(shards):
+    def items():
+        for path in shards:
             for item in _members(path):
                 if item[0] == "broken":
-                    bad(path, item[1])
-                    continue
-                if item[0] == "bad":
-                    bad(f"{path}:{item[1]}", item[2])
-                    continue
-                _, key, parts, err = item
-                where = f"{path}:{key}"
-                if err:
-                    bad(where, err)
-                    continue
-                plan = _plan(parts)
-                if state["plan"] is None:
-                    fields = _fields_of(plan, images)
-                    state["plan"], state["first"] = plan, where
-                    state["sig"] = {n: k for n, k in plan.values()}
-                    state["w"] = Writer(target, fields, shard_size, records_per_shard, classes, metadata,
-                                        force=force, _tool="stoker.import_webdataset")
-                sig = {n: k for n, k in plan.values()}
-                if sig != state["sig"]:
-                    first = {n: e for e, (n, _) in state["plan"].items()}
-                    mine = {n: e for e, (n, _) in plan.items()}
-                    missing = [first[n] for n in sorted(first) if sig.get(n) != state["sig"][n]]
-                    extra = [mine[n] for n in sorted(mine) if state["sig"].get(n) != sig[n]]
-                    bad(where, "; ".join((["no " + ", ".join(f".{e}" for e in missing)] if missing else [])
-                                         + (["also " + ", ".join(f".{e}" for e in extra)] if extra else []))
-                        + f" (the fields are those of the first sample, {state['first']}: "
-                        + ", ".join(f".{e}" for e in sorted(state["plan"])) + ")")
-                    continue
-                i = state["index"]
-                state["index"] += 1
-                yield i, where, (key, parts, plan, images)
-
-    pool = None
-    if n:
-        from concurrent.futures import ThreadPoolExecutor
-        pool = ThreadPoolExecutor(n)
-    last_shown = 0.0
-    try:
-        import collections
-        window = collections.deque()
-        it = jobs()
-
-        def drain(limit):
-            nonlocal last_shown
-            while len(window) > limit:
-                i, where, fut = window.popleft()
-                sample, why = fut.result() if pool else fut
-                if why:
-                    if on_error == "fail":
-                        raise L.Error(L.STK_E_FORMAT, f"stoker.import_webdataset: {where}: {why}")
-                    skipped.append((i, where, why.replace("\t", " ").replace("\n", " ")))
+                    yield "bad", path, item[1]
+                elif item[0] == "bad":
+                    yield "bad", f"{path}:{item[1]}", item[2]
                 else:
-                    state["w"].write(sample)
-                if show and time.monotonic() - last_shown > 0.2:
-                    last_shown = time.monotonic()
-                    sys.stderr.write(f"\rstoker.import_webdataset: {state['w'].records:,} records, "
-                                     f"{len(skipped):,} skipped ")
-                    sys.stderr.flush()
+                    _, key, parts, err = item
+                    if err:
+                        yield "bad", f"{path}:{key}", err
+                    else:
+                        yield "sample", f"{path}:{key}", (key, parts)
 
-        for i, where, job in it:
-            window.append((i, where, pool.submit(_convert, job) if pool else _convert(job)))
-            drain(4 * max(n, 1))
-        drain(0)
-        if state["w"] is None:
-            raise L.Error(L.STK_E_FORMAT, f"stoker.import_webdataset: no sample could be imported from "
-                          f"{len(shards)} shard(s)" + (f"; the first problem: {skipped[0][1]}: {skipped[0][2]}"
-                                                       if skipped else " (they hold no members)"))
-        skipped.sort()
-        from ._pack import _write_skipped
-        w = state["w"]
-        w.close()
-        _write_skipped(target, skipped)
-    except BaseException:
-        if state["w"] is not None:
-            state["w"].abort()
-        raise
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if show:
-            sys.stderr.write("\n")
-    ext_of = {name: ext for ext, (name, _) in state["plan"].items()}
+    def start(payload, where):
+        plan = _plan(payload[1])
+        return _fields_of(plan, images), {"plan": plan, "first": where, "sig": {n: k for n, k in plan.values()}}
+
+    def prepare(payload, ctx):
+        key, parts = payload
+        plan = _plan(parts)
+        sig = {n: k for n, k in plan.values()}
+        if sig == ctx["sig"]:
+            return (key, parts, plan, images), None
+        first = {n: e for e, (n, _) in ctx["plan"].items()}
+        mine = {n: e for e, (n, _) in plan.items()}
+        missing = [first[n] for n in sorted(first) if sig.get(n) != ctx["sig"][n]]
+        extra = [mine[n] for n in sorted(mine) if ctx["sig"].get(n) != sig[n]]
+        return None, ("; ".join((["no " + ", ".join(f".{e}" for e in missing)] if missing else [])
+                                + (["also " + ", ".join(f".{e}" for e in extra)] if extra else []))
+                      + f" (the fields are those of the first sample, {ctx['first']}: "
+                      + ", ".join(f".{e}" for e in sorted(ctx["plan"])) + ")")
+
+    w, nskip, ctx = _run(who, os.fspath(out), items(), start, prepare, _convert, workers, on_error, progress,
+                         (shard_size, records_per_shard, classes, metadata, force))
+    ext_of = {name: ext for ext, (name, _) in ctx["plan"].items()}
     fields = {name: ext_of.get(name, "__key__") for name in w.fields}  # in the dataset's field order
-    return {"out": target, "shards": len(shards), "records": w.records, "skipped": len(skipped),
+    return {"out": os.fspath(out), "shards": len(shards), "records": w.records, "skipped": nskip,
             "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": fields}
 
 
