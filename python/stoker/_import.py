@@ -26,9 +26,9 @@ import time
 import zlib
 
 from . import _lib as L
-from .writer import Bytes, Ragged, Scalar, String, Writer
+from .writer import Bytes, Ragged, Scalar, String, Tensor, Writer, _np_dtype
 
-__all__ = ["import_webdataset", "braceexpand", "main"]
+__all__ = ["import_webdataset", "import_mds", "braceexpand", "main"]
 
 IMAGE_EXTS = frozenset("jpg jpeg png webp ppm pgm pbm pnm bmp gif tif tiff".split())
 INT_EXTS = frozenset("cls cls2 index inx id".split())     # WebDataset decodes these as int
@@ -333,20 +333,18 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
         skipped.append((i, where, why.replace("\t", " ").replace("\n", " ")))
 
     def jobs():
+        """(index, where, job, None) per sample to convert, (index, where, None, why) per bad one."""
         for kind, where, x in items:
             i = st["index"]
             st["index"] += 1
             if kind == "bad":
-                bad(i, where, x)
+                yield i, where, None, x
                 continue
             if st["w"] is None:
                 fields, st["ctx"] = start(x, where)
                 st["w"] = Writer(target, fields, *writer_args, _tool=who)
             job, why = prepare(x, st["ctx"])
-            if why:
-                bad(i, where, why)
-                continue
-            yield i, where, job
+            yield i, where, job, why
 
     pool = None
     if n:
@@ -366,12 +364,17 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
                     bad(i, where, why)
                 else:
                     st["w"].write(sample)
-                if show and time.monotonic() - last_shown > 0.2:
+                if show and st["w"] is not None and time.monotonic() - last_shown > 0.2:
                     last_shown = time.monotonic()
                     sys.stderr.write(f"\r{who}: {st['w'].records:,} records, {len(skipped):,} skipped ")
                     sys.stderr.flush()
 
-        for i, where, job in jobs():
+        for i, where, job, why in jobs():
+            if why:
+                if on_error == "fail":
+                    drain(0)  # the samples before it first: the error named is the input's first
+                bad(i, where, why)
+                continue
             window.append((i, where, pool.submit(convert, job) if pool else convert(job)))
             drain(4 * max(n, 1))
         drain(0)
@@ -460,18 +463,312 @@ def import_webdataset(sources, out, images="decode", workers=None, on_error="ski
             "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": fields}
 
 
+# ------------------------------------------------------------------ MosaicML Streaming (MDS)
+# The layout of mosaicml/streaming (streaming/base/format/mds): DIR/index.json lists the shards
+# ({"version": 2, "shards": [{"format": "mds", "column_names", "column_encodings", "column_sizes",
+# "samples", "raw_data": {"basename"}, "zip_data": {"basename"} or null, "compression"}]}); a shard
+# file is u32 n, u32 offsets[n + 1] (from the file's start), the shard's JSON config, the samples;
+# a sample is a u32 size for each variable-size column, then the columns' bytes, in column order.
+_MDS_SCALARS = {"int": "int64", **{t: t for t in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
+                                                  "int64", "float16", "float32", "float64")}}
+_MDS_TEXT = frozenset(["str", "str_int", "str_float", "str_decimal", "json"])
+_MDS_NDARRAY_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32", 33: "int32",
+                       34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
+
+
+def _zstd_decompress(data):
+    """A zstd frame's content through the system's libzstd (Python's zstandard is not in Debian 12)."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("zstd")
+    if not name:
+        raise ValueError("zstd compression needs libzstd (apt-get install libzstd1)")
+    z = ctypes.CDLL(name)
+    z.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
+    z.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    z.ZSTD_decompress.restype = ctypes.c_size_t
+    z.ZSTD_decompress.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    z.ZSTD_isError.argtypes = [ctypes.c_size_t]
+    z.ZSTD_getErrorName.restype = ctypes.c_char_p
+    z.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
+    size = z.ZSTD_getFrameContentSize(data, len(data))
+    if size >= (1 << 63):  # ZSTD_CONTENTSIZE_UNKNOWN / _ERROR
+        raise ValueError("not a zstd frame with its content size")
+    out = ctypes.create_string_buffer(max(size, 1))
+    got = z.ZSTD_decompress(out, size, data, len(data))
+    if z.ZSTD_isError(got):
+        raise ValueError(f"zstd: {z.ZSTD_getErrorName(got).decode()}")
+    return out.raw[:got]
+
+
+def _mds_index(src):
+    """(directory, shards) of an MDS dataset: its index.json checked, every shard in the MDS format
+    with the first's columns."""
+    src = os.fspath(src)
+    path = src if os.path.basename(src) == "index.json" else os.path.join(src, "index.json")
+    who = "stoker.import_mds"
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{who}: {path}: no such file (an MDS dataset is a directory with "
+                                "index.json)") from None
+    except ValueError as e:
+        raise ValueError(f"{who}: {path}: not JSON ({e})") from None
+    shards = index.get("shards") if isinstance(index, dict) else None
+    if not isinstance(shards, list) or not shards:
+        raise ValueError(f"{who}: {path}: no 'shards' list: not a Streaming index")
+    cols = None
+    for k, sh in enumerate(shards):
+        if not isinstance(sh, dict) or sh.get("format") != "mds":
+            raise ValueError(f"{who}: {path}: shard {k} is format {sh.get('format') if isinstance(sh, dict) else sh!r}:"
+                             " stoker imports MDS shards only (xsv/json shards: read them with Streaming)")
+        c = (sh.get("column_names"), sh.get("column_encodings"), sh.get("column_sizes"))
+        if not all(isinstance(x, list) for x in c) or not len(c[0]) == len(c[1]) == len(c[2]) or not c[0]:
+            raise ValueError(f"{who}: {path}: shard {k}: column_names, column_encodings and column_sizes are not "
+                             "lists of one length")
+        if cols is None:
+            cols = c
+        elif c != cols:
+            raise ValueError(f"{who}: {path}: shard {k} has other columns than shard 0 ({c[0]} {c[1]} against "
+                             f"{cols[0]} {cols[1]})")
+    return os.path.dirname(path), shards
+
+
+def _mds_shard(root, sh):
+    """The bytes of one shard: the raw file where it is there, else the compressed one decompressed."""
+    raw = (sh.get("raw_data") or {}).get("basename")
+    if raw and os.path.exists(os.path.join(root, raw)):
+        with open(os.path.join(root, raw), "rb") as f:
+            return os.path.join(root, raw), f.read()
+    z = (sh.get("zip_data") or {}).get("basename")
+    if not z:
+        raise FileNotFoundError(f"{os.path.join(root, raw or '?')}: no such file")
+    path = os.path.join(root, z)
+    algo = (sh.get("compression") or "").split(":")[0]
+    with open(path, "rb") as f:
+        data = f.read()
+    if algo == "zstd":
+        return path, _zstd_decompress(data)
+    if algo == "gz":
+        import gzip
+        return path, gzip.decompress(data)
+    if algo == "bz2":
+        import bz2
+        return path, bz2.decompress(data)
+    raise ValueError(f"{path}: compression {sh.get('compression')!r}: stoker reads zstd, gz and bz2 (or the "
+                     "uncompressed shard beside it)")
+
+
+def _mds_samples(root, shards):
+    """("sample", where, bytes) / ("bad", where, why) for every sample of every shard, in order."""
+    for k, sh in enumerate(shards):
+        name = (sh.get("raw_data") or {}).get("basename") or f"shard {k}"
+        try:
+            path, data = _mds_shard(root, sh)
+        except Exception as e:
+            yield "bad", os.path.join(root, name), f"the shard cannot be read: {type(e).__name__}: {e}"
+            continue
+        head = int.from_bytes(data[:4], "little") if len(data) >= 4 else -1
+        if head < 0 or 4 + 4 * (head + 1) > len(data):
+            yield "bad", path, (f"not an MDS shard: its {len(data)} bytes cannot hold the sample count and "
+                                "offsets it starts with")
+            continue
+        import numpy as np
+        off = np.frombuffer(data, "<u4", head + 1, 4).astype(np.int64)
+        if head != sh.get("samples"):
+            yield "bad", path, f"the shard holds {head} samples, index.json says {sh.get('samples')}"
+        for i in range(head):
+            a, b = int(off[i]), int(off[i + 1])
+            if not 4 + 4 * (head + 1) <= a <= b <= len(data):
+                yield "bad", f"{path}:{i}", (f"sample {i} spans bytes {a}..{b} of a {len(data)}-byte shard: "
+                                             + ("truncated" if b > len(data) else "bad offsets"))
+                continue
+            yield "sample", f"{path}:{i}", memoryview(data)[a:b]
+
+
+def _mds_columns(sample, sizes):
+    """The columns' bytes of one sample, or a ValueError saying why they do not fit."""
+    nvar = sum(s is None for s in sizes)
+    if len(sample) < 4 * nvar:
+        raise ValueError(f"{len(sample)} bytes cannot hold the sizes of its {nvar} variable columns")
+    var = iter(int.from_bytes(sample[4 * j:4 * j + 4], "little") for j in range(nvar))
+    lens = [next(var) if s is None else int(s) for s in sizes]
+    if 4 * nvar + sum(lens) != len(sample):
+        raise ValueError(f"the column sizes add up to {4 * nvar + sum(lens)} bytes, the sample holds {len(sample)}")
+    out, at = [], 4 * nvar
+    for n in lens:
+        out.append(sample[at:at + n])
+        at += n
+    return out
+
+
+def _mds_ndarray(enc, v):
+    """(array) of an MDS ndarray value under encoding 'ndarray[:dtype[:shape]]'."""
+    import numpy as np
+    args = enc.split(":")[1:]
+    dtype = args[0] if args else None
+    shape = tuple(int(d) for d in args[1].split(",")) if len(args) > 1 else None
+    v, at = bytes(v), 0
+    if dtype is None:
+        dtype = _MDS_NDARRAY_DTYPES.get(v[0])
+        if dtype is None:
+            raise ValueError(f"ndarray dtype code {v[0]} unknown")
+        at = 1
+    if shape is None:
+        byte = v[at]
+        ndim, sdt = byte >> 2, ("uint8", "uint16", "uint32", "uint64")[byte & 3]
+        w = 1 << (byte & 3)
+        shape = tuple(int(d) for d in np.frombuffer(v, "<" + np.dtype(sdt).str[1:], ndim, at + 1))
+        at += 1 + ndim * w
+    a = np.frombuffer(v, "<" + np.dtype(dtype).str[1:], offset=at)
+    return np.ascontiguousarray(a.reshape(shape).astype(dtype, copy=False))
+
+
+def _mds_pil(v):
+    import numpy as np
+    from PIL import Image
+    v = bytes(v)
+    w, h, m = (int(x) for x in np.frombuffer(v, "<u4", 3))
+    im = Image.frombytes(v[12:12 + m].decode(), (w, h), v[12 + m:])
+    return np.ascontiguousarray(np.asarray(im if im.mode == "RGB" else im.convert("RGB"), dtype=np.uint8))
+
+
+def _mds_value(enc, v, images):
+    base = enc.split(":")[0]
+    if base in _MDS_SCALARS:
+        import numpy as np
+        return np.frombuffer(v, "<" + np.dtype(_MDS_SCALARS[base]).str[1:], 1)[0].item()
+    if base in _MDS_TEXT:
+        text = bytes(v).decode("utf-8")
+        if base == "json":
+            json.loads(text)
+        return text
+    if base in ("jpeg", "png"):
+        return _decode_image(bytes(v)) if images == "decode" else bytes(v)
+    if base == "pil":
+        return _mds_pil(v)
+    if base == "ndarray":
+        return _mds_ndarray(enc, v)
+    return bytes(v)  # bytes, pkl (kept as the pickle's bytes: never unpickled)
+
+
+def _mds_field(name, enc, first, images):
+    """The stoker field of MDS column `name` (`first`: its value in the first sample)."""
+    base = enc.split(":")[0]
+    if base in _MDS_SCALARS:
+        return Scalar(_MDS_SCALARS[base])
+    if base in _MDS_TEXT:
+        return String()
+    if base in ("jpeg", "png"):
+        return Ragged("uint8", (None, None, 3)) if images == "decode" else Bytes()
+    if base == "pil":
+        return Ragged("uint8", (None, None, 3))
+    if base == "ndarray":
+        args = enc.split(":")[1:]
+        if len(args) > 1:
+            return Tensor(first.dtype.name, first.shape)
+        return Ragged(first.dtype.name, (None,) * first.ndim)
+    if base in ("bytes", "pkl"):
+        return Bytes()
+    raise ValueError(f"stoker.import_mds: column {name!r}: encoding {enc!r} unknown")
+
+
+def import_mds(src, out, images="decode", workers=None, on_error="skip", shard_size=1 << 30, records_per_shard=0,
+               classes=None, metadata=None, force=False, progress=None):
+    """Write the samples of a MosaicML Streaming (MDS) dataset into a stoker dataset at `out`, in the
+    index's order. `src`: the local directory holding index.json (or that file); shards compressed
+    with zstd, gz or bz2 are decompressed in memory where the raw shard is not there.
+
+    One field per column, under the column's name: int and int8..float64 scalars, str / json (and
+    str_int, str_float, str_decimal, as their text) as String, jpeg / png images decoded to RGB
+    pixels u8[H, W, 3] (images="bytes": the encoded bytes), pil as pixels, ndarray as a Tensor (a
+    fixed shape) or a Ragged field (the dtype and rank of the first sample), bytes and pkl as Bytes
+    (a pickle is kept as its bytes, never unpickled). A sample that does not decode, or whose array
+    has another dtype or rank than the first's, is listed in OUT/skipped.tsv (input: shard file and
+    sample number); other arguments as import_webdataset. Returns a summary dict."""
+    who = "stoker.import_mds"
+    if images not in ("decode", "bytes"):
+        raise ValueError(f"{who}: images={images!r}: 'decode' or 'bytes'")
+    t0 = time.monotonic()
+    root, shards = _mds_index(src)
+    names, encs, sizes = shards[0]["column_names"], shards[0]["column_encodings"], shards[0]["column_sizes"]
+    for n in names:
+        if not isinstance(n, str) or not _NAME.match(n):
+            raise ValueError(f"{who}: column {n!r} makes no stoker field name (1..31 of A-Z a-z 0-9 _ . -)")
+
+    def convert(sample):
+        try:
+            vals = _mds_columns(sample, sizes)
+        except ValueError as e:
+            return None, str(e)
+        out = {}
+        for name, enc, v in zip(names, encs, vals):
+            try:
+                out[name] = _mds_value(enc, v, images)
+            except Exception as e:
+                return None, f"column {name!r} ({enc}): {type(e).__name__}: {e}"[:500]
+        return out, None
+
+    def start(sample, where):
+        first, why = convert(sample)
+        if why:
+            raise L.Error(L.STK_E_FORMAT, f"{who}: {where}: the first sample does not decode: {why}")
+        return {n: _mds_field(n, e, first[n], images) for n, e in zip(names, encs)}, None
+
+    arrays = [n for n, e in zip(names, encs) if e.split(":")[0] == "ndarray"]
+    fields = {}
+
+    def convert_checked(sample):
+        """convert(), and an ndarray of another dtype or rank than the first sample's refused here,
+        with the column named (the writer would refuse it with less to say)."""
+        s, why = convert(sample)
+        for name in arrays if s is not None else ():
+            a, f = s[name], fields[name]
+            want = _np_dtype(f.dtype)
+            fixed = f.kind == L.STK_KIND_TENSOR
+            if a.dtype != want or a.ndim != len(f.shape) or (fixed and a.shape != f.shape):
+                shape = list(f.shape) if fixed else ["*"] * len(f.shape)
+                return None, (f"column {name!r}: {a.dtype.name}{list(a.shape)}, not the first sample's "
+                              f"{want.name}{shape}")
+        return s, why
+
+    def start_keep(sample, where):
+        f, ctx = start(sample, where)
+        fields.update(f)
+        return f, ctx
+
+    w, nskip, _ = _run(who, os.fspath(out), _mds_samples(root, shards), start_keep, lambda x, ctx: (x, None),
+                       convert_checked, workers, on_error, progress,
+                       (shard_size, records_per_shard, classes, metadata, force))
+    return {"out": os.fspath(out), "shards": len(shards), "records": w.records, "skipped": nskip,
+            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, encs))}
+
+
 # ------------------------------------------------------------------ the command
-def main(argv=None):
+def main(argv=None, fmt="wds"):
+    """The commands: python3 -m stoker.import_wds SRC... OUT, python3 -m stoker.import_mds DIR OUT."""
     import argparse
-    ap = argparse.ArgumentParser(
-        prog="python3 -m stoker.import_wds",
-        description="Import WebDataset tar shards (local .tar/.tar.gz; brace patterns such as "
-                    "'train-{000000..000099}.tar', globs, directories) into a stoker dataset in OUT. Fields: "
-                    "key (__key__), image (decoded RGB, or the file's bytes with --images bytes), label (.cls), "
-                    "and one per other extension (json/txt as text, the rest bytes).",
-        epilog="Exit status: 0 all imported, 1 error (nothing written), 2 usage, 3 imported with some samples "
-               "skipped (listed in OUT/skipped.tsv).")
-    ap.add_argument("src", nargs="+", metavar="SRC", help="shard files, brace patterns, globs or directories")
+    prog = f"import_{fmt}"
+    if fmt == "wds":
+        ap = argparse.ArgumentParser(
+            prog="python3 -m stoker.import_wds",
+            description="Import WebDataset tar shards (local .tar/.tar.gz; brace patterns such as "
+                        "'train-{000000..000099}.tar', globs, directories) into a stoker dataset in OUT. Fields: "
+                        "key (__key__), image (decoded RGB, or the file's bytes with --images bytes), label (.cls), "
+                        "and one per other extension (json/txt as text, the rest bytes).",
+            epilog="Exit status: 0 all imported, 1 error (nothing written), 2 usage, 3 imported with some samples "
+                   "skipped (listed in OUT/skipped.tsv).")
+        ap.add_argument("src", nargs="+", metavar="SRC", help="shard files, brace patterns, globs or directories")
+    else:
+        ap = argparse.ArgumentParser(
+            prog="python3 -m stoker.import_mds",
+            description="Import a MosaicML Streaming (MDS) dataset (a local directory with index.json; shards raw, "
+                        "or compressed with zstd, gz or bz2) into a stoker dataset in OUT: one field per column "
+                        "(jpeg/png/pil images decoded to RGB, or kept as bytes with --images bytes).",
+            epilog="Exit status: 0 all imported, 1 error (nothing written), 2 usage, 3 imported with some samples "
+                   "skipped (listed in OUT/skipped.tsv).")
+        ap.add_argument("src", metavar="DIR", help="the MDS dataset's directory (with index.json)")
     ap.add_argument("out", metavar="OUT", help="the dataset directory to write")
     ap.add_argument("--images", choices=("decode", "bytes"), default="decode",
                     help="decode (default): RGB pixels at each image's size; bytes: the files as they are")
@@ -484,18 +781,18 @@ def main(argv=None):
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress line or summary")
     a = ap.parse_args(argv)
     try:
-        s = import_webdataset(a.src, a.out, images=a.images, workers=a.threads, on_error=a.on_error,
-                              shard_size=a.shard_size, records_per_shard=a.records_per_shard, force=a.force,
-                              progress=False if a.quiet else None)
+        run = import_webdataset if fmt == "wds" else import_mds
+        s = run(a.src, a.out, images=a.images, workers=a.threads, on_error=a.on_error, shard_size=a.shard_size,
+                records_per_shard=a.records_per_shard, force=a.force, progress=False if a.quiet else None)
     except (L.Error, OSError, ValueError) as e:
-        print(f"import_wds: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 1
     if not a.quiet:
-        print(f"import_wds: {s['shards']} shard{'s' if s['shards'] != 1 else ''} -> {s['out']}: "
-              f"{s['records']:,} records, {s['skipped']:,} skipped, {s['seconds']:.1f} s; fields "
-              + ", ".join(f"{k} ({e if k == 'key' else '.' + e})" for k, e in s["fields"].items()))
+        desc = (f"{k} ({e if k == 'key' or fmt != 'wds' else '.' + e})" for k, e in s["fields"].items())
+        print(f"{prog}: {s['shards']} shard{'s' if s['shards'] != 1 else ''} -> {s['out']}: "
+              f"{s['records']:,} records, {s['skipped']:,} skipped, {s['seconds']:.1f} s; fields " + ", ".join(desc))
     if s["skipped"]:
-        print(f"import_wds: {s['skipped']} not imported (samples, or a broken shard from its bad member on): "
+        print(f"{prog}: {s['skipped']} not imported (samples, or a broken shard from its bad member on): "
               f"see {os.path.join(s['out'], 'skipped.tsv')}", file=sys.stderr)
         return 3
     return 0
