@@ -28,7 +28,7 @@ import zlib
 from . import _lib as L
 from .writer import Bytes, Ragged, Scalar, String, Tensor, Writer, _np_dtype
 
-__all__ = ["import_webdataset", "import_mds", "braceexpand", "main"]
+__all__ = ["import_webdataset", "import_mds", "import_litdata", "braceexpand", "main"]
 
 IMAGE_EXTS = frozenset("jpg jpeg png webp ppm pgm pbm pnm bmp gif tif tiff".split())
 INT_EXTS = frozenset("cls cls2 index inx id".split())     # WebDataset decodes these as int
@@ -728,9 +728,9 @@ def import_mds(src, out, images="decode", workers=None, on_error="skip", shard_s
             want = _np_dtype(f.dtype)
             fixed = f.kind == L.STK_KIND_TENSOR
             if a.dtype != want or a.ndim != len(f.shape) or (fixed and a.shape != f.shape):
-                shape = list(f.shape) if fixed else ["*"] * len(f.shape)
+                shape = ", ".join(str(d) for d in f.shape) if fixed else ", ".join("*" * len(f.shape))
                 return None, (f"column {name!r}: {a.dtype.name}{list(a.shape)}, not the first sample's "
-                              f"{want.name}{shape}")
+                              f"{want.name}[{shape}]")
         return s, why
 
     def start_keep(sample, where):
@@ -745,9 +745,213 @@ def import_mds(src, out, images="decode", workers=None, on_error="skip", shard_s
             "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, encs))}
 
 
+# ------------------------------------------------------------------ LitData chunks
+# The layout of Lightning-AI/litdata (src/litdata/streaming/writer.py): DIR/index.json holds
+# {"chunks": [{"filename": "chunk-R-N.bin", "chunk_size": samples, ...}], "config": {"data_format":
+# [a serializer name per leaf], "data_spec": torch pytree spec (treespec_dumps), "compression"}};
+# a chunk file is u32 n, u32 offsets[n + 1] (from the file's start), the items; an item is a u32 size
+# per leaf, then the leaves' bytes (an item that is one 1-D torch tensor: its bytes alone, no sizes).
+_LD_NUMPY = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+             "float64"]                                   # litdata.constants._NUMPY_DTYPES_MAPPING 0..10
+_LD_TORCH = {0: "float32", 1: "float32", 2: "float64", 3: "float64", 8: "float16", 9: "float16", 11: "uint8",
+             12: "int8", 13: "int16", 14: "int16", 15: "int32", 16: "int32", 17: "int64", 18: "int64",
+             19: "bool"}                                  # litdata.constants._TORCH_DTYPES_MAPPING
+
+
+def _ld_names(spec, n):
+    """The field names of the n leaves of a LitData item: dict keys (nested: joined by '.'), tuple
+    and list positions; a lone leaf is 'data'."""
+    try:
+        node = json.loads(spec)
+        node = node[1] if isinstance(node, list) else node
+    except (TypeError, ValueError):
+        node = None
+
+    def walk(x, prefix):
+        kids = x.get("children_spec") or []
+        if not kids:
+            return [prefix or "data"]
+        ctx = json.loads(x["context"]) if x.get("type") == "builtins.dict" else list(range(len(kids)))
+        out = []
+        for k, c in zip(ctx, kids):
+            out += walk(c, f"{prefix}.{k}" if prefix else str(k))
+        return out
+
+    try:
+        names = walk(node, "") if isinstance(node, dict) else None
+    except (KeyError, TypeError, ValueError):
+        names = None
+    if not names or len(names) != n:
+        names = [str(i) for i in range(n)] if n > 1 else ["data"]
+    return names
+
+
+def _ld_array(fmt, v):
+    import numpy as np
+    base = fmt.split(":")[0]
+    v = bytes(v)
+    if base.startswith("no_header_"):
+        idx = int(fmt.split(":")[1])
+        dt = _LD_NUMPY[idx] if base == "no_header_numpy" else _LD_TORCH[idx]
+        return np.frombuffer(v, "<" + np.dtype(dt).str[1:]).astype(dt if dt != "bool" else "uint8")
+    idx, ndim = (int(x) for x in np.frombuffer(v, "<u4", 2))
+    dt = _LD_NUMPY[idx] if base == "numpy" else _LD_TORCH[idx]
+    shape = tuple(int(d) for d in np.frombuffer(v, "<u4", ndim, 8))
+    a = np.frombuffer(v, "<" + np.dtype(dt).str[1:], offset=8 + 4 * ndim).reshape(shape)
+    return np.ascontiguousarray(a.astype("uint8") if dt == "bool" else a)
+
+
+def _ld_value(fmt, v, images):
+    import numpy as np
+    base = fmt.split(":")[0]
+    if base == "int":
+        return int(np.frombuffer(v, "<i8", 1)[0])
+    if base == "float":
+        return float(np.frombuffer(v, "<f8", 1)[0])
+    if base == "bool":
+        return int(bytes(v)[0] != 0)
+    if base == "str":
+        return bytes(v).decode("utf-8")
+    if base == "jpeg":
+        return _decode_image(bytes(v)) if images == "decode" else bytes(v)
+    if base == "pil":
+        return _mds_pil(v)  # the same layout: u32 width, height, mode length, mode, raw pixels
+    if base in ("numpy", "tensor", "no_header_numpy", "no_header_tensor"):
+        return _ld_array(fmt, v)
+    return bytes(v)  # bytes, pickle (never unpickled), file:EXT, video:EXT, tiff
+
+
+def _ld_field(fmt, first, images):
+    base = fmt.split(":")[0]
+    if base == "int":
+        return Scalar("int64")
+    if base == "float":
+        return Scalar("float64")
+    if base == "bool":
+        return Scalar("uint8")
+    if base == "str":
+        return String()
+    if base == "jpeg":
+        return Ragged("uint8", (None, None, 3)) if images == "decode" else Bytes()
+    if base == "pil":
+        return Ragged("uint8", (None, None, 3))
+    if base in ("numpy", "tensor", "no_header_numpy", "no_header_tensor"):
+        return Ragged(first.dtype.name, (None,) * first.ndim)
+    return Bytes()
+
+
+def import_litdata(src, out, images="decode", workers=None, on_error="skip", shard_size=1 << 30,
+                   records_per_shard=0, classes=None, metadata=None, force=False, progress=None):
+    """Write the items of a LitData optimized dataset (a local directory with index.json and its
+    chunk-*.bin files, raw or zstd-compressed) into a stoker dataset at `out`, in the index's order.
+
+    One field per leaf of the item's pytree, named by its dict key (nested keys joined by '.', tuple
+    positions as numbers, a lone leaf 'data'): int (int64), float (float64), bool (uint8), str as
+    String, jpeg decoded to RGB pixels (images="bytes": the JPEG's bytes), pil as pixels, numpy and
+    tensor arrays as variable-shape fields of the first item's dtype and rank, bytes, pickle (never
+    unpickled), file and video leaves as Bytes. Items that do not decode, or whose arrays have another
+    dtype or rank than the first's, are listed in OUT/skipped.tsv; other arguments as
+    import_webdataset. Returns a summary dict."""
+    who = "stoker.import_litdata"
+    if images not in ("decode", "bytes"):
+        raise ValueError(f"{who}: images={images!r}: 'decode' or 'bytes'")
+    t0 = time.monotonic()
+    src = os.fspath(src)
+    path = src if os.path.basename(src) == "index.json" else os.path.join(src, "index.json")
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{who}: {path}: no such file (a LitData dataset is a directory with "
+                                "index.json)") from None
+    except ValueError as e:
+        raise ValueError(f"{who}: {path}: not JSON ({e})") from None
+    cfg = index.get("config") if isinstance(index, dict) else None
+    chunks = index.get("chunks") if isinstance(index, dict) else None
+    if not isinstance(cfg, dict) or not isinstance(chunks, list) or not chunks:
+        raise ValueError(f"{who}: {path}: no 'config' and 'chunks': not a LitData index")
+    fmts = cfg.get("data_format")
+    if not isinstance(fmts, list) or not fmts or not all(isinstance(x, str) for x in fmts):
+        raise ValueError(f"{who}: {path}: config.data_format is {fmts!r:.80}, not a list of serializer names")
+    if cfg.get("encryption"):
+        raise ValueError(f"{who}: {path}: the chunks are encrypted; decrypt them with LitData first")
+    comp = (cfg.get("compression") or "").split(":")[0]
+    if comp not in ("", "zstd"):
+        raise ValueError(f"{who}: {path}: compression {cfg.get('compression')!r}: stoker reads zstd")
+    names = _ld_names(cfg.get("data_spec"), len(fmts))
+    for n in names:
+        if not _NAME.match(n):
+            raise ValueError(f"{who}: leaf {n!r} makes no stoker field name (1..31 of A-Z a-z 0-9 _ . -)")
+    lone = len(fmts) == 1 and fmts[0].startswith("no_header_tensor")  # a lone 1-D tensor: stored without sizes
+    root = os.path.dirname(path)
+
+    def items():
+        for k, ch in enumerate(chunks):
+            name = ch.get("filename") if isinstance(ch, dict) else None
+            where = os.path.join(root, name or f"chunk {k}")
+            try:
+                with open(where, "rb") as f:
+                    data = f.read()
+                if comp == "zstd":
+                    data = _zstd_decompress(data)
+            except Exception as e:
+                yield "bad", where, f"the chunk cannot be read: {type(e).__name__}: {e}"
+                continue
+            n = int.from_bytes(data[:4], "little") if len(data) >= 4 else -1
+            if n < 0 or 4 + 4 * (n + 1) > len(data):
+                yield "bad", where, (f"not a LitData chunk: its {len(data)} bytes cannot hold the item count and "
+                                     "offsets it starts with")
+                continue
+            import numpy as np
+            off = np.frombuffer(data, "<u4", n + 1, 4).astype(np.int64)
+            if ch.get("chunk_size") not in (None, n):
+                yield "bad", where, f"the chunk holds {n} items, index.json says {ch.get('chunk_size')}"
+            for i in range(n):
+                a, b = int(off[i]), int(off[i + 1])
+                if not 4 + 4 * (n + 1) <= a <= b <= len(data):
+                    yield "bad", f"{where}:{i}", (f"item {i} spans bytes {a}..{b} of a {len(data)}-byte chunk: "
+                                                  + ("truncated" if b > len(data) else "bad offsets"))
+                    continue
+                yield "sample", f"{where}:{i}", memoryview(data)[a:b]
+
+    fields = {}
+
+    def convert(item):
+        try:
+            vals = [item] if lone else _mds_columns(item, [None] * len(fmts))
+        except ValueError as e:
+            return None, str(e).replace("variable columns", "leaves").replace("column sizes", "leaf sizes")
+        out = {}
+        for name, fmt, v in zip(names, fmts, vals):
+            try:
+                out[name] = _ld_value(fmt, v, images)
+            except Exception as e:
+                return None, f"leaf {name!r} ({fmt}): {type(e).__name__}: {e}"[:500]
+            f = fields.get(name)
+            a = out[name]
+            if f is not None and f.kind == L.STK_KIND_ARRAY and (a.dtype != _np_dtype(f.dtype) or
+                                                                 a.ndim != len(f.shape)):
+                return None, (f"leaf {name!r}: {a.dtype.name}{list(a.shape)}, not the first item's "
+                              f"{_np_dtype(f.dtype).name}[{', '.join('*' * len(f.shape))}]")
+        return out, None
+
+    def start(item, where):
+        first, why = convert(item)
+        if why:
+            raise L.Error(L.STK_E_FORMAT, f"{who}: {where}: the first item does not decode: {why}")
+        fields.update({n: _ld_field(f, first[n], images) for n, f in zip(names, fmts)})
+        return dict(fields), None
+
+    w, nskip, _ = _run(who, os.fspath(out), items(), start, lambda x, ctx: (x, None), convert, workers, on_error,
+                       progress, (shard_size, records_per_shard, classes, metadata, force))
+    return {"out": os.fspath(out), "shards": len(chunks), "records": w.records, "skipped": nskip,
+            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, fmts))}
+
+
 # ------------------------------------------------------------------ the command
 def main(argv=None, fmt="wds"):
-    """The commands: python3 -m stoker.import_wds SRC... OUT, python3 -m stoker.import_mds DIR OUT."""
+    """The commands: python3 -m stoker.import_wds SRC... OUT, python3 -m stoker.import_mds DIR OUT,
+    python3 -m stoker.import_litdata DIR OUT."""
     import argparse
     prog = f"import_{fmt}"
     if fmt == "wds":
@@ -760,6 +964,15 @@ def main(argv=None, fmt="wds"):
             epilog="Exit status: 0 all imported, 1 error (nothing written), 2 usage, 3 imported with some samples "
                    "skipped (listed in OUT/skipped.tsv).")
         ap.add_argument("src", nargs="+", metavar="SRC", help="shard files, brace patterns, globs or directories")
+    elif fmt == "litdata":
+        ap = argparse.ArgumentParser(
+            prog="python3 -m stoker.import_litdata",
+            description="Import a LitData optimized dataset (a local directory with index.json and chunk-*.bin, raw "
+                        "or zstd) into a stoker dataset in OUT: one field per leaf of the items (jpeg/pil images "
+                        "decoded to RGB, or kept as bytes with --images bytes).",
+            epilog="Exit status: 0 all imported, 1 error (nothing written), 2 usage, 3 imported with some items "
+                   "skipped (listed in OUT/skipped.tsv).")
+        ap.add_argument("src", metavar="DIR", help="the LitData dataset's directory (with index.json)")
     else:
         ap = argparse.ArgumentParser(
             prog="python3 -m stoker.import_mds",
@@ -781,7 +994,7 @@ def main(argv=None, fmt="wds"):
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress line or summary")
     a = ap.parse_args(argv)
     try:
-        run = import_webdataset if fmt == "wds" else import_mds
+        run = {"wds": import_webdataset, "mds": import_mds, "litdata": import_litdata}[fmt]
         s = run(a.src, a.out, images=a.images, workers=a.threads, on_error=a.on_error, shard_size=a.shard_size,
                 records_per_shard=a.records_per_shard, force=a.force, progress=False if a.quiet else None)
     except (L.Error, OSError, ValueError) as e:
