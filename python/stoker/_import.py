@@ -21,7 +21,6 @@ import json
 import os
 import re
 import sys
-import tarfile
 import time
 import zlib
 
@@ -161,48 +160,156 @@ class _BrokenTar(Exception):
     pass
 
 
-class _Info(tarfile.TarInfo):
-    """tarfile's member header, except that a header block that is neither a header nor the zero
-    block of the archive's end is an error: tarfile alone ends the archive there in silence, which
-    would drop every member after it."""
+_REG, _DIR, _PAX, _PAX_GLOBAL, _GNU_NAME, _GNU_LINK = b"07\0", b"5", b"x", b"g", b"L", b"K"
 
-    @classmethod
-    def frombuf(cls, buf, encoding, errors):
-        if 0 < len(buf) < tarfile.BLOCKSIZE:
-            raise _BrokenTar(f"the tar ends inside a member header ({len(buf)} of {tarfile.BLOCKSIZE} bytes)")
+
+def _open_stream(raw):
+    """The tar stream of an opened shard file: gzip, bzip2 and xz told by their magic bytes."""
+    head = raw.peek(6)[:6] if hasattr(raw, "peek") else b""
+    if head[:2] == b"\x1f\x8b":
+        import gzip
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if head[:3] == b"BZh":
+        import bz2
+        return bz2.BZ2File(raw)
+    if head[:6] == b"\xfd7zXZ\x00":
+        import lzma
+        return lzma.LZMAFile(raw)
+    return raw
+
+
+def _octal(field, what):
+    if field[:1] and field[0] & 0x80:  # GNU base-256, for sizes of 8 GiB and more
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text or b"0", 8)
+    except ValueError:
+        raise _BrokenTar(f"not a tar member header ({what} {bytes(field)!r:.40} is not an octal number)") from None
+
+
+def _tar_entries(f):
+    """(offset, name, typeflag, data) of each member of the tar stream `f`, in order: the POSIX
+    ustar/pax and GNU layouts (long names through pax 'path' and GNU 'L' members); data is None for
+    members that are not regular files. A header block that is neither a header nor the archive's end
+    (a bad checksum), or a stream that ends inside a header or a member's data, raises _BrokenTar:
+    nothing after it can be trusted. Reads the stream once, front to back (no seeks)."""
+    pos, name_next, size_next = 0, None, None
+    while True:
         try:
-            return super().frombuf(buf, encoding, errors)
-        except tarfile.EOFHeaderError:
+            item, pos, name_next, size_next = _tar_entry(f, pos, name_next, size_next)
+        except _BrokenTar as e:
+            e.offset = getattr(e, "offset", pos)
             raise
-        except tarfile.HeaderError as e:
-            if len(buf) == 0:
-                raise
-            raise _BrokenTar(f"not a tar member header ({e})") from None
+        except (EOFError, zlib.error, OSError, ValueError) as e:  # the compressed stream (gzip, bz2, xz)
+            b = _BrokenTar(f"{type(e).__name__}: {e}")
+            b.offset = pos
+            raise b from None
+        if item is False:
+            return
+        if item is not None:
+            yield item
+
+
+def _tar_entry(f, pos, name_next, size_next):
+    """One header (and its data) of _tar_entries: (item or None for a metadata member or False at the
+    end, the position after it, the name and size a pax or GNU member gave the next one)."""
+    buf = f.read(512)
+    if not buf or buf.count(0) == 512:
+        return False, pos, None, None  # the archive's end (its zero blocks, or none at all)
+    if len(buf) < 512:
+        raise _BrokenTar(f"the tar ends inside a member header ({len(buf)} of 512 bytes)")
+    chk = _octal(buf[148:156], "checksum")
+    unsigned = sum(buf) - sum(buf[148:156]) + 8 * 32
+    if chk != unsigned:  # some old tars summed signed chars
+        high = sum(1 for b in buf if b >= 128) - sum(1 for b in buf[148:156] if b >= 128)
+        if chk != unsigned - 256 * high:
+            raise _BrokenTar("not a tar member header (its checksum does not match)")
+    typ = buf[156:157]
+    size = _octal(buf[124:136], "size")
+    name = buf[0:100].split(b"\0", 1)[0]
+    if buf[257:262] == b"ustar":
+        prefix = buf[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    if size_next is not None:
+        size = size_next
+    if name_next is not None:
+        name = name_next
+    start = pos
+    pos += 512
+    meta = typ in (_PAX, _PAX_GLOBAL, _GNU_NAME, _GNU_LINK)
+    reg = typ in _REG and not name.endswith(b"/")
+    data = None
+    if reg or meta:
+        data = f.read(size)
+        if len(data) < size:
+            raise _EndOfData(start, name, len(data), size)
+    else:
+        left = size if typ not in (b"1", b"2", b"3", b"4", b"5", b"6") else 0
+        while left:
+            got = len(f.read(min(left, 1 << 20)))
+            if not got:
+                raise _EndOfData(start, name, size - left, size)
+            left -= got
+    pos += size
+    pad = -size % 512
+    pos += len(f.read(pad)) if pad else 0
+    if typ == _PAX:
+        return (None, pos) + _pax(data, name_next, size_next)
+    if typ == _GNU_NAME:
+        return None, pos, data.split(b"\0", 1)[0], size_next
+    if meta:
+        return None, pos, name_next, size_next  # a global pax header, a GNU long link name
+    return (start, name.decode("utf-8", "surrogateescape"), typ, data if reg else None), pos, None, None
+
+
+class _EndOfData(_BrokenTar):
+    def __init__(self, offset, name, got, size):
+        super().__init__(f"the tar ends inside the data of {name.decode('utf-8', 'replace')!r} ({got} of {size} "
+                         "bytes)")
+        self.offset, self.name = offset, name.decode("utf-8", "surrogateescape")
+
+
+def _pax(data, name, size):
+    """The path and size a pax extended header gives the member after it."""
+    at = 0
+    while at < len(data):
+        sp = data.find(b" ", at)
+        if sp < 0:
+            break
+        try:
+            n = int(data[at:sp])
+        except ValueError:
+            raise _BrokenTar(f"a pax header record at {at} has no length") from None
+        rec = data[sp + 1:at + n - 1]
+        key, _, value = rec.partition(b"=")
+        if key == b"path":
+            name = value
+        elif key == b"size":
+            size = int(value)
+        at += n
+    return name, size
 
 
 def _members(path):
-    """(kind, ...) items of one shard, in order: ("sample", key, {ext: bytes}, error or None) and
-    ("broken", what) for a tar that breaks off."""
-    count, last, key, parts, err, offset, name = 0, None, None, {}, None, 0, None
+    """(kind, ...) items of one shard, in order: ("sample", key, {ext: bytes}, error or None),
+    ("bad", name, why) for a member that belongs to no sample, and ("broken", what) for a tar that
+    breaks off (then nothing after it in the shard)."""
+    count, last, key, parts, err = 0, None, None, {}, None
     try:
-        with open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*", tarinfo=_Info) as tf:
-            while True:
-                offset, name = tf.offset, None    # where member count + 1's header starts
-                m = tf.next()
-                if m is None:
-                    break
+        with open(path, "rb", buffering=4 << 20) as raw:  # members are small: read the file in big pieces
+            for _, name, typ, data in _tar_entries(_open_stream(raw)):
                 count += 1
-                name = m.name
-                if m.isdir() or _META.search(m.name):
+                if typ == _DIR or name.endswith("/") or _META.search(name):
                     continue
-                if not m.isreg():
-                    yield ("bad", m.name, f"member {count} ({m.name!r}) is a link or device, not a file")
+                if data is None:
+                    yield ("bad", name, f"member {count} ({name!r}) is a link or device, not a file")
                     continue
-                data = tf.extractfile(m).read()
-                last, name = m.name, None
-                k = _KEY.match(m.name)
+                last = name
+                k = _KEY.match(name)
                 if not k:
-                    yield ("bad", m.name, f"member {count} ({m.name!r}) has no extension: it belongs to no "
+                    yield ("bad", name, f"member {count} ({name!r}) has no extension: it belongs to no "
                            "sample (WebDataset skips it)")
                     continue
                 mk, ext = k.group(1), k.group(2).lower()
@@ -211,13 +318,13 @@ def _members(path):
                         yield ("sample", key, parts, err)
                     key, parts, err = mk, {}, None
                 if ext in parts:
-                    err = err or f"extension {ext!r} twice in one sample (member {count}, {m.name!r})"
+                    err = err or f"extension {ext!r} twice in one sample (member {count}, {name!r})"
                 parts[ext] = data
-    except (_BrokenTar, tarfile.TarError, EOFError, zlib.error, OSError) as e:
-        no = count if name is not None else count + 1   # a member's data, or the next header
-        where = (f"member {no}" + (f" ({name!r}, its data)" if name is not None else "")
-                 + f", at byte {offset} of the tar" + (f", after {last!r}" if last else ""))
-        why = f"{type(e).__name__}: {e}" if not isinstance(e, _BrokenTar) else str(e)
+    except (_BrokenTar, OSError) as e:  # OSError: the shard file itself (opened, read)
+        no = count + 1
+        where = (f"member {no}" + (f" ({e.name!r}, its data)" if isinstance(e, _EndOfData) else "")
+                 + f", at byte {getattr(e, 'offset', 0)} of the tar" + (f", after {last!r}" if last else ""))
+        why = str(e) if isinstance(e, _BrokenTar) else f"{type(e).__name__}: {e}"
         yield ("broken", f"the tar breaks at {where}: {why}; nothing after it in this shard was read "
                f"({no - 1} members before it)")
         if key is not None:

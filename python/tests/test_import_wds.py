@@ -274,3 +274,28 @@ def test_a_png_among_jpegs_is_the_same_image_field(tmp_path):
             assert np.array_equal(png, image(2))
         else:
             assert png == smp["train/000002"]["a.png"]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+def test_long_names_directories_links_and_compressions(tmp_path, fmt):
+    """Names past the 100 bytes of a header (pax 'path', GNU 'L', ustar's prefix), non-ASCII names,
+    directory members (skipped, as WebDataset does), a symlink (listed), xz and bzip2 streams."""
+    deep = "d" * 60 + "/" + "e" * 60 if fmt == tarfile.USTAR_FORMAT else "d" * 80 + "/" + "\u00e9t\u00e9" * 30
+    keys = [f"{deep}/k{i}" for i in range(3)]
+    for mode, name in (("w", "s.tar"), ("w:xz", "s.tar.xz"), ("w:bz2", "s.tar.bz2")):
+        path = tmp_path / name
+        with tarfile.open(path, mode, format=fmt) as tf:
+            d = tarfile.TarInfo(deep)
+            d.type = tarfile.DIRTYPE
+            tf.addfile(d)
+            for i, k in enumerate(keys):
+                add(tf, f"{k}.cls", b"%d" % i)
+                add(tf, f"{k}.txt", f"t{i}".encode())
+            ln = tarfile.TarInfo(f"{deep}/link.cls")
+            ln.type, ln.linkname = tarfile.SYMTYPE, "k0.cls"
+            tf.addfile(ln)
+        s = stoker.import_webdataset(path, tmp_path / f"out-{name}", workers=0)
+        assert (s["records"], s["skipped"]) == (3, 1)
+        rows, _ = read_all(tmp_path / f"out-{name}")
+        assert [(r["key"], r["label"], r["txt"]) for r in rows] == [(k, i, f"t{i}") for i, k in enumerate(keys)]
+        assert "link or device" in skipped_rows(tmp_path / f"out-{name}")[0][2]
