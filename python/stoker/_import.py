@@ -421,11 +421,19 @@ def _convert(job):
 
 
 # ------------------------------------------------------------------ the import
+_BATCH = 16  # samples per task handed to a worker
+
+
+def _convert_batch(convert, jobs):
+    return [convert(j) for j in jobs]
+
+
 def _run(who, target, items, start, prepare, convert, workers, on_error, progress, writer_args):
     """The import loop shared by the formats. `items` yields ("bad", where, why) and ("sample",
     where, payload) in order; start(payload, where) -> (fields, ctx) for the first sample (the
     dataset's fields); prepare(payload, ctx) -> (job, None) or (None, why), on this thread;
-    convert(job) -> (sample dict, None) or (None, why), on `workers` threads (image decode).
+    convert(job) -> (sample dict, None) or (None, why), on `workers` threads (image decode: PIL
+    releases the GIL), in batches of _BATCH.
     Samples are written in order; the bad ones are listed in OUT/skipped.tsv (or raise with
     on_error="fail"). Returns (writer closed, skipped count, ctx)."""
     if on_error not in ("skip", "fail"):
@@ -460,30 +468,43 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
     last_shown = 0.0
     try:
         import collections
-        window = collections.deque()
+        window = collections.deque()  # (the batch's [(index, where)], its future or its results)
+        batch, metas = [], []
 
         def drain(limit):
             nonlocal last_shown
             while len(window) > limit:
-                i, where, fut = window.popleft()
-                sample, why = fut.result() if pool else fut
-                if why:
-                    bad(i, where, why)
-                else:
-                    st["w"].write(sample)
+                ms, fut = window.popleft()
+                for (i, where), (sample, why) in zip(ms, fut.result() if pool else fut):
+                    if why:
+                        bad(i, where, why)
+                    else:
+                        st["w"].write(sample)
                 if show and st["w"] is not None and time.monotonic() - last_shown > 0.2:
                     last_shown = time.monotonic()
                     sys.stderr.write(f"\r{who}: {st['w'].records:,} records, {len(skipped):,} skipped ")
                     sys.stderr.flush()
 
+        def flush():
+            if batch:
+                window.append((list(metas), pool.submit(_convert_batch, convert, list(batch)) if pool
+                               else _convert_batch(convert, batch)))
+                batch.clear()
+                metas.clear()
+
         for i, where, job, why in jobs():
             if why:
                 if on_error == "fail":
+                    flush()
                     drain(0)  # the samples before it first: the error named is the input's first
                 bad(i, where, why)
                 continue
-            window.append((i, where, pool.submit(convert, job) if pool else convert(job)))
-            drain(4 * max(n, 1))
+            batch.append(job)
+            metas.append((i, where))
+            if len(batch) >= _BATCH:
+                flush()
+                drain(4 * max(n, 1))
+        flush()
         drain(0)
         if st["w"] is None:
             raise L.Error(L.STK_E_FORMAT, f"{who}: no sample could be imported" + (
