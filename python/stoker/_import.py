@@ -25,7 +25,7 @@ import time
 import zlib
 
 from . import _lib as L
-from .writer import Bytes, Ragged, Scalar, String, Tensor, Writer, _np_dtype
+from .writer import Bytes, Ragged, Scalar, String, Tensor, Writer, _jpeg_frame, _np_dtype
 
 __all__ = ["import_webdataset", "import_mds", "import_litdata", "braceexpand", "main"]
 
@@ -372,7 +372,8 @@ def _fields_of(plan, images):
             raise ValueError(f"stoker.import_webdataset: extensions {seen[n]!r} and {e!r} both make field {n!r}")
         seen[n] = e
         if k == "image":
-            fields[n] = Ragged("uint8", (None, None, 3)) if images == "decode" else Bytes()
+            fields[n] = {"decode": Ragged("uint8", (None, None, 3)), "bytes": Bytes(),
+                         "jpeg": Ragged("uint8", (None, None, 3), codec="jpeg")}[images]
         elif k == "int":
             fields[n] = Scalar("int64")
         elif k in ("json", "text"):
@@ -391,6 +392,19 @@ def _decode_image(data):
     return np.ascontiguousarray(np.asarray(rgb, dtype=np.uint8))
 
 
+def _as_jpeg(data):
+    """An image member for a codec="jpeg" field: a colour JPEG as it is, anything else (PNG, WebP, a
+    greyscale or CMYK JPEG) decoded to RGB and encoded as JPEG at quality 90 (pack's default), and
+    whether it was re-encoded."""
+    frame = _jpeg_frame(data)
+    if frame is not None and frame[2] == 3:
+        return data, False
+    from PIL import Image
+    b = io.BytesIO()
+    Image.fromarray(_decode_image(data)).save(b, "JPEG", quality=90)
+    return b.getvalue(), True
+
+
 def _convert(job):
     """(sample dict, None) or (None, what is wrong) for one sample's parts."""
     key, parts, plan, images = job
@@ -398,7 +412,11 @@ def _convert(job):
     for ext, data in parts.items():
         name, kind = plan[ext]
         try:
-            if kind == "image":
+            if kind == "image" and images == "jpeg":
+                out[name], again = _as_jpeg(data)
+                out.setdefault("__reencoded", 0)
+                out["__reencoded"] += again
+            elif kind == "image":
                 out[name] = _decode_image(data) if images == "decode" else data
             elif kind == "int":
                 v = int(data.decode("ascii").strip())
@@ -440,7 +458,7 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
         raise ValueError(f"{who}: on_error={on_error!r}: 'skip' or 'fail'")
     n = (os.cpu_count() or 1) if workers is None else max(int(workers), 0)
     show = sys.stderr.isatty() if progress is None else progress
-    skipped, st = [], {"w": None, "ctx": None, "index": 0, "items": 0}
+    skipped, st = [], {"w": None, "ctx": None, "index": 0, "reencoded": 0}
 
     def bad(i, where, why):
         if on_error == "fail":
@@ -476,10 +494,14 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
             while len(window) > limit:
                 ms, fut = window.popleft()
                 for (i, where), (sample, why) in zip(ms, fut.result() if pool else fut):
+                    if not why:
+                        st["reencoded"] += sample.pop("__reencoded", 0)
+                        try:
+                            st["w"].write(sample)
+                        except (TypeError, ValueError) as e:  # the value refused (a JPEG that does not decode)
+                            why = str(e)
                     if why:
                         bad(i, where, why)
-                    else:
-                        st["w"].write(sample)
                 if show and st["w"] is not None and time.monotonic() - last_shown > 0.2:
                     last_shown = time.monotonic()
                     sys.stderr.write(f"\r{who}: {st['w'].records:,} records, {len(skipped):,} skipped ")
@@ -522,6 +544,8 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
             pool.shutdown(wait=True, cancel_futures=True)
         if show:
             sys.stderr.write("\n")
+    st["ctx"] = st["ctx"] or {}
+    st["ctx"]["reencoded"] = st["reencoded"]
     return st["w"], len(skipped), st["ctx"]
 
 
@@ -533,7 +557,10 @@ def import_webdataset(sources, out, images="decode", workers=None, on_error="ski
               (`shards-{000000..000099}.tar`), globs (sorted), directories (their tars, sorted)
     images    "decode": image members decoded to RGB pixels, field u8[H, W, 3] of each image's own
               size (stoker.Transform crops them at load, as pack --resize keep); "bytes": the
-              files' bytes as they are (a Bytes field)
+              files' bytes as they are (a Bytes field); "jpeg": a JPEG field (codec="jpeg", as pack
+              --image-format original writes), colour JPEGs stored as they are (checked whole by
+              libstoker; one that does not decode is listed), other images encoded at quality 90
+              (counted in the summary's "reencoded"); the reader decodes them at load
     workers   threads converting samples (image decode); None: os.cpu_count()
     on_error  "skip": a sample that cannot be imported is listed in OUT/skipped.tsv (index, shard:key,
               why) and counted, and a shard whose tar breaks is listed there from the broken member
@@ -545,8 +572,8 @@ def import_webdataset(sources, out, images="decode", workers=None, on_error="ski
     String, others Bytes). Returns a summary dict: records, skipped, shards, seconds, fields.
     """
     who = "stoker.import_webdataset"
-    if images not in ("decode", "bytes"):
-        raise ValueError(f"{who}: images={images!r}: 'decode' or 'bytes'")
+    if images not in ("decode", "bytes", "jpeg"):
+        raise ValueError(f"{who}: images={images!r}: 'decode', 'bytes' or 'jpeg'")
     shards = _shard_paths(sources)
     t0 = time.monotonic()
 
@@ -588,7 +615,7 @@ def import_webdataset(sources, out, images="decode", workers=None, on_error="ski
     ext_of = {name: ext for ext, (name, _) in ctx["plan"].items()}
     fields = {name: ext_of.get(name, "__key__") for name in w.fields}  # in the dataset's field order
     return {"out": os.fspath(out), "shards": len(shards), "records": w.records, "skipped": nskip,
-            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": fields}
+            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": fields, "reencoded": ctx["reencoded"]}
 
 
 # ------------------------------------------------------------------ MosaicML Streaming (MDS)
@@ -1111,8 +1138,14 @@ def main(argv=None, fmt="wds"):
                    "skipped (listed in OUT/skipped.tsv).")
         ap.add_argument("src", metavar="DIR", help="the MDS dataset's directory (with index.json)")
     ap.add_argument("out", metavar="OUT", help="the dataset directory to write")
-    ap.add_argument("--images", choices=("decode", "bytes"), default="decode",
-                    help="decode (default): RGB pixels at each image's size; bytes: the files as they are")
+    if fmt == "wds":
+        ap.add_argument("--images", choices=("decode", "bytes", "jpeg"), default="decode",
+                        help="decode (default): RGB pixels at each image's size; bytes: the files as they are; "
+                             "jpeg: a JPEG field the reader decodes at load (colour JPEGs kept as they are, "
+                             "other images encoded at quality 90)")
+    else:
+        ap.add_argument("--images", choices=("decode", "bytes"), default="decode",
+                        help="decode (default): RGB pixels at each image's size; bytes: the files as they are")
     ap.add_argument("-j", "--threads", type=int, default=None, help="conversion threads (default: all cores)")
     ap.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                     help="skip (default): list bad samples in OUT/skipped.tsv and go on; fail: stop")
@@ -1130,8 +1163,10 @@ def main(argv=None, fmt="wds"):
         return 1
     if not a.quiet:
         desc = (f"{k} ({e if k == 'key' or fmt != 'wds' else '.' + e})" for k, e in s["fields"].items())
+        again = f", {s['reencoded']:,} images re-encoded as JPEG" if s.get("reencoded") else ""
         print(f"{prog}: {s['shards']} shard{'s' if s['shards'] != 1 else ''} -> {s['out']}: "
-              f"{s['records']:,} records, {s['skipped']:,} skipped, {s['seconds']:.1f} s; fields " + ", ".join(desc))
+              f"{s['records']:,} records, {s['skipped']:,} skipped{again}, {s['seconds']:.1f} s; fields "
+              + ", ".join(desc))
     if s["skipped"]:
         print(f"{prog}: {s['skipped']} not imported (samples, or a broken shard from its bad member on): "
               f"see {os.path.join(s['out'], 'skipped.tsv')}", file=sys.stderr)

@@ -299,3 +299,36 @@ def test_long_names_directories_links_and_compressions(tmp_path, fmt):
         rows, _ = read_all(tmp_path / f"out-{name}")
         assert [(r["key"], r["label"], r["txt"]) for r in rows] == [(k, i, f"t{i}") for i, k in enumerate(keys)]
         assert "link or device" in skipped_rows(tmp_path / f"out-{name}")[0][2]
+
+
+def test_images_into_a_jpeg_field(tmp_path):
+    """images="jpeg": colour JPEGs stored byte for byte in a codec="jpeg" field the reader decodes at load,
+    other images (a PNG, a greyscale JPEG) encoded as JPEG and counted, a JPEG that does not decode listed."""
+    smp = samples(0, 6)
+    y, x = np.mgrid[0:24, 0:32]
+    smooth = np.stack([x * 8, y * 10, (x + y) * 4], axis=-1).astype(np.uint8)   # JPEG keeps it within a few levels
+    smp["train/000002"]["a.png"] = encode(smooth, "PNG")
+    del smp["train/000002"]["a.jpg"]
+    grey = io.BytesIO()
+    PIL.fromarray(smooth[:, :, 0]).save(grey, "JPEG")
+    smp["train/000003"]["a.jpg"] = grey.getvalue()
+    smp["train/000004"]["a.jpg"] = smp["train/000004"]["a.jpg"][:-300]   # cut: does not decode
+    path = write_tar(tmp_path / "s.tar", smp)
+    s = stoker.import_webdataset(path, tmp_path / "out", images="jpeg", workers=2)
+    assert (s["records"], s["skipped"], s["reencoded"]) == (5, 1, 2)
+    assert "train/000004" in skipped_rows(tmp_path / "out")[0][1]
+    with open(tmp_path / "out" / "manifest.json") as f:
+        image_field = [x for x in json.load(f)["schema"] if x["name"] == "image"][0]
+    assert image_field["codec"] == "jpeg" and image_field["shape"] == [None, None, 3]
+    rows, _ = read_all(tmp_path / "out")
+    keys = [r["key"] for r in rows]
+    assert keys == [k for k in smp if k != "train/000004"]
+    for r in rows:
+        src = smp[r["key"]]
+        if r["key"] in ("train/000002", "train/000003"):
+            assert np.abs(decoded(r["image"]).astype(int) - decoded(src.get("a.png") or src["a.jpg"])).mean() < 3
+        else:
+            assert r["image"] == src["a.jpg"]                      # the file's own bytes
+    with stoker.Reader(tmp_path / "out", batch_size=5, fields="image,label",
+                       transform=stoker.Transform.imagenet(train=False, size=4)) as r:
+        assert np.asarray(next(iter(r))["image"]).shape == (5, 3, 4, 4)
