@@ -1,6 +1,8 @@
-"""stoker.import_webdataset: WebDataset tar shards into a stoker dataset, and its command
+"""Other loaders' datasets into stoker datasets, and their commands:
 
-    python3 -m stoker.import_wds 'shards/train-{000000..000099}.tar' packed/train
+    python3 -m stoker.import_wds 'shards/train-{000000..000099}.tar' packed/train   # import_webdataset
+    python3 -m stoker.import_mds mds/train packed/train                             # import_mds
+    python3 -m stoker.import_litdata litdata/train packed/train                     # import_litdata
 
 WebDataset's layout (github.com/webdataset/webdataset, "The format"): a shard is a POSIX tar whose
 members are grouped into samples by their key, the member's path up to the first dot of its base
@@ -8,13 +10,17 @@ name (`dir/a.b.jpg` is key `dir/a`, extension `b.jpg`), the members of a sample 
 The extension says what a value is: images (jpg, png, webp, ...), `cls` an integer label as text,
 `json` a JSON document, `txt` text; anything else is bytes. Names go through WebDataset's brace
 expansion (braceexpand: `{000000..000099}` ranges with their zero padding, `{a,b}` lists, nested,
-`\\{` escapes) and then sorted globs.
+`\\{` escapes) and then sorted globs. The tars are read as streams by the header reader here
+(_tar_entries: ustar, pax and GNU names; gzip, bzip2, xz), never extracted to disk.
+MosaicML Streaming (MDS) and LitData: their layouts are described above import_mds and
+import_litdata.
 
-The tars are read as streams (tarfile "r|*": gzip too), never extracted to disk. What cannot be
-imported is never dropped in silence: a member that breaks the tar format ends that shard with a
-line naming the shard, the member's number and byte offset; a sample without the fields of the
-first sample (or with others), with a duplicated extension, a label that is no integer or an image
-that does not decode is listed in OUT/skipped.tsv and counted (on_error="fail": the run stops).
+What cannot be imported is never dropped in silence: a member that breaks the tar format ends that
+shard with a line naming the shard, the member's number and byte offset; a sample without the fields
+of the first sample (or with others), with a duplicated extension, a label that is no integer, an
+image that does not decode, a truncated MDS sample or LitData item is listed in OUT/skipped.tsv and
+counted (on_error="fail": the run stops, no dataset). One loop (_run) serves the three formats:
+samples converted on threads in batches, written in input order through stoker.Writer.
 """
 import io
 import json
