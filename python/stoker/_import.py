@@ -1165,7 +1165,8 @@ def main(argv=None, fmt="wds"):
         s = run(a.src, a.out, images=a.images, workers=a.threads, on_error=a.on_error, shard_size=a.shard_size,
                 records_per_shard=a.records_per_shard, force=a.force, progress=False if a.quiet else None)
     except (L.Error, OSError, ValueError) as e:
-        print(f"{prog}: {e}", file=sys.stderr)
+        msg = str(e)  # most already name the function they come from
+        print(msg if msg.startswith("stoker.") else f"{prog}: {msg}", file=sys.stderr)
         return 1
     if not a.quiet:
         desc = (f"{k} ({e if k == 'key' or fmt != 'wds' else '.' + e})" for k, e in s["fields"].items())
