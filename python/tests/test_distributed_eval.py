@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import shardgen
+from conftest import shardgen  # noqa: F401  (ds: a conftest fixture)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "eval_child.py")
@@ -65,3 +65,29 @@ def test_evaluate_counts_300_images_as_300_under_torchrun(tmp_path):
     assert [r["sizes"] for r in big["ranks"]] == [[100, 100], [100]]
     assert [(r["len"], r["sampler"]) for r in big["ranks"]] == [(2, 200), (1, 100)]
     assert len({h for r in big["ranks"] for h in r["images"]}) == 300
+
+
+def test_partial_tail_lengths_per_rank_without_a_process_group(ds):
+    """103 records, batch 10, 2 ranks (rank and world size given): global batch 5 holds positions
+    100..102, all rank 0's; rank 1 stops after 5 batches instead of reading an empty sixth. A state
+    saved on rank 0 after its 5th or 6th batch loads on rank 1 as the end of that epoch."""
+    pytest.importorskip("torch")
+    import stoker.torch
+    for rank, want in ((0, [10] * 5 + [3]), (1, [10] * 5)):
+        with stoker.torch.DataLoader(ds, batch_size=10, rank=rank, world_size=2, tail="partial") as dl:
+            assert len(dl) == len(want) and len(dl.sampler) == sum(want)
+            for epoch in range(2):
+                sizes = [image.shape[0] for image, _ in dl]
+                assert sizes == want, (rank, epoch)
+    for k in (5, 6):  # rank 0 saves after its k-th batch of epoch 0, before its loop ends
+        with stoker.torch.DataLoader(ds, batch_size=10, rank=0, world_size=2, tail="partial") as dl:
+            it = iter(dl)
+            for _ in range(k):
+                next(it)
+            state = dl.state_dict()
+        assert (state["epoch"], state["_num_yielded"], state["_iterator_finished"]) == (0, k, False)
+        with stoker.torch.DataLoader(ds, batch_size=10, rank=1, world_size=2, tail="partial") as dl:
+            dl.load_state_dict(state)
+            assert [image.shape[0] for image, _ in dl] == []      # epoch 0 is over on rank 1 too
+            assert dl.epoch == 0
+            assert [image.shape[0] for image, _ in dl] == [10] * 5 and dl.epoch == 1
