@@ -378,8 +378,7 @@ def _fields_of(plan, images):
             raise ValueError(f"stoker.import_webdataset: extensions {seen[n]!r} and {e!r} both make field {n!r}")
         seen[n] = e
         if k == "image":
-            fields[n] = {"decode": Ragged("uint8", (None, None, 3)), "bytes": Bytes(),
-                         "jpeg": Ragged("uint8", (None, None, 3), codec="jpeg")}[images]
+            fields[n] = _image_field(images)
         elif k == "int":
             fields[n] = Scalar("int64")
         elif k in ("json", "text"):
@@ -411,6 +410,25 @@ def _as_jpeg(data):
     return b.getvalue(), True
 
 
+class _Reencoded(bytes):
+    """A JPEG encoded here (not the input's own bytes): counted in the summary's "reencoded"."""
+
+
+def _image_value(data, images):
+    """An encoded image as the field of `images` takes it: pixels, the bytes, or a colour JPEG."""
+    if images == "decode":
+        return _decode_image(data)
+    if images == "jpeg":
+        out, again = _as_jpeg(data)
+        return _Reencoded(out) if again else out
+    return data
+
+
+def _image_field(images):
+    return {"decode": Ragged("uint8", (None, None, 3)), "bytes": Bytes(),
+            "jpeg": Ragged("uint8", (None, None, 3), codec="jpeg")}[images]
+
+
 def _convert(job):
     """(sample dict, None) or (None, what is wrong) for one sample's parts."""
     key, parts, plan, images = job
@@ -418,12 +436,8 @@ def _convert(job):
     for ext, data in parts.items():
         name, kind = plan[ext]
         try:
-            if kind == "image" and images == "jpeg":
-                out[name], again = _as_jpeg(data)
-                out.setdefault("__reencoded", 0)
-                out["__reencoded"] += again
-            elif kind == "image":
-                out[name] = _decode_image(data) if images == "decode" else data
+            if kind == "image":
+                out[name] = _image_value(data, images)
             elif kind == "int":
                 v = int(data.decode("ascii").strip())
                 if not -(1 << 63) <= v < (1 << 63):
@@ -501,7 +515,7 @@ def _run(who, target, items, start, prepare, convert, workers, on_error, progres
                 ms, fut = window.popleft()
                 for (i, where), (sample, why) in zip(ms, fut.result() if pool else fut):
                     if not why:
-                        st["reencoded"] += sample.pop("__reencoded", 0)
+                        st["reencoded"] += sum(type(v) is _Reencoded for v in sample.values())
                         try:
                             st["w"].write(sample)
                         except (TypeError, ValueError) as e:  # the value refused (a JPEG that does not decode)
@@ -806,7 +820,7 @@ def _mds_value(enc, v, images):
             json.loads(text)
         return text
     if base in ("jpeg", "png"):
-        return _decode_image(bytes(v)) if images == "decode" else bytes(v)
+        return _image_value(bytes(v), images)
     if base == "pil":
         return _mds_pil(v)
     if base == "ndarray":
@@ -822,7 +836,7 @@ def _mds_field(name, enc, first, images):
     if base in _MDS_TEXT:
         return String()
     if base in ("jpeg", "png"):
-        return Ragged("uint8", (None, None, 3)) if images == "decode" else Bytes()
+        return _image_field(images)
     if base == "pil":
         return Ragged("uint8", (None, None, 3))
     if base == "ndarray":
@@ -843,14 +857,15 @@ def import_mds(src, out, images="decode", workers=None, on_error="skip", shard_s
 
     One field per column, under the column's name: int and int8..float64 scalars, str / json (and
     str_int, str_float, str_decimal, as their text) as String, jpeg / png images decoded to RGB
-    pixels u8[H, W, 3] (images="bytes": the encoded bytes), pil as pixels, ndarray as a Tensor (a
+    pixels u8[H, W, 3] (images="bytes": the encoded bytes; "jpeg": a JPEG field, as
+    import_webdataset), pil as pixels, ndarray as a Tensor (a
     fixed shape) or a Ragged field (the dtype and rank of the first sample), bytes and pkl as Bytes
     (a pickle is kept as its bytes, never unpickled). A sample that does not decode, or whose array
     has another dtype or rank than the first's, is listed in OUT/skipped.tsv (input: shard file and
     sample number); other arguments as import_webdataset. Returns a summary dict."""
     who = "stoker.import_mds"
-    if images not in ("decode", "bytes"):
-        raise ValueError(f"{who}: images={images!r}: 'decode' or 'bytes'")
+    if images not in ("decode", "bytes", "jpeg"):
+        raise ValueError(f"{who}: images={images!r}: 'decode', 'bytes' or 'jpeg'")
     t0 = time.monotonic()
     root, shards = _mds_index(src)
     names, encs, sizes = shards[0]["column_names"], shards[0]["column_encodings"], shards[0]["column_sizes"]
@@ -899,11 +914,12 @@ def import_mds(src, out, images="decode", workers=None, on_error="skip", shard_s
         fields.update(f)
         return f, ctx
 
-    w, nskip, _ = _run(who, os.fspath(out), _mds_samples(root, shards), start_keep, lambda x, ctx: (x, None),
+    w, nskip, ctx = _run(who, os.fspath(out), _mds_samples(root, shards), start_keep, lambda x, ctx: (x, None),
                        convert_checked, workers, on_error, progress,
                        (shard_size, records_per_shard, classes, metadata, force))
     return {"out": os.fspath(out), "shards": len(shards), "records": w.records, "skipped": nskip,
-            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, encs))}
+            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, encs)),
+            "reencoded": ctx["reencoded"]}
 
 
 # ------------------------------------------------------------------ LitData chunks
@@ -974,7 +990,7 @@ def _ld_value(fmt, v, images):
     if base == "str":
         return bytes(v).decode("utf-8")
     if base == "jpeg":
-        return _decode_image(bytes(v)) if images == "decode" else bytes(v)
+        return _image_value(bytes(v), images)
     if base == "pil":
         return _mds_pil(v)  # the same layout: u32 width, height, mode length, mode, raw pixels
     if base in ("numpy", "tensor", "no_header_numpy", "no_header_tensor"):
@@ -993,7 +1009,7 @@ def _ld_field(fmt, first, images):
     if base == "str":
         return String()
     if base == "jpeg":
-        return Ragged("uint8", (None, None, 3)) if images == "decode" else Bytes()
+        return _image_field(images)
     if base == "pil":
         return Ragged("uint8", (None, None, 3))
     if base in ("numpy", "tensor", "no_header_numpy", "no_header_tensor"):
@@ -1008,14 +1024,15 @@ def import_litdata(src, out, images="decode", workers=None, on_error="skip", sha
 
     One field per leaf of the item's pytree, named by its dict key (nested keys joined by '.', tuple
     positions as numbers, a lone leaf 'data'): int (int64), float (float64), bool (uint8), str as
-    String, jpeg decoded to RGB pixels (images="bytes": the JPEG's bytes), pil as pixels, numpy and
+    String, jpeg decoded to RGB pixels (images="bytes": the JPEG's bytes; "jpeg": a JPEG field, as
+    import_webdataset), pil as pixels, numpy and
     tensor arrays as variable-shape fields of the first item's dtype and rank, bytes, pickle (never
     unpickled), file and video leaves as Bytes. Items that do not decode, or whose arrays have another
     dtype or rank than the first's, are listed in OUT/skipped.tsv; other arguments as
     import_webdataset. Returns a summary dict."""
     who = "stoker.import_litdata"
-    if images not in ("decode", "bytes"):
-        raise ValueError(f"{who}: images={images!r}: 'decode' or 'bytes'")
+    if images not in ("decode", "bytes", "jpeg"):
+        raise ValueError(f"{who}: images={images!r}: 'decode', 'bytes' or 'jpeg'")
     t0 = time.monotonic()
     src = os.fspath(src)
     path = src if os.path.basename(src) == "index.json" else os.path.join(src, "index.json")
@@ -1090,8 +1107,8 @@ def import_litdata(src, out, images="decode", workers=None, on_error="skip", sha
                 return None, f"leaf {name!r} ({fmt}): {type(e).__name__}: {e}"[:500]
             f = fields.get(name)
             a = out[name]
-            if f is not None and f.kind == L.STK_KIND_ARRAY and (a.dtype != _np_dtype(f.dtype) or
-                                                                 a.ndim != len(f.shape)):
+            if f is not None and f.codec is None and f.kind == L.STK_KIND_ARRAY and (
+                    a.dtype != _np_dtype(f.dtype) or a.ndim != len(f.shape)):
                 return None, (f"leaf {name!r}: {a.dtype.name}{list(a.shape)}, not the first item's "
                               f"{_np_dtype(f.dtype).name}[{', '.join('*' * len(f.shape))}]")
         return out, None
@@ -1103,10 +1120,11 @@ def import_litdata(src, out, images="decode", workers=None, on_error="skip", sha
         fields.update({n: _ld_field(f, first[n], images) for n, f in zip(names, fmts)})
         return dict(fields), None
 
-    w, nskip, _ = _run(who, os.fspath(out), items(), start, lambda x, ctx: (x, None), convert, workers, on_error,
+    w, nskip, ctx = _run(who, os.fspath(out), items(), start, lambda x, ctx: (x, None), convert, workers, on_error,
                        progress, (shard_size, records_per_shard, classes, metadata, force))
     return {"out": os.fspath(out), "shards": len(chunks), "records": w.records, "skipped": nskip,
-            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, fmts))}
+            "seconds": time.monotonic() - t0, "bytes": w.bytes, "fields": dict(zip(names, fmts)),
+            "reencoded": ctx["reencoded"]}
 
 
 # ------------------------------------------------------------------ the command
@@ -1144,14 +1162,10 @@ def main(argv=None, fmt="wds"):
                    "skipped (listed in OUT/skipped.tsv).")
         ap.add_argument("src", metavar="DIR", help="the MDS dataset's directory (with index.json)")
     ap.add_argument("out", metavar="OUT", help="the dataset directory to write")
-    if fmt == "wds":
-        ap.add_argument("--images", choices=("decode", "bytes", "jpeg"), default="decode",
-                        help="decode (default): RGB pixels at each image's size; bytes: the files as they are; "
-                             "jpeg: a JPEG field the reader decodes at load (colour JPEGs kept as they are, "
-                             "other images encoded at quality 90)")
-    else:
-        ap.add_argument("--images", choices=("decode", "bytes"), default="decode",
-                        help="decode (default): RGB pixels at each image's size; bytes: the files as they are")
+    ap.add_argument("--images", choices=("decode", "bytes", "jpeg"), default="decode",
+                    help="decode (default): RGB pixels at each image's size; bytes: the encoded images as they are; "
+                         "jpeg: a JPEG field the reader decodes at load (colour JPEGs kept as they are, other "
+                         "images encoded at quality 90)")
     ap.add_argument("-j", "--threads", type=int, default=None, help="conversion threads (default: all cores)")
     ap.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                     help="skip (default): list bad samples in OUT/skipped.tsv and go on; fail: stop")

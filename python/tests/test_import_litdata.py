@@ -158,3 +158,12 @@ def test_litdata_bad_items_are_listed(tmp_path):
     assert p.returncode == 3 and "2 not imported" in p.stderr and "6 records, 2 skipped" in p.stdout
     with pytest.raises(FileNotFoundError, match="index.json"):
         stoker.import_litdata(tmp_path, tmp_path / "none")
+
+
+def test_litdata_jpeg_field(tmp_path):
+    items = make_items(3)
+    spec = {"type": "builtins.dict", "context": json.dumps(["image", "label"]), "children_spec": [LEAF, LEAF]}
+    src = write_litdata(tmp_path / "ld", spec, ["jpeg", "int"], [[it[0], it[1]] for it in items], per_chunk=2)
+    s = stoker.import_litdata(src, tmp_path / "out", images="jpeg")
+    assert (s["records"], s["reencoded"]) == (3, 0)
+    assert [r["image"] for r in rows_of(tmp_path / "out", ["image"])] == [leaf("jpeg", it[0]) for it in items]

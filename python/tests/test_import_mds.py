@@ -239,3 +239,14 @@ def test_mds_refusals_and_the_command(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "3 shards" in p.stdout and "5 records, 0 skipped" in p.stdout and "label (int)" in p.stdout
     assert [r["label"] for r in read_rows_simple(tmp_path / "out")[0]] == list(range(5))
+
+
+def test_mds_images_into_a_jpeg_field(tmp_path):
+    smp = make_samples(4)
+    src = write_mds(tmp_path / "mds", {"image": "jpeg", "png": "png", "label": "int"},
+                    [{"image": s["image"], "png": s["pix"], "label": s["label"]} for s in smp], per_shard=3)
+    s = stoker.import_mds(src, tmp_path / "out", images="jpeg")
+    assert (s["records"], s["skipped"], s["reencoded"]) == (4, 0, 4)     # the PNG column's images encoded
+    rows, _ = read_rows_simple(tmp_path / "out")
+    assert [r["image"] for r in rows] == [enc_value("jpeg", w["image"]) for w in smp]   # the JPEGs as they were
+    assert all(r["png"][:2] == b"\xff\xd8" for r in rows)
