@@ -40,6 +40,7 @@ that the current stream is the one the reader was opened with.
 from ._lib import ArgumentError, Error
 from ._lib import path as library_path
 from ._lib import version as _version
+from ._import import import_litdata, import_mds, import_webdataset
 from ._pack import merge, pack
 from .reader import Batch, ExpiredBatchError, Reader, Source, Transform, cuda_available
 from .writer import Bytes, Ragged, Scalar, String, Tensor, Writer
@@ -48,6 +49,7 @@ __version__ = _version()  # the release, written once: project(stoker VERSION ..
 
 __all__ = ["Reader", "Source", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
            "Writer", "Tensor", "Scalar", "Ragged", "Bytes", "String", "pack", "merge",
+           "import_webdataset", "import_mds", "import_litdata",
            "cuda_available", "library_path", "__version__"]
 
 

@@ -132,6 +132,19 @@ class _Iter:
         return self._loader._next(self)
 
 
+def _rank_batches(r):
+    """Batches per epoch on this rank: the reader's, except that with tail "partial" across ranks a
+    rank stops after its last non-empty batch (global batch j gives rank r positions from
+    j*G + r*B; it is empty once that is >= N), so a rank may get one batch fewer than another
+    (or none, when the dataset is smaller than r*B), never an empty one."""
+    n = len(r)
+    if r.tail != "partial" or r.world_size == 1:
+        return n
+    first = r.rank * r.batch_size
+    g = r.batch_size * r.world_size
+    return min(n, max(0, -(-(r.epoch_records - first) // g)))
+
+
 def _pin(x, device):
     import torch
     if isinstance(x, torch.Tensor):
@@ -216,7 +229,11 @@ class DataLoader:
                   valid until the next batch is taken
     tail          default: "drop" with drop_last, else "auto": "pad" across
                   ranks (world size > 1, as DistributedSampler), "partial" in
-                  one process (the last batch short, as DataLoader)
+                  one process (the last batch short, as DataLoader).
+                  "partial" across ranks: every record once over all ranks
+                  (an exact distributed evaluation); a rank's last batch may
+                  be short and a rank may get one batch fewer than another
+                  (len() per rank), never an empty batch
     order, rank, world_size, verify, io, crop, debug, ... : as stoker.Reader
                   (rank and world size from torch.distributed when a process
                   group is initialised, else $RANK/$WORLD_SIZE)
@@ -308,7 +325,7 @@ class DataLoader:
         self.prefetch_factor = prefetch_factor
         self.rank, self.world_size, self.tail = r.rank, r.world_size, r.tail
         self.dataset = Dataset(r)
-        self._n = len(r)
+        self._n = _rank_batches(r)
         self.sampler = _Sampler(self)
         self.batch_sampler = _BatchSampler(self)
         self._it = None          # the iterator state_dict() describes
@@ -350,7 +367,8 @@ class DataLoader:
 
     # ------------------------------------------------------------ epochs
     def __len__(self):
-        """Batches per epoch on this rank (the same on every rank)."""
+        """Batches per epoch on this rank: the same on every rank, except with tail="partial"
+        across ranks, where a rank whose share of the last global batch is empty has one fewer."""
         return self._n
 
     @property
@@ -516,13 +534,14 @@ class DataLoader:
             raise ValueError(f"load_state_dict: state version {state['stoker_loader_state']!r} "
                              f"(this stoker reads {STATE_VERSION})")
         e, k, fin = state["epoch"], state["_num_yielded"], state["_iterator_finished"]
-        if not (isinstance(e, int) and isinstance(k, int) and e >= 0 and 0 <= k <= self._n
+        most = len(self.reader)  # a partial-tail state saved on another rank may count past this rank's end
+        if not (isinstance(e, int) and isinstance(k, int) and e >= 0 and 0 <= k <= most
                 and isinstance(fin, bool)):
-            raise ValueError(f"load_state_dict: epoch {e!r}, _num_yielded {k!r} (0..{self._n}), "
+            raise ValueError(f"load_state_dict: epoch {e!r}, _num_yielded {k!r} (0..{most}), "
                              f"_iterator_finished {fin!r}: out of range")
         rs = state["reader"]
-        want = (e + 1, 0) if k >= self._n else (e, k)
-        if not isinstance(rs, dict) or (rs.get("epoch"), rs.get("batch")) != want:
+        want = {(e + 1, 0)} if k >= most else {(e, k)} if k < self._n else {(e, k), (e + 1, 0)}
+        if not isinstance(rs, dict) or (rs.get("epoch"), rs.get("batch")) not in want:
             raise ValueError(f"load_state_dict: the reader state's position is not batch {k} of epoch {e}")
         self.reader.load_state_dict(rs)  # refuses another dataset, order, seed, global batch or tail
         self._pending = (e, k, fin)

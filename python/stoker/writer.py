@@ -47,15 +47,17 @@ def _np_dtype(stk):
 
 
 def _codec(codec):
-    """None/"none" -> (NONE, 0); "zstd" / "zstd:L" -> (ZSTD, L)."""
+    """None/"none" -> (NONE, 0); "zstd" / "zstd:L" -> (ZSTD, L); "jpeg" -> (JPEG, 0)."""
     if codec in (None, "none"):
         return L.STK_CODEC_NONE, 0
+    if codec == "jpeg":  # Ragged("uint8", (None, None, 3 or 1)) only (libstoker's schema check says so)
+        return L.STK_CODEC_JPEG, 0
     if isinstance(codec, str) and (codec == "zstd" or codec.startswith("zstd:")):
         lvl = codec[5:]
         if lvl and not (lvl.isdigit() and 1 <= int(lvl) <= 19):
             raise ValueError(f"stoker: codec {codec!r}: the zstd level is 1..19")
         return L.STK_CODEC_ZSTD, int(lvl) if lvl else 3
-    raise ValueError(f"stoker: codec {codec!r}: say None, 'zstd' or 'zstd:LEVEL'")
+    raise ValueError(f"stoker: codec {codec!r}: say None, 'zstd', 'zstd:LEVEL' or 'jpeg'")
 
 
 def _codec_arg(codec):
@@ -186,6 +188,43 @@ def _describe_value(v):
     return type(v).__name__
 
 
+def _jpeg_frame(v):
+    """(height, width, components) from a JPEG's frame header (SOFn), or None where `v` is no JPEG with
+    one before its first scan."""
+    at = 2 if v[:2] == b"\xff\xd8" else len(v)
+    while at + 4 <= len(v):
+        if v[at] != 0xFF:
+            return None
+        m = v[at + 1]
+        if m == 0xFF:  # fill byte
+            at += 1
+            continue
+        if m == 0x01 or 0xD0 <= m <= 0xD7:  # no length
+            at += 2
+            continue
+        n = int.from_bytes(v[at + 2:at + 4], "big")
+        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC) and at + 10 <= len(v):
+            return (int.from_bytes(v[at + 5:at + 7], "big"), int.from_bytes(v[at + 7:at + 9], "big"), v[at + 9])
+        if m in (0xD9, 0xDA) or n < 2:
+            return None
+        at += 2 + n
+    return None
+
+
+def _jpeg_value(name, v, index):
+    """(the JPEG's bytes, its (height, width)) for a codec="jpeg" field; libstoker checks the rest
+    (the components, the whole stream) when it writes the record."""
+    if not isinstance(v, (bytes, bytearray, memoryview)):
+        raise TypeError(f"stoker: sample {index}: field {name!r} has codec 'jpeg': expected the JPEG's bytes, got "
+                        f"{_describe_value(v)}")
+    v = bytes(v)
+    frame = _jpeg_frame(v)
+    if frame is None:
+        raise ValueError(f"stoker: sample {index}: field {name!r} has codec 'jpeg': the value is not a JPEG with a "
+                         "frame header (SOF) before its scan")
+    return v, frame[:2]
+
+
 class _Encoder:
     """Checks a sample against the fields and turns it into the C call's values and dims.
     Everything is checked before anything is written: a bad sample leaves the writer unchanged."""
@@ -204,6 +243,9 @@ class _Encoder:
             if f.kind == L.STK_KIND_BYTES:
                 self.fast.append(None)
                 continue
+            if f.codec == "jpeg":  # the value is a JPEG stream; its frame header gives the dims
+                self.fast.append("jpeg")
+                continue
             want = _np_dtype(f.dtype)
             bounds = (int(np.iinfo(want).min), int(np.iinfo(want).max)) if want.kind in "iu" else None
             self.fast.append((want, f.kind == L.STK_KIND_TENSOR, bounds))
@@ -221,13 +263,17 @@ class _Encoder:
         self.nbytes = 0
         for i, name in enumerate(self.names):
             f, v = self.fields[name], sample[name]
-            buf = self._fast(self.fast[i], f, v)
-            if buf is None:
-                buf = self._value(f, name, v, index)
+            if self.fast[i] == "jpeg":
+                buf, shape = _jpeg_value(name, v, index)
+            else:
+                buf = self._fast(self.fast[i], f, v)
+                if buf is None:
+                    buf = self._value(f, name, v, index)
+                shape = getattr(buf, "shape", None)
             if f.kind == L.STK_KIND_ARRAY:
                 for k, want in enumerate(f.shape):
                     if want is None:
-                        self.dims[d] = buf.shape[k]
+                        self.dims[d] = shape[k]
                         d += 1
             keep.append(buf)
             self.nbytes += buf.nbytes if isinstance(buf, np.ndarray) else len(buf)
