@@ -757,8 +757,10 @@ static uint32_t share(uint64_t len, uint64_t u0, uint64_t u1, uint64_t u)
     return s > SLOT_COUNT_MAX ? SLOT_COUNT_MAX : (uint32_t)s;
 }
 
-int stk__rfile_store(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0, uint64_t u1,
-                     stk_error *err)
+/* The store: 1 stored, 0 not kept (err set unless the limit refused), -1
+ * failed (err set). over: counted even past the limit. */
+static int store(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0, uint64_t u1,
+                 bool over, stk_error *err)
 {
     if (u0 >= u1 || u1 > f->nunits || off > f->size || len > f->size - off) {
         stk_error_set(
@@ -766,18 +768,21 @@ int stk__rfile_store(stk__rfile *f, uint64_t off, const void *data, uint64_t len
             "%s: units [%llu, %llu) at bytes [%llu, +%llu) outside the object (%llu units, %llu bytes)",
             f->data_path, (unsigned long long)u0, (unsigned long long)u1, (unsigned long long)off,
             (unsigned long long)len, (unsigned long long)f->nunits, (unsigned long long)f->size);
-        return 0;
+        return -1;
     }
     uint64_t u = u0;
     while (u < u1 && atomic_load_explicit(&f->slots[u], memory_order_relaxed) != 0) u++;
     if (u == u1) return 1; /* all there already */
     uint64_t total = share(len, u0, u1, u0) + (u1 - u0 - 1) * (uint64_t)share(len, u0, u1, u1 - 1);
-    if (!admit(f->c, total)) return 0;
+    if (!admit(f->c, total)) {
+        if (!over) return 0;
+        atomic_fetch_add_explicit(&f->c->usage->used, total, memory_order_relaxed);
+    }
     int e = len ? xpwrite(f->dfd, data, len, off) : 0;
     if (e) {
         sub_sat(&f->c->usage->used, total);
         io_error(err, e, f->data_path, "write");
-        return 0;
+        return -1;
     }
     /* Bytes first, then the marks: each slot goes from absent to 1 + its
      * count in one step, so a unit is counted once and a kill leaves the
@@ -791,6 +796,21 @@ int stk__rfile_store(stk__rfile *f, uint64_t off, const void *data, uint64_t len
     }
     if (total > marked) sub_sat(&f->c->usage->used, total - marked);
     return 1;
+}
+
+int stk__rfile_store(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0, uint64_t u1,
+                     stk_error *err)
+{
+    return store(f, off, data, len, u0, u1, false, err) == 1;
+}
+
+int stk__rfile_store_over(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0,
+                          uint64_t u1, stk_error *err)
+{
+    stk_error e = {0};
+    if (store(f, off, data, len, u0, u1, true, &e) == 1) return STK_OK;
+    if (err) *err = e;
+    return e.code;
 }
 
 void stk__rfile_drop(stk__rfile *f, uint64_t u0, uint64_t u1, uint64_t off, uint64_t len)

@@ -118,6 +118,13 @@ int stk__rfile_present(const stk__rfile *f, uint64_t unit);
  * and counted once, however many threads or processes store them. */
 int stk__rfile_store(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0, uint64_t u1,
                      stk_error *err);
+/* stk__rfile_store that always keeps the bytes: whole files not in use are
+ * evicted to make room as for a store, and if that is not enough they are
+ * kept and counted past the limit (the caller bounds what it keeps this
+ * way and drops it: the window of bytes stk_shard_value hands out). STK_OK;
+ * STK_E_ARG (outside the object) or STK_E_IO (the write failed). */
+int stk__rfile_store_over(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0,
+                          uint64_t u1, stk_error *err);
 /* Units [u0, u1), whose bytes are [off, off + len), are not (or no longer)
  * right: mark them absent, uncount them, and release their whole pages
  * (fallocate PUNCH_HOLE where the file system has it). */

@@ -517,6 +517,42 @@ START_TEST(evict_oldest_first)
 }
 END_TEST
 
+/* store_over keeps bytes past the limit once nothing can be evicted, and
+ * counts them; a drop gives the room back. */
+START_TEST(store_over_passes_limit)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, "cache-over");
+    stk__rcache *c = open_cache(dir, 100000);
+    stk__rfile *old = open_file(c, "old", 30000, 1);
+    ck_assert_int_eq(store_units(old, 30000, 0, 1, 3), 1);
+    stk__rfile_close(old);
+    stk__rfile *f = open_file(c, "f", 200000, 4);
+    ck_assert_int_eq(store_units(f, 50000, 0, 1, 3), 1);
+    uint8_t *buf = malloc(50000);
+    object_bytes(buf, 50000, 50000, 3);
+    stk_error e = {0};
+    /* 130000: "old" goes first, then it fits. */
+    ck_assert_int_eq(stk__rfile_store_over(f, 50000, buf, 50000, 1, 2, &e), STK_OK);
+    ck_assert(!cached(dir, "old"));
+    ck_assert_uint_eq(stk__rcache_used(c), 100000);
+    /* Nothing left to evict: kept past the limit, counted. */
+    object_bytes(buf, 100000, 50000, 3);
+    ck_assert_int_eq(stk__rfile_store(f, 100000, buf, 50000, 2, 3, &e), 0);
+    ck_assert(!stk__rfile_present(f, 2));
+    ck_assert_int_eq(stk__rfile_store_over(f, 100000, buf, 50000, 2, 3, &e), STK_OK);
+    ck_assert(stk__rfile_present(f, 2) && map_holds(f, 100000, 50000, 3));
+    ck_assert_uint_eq(stk__rcache_used(c), 150000);
+    ck_assert_int_eq(stk__rfile_store_over(f, 190000, buf, 50000, 3, 4, &e), STK_E_ARG);
+    tu_assert_error(&e, STK_E_ARG, "outside the object");
+    stk__rfile_drop(f, 1, 3, 50000, 100000);
+    ck_assert_uint_eq(stk__rcache_used(c), 50000);
+    free(buf);
+    stk__rfile_close(f);
+    stk__rcache_close(c);
+}
+END_TEST
+
 /* A file another process holds is never evicted, even the oldest; once it
  * lets go, it is. */
 START_TEST(held_file_not_evicted)
@@ -768,7 +804,9 @@ TU_MAIN("cache",
         {.name = "basic",
          .tests = {store_present_map, damaged_state_recreated, drop_releases_blocks},
          .timeout = 60},
-        {.name = "evict", .tests = {evict_oldest_first, held_file_not_evicted}, .timeout = 60},
+        {.name = "evict",
+         .tests = {evict_oldest_first, store_over_passes_limit, held_file_not_evicted},
+         .timeout = 60},
         {.name = "processes",
          .tests = {concurrent_create_one_file, same_units_counted_once, sigkill_while_storing,
                    limit_never_exceeded},
