@@ -63,10 +63,18 @@
  * lock. The state file's mtime is set at open (and moves with stores): the
  * eviction order.
  *
+ * The limit counts the bytes stored (units and metadata), not the state
+ * files (64 bytes + 4 a unit) nor the rest of a page a unit ends in. A
+ * process killed between counting a store and marking it leaves the
+ * counter high by that store until the next recount; it is never low.
+ *
  * Threads: every call on one stk__rfile or stk__rcache is thread-safe
  * (present/store/drop are lock-free atomics on the mapping; eviction is
  * serialised per stk__rcache). Descriptors: two per open file (the state
- * file, which holds the lock, and the data file), one per cache. */
+ * file, which holds the lock, and the data file), one per cache. A forked
+ * child must not use its parent's objects (it shares their flocks); it
+ * opens its own. The directory needs a local file system's link(2),
+ * flock(2) and shared mappings (ext4, xfs, tmpfs, ...). */
 #ifndef STK_REMOTE_CACHE_H
 #define STK_REMOTE_CACHE_H
 
