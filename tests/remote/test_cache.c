@@ -249,6 +249,45 @@ START_TEST(store_present_map)
 }
 END_TEST
 
+static size_t open_descriptors(void)
+{
+    size_t n;
+    char **names = tu_list("/proc/self/fd", &n);
+    tu_free_names(names, n);
+    return n;
+}
+
+/* Objects held open cost no descriptors (a dataset opens every shard);
+ * stk__rfile_fd makes one on demand. */
+START_TEST(no_descriptor_per_object)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, "cache-fds");
+    enum { N = 300 };
+    stk__rcache *c = open_cache(dir, 0);
+    size_t before = open_descriptors();
+    stk__rfile *f[N];
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "s%d", i);
+        f[i] = open_file(c, id, 8192, 2);
+        ck_assert_int_eq(store_units(f[i], 4096, (uint64_t)i % 2, (uint64_t)i % 2 + 1, (uint64_t)i), 1);
+    }
+    ck_assert_uint_le(open_descriptors(), before);
+    int fd = stk__rfile_fd(f[7]);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(stk__rfile_fd(f[7]), fd);
+    uint8_t got[16], want[16];
+    object_bytes(want, 4096, sizeof want, 7);
+    ck_assert(pread(fd, got, sizeof got, 4096) == (ssize_t)sizeof got && memcmp(got, want, sizeof got) == 0);
+    ck_assert_uint_eq(open_descriptors(), before + 1);
+    for (int i = 0; i < N; i++) stk__rfile_close(f[i]);
+    ck_assert_uint_eq(open_descriptors(), before);
+    ck_assert_uint_eq(stk__rcache_used(c), N * 4096);
+    stk__rcache_close(c);
+}
+END_TEST
+
 /* Four processes open one new id at once and each stores its unit and the
  * shared unit 0: one pair of files, every unit, unit 0 counted once. */
 START_TEST(concurrent_create_one_file)
@@ -289,7 +328,7 @@ START_TEST(concurrent_create_one_file)
     tu_join(v1, sizeof v1, dir, "v1");
     size_t n;
     char **names = tu_list(v1, &n);
-    ck_assert_uint_eq(n, 2 + 2 * ROUNDS); /* lock, usage, and one .data and .state per id */
+    ck_assert_uint_eq(n, 3 + 2 * ROUNDS); /* lock, held, usage, and one .data and .state per id */
     tu_free_names(names, n);
     stk__rcache_close(c);
 }
@@ -826,7 +865,8 @@ END_TEST
 
 TU_MAIN("cache",
         {.name = "basic",
-         .tests = {store_present_map, damaged_state_recreated, drop_releases_blocks},
+         .tests = {store_present_map, no_descriptor_per_object, damaged_state_recreated,
+                   drop_releases_blocks},
          .timeout = 60},
         {.name = "evict",
          .tests = {evict_oldest_first, store_over_passes_limit, held_file_not_evicted},
