@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *bucket(void)
 {
@@ -470,10 +471,64 @@ START_TEST(multipart_failure_aborts)
 }
 END_TEST
 
+/* ---- Credentials from a credential_process, refreshed ------------------------ */
+
+static size_t count_lines(const char *path)
+{
+    size_t len, n = 0;
+    uint8_t *t = tu_read(path, &len);
+    for (size_t i = 0; i < len; i++) n += t[i] == '\n';
+    free(t);
+    return n;
+}
+
+START_TEST(credential_process_refreshed)
+{
+    char home[TU_PATH], script[TU_PATH], cfg[TU_PATH], runs[TU_PATH], text[4 * TU_PATH];
+    tu_scratch(home, sizeof home, "cred_refresh");
+    tu_join(script, sizeof script, home, "creds.sh");
+    tu_join(cfg, sizeof cfg, home, "config");
+    tu_join(runs, sizeof runs, home, "runs");
+    /* Credentials that expire in $1 seconds: within the refresh margin (300
+     * s) every request runs the process again; an hour away none does. */
+    const char *body =
+        "#!/bin/sh\n"
+        "echo run >> \"$(dirname \"$0\")/runs\"\n"
+        "exp=$(date -u -d \"@$(( $(date +%s) + $1 ))\" +%Y-%m-%dT%H:%M:%SZ)\n"
+        "printf '{\"Version\": 1, \"AccessKeyId\": \"S3RVER\", \"SecretAccessKey\": \"S3RVER\", "
+        "\"SessionToken\": \"tok\", \"Expiration\": \"%s\"}\\n' \"$exp\"\n";
+    tu_write(script, body, strlen(body));
+    chmod(script, 0700);
+    snprintf(text, sizeof text,
+             "[profile soon]\ncredential_process = %s 120\n[profile later]\ncredential_process = %s 3600\n",
+             script, script);
+    tu_write(cfg, text, strlen(text));
+    setenv("AWS_CONFIG_FILE", cfg, 1);
+    stk__rconfig c = {.profile = "soon"};
+    stk__remote *r = client(NULL, &c);
+    ck_assert_uint_eq(count_lines(runs), 1);
+    put(r, "c/obj", "hello", 5);
+    uint8_t buf[5];
+    stk_error err;
+    ck_assert_msg(stk__remote_get_range(r, "c/obj", 0, 5, buf, NULL, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert(!memcmp(buf, "hello", 5));
+    ck_assert_uint_eq(count_lines(runs), 3);
+    stk__remote_close(r);
+    c.profile = "later";
+    r = client(NULL, &c);
+    ck_assert_msg(stk__remote_get_range(r, "c/obj", 0, 5, buf, NULL, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert_msg(stk__remote_get_range(r, "c/obj", 1, 4, buf, NULL, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert_uint_eq(count_lines(runs), 4);
+    stk__remote_close(r);
+    unsetenv("AWS_CONFIG_FILE");
+}
+END_TEST
+
 TU_MAIN("remote_client", {.name = "objects", .tests = {put_get_head_range}},
         {.name = "errors", .tests = {wrong_secret_is_403_named, missing_bucket_and_key_named}},
         {.name = "multipart", .tests = {multipart_put_equals_file}}, {.name = "list", .tests = {list_pages}},
         {.name = "group", .tests = {group_of_500_gets}, .timeout = 120},
+        {.name = "credentials", .tests = {credential_process_refreshed}},
         {.name = "faults",
          .tests = {faults_retried_and_counted, faults_bounded_and_named, multipart_failure_aborts},
          .timeout = 240})
