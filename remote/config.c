@@ -16,7 +16,9 @@
  * Proxies: libcurl itself reads https_proxy/HTTPS_PROXY, http_proxy (lower
  * case only, as curl refuses HTTP_PROXY from a CGI environment), ALL_PROXY
  * and NO_PROXY/no_proxy for every request it makes, so nothing here sets
- * CURLOPT_PROXY: the variables users already have simply work.
+ * CURLOPT_PROXY: the variables users already have simply work (checked: a
+ * request with http_proxy naming a closed port fails to connect to it; with
+ * NO_PROXY naming the endpoint's host it goes direct).
  *
  * Secrets never enter a message: errors name the variable, file, profile or
  * key, never a value read from them. */
