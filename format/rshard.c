@@ -30,10 +30,6 @@
 #include <stdlib.h>
 #include <zstd.h>
 
-/* TEMPORARY until remote/cache.h declares it (asked of h-cache). */
-int stk__rfile_store_over(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0,
-                          uint64_t u1, stk_error *err);
-
 #define OPEN_FIRST 8192u           /* the first GET of a header */
 #define HEADER_MAX (1u << 20)      /* a larger header is refused (as layout.c does) */
 #define PIECE ((uint64_t)8 << 20)  /* one GET of values, at most (one value may be more) */
