@@ -400,38 +400,54 @@ typedef struct {
     uint8_t *buf;
 } piece;
 
-/* Check a fetched piece and keep its good values. Uncompressed: the values
- * before the first bad one are kept, the rest checked again after a
- * refetch by the caller. Returns the first unit not kept (first + count:
- * all kept); err holds the mismatch. */
+/* Check a fetched piece and keep its good values (every run of them).
+ * Returns the first unit not kept (first + count: all kept); err holds its
+ * mismatch. */
 static uint64_t check_keep(const stk_shard *sh, unsigned f, int block, const piece *p, int *rc,
                            stk_error *err)
 {
     *rc = STK_OK;
+    uint64_t end = p->first + p->count, first_bad = end;
     if (block) {
-        for (uint64_t k = p->first; k < p->first + p->count; k++) {
+        for (uint64_t k = p->first; k < end; k++) {
             uint64_t off = 0, len = 0;
             span_bytes(sh, f, k, 1, 1, &off, &len, NULL);
-            if ((*rc = check_block(sh, f, k, p->buf + (off - p->off), err))) return k;
-            if ((*rc = keep(sh, f, k, 1, off, p->buf + (off - p->off), len, err))) return k;
+            stk_error e;
+            if (check_block(sh, f, k, p->buf + (off - p->off), &e)) {
+                if (first_bad == end) {
+                    first_bad = k;
+                    *rc = e.code;
+                    if (err) *err = e;
+                }
+                continue;
+            }
+            int kc = keep(sh, f, k, 1, off, p->buf + (off - p->off), len, err);
+            if (kc) return *rc = kc, k;
         }
-        return p->first + p->count;
+        return first_bad;
     }
-    uint64_t want = 0, got = 0;
-    uint64_t bad = first_bad_value(sh, f, p->first, p->count, p->buf, p->off, &want, &got);
-    if (bad > p->first) {
-        uint64_t off = 0, len = 0;
-        span_bytes(sh, f, p->first, bad - p->first, 0, &off, &len, NULL);
-        if ((*rc = keep(sh, f, p->first, bad - p->first, off, p->buf, len, err))) return p->first;
+    for (uint64_t a = p->first; a < end;) {
+        uint64_t want = 0, got = 0;
+        uint64_t bad = first_bad_value(sh, f, a, end - a, p->buf, p->off, &want, &got);
+        if (bad > a) {
+            uint64_t off = 0, len = 0;
+            span_bytes(sh, f, a, bad - a, 0, &off, &len, NULL);
+            int kc = keep(sh, f, a, bad - a, off, p->buf + (off - p->off), len, err);
+            if (kc) return *rc = kc, a;
+        }
+        if (bad == end) break;
+        if (first_bad == end) {
+            first_bad = bad;
+            *rc = stk_error_set(
+                err, STK_E_CHECKSUM,
+                "%s: record %llu, field '%s': checksum mismatch (stored %016llx, computed %016llx) "
+                "in two fetches",
+                sh->path, (unsigned long long)bad, field_of(sh, f)->name, (unsigned long long)want,
+                (unsigned long long)got);
+        }
+        a = bad + 1;
     }
-    if (bad < p->first + p->count)
-        *rc =
-            stk_error_set(err, STK_E_CHECKSUM,
-                          "%s: record %llu, field '%s': checksum mismatch (stored %016llx, computed %016llx) "
-                          "in two fetches",
-                          sh->path, (unsigned long long)bad, field_of(sh, f)->name, (unsigned long long)want,
-                          (unsigned long long)got);
-    return bad;
+    return first_bad;
 }
 
 static int get_range(const stk_shard *sh, uint64_t off, uint64_t len, void *dst, stk_error *err)
