@@ -368,7 +368,7 @@ static int remote_value(const stk_shard *sh, unsigned f, uint64_t i, const uint8
     if (size == 0) return STK_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!stk__rshard_present(sh, f, i, 1, 0)) {
-            int rc = stk__rshard_fetch(sh, f, i, 1, 0, err);
+            int rc = stk__rshard_fetch_value(sh, f, i, 0, err);
             if (rc || stk__rshard_present(sh, f, i, 1, 0)) return rc;
         }
         if (stk_hash(p, (size_t)size) == stk_shard_stored_hash(sh, f, i)) return STK_OK;
@@ -590,7 +590,7 @@ int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *
     /* Remote: the frame fetched first (checked as it arrives); a cached frame
      * that does not decode is forgotten and fetched once more. */
     for (int attempt = 0;; attempt++) {
-        if (!stk__rshard_present(sh, f, block, 1, 1) && (rc = stk__rshard_fetch(sh, f, block, 1, 1, err)))
+        if (!stk__rshard_present(sh, f, block, 1, 1) && (rc = stk__rshard_fetch_value(sh, f, block, 1, err)))
             return rc;
         rc = stk_shard_block_decode(sh, f, block, sh->map + off, dst, cap, err);
         if (rc != STK_E_FORMAT || attempt) return rc;

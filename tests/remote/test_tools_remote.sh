@@ -41,9 +41,9 @@ status() {
 # --json results without the timings
 untimed() { sed -E 's/"seconds": [0-9.]+/"seconds": 0/; s/"gb_per_s": [0-9.]+/"gb_per_s": 0/' "$1"; }
 
-"$B/shardgen" -q -n 240 --size 24 --captions --records-per-shard 80 "$T/plain" || exit 1
-"$B/shardgen" -q -n 240 --size 24 --captions --compress zstd --block-size 8K --records-per-shard 80 "$T/zstd" || exit 1
-"$B/shardgen" -q -n 240 --size 24 --aspect --records-per-shard 80 "$T/aspect" || exit 1
+"$B/shardgen" -q -n 240 --size 32 --captions --records-per-shard 80 "$T/plain" || exit 1
+"$B/shardgen" -q -n 240 --size 32 --captions --compress zstd --block-size 8K --records-per-shard 80 "$T/zstd" || exit 1
+"$B/shardgen" -q -n 240 --size 32 --aspect --records-per-shard 80 "$T/aspect" || exit 1
 for d in plain zstd aspect; do
     upload "$T/$d" "ds/$d"
     L=$T/$d U=s3://$BK/ds/$d
