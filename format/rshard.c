@@ -149,6 +149,12 @@ static uint64_t nblocks(const stk_shard *sh, unsigned f)
 {
     return rd64(sh->map + sh->L.region[f].data_off + stk__block_table_at(field_of(sh, f), sh->L.records));
 }
+/* Record i's checksum of field f (the table is metadata: always present).
+ * Not stk_shard_stored_hash: shard.c calls this file, never the reverse. */
+static uint64_t stored_hash(const stk_shard *sh, unsigned f, uint64_t i)
+{
+    return rd64(sh->map + sh->L.cksum_off + (i * sh->L.schema.nfields + f) * 8);
+}
 /* A bytes field's offsets column entry i. */
 static uint64_t col_at(const stk_shard *sh, unsigned f, uint64_t i)
 {
@@ -280,7 +286,7 @@ static uint64_t first_bad_value(const stk_shard *sh, unsigned f, uint64_t first,
     for (uint64_t i = first; i < first + count; i++) {
         uint64_t off = 0, len = 0;
         if (span_bytes(sh, f, i, 1, 0, &off, &len, NULL)) return i;
-        *want = stk_shard_stored_hash(sh, f, i);
+        *want = stored_hash(sh, f, i);
         *got = stk_hash(bytes + (off - base), (size_t)len);
         if (*got != *want) return i;
     }
@@ -329,7 +335,7 @@ static int check_block(const stk_shard *sh, unsigned f, uint64_t k, const uint8_
                 break;
             }
         }
-        uint64_t want = stk_shard_stored_hash(sh, f, i), h = stk_hash(dst + a, (size_t)(b - a));
+        uint64_t want = stored_hash(sh, f, i), h = stk_hash(dst + a, (size_t)(b - a));
         if (h != want)
             rc =
                 stk_error_set(err, STK_E_CHECKSUM,
