@@ -63,6 +63,13 @@ for d in plain zstd aspect; do
     cmp -s "$T/l.png" "$T/r.png" || fail "shardview $d: another image from s3://"
 done
 
+# The same dataset by plain https?:// (range GETs of the objects' URLs)
+H=$AWS_ENDPOINT_URL/$BK/ds/plain
+status 0 "shardinfo local" "$B/shardinfo" "$T/plain" && cp "$T/out" "$T/l"
+status 0 "shardinfo http" "$B/shardinfo" "$H" && cp "$T/out" "$T/r"
+same "shardinfo http" "$T/l" "$T/r" "$T/plain" "$H"
+status 0 "shardcheck http" "$B/shardcheck" -q --file-hash "$H/manifest.json"
+
 # A byte of shard 1 damaged in the object (the middle of the file: image data)
 cp -r "$T/plain" "$T/bad"
 s1=$T/bad/$(cd "$T/bad" && ls shard-*.stk | sed -n 2p)
