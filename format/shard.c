@@ -4,7 +4,11 @@
  * checks. Nothing per record is read until asked for. The mapping is
  * read-only and shared, so N readers of one file share the page cache; a
  * file truncated under a live mapping would raise SIGBUS on access, which is
- * why writers only ever replace shards by rename (spec/FORMAT.md, "Writing"). */
+ * why writers only ever replace shards by rename (spec/FORMAT.md, "Writing").
+ *
+ * A remote shard (s3://, https://; rshard.h) is the same struct over its
+ * cache file's map: open runs the same checks on the fetched metadata, and
+ * every call that reads values asks rshard.c for them first. */
 #define _GNU_SOURCE
 #include "shard_impl.h"
 
