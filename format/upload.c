@@ -469,7 +469,11 @@ int stk_upload_lock(stk_upload *u, const char *name, const char *what, stk_error
         if (*c == ' ' || *c == '\n') *c = '_';
     snprintf(u->lock_line, sizeof u->lock_line, "host %s pid %ld token %llx%09ld: %s\n", host, (long)getpid(),
              (unsigned long long)ts.tv_sec, (long)ts.tv_nsec, what ? what : "a writer");
-    if ((rc = stk_upload_put(u, name, u->lock_line, strlen(u->lock_line), err))) return rc;
+    char *key = key_of(u, name); /* not counted among the dataset's objects */
+    rc = key ? stk__remote_put_object(u->r, key, u->lock_line, strlen(u->lock_line), NULL, err)
+             : name_error(u, err, name);
+    free(key);
+    if (rc) return rc;
     if (!(u->lock_name = strdup(name))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     rc = stk_upload_lock_check(u, err);
     if (rc) { /* another writer's PUT came after ours: it holds the lock */
