@@ -373,7 +373,7 @@ int stk_upload_list(stk_upload *u, char ***names, uint64_t **sizes, size_t *n, s
     if (!nm || !sz) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (size_t i = 0; !rc && i < l.n; i++) {
         const char *rel = strlen(l.keys[i]) >= pl ? l.keys[i] + pl : "";
-        if (!*rel || strchr(rel, '/')) continue;
+        if (!*rel) continue;
         if (!(nm[k] = strdup(rel))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
         else sz[k++] = l.sizes[i];
     }

@@ -88,6 +88,18 @@ void pk_remote_end(pk_opts *lo)
 {
     stk_upload_close(lo->up); /* waits for what it sent; deletes the lock object */
     lo->up = NULL;
+    if (!lo->url) return;
+    /* The staging directory goes when nothing but the upload log is left
+     * (every part staged on this machine is complete). */
+    DIR *d = opendir(lo->out);
+    bool other = !d;
+    for (struct dirent *de; d && !other && (de = readdir(d));)
+        other = strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && strcmp(de->d_name, ".stoker-uploaded");
+    if (d) closedir(d);
+    char *log = NULL;
+    if (!other && asprintf(&log, "%s/.stoker-uploaded", lo->out) >= 0) unlink(log);
+    free(log);
+    rmdir(lo->out);
 }
 
 int pk_remote_sync_kept(pk_run *r)

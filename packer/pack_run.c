@@ -347,7 +347,6 @@ int pk_run_pack(const pk_opts *o0)
     char stage[4096];
     int rc = pk_remote_begin(&o, o0, stage, sizeof stage) ? CLI_EXIT_FAIL : run_pack(&o);
     pk_remote_end(&o);
-    if (o.url) rmdir(stage); /* when nothing is left in it */
     return rc;
 }
 
@@ -371,6 +370,5 @@ int pk_run_merge(const pk_opts *o0)
     char stage[4096];
     int rc = pk_remote_begin(&o, o0, stage, sizeof stage) ? CLI_EXIT_FAIL : run_merge(&o);
     pk_remote_end(&o);
-    if (o.url) rmdir(stage);
     return rc;
 }

@@ -764,7 +764,8 @@ STK_API int stk_upload_fetch(stk_upload *u, const char *name, const char *path, 
 /* HEAD: *size is UINT64_MAX when the object is missing. etag (80 bytes, may be NULL). */
 STK_API int stk_upload_head(stk_upload *u, const char *name, uint64_t *size, char *etag, stk_error *err);
 STK_API int stk_upload_delete(stk_upload *u, const char *name, stk_error *err);
-/* Names directly under the dataset (no '/' in them), sorted, with sizes. */
+/* Every name under the dataset ("shard-00000.stk", "part-1/manifest.json"),
+ * sorted, with sizes. */
 STK_API int stk_upload_list(stk_upload *u, char ***names, uint64_t **sizes, size_t *n, stk_error *err);
 STK_API void stk_upload_list_free(char **names, uint64_t *sizes, size_t n);
 /* After a manifest replaced another: delete every object at the top of the
