@@ -143,6 +143,9 @@ static int merge_remote(const char *url, const char *const *parts, size_t nparts
     }
     if (mp) unlink(mp);
     free(mp);
+    char *log = stk__path_join(stage, ".stoker-uploaded"); /* the manifest's line */
+    if (log) unlink(log);
+    free(log);
     for (size_t i = 0; i < out.nshards; i++) free(out.shards[i].path);
     free(out.shards);
     stk_manifest_free(first);

@@ -77,6 +77,9 @@ static void remote_free(stk_dataset_writer *dw)
     if (!dw->committed && !dw->commit_unknown) {
         stk_upload_wait(dw->up, &e);
         for (size_t i = 0; i < dw->m.nshards; i++) stk_upload_delete(dw->up, dw->m.shards[i].path, &e);
+        char *log = stk__path_join(dw->dir, ".stoker-uploaded"); /* names only deleted objects now */
+        if (log) unlink(log);
+        free(log);
     }
     stk_upload_close(dw->up); /* deletes the lock object */
     dw->up = NULL;

@@ -119,6 +119,7 @@ void pk_stats_text(const pk_run *r, double wall);
 int pk_remote_begin(pk_opts *lo, const pk_opts *o, char *stage, size_t cap);
 void pk_remote_end(pk_opts *lo);
 int pk_remote_sync_kept(pk_run *r);
+int pk_remote_sync_record(const pk_opts *o);
 int pk_remote_finish_part(const pk_run *r);
 int pk_remote_merge(const pk_opts *o, unsigned parts, pk_merge_result *mr, stk_error *err);
 void pk_remote_remove_part(const pk_run *r, const pk_opts *o);

@@ -125,6 +125,26 @@ int pk_remote_sync_kept(pk_run *r)
     return 0;
 }
 
+int pk_remote_sync_record(const pk_opts *o)
+{
+    char *rp = pk_part_file(o->out, 1, 1, ".json");
+    stk_error err;
+    stk_manifest *m = rp ? stk_manifest_load(rp, &err) : NULL;
+    int rc = m ? STK_OK : rp ? err.code : stk_error_set(&err, STK_E_NOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < m->nshards; i++) {
+        char *p = NULL;
+        rc = asprintf(&p, "%s/%s", o->out, m->shards[i].path) < 0
+                 ? stk_error_set(&err, STK_E_NOMEM, "out of memory")
+                 : stk_upload_file_once(o->up, p, m->shards[i].path, NULL, &err);
+        free(p);
+    }
+    if (!rc) rc = stk_upload_wait(o->up, &err);
+    stk_manifest_free(m);
+    free(rp);
+    if (rc) say(&err);
+    return rc ? -1 : 0;
+}
+
 static int upload_now(stk_upload *up, const char *path, stk_error *err)
 {
     int rc = stk_upload_file(up, path, strrchr(path, '/') + 1, 0, err);

@@ -246,6 +246,10 @@ static int run_pack(const pk_opts *o)
     r.out.zthreads = o->threads; /* blocks compressed in parallel, placed in order: the same bytes */
     int prep = prepare(&r, params, first, end, &next);
     if (prep < 0) goto out;
+    /* s3://, 1 of 1 complete here but killed before its merge: what it had
+     * not uploaded yet goes up first (a part of N found complete was
+     * committed in s3:// with every shard in place). */
+    if (prep == 1 && o->up && o->parts == 1 && pk_remote_sync_record(o)) goto out;
     if (prep == 0) {
         cli_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
         /* A few images per thread, twice as many when images are small (up

@@ -722,6 +722,7 @@ def _merge_remote(out, rm):
     err = L.Error_()
     if L.stk_dataset_merge(out.encode(), arr, n, ctypes.byref(err)):
         L.raise_error(err)
+    stage = rm.staging()  # made again: the merge removed it, empty
     rm.fetch("manifest.json", os.path.join(stage, "manifest.json"))
     rm.fetch(_SKIPPED, os.path.join(stage, _SKIPPED))
     summary = _summary_of(stage)

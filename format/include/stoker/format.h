@@ -733,7 +733,9 @@ STK_API int stk_dataset_sweep(const char *dir, stk_error *err);
  * relative to the dataset's address. */
 typedef struct stk_upload stk_upload;
 /* A client for the dataset at `url` (s3://bucket/prefix) with its upload
- * thread. Credentials and endpoint come from the AWS variables. */
+ * thread. Credentials and endpoint come from the AWS variables; files above
+ * STOKER_UPLOAD_PART_BYTES (default 64 MiB, at least 5 MiB) go up as
+ * multipart uploads of parts that size. */
 STK_API stk_upload *stk_upload_open(const char *url, stk_error *err);
 /* Wait for every queued upload, delete the lock this client holds, close. */
 STK_API void stk_upload_close(stk_upload *u);
