@@ -45,8 +45,8 @@ int stk__remote_is_url(const char *path);
 typedef struct {
     int s3;       /* 1: s3://bucket/key; 0: http(s)://host/path (read-only) */
     char *bucket; /* s3: the bucket; http: NULL */
-    char *key;    /* s3: the key or prefix, no leading '/', may be ""; http: the
-                     full URL without a trailing '/' */
+    char *key;    /* s3: the key or prefix, no leading or trailing '/', may be
+                     ""; http: the full URL without a trailing '/' */
 } stk__raddr;
 
 /* Strict: a bucket of 3-63 of [a-z0-9.-], a key without "//", "/./",
@@ -95,13 +95,13 @@ void stk__remote_close(stk__remote *r);
 
 /* Counters since open, for the stats and the bench. */
 typedef struct {
-    uint64_t requests;    /* HTTP requests completed, retries included */
-    uint64_t bytes_in;    /* body bytes received (all attempts) */
-    uint64_t bytes_out;   /* body bytes sent */
-    uint64_t retries;     /* attempts repeated, all causes */
-    uint64_t retry_5xx;   /* of which 500/502/503/504 (SlowDown included) */
-    uint64_t retry_net;   /* of which resets, timeouts, short bodies, stalls */
-    uint64_t failures;    /* requests that failed for good */
+    uint64_t requests;  /* HTTP requests completed, retries included */
+    uint64_t bytes_in;  /* body bytes received (all attempts) */
+    uint64_t bytes_out; /* body bytes sent */
+    uint64_t retries;   /* attempts repeated, all causes */
+    uint64_t retry_5xx; /* of which 500/502/503/504 (SlowDown included), 429 */
+    uint64_t retry_net; /* of which resets, timeouts, short bodies, stalls */
+    uint64_t failures;  /* requests that failed for good */
     uint64_t inflight_max;
 } stk__rcounts;
 void stk__remote_counts(stk__remote *r, stk__rcounts *c);
@@ -131,9 +131,10 @@ int stk__remote_get_range(stk__remote *r, const char *key, uint64_t off, uint64_
                           const char *if_match, long *http, stk_error *err);
 int stk__remote_put_object(stk__remote *r, const char *key, const void *data, size_t len, long *http,
                            stk_error *err);
-/* A local file, as one PUT up to part_size bytes (0: 64 MiB), above it as a
- * multipart upload of part_size parts, several in flight; a failed multipart
- * upload is aborted (its parts are not left billed). */
+/* A local file, as one PUT up to part_size bytes (0: 64 MiB; at least S3's
+ * 5 MiB), above it as a multipart upload of part_size parts (larger when
+ * 10000 would not do), 8 in flight; a failed multipart upload is aborted
+ * (its parts are not left billed). */
 int stk__remote_put_file(stk__remote *r, const char *key, const char *path, uint64_t part_size, long *http,
                          stk_error *err);
 int stk__remote_delete(stk__remote *r, const char *key, long *http, stk_error *err);
@@ -160,8 +161,8 @@ void stk__rgroup_free(stk__rgroup *g); /* waits for what it started first */
 /* Queue a GET of [off, off + len) of key into dst (len bytes, written only
  * by the client's thread until the group is waited on). key is copied. tag
  * is the caller's. */
-int stk__rgroup_add(stk__rgroup *g, const char *key, uint64_t off, uint64_t len, void *dst, const char *if_match,
-                    void *tag, stk_error *err);
+int stk__rgroup_add(stk__rgroup *g, const char *key, uint64_t off, uint64_t len, void *dst,
+                    const char *if_match, void *tag, stk_error *err);
 /* Start what was added since the last start. */
 void stk__rgroup_start(stk__rgroup *g);
 /* Wait for every started GET (retries happen inside). The first failure, in
