@@ -15,7 +15,7 @@
  *   order    order.c mix.c                        orders and mixtures, pure functions  order.h mix.h
  *   io       io.c                                 the direct-read engine (backends: io.h)  io.h
  *   dataset  dataset.c                            datasets as one address space  dataset.h
- *   util     util.c membuf.c                      sized copies, clock, buffers  util.h membuf.h
+ *   util     util.c membuf.c timeline.c           sized copies, clock, buffers, trace  util.h membuf.h timeline.h
  * scripts/check-layers (run by scripts/test) reads the call graph from the
  * objects and fails on a call up or sideways and on any file-level cycle. */
 #ifndef STK_READER_IMPL_H

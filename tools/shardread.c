@@ -66,6 +66,8 @@ static void usage(FILE *f)
                "                          for larger-than-RAM data or one pass over cold\n"
                "                          data; see README)\n"
                "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
+               "      --trace PATH        write a timeline of the reader to PATH (Chrome\n"
+               "                          trace-event JSON: ui.perfetto.dev, chrome://tracing)\n"
                "      --device DEV        none (default: host batches), host (the host\n"
                "                          backend of the device protocol) or cuda[:N]\n"
                "      --fallback          with --device cuda: use host batches when no\n"
@@ -169,7 +171,8 @@ static int parse_args(int argc, char **argv, opts *o)
         O_PLOT,
         O_MIX,
         O_EPOCH_SIZE,
-        O_REWEIGHT
+        O_REWEIGHT,
+        O_TRACE
     };
     static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
                                        {"order", 1, 0, 'o'},
@@ -213,6 +216,7 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"mix", 1, 0, O_MIX},
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
+                                       {"trace", 1, 0, O_TRACE},
                                        CLI_COMMON_OPTIONS};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
@@ -277,6 +281,9 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_IO_DEPTH:
             if (!cli_uint(&a, optarg, 1, 1024, &v)) return CLI_EXIT_USAGE;
             o->ro.io_depth = (unsigned)v;
+            break;
+        case O_TRACE:
+            o->ro.trace = optarg;
             break;
         case O_SW_IO: {
             char buf[64];

@@ -99,7 +99,8 @@ class Options(ctypes.Structure):
                 ("release_pages", c_int), ("device", c_int), ("device_index", c_int),
                 ("device_fallback", c_int), ("stream", c_void_p),
                 ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64),
-                ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64)]
+                ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64),
+                ("trace", c_char_p)]
 
 
 class BatchField(ctypes.Structure):

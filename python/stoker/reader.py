@@ -344,7 +344,7 @@ class Reader:
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
                  device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list",
-                 epoch_size=0):
+                 epoch_size=0, trace=None):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -415,6 +415,7 @@ class Reader:
         o.release_pages = int(release_pages)
         o.io, o.io_depth = L.IO[io], int(io_depth)
         o.epoch_size = int(epoch_size)
+        o.trace = os.fsencode(trace) if trace is not None else None  # the library copies it at open
         o.device, o.device_index, o.device_fallback = dev, dev_index, 1 if device_fallback else 0
         self._stream_handle = None
         if dev == L.DEVICE_CUDA:

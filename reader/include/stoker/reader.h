@@ -133,6 +133,8 @@ struct stk_transform;
  *   STOKER_COPY=stream|cached how values are gathered into slots: streaming
  *                             stores or memcpy (auto: streams large values
  *                             into slots of 16 MiB and more)
+ *   STOKER_TRACE=PATH         opts.trace when it is NULL or "": write a
+ *                             timeline of the reader to PATH at close
  *   STOKER_IO_FAULT=...       for tests only: the direct engine's fault seam
  *                             ("short:N,eintr:N,eagain:N" make every Nth
  *                             completion short, EINTR or EAGAIN; "eio:S/R"
@@ -232,6 +234,18 @@ typedef struct {
     uint64_t epoch_size;                   /* a mixture of weighted sources: records per
                                               epoch, shared by the weights; 0: the sum of
                                               the sources' records (see "Mixtures")            */
+    const char *trace;                     /* a path: record a timeline of the reader and
+                                              write it there at close, as Chrome trace-event
+                                              JSON (ui.perfetto.dev, chrome://tracing): each
+                                              thread's stages per batch (the consumer's next
+                                              and wait; a worker's begin, read wait and
+                                              gather; the copy thread's upload) and counters
+                                              (batches ready, bytes in flight). At most
+                                              65536 events per thread, later ones dropped
+                                              (the file's otherData says how many). Created
+                                              at open (an unwritable path fails it). NULL:
+                                              $STOKER_TRACE, else off (one branch per
+                                              stage)                                           */
 } stk_reader_options;
 /* clang-format on */
 
