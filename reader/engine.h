@@ -182,8 +182,15 @@ struct stk_reader {
     uint64_t *st_src_samples, *st_src_bytes; /* [S] for a mixture */
     double *st_src_busy;
     double st_crop, st_read_wait; /* worker seconds decoding/cropping, waiting for direct reads */
+    double st_last_return;        /* when next last returned a batch */
+    uint64_t st_steps;            /* nexts that came STK__STEP_MIN_S or more after the last return */
+    uint64_t st_faults0;          /* the process's major faults at open or the last reset */
     stk__timeline *tl;            /* trace=PATH: the timeline recorder (trace.h), NULL: off */
 };
+
+/* A consumer that comes back for the next batch this long after the last
+ * one (or later) took a step in between (stk_reader_diag.steps). */
+#define STK__STEP_MIN_S 100e-6
 
 /* reader.c: a prefetch worker's thread (arg: its stk__worker). */
 void *stk__worker_main(void *arg);

@@ -979,6 +979,8 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     stk__slot *sl = &r->slots[r->consume % r->nslots];
     double t0 = stk__now();
     if (r->st_start == 0) r->st_start = t0;
+    /* a pause since the last batch was returned: the consumer's step */
+    if (r->st_last_return > 0 && t0 - r->st_last_return >= STK__STEP_MIN_S) r->st_steps++;
     unsigned ready = 0, making = 0;
     for (unsigned i = 0; i < r->nslots; i++) {
         ready += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
@@ -1016,7 +1018,10 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
             r->st_zero_copy++;
             break;
         }
-    if (!r->be) r->st_wait += stk__now() - t0;
+    if (!r->be) {
+        r->st_last_return = stk__now();
+        r->st_wait += r->st_last_return - t0;
+    }
     pthread_mutex_unlock(&r->mu);
     if (wake) pthread_cond_signal(&r->work_cv);
     if (r->be) {
@@ -1026,6 +1031,7 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         double t1 = stk__now();
         pthread_mutex_lock(&r->mu);
         r->st_wait += t1 - t0;
+        r->st_last_return = t1;
         if (e.code) {
             STK_TRACE_POP(r->tl, STK_TRACK_CONSUMER);
             return fail_next(r, &e, err);
@@ -1138,5 +1144,8 @@ void stk_reader_stats_reset(stk_reader *r)
     r->st_wait = r->st_busy = r->st_h2d = 0;
     r->st_h2d_bytes = 0;
     r->st_ready_sum = 0;
+    r->st_crop = r->st_read_wait = r->st_last_return = 0;
+    r->st_steps = 0;
+    r->st_faults0 = stk__major_faults();
     pthread_mutex_unlock(&r->mu);
 }

@@ -626,6 +626,7 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
     r->release = !r->direct && !r->mix &&
                  (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
+    r->st_faults0 = stk__major_faults();
     if (start_workers(r, err)) goto fail;
     if (r->be) {
         int e = pthread_create(&r->copier, NULL, stk__copier_main, r);
