@@ -837,6 +837,28 @@ class Reader:
             v += "\n" + buf.value.decode(errors="replace")
         return v
 
+    def diagnose(self):
+        """What the numbers show, one line each (stk_reader_diagnose): "loader: ...", "workers: ..."
+        (decode/crop, waiting for reads, copying), "trainer: ..." (or "no training step recorded"
+        for a loop that never pauses between batches), "bound by: ..."."""
+        h = self._handle()
+        d = ctypes.create_string_buffer(4096)  # opaque: the library writes and reads this many bytes at most
+        L.stk_reader_diag_get_sized(h.r, d, len(d))
+        buf = ctypes.create_string_buffer(4096)
+        n = L.stk_reader_diagnose_sized(d, len(d), buf, len(buf))
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            L.stk_reader_diagnose_sized(d, len(d), buf, len(buf))
+        return buf.value.decode(errors="replace")
+
+    def metrics(self):
+        """The statistics as Prometheus text exposition (stk_reader_metrics)."""
+        h = self._handle()
+        n = L.stk_reader_metrics(h.r, None, 0)
+        buf = ctypes.create_string_buffer(n + 512)
+        L.stk_reader_metrics(h.r, buf, len(buf))
+        return buf.value.decode()
+
     def reset_stats(self):
         h = self._handle()
         L.stk_reader_stats_reset(h.r)
