@@ -14,6 +14,7 @@
 #include "membuf.h"
 #include "mix.h"
 #include "order.h"
+#include "timeline.h"
 #include "util.h"
 
 #include <pthread.h>
@@ -77,6 +78,8 @@ typedef struct {
     stk__qentry **qown[2]; /* ... and the blocks the part reads itself */
     stk__qentry **qpre[2]; /* ... of which read ahead for the next window */
     double h2d;            /* upload seconds, not yet added to stats */
+    double crop_s;         /* decode and crop seconds, not yet added to stats */
+    double read_wait_s;    /* direct path: seconds waiting for reads, not yet added */
     /* compressed fields: the block in use per selected field, pinned in the
      * cache while this worker's records stay in it (reader.c) */
     stk__zentry *pin[STK_MAX_FIELDS];
@@ -178,7 +181,16 @@ struct stk_reader {
     uint64_t st_batches, st_samples, st_bytes, st_zero_copy, st_verified, st_ready_sum;
     uint64_t *st_src_samples, *st_src_bytes; /* [S] for a mixture */
     double *st_src_busy;
+    double st_crop, st_read_wait; /* worker seconds decoding/cropping, waiting for direct reads */
+    double st_last_return;        /* when next last returned a batch */
+    uint64_t st_steps;            /* nexts that came STK__STEP_MIN_S or more after the last return */
+    uint64_t st_faults0;          /* the process's major faults at open or the last reset */
+    stk__timeline *tl;            /* trace=PATH: the timeline recorder (trace.h), NULL: off */
 };
+
+/* A consumer that comes back for the next batch this long after the last
+ * one (or later) took a step in between (stk_reader_diag.steps). */
+#define STK__STEP_MIN_S 100e-6
 
 /* reader.c: a prefetch worker's thread (arg: its stk__worker). */
 void *stk__worker_main(void *arg);

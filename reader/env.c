@@ -27,6 +27,7 @@ static const struct {
     [STK__ENV_SLURM_PROCID] = {"SLURM_PROCID", NUMBER, "a rank", NULL, 0},
     [STK__ENV_WORLD_SIZE] = {"WORLD_SIZE", NUMBER, "a world size", NULL, 1},
     [STK__ENV_SLURM_NTASKS] = {"SLURM_NTASKS", NUMBER, "a world size", NULL, 1},
+    [STK__ENV_TRACE] = {"STOKER_TRACE", TEXT, NULL, NULL, 0},
 };
 
 void stk__env_read(stk__env *e)

@@ -18,6 +18,7 @@ enum {
     STK__ENV_SLURM_PROCID,
     STK__ENV_WORLD_SIZE, /* WORLD_SIZE, then SLURM_NTASKS: the number of ranks */
     STK__ENV_SLURM_NTASKS,
+    STK__ENV_TRACE, /* STOKER_TRACE: a path; trace=PATH when the option is unset */
     STK__ENV_COUNT
 };
 

@@ -288,8 +288,10 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
         return stk_error_set(err, STK_E_NOMEM, "out of memory for the image crop");
     if (r->load_norm) crop = w->crop_buf;
     int square = stk_shard_schema(sh)->fields[f].kind == STK_KIND_TENSOR;
+    double c0 = stk__now();
     rc = stk__cropper_run(w->cropper, t, r->o.seed, sl->seq / r->nbatches, rec, src, size, dims, jpeg, square,
                           crop, err);
+    w->crop_s += stk__now() - c0;
     if (!rc && r->load_norm) stk__xform_normalise(&r->xf_job, crop, dst);
     if (rc && err) { /* name the shard too: the cropper knows the record only */
         char m[STK_ERROR_MSG_MAX];
@@ -683,7 +685,11 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
     if (r->qcache) {
         qblock_publish(r, p);
     } else if (r->direct) { /* failed or not, nothing may stay in flight into the slot */
+        STK_TRACE_PUSH(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)), "read wait", sl->seq, p->part);
+        double w0 = stk__now();
         int rc = stk__ioq_wait(p->q, err->code ? NULL : err);
+        w->read_wait_s += stk__now() - w0;
+        STK_TRACE_POP(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)));
         if (rc && !err->code) err->code = rc;
         if (err->code) p->over = 1;
     }
@@ -794,6 +800,7 @@ static void claim_part(stk_reader *r, stk__part *p)
 static void begin(stk_reader *r, stk__worker *w, stk__part *p, uint64_t *win_epoch, uint64_t *win_next)
 {
     double t0 = stk__now();
+    STK_TRACE_PUSH(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)), "begin", p->s, p->part);
     if (r->be) { /* the staging buffer's last upload must be over; a device fault surfaces here */
         double h2d = stk__upload_reclaim(r, (unsigned)(p->s % r->nslots), &p->err);
         if (p->part == 0) w->h2d += h2d;
@@ -801,6 +808,7 @@ static void begin(stk_reader *r, stk__worker *w, stk__part *p, uint64_t *win_epo
     }
     if (r->release && p->part == 0) release_consumed(r, p->s, win_epoch, win_next);
     if (!p->err.code) part_begin(r, w, p);
+    STK_TRACE_POP(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)));
     p->busy = stk__now() - t0;
 }
 
@@ -809,10 +817,10 @@ static void begin(stk_reader *r, stk__worker *w, stk__part *p, uint64_t *win_epo
 static void end(stk_reader *r, stk__worker *w, stk__part *p, const stk__part *other)
 {
     double t0 = stk__now();
-    STK_TRACE_PUSH("stoker gather %llu.%u", (unsigned long long)p->s, p->part);
+    STK_TRACE_PUSH(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)), "gather", p->s, p->part);
     part_end(r, w, p, other);
     if (r->zcache) unpin_blocks(r, w);
-    STK_TRACE_POP();
+    STK_TRACE_POP(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)));
     p->busy += stk__now() - t0;
 }
 
@@ -870,6 +878,9 @@ void *stk__worker_main(void *arg)
         }
         r->st_h2d += w->h2d;
         w->h2d = 0;
+        r->st_crop += w->crop_s;
+        r->st_read_wait += w->read_wait_s;
+        w->crop_s = w->read_wait_s = 0;
         r->st_verified += w->verified;
         w->verified = 0;
         finish_part(r, p->sl, p->part, p->gen, p->heap, &p->err);
@@ -968,10 +979,19 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     stk__slot *sl = &r->slots[r->consume % r->nslots];
     double t0 = stk__now();
     if (r->st_start == 0) r->st_start = t0;
-    for (unsigned i = 0; i < r->nslots; i++)
-        r->st_ready_sum += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
+    /* a pause since the last batch was returned: the consumer's step */
+    if (r->st_last_return > 0 && t0 - r->st_last_return >= STK__STEP_MIN_S) r->st_steps++;
+    unsigned ready = 0, making = 0;
+    for (unsigned i = 0; i < r->nslots; i++) {
+        ready += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
+        making += r->slots[i].state == SLOT_BUSY || r->slots[i].state == SLOT_GATHERED;
+    }
+    r->st_ready_sum += ready;
+    STK_TRACE_PUSH(r->tl, STK_TRACK_CONSUMER, "next", r->consume, 0);
+    STK_TRACE_COUNTER(r->tl, STK_TRACK_CONSUMER, "batches ready", ready);
+    STK_TRACE_COUNTER(r->tl, STK_TRACK_CONSUMER, "bytes in flight", (double)making * (double)r->slot_bytes);
     if (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
-        STK_TRACE_PUSH("stoker wait %llu", (unsigned long long)r->consume);
+        STK_TRACE_PUSH(r->tl, STK_TRACK_CONSUMER, "wait", r->consume, 0);
         while (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
             if (r->idle && r->claim < r->released + r->nslots && r->claim < r->end_seq) {
                 pthread_cond_signal(&r->work_cv); /* about to block: no batching of wake-ups */
@@ -979,13 +999,14 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
             }
             pthread_cond_wait(&r->ready_cv, &r->mu);
         }
-        STK_TRACE_POP();
+        STK_TRACE_POP(r->tl, STK_TRACK_CONSUMER);
     }
     unsigned held = (unsigned)(r->consume++ % r->nslots);
     stk_error e = sl->err;
     if (e.code) {
         r->st_wait += stk__now() - t0;
         if (wake) pthread_cond_signal(&r->work_cv);
+        STK_TRACE_POP(r->tl, STK_TRACK_CONSUMER);
         return fail_next(r, &e, err);
     }
     r->st_batches++;
@@ -997,7 +1018,10 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
             r->st_zero_copy++;
             break;
         }
-    if (!r->be) r->st_wait += stk__now() - t0;
+    if (!r->be) {
+        r->st_last_return = stk__now();
+        r->st_wait += r->st_last_return - t0;
+    }
     pthread_mutex_unlock(&r->mu);
     if (wake) pthread_cond_signal(&r->work_cv);
     if (r->be) {
@@ -1007,13 +1031,18 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         double t1 = stk__now();
         pthread_mutex_lock(&r->mu);
         r->st_wait += t1 - t0;
-        if (e.code) return fail_next(r, &e, err);
+        r->st_last_return = t1;
+        if (e.code) {
+            STK_TRACE_POP(r->tl, STK_TRACK_CONSUMER);
+            return fail_next(r, &e, err);
+        }
         pthread_mutex_unlock(&r->mu);
     }
     if (err) {
         err->code = STK_OK;
         err->msg[0] = 0;
     }
+    STK_TRACE_POP(r->tl, STK_TRACK_CONSUMER);
     return &sl->batch;
 }
 
@@ -1115,5 +1144,8 @@ void stk_reader_stats_reset(stk_reader *r)
     r->st_wait = r->st_busy = r->st_h2d = 0;
     r->st_h2d_bytes = 0;
     r->st_ready_sum = 0;
+    r->st_crop = r->st_read_wait = r->st_last_return = 0;
+    r->st_steps = 0;
+    r->st_faults0 = stk__major_faults();
     pthread_mutex_unlock(&r->mu);
 }

@@ -7,7 +7,7 @@
  * layer above, never a sibling in braces. Each layer's interface is its own
  * header, which includes only headers of its layer and those below
  * (abi_v0.h, the frozen 0.1.0 layouts, is types only: any file may use it):
- *   api      abi.c state.c reader_mix.c           public entries over a reader  (here)
+ *   api      abi.c state.c reader_mix.c diagnose.c  public entries over a reader  (here)
  *   plan     reader_open.c io_plan.c env.c        options, environment, memory, read path  (here, env.h)
  *   engine   reader.c upload.c                    the reader's state, workers, copy thread  engine.h
  *   device   transform.c load_crop.c device_*.c   pixels: transform, crop, upload backends  device.h
@@ -15,7 +15,7 @@
  *   order    order.c mix.c                        orders and mixtures, pure functions  order.h mix.h
  *   io       io.c                                 the direct-read engine (backends: io.h)  io.h
  *   dataset  dataset.c                            datasets as one address space  dataset.h
- *   util     util.c membuf.c                      sized copies, clock, buffers  util.h membuf.h
+ *   util     util.c membuf.c timeline.c           sized copies, clock, buffers, trace  util.h membuf.h timeline.h
  * scripts/check-layers (run by scripts/test) reads the call graph from the
  * objects and fails on a call up or sideways and on any file-level cycle. */
 #ifndef STK_READER_IMPL_H

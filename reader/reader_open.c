@@ -2,6 +2,7 @@
  * reader's construction and teardown. Everything that can be refused is
  * refused here, before a thread starts, with the option named. */
 #include "reader_impl.h"
+#include "trace.h"
 #include "abi_v0.h"
 
 #include <errno.h>
@@ -78,6 +79,21 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
     if (o->fields && !(r->fields_text = strdup(o->fields)))
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
     o->fields = r->fields_text;
+    /* trace: the option, else $STOKER_TRACE; the recorder keeps the path */
+    const char *trace = o->trace && *o->trace ? o->trace : stk__env_text(env, STK__ENV_TRACE);
+    o->trace = NULL;
+    if (trace) {
+        /* tracks: the consumer, each worker, the copy thread */
+        if (!(r->tl = stk__timeline_open(trace, o->threads + 2, err))) return err ? err->code : STK_E_IO;
+        stk__timeline_name(r->tl, STK_TRACK_CONSUMER, "stoker consumer (next)");
+        for (unsigned i = 0; i < o->threads; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "stoker worker %u", i);
+            stk__timeline_name(r->tl, STK_TRACK_WORKER(i), name);
+        }
+        stk__timeline_name(r->tl, STK_TRACK_COPIER(o->threads), "stoker copy thread");
+        o->trace = stk__timeline_path(r->tl);
+    }
     r->G = (uint64_t)o->batch_size * (uint64_t)o->world_size;
     return STK_OK;
 }
@@ -610,6 +626,7 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
     r->release = !r->direct && !r->mix &&
                  (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
+    r->st_faults0 = stk__major_faults();
     if (start_workers(r, err)) goto fail;
     if (r->be) {
         int e = pthread_create(&r->copier, NULL, stk__copier_main, r);
@@ -673,7 +690,8 @@ void stk_reader_close(stk_reader *r)
         free(r->workers);
     }
     if (r->copier_started) pthread_join(r->copier, NULL);
-    stk__io_close(r->io); /* after the workers: no read is in flight */
+    stk__timeline_close(r->tl, NULL); /* every track's thread is done; a failed write is not reported */
+    stk__io_close(r->io);             /* after the workers: no read is in flight */
     stk__qcache_free(r->qcache);
     /* Uploads still queued read the staging slots: drain them first. The
      * caller's stream must still exist (it holds the last release events). */

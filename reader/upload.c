@@ -181,14 +181,14 @@ void *stk__copier_main(void *arg)
         stk__dslot *d = &r->dslots[r->next_copy % r->nslots];
         r->active++;
         pthread_mutex_unlock(&r->mu);
-        STK_TRACE_PUSH("stoker upload %llu", (unsigned long long)sl->seq);
+        STK_TRACE_PUSH(r->tl, STK_TRACK_COPIER(r->o.threads), "upload", sl->seq, 0);
         if (!sl->err.code && upload(r, sl, d, &bytes, &sl->err)) { /* name the batch */
             char what[STK_ERROR_MSG_MAX];
             snprintf(what, sizeof what, "%s", sl->err.msg);
             stk_error_set(&sl->err, sl->err.code, "epoch %llu, batch %llu: %.400s",
                           (unsigned long long)sl->batch.epoch, (unsigned long long)sl->batch.index, what);
         }
-        STK_TRACE_POP();
+        STK_TRACE_POP(r->tl, STK_TRACK_COPIER(r->o.threads));
         pthread_mutex_lock(&r->mu);
         r->active--;
         r->st_h2d_bytes += bytes;

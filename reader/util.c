@@ -2,6 +2,8 @@
  * every ABI-versioned entry point uses. */
 #include "util.h"
 
+#include <sys/resource.h>
+
 #include <string.h>
 
 int stk__read_sized(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size,
@@ -31,4 +33,11 @@ void stk__write_sized(void *dst, size_t dst_size, const void *src, size_t src_si
 {
     memcpy(dst, src, dst_size < src_size ? dst_size : src_size);
     if (dst_size > src_size) memset((unsigned char *)dst + src_size, 0, dst_size - src_size);
+}
+
+uint64_t stk__major_faults(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return 0;
+    return (uint64_t)ru.ru_majflt;
 }

@@ -31,4 +31,8 @@ static inline double stk__now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The process's major page faults so far (reads from storage through the
+ * maps; getrusage). */
+uint64_t stk__major_faults(void);
+
 #endif

@@ -99,7 +99,8 @@ class Options(ctypes.Structure):
                 ("release_pages", c_int), ("device", c_int), ("device_index", c_int),
                 ("device_fallback", c_int), ("stream", c_void_p),
                 ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64),
-                ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64)]
+                ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64),
+                ("trace", c_char_p)]
 
 
 class BatchField(ctypes.Structure):
@@ -303,6 +304,9 @@ stk_reader_source_path = _fn("stk_reader_source_path", c_char_p, c_void_p, c_uin
 stk_reader_stats_get = _fn("stk_reader_stats_get", None, c_void_p, c_void_p)
 stk_reader_stats_reset = _fn("stk_reader_stats_reset", None, c_void_p)
 stk_reader_verdict = _fn("stk_reader_verdict", c_int, c_void_p, c_char_p, c_size_t)
+stk_reader_diag_get_sized = _fn("stk_reader_diag_get_sized", None, c_void_p, c_void_p, c_size_t)
+stk_reader_diagnose_sized = _fn("stk_reader_diagnose_sized", c_int, c_void_p, c_size_t, c_char_p, c_size_t)
+stk_reader_metrics = _fn("stk_reader_metrics", c_int, c_void_p, c_char_p, c_size_t)
 stk_reader_get_options = _fn("stk_reader_get_options", P(Options), c_void_p)
 stk_reader_dataset = _fn("stk_reader_dataset", c_void_p, c_void_p)
 stk_dataset_schema = _fn("stk_dataset_schema", P(Schema_), c_void_p)

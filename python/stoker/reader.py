@@ -344,7 +344,7 @@ class Reader:
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
                  device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list",
-                 epoch_size=0):
+                 epoch_size=0, trace=None):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -415,6 +415,7 @@ class Reader:
         o.release_pages = int(release_pages)
         o.io, o.io_depth = L.IO[io], int(io_depth)
         o.epoch_size = int(epoch_size)
+        o.trace = os.fsencode(trace) if trace is not None else None  # the library copies it at open
         o.device, o.device_index, o.device_fallback = dev, dev_index, 1 if device_fallback else 0
         self._stream_handle = None
         if dev == L.DEVICE_CUDA:
@@ -835,6 +836,28 @@ class Reader:
         if L.stk_reader_verdict_sources(h.r, buf, len(buf)) > 0:
             v += "\n" + buf.value.decode(errors="replace")
         return v
+
+    def diagnose(self):
+        """What the numbers show, one line each (stk_reader_diagnose): "loader: ...", "workers: ..."
+        (decode/crop, waiting for reads, copying), "trainer: ..." (or "no training step recorded"
+        for a loop that never pauses between batches), "bound by: ..."."""
+        h = self._handle()
+        d = ctypes.create_string_buffer(4096)  # opaque: the library writes and reads this many bytes at most
+        L.stk_reader_diag_get_sized(h.r, d, len(d))
+        buf = ctypes.create_string_buffer(4096)
+        n = L.stk_reader_diagnose_sized(d, len(d), buf, len(buf))
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            L.stk_reader_diagnose_sized(d, len(d), buf, len(buf))
+        return buf.value.decode(errors="replace")
+
+    def metrics(self):
+        """The statistics as Prometheus text exposition (stk_reader_metrics)."""
+        h = self._handle()
+        n = L.stk_reader_metrics(h.r, None, 0)
+        buf = ctypes.create_string_buffer(n + 512)
+        L.stk_reader_metrics(h.r, buf, len(buf))
+        return buf.value.decode()
 
     def reset_stats(self):
         h = self._handle()

@@ -268,7 +268,11 @@ class DataLoader:
                  persistent_workers=False, pin_memory_device="", seed=None, transform=None, device=None,
                  fields=None, as_dict=False, copy=None, checkpoint_dir=None, checkpoint_every=None,
                  checkpoint_name=None, **reader_options):
-        import torch  # noqa: F401  (here, not at `import stoker.torch`)
+        import torch  # (here, not at `import stoker.torch`)
+        # the wait for each batch, as a range of a PyTorch profiler trace
+        # (next to the model's ops); without a profiler running it costs a
+        # check of a flag
+        self._record = torch.profiler.record_function
         self.reader = None
         self._own = False
         if sampler is not None or batch_sampler is not None:
@@ -467,7 +471,8 @@ class DataLoader:
             if self._ckpt:
                 self._commit((it.epoch, k, "end"))  # the loop is over; the script's save of the epoch comes next
             raise StopIteration
-        b = self.reader.next_batch()
+        with self._record("stoker.wait"):
+            b = self.reader.next_batch()
         if b is None:                   # the Reader's set_epochs() ended the stream
             it._finished = True
             raise StopIteration

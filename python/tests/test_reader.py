@@ -578,3 +578,27 @@ def test_direct_read_error_names_shard_and_record(ds48, monkeypatch):
         with pytest.raises(stoker.Error, match=r"-00002\.stk: record 3: read of 6912 bytes .*Input/output error"):
             for _ in r:
                 pass
+
+
+def test_trace_writes_a_chrome_timeline_at_close(ds, tmp_path):
+    import json
+    path = tmp_path / "trace.json"
+    with stoker.Reader(ds, batch_size=10, order="shuffle", threads=2, trace=str(path)) as r:
+        n = sum(1 for _ in r)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e["name"] == "next" and e["ph"] == "X" for e in events) == n
+    assert any(e["name"] == "gather" for e in events)
+    names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert "stoker worker 0" in names and "stoker worker 1" in names
+
+
+def test_diagnose_and_metrics(ds):
+    with stoker.Reader(ds, batch_size=10, order="shuffle", threads=2) as r:
+        n = sum(1 for _ in r)  # no step: a bare read loop
+        lines = r.diagnose().splitlines()
+        m = r.metrics()
+    assert lines[0].startswith("loader: ") and lines[1].startswith("workers: decode/crop ")
+    assert lines[2].startswith("trainer: no training step recorded")
+    assert lines[3].startswith("bound by: ")
+    assert "# TYPE stoker_batches_total counter" in m
+    assert f"stoker_batches_total {n}\n" in m

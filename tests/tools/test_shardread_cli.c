@@ -215,7 +215,35 @@ START_TEST(mix_resume_and_errors)
 }
 END_TEST
 
+/* --trace writes a trace file of one "next" per batch read; the summary
+ * prints the new verdict; --metrics ends stdout with Prometheus text. */
+START_TEST(trace_verdict_metrics)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardread' -b 16 -j 2 --trace t.json --metrics ds", tu_tools), 0);
+    const char *out = tu_slurp("out.txt");
+    ck_assert_msg(strstr(out, "\nworkers: decode/crop ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\ntrainer: no training step recorded") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\nbound by: ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "# TYPE stoker_batches_total counter\nstoker_batches_total 10\n") != NULL, "%s",
+                  out);
+    json_error_t je;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/t.json", tu_tmp);
+    json_t *t = json_load_file(path, 0, &je);
+    ck_assert_msg(t != NULL, "t.json: %s", je.text);
+    size_t i, next = 0;
+    json_t *e;
+    json_array_foreach(json_object_get(t, "traceEvents"), i, e) next +=
+        !strcmp(json_string_value(json_object_get(e, "name")), "next");
+    ck_assert_uint_eq(next, 10); /* ceil(150 / 16) */
+    json_decref(t);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -b 16 --step-ms 1 -q ds", tu_tools), 0);
+}
+END_TEST
+
 TU_MAIN("shardread cli", {.name = "cli",
                           .timeout = 120,
                           .tests = {dump_order_format, resume_across_processes, json_and_quasi_quality,
-                                    exit_codes, mix_resume_and_errors}})
+                                    exit_codes, mix_resume_and_errors, trace_verdict_metrics}})

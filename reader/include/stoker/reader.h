@@ -133,6 +133,8 @@ struct stk_transform;
  *   STOKER_COPY=stream|cached how values are gathered into slots: streaming
  *                             stores or memcpy (auto: streams large values
  *                             into slots of 16 MiB and more)
+ *   STOKER_TRACE=PATH         opts.trace when it is NULL or "": write a
+ *                             timeline of the reader to PATH at close
  *   STOKER_IO_FAULT=...       for tests only: the direct engine's fault seam
  *                             ("short:N,eintr:N,eagain:N" make every Nth
  *                             completion short, EINTR or EAGAIN; "eio:S/R"
@@ -235,6 +237,18 @@ typedef struct {
     uint64_t epoch_size;                   /* a mixture of weighted sources: records per
                                               epoch, shared by the weights; 0: the sum of
                                               the sources' records (see "Mixtures")            */
+    const char *trace;                     /* a path: record a timeline of the reader and
+                                              write it there at close, as Chrome trace-event
+                                              JSON (ui.perfetto.dev, chrome://tracing): each
+                                              thread's stages per batch (the consumer's next
+                                              and wait; a worker's begin, read wait and
+                                              gather; the copy thread's upload) and counters
+                                              (batches ready, bytes in flight). At most
+                                              65536 events per thread, later ones dropped
+                                              (the file's otherData says how many). Created
+                                              at open (an unwritable path fails it). NULL:
+                                              $STOKER_TRACE, else off (one branch per
+                                              stage)                                           */
 } stk_reader_options;
 /* clang-format on */
 
@@ -488,6 +502,56 @@ STK_API int stk_reader_verdict_sources(const stk_reader *r, char *buf, size_t ca
 /* One line: "input-bound: 37% of wall time spent waiting for data (threads=2;
  * try 4)" or "not input-bound: ...". Returns the length like snprintf. */
 STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap);
+
+/* What the verdict of stk_reader_diagnose reads: the statistics and what
+ * tells the loader's limits apart. Written by the library; grows at the end
+ * only. */
+/* clang-format off */
+typedef struct {
+    stk_reader_stats stats;  /* as stk_reader_stats_get                       */
+    uint64_t steps;          /* batches the consumer asked for 100 us or more
+                                after the last one was returned: the steps of a
+                                trainer (0: a bare read loop)                 */
+    double crop_s;           /* worker seconds decoding and cropping images on
+                                the workers (load-time crops), summed         */
+    double read_wait_s;      /* direct path: worker seconds waiting for reads,
+                                summed                                        */
+    uint64_t major_faults;   /* the process's major page faults (data read from
+                                storage through the maps)                     */
+    int io;                  /* STK_IO_MMAP or STK_IO_DIRECT                  */
+    unsigned cpus;           /* online CPUs                                   */
+} stk_reader_diag;
+/* clang-format on */
+/* Since open or the last stats reset. */
+STK_API void stk_reader_diag_get_sized(const stk_reader *r, stk_reader_diag *d, size_t size);
+/* The verdict that says what the numbers show, one line each (separated by
+ * '\n', no final newline):
+ *   "loader: ..."    throughput, and the workers' time;
+ *   "workers: ..."   their time split: decode/crop, waiting for reads, copy;
+ *   "trainer: ..."   with steps, whether it waited for data (input-bound at
+ *                    10% of the wall time or more); without any, "no training
+ *                    step recorded": no verdict about a trainer;
+ *   "bound by: ..."  what limits the loader, when the trainer waited or
+ *                    there was none: CPU on the workers (decode/crop or copy),
+ *                    storage, memory bandwidth, or the consumer itself.
+ * Deterministic: a function of *d alone (tests feed it made-up numbers).
+ * Returns the length like snprintf. */
+STK_API int stk_reader_diagnose_sized(const stk_reader_diag *d, size_t size, char *buf, size_t cap);
+static inline void stk_reader_diag_get(const stk_reader *r, stk_reader_diag *d)
+{
+    stk_reader_diag_get_sized(r, d, sizeof *d);
+}
+static inline int stk_reader_diagnose(const stk_reader_diag *d, char *buf, size_t cap)
+{
+    return stk_reader_diagnose_sized(d, sizeof *d, buf, cap);
+}
+
+/* The statistics (stk_reader_diag_get, stk_reader_io_stats_get) as
+ * Prometheus text exposition (format 0.0.4): # HELP and # TYPE lines, names
+ * prefixed stoker_, counters ending _total (since open or the last stats
+ * reset: a reset reads as a counter reset), gauges. Returns the length like
+ * snprintf (what it needs when cap is too small). */
+STK_API int stk_reader_metrics(const stk_reader *r, char *buf, size_t cap);
 
 /* The options in force after defaults and the environment were applied
  * (rank, world size, threads, prefetch, device after a fallback). Owned by
