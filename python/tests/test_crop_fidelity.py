@@ -64,3 +64,25 @@ def test_eval_crop_within_psnr_of_torchvision(tmp_path):
     psnr = np.array(psnr)
     print("eval crop vs torchvision: PSNR mean %.2f dB, worst %.2f dB over %d images" % (psnr.mean(), psnr.min(), N))
     assert psnr.mean() >= 35 and psnr.min() >= 30
+
+
+def test_scaled_crops_same_on_1_and_3_threads(tmp_path):
+    """Scaled region decodes give the same pixels whichever worker decodes a record (random and eval crops)."""
+    pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(7)
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(24):
+        photo(rng, int(rng.integers(500, 1100)), int(rng.integers(500, 1100))).save(src / ("%02d.jpg" % i), quality=90)
+    ds = tmp_path / "ds"
+    run_tool(os.path.join(os.path.dirname(TOOLS), "packer", "pack"), "-q", "--max-side", "16384",
+             "--image-format", "original", src.parent, ds)
+    for crop in ("random:64", "center:64"):
+        got = []
+        for threads in (1, 3):
+            with stoker.Reader(str(ds), batch_size=8, order="shuffle", seed=5, threads=threads, crop=crop) as r:
+                got.append({int(rec): img.copy() for b in r if b.epoch == 0
+                            for rec, img in zip(b.records, b["image"])})
+        assert sorted(got[0]) == list(range(24)) and got[0].keys() == got[1].keys()
+        for rec in got[0]:
+            np.testing.assert_array_equal(got[0][rec], got[1][rec], err_msg="%s record %d" % (crop, rec))
