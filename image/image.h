@@ -242,6 +242,12 @@ void stk__img_layout_compute(stk__img_mode mode, uint32_t size, uint32_t min_sid
  * output's; no padding. */
 void stk__img_eval_layout(uint32_t out_w, uint32_t out_h, uint32_t W, uint32_t H, stk__img_layout *l);
 
+/* The source region that stk__img_eval_layout's window maps to: [*bx, *bx +
+ * *bw) x [*by, *by + *bh) of the W x H image (fractional edges), what a
+ * decode of the eval crop alone needs (image/plan.c). */
+void stk__img_eval_box(uint32_t out_w, uint32_t out_h, uint32_t W, uint32_t H, double *bx, double *by,
+                       double *bw, double *bh);
+
 /* A crop box in the source image. */
 typedef struct {
     int32_t x0, y0, w, h;

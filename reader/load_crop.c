@@ -102,15 +102,7 @@ static int crop_planned(stk__cropper *c, const stk_transform *t, const stk__crop
 {
     uint32_t ow = t->out_width, oh = t->out_height;
     double bx = box->x0, by = box->y0, bw = box->w, bh = box->h;
-    if (!rrc) { /* Resize(round(S / 0.875)) + CenterCrop(S): the window's source region */
-        stk__img_layout l;
-        stk__img_eval_layout(ow, oh, W, H, &l);
-        double sx = (double)W / (double)l.resized_w, sy = (double)H / (double)l.resized_h;
-        bx = (double)l.crop_x * sx;
-        by = (double)l.crop_y * sy;
-        bw = ow * sx;
-        bh = oh * sy;
-    }
+    if (!rrc) stk__img_eval_box(ow, oh, W, H, &bx, &by, &bw, &bh); /* Resize(S / 0.875) + CenterCrop(S) */
     stk__jpeg_plan p;
     stk__jpeg_plan_make(W, H, bx, by, bw, bh, ow, oh, STK_IMG_SCALES_POW2, !rrc, &p);
     const uint8_t *at;

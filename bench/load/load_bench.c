@@ -106,10 +106,7 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
             die("old path", "resize");
     } else {
         double bx = b.x0, by = b.y0, bw = b.w, bh = b.h;
-        if (s->eval) {
-            double sx = (double)W / (double)l.resized_w, sy = (double)H / (double)l.resized_h;
-            bx = (double)l.crop_x * sx, by = (double)l.crop_y * sy, bw = o * sx, bh = o * sy;
-        }
+        if (s->eval) stk__img_eval_box(o, o, W, H, &bx, &by, &bw, &bh);
         stk__jpeg_plan p;
         stk__jpeg_plan_make(W, H, bx, by, bw, bh, o, o, STK_IMG_SCALES_POW2, s->eval, &p);
         if (stk__jpeg_decode_plan(c->j, data, len, W, H, &p, &c->px, 64, &at, &stride, &e))

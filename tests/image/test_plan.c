@@ -56,6 +56,13 @@ START_TEST(every_scale_chosen)
     ck_assert(p.bx == 0 && p.by == 0 && p.bw == 1 && p.bh == 1);
     stk__jpeg_plan_make(1, 1, 0, 0, 1, 1, 1, 1, STK_IMG_SCALES_ALL, 0, &p);
     ck_assert_uint_eq(p.num, 8); /* 1 * k >= 8 only at 8 */
+    /* the eval crop's source region: 1000 x 1000 resized to 256, the central 224 from 16 */
+    double bx, by, bw, bh;
+    stk__img_eval_box(224, 224, 1000, 1000, &bx, &by, &bw, &bh);
+    ck_assert(bx == 62.5 && by == 62.5 && bw == 875 && bh == 875);
+    stk__img_eval_box(224, 224, 1000, 500, &bx, &by, &bw, &bh); /* 512 x 256: window at (144, 16) */
+    ck_assert(fabs(bx - 144 * 1000.0 / 512) < 1e-9 && fabs(by - 16 * 500.0 / 256) < 1e-9);
+    ck_assert(fabs(bw - 437.5) < 1e-9 && fabs(bh - 437.5) < 1e-9);
 }
 END_TEST
 
