@@ -74,6 +74,18 @@ void stk__img_eval_layout(uint32_t out_w, uint32_t out_h, uint32_t W, uint32_t H
     l->h = out_h;
 }
 
+void stk__img_eval_box(uint32_t out_w, uint32_t out_h, uint32_t W, uint32_t H, double *bx, double *by,
+                       double *bw, double *bh)
+{
+    stk__img_layout l;
+    stk__img_eval_layout(out_w, out_h, W, H, &l);
+    double sx = (double)W / (double)l.resized_w, sy = (double)H / (double)l.resized_h;
+    *bx = (double)l.crop_x * sx;
+    *by = (double)l.crop_y * sy;
+    *bw = out_w * sx;
+    *bh = out_h * sy;
+}
+
 double stk__img_uniform(const stk__img_rng *r, double lo, double hi)
 {
     return lo + (hi - lo) * (double)(r->next(r->state) >> 11) * (1.0 / 9007199254740992.0);

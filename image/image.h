@@ -144,6 +144,48 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
                             uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
                             const uint8_t **at, size_t *stride, stk_error *err);
 
+/* ------------------------------------------------------ decode planner */
+
+/* How a crop of a JPEG is decoded (plan.c): the smallest DCT scale num/8
+ * whose decode keeps at least the output's resolution over the box, the
+ * region of the scaled frame that covers the box (rounded outward; libjpeg
+ * widens its left edge to whole iMCU columns of that scale itself), and the
+ * box in that region's coordinates, for stk__resize_box. */
+typedef struct {
+    unsigned num;          /* scale num/8, 1..8                                         */
+    uint32_t sw, sh;       /* the scaled frame: ceil(W * num / 8) x ceil(H * num / 8)    */
+    uint32_t x0, y0, w, h; /* the region to decode, in the scaled frame                 */
+    double bx, by, bw, bh; /* the box in the region (fractional edges)                  */
+} stk__jpeg_plan;
+
+/* Allowed scales, bit n for num n/8. Powers of two are the SIMD-accelerated
+ * reduced IDCTs of libjpeg-turbo (the others are slower than a full decode)
+ * and leave a resize by 1 to 2, which keeps the result close to
+ * torchvision's filter on a full decode. */
+#define STK_IMG_SCALES_POW2 ((1u << 1) | (1u << 2) | (1u << 4) | (1u << 8))
+#define STK_IMG_SCALES_ALL 0x1feu
+
+/* The plan for the box [bx, bx + bw) x [by, by + bh) of a W x H frame
+ * (inside it, bw, bh > 0) resampled to out_w x out_h, choosing among the
+ * scales in `nums` (8/8 always allowed). spill: the resize may read past
+ * the box (a Resize then CenterCrop, whose filter sees the neighbours of
+ * the window): the region then extends by the filter's reach where the
+ * frame allows; else (RandomResizedCrop, a crop then a resize) the region
+ * is the box rounded outward. */
+void stk__jpeg_plan_make(uint32_t W, uint32_t H, double bx, double by, double bw, double bh, uint32_t out_w,
+                         uint32_t out_h, unsigned nums, int spill, stk__jpeg_plan *p);
+
+/* The plan's region of a W x H JPEG with 1 or 3 components, decoded at its
+ * scale as stk__jpeg_decode_region decodes (rows above skipped, columns
+ * widened to whole iMCUs, decoding stopped after the last row), to RGB. At
+ * 8/8 the pixels are those of a whole decode; below, libjpeg's reduced
+ * IDCT's. buf, room, *at, *stride as for stk__jpeg_decode_region (*at is
+ * region column 0 of its first row). A CMYK or YCCK frame:
+ * STK_IMG_E_UNSUPPORTED before any work (the caller decodes it whole). */
+int stk__jpeg_decode_plan(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
+                          const stk__jpeg_plan *p, stk__img_buf *buf, size_t room, const uint8_t **at,
+                          size_t *stride, stk_error *err);
+
 /* Whether data[0 .. len) is a whole JPEG stream that stoker's decoders read:
  * its headers and every scan's entropy-coded data read through to EOI with
  * libjpeg's jpeg_read_coefficients (no IDCT, upsampling or colour work:
@@ -199,6 +241,12 @@ void stk__img_layout_compute(stk__img_mode mode, uint32_t size, uint32_t min_sid
  * never gets a window outside the resized image. l->w, l->h are the
  * output's; no padding. */
 void stk__img_eval_layout(uint32_t out_w, uint32_t out_h, uint32_t W, uint32_t H, stk__img_layout *l);
+
+/* The source region that stk__img_eval_layout's window maps to: [*bx, *bx +
+ * *bw) x [*by, *by + *bh) of the W x H image (fractional edges), what a
+ * decode of the eval crop alone needs (image/plan.c). */
+void stk__img_eval_box(uint32_t out_w, uint32_t out_h, uint32_t W, uint32_t H, double *bx, double *by,
+                       double *bw, double *bh);
 
 /* A crop box in the source image. */
 typedef struct {

@@ -268,14 +268,19 @@ static void fail_region(stk__jpeg *j, const char *fmt, ...)
     longjmp(j->je.jb, 1);
 }
 
-int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
-                            uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
-                            const uint8_t **at, size_t *stride, stk_error *err)
+/* Rows [y0, y0 + h) and at least columns [x0, x0 + w) of the frame decoded
+ * at num/8 (coordinates of the scaled frame); gray: 1-component frames too. */
+static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H, unsigned num,
+                  bool gray, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
+                  const uint8_t **at, size_t *stride, stk_error *err)
 {
     struct jpeg_decompress_struct *ci = &j->ci;
     uint32_t fw = 0, fh = 0;
     unsigned nc = 0;
-    if (!stk__jpeg_dims(data, len, &fh, &fw, &nc) || fw != W || fh != H || nc != 3)
+    bool sof = stk__jpeg_dims(data, len, &fh, &fw, &nc);
+    if (gray && sof && fw == W && fh == H && nc == 4)
+        return stk_error_set(err, STK_IMG_E_UNSUPPORTED, "a CMYK frame has no region decode");
+    if (!sof || fw != W || fh != H || !(nc == 3 || (gray && nc == 1)))
         return stk_error_set(err, STK_IMG_E_CORRUPT,
                              "its frame header does not give its %ux%u shape with 3 components", W, H);
     if (setjmp(j->je.jb)) {
@@ -296,16 +301,23 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
     }
     jpeg_mem_src(ci, data, (unsigned long)len);
     jpeg_read_header(ci, TRUE);
-    if (ci->image_width != W || ci->image_height != H || ci->num_components != 3)
-        fail_region(j, "its header does not give its %ux%u shape with 3 components", W, H);
-    ci->out_color_space = JCS_RGB;
+    if (ci->image_width != W || ci->image_height != H || (unsigned)ci->num_components != nc)
+        fail_region(j, "its header does not give its %ux%u shape with %u components", W, H, nc);
+    ci->out_color_space = JCS_RGB; /* libjpeg-turbo converts grayscale to RGB too */
+    ci->scale_num = num;
+    ci->scale_denom = 8;
     jpeg_start_decompress(ci);
+    uint32_t OW = ci->output_width, OH = ci->output_height;
+    if (x0 >= OW || w > OW - x0 || y0 >= OH || h > OH - y0 || !w || !h)
+        fail_region(j, "the region %u+%u x %u+%u is outside its %ux%u decode", x0, w, y0, h, OW, OH);
     /* jpeg_crop_scanline widens the left edge to an iMCU boundary but
-     * upsamples the chroma at the right edge by replication, unlike a whole
-     * decode: ask for 2 more columns (fancy upsampling reads one chroma
-     * sample on each side), so that the region's own columns get the
-     * neighbours a whole decode gives them, at every subsampling. */
-    JDIMENSION xoff = x0, cw = W - x0 < w + 2 ? W - x0 : w + 2;
+     * upsamples the chroma at the crop's edges by replication, unlike a
+     * whole decode: ask for 1 more column on the left (an edge already on an
+     * iMCU boundary would otherwise lose its left neighbour) and 2 more on
+     * the right (fancy upsampling reads one chroma sample on each side), so
+     * that the region's own columns get the neighbours a whole decode gives
+     * them, at every subsampling and scale. */
+    JDIMENSION xoff = x0 ? x0 - 1 : 0, want = x0 - xoff + w + 2, cw = OW - xoff < want ? OW - xoff : want;
     jpeg_crop_scanline(ci, &xoff, &cw); /* widened to whole iMCU columns */
     size_t row = (size_t)cw * 3;
     stk_error oom;
@@ -313,19 +325,33 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
         j->je.code = STK_IMG_E_NOMEM;
         fail_region(j, "%s", oom.msg);
     }
-    if (y0 && jpeg_skip_scanlines(ci, y0) != y0) fail_region(j, "it ends before row %u of %u", y0, H);
+    if (y0 && jpeg_skip_scanlines(ci, y0) != y0) fail_region(j, "it ends before row %u of %u", y0, OH);
     for (uint32_t y = 0; y < h;) { /* as many rows a call as libjpeg makes at once */
         JSAMPROW rows[16];
         JDIMENSION n = h - y < 16 ? h - y : 16;
         for (JDIMENSION k = 0; k < n; k++) rows[k] = buf->p + row * (y + k);
         JDIMENSION got = jpeg_read_scanlines(ci, rows, n);
-        if (got == 0) fail_region(j, "it ends at row %u of %u", y0 + y, H);
+        if (got == 0) fail_region(j, "it ends at row %u of %u", y0 + y, OH);
         y += got;
     }
     jpeg_abort_decompress(ci); /* the rows below the region are never decoded */
     *at = buf->p + (size_t)(x0 - xoff) * 3;
     *stride = row;
     return STK_OK;
+}
+
+int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
+                            uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
+                            const uint8_t **at, size_t *stride, stk_error *err)
+{
+    return region(j, data, len, W, H, 8, false, x0, y0, w, h, buf, room, at, stride, err);
+}
+
+int stk__jpeg_decode_plan(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
+                          const stk__jpeg_plan *p, stk__img_buf *buf, size_t room, const uint8_t **at,
+                          size_t *stride, stk_error *err)
+{
+    return region(j, data, len, W, H, p->num, true, p->x0, p->y0, p->w, p->h, buf, room, at, stride, err);
 }
 
 /* ---------------------------------------------------------- entropy check */

@@ -56,9 +56,10 @@ _Static_assert(AXIS_WAYS >= 2, "stk__resize_ycc holds its luma tables while it l
 _Static_assert((AXIS_SETS & (AXIS_SETS - 1)) == 0, "the set is a mask of the hash");
 
 /* A cached table's key, kept apart from the tables so that a lookup reads
- * one set's keys (8 x 40 bytes), not the tables' cache lines. */
+ * one set's keys (8 x 56 bytes), not the tables' cache lines. */
 typedef struct {
     uint64_t out, first, used; /* used: resizer tick of the last use */
+    double b0, bext;           /* the source box: [b0, b0 + bext) of the axis */
     uint32_t in, full, count;  /* count 0: empty slot */
     uint8_t kind, layout, mirror;
 } axis_key;
@@ -101,9 +102,9 @@ static int reserve(void **buf, size_t *cap, size_t n)
 }
 
 /* Pillow's source span of output i: [*lo, *lo + *n). */
-static void span(uint32_t in, double scale, double support, uint64_t i, uint32_t *lo, uint32_t *n)
+static void span(uint32_t in, double b0, double scale, double support, uint64_t i, uint32_t *lo, uint32_t *n)
 {
-    double center = ((double)i + 0.5) * scale;
+    double center = b0 + ((double)i + 0.5) * scale;
     double a = center - support + 0.5, b = center + support + 0.5;
     /* Pillow truncates with (int); for a > -1 that equals clamping at 0. */
     uint32_t x0 = a <= 0.0 ? 0 : (a >= (double)in ? in : (uint32_t)a);
@@ -281,11 +282,11 @@ static int axis_alloc(stk__axis *a, uint32_t count, uint32_t taps, uint32_t scra
 
 /* Normalised Pillow weights of output i (absolute index) of a full -> out
  * axis into w[0 .. *n), from source sample *lo. */
-static void full_weights(uint32_t full, double scale, double support, uint64_t i, double *w, uint32_t *lo,
-                         uint32_t *n)
+static void full_weights(uint32_t full, double b0, double scale, double support, uint64_t i, double *w,
+                         uint32_t *lo, uint32_t *n)
 {
-    span(full, scale, support, i, lo, n);
-    double center = ((double)i + 0.5) * scale, ww = 0.0, ss = 1.0 / support;
+    span(full, b0, scale, support, i, lo, n);
+    double center = b0 + ((double)i + 0.5) * scale, ww = 0.0, ss = 1.0 / support;
     for (uint32_t t = 0; t < *n; t++) {
         w[t] = triangle(((double)(*lo + t) - center + 0.5) * ss);
         ww += w[t];
@@ -307,7 +308,7 @@ static void weights(stk__axis *a, uint32_t i, double scale, double support, uint
 {
     double *w = a->mem, *c = w + fmost;
     uint32_t lo, n;
-    full_weights(a->full, scale, support, axis_output(a, i), w, &lo, &n);
+    full_weights(a->full, a->b0, scale, support, axis_output(a, i), w, &lo, &n);
     if (a->kind != STK_IMG_AXIS_PLAIN) {
         memset(c, 0, a->len[i] * sizeof *c);
         for (uint32_t t = 0; t < n; t++) {
@@ -358,10 +359,10 @@ static void rgb_bounds(stk__axis *a)
  * from `in` samples (a `full`-sample axis, subsampled 2:1 for
  * STK_IMG_AXIS_FANCY2) to `out`, mirrored when asked (RGB layout only), with
  * the SIMD layout asked for where its limits allow. */
-static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64_t out, uint64_t first,
-                      uint32_t count, int layout, bool mirror, bool xl)
+static int axis_build(stk__axis *a, uint32_t in, uint32_t full, double b0, double bext, int kind,
+                      uint64_t out, uint64_t first, uint32_t count, int layout, bool mirror, bool xl)
 {
-    double scale = (double)full / (double)out;
+    double scale = bext / (double)out;
     double support = scale < 1.0 ? 1.0 : scale; /* the triangle's radius is 1 */
     /* Pillow's bound on the taps of any output, and never more than full */
     double bound = ceil(support) * 2 + 1;
@@ -374,6 +375,8 @@ static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64
     if (axis_alloc(a, count, most, fmost + most, rgb, plane, xl) != 0) return -1;
     a->in = in;
     a->full = full;
+    a->b0 = b0;
+    a->bext = bext;
     a->kind = (uint8_t)kind;
     a->layout = (uint8_t)layout; /* as asked: the key */
     a->mirror = mirror;
@@ -383,7 +386,7 @@ static int axis_build(stk__axis *a, uint32_t in, uint32_t full, int kind, uint64
     a->taps = 1;
     for (uint32_t i = 0; i < count; i++) {
         uint32_t lo, n;
-        span(full, scale, support, axis_output(a, i), &lo, &n);
+        span(full, b0, scale, support, axis_output(a, i), &lo, &n);
         if (kind != STK_IMG_AXIS_PLAIN) span2(in, lo, n, &lo, &n);
         a->start[i] = lo;
         a->len[i] = n;
@@ -432,8 +435,9 @@ static size_t axis_set(const stk__resizer *r, uint32_t in, uint32_t full, int ki
 /* The table for this key from the cache (slots/keys: r->h/hk or r->v/vk),
  * built on a miss in the least recently used way of its set. NULL when out
  * of memory. */
-static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uint32_t full, int kind,
-                                 uint64_t out, uint64_t first, uint32_t count, int layout, bool mirror)
+static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uint32_t full, double b0,
+                                 double bext, int kind, uint64_t out, uint64_t first, uint32_t count,
+                                 int layout, bool mirror)
 {
     size_t base = axis_set(r, in, full, kind, out, first, count, layout, mirror) * AXIS_WAYS;
     stk__axis *slots = (vertical ? r->v : r->h) + base;
@@ -443,7 +447,8 @@ static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uin
     for (size_t i = 0; i < AXIS_WAYS; i++) {
         axis_key *k = &keys[i];
         if (k->count == count && k->in == in && k->full == full && k->kind == kind && k->out == out &&
-            k->first == first && k->layout == layout && k->mirror == mirror) {
+            k->first == first && k->layout == layout && k->mirror == mirror && k->b0 == b0 &&
+            k->bext == bext) {
             k->used = r->tick;
             return &slots[i];
         }
@@ -452,12 +457,12 @@ static const stk__axis *axis_get(stk__resizer *r, int vertical, uint32_t in, uin
     keys[victim].count = 0;
     stk__axis *a = &slots[victim];
     r->held -= a->cap;
-    int rc = axis_build(a, in, full, kind, out, first, count, layout, mirror, r->xlayout);
+    int rc = axis_build(a, in, full, b0, bext, kind, out, first, count, layout, mirror, r->xlayout);
     r->held += a->cap;
     if (rc != 0) return NULL;
     if (r->test_bad && (a->ngroups || a->nxgroups)) test_disqualify(a, r->test_bad);
-    keys[victim] =
-        (axis_key){out, first, r->tick, in, full, count, (uint8_t)kind, (uint8_t)layout, (uint8_t)mirror};
+    keys[victim] = (axis_key){out,           first,           r->tick,        b0, bext, in, full, count,
+                              (uint8_t)kind, (uint8_t)layout, (uint8_t)mirror};
     return a;
 }
 
@@ -677,12 +682,16 @@ static void copy_window(const stk__rgb_view *src, const stk__rect *win, uint8_t 
                3 * (size_t)win->w);
 }
 
-int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
-                const stk__rect *win, int mirror, uint8_t *dst, size_t dst_stride)
+/* stk__resize and stk__resize_box: the source box [bx, bx + bw) x [by, by +
+ * bh) of src resampled to out_w x out_h (the whole src for the plain one). */
+static int resize_box(stk__resizer *r, const stk__rgb_view *src, double bx, double by, double bw, double bh,
+                      uint64_t out_w, uint64_t out_h, const stk__rect *win, int mirror, uint8_t *dst,
+                      size_t dst_stride)
 {
+    bool whole_w = bx == 0.0 && bw == (double)src->w, whole_h = by == 0.0 && bh == (double)src->h;
     /* a mirrored axis is filtered even at its own size: an identity table
      * (one tap of weight one per output) copies it, reversed */
-    int need_h = out_w != src->w || mirror, need_v = out_h != src->h;
+    int need_h = out_w != src->w || mirror || !whole_w, need_v = out_h != src->h || !whole_h;
     size_t bytes = 3 * (size_t)win->w;
     const stk__axis *h = NULL, *v = NULL;
     axis_trim(r);
@@ -690,14 +699,14 @@ int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint6
         copy_window(src, win, dst, dst_stride);
         return 0;
     }
-    if (need_v && (!(v = axis_get(r, 1, src->h, src->h, STK_IMG_AXIS_PLAIN, out_h, win->y, win->h,
+    if (need_v && (!(v = axis_get(r, 1, src->h, src->h, by, bh, STK_IMG_AXIS_PLAIN, out_h, win->y, win->h,
                                   STK_IMG_LAYOUT_NONE, false)) ||
                    reserve((void **)&r->acc, &r->acc_cap, bytes * sizeof *r->acc) != 0))
         return -1;
     if (!need_h) /* vertical only: read the window's columns in place */
         return v_pass(r, v, src->data + 3 * (size_t)win->x, src->stride, 0, bytes, dst, dst_stride);
-    if (!(h = axis_get(r, 0, src->w, src->w, STK_IMG_AXIS_PLAIN, out_w, win->x, win->w, STK_IMG_LAYOUT_RGB,
-                       mirror != 0)))
+    if (!(h = axis_get(r, 0, src->w, src->w, bx, bw, STK_IMG_AXIS_PLAIN, out_w, win->x, win->w,
+                       STK_IMG_LAYOUT_RGB, mirror != 0)))
         return -1;
     /* The horizontal pass covers the source rows the vertical pass reads
      * (or the window's rows when there is none) into scratch rows. */
@@ -713,6 +722,20 @@ int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint6
     return 0;
 }
 
+int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
+                const stk__rect *win, int mirror, uint8_t *dst, size_t dst_stride)
+{
+    return resize_box(r, src, 0.0, 0.0, (double)src->w, (double)src->h, out_w, out_h, win, mirror, dst,
+                      dst_stride);
+}
+
+int stk__resize_box(stk__resizer *r, const stk__rgb_view *src, double bx, double by, double bw, double bh,
+                    uint64_t out_w, uint64_t out_h, const stk__rect *win, int mirror, uint8_t *dst,
+                    size_t dst_stride)
+{
+    return resize_box(r, src, bx, by, bw, bh, out_w, out_h, win, mirror, dst, dst_stride);
+}
+
 /* The tables of plane p of src (chroma planes share theirs). libjpeg
  * upsamples 2:1 chroma with its triangle, but for chroma at most two samples
  * wide it repeats samples instead (jdsample.c: h2v1 and h2v2 "fancy" only
@@ -725,8 +748,11 @@ static int ycc_tables(stk__resizer *r, const stk__ycc_view *src, unsigned p, uin
     int narrow = sx && in_w <= 2;
     int kx = !sx ? STK_IMG_AXIS_PLAIN : narrow ? STK_IMG_AXIS_BOX2 : STK_IMG_AXIS_FANCY2;
     int ky = !sy ? STK_IMG_AXIS_PLAIN : narrow ? STK_IMG_AXIS_BOX2 : STK_IMG_AXIS_FANCY2;
-    *h = axis_get(r, 0, in_w, src->w, kx, out_w, win->x, win->w, STK_IMG_LAYOUT_PLANE, false);
-    *v = *h ? axis_get(r, 1, in_h, src->h, ky, out_h, win->y, win->h, STK_IMG_LAYOUT_NONE, false) : NULL;
+    *h = axis_get(r, 0, in_w, src->w, 0.0, (double)src->w, kx, out_w, win->x, win->w, STK_IMG_LAYOUT_PLANE,
+                  false);
+    *v = *h ? axis_get(r, 1, in_h, src->h, 0.0, (double)src->h, ky, out_h, win->y, win->h,
+                       STK_IMG_LAYOUT_NONE, false)
+            : NULL;
     return *v ? 0 : -1;
 }
 

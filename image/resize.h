@@ -76,6 +76,15 @@ void stk__resizer_force_scalar(stk__resizer *r, int on);
 int stk__resize(stk__resizer *r, const stk__rgb_view *src, uint64_t out_w, uint64_t out_h,
                 const stk__rect *win, int mirror, uint8_t *dst, size_t dst_stride);
 
+/* stk__resize of a box of src with fractional edges: [bx, bx + bw) x [by,
+ * by + bh) (inside src, bw, bh > 0) resampled to out_w x out_h, as Pillow's
+ * resize(box=...) does: output i of an axis centred at b0 + (i + 0.5) *
+ * bext / out, its taps clipped to src (not to the box). What a DCT-scaled
+ * decode of a crop needs, whose box edges fall between scaled pixels. */
+int stk__resize_box(stk__resizer *r, const stk__rgb_view *src, double bx, double by, double bw, double bh,
+                    uint64_t out_w, uint64_t out_h, const stk__rect *win, int mirror, uint8_t *dst,
+                    size_t dst_stride);
+
 /* Fractional bits the vertical pass of stk__resize_ycc keeps for the colour
  * conversion (so that samples are rounded once, at the end, not twice). */
 #define STK_IMG_PLANE_FRAC 6

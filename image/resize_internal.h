@@ -58,6 +58,7 @@ typedef struct {
     uint8_t kind, layout;
     uint8_t mirror; /* output i is output out - 1 - (first + i) of the plain resize (RGB layout) */
     uint64_t out, first;
+    double b0, bext; /* the source box of the axis: [b0, b0 + bext) of `full` (0, full: all of it) */
     uint64_t used;   /* resizer tick of the last use, for eviction */
     uint32_t taps;   /* row length of coef: the most taps any output uses */
     uint32_t *start; /* count: first source index */

@@ -14,10 +14,15 @@
  * (torchvision Resize + CenterCrop); for square images (resized by pack
  * already) the central S x S, as on the device.
  * STK_CROP_NONE stretches the whole image.
- * A JPEG value under a random crop is decoded only as far as the crop needs
- * (image/jpeg.c's region decode: the rows above it skipped, its columns
- * alone transformed, decoding stopped at its last row); the pixels are those
- * of a whole decode. Eval and whole-image crops decode whole. The geometry
+ * A JPEG value under a random or eval crop goes through image/'s decode
+ * planner: the box (the random crop's, or the source region the eval
+ * window maps to) decoded alone (rows above skipped, its iMCU columns alone
+ * transformed, decoding stopped after its last row) at the smallest power-of-
+ * two DCT scale that keeps the output's resolution over it, then resampled
+ * from its fractional edges to the output with the flip. When the box is at
+ * least twice the output the pixels are a scaled decode's, not a whole
+ * decode's (README: within the stated PSNR of it). CMYK JPEGs, and the
+ * whole-image stretch, decode whole. The geometry
  * is image/geometry.c's; this file keeps the crop's policy (which decode,
  * the pixel limit, what a record's error says). */
 #include "image.h"
@@ -88,6 +93,35 @@ static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_
     return STK_OK;
 }
 
+/* A JPEG crop through the decode planner: the box (the random crop's, or
+ * the source region that the eval crop's window maps to) decoded at the
+ * plan's scale, then resampled from its fractional edges to the output. */
+static int crop_planned(stk__cropper *c, const stk_transform *t, const stk__crop_box *box, int rrc,
+                        const void *value, uint64_t size, uint32_t W, uint32_t H, uint64_t record,
+                        uint8_t *dst, stk_error *err)
+{
+    uint32_t ow = t->out_width, oh = t->out_height;
+    double bx = box->x0, by = box->y0, bw = box->w, bh = box->h;
+    if (!rrc) stk__img_eval_box(ow, oh, W, H, &bx, &by, &bw, &bh); /* Resize(S / 0.875) + CenterCrop(S) */
+    stk__jpeg_plan p;
+    stk__jpeg_plan_make(W, H, bx, by, bw, bh, ow, oh, STK_IMG_SCALES_POW2, !rrc, &p);
+    const uint8_t *at;
+    size_t stride;
+    stk_error e;
+    int rc = stk__jpeg_decode_plan(c->jpeg, value, (size_t)size, W, H, &p, &c->px, PX_ROOM, &at, &stride, &e);
+    if (rc == STK_IMG_E_UNSUPPORTED) return rc; /* CMYK: decoded whole by the caller */
+    if (rc) return decode_failed(rc, record, &e, err);
+    stk__rgb_view src = {at, p.w, p.h, stride, 0};
+    const uint8_t *last = at + (size_t)(p.h - 1) * stride + 3 * (size_t)p.w, *end = c->px.p + c->px.cap;
+    src.room = last <= end ? (size_t)(end - last) : 0;
+    stk__rect win = {0, 0, ow, oh};
+    if (stk__resize_box(c->rs, &src, p.bx, p.by, p.bw, p.bh, ow, oh, &win, box->flip, dst, (size_t)ow * 3) !=
+        0)
+        return stk_error_set(err, STK_E_NOMEM, "out of memory resizing record %llu",
+                             (unsigned long long)record);
+    return STK_OK;
+}
+
 int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
                      const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
                      uint8_t *dst, stk_error *err)
@@ -108,29 +142,20 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
     int rc, rrc = t->crop == STK_CROP_RANDOM_RESIZED || (t->crop == STK_CROP_CENTER && square);
     stk__rgb_view src = {value, W, H, (size_t)W * 3, 0};
     const uint8_t *end = (const uint8_t *)value + size; /* what src's rows may be read up to */
-    if (jpeg && rrc) {                                  /* the crop's region alone */
-        const uint8_t *at;
-        size_t stride;
-        stk_error e;
-        if ((rc = stk__jpeg_decode_region(c->jpeg, value, (size_t)size, W, H, (uint32_t)box.x0,
-                                          (uint32_t)box.y0, (uint32_t)box.w, (uint32_t)box.h, &c->px, PX_ROOM,
-                                          &at, &stride, &e)))
-            return decode_failed(rc, record, &e, err);
-        src = (stk__rgb_view){at, (uint32_t)box.w, (uint32_t)box.h, stride, 0};
-        end = c->px.p + c->px.cap;
-    } else if (jpeg) {
+    if (jpeg && (rrc || t->crop == STK_CROP_CENTER) &&  /* the box's region alone, at the scale it needs */
+        (rc = crop_planned(c, t, &box, rrc, value, size, W, H, record, dst, err)) != STK_IMG_E_UNSUPPORTED)
+        return rc;
+    if (jpeg) {
         if ((rc = decode_jpeg(c, value, size, H, W, record, err))) return rc;
         src.data = c->px.p;
         end = c->px.p + c->px.cap;
     }
     uint64_t rw = ow, rh = oh;
     stk__rect win = {0, 0, ow, oh};
-    if (rrc && !jpeg) {
+    if (rrc) {
         src.data += ((size_t)box.y0 * W + (size_t)box.x0) * 3;
         src.w = (uint32_t)box.w;
         src.h = (uint32_t)box.h;
-    } else if (rrc) {
-        /* decode_region made src the crop */
     } else if (t->crop == STK_CROP_CENTER) { /* Resize(round(S / 0.875)) + CenterCrop(S) */
         stk__img_layout l;
         stk__img_eval_layout(ow, oh, W, H, &l);

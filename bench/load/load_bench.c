@@ -9,6 +9,13 @@
  * decode: the limit: TurboJPEG decoding the dataset's stored JPEGs (an
  *         'image' field with codec jpeg) at full size to RGB, on N threads,
  *         each over its own share, round and round.
+ * path:   the crop's decode + resize alone on those JPEGs, N threads as
+ *         decode: --path old (the region decode at full scale + resize, a
+ *         whole decode for --eval: the load path before the planner) or new
+ *         (image/'s planner: the region at the smallest power-of-two DCT
+ *         scale + the fractional-box resize), with the same boxes (torchvision
+ *         RandomResizedCrop boxes drawn from a per-image seed, or the eval
+ *         crop), so the two compare on the same work.
  * After one untimed pass (first touch of buffers), images are counted for
  * X seconds. Prints "RESULT <name> <images/s>". */
 #define _GNU_SOURCE
@@ -19,6 +26,7 @@
 #include <time.h>
 #include <turbojpeg.h>
 
+#include "image.h"
 #include "stoker/reader.h"
 
 static double now(void)
@@ -40,7 +48,93 @@ typedef struct {
     size_t n;
     double seconds;
     uint64_t done;
+    int path; /* 0: the TurboJPEG limit; 1: the old crop path; 2: the planner's */
+    int eval;
+    uint32_t size;
 } share_t;
+
+static uint64_t splitmix(void *st)
+{
+    uint64_t z = (*(uint64_t *)st += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    stk__jpeg *j;
+    stk__resizer *rs;
+    stk__img_buf px;
+    uint8_t *out;
+} crop_t;
+
+/* One crop of value k by the old or the new path into c->out. */
+static void crop_one(share_t *s, crop_t *c, size_t k)
+{
+    uint32_t H = (uint32_t)s->hw[2 * k], W = (uint32_t)s->hw[2 * k + 1], o = s->size;
+    const uint8_t *data = s->v[k].data;
+    size_t len = (size_t)s->v[k].size;
+    uint64_t seed = k * 7919 + 1;
+    stk__img_rng rng = {splitmix, &seed};
+    stk__img_box b = {0, 0, (int32_t)W, (int32_t)H};
+    int flip = 0;
+    if (!s->eval) {
+        stk__img_rrc_box(H, W, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &rng, &b);
+        flip = (int)(splitmix(&seed) & 1);
+    }
+    stk__img_layout l;
+    stk__img_eval_layout(o, o, W, H, &l);
+    stk__rect win = {0, 0, o, o};
+    stk_error e;
+    const uint8_t *at;
+    size_t stride;
+    if (s->path == 1 && !s->eval) {
+        if (stk__jpeg_decode_region(c->j, data, len, W, H, (uint32_t)b.x0, (uint32_t)b.y0, (uint32_t)b.w,
+                                    (uint32_t)b.h, &c->px, 64, &at, &stride, &e))
+            die("old path", e.msg);
+        stk__rgb_view v = {at, (uint32_t)b.w, (uint32_t)b.h, stride, 0};
+        if (stk__resize(c->rs, &v, o, o, &win, flip, c->out, (size_t)o * 3)) die("old path", "resize");
+    } else if (s->path == 1) {
+        stk__jpeg_info info;
+        if (stk__jpeg_header(c->j, data, len, &info, &e) ||
+            stk__img_buf_reserve(&c->px, (size_t)W * H * 3 + 64, "image", &e) ||
+            stk__jpeg_decode(c->j, data, len, &info, STK_IMG_PF_RGB, 1, c->px.p, &e))
+            die("old path", e.msg);
+        stk__rgb_view v = {c->px.p, W, H, (size_t)W * 3, 64};
+        stk__rect ew = {l.crop_x, l.crop_y, o, o};
+        if (stk__resize(c->rs, &v, l.resized_w, l.resized_h, &ew, 0, c->out, (size_t)o * 3))
+            die("old path", "resize");
+    } else {
+        double bx = b.x0, by = b.y0, bw = b.w, bh = b.h;
+        if (s->eval) stk__img_eval_box(o, o, W, H, &bx, &by, &bw, &bh);
+        stk__jpeg_plan p;
+        stk__jpeg_plan_make(W, H, bx, by, bw, bh, o, o, STK_IMG_SCALES_POW2, s->eval, &p);
+        if (stk__jpeg_decode_plan(c->j, data, len, W, H, &p, &c->px, 64, &at, &stride, &e))
+            die("new path", e.msg);
+        stk__rgb_view v = {at, p.w, p.h, stride, 0};
+        if (stk__resize_box(c->rs, &v, p.bx, p.by, p.bw, p.bh, o, o, &win, flip, c->out, (size_t)o * 3))
+            die("new path", "resize");
+    }
+}
+
+static void *path_loop(void *arg)
+{
+    share_t *s = arg;
+    crop_t c = {stk__jpeg_new(), stk__resizer_new(), {0}, malloc((size_t)s->size * s->size * 3)};
+    if (!c.j || !c.rs || !c.out) die("path", "out of memory");
+    for (size_t k = 0; k < s->n; k++) crop_one(s, &c, k); /* untimed: first touch */
+    double t0 = now();
+    for (size_t k = 0;; k = (k + 1) % s->n) {
+        crop_one(s, &c, k);
+        if ((++s->done & 15) == 0 && now() - t0 >= s->seconds) break;
+    }
+    s->seconds = now() - t0;
+    stk__jpeg_free(c.j);
+    stk__resizer_free(c.rs);
+    stk__img_buf_free(&c.px);
+    free(c.out);
+    return NULL;
+}
 
 static void decode_one(share_t *s, tjhandle tj, size_t k, uint8_t **px, size_t *cap)
 {
@@ -69,7 +163,8 @@ static void *decode_loop(void *arg)
     return NULL;
 }
 
-static double run_decode(const char *path, unsigned threads, double seconds)
+static double run_decode(const char *path, unsigned threads, double seconds, int which, int eval,
+                         uint32_t size)
 {
     stk_error e;
     stk_dataset *ds = stk_dataset_open(path, &e);
@@ -93,8 +188,8 @@ static double run_decode(const char *path, unsigned threads, double seconds)
     share_t sh[64];
     size_t per = n / threads;
     for (unsigned t = 0; t < threads; t++) {
-        sh[t] = (share_t){v + t * per, hw + 2 * t * per, per, seconds, 0};
-        pthread_create(&th[t], NULL, decode_loop, &sh[t]);
+        sh[t] = (share_t){v + t * per, hw + 2 * t * per, per, seconds, 0, which, eval, size};
+        pthread_create(&th[t], NULL, which ? path_loop : decode_loop, &sh[t]);
     }
     double rate = 0;
     for (unsigned t = 0; t < threads; t++) {
@@ -146,7 +241,7 @@ static double run_crop(const char *path, unsigned threads, uint32_t size, uint32
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *mode = "crop";
+    const char *path = NULL, *mode = "crop", *which = "new";
     unsigned threads = 1;
     uint32_t size = 224, batch = 256;
     double seconds = 5;
@@ -160,13 +255,17 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--seconds")) seconds = atof(v), i++;
         else if (!strcmp(a, "--dtype")) f32 = !strcmp(v, "f32"), i++;
         else if (!strcmp(a, "--eval")) eval = 1;
+        else if (!strcmp(a, "--path")) which = v, i++;
         else if (a[0] == '-') die(a, "unknown option (see the comment at the top of load_bench.c)");
         else path = a;
     }
     if (!path || !threads || threads > 64 || !size || !batch)
         die("usage", "load_bench DATASET --mode crop|decode ...");
     if (!strcmp(mode, "decode"))
-        printf("RESULT decode_t%u %.1f images/s\n", threads, run_decode(path, threads, seconds));
+        printf("RESULT decode_t%u %.1f images/s\n", threads, run_decode(path, threads, seconds, 0, 0, size));
+    else if (!strcmp(mode, "path"))
+        printf("RESULT path_%s%s_t%u %.1f images/s\n", which, eval ? "_eval" : "", threads,
+               run_decode(path, threads, seconds, strcmp(which, "old") ? 2 : 1, eval, size));
     else
         printf("RESULT crop%s%s_t%u %.1f images/s\n", eval ? "_eval" : "", f32 ? "_f32" : "", threads,
                run_crop(path, threads, size, batch, seconds, f32, eval));

@@ -123,9 +123,8 @@ static void crop_path(int crop)
     for (size_t i = 0; i < n; i++) {
         uint64_t rec = i % 5;
         int rc = stk__cropper_run(c, &t, 1, 0, rec, bad[i].p, bad[i].len, dims, 1, 0, got, &e);
-        if (crop == STK_CROP_CENTER)
-            ck_assert_msg(rc == STK_E_FORMAT, "bad value %zu (%zu bytes): %d", i, bad[i].len, rc);
-        else ck_assert_msg(rc == STK_OK || rc == STK_E_FORMAT, "bad value %zu: %d (%s)", i, rc, e.msg);
+        /* both crops decode only their region now (damage below it goes unseen) */
+        ck_assert_msg(rc == STK_OK || rc == STK_E_FORMAT, "bad value %zu: %d (%s)", i, rc, e.msg);
         if (rc) tu_assert_error(&e, STK_E_FORMAT, "record");
         ck_assert_int_eq(stk__cropper_run(fresh, &t, 1, 0, rec, jpg, len, dims, 1, 0, want, &e), STK_OK);
         memset(got, 0, sizeof got);
