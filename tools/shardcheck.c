@@ -15,6 +15,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,7 +35,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "Usage: shardcheck [OPTIONS] PATH...\n"
                "Verify stoker datasets and shards. PATH is a dataset directory, a manifest\n"
-               "(manifest.json) or shard files (*.stk). Each problem is printed as one line:\n"
+               "(manifest.json), shard files (*.stk) or a dataset in object storage\n"
+               "(s3://bucket/prefix, https://...: the objects' bytes are checked, fetched\n"
+               "into a temporary cache). Each problem is printed as one line:\n"
                "FILE: record R, field 'F': what is wrong.\n\n"
                "      --quick          structure only: headers, footers, sizes, checksum\n"
                "                       tables, agreement with the manifest (O(shards))\n"
@@ -66,6 +69,7 @@ typedef struct {
     char *path;
     stk_shard *sh; /* NULL when it could not be opened, or once checked */
     bool opened;
+    bool borrowed;           /* a remote dataset's shard: its dataset closes it */
     uint64_t records, bytes; /* as the shard says, kept for the report */
     const stk_shard_entry *entry;
     const stk_manifest *m;
@@ -96,6 +100,9 @@ typedef struct {
     size_t nt, capt;
     stk_manifest **manifests;
     size_t nm;
+    stk_dataset **datasets; /* remote datasets, opened whole (their shards are borrowed) */
+    size_t nds;
+    char cache_dir[4096]; /* their temporary cache, removed at the end ("" if none) */
     problem *p;
     size_t np, capp;
     atomic_uint_fast64_t total_problems; /* written under lock, read by the progress bar without */
@@ -182,7 +189,7 @@ static void check_structure(checker *c, size_t i)
 {
     target *t = &c->t[i];
     stk_error err;
-    t->sh = stk_shard_open(t->path, &err);
+    if (!t->sh) t->sh = stk_shard_open(t->path, &err);
     if (!t->sh) {
         add_problem(c, i, UINT64_MAX, -1, err.msg);
         return;
@@ -236,8 +243,66 @@ static int add_dataset(checker *c, const char *path)
     return CLI_EXIT_OK;
 }
 
+static int remove_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(p); /* best effort: what stays is a temporary directory */
+    return 0;
+}
+
+/* s3://bucket/prefix or https://...: opened as a dataset (one client), its
+ * shards checked in place. The bytes checked are the object's, fetched into
+ * a temporary cache of this run: the node's cache (STOKER_CACHE_DIR) would
+ * answer with its own copy of a shard that another dataset shares. The open
+ * checks every shard against the manifest and stops at the first that
+ * disagrees: that one is reported. */
+static int add_remote(checker *c, const char *path)
+{
+    stk_error err;
+    size_t n = strlen(path);
+    if (n >= 4 && strcmp(path + n - 4, ".stk") == 0) {
+        fprintf(stderr, "shardcheck: %s: a remote shard is checked through its dataset: name the dataset\n",
+                path);
+        return CLI_EXIT_FAIL;
+    }
+    if (!c->cache_dir[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(c->cache_dir, sizeof c->cache_dir, "%s/shardcheck-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(c->cache_dir)) {
+            fprintf(stderr, "shardcheck: %s: %s\n", c->cache_dir, strerror(errno));
+            c->cache_dir[0] = 0;
+            return CLI_EXIT_FAIL;
+        }
+    }
+    stk_remote_options ro;
+    stk_remote_options_init(&ro);
+    ro.cache_dir = c->cache_dir;
+    ro.cache_limit = 1; /* the metadata, and the values being checked (rshard.h's window) */
+    stk_dataset *ds = stk_dataset_open_remote(path, &ro, &err);
+    if (!ds) {
+        if (err.code == STK_E_IO) {
+            fprintf(stderr, "shardcheck: %s\n", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        add_problem(c, SIZE_MAX, UINT64_MAX, -1, err.msg);
+        return CLI_EXIT_OK;
+    }
+    c->datasets = realloc(c->datasets, (c->nds + 1) * sizeof *c->datasets);
+    c->datasets[c->nds++] = ds;
+    const stk_manifest *m = stk_dataset_manifest(ds);
+    for (size_t i = 0; i < m->nshards; i++) {
+        const stk_shard *sh = stk_dataset_shard(ds, i);
+        size_t t = add_target(c, stk_shard_path(sh), &m->shards[i], m);
+        c->t[t].sh = (stk_shard *)sh;
+        c->t[t].borrowed = true;
+    }
+    return CLI_EXIT_OK;
+}
+
 static int add_path(checker *c, const char *path)
 {
+    if (!strncmp(path, "s3://", 5) || !strncmp(path, "http://", 7) || !strncmp(path, "https://", 8))
+        return add_remote(c, path);
     struct stat st;
     if (stat(path, &st) != 0) {
         fprintf(stderr, "shardcheck: %s: %s\n", path, strerror(errno));
@@ -351,7 +416,7 @@ static void run_unit(checker *c, const unit *u, decoder *d)
      * costs about a third of the time mapping and hashing took, and done
      * here it is spread over the threads instead of left to the end. */
     if (atomic_fetch_sub(&c->t[u->t].units_left, 1) == 1) {
-        stk_shard_close(c->t[u->t].sh);
+        if (!c->t[u->t].borrowed) stk_shard_close(c->t[u->t].sh);
         c->t[u->t].sh = NULL;
     }
 }
@@ -512,15 +577,24 @@ int main(int argc, char **argv)
     pthread_mutex_init(&c.lock, NULL);
     double t0 = cli_now();
     for (int i = optind; i < argc && !rc; i++) rc = add_path(&c, argv[i]);
-    if (rc) return rc;
+    if (rc) {
+        for (size_t i = 0; i < c.nds; i++) stk_dataset_close(c.datasets[i]);
+        if (c.cache_dir[0]) nftw(c.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return rc;
+    }
     for (size_t i = 0; i < c.nt; i++) check_structure(&c, i);
     if (c.o.full) run_full(&c);
     report(&c, cli_now() - t0);
     int status = c.total_problems ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    for (size_t i = 0; i < c.nt; i++) stk_shard_close(c.t[i].sh), free(c.t[i].path);
+    for (size_t i = 0; i < c.nt; i++) {
+        if (!c.t[i].borrowed) stk_shard_close(c.t[i].sh);
+        free(c.t[i].path);
+    }
+    for (size_t i = 0; i < c.nds; i++) stk_dataset_close(c.datasets[i]);
+    if (c.cache_dir[0]) nftw(c.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     for (size_t i = 0; i < c.np; i++) free(c.p[i].msg), free(c.p[i].field_name);
     for (size_t i = 0; i < c.nm; i++) stk_manifest_free(c.manifests[i]);
-    free(c.t), free(c.p), free(c.u), free(c.manifests);
+    free(c.t), free(c.p), free(c.u), free(c.manifests), free(c.datasets);
     pthread_mutex_destroy(&c.lock);
     return status;
 }
