@@ -3,11 +3,12 @@
  * One sparse file per remote object (a shard), named by its content (the
  * caller's id: the shard's index hash and size), so datasets that share a
  * shard share its cache and a replaced object is never taken for the old
- * one. Beside it a state file: one byte per unit (the caller's units: a
- * record's value of a field, a compressed block), and a flag for the
+ * one. Beside it a state file: one slot per unit (the caller's units: a
+ * record's value of a field, a compressed block), and a slot for the
  * object's metadata (the header, columns and checksum table the format
- * library fetches at open). Both are mapped MAP_SHARED, so the processes of
- * one node (the ranks, several jobs) see each other's fetches at once.
+ * library fetches at open). The state file is mapped MAP_SHARED, so the
+ * processes of one node (the ranks, several jobs) see each other's fetches
+ * at once.
  *
  * Rules that make it safe without a daemon:
  * - bytes are written (pwrite) before their units are marked present, so a
@@ -26,7 +27,46 @@
  * in use are evicted first; if that is not enough the bytes are not kept
  * (stk__rfile_store returns 0) and the caller uses them uncached. Under a
  * limit smaller than the dataset the cache therefore keeps a stable subset:
- * every epoch hits it and fetches the rest exactly once. */
+ * every epoch hits it and fetches the rest exactly once.
+ *
+ * On disk (all under DIR/v1/; another layout gets another vN):
+ *   lock        every process with the cache open holds a shared flock on
+ *               it; one that takes it exclusively (without waiting) is
+ *               alone: it recounts `usage` from the state files and removes
+ *               what a killed process left (temporary files, a state file
+ *               without its data, damaged state files)
+ *   usage       one page mapped MAP_SHARED: magic, version, the bytes
+ *               counted (C11 atomics on the mapping: lock-free 64-bit
+ *               atomics are required) and a generation bumped whenever a
+ *               file may have become evictable
+ *   ID.data     the object's bytes at their offsets, a sparse file of its
+ *               size; mapped PROT_READ MAP_SHARED, written only by pwrite
+ *               (LMDB's discipline: a stray store through the map faults)
+ *   ID.state    a 64-byte header (magic "STKCACHE", version 1, the object's
+ *               size and unit count, the metadata slot) then one 32-bit
+ *               slot per unit. A slot is 0 while its unit is absent, else
+ *               1 + the bytes counted for it, so marking a unit present and
+ *               counting its bytes are one atomic step: a process killed at
+ *               any point leaves the state file's sum exact, and a recount
+ *               is exact. A store of len bytes over n units counts len / n
+ *               per unit (the remainder on the first; at most 4 GiB - 2 a
+ *               unit); a drop uncounts what its units hold.
+ * A state file is created under a temporary name with its header written,
+ * exclusively flocked, then linked to ID.state (link fails if another
+ * process won: it opens that one instead); the winner then creates ID.data
+ * (a temporary name renamed over any leftover) before it lets go of the
+ * exclusive lock, so a process that gets the shared lock finds both whole.
+ * At open the header, every slot and the data file's size are checked: a
+ * damaged or mismatched state file (or a missing data file) is removed and
+ * recreated when no other process holds it, and refused (STK_E_BUSY)
+ * otherwise. Eviction removes ID.data, then ID.state, under the exclusive
+ * lock. The state file's mtime is set at open (and moves with stores): the
+ * eviction order.
+ *
+ * Threads: every call on one stk__rfile or stk__rcache is thread-safe
+ * (present/store/drop are lock-free atomics on the mapping; eviction is
+ * serialised per stk__rcache). Descriptors: two per open file (the state
+ * file, which holds the lock, and the data file), one per cache. */
 #ifndef STK_REMOTE_CACHE_H
 #define STK_REMOTE_CACHE_H
 
@@ -38,34 +78,56 @@
 typedef struct stk__rcache stk__rcache;
 typedef struct stk__rfile stk__rfile;
 
-/* dir is created (0700) when missing; limit in bytes (0: no limit). */
+/* dir (and its parents) created 0700 when missing; limit in bytes (0: no
+ * limit). */
 int stk__rcache_open(stk__rcache **out, const char *dir, uint64_t limit, stk_error *err);
-void stk__rcache_close(stk__rcache *c); /* after every file of it is closed */
+void stk__rcache_close(stk__rcache *c);          /* after every file of it is closed */
 uint64_t stk__rcache_used(const stk__rcache *c); /* bytes held, all processes */
 
 /* The cached copy of one object of size bytes with nunits units; created
- * empty (a sparse file of the object's size) when absent. */
+ * empty (a sparse file of the object's size) when absent. id: 1-200 bytes of
+ * [A-Za-z0-9._-], not starting with '.' (STK_E_ARG otherwise). Several opens
+ * of one id, in one process or many, share the one copy. */
 int stk__rfile_open(stk__rcache *c, const char *id, uint64_t size, uint64_t nunits, stk__rfile **out,
                     stk_error *err);
 void stk__rfile_close(stk__rfile *f);
-/* The object's bytes as a read-only shared mapping of size bytes: present
- * ranges hold the object's bytes, the rest reads as zeros. */
+/* The object's bytes as a read-only shared mapping of size bytes (NULL when
+ * size is 0): present ranges hold the object's bytes, the rest reads as
+ * zeros. */
 const uint8_t *stk__rfile_map(const stk__rfile *f);
-int stk__rfile_fd(const stk__rfile *f); /* read-only descriptor of the same file */
+/* A descriptor of the same file, for pread or io_uring: only read through it
+ * (it is the one the cache writes through). */
+int stk__rfile_fd(const stk__rfile *f);
 
 int stk__rfile_meta_ready(const stk__rfile *f);
-/* Store the metadata ranges (never evicted while the file is) and set the
- * flag: n ranges at offs[i], lens[i], bytes in data[i]. */
+/* Store the metadata ranges (never evicted while the file is open, and
+ * always kept: they may take the cache past its limit by their size, after
+ * eviction made what room it could) and set the flag: n ranges at offs[i],
+ * lens[i], bytes in data[i]. Counted once however many processes store
+ * them. STK_OK, or STK_E_ARG (a range outside the object) / STK_E_IO (the
+ * write failed: the flag stays clear). */
 int stk__rfile_store_meta(stk__rfile *f, size_t n, const uint64_t *offs, const uint64_t *lens,
                           const void *const *data, stk_error *err);
 
 int stk__rfile_present(const stk__rfile *f, uint64_t unit);
 /* Store len bytes (already verified) at off and mark units [u0, u1)
- * present. 1 stored; 0 not kept (no room: the limit); <0 never. */
+ * present. 1 stored (or already present); 0 not kept: no room under the
+ * limit (err untouched), or the write failed or the range lies outside the
+ * object (err says which). Never an error code: the caller goes on with its
+ * bytes uncached either way. Units already present are left as they are
+ * and counted once, however many threads or processes store them. */
 int stk__rfile_store(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0, uint64_t u1,
                      stk_error *err);
+/* stk__rfile_store that always keeps the bytes: whole files not in use are
+ * evicted to make room as for a store, and if that is not enough they are
+ * kept and counted past the limit (the caller bounds what it keeps this
+ * way and drops it: the window of bytes stk_shard_value hands out). STK_OK;
+ * STK_E_ARG (outside the object) or STK_E_IO (the write failed). */
+int stk__rfile_store_over(stk__rfile *f, uint64_t off, const void *data, uint64_t len, uint64_t u0,
+                          uint64_t u1, stk_error *err);
 /* Units [u0, u1), whose bytes are [off, off + len), are not (or no longer)
- * right: mark them absent and release their whole pages. */
+ * right: mark them absent, uncount them, and release their whole pages
+ * (fallocate PUNCH_HOLE where the file system has it). */
 void stk__rfile_drop(stk__rfile *f, uint64_t u0, uint64_t u1, uint64_t off, uint64_t len);
 
 #endif
