@@ -1,2 +1,974 @@
-/* remote/client.c: see remote.h (being written). */
-#include "remote.h"
+/* remote/client.c - the transport: one curl multi handle driven by one I/O
+ * thread per client.
+ *
+ * Callers (any thread) hand requests over through a queue under the client's
+ * mutex and wake the I/O thread with curl_multi_wakeup; the thread keeps up
+ * to max_inflight easy handles busy (reused, so the multi handle's
+ * connection cache keeps connections open), and on each completion decides:
+ * done, failed for good, or retried after a backoff with full jitter
+ * (uniform in [0, min(20 s, 0.1 s * 2^attempt)]), bounded by the retry count
+ * and retry_time_s. A request's waiter (a count and a condition variable) is
+ * signalled when its last request ends; nothing else is shared.
+ *
+ * Every wait is bounded: the connect timeout, the stall timeout
+ * (CURLOPT_LOW_SPEED_LIMIT of 1 byte/s over stall_s, which covers a server
+ * that never answers as well as one that stops mid-body), the retry count
+ * and retry time.
+ *
+ * Signing: CURLOPT_AWS_SIGV4 "aws:amz:REGION:s3" with the key and secret as
+ * user name and password. curl 7.88 neither adds x-amz-content-sha256 nor
+ * sorts the query: every signed request carries "x-amz-content-sha256:
+ * UNSIGNED-PAYLOAD" (curl then signs that value as the payload hash), and
+ * s3.c builds its queries canonical already (stk__rquery). */
+#define _POSIX_C_SOURCE 200809L
+#include "remote_impl.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ERRBODY_MAX (16 * 1024)
+#define BACKOFF_BASE_S 0.1
+#define BACKOFF_CAP_S 20.0
+/* Credentials from a credential_process are refreshed this long before they
+ * expire. */
+#define REFRESH_AHEAD_S 300.0
+
+struct stk__rwaiter {
+    pthread_cond_t cv;
+    size_t pending;
+};
+
+typedef struct stk__rattempt {
+    CURL *h;
+    struct curl_slist *hdrs;
+    long status; /* of the last status line seen */
+    int have_clen, have_crange, bad_crange, range_checked;
+    uint64_t clen, cr_first, cr_last, cr_total;
+    uint64_t got, sent, bytes_in;
+    char *ebuf;
+    size_t elen;
+    int fault, fatal;
+    char fault_msg[200];
+    char curl_err[CURL_ERROR_SIZE];
+    char etag[80];
+} stk__rattempt;
+
+struct stk__remote {
+    stk__rcfg cfg;
+    int s3;
+    char *bucket; /* s3 */
+    char *base;   /* http: the address */
+    char sigv4[160];
+    CURLM *multi;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu; /* the queues, the counters, the waiters */
+    stk__rreq *ready_head, *ready_tail;
+    stk__rreq *delayed;
+    CURL **idle;
+    size_t nidle;
+    size_t active;
+    int stop;
+    stk__rcounts counts;
+    uint64_t rng;
+    pthread_mutex_t cred_mu; /* the credentials */
+    int refreshing;
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- Response parsing ----------------------------------------------------------- */
+
+static int parse_u64(const char *s, size_t n, uint64_t *v)
+{
+    if (n == 0 || n > 20) return -1;
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (x > (UINT64_MAX - d) / 10) return -1;
+        x = x * 10 + d;
+    }
+    *v = x;
+    return 0;
+}
+
+int stk__rhttp_content_range(const char *v, size_t n, uint64_t *first, uint64_t *last, uint64_t *total)
+{
+    if (n < 6 || memcmp(v, "bytes ", 6)) return -1;
+    const char *p = v + 6, *end = v + n;
+    const char *dash = memchr(p, '-', (size_t)(end - p));
+    if (!dash) return -1;
+    const char *slash = memchr(dash, '/', (size_t)(end - dash));
+    if (!slash) return -1;
+    if (parse_u64(p, (size_t)(dash - p), first) || parse_u64(dash + 1, (size_t)(slash - dash - 1), last))
+        return -1;
+    if (*last < *first) return -1;
+    if (end - slash == 2 && slash[1] == '*') {
+        *total = UINT64_MAX;
+        return 0;
+    }
+    if (parse_u64(slash + 1, (size_t)(end - slash - 1), total)) return -1;
+    if (*last >= *total) return -1;
+    return 0;
+}
+
+int stk__rhttp_line(const char *line, size_t n, long *status, char *name, size_t name_cap, char *value,
+                    size_t value_cap)
+{
+    if (name_cap < 1 || value_cap < 1) return -1;
+    name[0] = value[0] = '\0';
+    while (n && (line[n - 1] == '\r' || line[n - 1] == '\n')) n--;
+    if (n >= 5 && !memcmp(line, "HTTP/", 5)) {
+        const char *sp = memchr(line, ' ', n);
+        if (!sp) return -1;
+        size_t rest = n - (size_t)(sp + 1 - line);
+        if (rest < 3) return -1;
+        long st = 0;
+        for (int i = 0; i < 3; i++) {
+            char ch = sp[1 + i];
+            if (ch < '0' || ch > '9') return -1;
+            st = st * 10 + (ch - '0');
+        }
+        if (rest > 3 && sp[4] != ' ') return -1;
+        if (st < 100) return -1;
+        *status = st;
+        return 0;
+    }
+    const char *colon = memchr(line, ':', n);
+    if (!colon || colon == line) return -1;
+    size_t nn = (size_t)(colon - line);
+    if (nn >= name_cap) return -1;
+    for (size_t i = 0; i < nn; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        if (ch <= ' ' || ch >= 0x7f) return -1;
+        name[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+    }
+    name[nn] = '\0';
+    const char *v = colon + 1, *end = line + n;
+    while (v < end && (*v == ' ' || *v == '\t')) v++;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t')) end--;
+    size_t vn = (size_t)(end - v);
+    int truncated = 0;
+    if (vn >= value_cap) {
+        vn = value_cap - 1;
+        truncated = 1;
+    }
+    memcpy(value, v, vn);
+    value[vn] = '\0';
+    return truncated;
+}
+
+/* ---- Requests ----------------------------------------------------------------- */
+
+stk__rreq *stk__rreq_new(int method, const char *key, char *query)
+{
+    stk__rreq *q = calloc(1, sizeof *q);
+    if (!q || !(q->key = strdup(key ? key : ""))) {
+        free(q);
+        free(query);
+        return NULL;
+    }
+    q->method = method;
+    q->query = query;
+    q->body_fd = -1;
+    return q;
+}
+
+void stk__rreq_free(stk__rreq *q)
+{
+    if (!q) return;
+    free(q->key);
+    free(q->query);
+    free(q->if_match);
+    free(q->url);
+    free(q->buf);
+    if (q->at) {
+        curl_slist_free_all(q->at->hdrs);
+        free(q->at->ebuf);
+        free(q->at);
+    }
+    free(q);
+}
+
+static const char *method_name(int m)
+{
+    static const char *const names[] = {"GET", "HEAD", "PUT", "POST", "DELETE"};
+    return (m >= 0 && m <= STK__M_DELETE) ? names[m] : "?";
+}
+
+void stk__remote_name(const stk__remote *r, const char *key, char *out, size_t cap)
+{
+    if (r->s3) snprintf(out, cap, "s3://%s/%.400s", r->bucket, key);
+    else snprintf(out, cap, "%.460s", *key ? key : r->base);
+}
+
+int stk__remote_is_s3(const stk__remote *r) { return r->s3; }
+
+static int fail(stk__rreq *q, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(stk__rreq *q, int code, const char *fmt, ...)
+{
+    char msg[STK_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    q->code = code;
+    stk_error_set(&q->err, code, "%s", msg);
+    return code;
+}
+
+/* ---- The I/O thread's callbacks --------------------------------------------------- */
+
+static size_t on_header(char *b, size_t sz, size_t nm, void *ud)
+{
+    stk__rreq *q = ud;
+    stk__rattempt *at = q->at;
+    size_t n = sz * nm;
+    long st = 0;
+    char name[64], value[256];
+    int k = stk__rhttp_line(b, n, &st, name, sizeof name, value, sizeof value);
+    if (k < 0) return n;
+    if (!name[0]) {
+        /* A new response (after a 100 Continue, say): forget the last one's. */
+        at->status = st;
+        at->have_clen = at->have_crange = at->bad_crange = 0;
+        at->etag[0] = '\0';
+        return n;
+    }
+    if (!strcmp(name, "content-length")) {
+        at->have_clen = !k && !parse_u64(value, strlen(value), &at->clen);
+    } else if (!strcmp(name, "content-range")) {
+        at->have_crange =
+            !k && !stk__rhttp_content_range(value, strlen(value), &at->cr_first, &at->cr_last, &at->cr_total);
+        at->bad_crange = !at->have_crange;
+    } else if (!strcmp(name, "etag") && !k && strlen(value) < sizeof at->etag) {
+        memcpy(at->etag, value, strlen(value) + 1);
+    }
+    return n;
+}
+
+static size_t abort_with(stk__rattempt *at, int fatal, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static size_t abort_with(stk__rattempt *at, int fatal, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(at->fault_msg, sizeof at->fault_msg, fmt, ap);
+    va_end(ap);
+    at->fault = 1;
+    at->fatal = fatal;
+    return 0; /* curl ends the transfer: CURLE_WRITE_ERROR */
+}
+
+static size_t on_body(char *b, size_t sz, size_t nm, void *ud)
+{
+    stk__rreq *q = ud;
+    stk__rattempt *at = q->at;
+    size_t n = sz * nm;
+    at->bytes_in += n;
+    if (at->status < 200 || at->status >= 300) {
+        if (!at->ebuf) at->ebuf = malloc(ERRBODY_MAX + 1);
+        if (at->ebuf) {
+            size_t take = n < ERRBODY_MAX - at->elen ? n : ERRBODY_MAX - at->elen;
+            memcpy(at->ebuf + at->elen, b, take);
+            at->elen += take;
+            at->ebuf[at->elen] = '\0';
+        }
+        return n;
+    }
+    if (q->ranged) {
+        if (!at->range_checked) {
+            uint64_t want_last = q->off + q->len - 1;
+            if (at->status == 206) {
+                if (!at->have_crange)
+                    return abort_with(at, 0, "HTTP 206 %s Content-Range",
+                                      at->bad_crange ? "with a malformed" : "without");
+                if (at->cr_first != q->off || at->cr_last != want_last)
+                    return abort_with(at, 0, "Content-Range bytes %llu-%llu for bytes %llu-%llu",
+                                      (unsigned long long)at->cr_first, (unsigned long long)at->cr_last,
+                                      (unsigned long long)q->off, (unsigned long long)want_last);
+            } else if (at->status != 200 || q->off != 0 || (at->have_clen && at->clen != q->len)) {
+                return abort_with(at, 1,
+                                  "HTTP %ld for a range request (bytes %llu-%llu): the server ignored Range",
+                                  at->status, (unsigned long long)q->off, (unsigned long long)want_last);
+            }
+            at->range_checked = 1;
+        }
+        if (n > q->len - at->got)
+            return abort_with(at, 0, "more than the %llu bytes asked for", (unsigned long long)q->len);
+        memcpy((char *)q->dst + at->got, b, n);
+        at->got += n;
+        return n;
+    }
+    if (q->sink) {
+        if (n > q->sink_max - q->buf_len)
+            return abort_with(at, 1, "larger than the %zu bytes allowed", q->sink_max);
+        size_t need = q->buf_len + n + 1, cap = q->buf ? q->buf_len + 1 : 0;
+        (void)cap;
+        char *nb = realloc(q->buf, need);
+        if (!nb) return abort_with(at, 1, "out of memory");
+        q->buf = nb;
+        memcpy(q->buf + q->buf_len, b, n);
+        q->buf_len += n;
+        q->buf[q->buf_len] = '\0';
+    }
+    at->got += n;
+    return n;
+}
+
+static size_t on_read(char *b, size_t sz, size_t nm, void *ud)
+{
+    stk__rreq *q = ud;
+    stk__rattempt *at = q->at;
+    size_t n = sz * nm;
+    uint64_t left = q->body_len - at->sent;
+    if (n > left) n = (size_t)left;
+    if (n == 0) return 0;
+    if (q->body_fd >= 0) {
+        ssize_t got;
+        do {
+            got = pread(q->body_fd, b, n, (off_t)(q->body_off + at->sent));
+        } while (got < 0 && errno == EINTR);
+        if (got <= 0) {
+            snprintf(at->fault_msg, sizeof at->fault_msg, "reading the local file: %s",
+                     got < 0 ? strerror(errno) : "it shrank");
+            at->fault = at->fatal = 1;
+            return CURL_READFUNC_ABORT;
+        }
+        n = (size_t)got;
+    } else {
+        memcpy(b, (const char *)q->body + at->sent, n);
+    }
+    at->sent += n;
+    return n;
+}
+
+/* ---- Attempts ------------------------------------------------------------------- */
+
+/* A handle for an attempt: reset, every option set again. Caller holds mu. */
+static int setup(stk__remote *r, stk__rreq *q, CURL *h)
+{
+    stk__rattempt *at = q->at;
+    struct curl_slist *hl = NULL;
+    char line[512];
+    int ok = 1;
+#define ADD(s)                                          \
+  do {                                                  \
+    struct curl_slist *t_ = curl_slist_append(hl, (s)); \
+    if (!t_) ok = 0;                                    \
+    else hl = t_;                                       \
+  } while (0)
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, q->url);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, q);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, at->curl_err);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, q);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, q);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(r->cfg.connect_timeout_s * 1000));
+    /* A transfer moving less than 1 byte/s for stall_s (waiting for the
+     * reply included) ends with CURLE_OPERATION_TIMEDOUT and is retried. */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)ceil(r->cfg.stall_s));
+    if (r->cfg.ca_bundle) curl_easy_setopt(h, CURLOPT_CAINFO, r->cfg.ca_bundle);
+    /* curl signs every header it is given, an "Expect:" that removes one
+     * included (then refused), so the 100-continue curl sends before a
+     * large body stays; its wait is bounded here. */
+    curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
+    if (!r->cfg.anonymous) {
+        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r->sigv4);
+        pthread_mutex_lock(&r->cred_mu);
+        curl_easy_setopt(h, CURLOPT_USERNAME, r->cfg.access_key ? r->cfg.access_key : "");
+        curl_easy_setopt(h, CURLOPT_PASSWORD, r->cfg.secret_key ? r->cfg.secret_key : "");
+        if (r->cfg.session_token) {
+            size_t tn = strlen(r->cfg.session_token) + 32;
+            char *t = malloc(tn);
+            if (t) {
+                snprintf(t, tn, "x-amz-security-token: %s", r->cfg.session_token);
+                ADD(t);
+                memset(t, 0, tn);
+                free(t);
+            } else {
+                ok = 0;
+            }
+        }
+        pthread_mutex_unlock(&r->cred_mu);
+        ADD("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    }
+    if (q->ranged) {
+        snprintf(line, sizeof line, "Range: bytes=%llu-%llu", (unsigned long long)q->off,
+                 (unsigned long long)(q->off + q->len - 1));
+        ADD(line);
+    }
+    if (q->if_match) {
+        snprintf(line, sizeof line, "If-Match: %.80s", q->if_match);
+        ADD(line);
+    }
+    switch (q->method) {
+    case STK__M_HEAD:
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        break;
+    case STK__M_PUT:
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->body_len);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, q);
+        break;
+    case STK__M_POST:
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body_len ? (const char *)q->body : "");
+        ADD("Content-Type: application/xml");
+        break;
+    case STK__M_DELETE:
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+        break;
+    default:
+        break;
+    }
+#undef ADD
+    curl_slist_free_all(at->hdrs);
+    at->hdrs = hl;
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    return ok ? 0 : -1;
+}
+
+static void attempt_reset(stk__rattempt *at)
+{
+    CURL *h = at->h;
+    struct curl_slist *hl = at->hdrs;
+    char *eb = at->ebuf;
+    memset(at, 0, sizeof *at);
+    at->h = h;
+    at->hdrs = hl;
+    at->ebuf = eb;
+}
+
+static void complete(stk__remote *r, stk__rreq *q)
+{
+    if (q->code) r->counts.failures++;
+    stk__rwaiter *w = q->waiter;
+    if (w && --w->pending == 0) pthread_cond_broadcast(&w->cv);
+}
+
+/* Starts q's next attempt. Caller holds mu. */
+static void start(stk__remote *r, stk__rreq *q)
+{
+    if (!q->at && !(q->at = calloc(1, sizeof *q->at))) {
+        fail(q, STK_E_NOMEM, "out of memory");
+        complete(r, q);
+        return;
+    }
+    CURL *h = r->nidle ? r->idle[--r->nidle] : curl_easy_init();
+    if (!h) {
+        fail(q, STK_E_NOMEM, "out of memory (curl handle)");
+        complete(r, q);
+        return;
+    }
+    attempt_reset(q->at);
+    q->at->h = h;
+    q->buf_len = 0;
+    if (q->t_first == 0) q->t_first = mono();
+    q->attempts++;
+    if (setup(r, q, h) || curl_multi_add_handle(r->multi, h) != CURLM_OK) {
+        r->idle[r->nidle++] = h;
+        q->at->h = NULL;
+        fail(q, STK_E_NOMEM, "out of memory (curl setup)");
+        complete(r, q);
+        return;
+    }
+    r->active++;
+    if (r->active > r->counts.inflight_max) r->counts.inflight_max = r->active;
+}
+
+static double jitter(stk__remote *r, double max)
+{
+    /* xorshift64*: the client's own state, under mu. */
+    uint64_t x = r->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    r->rng = x;
+    return max * (double)((x * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
+}
+
+static int retryable_curl(CURLcode cc)
+{
+    switch (cc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_BAD_CONTENT_ENCODING:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The error body's Code and Message, for a message: " NoSuchKey (The ...)". */
+static void s3_code(const stk__rattempt *at, char *out, size_t cap)
+{
+    char code[64], msg[160];
+    out[0] = '\0';
+    if (at->ebuf && !stk__xml_error(at->ebuf, at->elen, code, sizeof code, msg, sizeof msg))
+        snprintf(out, cap, " %s%s%s%s", code, msg[0] ? " (" : "", msg, msg[0] ? ")" : "");
+}
+
+/* Attempt done: finished, failed, or queued again. Caller holds mu. */
+static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
+{
+    stk__rattempt *at = q->at;
+    long status = 0;
+    curl_easy_getinfo(at->h, CURLINFO_RESPONSE_CODE, &status);
+    curl_multi_remove_handle(r->multi, at->h);
+    r->idle[r->nidle++] = at->h;
+    at->h = NULL;
+    r->active--;
+    q->http = status;
+    r->counts.requests++;
+    r->counts.bytes_in += at->bytes_in;
+    r->counts.bytes_out += at->sent;
+
+    char name[480], why[400], code[240];
+    stk__remote_name(r, q->key, name, sizeof name);
+    const char *m = method_name(q->method);
+    int kind = 0; /* 1: 5xx, 2: network */
+    if (at->fault && at->fatal) {
+        fail(q, STK_E_IO, "%s %s: %s", m, name, at->fault_msg);
+    } else if (at->fault) {
+        kind = 2;
+        snprintf(why, sizeof why, "%s", at->fault_msg);
+    } else if (cc != CURLE_OK) {
+        const char *ce = at->curl_err[0] ? at->curl_err : curl_easy_strerror(cc);
+        if (retryable_curl(cc)) {
+            kind = 2;
+            snprintf(why, sizeof why, "%s (curl %d)", ce, (int)cc);
+        } else {
+            fail(q, STK_E_IO, "%s %s: %s (curl %d)", m, name, ce, (int)cc);
+        }
+    } else if (status == 500 || status == 502 || status == 503 || status == 504 || status == 429) {
+        kind = 1;
+        s3_code(at, code, sizeof code);
+        snprintf(why, sizeof why, "HTTP %ld%s", status, code);
+    } else if (status >= 200 && status < 300) {
+        if (q->ranged && at->got != q->len) {
+            kind = 2;
+            snprintf(why, sizeof why, "short body: %llu of %llu bytes", (unsigned long long)at->got,
+                     (unsigned long long)q->len);
+        } else if (q->method != STK__M_HEAD && at->have_clen && at->got != at->clen && !q->ranged) {
+            kind = 2;
+            snprintf(why, sizeof why, "short body: %llu of %llu bytes", (unsigned long long)at->got,
+                     (unsigned long long)at->clen);
+        } else {
+            q->code = STK_OK;
+            memcpy(q->etag, at->etag, sizeof q->etag);
+            if (q->ranged && at->status == 206 && at->cr_total != UINT64_MAX) q->size = at->cr_total;
+            else if (at->have_clen) q->size = at->clen;
+            else q->size = at->got;
+        }
+    } else if (status == 412) {
+        s3_code(at, code, sizeof code);
+        fail(q, STK_E_IO, "%s %s: the object changed (its ETag is no longer %.80s): HTTP 412%s", m, name,
+             q->if_match ? q->if_match : "?", code);
+    } else {
+        s3_code(at, code, sizeof code);
+        if (!code[0] && status == 404) snprintf(code, sizeof code, " (not found)");
+        if (!code[0] && status == 403) snprintf(code, sizeof code, " (access denied)");
+        if (status == 0) snprintf(code, sizeof code, " (no response)");
+        fail(q, STK_E_IO, "%s %s: HTTP %ld%s", m, name, status, code);
+    }
+    if (kind) {
+        double now = mono();
+        double elapsed = now - q->t_first;
+        unsigned retries = q->attempts - 1;
+        double cap = BACKOFF_BASE_S * pow(2.0, retries < 30 ? retries : 30);
+        double delay = jitter(r, cap < BACKOFF_CAP_S ? cap : BACKOFF_CAP_S);
+        if (retries < r->cfg.retries && elapsed + delay < r->cfg.retry_time_s && !r->stop) {
+            r->counts.retries++;
+            if (kind == 1) r->counts.retry_5xx++;
+            else r->counts.retry_net++;
+            q->t_not_before = now + delay;
+            q->next = r->delayed;
+            r->delayed = q;
+            return;
+        }
+        fail(q, STK_E_IO, "%s %s: gave up after %u attempts in %.1f s; the last: %s", m, name, q->attempts,
+             elapsed, why);
+    }
+    complete(r, q);
+}
+
+static void *io_main(void *arg)
+{
+    stk__remote *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        double now = mono(), next_due = -1;
+        for (stk__rreq **pp = &r->delayed; *pp;) {
+            stk__rreq *q = *pp;
+            if (q->t_not_before <= now || r->stop) {
+                *pp = q->next;
+                q->next = NULL;
+                if (r->ready_tail) r->ready_tail->next = q;
+                else r->ready_head = q;
+                r->ready_tail = q;
+            } else {
+                if (next_due < 0 || q->t_not_before < next_due) next_due = q->t_not_before;
+                pp = &q->next;
+            }
+        }
+        while (r->ready_head && (r->active < r->cfg.max_inflight || r->stop)) {
+            stk__rreq *q = r->ready_head;
+            r->ready_head = q->next;
+            if (!r->ready_head) r->ready_tail = NULL;
+            q->next = NULL;
+            if (r->stop) {
+                fail(q, STK_E_IO, "%s: the client was closed", method_name(q->method));
+                complete(r, q);
+            } else {
+                start(r, q);
+            }
+        }
+        if (r->stop && r->active == 0 && !r->ready_head && !r->delayed) break;
+        pthread_mutex_unlock(&r->mu);
+        int timeout = 1000;
+        if (next_due >= 0) {
+            double ms = (next_due - now) * 1000 + 1;
+            if (ms < timeout) timeout = ms < 0 ? 0 : (int)ms;
+        }
+        curl_multi_poll(r->multi, NULL, 0, timeout, NULL);
+        int running = 0;
+        curl_multi_perform(r->multi, &running);
+        pthread_mutex_lock(&r->mu);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(r->multi, &left))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            stk__rreq *q = NULL;
+            CURL *h = msg->easy_handle;
+            CURLcode cc = msg->data.result;
+            curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&q);
+            finish(r, q, cc);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ---- Open, close, counters ------------------------------------------------------- */
+
+int stk__remote_open(stk__remote **out, const stk__raddr *a, const stk__rconfig *c, stk_error *err)
+{
+    *out = NULL;
+    pthread_once(&global_once, global_init);
+    if (global_rc != CURLE_OK)
+        return stk_error_set(err, STK_E_IO, "libcurl failed to initialise: %s",
+                             curl_easy_strerror(global_rc));
+    stk__remote *r = calloc(1, sizeof *r);
+    if (!r) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    int rc = stk__rcfg_resolve(&r->cfg, a, c, err);
+    if (rc) {
+        free(r);
+        return rc;
+    }
+    r->s3 = a->s3;
+    r->bucket = a->bucket ? strdup(a->bucket) : NULL;
+    r->base = strdup(a->key ? a->key : "");
+    r->idle = calloc(r->cfg.max_inflight, sizeof *r->idle);
+    r->multi = curl_multi_init();
+    r->rng = ((uint64_t)(uintptr_t)r ^ (uint64_t)(wall() * 1e6)) | 1;
+    snprintf(r->sigv4, sizeof r->sigv4, "aws:amz:%.64s:s3", r->cfg.region);
+    if ((a->s3 && !r->bucket) || !r->base || !r->idle || !r->multi) {
+        rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+        goto bad;
+    }
+    curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, (long)r->cfg.max_inflight);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->cred_mu, NULL);
+    int te = pthread_create(&r->thread, NULL, io_main, r);
+    if (te) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_mutex_destroy(&r->cred_mu);
+        rc = stk_error_set(err, STK_E_IO, "remote client: cannot start its thread: %s", strerror(te));
+        goto bad;
+    }
+    r->thread_started = 1;
+    *out = r;
+    return STK_OK;
+bad:
+    if (r->multi) curl_multi_cleanup(r->multi);
+    free(r->idle);
+    free(r->bucket);
+    free(r->base);
+    stk__rcfg_free(&r->cfg);
+    free(r);
+    return rc;
+}
+
+void stk__remote_close(stk__remote *r)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_mutex_unlock(&r->mu);
+    curl_multi_wakeup(r->multi);
+    pthread_join(r->thread, NULL);
+    for (size_t i = 0; i < r->nidle; i++) curl_easy_cleanup(r->idle[i]);
+    curl_multi_cleanup(r->multi);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->cred_mu);
+    free(r->idle);
+    free(r->bucket);
+    free(r->base);
+    stk__rcfg_free(&r->cfg);
+    free(r);
+}
+
+void stk__remote_counts(stk__remote *r, stk__rcounts *c)
+{
+    pthread_mutex_lock(&r->mu);
+    *c = r->counts;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- Submitting ------------------------------------------------------------------ */
+
+/* Credentials from a credential_process refreshed when they are about to
+ * expire; the process runs outside the lock, one refresh at a time. */
+static int creds_ready(stk__remote *r, stk_error *err)
+{
+    if (r->cfg.anonymous) return STK_OK;
+    pthread_mutex_lock(&r->cred_mu);
+    int have = r->cfg.access_key && r->cfg.secret_key;
+    int due = r->cfg.cred_process && r->cfg.expiration > 0 && wall() + REFRESH_AHEAD_S >= r->cfg.expiration &&
+              !r->refreshing;
+    char *proc = due ? strdup(r->cfg.cred_process) : NULL;
+    char *prof = due ? strdup(r->cfg.profile) : NULL;
+    if (due) r->refreshing = 1;
+    pthread_mutex_unlock(&r->cred_mu);
+    if (!have && !due)
+        return stk_error_set(
+            err, STK_E_ARG,
+            "no credentials for s3://%s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+            "AWS_PROFILE with ~/.aws/credentials (or anonymous access)",
+            r->bucket ? r->bucket : "");
+    if (!due) return STK_OK;
+    int rc = STK_OK;
+    stk__rcfg tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.cred_process = proc;
+    tmp.profile = prof;
+    if (!proc || !prof) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    else rc = stk__rcfg_refresh(&tmp, err);
+    pthread_mutex_lock(&r->cred_mu);
+    r->refreshing = 0;
+    if (rc == STK_OK) {
+        char *o[3] = {r->cfg.access_key, r->cfg.secret_key, r->cfg.session_token};
+        r->cfg.access_key = tmp.access_key;
+        r->cfg.secret_key = tmp.secret_key;
+        r->cfg.session_token = tmp.session_token;
+        r->cfg.expiration = tmp.expiration;
+        tmp.access_key = o[0];
+        tmp.secret_key = o[1];
+        tmp.session_token = o[2];
+    }
+    pthread_mutex_unlock(&r->cred_mu);
+    stk__rcfg_free(&tmp);
+    /* A refresh that failed while the old credentials still hold is tried
+     * again on the next request. */
+    if (rc && have && wall() < r->cfg.expiration) return STK_OK;
+    return rc;
+}
+
+/* Ready for the queue: URL built, credentials at hand; else q failed. */
+static int prepare(stk__remote *r, stk__rreq *q)
+{
+    stk_error e;
+    char name[480];
+    q->code = STK_OK;
+    q->attempts = 0;
+    q->t_first = 0;
+    free(q->url);
+    q->url = NULL;
+    if (!stk__rkey_ok(q->key)) {
+        stk__remote_name(r, q->key, name, sizeof name);
+        return fail(q, STK_E_ARG, "%s: a key with control bytes or over 1024 bytes", name);
+    }
+    if (r->s3) q->url = stk__rurl_object(r->cfg.endpoint, r->cfg.virtual_host, r->bucket, q->key, q->query);
+    else q->url = strdup(*q->key ? q->key : r->base);
+    if (!q->url) return fail(q, STK_E_NOMEM, "out of memory");
+    if (creds_ready(r, &e)) return fail(q, e.code, "%s", e.msg);
+    return STK_OK;
+}
+
+/* Queues the n requests under waiter w (those prepare fails end at once). */
+static void submit(stk__remote *r, stk__rreq **qs, size_t n, stk__rwaiter *w)
+{
+    for (size_t i = 0; i < n; i++) prepare(r, qs[i]);
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < n; i++) {
+        stk__rreq *q = qs[i];
+        if (q->code) {
+            r->counts.failures++;
+            continue;
+        }
+        q->waiter = w;
+        w->pending++;
+        q->next = NULL;
+        if (r->ready_tail) r->ready_tail->next = q;
+        else r->ready_head = q;
+        r->ready_tail = q;
+    }
+    pthread_mutex_unlock(&r->mu);
+    curl_multi_wakeup(r->multi);
+}
+
+static void wait_for(stk__remote *r, stk__rwaiter *w)
+{
+    pthread_mutex_lock(&r->mu);
+    while (w->pending) pthread_cond_wait(&w->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+int stk__rreq_runv(stk__remote *r, stk__rreq **q, size_t n)
+{
+    stk__rwaiter w = {.pending = 0};
+    pthread_cond_init(&w.cv, NULL);
+    submit(r, q, n, &w);
+    wait_for(r, &w);
+    pthread_cond_destroy(&w.cv);
+    for (size_t i = 0; i < n; i++)
+        if (q[i]->code) return q[i]->code;
+    return STK_OK;
+}
+
+int stk__rreq_run(stk__remote *r, stk__rreq *q) { return stk__rreq_runv(r, &q, 1); }
+
+/* ---- Groups of range GETs --------------------------------------------------------- */
+
+struct stk__rgroup {
+    stk__remote *r;
+    stk__rreq **q;
+    size_t n, cap, started;
+    stk__rwaiter w;
+};
+
+stk__rgroup *stk__rgroup_new(stk__remote *r)
+{
+    stk__rgroup *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->r = r;
+    pthread_cond_init(&g->w.cv, NULL);
+    return g;
+}
+
+void stk__rgroup_clear(stk__rgroup *g)
+{
+    for (size_t i = 0; i < g->n; i++) stk__rreq_free(g->q[i]);
+    g->n = g->started = 0;
+}
+
+void stk__rgroup_free(stk__rgroup *g)
+{
+    if (!g) return;
+    wait_for(g->r, &g->w);
+    stk__rgroup_clear(g);
+    free(g->q);
+    pthread_cond_destroy(&g->w.cv);
+    free(g);
+}
+
+int stk__rgroup_add(stk__rgroup *g, const char *key, uint64_t off, uint64_t len, void *dst,
+                    const char *if_match, void *tag, stk_error *err)
+{
+    if (len == 0 || off + len < off)
+        return stk_error_set(err, STK_E_ARG, "remote range GET: empty or overflowing range at %llu",
+                             (unsigned long long)off);
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? 2 * g->cap : 64;
+        stk__rreq **nq = realloc(g->q, nc * sizeof *nq);
+        if (!nq) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+        g->q = nq;
+        g->cap = nc;
+    }
+    stk__rreq *q = stk__rreq_new(STK__M_GET, key, NULL);
+    if (!q || (if_match && !(q->if_match = strdup(if_match)))) {
+        stk__rreq_free(q);
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    }
+    q->ranged = 1;
+    q->off = off;
+    q->len = len;
+    q->dst = dst;
+    q->tag = tag;
+    g->q[g->n++] = q;
+    return STK_OK;
+}
+
+void stk__rgroup_start(stk__rgroup *g)
+{
+    if (g->started == g->n) return;
+    submit(g->r, g->q + g->started, g->n - g->started, &g->w);
+    g->started = g->n;
+}
+
+int stk__rgroup_wait(stk__rgroup *g, stk_error *err)
+{
+    wait_for(g->r, &g->w);
+    for (size_t i = 0; i < g->started; i++)
+        if (g->q[i]->code) {
+            if (err) *err = g->q[i]->err;
+            return g->q[i]->code;
+        }
+    return STK_OK;
+}
+
+size_t stk__rgroup_count(const stk__rgroup *g) { return g->n; }
+
+int stk__rgroup_result(const stk__rgroup *g, size_t i, void **tag, stk_error *err)
+{
+    if (i >= g->n) return stk_error_set(err, STK_E_RANGE, "remote group: no GET %zu", i);
+    if (tag) *tag = g->q[i]->tag;
+    if (g->q[i]->code && err) *err = g->q[i]->err;
+    return g->q[i]->code;
+}

@@ -2,7 +2,7 @@
 
 ctest runs it as s3_fixture (label remote); by hand:
     python3 -m pytest -q tests/support/s3/test_fixture.py
-Every test skips with the reason when Node >= 20 or the s3rver package is missing.
+Every test skips with the reason when Node >= 18 or the s3rver package is missing.
 """
 import os
 import re
