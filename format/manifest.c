@@ -5,6 +5,8 @@
  * strict parsing and byte-identical output. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "remote.h"
+#include "rshard.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -315,8 +317,97 @@ stk_manifest *stk_manifest_parse(const char *text, size_t len, const char *name,
     return m;
 }
 
+/* ------------------------------------------------------ remote datasets */
+
+int stk__rdataset_addr(const char *path, stk__raddr *a, char **dir, stk_error *err)
+{
+    *dir = NULL;
+    int rc = stk__raddr_parse(path, a, err);
+    if (rc) return rc;
+    char *k = a->key;
+    size_t n = strlen(k), m = strlen(STK_MANIFEST_NAME);
+    while (n && k[n - 1] == '/') k[--n] = 0;
+    if (n >= m && !strcmp(k + n - m, STK_MANIFEST_NAME) && (n == m || k[n - m - 1] == '/')) {
+        n -= m;
+        k[n] = 0;
+        while (n && k[n - 1] == '/') k[--n] = 0;
+    }
+    if (!a->s3 && !n) {
+        stk__raddr_free(a);
+        return stk_error_set(err, STK_E_ARG, "%s: no dataset address", path);
+    }
+    size_t len = (a->s3 ? strlen(a->bucket) + 6 : 0) + n + 2;
+    if (!(*dir = malloc(len))) {
+        stk__raddr_free(a);
+        return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    }
+    if (!a->s3) snprintf(*dir, len, "%s", k);
+    else if (n) snprintf(*dir, len, "s3://%s/%s", a->bucket, k);
+    else snprintf(*dir, len, "s3://%s", a->bucket);
+    return STK_OK;
+}
+
+char *stk__rdataset_key(const stk__raddr *a, const char *rel)
+{
+    size_t len = strlen(a->key) + strlen(rel) + 2;
+    char *k = malloc(len);
+    if (k) snprintf(k, len, "%s%s%s", a->key, a->key[0] ? "/" : "", rel);
+    return k;
+}
+
+stk_manifest *stk__rdataset_manifest(stk__remote *r, const stk__raddr *a, const char *dir, char *etag,
+                                     size_t etag_cap, stk_error *err)
+{
+    char *key = stk__rdataset_key(a, STK_MANIFEST_NAME), *name = stk__path_join(dir, STK_MANIFEST_NAME);
+    char *text = NULL;
+    size_t len = 0;
+    long http = 0;
+    stk__robject o = {0, ""};
+    stk_error e = {STK_OK, ""};
+    stk_manifest *m = NULL;
+    if (!key || !name) {
+        stk_error_set(&e, STK_E_NOMEM, "out of memory");
+    } else if (stk__remote_get_object(r, key, MANIFEST_MAX, &text, &len, &o, &http, &e)) {
+        /* a missing key is no dataset; a missing bucket (also 404) keeps its S3 code */
+        if (http == 404 && !strstr(e.msg, "NoSuchBucket"))
+            stk_error_set(&e, STK_E_IO, "%s: not a stoker dataset (no %s)", dir, STK_MANIFEST_NAME);
+    } else {
+        m = stk_manifest_parse(text, len, name, &e);
+        if (m && etag) snprintf(etag, etag_cap, "%s", o.etag);
+    }
+    if (!m && err) *err = e;
+    free(text);
+    free(key);
+    free(name);
+    return m;
+}
+
+/* stk_manifest_load of an address: a client of its own, from the environment. */
+static stk_manifest *load_remote(const char *path, stk_error *err)
+{
+    stk__raddr a;
+    char *dir;
+    if (stk__rdataset_addr(path, &a, &dir, err)) return NULL;
+    stk__rconfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    stk__remote *r = NULL;
+    stk_manifest *m = NULL;
+    if (stk__remote_open(&r, &a, &cfg, err) == STK_OK) m = stk__rdataset_manifest(r, &a, dir, NULL, 0, err);
+    stk__remote_close(r);
+    stk__raddr_free(&a);
+    free(dir);
+    return m;
+}
+
 char *stk_dataset_dir(const char *path, stk_error *err)
 {
+    if (stk__remote_is_url(path)) { /* the address without a trailing /manifest.json */
+        stk__raddr a;
+        char *dir;
+        if (stk__rdataset_addr(path, &a, &dir, err)) return NULL;
+        stk__raddr_free(&a);
+        return dir;
+    }
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         char *d = strdup(path);
@@ -331,6 +422,7 @@ char *stk_dataset_dir(const char *path, stk_error *err)
 
 stk_manifest *stk_manifest_load(const char *path, stk_error *err)
 {
+    if (path && stk__remote_is_url(path)) return load_remote(path, err);
     struct stat st;
     char *file = NULL;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) file = stk__path_join(path, STK_MANIFEST_NAME);

@@ -20,19 +20,35 @@
 #ifndef STK_FORMAT_RSHARD_H
 #define STK_FORMAT_RSHARD_H
 
+#include "remote.h"
 #include "stoker/format.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct stk__remote stk__remote;
 typedef struct stk__rcache stk__rcache;
+
+/* What the synchronous fetches (stk__rshard_fetch, so stk_shard_value and
+ * the rest) stored past the cache limit, shared by the shards of one
+ * dataset: at most `bytes` (0: STK__RWINDOW_DEFAULT) are held so; beyond
+ * that the oldest are dropped from the cache again. A pointer into such
+ * bytes (stk_shard_value) stays valid until that many further bytes have
+ * been stored past the limit. */
+#define STK__RWINDOW_DEFAULT ((uint64_t)64 << 20)
+typedef struct stk__rwindow stk__rwindow;
+stk__rwindow *stk__rwindow_new(uint64_t bytes);
+void stk__rwindow_free(stk__rwindow *w); /* after every shard using it is closed */
 
 /* Open the object `key` of client r (name: the address for messages,
  * "s3://bucket/prefix/shard.00000") through cache c; size and index_hash
- * from the manifest entry (the cache id; the footer must agree). */
+ * from the manifest entry (the cache id; the footer must agree). records and
+ * nfields: the manifest's (the cache file's units; 0: unknown, the header is
+ * fetched first). etag: the object's (If-Match of every GET); NULL: taken
+ * from a HEAD here. w: the dataset's window (NULL: the shard has its own).
+ * r, c and w must outlive the shard. */
 stk_shard *stk__rshard_open(stk__remote *r, stk__rcache *c, const char *key, const char *name, uint64_t size,
-                            uint64_t index_hash, const char *etag, stk_error *err);
+                            uint64_t index_hash, uint64_t records, unsigned nfields, const char *etag,
+                            stk__rwindow *w, stk_error *err);
 int stk__shard_is_remote(const stk_shard *sh);
 stk__remote *stk__rshard_client(const stk_shard *sh);
 const char *stk__rshard_key(const stk_shard *sh);
@@ -58,5 +74,19 @@ void stk__rshard_store(const stk_shard *sh, unsigned field, uint64_t first, uint
  * cache limit for a bounded window, see rshard.c). */
 int stk__rshard_fetch(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block,
                       stk_error *err);
+
+/* ---- Remote datasets (manifest.c) ---------------------------------------- */
+
+/* A dataset address ("s3://bucket/prefix" or "https://host/path", a trailing
+ * "/manifest.json" or '/' dropped) parsed into *a, and *dir (malloc'd): the
+ * address as messages and stk_dataset_dir give it. */
+int stk__rdataset_addr(const char *path, stk__raddr *a, char **dir, stk_error *err);
+/* The key (s3) or URL (http) of rel inside the dataset at a (malloc'd). */
+char *stk__rdataset_key(const stk__raddr *a, const char *rel);
+/* GET and parse the dataset's manifest.json; etag (may be NULL) gets its
+ * ETag. A missing manifest: STK_E_IO "DIR: not a stoker dataset (no
+ * manifest.json)". */
+stk_manifest *stk__rdataset_manifest(stk__remote *r, const stk__raddr *a, const char *dir, char *etag,
+                                     size_t etag_cap, stk_error *err);
 
 #endif

@@ -6,7 +6,7 @@
  * file truncated under a live mapping would raise SIGBUS on access, which is
  * why writers only ever replace shards by rename (spec/FORMAT.md, "Writing"). */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "shard_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,16 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
-
-struct stk_shard {
-    char *path;
-    const uint8_t *map;
-    size_t size;
-    bool owns_map;
-    stk__layout L;
-    uint64_t index_hash; /* as stored in the footer */
-    uint64_t dev, ino;   /* the file opened (0, 0 for memory) */
-};
 
 /* f: the file's last STK_FOOTER_SIZE bytes. */
 static int check_footer(stk_shard *sh, const uint8_t *f, stk_error *err)
@@ -205,10 +195,41 @@ stk_shard *stk_shard_open_memory(const void *data, size_t len, const char *name,
     return finish_open(sh, sh->map, len, sh->map + len - STK_FOOTER_SIZE, err);
 }
 
+/* A remote shard (rshard.h): the same checks over its cache file's map, whose
+ * metadata ranges rshard.c has fetched. */
+stk_shard *stk__rshard_open(stk__remote *r, stk__rcache *c, const char *key, const char *name, uint64_t size,
+                            uint64_t index_hash, uint64_t records, unsigned nfields, const char *etag,
+                            stk__rwindow *w, stk_error *err)
+{
+    if (!r || !c || !key || !name)
+        return stk_error_set(err, STK_E_ARG, "stk__rshard_open: NULL argument"), NULL;
+    stk_shard *sh = calloc(1, sizeof *sh);
+    if (!sh || !(sh->path = strdup(name))) {
+        free(sh);
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name), NULL;
+    }
+    if (size < STK_HEADER_FIXED + STK_FOOTER_SIZE || size > SIZE_MAX) {
+        stk_error_set(err, STK_E_TRUNCATED, "%s: %llu bytes, shorter than a shard's header and footer", name,
+                      (unsigned long long)size);
+        stk_shard_close(sh);
+        return NULL;
+    }
+    sh->size = (size_t)size;
+    size_t head_len = 0;
+    if (stk__rshard_attach(sh, r, c, key, index_hash, records, nfields, etag, w, &head_len, err)) {
+        stk_shard_close(sh);
+        return NULL;
+    }
+    return finish_open(sh, sh->map, head_len, sh->map + sh->size - STK_FOOTER_SIZE, err);
+}
+
+int stk__shard_is_remote(const stk_shard *sh) { return sh && sh->remote; }
+
 void stk_shard_close(stk_shard *sh)
 {
     if (!sh) return;
     if (sh->owns_map && sh->map) munmap((void *)sh->map, sh->size);
+    stk__rshard_free(sh->remote);
     free(sh->path);
     free(sh);
 }
@@ -336,6 +357,38 @@ static int check_index(const stk_shard *sh, unsigned f, uint64_t i, stk_error *e
     return STK_OK;
 }
 
+/* A remote shard's value (located at p, size bytes) made present in its
+ * cache file. Bytes already there are checked against the checksum table as
+ * they are taken (another process stored them; a disk may have damaged
+ * them): a mismatch forgets them and fetches again. Fetched bytes are
+ * checked on arrival (rshard.c). */
+static int remote_value(const stk_shard *sh, unsigned f, uint64_t i, const uint8_t *p, uint64_t size,
+                        stk_error *err)
+{
+    if (size == 0) return STK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!stk__rshard_present(sh, f, i, 1, 0)) {
+            int rc = stk__rshard_fetch(sh, f, i, 1, 0, err);
+            if (rc || stk__rshard_present(sh, f, i, 1, 0)) return rc;
+        }
+        if (stk_hash(p, (size_t)size) == stk_shard_stored_hash(sh, f, i)) return STK_OK;
+        stk__rshard_forget(sh, f, i, 1, 0);
+    }
+    return stk_error_set(err, STK_E_CHECKSUM,
+                         "%s: record %llu, field '%s': the cached value fails its checksum after a refetch",
+                         sh->path, (unsigned long long)i, sh->L.schema.fields[f].name);
+}
+
+/* msg without the "PATH: record I, field 'NAME': " that the verify
+ * callbacks add themselves. */
+static const char *problem_tail(const stk_shard *sh, unsigned f, uint64_t i, const char *msg)
+{
+    char pre[STK_ERROR_MSG_MAX];
+    int n = snprintf(pre, sizeof pre, "%s: record %llu, field '%s': ", sh->path, (unsigned long long)i,
+                     sh->L.schema.fields[f].name);
+    return n > 0 && strncmp(msg, pre, (size_t)n) == 0 ? msg + n : msg;
+}
+
 int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
                     stk_error *err)
 {
@@ -347,6 +400,7 @@ int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **da
     if (rc)
         return stk_error_set(err, rc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
                              sh->L.schema.fields[f].name, what);
+    if (sh->remote && (rc = remote_value(sh, f, i, p, *size, err))) return rc;
     *data = p;
     return STK_OK;
 }
@@ -363,9 +417,15 @@ int stk_shard_value_shape(const stk_shard *sh, unsigned f, uint64_t i, uint64_t 
     for (unsigned d = 0; d < fd->ndim && d < STK_MAX_DIMS; d++)
         dims[d] = fd->kind == STK_KIND_ARRAY && fd->shape[d] == 0 ? var[v++] : fd->shape[d];
     if (fd->kind != STK_KIND_ARRAY || stk__field_compressed(fd)) return STK_OK;
-    const void *p;
+    /* The offsets and dims agree (no value bytes read: a remote shard fetches none). */
+    const uint8_t *p;
     uint64_t size;
-    return stk_shard_value(sh, f, i, &p, &size, err);
+    char what[160];
+    int lc = locate(sh, f, i, &p, &size, what, sizeof what);
+    if (lc)
+        return stk_error_set(err, lc, "%s: record %llu, field '%s': %s", sh->path, (unsigned long long)i,
+                             sh->L.schema.fields[f].name, what);
+    return STK_OK;
 }
 
 int stk_shard_verify_index(const stk_shard *sh, uint64_t expect, stk_error *err)
@@ -525,7 +585,17 @@ int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *
 {
     uint64_t off;
     int rc = stk_shard_block_span(sh, f, block, &off, NULL, err);
-    return rc ? rc : stk_shard_block_decode(sh, f, block, sh->map + off, dst, cap, err);
+    if (rc || !sh->remote)
+        return rc ? rc : stk_shard_block_decode(sh, f, block, sh->map + off, dst, cap, err);
+    /* Remote: the frame fetched first (checked as it arrives); a cached frame
+     * that does not decode is forgotten and fetched once more. */
+    for (int attempt = 0;; attempt++) {
+        if (!stk__rshard_present(sh, f, block, 1, 1) && (rc = stk__rshard_fetch(sh, f, block, 1, 1, err)))
+            return rc;
+        rc = stk_shard_block_decode(sh, f, block, sh->map + off, dst, cap, err);
+        if (rc != STK_E_FORMAT || attempt) return rc;
+        stk__rshard_forget(sh, f, block, 1, 1);
+    }
 }
 
 int stk_shard_block_value(const stk_shard *sh, unsigned f, uint64_t block, const void *raw, uint64_t i,
@@ -678,9 +748,19 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
     for (uint32_t f = 0; f < sh->L.schema.nfields; f++) rec_bytes += sh->L.region[f].stride;
     uint64_t chunk = (8u << 20) / rec_bytes + 1;
     prefetch(sh, first, chunk < count ? chunk : count);
-    for (uint64_t c = first; c < end; c += chunk) {
-        uint64_t cend = end - c < chunk ? end : c + chunk;
-        if (cend < end) prefetch(sh, cend, end - cend < chunk ? end - cend : chunk);
+    for (uint64_t c = first, cend; c < end; c = cend) {
+        cend = end - c < chunk ? end : c + chunk;
+        if (sh->remote) { /* about 8 MiB of the records' values fetched at a time, then checked */
+            stk_error e;
+            uint64_t done = 0;
+            if (stk__rshard_fetch_records(sh, c, end - c, 8u << 20, &done, &e)) {
+                if (fn) fn(user, sh, c, -1, e.code, e.msg);
+                return problems + 1;
+            }
+            cend = c + done;
+        } else if (cend < end) {
+            prefetch(sh, cend, end - cend < chunk ? end - cend : chunk);
+        }
         for (uint64_t i = c; i < cend; i++)
             for (uint32_t f = 0; f < sh->L.schema.nfields; f++) {
                 if (stk__field_compressed(&sh->L.schema.fields[f])) continue; /* below, by blocks */
@@ -688,8 +768,14 @@ uint64_t stk_shard_verify_records(const stk_shard *sh, uint64_t first, uint64_t 
                 uint64_t size;
                 char what[200];
                 int rc = locate(sh, f, i, &p, &size, what, sizeof what);
+                if (rc == STK_OK && sh->remote) { /* present and checked, or the reason */
+                    stk_error e;
+                    if ((rc = remote_value(sh, f, i, p, size, &e)))
+                        snprintf(what, sizeof what, "%.190s", problem_tail(sh, f, i, e.msg));
+                }
                 if (rc == STK_OK && sh->L.schema.fields[f].codec == STK_CODEC_JPEG)
                     rc = check_jpeg(sh, f, i, p, size, what, sizeof what);
+                if (rc == STK_OK && sh->remote) continue;
                 if (rc == STK_OK) {
                     uint64_t want = stk_shard_stored_hash(sh, f, i), got = stk_hash(p, (size_t)size);
                     if (got == want) continue;
@@ -717,6 +803,33 @@ static int span_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* The first nonzero byte of [pos, next), or next; a remote shard's padding
+ * is fetched (it is no value and no metadata: never in the cache). */
+static int first_nonzero(const stk_shard *sh, uint64_t pos, uint64_t next, uint64_t *at, stk_error *err)
+{
+    *at = next;
+    if (!sh->remote) {
+        for (uint64_t b = pos; b < next; b++)
+            if (sh->map[b]) return *at = b, STK_OK;
+        return STK_OK;
+    }
+    enum { PIECE = 1u << 20 };
+    uint8_t *buf = next > pos ? malloc(next - pos < PIECE ? next - pos : PIECE) : NULL;
+    if (next > pos && !buf) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    int rc = STK_OK;
+    for (uint64_t a = pos; a < next && !rc && *at == next; a += PIECE) {
+        uint64_t n = next - a < PIECE ? next - a : PIECE;
+        if ((rc = stk__rshard_read(sh, a, n, buf, err))) break;
+        for (uint64_t k = 0; k < n; k++)
+            if (buf[k]) {
+                *at = a + k;
+                break;
+            }
+    }
+    free(buf);
+    return rc;
+}
+
 uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *user)
 {
     span s[2 * STK_MAX_FIELDS + 2];
@@ -732,15 +845,18 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
     uint64_t problems = 0, pos = 0;
     for (unsigned k = 0; k <= n; k++) {
         uint64_t next = k < n ? s[k].off : sh->L.file_size;
-        for (uint64_t b = pos; b < next; b++) {
-            if (sh->map[b] == 0) continue;
+        uint64_t b;
+        stk_error e;
+        if (first_nonzero(sh, pos, next, &b, &e)) { /* a remote read failed */
+            problems++;
+            if (fn) fn(user, sh, UINT64_MAX, -1, e.code, e.msg);
+        } else if (b < next) {
             char what[160];
             snprintf(what, sizeof what,
                      "nonzero padding byte at offset %llu (padding %llu..%llu must be zero)",
                      (unsigned long long)b, (unsigned long long)pos, (unsigned long long)next);
             problems++;
             if (fn) fn(user, sh, UINT64_MAX, -1, STK_E_FORMAT, what);
-            break;
         }
         if (k < n && s[k].off + s[k].len > pos) pos = s[k].off + s[k].len;
     }
@@ -749,6 +865,7 @@ uint64_t stk_shard_verify_padding(const stk_shard *sh, stk_problem_fn fn, void *
 
 uint64_t stk_shard_file_hash(const stk_shard *sh)
 {
+    if (sh->remote) return stk__rshard_file_hash(sh);
     if (sh->owns_map) madvise((void *)sh->map, sh->size, MADV_SEQUENTIAL);
     stk__hasher *h = stk__hasher_new();
     if (!h) return 0;

@@ -1,12 +1,24 @@
 /* reader/dataset.c - a dataset as one address space of records; several
- * datasets concatenated as one (a mixture's sources). */
+ * datasets concatenated as one (a mixture's sources). A dataset in object
+ * storage (s3://, https://) is opened here too: its manifest fetched, its
+ * shards opened through format/rshard.h, the client and the node's cache
+ * owned by the dataset. */
+#define _GNU_SOURCE
 #include "dataset.h"
 
+#include "cache.h"
+#include "remote.h"
+#include "rshard.h"
+
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 struct stk_dataset {
@@ -19,6 +31,12 @@ struct stk_dataset {
     stk_dataset **parts;
     size_t nparts;
     uint64_t own;
+    /* a remote dataset: what its shards use, closed after them */
+    stk__remote *remote;
+    stk__rcache *cache;
+    stk__rwindow *window;
+    stk__raddr addr; /* valid when remote */
+    char etag[80];   /* the manifest's */
 };
 
 /* The shard must be the one the manifest describes. */
@@ -69,7 +87,18 @@ static void *open_shards(void *arg)
             stk_error_set(&e, STK_E_NOMEM, "out of memory");
         } else {
             snprintf(p, a + b + 2, "%s/%s", ds->dir, ds->m->shards[i].path);
-            ds->shards[i] = stk_shard_open(p, &e);
+            if (ds->remote) {
+                const stk_shard_entry *se = &ds->m->shards[i];
+                char *key = stk__rdataset_key(&ds->addr, se->path);
+                if (!key) stk_error_set(&e, STK_E_NOMEM, "out of memory");
+                else
+                    ds->shards[i] =
+                        stk__rshard_open(ds->remote, ds->cache, key, p, se->file_size, se->index_hash,
+                                         se->records, ds->m->schema.nfields, NULL, ds->window, &e);
+                free(key);
+            } else {
+                ds->shards[i] = stk_shard_open(p, &e);
+            }
             free(p);
             if (ds->shards[i]) agree(ds, i, ds->shards[i], &e);
         }
@@ -85,12 +114,9 @@ static void *open_shards(void *arg)
     return NULL;
 }
 
-stk_dataset *stk_dataset_open(const char *path, stk_error *err)
+/* The shards of ds (its manifest and dir set), opened and checked. */
+static stk_dataset *open_shards_of(stk_dataset *ds, stk_error *err)
 {
-    if (!path) return stk_error_set(err, STK_E_ARG, "stk_dataset_open: NULL path"), NULL;
-    stk_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
-    if (!(ds->m = stk_manifest_load(path, err)) || !(ds->dir = stk_dataset_dir(path, err))) goto fail;
     size_t n = ds->m->nshards;
     ds->shards = calloc(n ? n : 1, sizeof *ds->shards);
     ds->first = calloc(n + 1, sizeof *ds->first);
@@ -104,7 +130,11 @@ stk_dataset *stk_dataset_open(const char *path, stk_error *err)
     size_t want = n / 64; /* a thread per 64 shards, up to the cores, at most 8 */
     if (cpus > 0 && want > (size_t)cpus) want = (size_t)cpus;
     if (want > 8) want = 8;
-    pthread_t t[8];
+    /* Remote: each open is three round trips (HEAD, header and footer, the
+     * metadata), waiting on the network, not the CPU: 32 at once keep the
+     * client's requests in flight busy. */
+    if (ds->remote) want = n < 32 ? n : 32;
+    pthread_t t[32];
     size_t started = 0;
     while (started + 1 < want && pthread_create(&t[started], NULL, open_shards, &o) == 0) started++;
     open_shards(&o); /* this thread is one of them */
@@ -118,6 +148,162 @@ stk_dataset *stk_dataset_open(const char *path, stk_error *err)
 fail:
     stk_dataset_close(ds);
     return NULL;
+}
+
+/* A size: a whole number with an optional K, M, G or
+ * T (powers of 1024, an optional "iB" or "B" after); "0" and "none": no
+ * limit (UINT64_MAX). 0 on success. */
+static int parse_bytes(const char *v, uint64_t *out)
+{
+    if (!strcmp(v, "none")) return *out = UINT64_MAX, 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *v == '-' || *v == '+') return -1;
+    unsigned shift = 0;
+    const char *u = "KMGT", *k = *end ? strchr(u, *end & ~0x20) : NULL;
+    if (k && *k) shift = 10 * (unsigned)(k - u + 1), end++;
+    if (shift && *end == 'i') end++;
+    if (shift && (*end == 'B' || *end == 'b')) end++;
+    if (*end || (shift && x > (UINT64_MAX >> shift))) return -1;
+    *out = x == 0 ? UINT64_MAX : (uint64_t)x << shift;
+    return 0;
+}
+
+/* The cache directory and limit: the options, the environment, the
+ * defaults (stoker/format.h, stk_remote_options, says why these). */
+static int cache_settings(const stk_remote_options *o, char **dir, uint64_t *limit, stk_error *err)
+{
+    const char *d = o && o->cache_dir && *o->cache_dir ? o->cache_dir : getenv("STOKER_CACHE_DIR");
+    bool dflt = !d || !*d;
+    char buf[4096];
+    if (dflt) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(buf, sizeof buf, "%s/stoker-cache-%lu", tmp && *tmp ? tmp : "/tmp",
+                 (unsigned long)geteuid());
+        d = buf;
+        struct stat st; /* in a shared /tmp: ours, or refused */
+        if (lstat(d, &st) == 0 && (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()))
+            return stk_error_set(err, STK_E_IO,
+                                 "%s: the default cache directory is not a directory of this user (set "
+                                 "STOKER_CACHE_DIR)",
+                                 d);
+    }
+    if (!(*dir = strdup(d))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (o && o->cache_limit) {
+        *limit = o->cache_limit;
+        return STK_OK;
+    }
+    const char *v = getenv("STOKER_CACHE_LIMIT");
+    if (v && *v) {
+        if (parse_bytes(v, limit))
+            return stk_error_set(
+                err, STK_E_ARG,
+                "STOKER_CACHE_LIMIT=%.40s: not a size (bytes, with K, M, G or T; 0 or none: no "
+                "limit)",
+                v);
+        return STK_OK;
+    }
+    /* half the free space where the cache is (or will be) */
+    snprintf(buf, sizeof buf, "%s", *dir);
+    struct statvfs vf;
+    while (statvfs(buf, &vf) != 0) {
+        char *slash = strrchr(buf, '/');
+        if (!slash || slash == buf) {
+            snprintf(buf, sizeof buf, "%s", slash == buf ? "/" : ".");
+            if (statvfs(buf, &vf) != 0) vf.f_bavail = 0;
+            break;
+        }
+        *slash = 0;
+    }
+    *limit = (uint64_t)vf.f_bavail * vf.f_frsize / 2;
+    if (*limit == 0) *limit = (uint64_t)1 << 30;
+    return STK_OK;
+}
+
+/* "s3://bucket/prefix" or "https://host/path": the manifest fetched, a client
+ * and a cache opened for the dataset's shards. */
+static stk_dataset *open_remote(const char *path, const stk_remote_options *o, stk_error *err)
+{
+    stk_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
+    char *cdir = NULL;
+    uint64_t limit = 0;
+    stk__rconfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (o) {
+        cfg.endpoint = o->endpoint;
+        cfg.region = o->region;
+        cfg.profile = o->profile;
+        cfg.addressing = o->addressing;
+        cfg.anonymous = o->anonymous;
+    }
+    if (stk__rdataset_addr(path, &ds->addr, &ds->dir, err)) {
+        free(ds);
+        return NULL;
+    }
+    if (stk__remote_open(&ds->remote, &ds->addr, &cfg, err) || cache_settings(o, &cdir, &limit, err) ||
+        stk__rcache_open(&ds->cache, cdir, limit == UINT64_MAX ? 0 : limit, err))
+        goto fail;
+    if (!(ds->window = stk__rwindow_new(0))) {
+        stk_error_set(err, STK_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (!(ds->m = stk__rdataset_manifest(ds->remote, &ds->addr, ds->dir, ds->etag, sizeof ds->etag, err)))
+        goto fail;
+    free(cdir);
+    return open_shards_of(ds, err);
+fail:
+    free(cdir);
+    stk_dataset_close(ds);
+    return NULL;
+}
+
+stk_dataset *stk_dataset_open(const char *path, stk_error *err)
+{
+    if (!path) return stk_error_set(err, STK_E_ARG, "stk_dataset_open: NULL path"), NULL;
+    if (stk__remote_is_url(path)) return open_remote(path, NULL, err);
+    stk_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (!(ds->m = stk_manifest_load(path, err)) || !(ds->dir = stk_dataset_dir(path, err))) {
+        stk_dataset_close(ds);
+        return NULL;
+    }
+    return open_shards_of(ds, err);
+}
+
+void stk_remote_options_init_sized(stk_remote_options *opts, size_t size)
+{
+    if (opts) memset(opts, 0, size); /* every default is zero */
+}
+
+stk_dataset *stk_dataset_open_remote_sized(const char *path, const stk_remote_options *opts, size_t size,
+                                           stk_error *err)
+{
+    if (!path) return stk_error_set(err, STK_E_ARG, "stk_dataset_open_remote: NULL path"), NULL;
+    stk_remote_options o;
+    memset(&o, 0, sizeof o);
+    if (opts) { /* the first release's size is the smallest; a newer caller's unknown tail must be zero */
+        if (size < sizeof o)
+            return stk_error_set(err, STK_E_ARG,
+                                 "stk_remote_options: size %zu is smaller than any release's (%zu)", size,
+                                 sizeof o),
+                   NULL;
+        for (size_t i = sizeof o; i < size; i++)
+            if (((const unsigned char *)opts)[i])
+                return stk_error_set(
+                           err, STK_E_ARG,
+                           "stk_remote_options: the caller was built against a newer stoker (%zu bytes, "
+                           "libstoker %s knows %zu) and sets fields this library lacks",
+                           size, STK_VERSION_STRING, sizeof o),
+                       NULL;
+        memcpy(&o, opts, sizeof o);
+        if (o.addressing < STK_REMOTE_ADDR_AUTO || o.addressing > STK_REMOTE_ADDR_VIRTUAL)
+            return stk_error_set(err, STK_E_ARG, "stk_remote_options: addressing %d unknown", o.addressing),
+                   NULL;
+    }
+    if (!stk__remote_is_url(path)) return stk_dataset_open(path, err);
+    return open_remote(path, opts ? &o : NULL, err);
 }
 
 /* Part i's shard paths as "dir/path", so that messages name the file. */
@@ -197,6 +383,12 @@ void stk_dataset_close(stk_dataset *ds)
     free(ds->first);
     free(ds->dir);
     stk_manifest_free(ds->m);
+    if (ds->remote || ds->addr.key || ds->addr.bucket) { /* after its shards */
+        stk__rwindow_free(ds->window);
+        stk__rcache_close(ds->cache);
+        stk__remote_close(ds->remote);
+        stk__raddr_free(&ds->addr);
+    }
     free(ds);
 }
 

@@ -359,7 +359,11 @@ STK_API uint64_t stk_shard_index_hash(const stk_shard *sh);
 STK_API const void *stk_shard_field_base(const stk_shard *sh, unsigned f);
 
 /* Value of field f of record i (tensor or bytes), bounds-checked, with the
- * variable-length offsets validated. The pointer lives until close. A
+ * variable-length offsets validated. The pointer lives until close; on a
+ * shard of a remote dataset (s3://, https://), whose values are fetched and
+ * checked against their checksums when asked for, until the shard is closed
+ * or, for a value the cache limit did not admit, until 64 MiB more of such
+ * values have been fetched (spec/FORMAT.md, "Remote datasets"). A
  * compressed field has no value in the map: STK_E_UNSUPPORTED (use the
  * reader, or the block calls and stk_shard_value_at of the advanced section). */
 STK_API int stk_shard_value(const stk_shard *sh, unsigned f, uint64_t i, const void **data, uint64_t *size,
@@ -460,7 +464,18 @@ typedef struct stk_dataset stk_dataset;
  * (record count, size, the footer's index hash, schema): O(shards), no
  * per-record work. Fails on the first disagreement, naming the shard. Record
  * checksums are not verified here (see stk_shard_verify_records, or run
- * `shardcheck`). */
+ * `shardcheck`).
+ *
+ * `path` may also name a dataset in object storage: "s3://bucket/prefix" or
+ * "https://host/path" (each also with "/manifest.json"), configured from the
+ * environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE,
+ * ...; STOKER_CACHE_DIR and STOKER_CACHE_LIMIT for the node's cache: see
+ * stk_remote_options). Each shard's header, columns and checksum table are
+ * fetched at open into the cache; values as they are asked for, checked
+ * against their checksums (spec/FORMAT.md, "Remote datasets"). A missing
+ * manifest fails with STK_E_IO "ADDRESS: not a stoker dataset (no
+ * manifest.json)"; a refused request names the address, the HTTP status and
+ * S3's error code, never a secret. */
 STK_API stk_dataset *stk_dataset_open(const char *path, stk_error *err);
 STK_API void stk_dataset_close(stk_dataset *ds);
 
@@ -475,7 +490,8 @@ STK_API uint64_t stk_dataset_shard_first(const stk_dataset *ds, size_t i);
 /* Which shard holds global record `index`, and its index inside that shard. */
 STK_API int stk_dataset_locate(const stk_dataset *ds, uint64_t index, size_t *shard, uint64_t *local,
                                stk_error *err);
-/* Field f of global record `index` (pointer into the mapping; valid until close). */
+/* Field f of global record `index` (pointer into the mapping; valid until
+ * close, or as stk_shard_value says for a remote dataset). */
 STK_API int stk_dataset_value(const stk_dataset *ds, unsigned f, uint64_t index, const void **data,
                               uint64_t *size, stk_error *err);
 
@@ -720,6 +736,55 @@ STK_API int stk_dataset_new_prefix(const char *dir, const char *prefix, char *ou
  * NAME-NNNNN.stk.tmp) that dir's manifest does not name, then fsync dir.
  * Subdirectories are not entered. Call it holding the directory's lock. */
 STK_API int stk_dataset_sweep(const char *dir, stk_error *err);
+
+/* ------------------------------------------------------- remote datasets
+ *
+ * Per-dataset settings of a dataset in object storage, over the environment
+ * stk_dataset_open reads. Caller-allocated, grows at the end only (see "ABI"
+ * at the top); all zero: everything from the environment and the defaults.
+ *
+ * The node's cache of fetched bytes: cache_dir, else STOKER_CACHE_DIR, else
+ * ${TMPDIR:-/tmp}/stoker-cache-UID: node-local by default, because the
+ * cache is shared by the processes of one node through shared mappings and
+ * file locks, which home directories on network file systems do not carry
+ * reliably (and their quotas are small). cache_limit, else
+ * STOKER_CACHE_LIMIT (bytes, with a K, M, G or T suffix: powers of 1024;
+ * "0" or "none": no limit), else half the free space of the cache's file
+ * system at open: the cache never fills a node's scratch disk, and a limit
+ * below the dataset's size costs refetches, never wrong or failed reads. */
+#  define STK_REMOTE_ADDR_AUTO 0    /* path style for a custom endpoint or a bucket with '.', else virtual */
+#  define STK_REMOTE_ADDR_PATH 1    /* https://endpoint/bucket/key */
+#  define STK_REMOTE_ADDR_VIRTUAL 2 /* https://bucket.endpoint/key */
+/* clang-format off */
+typedef struct {
+    const char *endpoint;   /* NULL: AWS_ENDPOINT_URL, S3_ENDPOINT_URL, the profile, AWS's for the region */
+    const char *region;     /* NULL: AWS_REGION, AWS_DEFAULT_REGION, the profile, us-east-1            */
+    const char *profile;    /* NULL: AWS_PROFILE, "default" (~/.aws/credentials and ~/.aws/config)      */
+    int addressing;         /* STK_REMOTE_ADDR_*                                                        */
+    int anonymous;          /* 1: unsigned requests (public buckets)                                    */
+    const char *cache_dir;  /* NULL: STOKER_CACHE_DIR, ${TMPDIR:-/tmp}/stoker-cache-UID                 */
+    uint64_t cache_limit;   /* bytes; 0: STOKER_CACHE_LIMIT or the default; UINT64_MAX: no limit        */
+} stk_remote_options;
+/* clang-format on */
+
+/* The exported calls behind the inline wrappers: `size` is sizeof the
+ * caller's stk_remote_options. */
+STK_API void stk_remote_options_init_sized(stk_remote_options *opts, size_t size);
+STK_API stk_dataset *stk_dataset_open_remote_sized(const char *path, const stk_remote_options *opts,
+                                                   size_t size, stk_error *err);
+
+/* Fill opts with the defaults (all zero). */
+static inline void stk_remote_options_init(stk_remote_options *opts)
+{
+    stk_remote_options_init_sized(opts, sizeof *opts);
+}
+/* stk_dataset_open with these settings (opts may be NULL) for a remote
+ * `path`; a local path opens as stk_dataset_open does, opts unused. */
+static inline stk_dataset *stk_dataset_open_remote(const char *path, const stk_remote_options *opts,
+                                                   stk_error *err)
+{
+    return stk_dataset_open_remote_sized(path, opts, sizeof *opts, err);
+}
 
 #endif /* STOKER_ADVANCED_API */
 
