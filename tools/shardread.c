@@ -66,6 +66,9 @@ static void usage(FILE *f)
                "                          for larger-than-RAM data or one pass over cold\n"
                "                          data; see README)\n"
                "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
+               "      --cache-dir DIR     a remote dataset (s3://, https://): the node cache of\n"
+               "                          fetched bytes, shared by the node's processes\n"
+               "      --cache-limit SIZE  a remote dataset: bytes the cache may hold\n"
                "      --device DEV        none (default: host batches), host (the host\n"
                "                          backend of the device protocol) or cuda[:N]\n"
                "      --fallback          with --device cuda: use host batches when no\n"
@@ -169,7 +172,9 @@ static int parse_args(int argc, char **argv, opts *o)
         O_PLOT,
         O_MIX,
         O_EPOCH_SIZE,
-        O_REWEIGHT
+        O_REWEIGHT,
+        O_CACHE_DIR,
+        O_CACHE_LIMIT
     };
     static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
                                        {"order", 1, 0, 'o'},
@@ -213,6 +218,8 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"mix", 1, 0, O_MIX},
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
+                                       {"cache-dir", 1, 0, O_CACHE_DIR},
+                                       {"cache-limit", 1, 0, O_CACHE_LIMIT},
                                        CLI_COMMON_OPTIONS};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
@@ -224,6 +231,7 @@ static int parse_args(int argc, char **argv, opts *o)
                               {O_STOP, false, 1, UINT64_MAX, &o->stop_after},
                               {O_EPOCH_SIZE, false, 1, UINT64_MAX, &o->ro.epoch_size},
                               {O_BUDGET, true, 0, UINT64_MAX, &o->ro.memory_budget},
+                              {O_CACHE_LIMIT, true, 1, UINT64_MAX, &o->ro.cache_limit},
                               {O_QBLOCK, true, 1, UINT64_MAX, &o->ro.quasi_block_bytes},
                               {0, false, 0, 0, NULL}};
     cli_args a = {.prog = "shardread", .usage = usage, .longopts = lo, .numbers = num};
@@ -370,6 +378,9 @@ static int parse_args(int argc, char **argv, opts *o)
             }
             break;
         }
+        case O_CACHE_DIR:
+            o->ro.cache_dir = optarg;
+            break;
         case O_REWEIGHT:
             o->reweight = 1;
             break;
@@ -624,7 +635,10 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
     stk_reader_io_stats_get(r, &io);
     const char *engine = io.engine == STK_IO_ENGINE_URING     ? "io_uring"
                          : io.engine == STK_IO_ENGINE_THREADS ? "threads"
+                         : io.engine == STK_IO_ENGINE_REMOTE  ? "remote"
                                                               : "none";
+    stk_reader_remote_stats rs;
+    stk_reader_remote_stats_get(r, &rs);
     if (!o->quiet) {
         FILE *out = o->dump || o->json ? stderr : stdout;
         fprintf(out,
@@ -650,6 +664,16 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                 (unsigned long long)io.retries, io.bounced_bytes / 1e9, (unsigned long long)io.map_reads,
                 io.buffered_files, io.reason);
         else fprintf(out, "io: mmap; %s\n", io.reason);
+        if (rs.remote)
+            fprintf(out,
+                    "remote: %llu requests, %.3f GB fetched, %llu retried (%llu 5xx, %llu network), %llu "
+                    "failed, %llu checksum refetches, at most %llu in flight; cache: %llu hits (%.3f GB), "
+                    "%.3f GB stored, %.3f GB not admitted\n",
+                    (unsigned long long)rs.requests, rs.bytes_fetched / 1e9, (unsigned long long)rs.retries,
+                    (unsigned long long)rs.retries_5xx, (unsigned long long)rs.retries_network,
+                    (unsigned long long)rs.failures, (unsigned long long)rs.checksum_refetches,
+                    (unsigned long long)rs.inflight_max, (unsigned long long)rs.cache_hits,
+                    rs.cache_hit_bytes / 1e9, rs.cache_stored_bytes / 1e9, rs.cache_rejected_bytes / 1e9);
         report_sources(r, out, 0);
         if (o->ro.order == STK_ORDER_QUASI && !o->mix.n) shuffle_quality(r, o, out);
     }
@@ -675,6 +699,19 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         cli_json_string(stdout, io.reason);
         printf(",\"verdict\":");
         cli_json_string(stdout, verdict);
+        if (rs.remote)
+            printf(
+                ",\"remote\":{\"requests\":%llu,\"bytes_fetched\":%llu,\"retries\":%llu,\"retries_5xx\":%llu,"
+                "\"retries_network\":%llu,\"failures\":%llu,\"gets\":%llu,\"get_bytes\":%llu,"
+                "\"cache_hits\":%llu,\"cache_hit_bytes\":%llu,\"cache_stored_bytes\":%llu,"
+                "\"cache_rejected_bytes\":%llu,\"checksum_refetches\":%llu,\"inflight_max\":%llu}",
+                (unsigned long long)rs.requests, (unsigned long long)rs.bytes_fetched,
+                (unsigned long long)rs.retries, (unsigned long long)rs.retries_5xx,
+                (unsigned long long)rs.retries_network, (unsigned long long)rs.failures,
+                (unsigned long long)rs.gets, (unsigned long long)rs.get_bytes,
+                (unsigned long long)rs.cache_hits, (unsigned long long)rs.cache_hit_bytes,
+                (unsigned long long)rs.cache_stored_bytes, (unsigned long long)rs.cache_rejected_bytes,
+                (unsigned long long)rs.checksum_refetches, (unsigned long long)rs.inflight_max);
         report_sources(r, stdout, 1);
         if (errmsg) {
             printf(",\"error\":");
