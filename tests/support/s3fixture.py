@@ -12,7 +12,7 @@
         s3.plan([{"match": "shard", "fault": "503", "count": 2}])
 
 pytest: `s3 = s3fixture.pytest_fixture(scope="module")` in a conftest or test module
-gives a fixture named after the variable; it skips the test with the reason when
+gives a fixture named s3 (name="..." for another); it skips the test with the reason when
 Node or the package is missing. `tests/support/s3env -- CMD` is the same from a
 shell or ctest (exit 77: skipped).
 
@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -152,7 +153,8 @@ class S3Env:
         self.log_path = os.path.join(self.tmpdir, "s3env.log")
         self._log = open(self.log_path, "a")
         try:
-            argv = [node, os.path.join(S3DIR, "start.js"), "--port", "0", "--dir",
+            # the legacy provider: s3rver's ListObjectsV2 continuation tokens are DES
+            argv = [node, "--openssl-legacy-provider", os.path.join(S3DIR, "start.js"), "--port", "0", "--dir",
                     os.path.join(self.tmpdir, "data"), "--modules", modules]
             for b in self.buckets:
                 argv += ["--bucket", b]
@@ -205,9 +207,11 @@ class S3Env:
     def environ(self, base=None):
         """base (default os.environ) with the fixture's variables."""
         e = dict(os.environ if base is None else base)
-        e.pop("AWS_PROFILE", None)
-        e.pop("AWS_SESSION_TOKEN", None)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "S3_ENDPOINT_URL"):
+            e.pop(name, None)
         e.update(self.env)
+        for name in ("NO_PROXY", "no_proxy"):  # an HTTP proxy of the machine must not take loopback
+            e[name] = ",".join(filter(None, [e.get(name, ""), "127.0.0.1", "localhost"]))
         return e
 
     # ---- the proxy's admin ----
@@ -215,7 +219,8 @@ class S3Env:
     def _admin(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.admin}/{path}", data=data, method=method)
-        with urllib.request.urlopen(req, timeout=30) as r:
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no HTTP proxy
+        with direct.open(req, timeout=30) as r:
             text = r.read()
         return json.loads(text) if text else None
 
@@ -237,11 +242,12 @@ class S3Env:
     # ---- objects, with curl's SigV4 (straight to the server unless via_proxy) ----
 
     def url(self, key, bucket=None, via_proxy=False):
+        """The object's URL, the key percent-encoded as SigV4 signs it (RFC 3986)."""
         base = self.endpoint if via_proxy else self.direct
-        return f"{base}/{bucket or self.bucket}/{key}"
+        return f"{base}/{bucket or self.bucket}/{urllib.parse.quote(key, safe='/-_.~')}"
 
     def curl(self, *args, secret=SECRET_KEY, check=True):
-        argv = ["curl", "-sS", "--aws-sigv4", f"aws:amz:{REGION}:s3", "-u", f"{ACCESS_KEY}:{secret}",
+        argv = ["curl", "-sS", "--noproxy", "*", "--aws-sigv4", f"aws:amz:{REGION}:s3", "-u", f"{ACCESS_KEY}:{secret}",
                 "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", *args]
         p = subprocess.run(argv, capture_output=True)
         if check and p.returncode != 0:
@@ -268,11 +274,13 @@ class S3Env:
         return self.curl("-f", self.url(key, bucket, via_proxy)).stdout
 
 
-def pytest_fixture(scope="module", buckets=None, faults=""):
-    """A pytest fixture yielding a started S3Env (skips with the reason when unavailable)."""
+def pytest_fixture(scope="module", buckets=None, faults="", name="s3"):
+    """A pytest fixture NAME yielding a started S3Env (skips with the reason when
+    unavailable). Plans set through it outlive the test that set them: clear them
+    (env.clear_plan()) where a later test of the scope must not see them."""
     import pytest
 
-    @pytest.fixture(scope=scope)
+    @pytest.fixture(scope=scope, name=name)
     def s3(tmp_path_factory):
         ok, why = available()
         if not ok:

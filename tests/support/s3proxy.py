@@ -19,7 +19,9 @@ Faults (--faults, comma-separated; or the admin endpoint below):
     latency:20ms      added before every request is forwarded (also 0.02s, 20)
     bw:200MB/s        the rate of response bytes to all clients together (token
                       bucket; MB = 10^6, MiB = 2^20; also KB, GB, KiB, GiB, B)
-    cut:0.5           where reset/truncate/stall cut the body (fraction, default 0.5)
+    cut:0.5           where reset/truncate/stall cut the body (fraction, default 0.5);
+                      a response without a body (HEAD, PUT, 204) is cut before
+                      its headers
     seed:7            the draw of each request is a hash of the seed, method,
                       target, Range and how often that same request came before:
                       the same requests get the same faults in any interleaving
@@ -289,8 +291,9 @@ class Proxy:
 
     async def serve(self, req, reader, writer, conn):
         if req.path.startswith("/__proxy/"):
-            resp = self.admin(req, await read_body(reader, req))
-            await self.send_local(writer, req, resp, keep=True)
+            status, headers, data = self.admin(req, await read_body(reader, req))
+            writer.write(build_head(status, headers, len(data)) + data)  # not counted: admin traffic
+            await writer.drain()
             return True
         self.stats["requests"] += 1
         bm = self.stats["by_method"]
@@ -335,7 +338,7 @@ class Proxy:
     async def forward(self, req, reader, writer, conn, fault, cut):
         up = conn["up"]
         if up is None or up[1].is_closing():
-            up = await asyncio.open_connection(self.up_host, self.up_port)
+            up = await asyncio.open_connection(self.up_host, self.up_port, limit=1 << 22)
             s = up[1].get_extra_info("socket")
             if s is not None:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -403,7 +406,8 @@ class Proxy:
         """Headers, then the first cut of the body from upstream, then the fault."""
         total = resp.length if resp.length is not None else len(resp.local_body or b"")
         keep = int(total * cut) if total else 0
-        await self.write_out(writer, resp.head, b"")
+        if total:  # a response without a body would be whole after its headers: cut before them
+            await self.write_out(writer, resp.head, b"")
         if resp.local_body is not None:
             await self.write_out(writer, b"", resp.local_body[:keep])
         else:
@@ -417,7 +421,7 @@ class Proxy:
         await self.finish_fault(writer, fault, reader)
 
     async def send_cut(self, writer, status, headers, data, fault, cut, reader):
-        head = build_head(status, headers, len(data))
+        head = build_head(status, headers, len(data)) if data else b""
         await self.write_out(writer, head, data[: int(len(data) * cut)])
         await self.finish_fault(writer, fault, reader)
 

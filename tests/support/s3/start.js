@@ -9,13 +9,19 @@
 // SIGTERM/SIGINT. --modules names the node_modules folder that holds the package
 // (scripts/setup-deps installs it; default: Node's own resolution).
 //
-// One patch, applied in memory at load (the installed package is never
-// edited): s3rver rebuilds the signed path of a bucket request from the route's
-// parameters, so "GET /bucket/?list-type=2" is checked as if signed over
-// "/bucket" and a request signed the way real S3 (and curl's CURLOPT_AWS_SIGV4,
-// and s3fs) signs it gets 403 SignatureDoesNotMatch. The patch keeps the
-// trailing '/' of a bucket-only path in the canonical URI, as S3 does; both
-// forms then verify. If the anchor text is not found the server refuses to start.
+// Patches, applied in memory at load (the installed package is never edited;
+// if an anchor is not found the server refuses to start), each a place where
+// s3rver 4.0.4 differs from S3 in a way a correct client meets:
+//  - the signed path of a bucket request: s3rver rebuilds it from the route's
+//    parameters, so "GET /bucket/?list-type=2" is checked as if signed over
+//    "/bucket" and a request signed the way S3, curl's CURLOPT_AWS_SIGV4 and s3fs
+//    sign it gets 403 SignatureDoesNotMatch; the trailing '/' is kept now;
+//  - "Range: bytes=0-0" was served as "bytes=0-" (an end of 0 read as none);
+//  - If-Match on GET and HEAD was ignored; a different ETag is now 412
+//    PreconditionFailed, as on S3;
+//  - keys with & < > were escaped twice in XML listings.
+// Run node with --openssl-legacy-provider (s3fixture.py does): ListObjectsV2
+// continuation tokens are DES, which OpenSSL 3 keeps in its legacy provider.
 'use strict';
 
 const Module = require('module');
@@ -45,27 +51,67 @@ if (!opts.dir) usage('--dir is required');
 
 const paths = opts.modules ? [opts.modules] : undefined;
 const main = require.resolve('@20minutes/s3rver', paths ? { paths } : undefined);
-const authFile = path.join(path.dirname(main), 'middleware', 'authentication.js');
+const lib = path.dirname(main);
 
-const ANCHOR = `      if (ctx.params.key) {
+const PATCHES = {
+  'middleware/authentication.js': [
+    [
+      `      if (ctx.params.key) {
         canonicalizedResource += '/' + ctx.params.key;
-      }`;
-const PATCHED = `      if (ctx.params.key) {
+      }`,
+      `      if (ctx.params.key) {
         canonicalizedResource += '/' + ctx.params.key;
       } else if (!ctx.state.vhost && ctx.path.endsWith('/')) {
         canonicalizedResource += '/'; // stoker: S3 signs "/bucket/" as sent
-      }`;
-const src = fs.readFileSync(authFile, 'utf8');
-if (!src.includes(ANCHOR)) {
-  process.stderr.write(`start.js: ${authFile} is not the s3rver 4.0.4 this patch is for\n`);
-  process.exit(3);
+      }`,
+    ],
+  ],
+  'controllers/object.js': [
+    ['    if (end) options.end = Number(end);', "    if (end !== undefined && end !== '') options.end = Number(end);"],
+    [
+      `  const noneMatch = ctx.headers['if-none-match'];`,
+      `  const ifMatch = ctx.headers['if-match'];
+  if (ifMatch && ifMatch !== '*' && ifMatch !== object.metadata.etag) {
+    if (object.content) object.content.destroy();
+    throw new S3Error('PreconditionFailed', 'At least one of the pre-conditions you specified did not hold', {
+      Condition: 'If-Match',
+    });
+  }
+  const noneMatch = ctx.headers['if-none-match'];`,
+    ],
+  ],
+  'stores/filesystem.js': [
+    [
+      '        end: Math.min((options && options.end) || Infinity, lastByte),',
+      '        end: Math.min(options && options.end !== undefined ? options.end : Infinity, lastByte),',
+    ],
+    [
+      '        if (options && (options.start !== undefined || options.end)) {\n          object.range = range;\n        }\n        return object;\n      }',
+      '        if (options && (options.start !== undefined || options.end !== undefined)) {\n          object.range = range;\n        }\n        return object;\n      }',
+    ],
+  ],
+  's3rver.js': [["        attributesGroupName: '@',", "        attributesGroupName: '@',\n        processEntities: false,"]],
+};
+
+const patched = new Map();
+for (const [rel, edits] of Object.entries(PATCHES)) {
+  const file = path.join(lib, rel);
+  let src = fs.readFileSync(file, 'utf8');
+  for (const [anchor, text] of edits) {
+    if (!src.includes(anchor)) {
+      process.stderr.write(`start.js: ${file} is not the s3rver 4.0.4 these patches are for\n`);
+      process.exit(3);
+    }
+    src = src.replace(anchor, text);
+  }
+  patched.set(file, src);
 }
-const mod = new Module(authFile, module);
-mod.filename = authFile;
-mod.paths = Module._nodeModulePaths(path.dirname(authFile));
-mod._compile(src.replace(ANCHOR, PATCHED), authFile);
-mod.loaded = true;
-require.cache[authFile] = mod;
+// Node compiles every CommonJS file through Module.prototype._compile: the
+// patched files are served from memory whichever module requires them first.
+const compile = Module.prototype._compile;
+Module.prototype._compile = function (content, filename) {
+  return compile.call(this, patched.has(filename) ? patched.get(filename) : content, filename);
+};
 
 const S3rver = require(main);
 fs.mkdirSync(opts.dir, { recursive: true });

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 
 import pytest
 
@@ -72,6 +73,30 @@ def test_bucket_listing_signed_with_the_trailing_slash(s3, obj):
         assert b"<Key>dir/blob</Key>" in body
 
 
+def test_patched_s3rver_quirks(s3, obj, tmp_path):
+    """What start.js patches: a 1-byte range at 0, If-Match, keys with & < > in
+    listings; and the DES continuation tokens (node --openssl-legacy-provider)."""
+    rc, code, body = curl_proxy(s3, obj, "-r", "0-0")
+    assert (code, body) == (206, BODY[:1])
+    h = s3.curl("-sS", "-I", s3.url(obj, via_proxy=True)).stdout
+    etag = re.search(rb"(?i)etag: *(\S+)", h).group(1).decode()
+    rc, code, body = curl_proxy(s3, obj, "-r", "10-19", "-H", f"If-Match: {etag}")
+    assert (code, body) == (206, BODY[10:20])
+    rc, code, body = curl_proxy(s3, obj, "-r", "10-19", "-H", 'If-Match: "0123456789abcdef0123456789abcdef"')
+    assert code == 412 and b"PreconditionFailed" in body
+    src = tmp_path / "amp"
+    src.write_bytes(b"&")
+    s3.upload(str(src), "odd/a&b<c>.bin")
+    s3.upload(str(src), "odd/plain")
+    base = f"{s3.endpoint}/{s3.bucket}"
+    page = s3.curl("-f", f"{base}?list-type=2&max-keys=1&prefix=odd%2F")
+    assert xml(page, "Key") == [b"odd/a&amp;b&lt;c&gt;.bin"] and xml(page, "IsTruncated") == [b"true"]
+    (token,) = xml(page, "NextContinuationToken")
+    q = urllib.parse.quote(token.decode(), safe="")
+    page = s3.curl("-f", f"{base}?continuation-token={q}&list-type=2&max-keys=1&prefix=odd%2F")
+    assert xml(page, "Key") == [b"odd/plain"] and xml(page, "IsTruncated") == [b"false"]
+
+
 @pytest.mark.parametrize("status", ["503", "500", "404"])
 def test_planned_status(s3, obj, status):
     s3.reset_stats()
@@ -117,6 +142,18 @@ def test_planned_stall_is_given_up_by_the_client(s3, obj):
     assert curl_proxy(s3, obj)[2] == BODY  # the proxy serves others meanwhile
 
 
+@pytest.mark.parametrize("fault,rc", [("reset", 56), ("truncate", 52), ("stall", 28)])
+def test_faults_on_a_response_without_body(s3, obj, tmp_path, fault, rc):
+    """HEAD and PUT: the fault comes before the headers, or it would not be one."""
+    src = tmp_path / "small"
+    src.write_bytes(b"y" * 100)
+    s3.plan([{"match": "small/", "fault": fault, "count": 2}])
+    for args in (["-I"], ["-T", str(src)]):
+        p = s3.curl("-o", "/dev/null", "--max-time", "1", *args, s3.url("small/x", via_proxy=True), check=False)
+        assert p.returncode in (rc, 28 if fault == "stall" else rc), p.stderr
+    assert s3.stats()["faults"][fault] >= 2
+
+
 def test_planned_delay_and_put(s3, tmp_path):
     src = tmp_path / "up"
     src.write_bytes(b"x" * 5000)
@@ -147,10 +184,10 @@ def test_random_faults_follow_the_seed(s3, obj):
 
 
 def test_bad_plan_is_refused(s3):
-    p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
+    p = subprocess.run(["curl", "-s", "--noproxy", "*", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
                         '{"rules": [{"fault": "explode"}]}', f"{s3.admin}/plan"], capture_output=True)
     assert p.stdout == b"400"
-    p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
+    p = subprocess.run(["curl", "-s", "--noproxy", "*", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data",
                         '{"faults": "503:2"}', f"{s3.admin}/plan"], capture_output=True)
     assert p.stdout == b"400"
 
@@ -249,3 +286,36 @@ def test_s3env_skips_without_node_or_package():
     env = dict(os.environ, STOKER_S3RVER_MODULES="/nonexistent")
     p = subprocess.run([sys.executable, S3ENV, "--", "true"], env=env, capture_output=True, text=True)
     assert p.returncode == 77 and "s3rver is not installed" in p.stderr
+
+
+def test_bandwidth_cap_paces_all_connections_together(monkeypatch):
+    """The token bucket on a fake clock: chunks from two "connections" share one rate."""
+    import asyncio
+
+    import s3proxy
+
+    now = 100.0  # a clock that stands still: every sleep is a wake-up time
+    wakes = []
+    monkeypatch.setattr(s3proxy.time, "monotonic", lambda: now)
+
+    async def fake_sleep(dt):
+        wakes.append(now + dt)
+
+    monkeypatch.setattr(s3proxy.asyncio, "sleep", fake_sleep)
+    pacer = s3proxy.Pacer(s3proxy.parse_rate("1MB/s"), burst_s=0.0)
+
+    async def conn(n):
+        for _ in range(n):
+            await pacer.take(100_000)
+
+    async def both():
+        await asyncio.gather(conn(5), conn(5))
+
+    asyncio.run(both())
+    # 1 MB at 1 MB/s: the last chunk, whichever connection sent it, goes out
+    # 1 s after the first (0.5 s if each connection had its own bucket)
+    assert abs(max(wakes) - 101.0) < 1e-6 and len(wakes) == 10
+    assert s3proxy.parse_faults("latency:20ms,bw:2MiB/s")["latency"] == 0.02
+    assert s3proxy.parse_faults("latency:20ms,bw:2MiB/s")["bw"] == 2 * 2**20
+    with pytest.raises(s3proxy.SpecError):
+        s3proxy.parse_faults("503:0.7,500:0.6")
