@@ -720,6 +720,7 @@ int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char
     if ((rc = fetch_head(rs, name, size, &head, &hs, foot, err))) return rc;
     stk__layout L;
     rc = stk__layout_decode(head, hs, size, name, &L, err);
+    if (!rc) hs = L.header_size; /* the first GET may have held more */
     if (!rc && memcmp(foot + F_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
         rc = stk_error_set(err, STK_E_FORMAT,
                            "%s: footer magic missing at offset %llu (incomplete or corrupt file)", name,

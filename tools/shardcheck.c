@@ -34,7 +34,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "Usage: shardcheck [OPTIONS] PATH...\n"
                "Verify stoker datasets and shards. PATH is a dataset directory, a manifest\n"
-               "(manifest.json) or shard files (*.stk). Each problem is printed as one line:\n"
+               "(manifest.json), shard files (*.stk) or a dataset in object storage\n"
+               "(s3://bucket/prefix, https://...). Each problem is printed as one line:\n"
                "FILE: record R, field 'F': what is wrong.\n\n"
                "      --quick          structure only: headers, footers, sizes, checksum\n"
                "                       tables, agreement with the manifest (O(shards))\n"
@@ -66,6 +67,7 @@ typedef struct {
     char *path;
     stk_shard *sh; /* NULL when it could not be opened, or once checked */
     bool opened;
+    bool borrowed; /* a remote dataset's shard: its dataset closes it */
     uint64_t records, bytes; /* as the shard says, kept for the report */
     const stk_shard_entry *entry;
     const stk_manifest *m;
@@ -96,6 +98,8 @@ typedef struct {
     size_t nt, capt;
     stk_manifest **manifests;
     size_t nm;
+    stk_dataset **datasets; /* remote datasets, opened whole (their shards are borrowed) */
+    size_t nds;
     problem *p;
     size_t np, capp;
     atomic_uint_fast64_t total_problems; /* written under lock, read by the progress bar without */
@@ -182,7 +186,7 @@ static void check_structure(checker *c, size_t i)
 {
     target *t = &c->t[i];
     stk_error err;
-    t->sh = stk_shard_open(t->path, &err);
+    if (!t->sh) t->sh = stk_shard_open(t->path, &err);
     if (!t->sh) {
         add_problem(c, i, UINT64_MAX, -1, err.msg);
         return;
@@ -236,8 +240,43 @@ static int add_dataset(checker *c, const char *path)
     return CLI_EXIT_OK;
 }
 
+/* s3://bucket/prefix or https://...: opened as a dataset (one client, one
+ * cache), its shards checked in place. The open checks every shard against
+ * the manifest and stops at the first that disagrees: that one is reported. */
+static int add_remote(checker *c, const char *path)
+{
+    stk_error err;
+    size_t n = strlen(path);
+    if (n >= 4 && strcmp(path + n - 4, ".stk") == 0) {
+        fprintf(stderr, "shardcheck: %s: a remote shard is checked through its dataset: name the dataset\n",
+                path);
+        return CLI_EXIT_FAIL;
+    }
+    stk_dataset *ds = stk_dataset_open(path, &err);
+    if (!ds) {
+        if (err.code == STK_E_IO) {
+            fprintf(stderr, "shardcheck: %s\n", err.msg);
+            return CLI_EXIT_FAIL;
+        }
+        add_problem(c, SIZE_MAX, UINT64_MAX, -1, err.msg);
+        return CLI_EXIT_OK;
+    }
+    c->datasets = realloc(c->datasets, (c->nds + 1) * sizeof *c->datasets);
+    c->datasets[c->nds++] = ds;
+    const stk_manifest *m = stk_dataset_manifest(ds);
+    for (size_t i = 0; i < m->nshards; i++) {
+        const stk_shard *sh = stk_dataset_shard(ds, i);
+        size_t t = add_target(c, stk_shard_path(sh), &m->shards[i], m);
+        c->t[t].sh = (stk_shard *)sh;
+        c->t[t].borrowed = true;
+    }
+    return CLI_EXIT_OK;
+}
+
 static int add_path(checker *c, const char *path)
 {
+    if (!strncmp(path, "s3://", 5) || !strncmp(path, "http://", 7) || !strncmp(path, "https://", 8))
+        return add_remote(c, path);
     struct stat st;
     if (stat(path, &st) != 0) {
         fprintf(stderr, "shardcheck: %s: %s\n", path, strerror(errno));
@@ -351,7 +390,7 @@ static void run_unit(checker *c, const unit *u, decoder *d)
      * costs about a third of the time mapping and hashing took, and done
      * here it is spread over the threads instead of left to the end. */
     if (atomic_fetch_sub(&c->t[u->t].units_left, 1) == 1) {
-        stk_shard_close(c->t[u->t].sh);
+        if (!c->t[u->t].borrowed) stk_shard_close(c->t[u->t].sh);
         c->t[u->t].sh = NULL;
     }
 }
@@ -517,10 +556,14 @@ int main(int argc, char **argv)
     if (c.o.full) run_full(&c);
     report(&c, cli_now() - t0);
     int status = c.total_problems ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    for (size_t i = 0; i < c.nt; i++) stk_shard_close(c.t[i].sh), free(c.t[i].path);
+    for (size_t i = 0; i < c.nt; i++) {
+        if (!c.t[i].borrowed) stk_shard_close(c.t[i].sh);
+        free(c.t[i].path);
+    }
+    for (size_t i = 0; i < c.nds; i++) stk_dataset_close(c.datasets[i]);
     for (size_t i = 0; i < c.np; i++) free(c.p[i].msg), free(c.p[i].field_name);
     for (size_t i = 0; i < c.nm; i++) stk_manifest_free(c.manifests[i]);
-    free(c.t), free(c.p), free(c.u), free(c.manifests);
+    free(c.t), free(c.p), free(c.u), free(c.manifests), free(c.datasets);
     pthread_mutex_destroy(&c.lock);
     return status;
 }
