@@ -802,6 +802,7 @@ static int creds_ready(stk__remote *r, stk_error *err)
     else rc = stk__rcfg_refresh(&tmp, err);
     pthread_mutex_lock(&r->cred_mu);
     r->refreshing = 0;
+    double old_expiration = r->cfg.expiration;
     if (rc == STK_OK) {
         char *o[3] = {r->cfg.access_key, r->cfg.secret_key, r->cfg.session_token};
         r->cfg.access_key = tmp.access_key;
@@ -816,7 +817,7 @@ static int creds_ready(stk__remote *r, stk_error *err)
     stk__rcfg_free(&tmp);
     /* A refresh that failed while the old credentials still hold is tried
      * again on the next request. */
-    if (rc && have && wall() < r->cfg.expiration) return STK_OK;
+    if (rc && have && wall() < old_expiration) return STK_OK;
     return rc;
 }
 

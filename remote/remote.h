@@ -45,8 +45,8 @@ int stk__remote_is_url(const char *path);
 typedef struct {
     int s3;       /* 1: s3://bucket/key; 0: http(s)://host/path (read-only) */
     char *bucket; /* s3: the bucket; http: NULL */
-    char *key;    /* s3: the key or prefix, no leading '/', may be ""; http: the
-                     full URL without a trailing '/' */
+    char *key;    /* s3: the key or prefix, no leading or trailing '/', may be
+                     ""; http: the full URL without a trailing '/' */
 } stk__raddr;
 
 /* Strict: a bucket of 3-63 of [a-z0-9.-], a key without "//", "/./",
@@ -99,7 +99,7 @@ typedef struct {
     uint64_t bytes_in;    /* body bytes received (all attempts) */
     uint64_t bytes_out;   /* body bytes sent */
     uint64_t retries;     /* attempts repeated, all causes */
-    uint64_t retry_5xx;   /* of which 500/502/503/504 (SlowDown included) */
+    uint64_t retry_5xx;   /* of which 500/502/503/504 (SlowDown included), 429 */
     uint64_t retry_net;   /* of which resets, timeouts, short bodies, stalls */
     uint64_t failures;    /* requests that failed for good */
     uint64_t inflight_max;
@@ -131,9 +131,10 @@ int stk__remote_get_range(stk__remote *r, const char *key, uint64_t off, uint64_
                           const char *if_match, long *http, stk_error *err);
 int stk__remote_put_object(stk__remote *r, const char *key, const void *data, size_t len, long *http,
                            stk_error *err);
-/* A local file, as one PUT up to part_size bytes (0: 64 MiB), above it as a
- * multipart upload of part_size parts, several in flight; a failed multipart
- * upload is aborted (its parts are not left billed). */
+/* A local file, as one PUT up to part_size bytes (0: 64 MiB; at least S3's
+ * 5 MiB), above it as a multipart upload of part_size parts (larger when
+ * 10000 would not do), 8 in flight; a failed multipart upload is aborted
+ * (its parts are not left billed). */
 int stk__remote_put_file(stk__remote *r, const char *key, const char *path, uint64_t part_size, long *http,
                          stk_error *err);
 int stk__remote_delete(stk__remote *r, const char *key, long *http, stk_error *err);

@@ -1,18 +1,22 @@
 /* tests/remote/test_client.c - the transport against a real S3 server
- * (s3rver, started by with_s3rver, which exports AWS_ENDPOINT_URL and the
- * keys): range GETs, If-Match, wrong secrets and missing buckets named,
- * multipart uploads, list paging, a group of 500 GETs in flight. */
+ * (s3rver behind the fault-injecting proxy, tests/support/s3env, which
+ * exports AWS_ENDPOINT_URL and the keys): range GETs, wrong secrets and
+ * missing buckets named, multipart uploads, list paging, a group of 500 GETs
+ * in flight; then the proxy's faults (503 SlowDown, resets, truncated and
+ * stalled bodies, 412, 403) survived and counted, or named. */
 #include "testutil.h"
 
 #include "remote_impl.h"
 
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *bucket(void)
 {
-    const char *b = getenv("STOKER_TEST_BUCKET");
+    const char *b = getenv("STOKER_TEST_S3_BUCKET");
     return b ? b : "stoker-test";
 }
 
@@ -297,7 +301,234 @@ START_TEST(group_of_500_gets)
 }
 END_TEST
 
+/* ---- Faults through the proxy ------------------------------------------------ */
+
+/* POST a plan to the proxy's admin endpoint (s3proxy.py). */
+static void plan(const char *json)
+{
+    const char *admin = getenv("STOKER_TEST_S3_PROXY_ADMIN");
+    ck_assert_msg(admin != NULL, "no STOKER_TEST_S3_PROXY_ADMIN (run under tests/support/s3env)");
+    char url[512];
+    snprintf(url, sizeof url, "%s/plan", admin);
+    CURL *h = curl_easy_init();
+    ck_assert_ptr_nonnull(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    FILE *null = fopen("/dev/null", "w");
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, null);
+    ck_assert_int_eq(curl_easy_perform(h), CURLE_OK);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    ck_assert_int_eq(code, 200);
+    fclose(null);
+    curl_easy_cleanup(h);
+}
+
+/* One range GET of key that must come back equal to d. */
+static void get_equal(stk__remote *r, const char *key, const uint8_t *d, uint64_t off, uint64_t len)
+{
+    uint8_t *buf = malloc(len);
+    stk_error err;
+    long http = 0;
+    ck_assert_msg(stk__remote_get_range(r, key, off, len, buf, NULL, &http, &err) == STK_OK, "%s", err.msg);
+    ck_assert(!memcmp(buf, d + off, len));
+    free(buf);
+}
+
+START_TEST(faults_retried_and_counted)
+{
+    stk__rconfig c = {.stall_s = 1};
+    stk__remote *r = client(NULL, &c);
+    const size_t n = 2 * 1024 * 1024;
+    uint8_t *d = pattern(n, 5);
+    put(r, "f/obj.bin", d, n);
+    stk__rcounts c0, c1;
+    struct {
+        const char *fault;
+        int five;
+    } cases[] = {{"503", 1}, {"500", 1}, {"reset", 0}, {"truncate", 0}, {"stall", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"rules\": [{\"match\": \"f/obj.bin\", \"method\": \"GET\", \"fault\": \"%s\", \"count\": "
+                 "2%s}]}",
+                 cases[i].fault, cases[i].five == 1 && i == 0 ? ", \"code\": \"SlowDown\"" : "");
+        plan(json);
+        stk__remote_counts(r, &c0);
+        get_equal(r, "f/obj.bin", d, 1000, n - 2000);
+        stk__remote_counts(r, &c1);
+        ck_assert_msg(c1.retries - c0.retries == 2, "%s: %llu retries", cases[i].fault,
+                      (unsigned long long)(c1.retries - c0.retries));
+        ck_assert_uint_eq(c1.retry_5xx - c0.retry_5xx, cases[i].five ? 2 : 0);
+        ck_assert_uint_eq(c1.retry_net - c0.retry_net, cases[i].five ? 0 : 2);
+        ck_assert_uint_eq(c1.failures, c0.failures);
+    }
+    /* A whole-object GET and a PUT survive a reset too. */
+    plan("{\"rules\": [{\"match\": \"f/obj.bin\", \"fault\": \"reset\", \"count\": 1}]}");
+    char *all;
+    size_t len;
+    stk_error err;
+    ck_assert_msg(stk__remote_get_object(r, "f/obj.bin", n, &all, &len, NULL, NULL, &err) == STK_OK, "%s",
+                  err.msg);
+    ck_assert(len == n && !memcmp(all, d, n));
+    free(all);
+    plan("{\"rules\": [{\"match\": \"f/put.bin\", \"method\": \"PUT\", \"fault\": \"503\", \"count\": 1}]}");
+    put(r, "f/put.bin", d, 5000);
+    get_equal(r, "f/put.bin", d, 0, 5000);
+    free(d);
+    stk__remote_close(r);
+}
+END_TEST
+
+START_TEST(faults_bounded_and_named)
+{
+    stk__rconfig c = {.retries = 2};
+    stk__remote *r = client(NULL, &c);
+    uint8_t *d = pattern(10000, 6);
+    put(r, "f/named.bin", d, 10000);
+    uint8_t buf[100];
+    stk_error err;
+    long http = 0;
+    /* Every attempt 503: given up after 1 + 2 attempts, the cause named. */
+    plan("{\"rules\": [{\"match\": \"f/named.bin\", \"fault\": \"503\", \"count\": 50, \"code\": "
+         "\"SlowDown\"}]}");
+    ck_assert_int_eq(stk__remote_get_range(r, "f/named.bin", 0, 100, buf, NULL, &http, &err), STK_E_IO);
+    ck_assert_int_eq(http, 503);
+    tu_assert_error(&err, STK_E_IO, "s3://stoker-test/f/named.bin");
+    tu_assert_error(&err, STK_E_IO, "3 attempts");
+    tu_assert_error(&err, STK_E_IO, "HTTP 503 SlowDown");
+    stk__rcounts cn;
+    stk__remote_counts(r, &cn);
+    ck_assert_uint_eq(cn.retry_5xx, 2);
+    ck_assert_uint_eq(cn.failures, 1);
+    /* 403 and 404 fail at once. */
+    plan("{\"rules\": [{\"match\": \"f/named.bin\", \"fault\": \"403\", \"code\": \"AccessDenied\"}]}");
+    ck_assert_int_eq(stk__remote_get_range(r, "f/named.bin", 0, 100, buf, NULL, &http, &err), STK_E_IO);
+    ck_assert_int_eq(http, 403);
+    tu_assert_error(&err, STK_E_IO, "HTTP 403 AccessDenied");
+    tu_assert_error(&err, STK_E_IO, "s3://stoker-test/f/named.bin");
+    /* An object that changed: 412 names it (s3rver itself ignores If-Match). */
+    plan("{\"rules\": [{\"match\": \"f/named.bin\", \"fault\": \"412\", \"code\": \"PreconditionFailed\"}]}");
+    ck_assert_int_eq(stk__remote_get_range(r, "f/named.bin", 0, 100, buf, "\"0123\"", &http, &err), STK_E_IO);
+    ck_assert_int_eq(http, 412);
+    tu_assert_error(&err, STK_E_IO, "s3://stoker-test/f/named.bin");
+    tu_assert_error(&err, STK_E_IO, "changed");
+    stk__remote_counts(r, &cn);
+    ck_assert_uint_eq(cn.retries, 2);
+    plan("{\"rules\": []}");
+    free(d);
+    stk__remote_close(r);
+}
+END_TEST
+
+/* The uploads the proxy knows are still open (ListMultipartUploads). */
+static int open_uploads(stk__remote *r)
+{
+    const char *kv[] = {"uploads", NULL};
+    stk__rreq *q = stk__rreq_new(STK__M_GET, "", stk__rquery(kv, 1));
+    q->sink = 1;
+    q->sink_max = 1 << 20;
+    ck_assert_msg(stk__rreq_run(r, q) == STK_OK, "%s", q->err.msg);
+    int n = 0;
+    for (const char *p = q->buf; p && (p = strstr(p, "<UploadId>")); p++) n++;
+    stk__rreq_free(q);
+    return n;
+}
+
+START_TEST(multipart_failure_aborts)
+{
+    stk__rconfig c = {.retries = 1};
+    stk__remote *r = client(NULL, &c);
+    const size_t n = 10 * 1024 * 1024 + 1;
+    uint8_t *d = pattern(n, 7);
+    char path[TU_PATH];
+    tu_scratch_file(path, sizeof path, "multipart_abort", "big.bin");
+    tu_write(path, d, n);
+    int before = open_uploads(r);
+    /* Every part 2 upload fails: the upload is aborted, not left open. */
+    plan("{\"rules\": [{\"match\": \"partNumber=2\", \"fault\": \"500\", \"count\": 10}]}");
+    stk_error err;
+    long http = 0;
+    ck_assert_int_eq(stk__remote_put_file(r, "m/aborted.bin", path, 5 * 1024 * 1024, &http, &err), STK_E_IO);
+    tu_assert_error(&err, STK_E_IO, "s3://stoker-test/m/aborted.bin");
+    tu_assert_error(&err, STK_E_IO, "HTTP 500");
+    ck_assert_int_eq(open_uploads(r), before);
+    stk__robject o;
+    ck_assert_int_eq(stk__remote_head(r, "m/aborted.bin", &o, &http, &err), STK_E_IO);
+    ck_assert_int_eq(http, 404);
+    /* One part fails once: retried, the upload completes. */
+    plan("{\"rules\": [{\"match\": \"partNumber=1\", \"fault\": \"reset\", \"count\": 1}]}");
+    ck_assert_msg(stk__remote_put_file(r, "m/retried.bin", path, 5 * 1024 * 1024, &http, &err) == STK_OK,
+                  "%s", err.msg);
+    char *all;
+    size_t len;
+    ck_assert_msg(stk__remote_get_object(r, "m/retried.bin", n, &all, &len, NULL, NULL, &err) == STK_OK, "%s",
+                  err.msg);
+    ck_assert(len == n && !memcmp(all, d, n));
+    free(all);
+    free(d);
+    stk__remote_close(r);
+}
+END_TEST
+
+/* ---- Credentials from a credential_process, refreshed ------------------------ */
+
+static size_t count_lines(const char *path)
+{
+    size_t len, n = 0;
+    uint8_t *t = tu_read(path, &len);
+    for (size_t i = 0; i < len; i++) n += t[i] == '\n';
+    free(t);
+    return n;
+}
+
+START_TEST(credential_process_refreshed)
+{
+    char home[TU_PATH], script[TU_PATH], cfg[TU_PATH], runs[TU_PATH], text[4 * TU_PATH];
+    tu_scratch(home, sizeof home, "cred_refresh");
+    tu_join(script, sizeof script, home, "creds.sh");
+    tu_join(cfg, sizeof cfg, home, "config");
+    tu_join(runs, sizeof runs, home, "runs");
+    /* Credentials that expire in $1 seconds: within the refresh margin (300
+     * s) every request runs the process again; an hour away none does. */
+    const char *body =
+        "#!/bin/sh\n"
+        "echo run >> \"$(dirname \"$0\")/runs\"\n"
+        "exp=$(date -u -d \"@$(( $(date +%s) + $1 ))\" +%Y-%m-%dT%H:%M:%SZ)\n"
+        "printf '{\"Version\": 1, \"AccessKeyId\": \"S3RVER\", \"SecretAccessKey\": \"S3RVER\", "
+        "\"SessionToken\": \"tok\", \"Expiration\": \"%s\"}\\n' \"$exp\"\n";
+    tu_write(script, body, strlen(body));
+    chmod(script, 0700);
+    snprintf(text, sizeof text,
+             "[profile soon]\ncredential_process = %s 120\n[profile later]\ncredential_process = %s 3600\n",
+             script, script);
+    tu_write(cfg, text, strlen(text));
+    setenv("AWS_CONFIG_FILE", cfg, 1);
+    stk__rconfig c = {.profile = "soon"};
+    stk__remote *r = client(NULL, &c);
+    ck_assert_uint_eq(count_lines(runs), 1);
+    put(r, "c/obj", "hello", 5);
+    uint8_t buf[5];
+    stk_error err;
+    ck_assert_msg(stk__remote_get_range(r, "c/obj", 0, 5, buf, NULL, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert(!memcmp(buf, "hello", 5));
+    ck_assert_uint_eq(count_lines(runs), 3);
+    stk__remote_close(r);
+    c.profile = "later";
+    r = client(NULL, &c);
+    ck_assert_msg(stk__remote_get_range(r, "c/obj", 0, 5, buf, NULL, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert_msg(stk__remote_get_range(r, "c/obj", 1, 4, buf, NULL, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert_uint_eq(count_lines(runs), 4);
+    stk__remote_close(r);
+    unsetenv("AWS_CONFIG_FILE");
+}
+END_TEST
+
 TU_MAIN("remote_client", {.name = "objects", .tests = {put_get_head_range}},
         {.name = "errors", .tests = {wrong_secret_is_403_named, missing_bucket_and_key_named}},
         {.name = "multipart", .tests = {multipart_put_equals_file}}, {.name = "list", .tests = {list_pages}},
-        {.name = "group", .tests = {group_of_500_gets}, .timeout = 120})
+        {.name = "group", .tests = {group_of_500_gets}, .timeout = 120},
+        {.name = "credentials", .tests = {credential_process_refreshed}},
+        {.name = "faults",
+         .tests = {faults_retried_and_counted, faults_bounded_and_named, multipart_failure_aborts},
+         .timeout = 240})
