@@ -33,8 +33,8 @@
  * spread over at least PIECES_MIN GETs where its runs are long enough
  * (never below PIECE_MIN). */
 #define PIECE_MAX ((uint64_t)4 << 20)
-#define PIECE_MIN ((uint64_t)256 << 10)
-#define PIECES_MIN 8u
+#define PIECE_MIN ((uint64_t)64 << 10)
+#define PIECES_MIN 16u
 
 typedef struct {
     size_t shard;

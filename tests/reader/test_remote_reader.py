@@ -128,7 +128,7 @@ def test_orders_ranks_resume_equal_the_local_copy(stoker, data, tmp_path, order)
         assert io["io"] == "direct" and io["engine"] == "remote" and "remote" in io["reason"]
         next(iter(r))
         st = r.remote_stats()
-        assert st["remote"] and st["gets"] > 0 and st["requests"] >= st["gets"] and st["failures"] == 0
+        assert st["remote"] and st["gets"] > 0 and st["requests"] > 0 and st["failures"] == 0
 
 
 def test_bytes_compressed_and_jpeg_crop(stoker, data, tmp_path):
@@ -226,24 +226,29 @@ def test_faults_survived_and_counted(stoker, s3, data, tmp_path):
 def test_bytes_fetched_bounded_and_a_big_cache_fetches_nothing(stoker, data, tmp_path):
     local, remote = data["plain"]
     selected = 160 * 40 * 40 * 3  # the image field's bytes
-    for limit, order in ((dataset_bytes(local) // 4, "shuffle"), (dataset_bytes(local) // 4, "sequential"),
-                         (NO_LIMIT, "shuffle")):
-        cache = str(tmp_path / f"{limit}-{order}")
-        with stoker.Reader(remote, batch_size=16, order=order, seed=3, threads=2, fields="image", cache_dir=cache,
-                           cache_limit=limit) as r:
-            per_epoch = []
-            for e in range(3):
-                before = r.remote_stats()
-                for _ in r:
-                    pass
-                after = r.remote_stats()
-                per_epoch.append(after["get_bytes"] - before["get_bytes"])
-                if limit == NO_LIMIT and e > 0:
-                    assert after["requests"] == before["requests"], after  # nothing fetched at all
-            assert all(b <= 1.05 * selected for b in per_epoch), (limit, order, per_epoch)
-            assert per_epoch[0] > 0.5 * selected
-            if limit == NO_LIMIT:
-                assert per_epoch[1:] == [0, 0]
-                assert r.remote_stats()["cache_hit_bytes"] >= 2 * selected
-            else:  # the quarter the cache keeps is read from it, every epoch
-                assert all(b < 0.95 * selected for b in per_epoch[1:]), per_epoch
+    kw = dict(batch_size=16, seed=3, threads=2, fields="image")
+    for order in ("shuffle", "sequential", "quasi"):  # a quarter-size cache: no thrash
+        with stoker.Reader(remote, order=order, cache_dir=str(tmp_path / order),
+                           cache_limit=dataset_bytes(local) // 4, **kw) as r:
+            r.set_epochs(3)  # nothing read past the third epoch
+            while r.next_batch() is not None:
+                pass
+            st = r.remote_stats()
+        assert st["get_bytes"] <= 3 * 1.05 * selected, (order, st)
+        assert st["cache_hit_bytes"] > 0.1 * selected, (order, st)  # the quarter kept serves every epoch
+    cache = str(tmp_path / "big")
+    with stoker.Reader(remote, order="shuffle", cache_dir=cache, cache_limit=NO_LIMIT, **kw) as r:
+        r.set_epochs(1)
+        while r.next_batch() is not None:
+            pass
+        first = r.remote_stats()
+    assert selected <= first["get_bytes"] <= 1.05 * selected, first
+    with stoker.Reader(remote, order="shuffle", cache_dir=cache, cache_limit=NO_LIMIT, **kw) as r:
+        r.seek(1, 0)
+        r.set_epochs(3)
+        while r.next_batch() is not None:
+            pass
+        later = r.remote_stats()
+    assert later["gets"] == 0 and later["get_bytes"] == 0, later  # epochs 1 and 2 from the cache
+    assert later["cache_hit_bytes"] >= 2 * selected, later
+    assert later["bytes_fetched"] < 0.05 * selected, later  # the manifest, no record
