@@ -85,6 +85,7 @@ typedef struct {
     uint64_t cache_stored;   /* fetched bytes the cache kept */
     uint64_t cache_rejected; /* fetched bytes it did not (its limit) */
     uint64_t refetches;      /* pieces fetched again after a checksum mismatch */
+    uint64_t small_windows;  /* windows of small columns fetched whole */
     /* the clients' counters (remote.h), summed over the dataset's clients:
      * every request of the reader's dataset, open and the format library's
      * own fetches included */

@@ -13,7 +13,8 @@
  * Adjacent runs of one field and shard that land adjacent in the caller's
  * buffer are one GET (sequential and quasi orders read long runs); a long
  * run is cut into pieces of whole values so that its bytes come over
- * several connections. On wait every piece is checked as it is (a mismatch
+ * several connections; a small column (labels) is fetched a window at a
+ * time into the cache (stk__rshard_fetch) and read from there. On wait every piece is checked as it is (a mismatch
  * refetches once, synchronously; a second mismatch fails naming shard,
  * field and record), then offered to the cache (which may not keep it: the
  * limit). Compressed frames whose block is cached are left to the map
@@ -35,6 +36,9 @@
 #define PIECE_MAX ((uint64_t)4 << 20)
 #define PIECE_MIN ((uint64_t)64 << 10)
 #define PIECES_MIN 16u
+/* Columns of values under STK__IO_MIN_READ are fetched whole, this many
+ * bytes of them at a time. */
+#define SMALL_WINDOW ((uint64_t)256 << 10)
 
 typedef struct {
     size_t shard;
@@ -81,7 +85,7 @@ struct stk__rio {
     stk__remote **cl;
     unsigned ncl;
     /* atomic counters */
-    uint64_t c_gets, c_bytes, c_hits, c_hit_bytes, c_stored, c_rejected, c_refetch, c_runs;
+    uint64_t c_gets, c_bytes, c_hits, c_hit_bytes, c_stored, c_rejected, c_refetch, c_runs, c_small;
 };
 
 int stk__rio_open(stk__rio **out, const stk_dataset *ds, unsigned nq, stk_error *err)
@@ -149,6 +153,7 @@ void stk__rio_counts_get(const stk__rio *io, stk__rio_counts *c)
     c->cache_stored = __atomic_load_n(&io->c_stored, __ATOMIC_RELAXED);
     c->cache_rejected = __atomic_load_n(&io->c_rejected, __ATOMIC_RELAXED);
     c->refetches = __atomic_load_n(&io->c_refetch, __ATOMIC_RELAXED);
+    c->small_windows = __atomic_load_n(&io->c_small, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < io->ncl; i++) {
         stk__rcounts rc;
         stk__remote_counts(io->cl[i], &rc);
@@ -256,9 +261,18 @@ int stk__rioq_add(stk__rioq *q, size_t shard, uint64_t off, uint64_t len, void *
         add_count(&io->c_hit_bytes, len);
         return STK__IO_USE_MAP;
     }
+    uint64_t stride = count ? len / count : len;
+    if (stride < STK__IO_MIN_READ && !stk__rshard_present(sh, f, first, count, 0)) {
+        /* a small column (labels): a GET per record would cost a request
+         * per 8 bytes; its whole window of SMALL_WINDOW bytes is fetched
+         * now, into the cache, and the records come from there below */
+        uint64_t per = SMALL_WINDOW / stride, n = stk_shard_records(sh), w0 = first / per * per;
+        uint64_t w1 = (first + count + per - 1) / per * per;
+        if (w1 > n) w1 = n;
+        if (!stk__rshard_fetch(sh, f, w0, w1 - w0, 0, NULL)) add_count(&io->c_small, 1);
+    }
     /* values: what the cache holds copied from it (checked), the rest fetched;
      * stretches of records alike in that, in order */
-    uint64_t stride = count ? len / count : len;
     for (uint64_t i = 0; i < count && !rc;) {
         int here = stk__rshard_present(sh, f, first + i, 1, 0);
         uint64_t j = i + 1;

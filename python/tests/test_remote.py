@@ -40,7 +40,8 @@ def test_shuffled_epoch_equals_the_local_copy(remote, tmp_path):
         assert ra == rb
         np.testing.assert_array_equal(ia, ib)
         np.testing.assert_array_equal(la, lb)
-    assert st["remote"] is True and st["gets"] > 0 and st["bytes_fetched"] >= st["get_bytes"] > 0
+    # records of 432 bytes: their columns are fetched a window at a time, not a GET each
+    assert st["remote"] is True and st["requests"] > 0 and st["bytes_fetched"] >= 60 * 12 * 12 * 3
     assert st["failures"] == 0 and set(st) >= {"cache_hits", "cache_stored_bytes", "checksum_refetches"}
     with stoker.Reader(local, batch_size=4) as r:
         assert r.remote_stats()["remote"] is False
