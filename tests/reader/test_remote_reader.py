@@ -252,3 +252,33 @@ def test_bytes_fetched_bounded_and_a_big_cache_fetches_nothing(stoker, data, tmp
     assert later["gets"] == 0 and later["get_bytes"] == 0, later  # epochs 1 and 2 from the cache
     assert later["cache_hit_bytes"] >= 2 * selected, later
     assert later["bytes_fetched"] < 0.05 * selected, later  # the manifest, no record
+
+
+def test_damaged_cache_refetched(stoker, data, tmp_path):
+    """Bytes the cache holds are checked when read: flipped on disk, they are fetched again, and the
+    batches are still the local copy's."""
+    local, remote = data["plain"]
+    kw = dict(batch_size=16, order="shuffle", seed=21, threads=2)
+    cache = str(tmp_path / "c")
+    want = epoch(stoker, local, **kw)
+    assert epoch(stoker, remote, cache_dir=cache, cache_limit=NO_LIMIT, **kw) == want
+    damaged = 0
+    for root, _, files in os.walk(cache):
+        for name in files:
+            if not name.endswith(".data"):
+                continue
+            path = os.path.join(root, name)
+            size = os.path.getsize(path)
+            with open(path, "r+b") as f:  # bytes well inside the image column, every 4 KiB
+                for off in range(size // 4, size // 2, 4096):
+                    f.seek(off)
+                    b = f.read(1)
+                    f.seek(off)
+                    f.write(bytes([b[0] ^ 0x5A]) if b else b"\x5a")
+                    damaged += 1
+    assert damaged > 0
+    with stoker.Reader(remote, cache_dir=cache, cache_limit=NO_LIMIT, **kw) as r:
+        got = [digest(b) for b in r]
+        st = r.remote_stats()
+    assert got == want
+    assert st["get_bytes"] > 0 and st["cache_hits"] > 0, st
