@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Variable-length audio clips with a transcript: a speech-recognition set.
 
-    pack_audio.py OUT --wav-dir DIR     # every DIR/*.wav (16-bit PCM, mono) and its DIR/*.txt transcript
-    pack_audio.py OUT --synthetic 500   # clips made here (tones of random length), no data needed
+    .venv/bin/python examples/pack_audio.py OUT --wav-dir DIR     # every DIR/*.wav (16-bit PCM, mono) and its DIR/*.txt transcript
+    .venv/bin/python examples/pack_audio.py OUT --synthetic 500   # clips made here (tones of random length), no data needed
 
 Fields: audio i16[*] (samples), sample_rate i32, transcript (a string: read back as str). The reader gives a
 batch's clips as a list, or with ragged="pad" one [B, longest] array and batch.lengths["audio"], which is what a
@@ -13,13 +13,12 @@ import os
 import sys
 import wave
 
-import numpy as np
-
 try:
+    import numpy as np
     import stoker
-except ImportError as e:
-    sys.exit(f"pack_audio: {e}: install the binding (pip install ./python), or run from the tree with "
-             "PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so")
+except ImportError as e:  # another Python than the venv's: say how to run it
+    sys.exit(f"pack_audio: {e}: run it with the README's venv, .venv/bin/python examples/pack_audio.py\n"
+             "(made by: /usr/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install ./python)")
 
 FIELDS = {"audio": stoker.Ragged("int16", (None,)), "sample_rate": stoker.Scalar("int32"),
           "transcript": stoker.String()}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Detection-style samples: an image of its own size, a variable number of boxes and their labels.
 
-    pack_detection.py OUT [--n 1000] [--read N]
+    .venv/bin/python examples/pack_detection.py OUT [--n 1000] [--read N]
 
 The samples are made here (random images, 0-8 boxes each) so the example needs no dataset; a real one
 replaces `sample(i)` with its own decoding (a COCO image and its annotations). Fields:
@@ -12,13 +12,12 @@ collate does; images as a list (or padded the same way).
 import argparse
 import sys
 
-import numpy as np
-
 try:
+    import numpy as np
     import stoker
-except ImportError as e:
-    sys.exit(f"pack_detection: {e}: install the binding (pip install ./python), or run from the tree with "
-             "PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so")
+except ImportError as e:  # another Python than the venv's: say how to run it
+    sys.exit(f"pack_detection: {e}: run it with the README's venv, .venv/bin/python examples/pack_detection.py\n"
+             "(made by: /usr/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install ./python)")
 
 FIELDS = {"image": stoker.Ragged("uint8", (None, None, 3)), "boxes": stoker.Ragged("float32", (None, 4)),
           "labels": stoker.Ragged("int64", (None,)), "image_id": stoker.Scalar("int64")}

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Token sequences for language-model training: pack a tokenised corpus as fixed windows, read shuffled batches.
 
-    pack_tokens.py OUT --bin train.bin [--dtype uint16] [--T 1024]      # a nanoGPT / llm.c style token file
-    pack_tokens.py OUT --synthetic 10000000 [--vocab 50257]             # tokens made here, no tokenizer needed
+    .venv/bin/python examples/pack_tokens.py OUT --bin train.bin [--dtype uint16] [--T 1024]      # a nanoGPT / llm.c style token file
+    .venv/bin/python examples/pack_tokens.py OUT --synthetic 10000000 [--vocab 50257]             # tokens made here, no tokenizer needed
 
 Each record is `tokens`, T + 1 consecutive tokens starting at a multiple of T (windows overlap by one token, so
 every token but the first is a target exactly once per epoch): x = tokens[:, :-1], y = tokens[:, 1:]. Against the
@@ -17,13 +17,12 @@ import os
 import sys
 import time
 
-import numpy as np
-
 try:
+    import numpy as np
     import stoker
-except ImportError as e:
-    sys.exit(f"pack_tokens: {e}: install the binding (pip install ./python), or run from the tree with "
-             "PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so")
+except ImportError as e:  # another Python than the venv's: say how to run it
+    sys.exit(f"pack_tokens: {e}: run it with the README's venv, .venv/bin/python examples/pack_tokens.py\n"
+             "(made by: /usr/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install ./python)")
 
 WINDOWS_PER_INPUT = 256  # one fn call packs this many windows: the per-call overhead stays small
 

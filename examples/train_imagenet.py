@@ -1,10 +1,12 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """examples/train_imagenet.py - ImageNet-style classification training fed by stoker.torch.DataLoader.
 
     pack --size 256 imagenet/train packed/train && pack --size 256 imagenet/val packed/val
-    /usr/bin/python3 examples/train_imagenet.py packed --model resnet50 --epochs 90 --batch-size 256
-    torchrun --nproc_per_node 8 examples/train_imagenet.py packed --output-dir run1     # DDP
-    torchrun --nproc_per_node 8 examples/train_imagenet.py packed --output-dir run1 --resume run1/checkpoint.pth
+    .venv/bin/python examples/train_imagenet.py packed --model resnet50 --epochs 90 --batch-size 256
+    .venv/bin/python -m torch.distributed.run --nproc_per_node 8 examples/train_imagenet.py packed \
+        --output-dir run1                                                       # DDP (torchrun)
+    .venv/bin/python -m torch.distributed.run --nproc_per_node 8 examples/train_imagenet.py packed \
+        --output-dir run1 --resume run1/checkpoint.pth
 
 DATA holds two packed datasets, DATA/train and DATA/val (or give --train and --val).
 A torchvision model trained from scratch with SGD (momentum, weight decay), a cosine
@@ -23,9 +25,9 @@ batch that came next. --log-batches FILE appends one line per step (epoch, step,
 hash of the batch, the loss) and --crash-at-step N kills the process (SIGKILL) after
 step N: together they show that a resumed run reads what an uninterrupted one reads.
 
-Run it with the Python that sees Debian's python3-torch (/usr/bin/python3), with the
-package installed (`pip install ./python`) or from the tree
-(PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so).
+Run it with the Python of the README's venv (.venv/bin/python: Debian's python3-torch
+and the installed package), or from the tree with /usr/bin/python3 and
+PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so.
 """
 import argparse
 import hashlib
@@ -35,16 +37,15 @@ import signal
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torchvision
-
 try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torchvision
     import stoker.torch
-except ImportError as e:
-    sys.exit(f"train_imagenet: {e}: install the binding (pip install ./python), or run from the tree with "
-             "PYTHONPATH=python STOKER_LIB=build/reader/libstoker.so")
+except ImportError as e:  # another Python than the venv's: say how to run it
+    sys.exit(f"train_imagenet: {e}: run it with the README's venv, .venv/bin/python examples/train_imagenet.py\n"
+             "(made by: /usr/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install ./python)")
 
 
 def parse_args():

@@ -1,12 +1,14 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """examples/train_pytorch.py - a PyTorch training loop fed by stoker.
 
-    /usr/bin/python3 examples/train_pytorch.py [DATASET] [--device auto|cpu|cuda] [--epochs 2]
-        [--batch-size 64] [--log-every 10] [--threads 2] [--resume STATE.json]
+    .venv/bin/python examples/train_pytorch.py [DATASET] [--device auto|cpu|cuda] [--epochs 2]
+        [--batch-size 64] [--log-every 10] [--threads 2] [--resume STATE.json] [--demo-dir DIR]
+        [--demo-images N]
 
 DATASET is a packed dataset (`pack`). Without one, the script makes the demo
 data itself from this tree's build (rawgen: 2,000 images in 10 classes;
-pack --size 64) in ${TMPDIR:-/tmp}/stoker-train-demo, once.
+pack --size 64; about 100 MB) in a temporary directory that it removes at the
+end, or in --demo-dir DIR, where it is kept and made only once.
 
 The same script runs on the CPU (in seconds) and on a GPU: the reader yields
 batches already transformed (random-resized crop + flip + normalise, f32
@@ -17,20 +19,26 @@ fetch-vs-step split (wall time blocked in the loader vs the rest of the step)
 and the reader's verdict. --resume saves the reader's state at the end and
 continues from it on the next run (what a checkpoint would hold).
 
-Run it with the Python that sees Debian's python3-torch (/usr/bin/python3),
-with the package installed (`pip install ./python`) or from the tree
-(STOKER_LIB=build/reader/libstoker.so PYTHONPATH=python).
+Run it with the Python of the README's venv (.venv/bin/python: Debian's
+python3-torch and the installed package); from the tree, /usr/bin/python3
+finds the package in python/ and the library in build/.
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # another Python than the venv's: say how to run it
+    sys.exit(f"train_pytorch: {e}: run it with the README's venv, .venv/bin/python examples/train_pytorch.py\n"
+             "(made by: /usr/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install ./python)")
 
 try:
     import stoker
@@ -41,10 +49,10 @@ except ImportError:  # running from the source tree without installing
     import stoker
 
 
-def demo_dataset():
+def demo_dataset(work, images):
+    """The demo data in work (made there unless it already is)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = os.environ.get("STOKER_BUILD_DIR", os.path.join(root, "build"))
-    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "stoker-train-demo")
     ds = os.path.join(work, "dataset")
     if os.path.exists(os.path.join(ds, "manifest.json")):
         return ds
@@ -52,8 +60,8 @@ def demo_dataset():
     for t in (rawgen, pack):
         if not os.access(t, os.X_OK):
             sys.exit(f"train_pytorch: {t} not found: build stoker first, or pass a packed DATASET")
-    print(f"train_pytorch: making the demo data in {work} (rawgen 2,000 images, pack --size 64) ...", flush=True)
-    subprocess.run([rawgen, "-q", "--force", "-n", "2000", "--classes", "10", os.path.join(work, "raw")], check=True)
+    print(f"train_pytorch: making the demo data in {work} (rawgen {images:,} images, pack --size 64) ...", flush=True)
+    subprocess.run([rawgen, "-q", "--force", "-n", str(images), "--classes", "10", os.path.join(work, "raw")], check=True)
     subprocess.run([pack, "-q", "--force", "--size", "64", os.path.join(work, "raw"), ds], check=True)
     return ds
 
@@ -84,13 +92,26 @@ def main():
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--resume", help="state file: continue from it if it exists; save the reader's state there")
+    ap.add_argument("--demo-dir", help="without DATASET: make the demo data here once and keep it (default: a "
+                    "temporary directory, removed at the end)")
+    ap.add_argument("--demo-images", type=int, default=2000, help="images in the demo data (default 2000)")
     a = ap.parse_args()
+    tmp = None
+    if not a.dataset and not a.demo_dir:
+        tmp = a.demo_dir = tempfile.mkdtemp(prefix="stoker-train-demo-")
+    try:
+        train(a, a.dataset or demo_dataset(a.demo_dir, a.demo_images))
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def train(a, ds):
 
     device = a.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
-    ds = a.dataset or demo_dataset()
     torch.manual_seed(0)
 
     # The transform runs on the model's device: the CUDA kernel, or the host backend on the CPU.

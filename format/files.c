@@ -113,7 +113,7 @@ int stk_file_commit(const char *path, const void *buf, size_t len, stk_error *er
     int rc;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot create", tmp);
+        rc = stk__error_set_errno(err, STK_E_IO, errno, "%s: cannot create", path); /* the name asked for */
         free(tmp);
         return rc;
     }

@@ -8,10 +8,13 @@
 #include "remote.h"
 #include "rshard.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MANIFEST_MAX ((size_t)256 << 20)
 #define FORMAT_TAG "stoker-dataset"
@@ -425,9 +428,15 @@ stk_manifest *stk_manifest_load(const char *path, stk_error *err)
     if (path && stk__remote_is_url(path)) return load_remote(path, err);
     struct stat st;
     char *file = NULL;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) file = stk__path_join(path, STK_MANIFEST_NAME);
+    bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (dir) file = stk__path_join(path, STK_MANIFEST_NAME);
     else file = strdup(path);
     if (!file) return stk_error_set(err, STK_E_NOMEM, "out of memory"), NULL;
+    if (dir && access(file, F_OK) != 0 && errno == ENOENT) { /* a directory, no manifest */
+        free(file);
+        return stk_error_set(err, STK_E_IO, "%s: not a stoker dataset (no %s)", path, STK_MANIFEST_NAME),
+               NULL;
+    }
     char *text;
     size_t len;
     stk_manifest *m = NULL;

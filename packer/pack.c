@@ -70,11 +70,10 @@ static void usage(FILE *f)
                "committed (verified) and finishes the rest.\n\n"
                "One writer per OUTDIR: while a pack (or part K, or a merge) writes into it,\n"
                "another is refused at once, naming the one that holds it (pid, host); parts\n"
-               "of one job array run side by side. A lock left by a killed run is taken over.\n\n"
-               "Exit status: 0 every input packed; 1 error, or OUTDIR is held by another\n"
-               "writer (nothing is left that looks like a finished dataset); 2 usage error;\n"
-               "3 packed, but some inputs were skipped (each is named on stderr and listed\n"
-               "in OUTDIR/skipped.tsv).\n");
+               "of one job array run side by side. A lock left by a killed run is taken over.\n\n");
+    fprintf(f, CLI_EXIT_HELP "3 packed, but some inputs were skipped (each is named on stderr and listed\n"
+                             "in OUTDIR/skipped.tsv); a run that fails leaves nothing that looks like a\n"
+                             "finished dataset.\n");
 }
 
 static const char *const FIELDS[4] = {"image", "label", "orig_size", "source"};

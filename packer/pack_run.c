@@ -32,9 +32,10 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
         cli_json_string(stdout, o->out);
         printf("}\n");
     } else if (!o->quiet) {
-        fprintf(stderr, "pack: %s: %llu images packed into %zu shards, %llu skipped%s (%.1f s%s)\n", o->out,
-                (unsigned long long)mr.packed, mr.nshards, (unsigned long long)mr.skipped,
-                mr.skipped ? ", listed in skipped.tsv" : "", el, r ? "" : ", merge");
+        fprintf(stderr, "pack: %s: %llu image%s packed into %zu shard%s, %llu skipped%s (%.1f s%s)\n", o->out,
+                (unsigned long long)mr.packed, cli_plural(mr.packed), mr.nshards, cli_plural(mr.nshards),
+                (unsigned long long)mr.skipped, mr.skipped ? ", listed in skipped.tsv" : "", el,
+                r ? "" : ", merge");
         if (orig)
             fprintf(stderr, "pack: %llu JPEG inputs stored as they were, %llu re-encoded at quality %d\n",
                     (unsigned long long)r->kept, (unsigned long long)r->reencoded, o->quality);
@@ -140,8 +141,10 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
         return -1;
     }
     if (*next > first && !o->quiet)
-        fprintf(stderr, "pack: resuming: kept %zu verified shards (%llu records), continuing at input %llu\n",
-                r->out.nshards, (unsigned long long)pk_out_records(&r->out), (unsigned long long)*next);
+        fprintf(stderr,
+                "pack: resuming: kept %zu verified shard%s (%llu records), continuing at input %llu\n",
+                r->out.nshards, cli_plural(r->out.nshards), (unsigned long long)pk_out_records(&r->out),
+                (unsigned long long)*next);
     rc = redo_gaps(r, gaps, ngaps, &restart);
     free(gaps);
     if (rc == 1) { /* --on-error fail: the earlier run skipped a bad input */

@@ -59,6 +59,18 @@ void cli_progress_clear(const cli_progress *p)
     fflush(stderr);
 }
 
+const char *cli_bytes(char *buf, size_t n, double v)
+{
+    const char *u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    int i = 0;
+    while (v >= 999.5 && i < 5) v /= 1000, i++;
+    if (i == 0) snprintf(buf, n, "%.0f B", v);
+    else snprintf(buf, n, v < 9.95 ? "%.1f %s" : "%.0f %s", v, u[i]);
+    return buf;
+}
+
+const char *cli_plural(uint64_t n) { return n == 1 ? "" : "s"; }
+
 static void fmt_count(const cli_progress *p, char *b, size_t n, double v, bool rate);
 
 static void fmt_bytes(char *b, size_t n, double v)

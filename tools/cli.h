@@ -20,6 +20,13 @@ enum {
     CLI_EXIT_SKIPPED = 3, /* pack: packed, but some inputs were skipped (each named) */
 };
 
+/* The exit codes as every tool's --help states them (pack adds 3). */
+#define CLI_EXIT_HELP                                                            \
+  "Exit status, the same in every stoker tool: 0 success; 1 problems found in\n" \
+  "the data, an input that cannot be read or an output that cannot be written\n" \
+  "(the message names the file and what is wrong); 2 usage error (the command\n" \
+  "line, or options the input cannot serve).\n"
+
 /* ---------------------------------------------------------------- options
  *
  * Every tool reads its command line with cli_getopt over a getopt_long table
@@ -121,6 +128,12 @@ bool cli_real(const cli_args *a, const char *s, double lo, double hi, double *ou
 
 double cli_now(void);          /* monotonic seconds */
 double cli_rss_anon_mib(void); /* this process's anonymous resident memory (RssAnon), MiB */
+
+/* Bytes for people, in decimal units as the rates are: "512 B", "2.4 MB",
+ * "302 MB", "1.2 GB" (three figures at most); buf holds at least 16. */
+const char *cli_bytes(char *buf, size_t n, double bytes);
+/* "s" unless n is 1: "%zu shard%s". */
+const char *cli_plural(uint64_t n);
 
 /* Print s as a JSON string literal (quotes included). */
 void cli_json_string(FILE *f, const char *s);

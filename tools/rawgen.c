@@ -61,9 +61,7 @@ static void usage(FILE *f)
             "      --json            print the result as one JSON object on stdout\n"
             "  -q, --quiet           no progress bar or summary\n"
             "  -h, --help            this help\n"
-            "  -V, --version         version\n\n"
-            "Exit status: 0 written; 1 could not be written (the message says why, e.g.\n"
-            "OUTDIR is not empty and --force was not given); 2 usage error.\n",
+            "  -V, --version         version\n\n" CLI_EXIT_HELP,
             RG_BOMB_SIDE, RG_BOMB_SIDE);
 }
 

@@ -54,9 +54,7 @@ static void usage(FILE *f)
                "  -h, --help           this help\n"
                "  -V, --version        version\n\n"
                "--file-hash needs a manifest (a dataset directory or manifest.json):\n"
-               "shard files named alone carry no whole-file hash to compare with.\n\n"
-               "Exit status: 0 everything checked is intact; 1 problems found (also a\n"
-               "PATH, shard or manifest that cannot be read or parsed); 2 usage error.\n");
+               "shard files named alone carry no whole-file hash to compare with.\n\n" CLI_EXIT_HELP);
 }
 
 typedef struct {
@@ -512,16 +510,16 @@ static void report(checker *c, double seconds)
             printf("%s: ... and %llu more problems\n", c->t[i].path,
                    (unsigned long long)(l - MAX_LISTED_PER_SHARD));
     }
-    char rate[64] = ""; /* --quick reads no data: a rate would mislead */
+    char rate[64] = "", hb[16]; /* --quick reads no data: a rate would mislead */
     if (c->o.full) snprintf(rate, sizeof rate, " (%.2f GB/s)", gbs);
     if (c->o.decode)
         snprintf(rate + strlen(rate), sizeof rate - strlen(rate), ", %llu JPEG values decoded", decoded);
     if (!c->o.quiet)
         fprintf(stderr,
-                "shardcheck: %s check of %zu shards, %llu records, %.2f GB in %.2f s%s: %s%llu problem%s\n",
-                mode, c->nt, (unsigned long long)records, (double)bytes / 1e9, seconds, rate,
-                c->total_problems ? "" : "OK, ", (unsigned long long)c->total_problems,
-                c->total_problems == 1 ? "" : "s");
+                "shardcheck: %s check of %zu shard%s, %llu record%s, %s in %.2f s%s: %s%llu problem%s\n",
+                mode, c->nt, cli_plural(c->nt), (unsigned long long)records, cli_plural(records),
+                cli_bytes(hb, sizeof hb, (double)bytes), seconds, rate, c->total_problems ? "" : "OK, ",
+                (unsigned long long)c->total_problems, cli_plural(c->total_problems));
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -534,7 +532,7 @@ static int parse(int argc, char **argv, opts *o)
     *o = (opts){.full = true, .threads = ncpu > 0 ? (unsigned)ncpu : 1};
     int ch;
     uint64_t v;
-    bool quick = false;
+    bool quick = false, full = false;
     while ((ch = cli_getopt(&a, argc, argv, "j:" CLI_COMMON_SHORT)) != -1) {
         switch (ch) {
         case 'Q':
@@ -542,7 +540,7 @@ static int parse(int argc, char **argv, opts *o)
             quick = true;
             break;
         case 'F':
-            o->full = true;
+            o->full = full = true;
             break;
         case 'D':
             o->decode = true;
@@ -560,6 +558,8 @@ static int parse(int argc, char **argv, opts *o)
     }
     o->json = a.json, o->quiet = a.quiet;
     if (!cli_operands(&a, argc, 1, -1, "at least one PATH")) return CLI_EXIT_USAGE;
+    if (quick && full) return cli_usage_error(&a, "--quick and --full are different checks: give one");
+    if (quick) o->full = false;
     if (o->file_hash && !o->full)
         return cli_usage_error(&a, "--file-hash reads every byte; it cannot go with --quick");
     if (quick && o->decode)

@@ -17,9 +17,10 @@ static void usage(FILE *f)
                "Write a synthetic stoker dataset (fields: image u8[N,N,3], label i64,\n"
                "and with --captions a variable-length 'caption') into OUTDIR.\n\n"
                "  -n, --records N           records to write (default 1000)\n"
-               "      --size N              image side in pixels (default 64)\n"
+               "  -s, --size N              image side in pixels (default 64)\n"
                "      --classes N           number of classes (default 10)\n"
-               "      --records-per-shard N start a new shard every N records\n"
+               "      --records-per-shard N\n"
+               "                            start a new shard every N records\n"
                "      --shard-size BYTES    shard size limit, whole records (default 64M;\n"
                "                            suffixes K, M, G)\n"
                "      --seed S              content seed (default 0)\n"
@@ -34,8 +35,7 @@ static void usage(FILE *f)
                "      --json                print the result as one JSON object\n"
                "  -q, --quiet               no progress bar or summary\n"
                "  -h, --help                this help\n"
-               "  -V, --version             version\n\n"
-               "Exit status: 0 success, 1 the dataset could not be written, 2 usage error.\n");
+               "  -V, --version             version\n\n" CLI_EXIT_HELP);
 }
 
 typedef struct {
@@ -61,7 +61,7 @@ static int parse(int argc, char **argv, opts *o)
     const cli_flag flags[] = {{'C', &o->captions}, {'A', &o->aspect}, {'f', &o->force}, {0, NULL}};
     cli_args a = {.prog = "shardgen", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
     int c;
-    while ((c = cli_getopt(&a, argc, argv, "n:" CLI_COMMON_SHORT)) != -1) {
+    while ((c = cli_getopt(&a, argc, argv, "n:s:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
         case 'z': {

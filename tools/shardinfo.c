@@ -5,10 +5,30 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stoker/reader.h"
+
+/* The pack parameters (the manifest's "pack" object), one "key: value" line
+ * each, objects indented under their key (--json keeps the raw object). */
+static void print_pack(const json_t *v, int indent)
+{
+    const char *k;
+    const json_t *x;
+    json_object_foreach((json_t *)v, k, x)
+    {
+        if (json_is_object(x)) {
+            printf("%*s%s:\n", indent, "", k);
+            print_pack(x, indent + 2);
+            continue;
+        }
+        char *t = json_is_string(x) ? NULL : json_dumps(x, JSON_COMPACT | JSON_ENCODE_ANY);
+        printf("%*s%s: %s\n", indent, "", k, t ? t : json_string_value(x));
+        free(t);
+    }
+}
 
 static void usage(FILE *f)
 {
@@ -20,9 +40,7 @@ static void usage(FILE *f)
                "      --json          print one JSON object instead\n"
                "  -q, --quiet         no note on stderr when the histogram cannot be made\n"
                "  -h, --help          this help\n"
-               "  -V, --version       version\n\n"
-               "Exit status: 0 described, 1 the dataset cannot be opened (the message says\n"
-               "why), 2 usage error.\n");
+               "  -V, --version       version\n\n" CLI_EXIT_HELP);
 }
 
 typedef struct {
@@ -195,9 +213,10 @@ static void print_text(const char *path, const stk_dataset *ds, const histogram 
     printf("dataset      %s\n", path);
     printf("format       %u.%u, fingerprint %016llx\n", m->version_major, m->version_minor,
            (unsigned long long)m->fingerprint);
-    printf("records      %llu in %zu shard%s, %.3f GB (%.0f bytes per record with overhead)\n",
-           (unsigned long long)n, stk_dataset_nshards(ds), stk_dataset_nshards(ds) == 1 ? "" : "s",
-           bytes / 1e9, n ? (double)bytes / n : 0);
+    char hb[16];
+    printf("records      %llu in %zu shard%s, %s (%.0f bytes per record with overhead)\n",
+           (unsigned long long)n, stk_dataset_nshards(ds), cli_plural(stk_dataset_nshards(ds)),
+           cli_bytes(hb, sizeof hb, (double)bytes), n ? (double)bytes / n : 0);
     printf("fields\n");
     for (unsigned f = 0; f < s->nfields; f++) {
         char d[128];
@@ -219,7 +238,11 @@ static void print_text(const char *path, const stk_dataset *ds, const histogram 
         printf("  %-28s %10llu records %12llu bytes  xxh3 %016llx\n", e->path, (unsigned long long)e->records,
                (unsigned long long)e->file_size, (unsigned long long)e->file_hash);
     }
-    printf("pack         %s\n", m->pack_json);
+    printf("pack%s\n",
+           m->pack_json && strcmp(m->pack_json, "{}") && strcmp(m->pack_json, "null") ? "" : "         none");
+    json_t *pj = m->pack_json ? json_loads(m->pack_json, 0, NULL) : NULL;
+    print_pack(pj, 2);
+    json_decref(pj);
     printf("classes      %zu\n", m->nclasses);
     if (h->n) {
         uint64_t lo = UINT64_MAX, hi = 0;

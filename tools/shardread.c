@@ -45,8 +45,8 @@ static void usage(FILE *f)
                "                          same datasets with other weights goes on at its\n"
                "                          position with the new weights\n"
                "  -b, --batch-size N      records per batch on this rank (default 256)\n"
-               "  -o, --order ORDER       sequential (default), shuffle or quasi\n"
-               "  -s, --seed S            seed of the shuffled orders (default 0)\n"
+               "      --order ORDER       sequential (default), shuffle or quasi\n"
+               "      --seed S            seed of the shuffled orders (default 0)\n"
                "  -e, --epochs E          epochs to read (default 1)\n"
                "      --rank R            this rank (default: $RANK, $SLURM_PROCID, 0)\n"
                "      --world-size W      ranks (default: $WORLD_SIZE, $SLURM_NTASKS, 1)\n"
@@ -66,6 +66,9 @@ static void usage(FILE *f)
                "                          for larger-than-RAM data or one pass over cold\n"
                "                          data; see README)\n"
                "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
+               "      --cache-dir DIR     a remote dataset (s3://, https://): the node cache of\n"
+               "                          fetched bytes, shared by the node's processes\n"
+               "      --cache-limit SIZE  a remote dataset: bytes the cache may hold\n"
                "      --device DEV        none (default: host batches), host (the host\n"
                "                          backend of the device protocol) or cuda[:N]\n"
                "      --fallback          with --device cuda: use host batches when no\n"
@@ -102,11 +105,7 @@ static void usage(FILE *f)
                "      --plot FILE         write the sweep as an SVG chart\n"
                "  -q, --quiet             no progress bar or summary\n"
                "  -h, --help              this help\n"
-               "  -V, --version           version\n\n"
-               "Exit status: 0 read to the end; 1 the data failed (checksum mismatch,\n"
-               "truncated or unreadable shard: the message names shard and record), or a\n"
-               "dataset or state file cannot be read or written; 2 usage error (also\n"
-               "options the dataset cannot serve, such as a --fields name it lacks).\n");
+               "  -V, --version           version\n\n" CLI_EXIT_HELP);
 }
 
 typedef struct {
@@ -169,11 +168,15 @@ static int parse_args(int argc, char **argv, opts *o)
         O_PLOT,
         O_MIX,
         O_EPOCH_SIZE,
-        O_REWEIGHT
+        O_REWEIGHT,
+        O_ORDER,
+        O_SEED,
+        O_CACHE_DIR,
+        O_CACHE_LIMIT
     };
     static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
-                                       {"order", 1, 0, 'o'},
-                                       {"seed", 1, 0, 's'},
+                                       {"order", 1, 0, O_ORDER},
+                                       {"seed", 1, 0, O_SEED},
                                        {"epochs", 1, 0, 'e'},
                                        {"rank", 1, 0, O_RANK},
                                        {"world-size", 1, 0, O_WORLD},
@@ -213,30 +216,33 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"mix", 1, 0, O_MIX},
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
+                                       {"cache-dir", 1, 0, O_CACHE_DIR},
+                                       {"cache-limit", 1, 0, O_CACHE_LIMIT},
                                        CLI_COMMON_OPTIONS};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
     o->ro.batch_size = 256;
     o->epochs = 1;
-    const cli_number num[] = {{'s', false, 0, UINT64_MAX, &o->ro.seed},
+    const cli_number num[] = {{O_SEED, false, 0, UINT64_MAX, &o->ro.seed},
                               {'e', false, 1, UINT64_MAX, &o->epochs},
                               {O_WARMUP, false, 0, UINT64_MAX, &o->warmup},
                               {O_STOP, false, 1, UINT64_MAX, &o->stop_after},
                               {O_EPOCH_SIZE, false, 1, UINT64_MAX, &o->ro.epoch_size},
                               {O_BUDGET, true, 0, UINT64_MAX, &o->ro.memory_budget},
+                              {O_CACHE_LIMIT, true, 1, UINT64_MAX, &o->ro.cache_limit},
                               {O_QBLOCK, true, 1, UINT64_MAX, &o->ro.quasi_block_bytes},
                               {0, false, 0, 0, NULL}};
     cli_args a = {.prog = "shardread", .usage = usage, .longopts = lo, .numbers = num};
     int c;
     uint64_t v;
     double d;
-    while ((c = cli_getopt(&a, argc, argv, "b:o:s:e:j:p:f:" CLI_COMMON_SHORT)) != -1) {
+    while ((c = cli_getopt(&a, argc, argv, "b:e:j:p:f:" CLI_COMMON_SHORT)) != -1) {
         switch (c) {
         case 'b':
             if (!cli_uint(&a, optarg, 1, UINT32_MAX, &v)) return CLI_EXIT_USAGE;
             o->ro.batch_size = (uint32_t)v;
             break;
-        case 'o':
+        case O_ORDER:
             if ((o->ro.order = parse_enum(optarg, ORDERS, 3)) < 0)
                 return cli_bad_value(&a, optarg, "sequential, shuffle or quasi"), CLI_EXIT_USAGE;
             break;
@@ -370,6 +376,9 @@ static int parse_args(int argc, char **argv, opts *o)
             }
             break;
         }
+        case O_CACHE_DIR:
+            o->ro.cache_dir = optarg;
+            break;
         case O_REWEIGHT:
             o->reweight = 1;
             break;
@@ -526,6 +535,7 @@ static void report_sources(const stk_reader *r, FILE *out, int json)
     if (S < 2 && !json) return;
     stk_reader_source_stats st[MIX_MAX];
     uint64_t all = 0;
+    char hb[16];
     for (unsigned s = 0; s < S && s < MIX_MAX; s++) {
         stk_reader_source_stats_get(r, s, &st[s], NULL);
         all += st[s].samples;
@@ -544,11 +554,12 @@ static void report_sources(const stk_reader *r, FILE *out, int json)
     }
     for (unsigned s = 0; s < S && s < MIX_MAX; s++)
         fprintf(out,
-                "source %u %s: %llu of %llu records an epoch; %llu samples (%.1f%%), %.3f GB, workers %.3f s "
+                "source %u %s: %llu of %llu records an epoch; %llu samples (%.1f%%), %s, workers %.3f s "
                 "(%.2f us/sample)\n",
                 s, stk_reader_source_path(r, s), (unsigned long long)st[s].per_epoch,
                 (unsigned long long)st[s].records, (unsigned long long)st[s].samples,
-                all ? 100.0 * (double)st[s].samples / (double)all : 0.0, st[s].bytes / 1e9, st[s].busy_s,
+                all ? 100.0 * (double)st[s].samples / (double)all : 0.0,
+                cli_bytes(hb, sizeof hb, (double)st[s].bytes), st[s].busy_s,
                 st[s].samples ? st[s].busy_s / (double)st[s].samples * 1e6 : 0.0);
 }
 
@@ -624,14 +635,20 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
     stk_reader_io_stats_get(r, &io);
     const char *engine = io.engine == STK_IO_ENGINE_URING     ? "io_uring"
                          : io.engine == STK_IO_ENGINE_THREADS ? "threads"
+                         : io.engine == STK_IO_ENGINE_REMOTE  ? "remote"
                                                               : "none";
+    stk_reader_remote_stats rs;
+    stk_reader_remote_stats_get(r, &rs);
     if (!o->quiet) {
         FILE *out = o->dump || o->json ? stderr : stdout;
+        char hb[16], hb2[16];
         fprintf(out,
-                "read %llu batches, %llu samples, %.3f GB in %.3f s: %.0f samples/s, %.3f GB/s "
-                "(%llu zero-copy batches, %llu records verified)\n",
-                (unsigned long long)s->batches, (unsigned long long)s->samples, s->bytes / 1e9, s->wall_s,
-                sps, gbs, (unsigned long long)s->zero_copy_batches, (unsigned long long)s->verified);
+                "read %llu batch%s, %llu sample%s, %s in %.3f s: %.0f samples/s, %.3f GB/s "
+                "(%llu zero-copy batch%s, %llu record%s verified)\n",
+                (unsigned long long)s->batches, s->batches == 1 ? "" : "es", (unsigned long long)s->samples,
+                cli_plural(s->samples), cli_bytes(hb, sizeof hb, s->bytes), s->wall_s, sps, gbs,
+                (unsigned long long)s->zero_copy_batches, s->zero_copy_batches == 1 ? "" : "es",
+                (unsigned long long)s->verified, cli_plural(s->verified));
         fprintf(
             out,
             "waited %.3f s (%.1f%%), workers busy %.3f s over %u threads, %.1f batches ready on average\n",
@@ -642,14 +659,28 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         fprintf(out, "cpu %.3f s (%.3f core-s per GB), anonymous memory %.1f MiB\n", cpu_s,
                 s->bytes ? cpu_s / (s->bytes / 1e9) : 0.0, anon_mib);
         if (io.io == STK_IO_DIRECT)
-            fprintf(
-                out,
-                "io: direct (%s, depth %u): %llu reads, %.3f GB, %llu retried, %.3f GB bounced, %llu from "
-                "the map, %u files without O_DIRECT; %s\n",
-                engine, io.depth, (unsigned long long)io.reads, io.bytes / 1e9,
-                (unsigned long long)io.retries, io.bounced_bytes / 1e9, (unsigned long long)io.map_reads,
-                io.buffered_files, io.reason);
+            fprintf(out,
+                    "io: direct (%s, depth %u): %llu reads, %s, %llu retried, %s bounced, %llu from "
+                    "the map, %u files without O_DIRECT; %s\n",
+                    engine, io.depth, (unsigned long long)io.reads,
+                    cli_bytes(hb, sizeof hb, (double)io.bytes), (unsigned long long)io.retries,
+                    cli_bytes(hb2, sizeof hb2, (double)io.bounced_bytes), (unsigned long long)io.map_reads,
+                    io.buffered_files, io.reason);
         else fprintf(out, "io: mmap; %s\n", io.reason);
+        if (rs.remote) {
+            char b3[16], b4[16];
+            fprintf(out,
+                    "remote: %llu requests, %s fetched, %llu retried (%llu 5xx, %llu network), %llu failed, "
+                    "%llu checksum refetches, at most %llu in flight; cache: %llu hits (%s), %s stored, %s "
+                    "not admitted\n",
+                    (unsigned long long)rs.requests, cli_bytes(hb, sizeof hb, (double)rs.bytes_fetched),
+                    (unsigned long long)rs.retries, (unsigned long long)rs.retries_5xx,
+                    (unsigned long long)rs.retries_network, (unsigned long long)rs.failures,
+                    (unsigned long long)rs.checksum_refetches, (unsigned long long)rs.inflight_max,
+                    (unsigned long long)rs.cache_hits, cli_bytes(hb2, sizeof hb2, (double)rs.cache_hit_bytes),
+                    cli_bytes(b3, sizeof b3, (double)rs.cache_stored_bytes),
+                    cli_bytes(b4, sizeof b4, (double)rs.cache_rejected_bytes));
+        }
         report_sources(r, out, 0);
         if (o->ro.order == STK_ORDER_QUASI && !o->mix.n) shuffle_quality(r, o, out);
     }
@@ -675,6 +706,19 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         cli_json_string(stdout, io.reason);
         printf(",\"verdict\":");
         cli_json_string(stdout, verdict);
+        if (rs.remote)
+            printf(
+                ",\"remote\":{\"requests\":%llu,\"bytes_fetched\":%llu,\"retries\":%llu,\"retries_5xx\":%llu,"
+                "\"retries_network\":%llu,\"failures\":%llu,\"gets\":%llu,\"get_bytes\":%llu,"
+                "\"cache_hits\":%llu,\"cache_hit_bytes\":%llu,\"cache_stored_bytes\":%llu,"
+                "\"cache_rejected_bytes\":%llu,\"checksum_refetches\":%llu,\"inflight_max\":%llu}",
+                (unsigned long long)rs.requests, (unsigned long long)rs.bytes_fetched,
+                (unsigned long long)rs.retries, (unsigned long long)rs.retries_5xx,
+                (unsigned long long)rs.retries_network, (unsigned long long)rs.failures,
+                (unsigned long long)rs.gets, (unsigned long long)rs.get_bytes,
+                (unsigned long long)rs.cache_hits, (unsigned long long)rs.cache_hit_bytes,
+                (unsigned long long)rs.cache_stored_bytes, (unsigned long long)rs.cache_rejected_bytes,
+                (unsigned long long)rs.checksum_refetches, (unsigned long long)rs.inflight_max);
         report_sources(r, stdout, 1);
         if (errmsg) {
             printf(",\"error\":");

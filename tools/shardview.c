@@ -10,10 +10,12 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include <errno.h>
 #include <spng.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include "image.h"
 
@@ -30,28 +32,29 @@ static void usage(FILE *f)
     fprintf(f, "Usage: shardview [OPTIONS] DATASET --out FILE\n"
                "Write a contact sheet of a dataset's stored images (FILE.jpg or FILE.png),\n"
                "or one record's image with --record.\n\n"
-               "  -o, --out FILE        output image: .jpg/.jpeg (TurboJPEG) or .png (libspng)\n"
+               "  -o, --out FILE        output image, its format by its name: .png (libspng),\n"
+               "                        .jpg or .jpeg (TurboJPEG); other names are refused\n"
                "  -n, --records N       the first N records (default 64)\n"
-               "      --random N        N records drawn at random (without repeats)\n"
+               "      --random N        N records drawn at random (without repeats; at most\n"
+               "                        the dataset's records)\n"
                "      --seed S          seed for --random (default 0)\n"
                "      --first I         start at record I (with --records)\n"
                "      --record I        only record I, at its stored size\n"
-               "      --label           draw each record's label under it\n"
+               "      --label           draw each record's label under it (the dataset\n"
+               "                        needs an integer field 'label')\n"
                "      --field NAME      the image field, u8 [H, W, 1|3|4] (default image)\n"
                "      --columns C       cells per row (default: a square-ish grid)\n"
                "      --quality Q       JPEG quality (default 90)\n"
                "      --json            print the sheet's geometry and cells as JSON\n"
                "  -q, --quiet           accepted as by every tool (shardview prints only errors)\n"
                "  -h, --help            this help\n"
-               "  -V, --version         version\n\n"
-               "Exit status: 0 written, 1 the dataset or output failed (the message says\n"
-               "why), 2 usage error.\n");
+               "  -V, --version         version\n\n" CLI_EXIT_HELP);
 }
 
 typedef struct {
     const char *out, *field, *path;
     uint64_t n, first, seed, record;
-    int random, one, label, json, quality;
+    int random, one, label, json, quality, png;
     unsigned columns;
 } opts;
 
@@ -92,10 +95,28 @@ static void blit(uint8_t *dst, unsigned W, const uint8_t *src, unsigned w, unsig
         }
 }
 
-static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigned H, int quality)
+/* The format --out names by its extension: 1 PNG, 0 JPEG, -1 neither. */
+static int out_format(const char *path)
 {
-    const char *dot = strrchr(path, '.');
-    int png = dot && (!strcasecmp(dot, ".png"));
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash)) return -1;
+    if (!strcasecmp(dot, ".png")) return 1;
+    return !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ? 0 : -1;
+}
+
+/* Whether --out's directory can take a new file; else a message naming it. */
+static bool out_writable(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    if (access(dir, W_OK | X_OK) == 0) return true;
+    fprintf(stderr, "shardview: --out %s: cannot write there: %s\n", path, strerror(errno));
+    return false;
+}
+
+static int write_image(const char *path, int png, const uint8_t *rgb, unsigned W, unsigned H, int quality)
+{
     unsigned char *buf = NULL;
     size_t len = 0;
     char msg[256] = "";
@@ -123,7 +144,7 @@ static int write_image(const char *path, const uint8_t *rgb, unsigned W, unsigne
     stk_error err;
     int rc = msg[0] ? 1 : stk_file_commit(path, buf, len, &err) ? 1 : 0;
     if (msg[0]) fprintf(stderr, "shardview: %s: %s\n", path, msg);
-    else if (rc) fprintf(stderr, "shardview: %s\n", err.msg);
+    else if (rc) fprintf(stderr, "shardview: --out %s: %s\n", path, err.msg);
     if (png) free(buf);
     else tjFree(buf);
     return rc;
@@ -187,6 +208,9 @@ static int parse_args(int argc, char **argv, opts *o)
     o->json = a.json;
     if (!cli_operands(&a, argc, 1, 1, "one DATASET")) return CLI_EXIT_USAGE;
     if (!o->out) return cli_usage_error(&a, "--out FILE is required");
+    if ((o->png = out_format(o->out)) < 0)
+        return cli_usage_error(&a, "--out %s: the format follows the name: end it in .png, .jpg or .jpeg",
+                               o->out);
     o->path = argv[optind];
     return CLI_EXIT_OK;
 }
@@ -276,6 +300,7 @@ int main(int argc, char **argv)
     opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    if (!out_writable(o.out)) return CLI_EXIT_FAIL;
     stk_error err;
     stk_dataset *ds = stk_dataset_open(o.path, &err);
     if (!ds) {
@@ -300,7 +325,18 @@ int main(int argc, char **argv)
     uint64_t h = fd->shape[0], w = fd->shape[1], ch = fd->shape[2];
     uint64_t N = stk_dataset_records(ds), n = o.one ? 1 : o.n;
     if (!o.one && !o.random && o.first < N && n > N - o.first) n = N - o.first;
-    if (o.random && n > N) n = N;
+    const char *refused = NULL;
+    if (o.random && n > N) refused = "--random";
+    else if (o.label && !o.one && lf < 0) refused = "--label";
+    if (refused) {
+        if (o.label && lf < 0)
+            fprintf(stderr, "shardview: --label: %s has no integer scalar field 'label' to draw\n", o.path);
+        else
+            fprintf(stderr, "shardview: --random %llu: %s has %llu record%s (at most that many)\n",
+                    (unsigned long long)n, o.path, (unsigned long long)N, cli_plural(N));
+        stk_dataset_close(ds);
+        return CLI_EXIT_USAGE;
+    }
     if ((o.one && o.record >= N) || (!o.one && !o.random && o.first >= N)) {
         fprintf(stderr, "shardview: %s: record %llu out of range (%llu records)\n", o.path,
                 (unsigned long long)(o.one ? o.record : o.first), (unsigned long long)N);
@@ -371,7 +407,7 @@ int main(int argc, char **argv)
             draw_number(rgb, (unsigned)W, (unsigned)H, x + 1, y + (unsigned)h + 2, x + (unsigned)w,
                         labels[i]);
     }
-    if (!rc && write_image(o.out, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = CLI_EXIT_FAIL;
+    if (!rc && write_image(o.out, o.png, rgb, (unsigned)W, (unsigned)H, o.quality)) rc = CLI_EXIT_FAIL;
     if (!rc && o.json) { /* only for a sheet that was written */
         printf("{\"out\":");
         cli_json_string(stdout, o.out);

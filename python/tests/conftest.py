@@ -102,7 +102,7 @@ def ds_copy(ds, tmp_path):
 def dump_order(dataset, batch, order="sequential", seed=0, epochs=1, rank=0, world=1, tail="pad",
                extra=()):
     """`shardread --dump-order`: one list of global record indices per batch."""
-    p = run_tool(tool("shardread"), "-q", "--dump-order", "-b", batch, "--order", order, "-s", seed,
+    p = run_tool(tool("shardread"), "-q", "--dump-order", "-b", batch, "--order", order, "--seed", seed,
                  "-e", epochs, "--rank", rank, "--world-size", world, "--tail", tail, "-f", "label",
                  *extra, dataset)
     return [[int(x) for x in line.split()] for line in p.stdout.splitlines()]

@@ -165,7 +165,7 @@ def test_load_state_dict_refusals_are_the_c_messages(ds):
 
 def test_state_from_the_c_tool_loads(ds, tmp_path):
     sf = tmp_path / "st.json"
-    run_tool(tool("shardread"), "-q", "-b", "8", "--order", "shuffle", "-s", "3", "-f", "label",
+    run_tool(tool("shardread"), "-q", "-b", "8", "--order", "shuffle", "--seed", "3", "-f", "label",
              "--stop-after", "7", "--state-out", sf, ds)
     want = dump_order(ds, 8, "shuffle", 3, epochs=1, extra=["--state-in", str(sf)])
     with stoker.Reader(ds, batch_size=8, order="shuffle", seed=3, fields="label") as r:

@@ -356,7 +356,7 @@ START_TEST(dataset_abort_leaves_no_manifest)
     ck_assert(!tu_exists(m));
     ck_assert_uint_eq(count_suffix(dir, ".tmp"), 0);
     ck_assert_uint_eq(count_suffix(dir, ".stk"), 2);
-    expect_open_fails(dir, STK_E_IO, "manifest.json: cannot open");
+    expect_open_fails(dir, STK_E_IO, "ds_abort: not a stoker dataset (no manifest.json)");
     stk_dataset_writer_abort(NULL);
 }
 END_TEST

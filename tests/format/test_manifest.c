@@ -647,7 +647,7 @@ START_TEST(commit_and_load)
     tu_assert_error(&e, STK_E_MANIFEST, path);
     ck_assert_int_eq(unlink(path), 0);
     ck_assert_ptr_null(stk_manifest_load(dir, &e));
-    tu_assert_error(&e, STK_E_IO, "manifest.json: cannot open");
+    tu_assert_error(&e, STK_E_IO, "commit: not a stoker dataset (no manifest.json)");
     /* A FIFO in its place is refused, not waited on. */
     ck_assert_int_eq(mkfifo(path, 0600), 0);
     ck_assert_ptr_null(stk_manifest_load(dir, &e));

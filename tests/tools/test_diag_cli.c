@@ -234,6 +234,79 @@ START_TEST(shardinfo_json)
 }
 END_TEST
 
+/* A dataset of 4 images u8[4,4,3] and no label field. */
+static void write_images_only(const char *dir)
+{
+    stk_schema sc;
+    stk_error e;
+    const uint64_t shape[3] = {4, 4, 3};
+    stk_schema_init(&sc);
+    ck_assert_int_eq(stk_schema_add_tensor(&sc, "image", STK_DT_U8, 3, shape, &e), STK_OK);
+    stk_dataset_options o;
+    stk_dataset_options_init(&o);
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    uint8_t px[48];
+    for (int i = 0; i < 4; i++) {
+        memset(px, 60 * i, sizeof px);
+        stk_value v = {px, sizeof px};
+        ck_assert_int_eq(stk_dataset_writer_append(dw, &v, &e), STK_OK);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+}
+
+/* What shardview once took silently: the output's format follows its name
+ * (a .png holds PNG, a .jpg JPEG, other names are refused before any
+ * work), --random above the records, --label without a label field, an
+ * --out directory that is not there (named as given, not a temporary
+ * file); and a directory without a manifest is not a dataset. */
+START_TEST(refusals)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(
+        tu_sh("'%s/shardview' ds --out a.png && '%s/shardview' ds --out b.JPEG", tu_tools, tu_tools), 0);
+    ck_assert(!memcmp(tu_slurp("a.png"), "\x89PNG", 4));
+    ck_assert(!memcmp(tu_slurp("b.JPEG"), "\xff\xd8\xff", 3));
+    tu_sh_says(2, "err.txt",
+               "shardview: --out s.gif: the format follows the name: end it in .png, .jpg or .jpeg",
+               "'%s/shardview' ds --out s.gif", tu_tools);
+    ck_assert(!tu_exists("s.gif"));
+    tu_sh_says(2, "err.txt", "shardview: --random 51: ds has 50 records",
+               "'%s/shardview' ds --random 51 --out r.png", tu_tools);
+    ck_assert(!tu_exists("r.png"));
+    ck_assert_int_eq(tu_sh("'%s/shardview' ds --random 50 --out r.png", tu_tools), 0);
+    tu_sh_says(1, "err.txt", "shardview: --out /nonexistent-dir/s.jpg: cannot write there: No such file",
+               "'%s/shardview' ds --out /nonexistent-dir/s.jpg", tu_tools);
+    ck_assert(!strstr(tu_slurp("err.txt"), ".tmp"));
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/nolabel", tu_tmp);
+    write_images_only(dir);
+    tu_sh_says(2, "err.txt", "shardview: --label: nolabel has no integer scalar field 'label'",
+               "'%s/shardview' nolabel --label --out l.png", tu_tools);
+    ck_assert_int_eq(tu_sh("mkdir empty"), 0);
+    for (int i = 0; i < 4; i++) {
+        static const char *const cmd[] = {"shardinfo empty", "shardview --out e.png empty",
+                                          "shardread -q empty", "shardcheck -q empty"};
+        tu_sh_says(1, "err.txt", "empty: not a stoker dataset (no manifest.json)", "'%s'/%s", tu_tools,
+                   cmd[i]);
+    }
+}
+END_TEST
+
+/* shardinfo prints the pack parameters as one "key: value" line each
+ * (--json keeps the object). */
+START_TEST(shardinfo_pack_lines)
+{
+    tu_cli_setup();
+    make_dataset();
+    tu_sh_says(0, "out.txt", "\npack\n  tool: shardgen\n", "'%s/shardinfo' ds", tu_tools);
+    ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "\n  size: 24\n"));
+    ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "in 3 shards, 120 KB ("));
+    ck_assert_ptr_null(strstr(tu_slurp("out.txt"), "{"));
+}
+END_TEST
+
 /* shardread -q --sweep with `args` on ds, its table written to `file`: it
  * exits 0 and the table has a header and `rows` points; the table's text. */
 static char *sweep_csv(const char *args, const char *file, int rows)
@@ -249,7 +322,7 @@ START_TEST(sweep_csv_and_json)
     tu_cli_setup();
     make_dataset();
     char *csv = sweep_csv("--sweep-threads 1,2 --sweep-prefetch 1,3 --sweep-batch 4,8 --sweep-seconds 0.05 "
-                          "-o shuffle --plot sweep.svg",
+                          "--order shuffle --plot sweep.svg",
                           "sweep.csv", 8);
     static const char header[] =
         "threads,prefetch,batch_size,samples_per_s,gb_per_s,wait_fraction,peak_anon_mib,knee,io,io_depth\n";
@@ -283,7 +356,7 @@ START_TEST(sweep_io_axes)
     tu_cli_setup();
     make_dataset();
     char *csv = sweep_csv("--sweep-threads 1 --sweep-prefetch 1 --sweep-io mmap,direct --sweep-io-depth 2,8 "
-                          "--sweep-seconds 0.05 -o shuffle",
+                          "--sweep-seconds 0.05 --order shuffle",
                           "io.csv", 3);
     ck_assert_msg(strstr(csv, ",mmap,0\n") && strstr(csv, ",direct,2\n") && strstr(csv, ",direct,8\n"), "%s",
                   csv);
@@ -300,7 +373,8 @@ START_TEST(sweep_io_axes)
 }
 END_TEST
 
-TU_MAIN("diagnostics cli", {.name = "cli",
-                            .timeout = 120,
-                            .tests = {contact_sheet_png_exact, contact_sheet_jpeg_and_random, shardinfo_json,
-                                      variable_shapes, sweep_csv_and_json, sweep_io_axes}})
+TU_MAIN("diagnostics cli",
+        {.name = "cli",
+         .timeout = 120,
+         .tests = {contact_sheet_png_exact, contact_sheet_jpeg_and_random, shardinfo_json, variable_shapes,
+                   sweep_csv_and_json, sweep_io_axes, refusals, shardinfo_pack_lines}})

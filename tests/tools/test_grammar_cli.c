@@ -85,6 +85,7 @@ START_TEST(common_options)
         snprintf(bin, sizeof bin, "%s/%s", tu_tools, TOOLS[i]);
         tu_check_common_options(bin, TOOLS[i]);
     }
+    tu_check_common_options(tu_pack_bin(), "pack"); /* pack reads its command line the same way */
 }
 END_TEST
 
@@ -101,5 +102,52 @@ START_TEST(missing_dataset)
 }
 END_TEST
 
-TU_MAIN("grammar_cli",
-        {.name = "grammar", .timeout = 300, .tests = {integer_options, common_options, missing_dataset}})
+/* One exit status per outcome in every tool (CONTRIBUTING.md, "The tools'
+ * grammar"): 0 success, 1 problems in the data or an input that cannot be
+ * read (or an output that cannot be written), 2 usage; pack 3 when it
+ * skipped inputs. */
+START_TEST(exit_codes)
+{
+    tu_cli_setup();
+    ck_assert_int_eq(tu_sh("'%s/shardgen' -q -n 30 --size 8 --records-per-shard 10 ok && cp -r ok bad && "
+                           "truncate -s -100 bad/shard-00001.stk && "
+                           "'%s/rawgen' -q -n 4 --classes 2 --min-side 16 --max-side 24 raw && "
+                           "cp -r raw rawbad && echo 'not an image' > rawbad/class000/zz.jpg",
+                           tu_tools, tu_tools),
+                     0);
+    static const struct {
+        const char *tool, *ok, *bad_data, *unreadable, *usage;
+    } T[] = {
+        {"shardcheck", "ok", "bad", "nowhere", "--quick --full ok"},
+        {"shardinfo", "ok", "bad", "nowhere", "--shards=1 ok"},
+        {"shardview", "--out v.png ok", "--out v.png bad", "--out v.png nowhere", "--out v.gif ok"},
+        {"shardread", "ok", "bad", "nowhere", "--order random ok"},
+        {"shardgen", "-n 5 --force gen", NULL, NULL, "-n five gen"},
+        {"rawgen", "-n 2 --force rg", NULL, NULL, "-n 0x2 rg"},
+        {"pack", "-s 16 raw p1", "-s 16 rawbad p2", "-s 16 nowhere p3", "-s 0 raw p4"},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+        char bin[1200];
+        if (!strcmp(T[i].tool, "pack")) snprintf(bin, sizeof bin, "%s", tu_pack_bin());
+        else snprintf(bin, sizeof bin, "%s/%s", tu_tools, T[i].tool);
+        int want_bad = !strcmp(T[i].tool, "pack") ? 3 : 1;
+        ck_assert_msg(tu_sh("'%s' -q %s", bin, T[i].ok) == 0, "%s %s: %s", T[i].tool, T[i].ok,
+                      tu_slurp("err.txt"));
+        if (T[i].bad_data)
+            ck_assert_msg(tu_sh("'%s' -q %s", bin, T[i].bad_data) == want_bad, "%s %s", T[i].tool,
+                          T[i].bad_data);
+        if (T[i].unreadable)
+            ck_assert_msg(tu_sh("'%s' -q %s", bin, T[i].unreadable) == 1, "%s %s", T[i].tool,
+                          T[i].unreadable);
+        ck_assert_msg(tu_sh("'%s' -q %s", bin, T[i].usage) == 2, "%s %s", T[i].tool, T[i].usage);
+        ck_assert_int_eq(tu_count_lines(tu_slurp("err.txt")), 1);
+    }
+    /* an output that cannot be written: 1, as an input that cannot be read */
+    ck_assert_int_eq(tu_sh("touch afile && '%s/shardgen' -q -n 5 afile/x", tu_tools), 1);
+    ck_assert_int_eq(tu_sh("'%s/rawgen' -q -n 2 afile/x", tu_tools), 1);
+}
+END_TEST
+
+TU_MAIN("grammar_cli", {.name = "grammar",
+                        .timeout = 300,
+                        .tests = {integer_options, common_options, missing_dataset, exit_codes}})
