@@ -39,6 +39,12 @@ static bool shard_like(const char *name, size_t *plen)
     return true;
 }
 
+bool stk__shard_like(const char *name)
+{
+    size_t pl;
+    return shard_like(name, &pl);
+}
+
 static void gen_prefix(char *out, size_t cap, const char *prefix, unsigned gen)
 {
     if (gen) snprintf(out, cap, "%s.g%u", prefix, gen);

@@ -27,6 +27,11 @@ struct stk_dataset_writer {
     bool replacing;     /* STK_FORCE_REPLACE over a manifest: the old dataset stays until finish */
     bool committed;     /* the new manifest is in place */
     bool trust_jpeg;    /* stk_dataset_writer_trust_jpeg: passed to each shard's writer */
+    /* An s3:// dataset: dir is the local staging directory, url the address. */
+    stk_upload *up;
+    char *url;
+    bool keep_staged;    /* stk_dataset_writer_keep_staged: shards stay in dir until finish */
+    bool commit_unknown; /* the manifest's PUT failed in a way that may have landed it */
 };
 
 /* Replacing: the shards this writer committed, none of which the old
@@ -63,19 +68,39 @@ static int mkdirs(const char *dir, stk_error *err)
     return STK_OK;
 }
 
+/* An s3:// writer that did not commit: the shards it uploaded are deleted
+ * (no manifest names them; with the commit's outcome unknown they stay, as
+ * a manifest may name them). */
+static void remote_free(stk_dataset_writer *dw)
+{
+    stk_error e;
+    if (!dw->committed && !dw->commit_unknown) {
+        stk_upload_wait(dw->up, &e);
+        for (size_t i = 0; i < dw->m.nshards; i++) stk_upload_delete(dw->up, dw->m.shards[i].path, &e);
+        char *log = stk__path_join(dw->dir, ".stoker-uploaded"); /* names only deleted objects now */
+        if (log) unlink(log);
+        free(log);
+    }
+    stk_upload_close(dw->up); /* deletes the lock object */
+    dw->up = NULL;
+}
+
 static void dw_free(stk_dataset_writer *dw)
 {
     if (!dw) return;
     stk_writer_abort(dw->cur);
-    if (dw->replacing && !dw->committed) remove_new_shards(dw);
+    if (dw->up) remote_free(dw);
+    else if (dw->replacing && !dw->committed) remove_new_shards(dw);
     for (size_t i = 0; i < dw->m.nshards; i++) free(dw->m.shards[i].path);
     free(dw->m.shards);
     for (size_t i = 0; i < dw->m.nclasses; i++) free(dw->m.classes[i]);
     free(dw->m.classes);
     free(dw->m.pack_json);
-    free(dw->dir);
     free(dw->prefix);
     stk_dir_lock_release(dw->lock);
+    if (dw->url && dw->dir) rmdir(dw->dir); /* the staging directory, when nothing is left in it */
+    free(dw->url);
+    free(dw->dir);
     free(dw);
 }
 
@@ -105,6 +130,50 @@ static int handle_old(stk_dataset_writer *dw, int force, stk_error *err)
                 dw->prefix = p;
                 dw->replacing = true;
             }
+        }
+    }
+    free(mp);
+    return rc;
+}
+
+/* An s3:// dataset: the staging directory, held on this machine; the lock
+ * object; an old dataset under the prefix as handle_old treats one in a
+ * directory (its manifest fetched into the staging directory to choose the
+ * new generation's prefix). */
+static int remote_prepare(stk_dataset_writer *dw, const char *url, int force, stk_error *err)
+{
+    char stage[4096];
+    if (!(dw->url = strdup(url))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (!(dw->up = stk_upload_open(url, err))) return err ? err->code : STK_E_IO;
+    if (stk_upload_staging_dir(url, stage, sizeof stage, err)) return err ? err->code : STK_E_IO;
+    free(dw->dir);
+    if (!(dw->dir = strdup(stage))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (!(dw->lock = stk_dir_lock_take(stage, 0, 0, "stk_dataset_writer", err)))
+        return err ? err->code : STK_E_BUSY;
+    if (stk_upload_lock(dw->up, ".stoker-lock", "stk_dataset_writer", err))
+        return err ? err->code : STK_E_BUSY;
+    char *mp = stk__path_join(stage, STK_MANIFEST_NAME);
+    if (!mp) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    unlink(mp); /* a leftover of a writer killed after its commit */
+    uint64_t size;
+    int rc = stk_upload_head(dw->up, STK_MANIFEST_NAME, &size, NULL, err);
+    if (!rc && size != UINT64_MAX) {
+        if (!force)
+            rc = stk_error_set(err, STK_E_EXISTS, "%s: already holds a dataset (%s); refusing to replace it",
+                               url, STK_MANIFEST_NAME);
+        else if (force == STK_FORCE_IN_PLACE) rc = stk_upload_delete(dw->up, STK_MANIFEST_NAME, err);
+        else {
+            char pfx[STK_NAME_MAX + 16];
+            char *p = NULL;
+            rc = stk_upload_fetch(dw->up, STK_MANIFEST_NAME, mp, (size_t)1 << 30, NULL, err);
+            if (!rc) rc = stk_dataset_new_prefix(stage, dw->prefix, pfx, sizeof pfx, err);
+            if (!rc && !(p = strdup(pfx))) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+            if (!rc) {
+                free(dw->prefix);
+                dw->prefix = p;
+                dw->replacing = true;
+            }
+            unlink(mp);
         }
     }
     free(mp);
@@ -216,13 +285,19 @@ stk_dataset_writer *stk_dataset_writer_create_sized(const char *dir, const stk_s
         stk_error_set(err, STK_E_NOMEM, "out of memory");
         goto fail;
     }
-    if (copy_meta(dw, o, err) || mkdirs(dir, err)) goto fail;
+    if (copy_meta(dw, o, err)) goto fail;
+    if (stk_path_is_remote(dir)) {
+        if (remote_prepare(dw, dir, o ? o->force : 0, err)) goto fail;
+        return dw;
+    }
+    if (mkdirs(dir, err)) goto fail;
     /* Before anything in dir is touched: a second writer is refused here. */
     if (!(dw->lock = stk_dir_lock_take(dir, 0, 0, "stk_dataset_writer", err))) goto fail;
     if (handle_old(dw, o ? o->force : 0, err)) goto fail;
     return dw;
 fail:
-    if (o && o->force && o->force != STK_FORCE_IN_PLACE && dw->dir) { /* nothing of it was touched */
+    if (o && o->force && o->force != STK_FORCE_IN_PLACE && dw->dir &&
+        !dw->url) { /* nothing of it was touched */
         char *mp = stk__path_join(dw->dir, STK_MANIFEST_NAME);
         if (mp && access(mp, F_OK) == 0) stk__error_note_intact(err, dw->dir);
         free(mp);
@@ -269,7 +344,13 @@ static int close_shard(stk_dataset_writer *dw, stk_error *err)
     e->file_hash = info.file_hash;
     e->index_hash = info.index_hash;
     dw->m.nshards++;
-    return STK_OK;
+    if (dw->up) { /* uploaded on the client's thread while the next shard fills */
+        char *path = stk__path_join(dw->dir, name);
+        rc = path ? stk_upload_file(dw->up, path, name, !dw->keep_staged, err)
+                  : stk_error_set(err, STK_E_NOMEM, "out of memory");
+        free(path);
+    }
+    return rc;
 }
 
 /* The records a full shard will hold, when the options say (0: unknown):
@@ -338,7 +419,7 @@ int stk_dataset_writer_append_dims(stk_dataset_writer *dw, const stk_value *v, c
     if (!dw->cur && (rc = open_shard(dw, err))) goto out;
     rc = dims ? stk_writer_append_dims(dw->cur, v, dims, err) : stk_writer_append(dw->cur, v, err);
 out:
-    if (rc && dw->replacing) stk__error_note_intact(err, dw->dir);
+    if (rc && dw->replacing) stk__error_note_intact(err, dw->url ? dw->url : dw->dir);
     return rc;
 }
 
@@ -354,10 +435,54 @@ static bool manifest_is_ours(const stk_dataset_writer *dw)
     return ours;
 }
 
+/* Local files the staging directory holds for a committed s3:// dataset. */
+static void clear_staging(const stk_dataset_writer *dw)
+{
+    static const char *const names[] = {STK_MANIFEST_NAME, ".stoker-uploaded"};
+    for (size_t i = 0; i < dw->m.nshards + 2; i++) {
+        char *p = stk__path_join(dw->dir, i < 2 ? names[i] : dw->m.shards[i - 2].path);
+        if (p) unlink(p);
+        free(p);
+    }
+}
+
+/* s3://: every shard uploaded, then the manifest (written in the staging
+ * directory, then PUT: the commit), then the old generation's shards go. */
+static int finish_remote(stk_dataset_writer *dw, int rc, stk_error *err)
+{
+    if (!rc) rc = stk_upload_wait(dw->up, err);
+    if (!rc) rc = stk_manifest_commit(&dw->m, dw->dir, err);
+    if (!rc) rc = stk_upload_lock_check(dw->up, err);
+    char *mp = rc ? NULL : stk__path_join(dw->dir, STK_MANIFEST_NAME);
+    if (!rc && !mp) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    if (!rc) {
+        rc = stk_upload_file(dw->up, mp, STK_MANIFEST_NAME, 0, err);
+        if (!rc) rc = stk_upload_wait(dw->up, err);
+        if (!rc) dw->committed = true;
+        else { /* did it land? then its shards must stay; unknown: they stay too */ struct stat st;
+            uint64_t size;
+            stk_error e2;
+            if (stk_upload_head(dw->up, STK_MANIFEST_NAME, &size, NULL, &e2) || stat(mp, &st) != 0)
+                dw->commit_unknown = true;
+            else if (size == (uint64_t)st.st_size) dw->committed = true, rc = STK_OK;
+        }
+    }
+    if (!rc && dw->replacing) {
+        stk_error e2;
+        stk_upload_sweep(dw->up, dw->dir, &e2); /* a failure leaves unnamed objects, no dataset lost */
+    }
+    if (dw->committed) clear_staging(dw);
+    else if (dw->replacing) stk__error_note_intact(err, dw->url);
+    free(mp);
+    dw_free(dw);
+    return rc;
+}
+
 int stk_dataset_writer_finish(stk_dataset_writer *dw, stk_error *err)
 {
     if (!dw) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_finish: NULL writer");
     int rc = close_shard(dw, err);
+    if (dw->up) return finish_remote(dw, rc, err);
     if (!rc) rc = stk_manifest_commit(&dw->m, dw->dir, err);
     if (!rc || (dw->replacing && manifest_is_ours(dw))) dw->committed = true;
     if (!rc && dw->replacing) {
@@ -423,8 +548,16 @@ static int keep_shard(stk_dataset_writer *dw, uint64_t index, stk_shard_entry *e
     stk_shard_file_name(name, sizeof name, dw->prefix, index);
     char *path = stk__path_join(dw->dir, name);
     if (!path) return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    stk_shard *sh = stk_shard_open(path, err);
-    int rc = sh ? STK_OK : (err ? err->code : STK_E_IO);
+    /* s3://: the staged copy (uploaded again unless the object is the one
+     * logged), else the object fetched into the staging directory */
+    bool fetched = false;
+    int rc = STK_OK;
+    if (dw->up && access(path, F_OK) != 0) {
+        rc = stk_upload_fetch(dw->up, name, path, SIZE_MAX, NULL, err);
+        fetched = !rc;
+    }
+    stk_shard *sh = rc ? NULL : stk_shard_open(path, err);
+    if (!rc) rc = sh ? STK_OK : (err ? err->code : STK_E_IO);
     if (!rc && !stk_schema_equal(stk_shard_schema(sh), &dw->schema))
         rc = stk_error_set(err, STK_E_FORMAT, "%s: written with another schema than this dataset's", path);
     if (!rc) rc = stk_shard_verify_index(sh, 0, err);
@@ -448,8 +581,22 @@ static int keep_shard(stk_dataset_writer *dw, uint64_t index, stk_shard_entry *e
         if (!e->path) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     }
     stk_shard_close(sh);
+    if (!rc && dw->up && !fetched) rc = stk_upload_file_once(dw->up, path, name, NULL, err);
+    if (fetched && !dw->keep_staged) unlink(path);
     free(path);
     return rc;
+}
+
+int stk_dataset_writer_keep_staged(stk_dataset_writer *dw, int keep, stk_error *err)
+{
+    if (!dw) return stk_error_set(err, STK_E_ARG, "stk_dataset_writer_keep_staged: NULL writer");
+    dw->keep_staged = keep != 0;
+    return STK_OK;
+}
+
+const char *stk_dataset_writer_staging(const stk_dataset_writer *dw)
+{
+    return dw && dw->url ? dw->dir : NULL;
 }
 
 int stk_dataset_writer_resume(stk_dataset_writer *dw, uint64_t shards, uint64_t *records, stk_error *err)

@@ -258,6 +258,8 @@ char *stk__path_join(const char *dir, const char *name);
  * [A-Za-z0-9._-] that are neither "." nor "..", at most 4096 bytes. */
 bool stk__path_is_safe(const char *p);
 bool stk__name_is_valid(const char *name);
+/* Named like a shard or its temporary file: NAME-NNNNN.stk(.tmp) (dataset_replace.c). */
+bool stk__shard_like(const char *name);
 /* Append "; the old dataset in DIR is intact" to err's message (kept whole:
  * the message is cut before it if need be). */
 void stk__error_note_intact(stk_error *err, const char *dir);

@@ -148,6 +148,8 @@ static void *committer(void *arg)
                         : (stk_writer_abort(w), stk_error_set(&e, STK_E_NOMEM, "out of memory"));
         double dt = now_s() - t0;
         if (!rc) rc = add_entry(o, path, &info, &e);
+        if (!rc && o->up) /* uploaded on the client's thread: the next commit does not wait for it */
+            rc = stk_upload_file(o->up, path, o->shards[o->nshards - 1].path, 0, &e);
         free(path);
         pthread_mutex_lock(&o->lock);
         o->stats.commit += dt;

@@ -60,6 +60,7 @@ typedef struct {
     int zlevel[STK_MAX_FIELDS]; /* compressed fields: zstd level per field */
     uint64_t zblock;            /* compressed fields: block size (0: the writer's) */
     unsigned zthreads;          /* compressed fields: compression threads */
+    stk_upload *up;             /* OUT in s3://: each committed shard is queued for upload */
     int error;                  /* sticky: a commit failed */
     stk_error err;
     pk_out_stats stats;

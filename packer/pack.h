@@ -16,6 +16,7 @@
 #include "listing.h"
 #include "output.h"
 #include "pipeline.h"
+#include "parts.h"
 #include "pool.h"
 #include "stoker/format.h"
 
@@ -34,6 +35,10 @@ typedef struct {
     uint64_t block_bytes;
     bool fail_fast, merge, force, force_in_place, json, quiet, stats;
     const char *input, *out;
+    /* OUT an s3:// address (pack_remote.c): out is then the local staging
+     * directory and url the address; up uploads. NULL for a local OUT. */
+    const char *url;
+    stk_upload *up;
 } pk_opts;
 
 /* An input left out, and why (skipped.tsv). */
@@ -109,6 +114,16 @@ void pk_report_bad(pk_run *r, uint64_t i, const char *msg);
 /* pack_stats.c: pack --stats, in the JSON result or as a table on stderr. */
 void pk_stats_json(const pk_run *r, double wall);
 void pk_stats_text(const pk_run *r, double wall);
+
+/* pack_remote.c: OUT in s3:// through a local staging directory. */
+int pk_remote_begin(pk_opts *lo, const pk_opts *o, char *stage, size_t cap);
+void pk_remote_end(pk_opts *lo);
+int pk_remote_sync_kept(pk_run *r);
+int pk_remote_sync_record(const pk_opts *o);
+int pk_remote_finish_part(const pk_run *r);
+int pk_remote_merge(const pk_opts *o, unsigned parts, pk_merge_result *mr, stk_error *err);
+void pk_remote_remove_part(const pk_run *r, const pk_opts *o);
+void pk_remote_json(const pk_opts *o);
 
 /* pack_run.c: a pack (or part K of N) and a merge; the exit status. */
 int pk_run_pack(const pk_opts *o);

@@ -90,6 +90,7 @@ void pk_remove_part(const pk_run *r, const pk_opts *o)
 {
     pk_out_remove_from(&r->out, 0);
     pk_part_remove_files(o->out, o->part, o->parts);
+    if (o->up) pk_remote_remove_part(r, o); /* s3://: the part's objects too */
 }
 
 static void tsv_field(FILE *f, const char *s)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pack.h"
 #include "parts.h"
@@ -13,7 +14,9 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
 {
     pk_merge_result mr;
     stk_error err;
-    if (pk_merge(o->out, r ? o->parts : 0, &mr, &err)) {
+    const char *shown = o->url ? o->url : o->out; /* s3://: the address, not the staging directory */
+    if (o->up ? pk_remote_merge(o, r ? o->parts : 0, &mr, &err)
+              : pk_merge(o->out, r ? o->parts : 0, &mr, &err)) {
         fprintf(stderr, "pack: %s\n", err.msg);
         return CLI_EXIT_FAIL;
     }
@@ -28,11 +31,12 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
         if (orig)
             printf("\"kept_original\": %llu, \"reencoded\": %llu, ", (unsigned long long)r->kept,
                    (unsigned long long)r->reencoded);
+        pk_remote_json(o);
         printf("\"output\": ");
-        cli_json_string(stdout, o->out);
+        cli_json_string(stdout, shown);
         printf("}\n");
     } else if (!o->quiet) {
-        fprintf(stderr, "pack: %s: %llu image%s packed into %zu shard%s, %llu skipped%s (%.1f s%s)\n", o->out,
+        fprintf(stderr, "pack: %s: %llu image%s packed into %zu shard%s, %llu skipped%s (%.1f s%s)\n", shown,
                 (unsigned long long)mr.packed, cli_plural(mr.packed), mr.nshards, cli_plural(mr.nshards),
                 (unsigned long long)mr.skipped, mr.skipped ? ", listed in skipped.tsv" : "", el,
                 r ? "" : ", merge");
@@ -91,7 +95,7 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
         if (!o->force && o->parts == 1 && pk_part_params(o->out, 1, 1) == params) return 1;
         if (!o->force) {
             fprintf(stderr, "pack: %s already holds a dataset (manifest.json); use --force to replace it\n",
-                    o->out);
+                    o->url ? o->url : o->out);
             return -1;
         }
         if (o->force_in_place) {
@@ -117,7 +121,7 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
     if (present && !same && !o->force) {
         fprintf(stderr,
                 "pack: %s holds part %u/%u of a pack with other inputs or flags; use --force to start over\n",
-                o->out, o->part, o->parts);
+                o->url ? o->url : o->out, o->part, o->parts);
         free(state);
         return -1;
     }
@@ -138,6 +142,10 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
     bool restart = false;
     if (pk_out_resume(&r->out, first, end, next, &gaps, &ngaps, note_dropped, r, &err)) {
         fprintf(stderr, "pack: %s\n", err.msg);
+        return -1;
+    }
+    if (o->up && pk_remote_sync_kept(r)) { /* s3://: what the killed run had not uploaded */
+        free(gaps);
         return -1;
     }
     if (*next > first && !o->quiet)
@@ -190,10 +198,10 @@ static int finish_part(pk_run *r, uint64_t params, uint64_t first, uint64_t end,
         fprintf(stderr, "pack: %s\n", r->err.msg);
         return -1;
     }
-    return 0;
+    return r->o->up ? pk_remote_finish_part(r) : 0;
 }
 
-int pk_run_pack(const pk_opts *o)
+static int run_pack(const pk_opts *o)
 {
     pk_run r;
     memset(&r, 0, sizeof r);
@@ -235,11 +243,16 @@ int pk_run_pack(const pk_opts *o)
         fprintf(stderr, "pack: %s\n", r.err.msg);
         goto out;
     }
+    r.out.up = o->up;
     for (unsigned f = 0; f < 4; f++) r.out.zlevel[f] = o->zstd[f];
     r.out.zblock = o->block_bytes;
     r.out.zthreads = o->threads; /* blocks compressed in parallel, placed in order: the same bytes */
     int prep = prepare(&r, params, first, end, &next);
     if (prep < 0) goto out;
+    /* s3://, 1 of 1 complete here but killed before its merge: what it had
+     * not uploaded yet goes up first (a part of N found complete was
+     * committed in s3:// with every shard in place). */
+    if (prep == 1 && o->up && o->parts == 1 && pk_remote_sync_record(o)) goto out;
     if (prep == 0) {
         cli_progress_start_units(&r.bar, "pack", "files", end - next, o->quiet || o->json);
         /* A few images per thread, twice as many when images are small (up
@@ -302,6 +315,7 @@ int pk_run_pack(const pk_opts *o)
                 "\"shards\": %llu, ",
                 o->part, o->parts, (unsigned long long)packed, (unsigned long long)skipped,
                 (unsigned long long)nshards);
+            pk_remote_json(o);
             pk_stats_json(&r, el);
             printf("\"seconds\": %.3f}\n", el);
         } else if (o->stats) pk_stats_text(&r, el);
@@ -311,7 +325,7 @@ int pk_run_pack(const pk_opts *o)
                 prep == 1
                     ? "pack: part %u/%u was already complete; run `pack --merge %s` once all parts are done\n"
                     : "pack: part %u/%u done; run `pack --merge %s` once all parts are done\n",
-                o->part, o->parts, o->out);
+                o->part, o->parts, o->url ? o->url : o->out);
     }
 out:
     if (status == CLI_EXIT_FAIL && replacing && pk_manifest_ino(o->out) == replacing) {
@@ -319,7 +333,7 @@ out:
             pk_out_abort(&r.out, true);
             pk_remove_part(&r, o);
         }
-        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
+        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->url ? o->url : o->out);
     }
     for (size_t i = 0; i < r.nskips; i++) free(r.skips[i].reason);
     free(r.skips);
@@ -333,8 +347,18 @@ out:
     return status;
 }
 
+/* OUT in s3://: the run in its staging directory (pack_remote.c). */
+int pk_run_pack(const pk_opts *o0)
+{
+    pk_opts o;
+    char stage[4096];
+    int rc = pk_remote_begin(&o, o0, stage, sizeof stage) ? CLI_EXIT_FAIL : run_pack(&o);
+    pk_remote_end(&o);
+    return rc;
+}
+
 /* pack --merge: the whole directory, held while the parts become a dataset. */
-int pk_run_merge(const pk_opts *o)
+static int run_merge(const pk_opts *o)
 {
     stk_dir_lock *lock = NULL;
     if (pk_is_dir(o->out) && !(lock = pk_lock_out(o)))
@@ -342,7 +366,16 @@ int pk_run_merge(const pk_opts *o)
     ino_t old = pk_manifest_ino(o->out);
     int rc = finish_merge(o, cli_now(), NULL);
     if (rc == CLI_EXIT_FAIL && old && pk_manifest_ino(o->out) == old && lock)
-        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->out);
+        fprintf(stderr, "pack: the old dataset in %s is intact\n", o->url ? o->url : o->out);
     stk_dir_lock_release(lock);
+    return rc;
+}
+
+int pk_run_merge(const pk_opts *o0)
+{
+    pk_opts o;
+    char stage[4096];
+    int rc = pk_remote_begin(&o, o0, stage, sizeof stage) ? CLI_EXIT_FAIL : run_merge(&o);
+    pk_remote_end(&o);
     return rc;
 }

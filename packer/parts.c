@@ -196,7 +196,7 @@ static bool same_classes(const stk_manifest *a, const stk_manifest *b)
 /* Check part k against part 1 and append its shards to `out`; each shard
  * must still be the one the part committed (an O(1) open). */
 static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params, uint64_t params1, unsigned k,
-                     const char *dir, stk_error *err)
+                     const char *dir, const pk_shard_check *check, stk_error *err)
 {
     if (params != params1 || !same_classes(pm, out) || !stk_schema_equal(&pm->schema, &out->schema))
         return stk_error_set(err, STK_E_MANIFEST,
@@ -214,6 +214,12 @@ static int take_part(stk_manifest *out, const stk_manifest *pm, uint64_t params,
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         }
         out->nshards++;
+        if (check) { /* shards that are not in dir (s3://): the caller checks them */
+            free(full);
+            int rc = check->fn(check->user, x, k, err);
+            if (rc) return rc;
+            continue;
+        }
         stk_error e2;
         stk_shard *s2 = stk_shard_open(full, &e2);
         int bad = !s2 || stk_shard_index_hash(s2) != x->index_hash || stk_shard_records(s2) != x->records;
@@ -247,8 +253,8 @@ static int take_new(const char *dir, const char *name, stk_error *err)
     return rc;
 }
 
-static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_merge_result *res,
-                          stk_error *err)
+static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, const pk_shard_check *check,
+                          pk_merge_result *res, stk_error *err)
 {
     stk_manifest m;
     memset(&m, 0, sizeof m);
@@ -266,7 +272,7 @@ static int build_manifest(const char *dir, unsigned n, stk_manifest **parts, pk_
         uint64_t params = part ? unhex(json_object_get(part, "params")) : 0;
         res->packed += (uint64_t)json_integer_value(json_object_get(part, "packed"));
         res->skipped += (uint64_t)json_integer_value(json_object_get(part, "skipped"));
-        rc = take_part(&m, parts[k - 1], params, params1, k, dir, err);
+        rc = take_part(&m, parts[k - 1], params, params1, k, dir, check, err);
         json_decref(pk);
     }
     if (!rc && !m.nshards)
@@ -310,6 +316,12 @@ void pk_part_remove_files(const char *dir, unsigned k, unsigned n)
 
 int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *err)
 {
+    return pk_merge_checked(dir, want, NULL, res, err);
+}
+
+int pk_merge_checked(const char *dir, unsigned want, const pk_shard_check *check, pk_merge_result *res,
+                     stk_error *err)
+{
     memset(res, 0, sizeof *res);
     enum { MAXP = 9999 };
     bool *seen = calloc(MAXP + 1, sizeof *seen);
@@ -335,7 +347,7 @@ int pk_merge(const char *dir, unsigned want, pk_merge_result *res, stk_error *er
     if (!rc && !parts) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (unsigned k = 1; !rc && k <= n; k++)
         if (!(parts[k - 1] = load_part(dir, k, n, err))) rc = err ? err->code : STK_E_MANIFEST;
-    if (!rc) rc = build_manifest(dir, n, parts, res, err);
+    if (!rc) rc = build_manifest(dir, n, parts, check, res, err);
     for (unsigned k = 1; !rc && k <= n; k++) pk_part_remove_files(dir, k, n);
     for (unsigned k = 0; parts && k < n; k++) stk_manifest_free(parts[k]);
     free(parts);

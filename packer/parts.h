@@ -50,5 +50,14 @@ typedef struct {
  * files, which must all agree). On failure returns nonzero with one line in
  * err (e.g. the list of missing parts). */
 int pk_merge(const char *dir, unsigned n, pk_merge_result *res, stk_error *err);
+/* The same, with each part's shards checked by `check` instead of opened in
+ * dir (a merge of parts in s3://: the shards are objects, the records and
+ * slices copies in a staging directory). */
+typedef struct {
+    int (*fn)(void *user, const stk_shard_entry *e, unsigned part, stk_error *err);
+    void *user;
+} pk_shard_check;
+int pk_merge_checked(const char *dir, unsigned n, const pk_shard_check *check, pk_merge_result *res,
+                     stk_error *err);
 
 #endif

@@ -358,6 +358,16 @@ stk_shard_close = _fn("stk_shard_close", None, c_void_p)
 stk_shard_records = _fn("stk_shard_records", c_u64, c_void_p)
 stk_shard_index_hash = _fn("stk_shard_index_hash", c_u64, c_void_p)
 _shard_file_name = _fn("stk_shard_file_name", c_int, c_char_p, c_size_t, c_char_p, c_u64)
+# s3:// datasets (stoker/format.h, "Writing to object storage"), for stoker.pack and stoker.merge.
+stk_dataset_writer_keep_staged = _fn("stk_dataset_writer_keep_staged", c_int, c_void_p, c_int, P(Error_))
+stk_path_is_remote = _fn("stk_path_is_remote", c_int, c_char_p)
+stk_upload_open = _fn("stk_upload_open", c_void_p, c_char_p, P(Error_))
+stk_upload_close = _fn("stk_upload_close", None, c_void_p)
+stk_upload_staging_dir = _fn("stk_upload_staging_dir", c_int, c_char_p, c_char_p, c_size_t, P(Error_))
+stk_upload_put = _fn("stk_upload_put", c_int, c_void_p, c_char_p, c_char_p, c_size_t, P(Error_))
+stk_upload_fetch = _fn("stk_upload_fetch", c_int, c_void_p, c_char_p, c_char_p, c_size_t, P(c_int), P(Error_))
+stk_upload_list = _fn("stk_upload_list", c_int, c_void_p, P(P(c_char_p)), P(P(c_u64)), P(c_size_t), P(Error_))
+stk_upload_list_free = _fn("stk_upload_list_free", None, P(c_char_p), P(c_u64), c_size_t)
 
 
 def shard_file_name(index, prefix=b"shard"):

@@ -6,6 +6,13 @@ written in input order through stoker.Writer, a killed run resumed from its stat
 The state file (OUT/stoker-pack.state.json) is rewritten each time a shard is committed. It names the
 committed shards, the records they hold and the position in the inputs that follows them; a resumed run
 checks all of it against the shards on disk before it trusts it (_check_state).
+
+OUT may be s3://bucket/prefix. The shards are then written in the local staging directory of that address
+(libstoker's: $STOKER_CACHE_DIR/staging/H, else $TMPDIR/stoker-staging/H), uploaded as they complete and kept
+there until the dataset is committed, and the state file lives there too, not as an object: it is rewritten
+at every shard and checked against the shards it names, which a resumed run reads back locally (the staged
+copies; the upload log there lets the writer skip the uploads that completed). skipped.tsv is uploaded before
+the manifest, which the writer uploads last.
 """
 import ctypes
 import hashlib
@@ -246,6 +253,63 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+class _Remote:
+    """The objects of an s3:// dataset that stoker.pack and stoker.merge handle beside the writer's: the
+    manifest and skipped.tsv read back, skipped.tsv written, the names listed (libstoker's stk_upload)."""
+
+    def __init__(self, url):
+        self.url, err = url, L.Error_()
+        self.h = L.stk_upload_open(url.encode(), ctypes.byref(err))
+        if not self.h:
+            L.raise_error(err)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        h, self.h = self.h, None
+        if h:
+            L.stk_upload_close(h)
+
+    def staging(self):
+        buf, err = ctypes.create_string_buffer(4096), L.Error_()
+        if L.stk_upload_staging_dir(self.url.encode(), buf, len(buf), ctypes.byref(err)):
+            L.raise_error(err)
+        return os.fsdecode(buf.value)
+
+    def fetch(self, name, path):
+        """Object `name` into the file `path`; False (and no file) when there is no such object."""
+        missing, err = ctypes.c_int(0), L.Error_()
+        if L.stk_upload_fetch(self.h, name.encode(), os.fsencode(path), 1 << 31, ctypes.byref(missing),
+                              ctypes.byref(err)):
+            if missing.value:
+                _unlink(path)
+                return False
+            L.raise_error(err)
+        return True
+
+    def put(self, name, data):
+        err = L.Error_()
+        if L.stk_upload_put(self.h, name.encode(), data, len(data), ctypes.byref(err)):
+            L.raise_error(err)
+
+    def names(self):
+        names, sizes, n, err = L.P(L.c_char_p)(), L.P(L.c_u64)(), L.c_size_t(0), L.Error_()
+        if L.stk_upload_list(self.h, ctypes.byref(names), ctypes.byref(sizes), ctypes.byref(n), ctypes.byref(err)):
+            L.raise_error(err)
+        try:
+            return [names[i].decode() for i in range(n.value)]
+        finally:
+            L.stk_upload_list_free(names, sizes, n)
+
+
+def _is_remote(path):
+    return bool(L.stk_path_is_remote(os.fsencode(path)))
+
+
 def _part_dir(out, part):
     k, n = part
     return os.path.join(out, f"part-{k:05d}-of-{n:05d}")
@@ -299,14 +363,35 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
     params = _params(fields, inputs, fn, shard_size, records_per_shard, classes, metadata, part)
     # the pack object is the same for every part, so that their manifests merge
     whole = _params(fields, inputs, fn, shard_size, records_per_shard, classes, metadata, None)
-    done = _manifest_params(target)
+    rm = _Remote(target) if _is_remote(target) else None
+    try:
+        return _pack(fn, inputs, target, fields, workers, mode, shard_size, records_per_shard, classes, metadata,
+                     on_error, progress, chunk, force, first, end, params, whole, rm)
+    finally:
+        if rm:
+            rm.close()
+
+
+def _pack(fn, inputs, target, fields, workers, mode, shard_size, records_per_shard, classes, metadata, on_error,
+          progress, chunk, force, first, end, params, whole, rm):
+    local = target  # where the state file, skipped.tsv and (s3://) the staged shards are
+    if rm:
+        local = rm.staging()
+        rm.fetch("manifest.json", os.path.join(local, "manifest.json"))
+        rm.fetch(_SKIPPED, os.path.join(local, _SKIPPED))
+    done = _manifest_params(local)
     if done == whole:  # finished before (a run killed after its manifest may have left its state file)
-        _unlink(os.path.join(target, _STATE))
-        return {"out": target, "resumed": True, "complete": True, **_summary_of(target)}
+        _unlink(os.path.join(local, _STATE))
+        summary = _summary_of(local)
+        if rm:
+            _clear_staging(local)
+        return {"out": target, "resumed": True, "complete": True, **summary}
+    if rm:  # the writer reads the old dataset itself
+        _unlink(os.path.join(local, "manifest.json"))
     if done is not None and not force:
         raise L.Error(L.STK_E_EXISTS, f"stoker.pack: {target} already holds a dataset made with other "
                       "arguments; pass force=True to replace it")
-    st = _load_state(target, params, first, end) if done is None else None
+    st = _load_state(local, params, first, end) if done is None else None
     t0 = time.monotonic()
     skipped = list(st["skipped"]) if st else []
     committed = list(st["committed"]) if st else []  # the state file's line for each committed shard
@@ -315,7 +400,8 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
     try:
         try:
             w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
-                       _tool="stoker.pack", _pack_params=whole, _resume_shards=st["shards"] if st else None)
+                       _tool="stoker.pack", _pack_params=whole, _resume_shards=st["shards"] if st else None,
+                       _keep_staged=rm is not None)
         except Exception as e:
             if not st:
                 raise
@@ -323,11 +409,11 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                           "starting over")
             st, skipped, committed, nxt, sub = None, [], [], first, 0
             w = Writer(target, fields, shard_size, records_per_shard, classes, metadata, force=done is not None,
-                       _tool="stoker.pack", _pack_params=whole)
+                       _tool="stoker.pack", _pack_params=whole, _keep_staged=rm is not None)
         if st and w.records != st["records"]:  # _load_state read the same shards: changed since
             w.abort()
             raise L.Error(L.STK_E_FORMAT, f"stoker.pack: {target}: the kept shards hold {w.records} records, "
-                          f"the state says {st['records']}; delete {os.path.join(target, _STATE)} to start over")
+                          f"the state says {st['records']}; delete {os.path.join(local, _STATE)} to start over")
     except BaseException:
         pool.close(kill=True)
         raise
@@ -347,24 +433,29 @@ def pack(fn, inputs, out, fields, workers=None, mode="process", shard_size=1 << 
                     if w.shards != shards:  # the shard before this record is on disk
                         shards = w.shards
                         while len(committed) < shards:
-                            committed.append(_shard_entry(target, w.prefix, len(committed), (i, j)))
+                            committed.append(_shard_entry(local, w.prefix, len(committed), (i, j)))
                         state = {"params": params, "shards": shards, "records": w.records - 1, "next": [i, j],
                                  "skipped": [list(s) for s in skipped if s[0] < i], "committed": committed}
                         state["check"] = _seal(state)
-                        _write_atomic(os.path.join(target, _STATE), json.dumps(state))
+                        _write_atomic(os.path.join(local, _STATE), json.dumps(state))
             bar.update(i + 1 - first, len(skipped))
         pool.close()
-        _write_skipped(target, skipped)
+        _write_skipped(local, skipped)
+        if rm:  # before the manifest, which the writer uploads last
+            with open(os.path.join(local, _SKIPPED), "rb") as f:
+                rm.put(_SKIPPED, f.read())
         w.close()
     except BaseException:
         pool.close(kill=True)
         w.abort()  # replacing: the new shards go, the old dataset stays as it was
         bar.end()
         if done is not None:  # no resume of a replace: nothing of it is kept
-            _unlink(os.path.join(target, _STATE))
+            _unlink(os.path.join(local, _STATE))
         raise
     bar.end()
-    _unlink(os.path.join(target, _STATE))
+    _unlink(os.path.join(local, _STATE))
+    if rm:
+        _clear_staging(local)
     return {"out": target, "resumed": resumed, "complete": True, "inputs": end - first, "records": w.records,
             "skipped": len(skipped), "seconds": time.monotonic() - t0, "bytes": w.bytes}
 
@@ -373,6 +464,17 @@ def _unlink(path):
     try:
         os.unlink(path)
     except FileNotFoundError:
+        pass
+
+
+def _clear_staging(stage):
+    """The staging directory of a committed s3:// dataset: what stoker.pack put there, then the directory
+    when it is empty (the writer removed its own files)."""
+    for name in ("manifest.json", _SKIPPED, _STATE):
+        _unlink(os.path.join(stage, name))
+    try:
+        os.rmdir(stage)
+    except OSError:
         pass
 
 
@@ -562,6 +664,9 @@ def merge(out):
     naming their shards in part order (nothing copied) and skipped.tsv. Refuses while a part is missing
     or unfinished, naming them."""
     out = os.fspath(out)
+    if _is_remote(out):
+        with _Remote(out) as rm:
+            return _merge_remote(out, rm)
     names = sorted(d for d in os.listdir(out) if d.startswith("part-") and "-of-" in d)
     counts = {d.rsplit("-of-", 1)[1] for d in names}
     if not names or len(counts) != 1:
@@ -586,3 +691,40 @@ def merge(out):
     if L.stk_dataset_merge(out.encode(), arr, n, ctypes.byref(err)):
         L.raise_error(err)
     return {"out": out, "parts": n, **_summary_of(out)}
+
+
+def _merge_remote(out, rm):
+    """stoker.merge of parts under s3://: the same checks and skipped.tsv (uploaded), then stk_dataset_merge,
+    which uploads the manifest last."""
+    names = set(rm.names())
+    dirs = {x.split("/", 1)[0] for x in names if "/" in x}
+    found = sorted(d for d in dirs if d.startswith("part-") and "-of-" in d)
+    counts = {d.rsplit("-of-", 1)[1] for d in found}
+    if not found or len(counts) != 1:
+        raise ValueError(f"stoker.merge: {out}: " + ("no part-K-of-N directories" if not found else
+                         f"parts of different counts ({', '.join(sorted(counts))})"))
+    n = int(counts.pop())
+    want = [f"part-{k:05d}-of-{n:05d}" for k in range(1, n + 1)]
+    missing = [d for d in want if f"{d}/manifest.json" not in names]
+    if missing:
+        raise ValueError(f"stoker.merge: {out}: {len(missing)} of {n} parts missing or unfinished: "
+                         + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+    stage = rm.staging()
+    lines = ["index\tinput\terror\n"]
+    tmp = os.path.join(stage, "part-skipped.tsv")
+    for d in want:
+        if rm.fetch(f"{d}/{_SKIPPED}", tmp):
+            with open(tmp) as f:
+                lines += f.readlines()[1:]
+    _unlink(tmp)
+    rm.put(_SKIPPED, "".join(lines).encode())
+    arr = (L.c_char_p * n)(*[d.encode() for d in want])
+    err = L.Error_()
+    if L.stk_dataset_merge(out.encode(), arr, n, ctypes.byref(err)):
+        L.raise_error(err)
+    stage = rm.staging()  # made again: the merge removed it, empty
+    rm.fetch("manifest.json", os.path.join(stage, "manifest.json"))
+    rm.fetch(_SKIPPED, os.path.join(stage, _SKIPPED))
+    summary = _summary_of(stage)
+    _clear_staging(stage)
+    return {"out": out, "parts": n, **summary}

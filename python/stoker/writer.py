@@ -364,6 +364,9 @@ class Writer:
     """A dataset written record by record through libstoker's dataset writer.
 
     path               the dataset directory (created; one that holds a dataset is refused unless force=True)
+                       or s3://bucket/prefix: each shard is written in a local staging directory
+                       ($STOKER_CACHE_DIR/staging or $TMPDIR/stoker-staging), uploaded as it completes and
+                       removed; manifest.json is uploaded last (the commit); abort() deletes what was uploaded
     fields             dict name -> stoker.Tensor / Scalar / Ragged / Bytes / String, in schema order
     shard_size         bytes per shard, whole records (default 1 GiB); records_per_shard: a record limit
     classes            class names (label i is classes[i]), as the Reader's .classes gives them back
@@ -382,7 +385,7 @@ class Writer:
     """
 
     def __init__(self, path, fields, shard_size=1 << 30, records_per_shard=0, classes=None, metadata=None,
-                 force=False, _tool="stoker.Writer", _pack_params=None, _resume_shards=None):
+                 force=False, _tool="stoker.Writer", _pack_params=None, _resume_shards=None, _keep_staged=False):
         self.path = os.fspath(path)
         self.fields = _field_spec(fields)
         self._enc = _Encoder(self.fields)
@@ -400,6 +403,9 @@ class Writer:
         self._w = L.stk_dataset_writer_create(self.path.encode(), ctypes.byref(schema), ctypes.byref(o),
                                              ctypes.byref(self._err))
         if not self._w:
+            L.raise_error(self._err)
+        if _keep_staged and L.stk_dataset_writer_keep_staged(self._w, 1, ctypes.byref(self._err)):
+            self.abort()
             L.raise_error(self._err)
         self.records = 0
         self.bytes = 0  # sample bytes written by this writer (values as given, before any codec)
@@ -437,7 +443,7 @@ class Writer:
             L.raise_error(self._err)
 
     def abort(self):
-        """Discard: committed shards stay on disk, but no manifest is written."""
+        """Discard: committed shards stay on disk (s3://: are deleted), but no manifest is written."""
         w, self._w = self._w, None
         if w:
             L.stk_dataset_writer_abort(w)

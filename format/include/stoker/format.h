@@ -786,6 +786,81 @@ static inline stk_dataset *stk_dataset_open_remote(const char *path, const stk_r
     return stk_dataset_open_remote_sized(path, opts, sizeof *opts, err);
 }
 
+/* ---- Writing to object storage (s3://bucket/prefix) -------------------------
+ *
+ * The writers (stk_dataset_writer, pack, merge) write an s3:// dataset
+ * through a local staging directory: each shard is written there exactly as
+ * into a local directory, uploaded when it is complete (on a background
+ * thread: appending goes on meanwhile; large files as multipart uploads),
+ * and manifest.json is uploaded last, once every shard it names is in place:
+ * S3 has no rename, so the manifest's PUT is the commit. Until then no
+ * manifest exists under the prefix and nothing reads as a dataset. Names are
+ * relative to the dataset's address. */
+typedef struct stk_upload stk_upload;
+/* A client for the dataset at `url` (s3://bucket/prefix) with its upload
+ * thread. Credentials and endpoint come from the AWS variables; files above
+ * STOKER_UPLOAD_PART_BYTES (default 64 MiB, at least 5 MiB) go up as
+ * multipart uploads of parts that size. */
+STK_API stk_upload *stk_upload_open(const char *url, stk_error *err);
+/* Wait for every queued upload, delete the lock this client holds, close. */
+STK_API void stk_upload_close(stk_upload *u);
+/* The staging directory for url, made if missing: $STOKER_CACHE_DIR/staging/H,
+ * else $TMPDIR/stoker-staging/H (TMPDIR unset: /tmp), H a hash of the url:
+ * the same address gets the same directory, so a killed writer's resume
+ * finds its shards there. */
+STK_API int stk_upload_staging_dir(const char *url, char *out, size_t cap, stk_error *err);
+/* Queue the upload of the local file `path` as `name`. Recorded, once its
+ * PUT succeeded, with size and ETag in the staging directory's log
+ * (.stoker-uploaded in path's directory); remove != 0: the local file is
+ * removed after. A failure is reported by the next call and by wait. */
+STK_API int stk_upload_file(stk_upload *u, const char *path, const char *name, int remove, stk_error *err);
+/* Like stk_upload_file, unless the log of path's directory says `name` was
+ * uploaded with path's size and the object is there with that size and
+ * ETag (a HEAD): then nothing is sent and *skipped (may be NULL) is 1. */
+STK_API int stk_upload_file_once(stk_upload *u, const char *path, const char *name, int *skipped,
+                                 stk_error *err);
+/* Wait until every queued upload has ended: the first failure, if any. */
+STK_API int stk_upload_wait(stk_upload *u, stk_error *err);
+/* One object from memory, now. */
+STK_API int stk_upload_put(stk_upload *u, const char *name, const void *data, size_t len, stk_error *err);
+/* Object `name` into the local file `path` (written whole, then renamed):
+ * STK_OK, or with *missing (may be NULL) set to 1 and STK_E_IO when there is
+ * no such object; refused above max bytes. */
+STK_API int stk_upload_fetch(stk_upload *u, const char *name, const char *path, size_t max, int *missing,
+                             stk_error *err);
+/* HEAD: *size is UINT64_MAX when the object is missing. etag (80 bytes, may be NULL). */
+STK_API int stk_upload_head(stk_upload *u, const char *name, uint64_t *size, char *etag, stk_error *err);
+STK_API int stk_upload_delete(stk_upload *u, const char *name, stk_error *err);
+/* Every name under the dataset ("shard-00000.stk", "part-1/manifest.json"),
+ * sorted, with sizes. */
+STK_API int stk_upload_list(stk_upload *u, char ***names, uint64_t **sizes, size_t *n, stk_error *err);
+STK_API void stk_upload_list_free(char **names, uint64_t *sizes, size_t n);
+/* After a manifest replaced another: delete every object at the top of the
+ * dataset named like a shard that the manifest in `staging` does not name. */
+STK_API int stk_upload_sweep(stk_upload *u, const char *staging, stk_error *err);
+/* Objects this client sent (PUTs of files and objects) and skipped. */
+STK_API void stk_upload_counts(const stk_upload *u, uint64_t *sent, uint64_t *skipped);
+/* One writer per dataset (or per part K of N, name ".stoker-lock-part-K-of-N")
+ * on a store that has no locks: a lock object NAME holding "host H pid P
+ * token T: what" is written, read back and must still be this writer's just
+ * before the manifest is committed (stk_upload_lock_check). A lock object of
+ * this host whose process is gone is stale and taken over; one of another
+ * host is honoured (STK_E_BUSY naming it: delete the object if that writer is
+ * gone). S3's PUT has no compare-and-set here (If-None-Match on PUT is not
+ * implemented by every server), so two writers starting within one round
+ * trip can both pass: the check before the commit narrows that window, and
+ * the one whose token is not in the object refuses to commit. */
+STK_API int stk_upload_lock(stk_upload *u, const char *name, const char *what, stk_error *err);
+STK_API int stk_upload_lock_check(stk_upload *u, stk_error *err);
+/* A stk_dataset_writer of an s3:// dataset: keep != 0 keeps each shard in the
+ * staging directory after its upload, until finish (a caller that checks its
+ * own resume state against the shards: stoker.pack); the staging directory
+ * (NULL for a local dataset). */
+STK_API int stk_dataset_writer_keep_staged(stk_dataset_writer *dw, int keep, stk_error *err);
+STK_API const char *stk_dataset_writer_staging(const stk_dataset_writer *dw);
+/* 1 when path names an s3:// (or http(s)://) address. */
+STK_API int stk_path_is_remote(const char *path);
+
 #endif /* STOKER_ADVANCED_API */
 
 #ifdef __cplusplus
