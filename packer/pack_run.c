@@ -101,8 +101,10 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
         /* Killed between committing its manifest and removing its own part
          * record: the dataset of this very command is complete. "Already
          * complete": the merge redoes its last step (the same bytes) and
-         * removes the bookkeeping, as the first run would have. */
-        if (!o->force && o->parts == 1 && pk_part_params(o->out, 1, 1) == params) return 1;
+         * removes the bookkeeping, as the first run would have. Likewise part
+         * K of N run again after the merge (a requeued array task): its
+         * record is there with these parameters, nothing to do. */
+        if (!o->force && pk_part_params(o->out, o->part, o->parts) == params) return 1;
         if (!o->force) {
             fprintf(stderr, "pack: %s already holds a dataset (manifest.json); use --force to replace it\n",
                     o->url ? o->url : o->out);
