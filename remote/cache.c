@@ -3,8 +3,9 @@
  * The design, the layout on disk and the rules that keep it safe between
  * processes are in cache.h's head comment. Here, in order: the two shared
  * structures (the usage page, a state file's header), small file helpers,
- * the cache directory (open, the alone-recount), admission and eviction,
- * then one object's file (open/create/repair, store, drop, metadata).
+ * the per-object locks, the cache directory (open, the alone-recount),
+ * admission and eviction, then one object's files (open/create/repair,
+ * store, drop, metadata).
  *
  * Memory order: a store pwrites its bytes, then sets its units' slots with
  * a release compare-exchange; stk__rfile_present loads them with acquire,
@@ -177,9 +178,10 @@ static int flock_wait(int fd, int op)
  * so they fail while any process (this one included) holds it. Such locks
  * belong to the open file, not to a descriptor per object, so thousands of
  * open objects cost no descriptors, and they end with the process however
- * it ends. Two ids of one hash share a byte: each then keeps the other from
- * eviction while open, nothing worse. Within a process the opens of one
- * object share one lock, counted in the hold table. */
+ * it ends. Two ids of one hash share a byte: while one is open the other is
+ * neither evicted nor made (its open fails as busy after TRIES). Within a
+ * process the opens of one object share one lock, counted in the hold
+ * table. */
 
 static uint64_t lock_byte(const char *id, size_t n)
 {

@@ -38,7 +38,9 @@
  *               without its data, damaged state files)
  *   held        no bytes: open file description locks (F_OFD_SETLK) on
  *               one byte per object, at a 62-bit hash of its id (two ids of
- *               one hash only keep each other from eviction while open).
+ *               one hash, odds 2^-62 a pair, share a byte: while one is
+ *               open the other is neither evicted nor made, and its open
+ *               fails as busy).
  *               They belong to the cache's open file, not to a descriptor
  *               per object: thousands of open objects cost no descriptors
  *   usage       one page mapped MAP_SHARED: magic, version, the bytes

@@ -670,6 +670,49 @@ START_TEST(held_file_not_evicted)
 }
 END_TEST
 
+/* A process killed with SIGKILL while it holds a file lets go of it as it
+ * dies: the file is evicted as soon as room is needed, and its bytes are
+ * there for others meanwhile. */
+START_TEST(killed_holder_lets_go)
+{
+    char dir[TU_PATH];
+    tu_scratch(dir, sizeof dir, "cache-killed");
+    const uint64_t limit = 100000;
+    stk__rcache *c = open_cache(dir, limit);
+    int ready[2];
+    ck_assert(pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        stk__rcache *cc;
+        stk__rfile *f = child_open(dir, limit, "rank1", 60000, 1, &cc);
+        if (store_units(f, 60000, 0, 1, 9) != 1) _exit(82);
+        char b = 1;
+        if (write(ready[1], &b, 1) != 1) _exit(90);
+        for (;;) pause(); /* holds it until killed */
+    }
+    ck_assert(pid > 0);
+    close(ready[1]);
+    char b;
+    ck_assert(read(ready[0], &b, 1) == 1);
+    close(ready[0]);
+    stk__rfile *f = open_file(c, "rank0", 60000, 1);
+    ck_assert_int_eq(store_units(f, 60000, 0, 1, 9), 0); /* "rank1" is held */
+    kill(pid, SIGKILL);
+    int st;
+    ck_assert(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st));
+    /* Its bytes, whole. (Closing g also tells this process's evictor that a
+     * file may have come free; a kill alone is noticed within a second.) */
+    stk__rfile *g = open_file(c, "rank1", 60000, 1);
+    ck_assert(stk__rfile_present(g, 0) && map_holds(g, 0, 60000, 9));
+    stk__rfile_close(g);
+    ck_assert_int_eq(store_units(f, 60000, 0, 1, 9), 1); /* now it goes */
+    ck_assert(!cached(dir, "rank1"));
+    ck_assert_uint_eq(stk__rcache_used(c), 60000);
+    stk__rfile_close(f);
+    stk__rcache_close(c);
+}
+END_TEST
+
 /* Store one unit of "d", close: a fresh copy to damage. */
 static void fresh_copy(stk__rcache *c)
 {
@@ -869,7 +912,7 @@ TU_MAIN("cache",
                    drop_releases_blocks},
          .timeout = 60},
         {.name = "evict",
-         .tests = {evict_oldest_first, store_over_passes_limit, held_file_not_evicted},
+         .tests = {evict_oldest_first, store_over_passes_limit, held_file_not_evicted, killed_holder_lets_go},
          .timeout = 60},
         {.name = "processes",
          .tests = {concurrent_create_one_file, same_units_counted_once, sigkill_while_storing,
