@@ -173,7 +173,7 @@ static void assert_same_values(const stk_dataset *a, const stk_dataset *b)
             ck_assert_msg(value_of(b, f, i, &cb, &pb, &nb, &e) == 0, "%s", e.msg);
             ck_assert_msg(na == nb && !memcmp(pa, pb, na), "record %llu field %u differs",
                           (unsigned long long)i, f);
-            uint64_t da[STK_MAX_DIMS], db[STK_MAX_DIMS];
+            uint64_t da[STK_MAX_DIMS] = {0}, db[STK_MAX_DIMS] = {0};
             ck_assert_int_eq(
                 stk_shard_value_shape(stk_dataset_shard(a, i / PER_SHARD), f, i % PER_SHARD, da, &e), 0);
             ck_assert_int_eq(

@@ -41,9 +41,9 @@ status() {
 # --json results without the timings
 untimed() { sed -E 's/"seconds": [0-9.]+/"seconds": 0/; s/"gb_per_s": [0-9.]+/"gb_per_s": 0/' "$1"; }
 
-"$B/shardgen" -q -n 240 --size 24 --captions --records-per-shard 80 "$T/plain" || exit 1
-"$B/shardgen" -q -n 240 --size 24 --captions --compress zstd --block-size 8K --records-per-shard 80 "$T/zstd" || exit 1
-"$B/shardgen" -q -n 240 --size 24 --aspect --records-per-shard 80 "$T/aspect" || exit 1
+"$B/shardgen" -q -n 240 --size 32 --captions --records-per-shard 80 "$T/plain" || exit 1
+"$B/shardgen" -q -n 240 --size 32 --captions --compress zstd --block-size 8K --records-per-shard 80 "$T/zstd" || exit 1
+"$B/shardgen" -q -n 240 --size 32 --aspect --records-per-shard 80 "$T/aspect" || exit 1
 for d in plain zstd aspect; do
     upload "$T/$d" "ds/$d"
     L=$T/$d U=s3://$BK/ds/$d
@@ -62,6 +62,13 @@ for d in plain zstd aspect; do
     status 0 "shardview s3 $d" "$B/shardview" -q -o "$T/r.png" "$U"
     cmp -s "$T/l.png" "$T/r.png" || fail "shardview $d: another image from s3://"
 done
+
+# The same dataset by plain https?:// (range GETs of the objects' URLs)
+H=$AWS_ENDPOINT_URL/$BK/ds/plain
+status 0 "shardinfo local" "$B/shardinfo" "$T/plain" && cp "$T/out" "$T/l"
+status 0 "shardinfo http" "$B/shardinfo" "$H" && cp "$T/out" "$T/r"
+same "shardinfo http" "$T/l" "$T/r" "$T/plain" "$H"
+status 0 "shardcheck http" "$B/shardcheck" -q --file-hash "$H/manifest.json"
 
 # A byte of shard 1 damaged in the object (the middle of the file: image data)
 cp -r "$T/plain" "$T/bad"
