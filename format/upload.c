@@ -438,11 +438,17 @@ void stk_upload_counts(const stk_upload *u, uint64_t *sent, uint64_t *skipped)
     pthread_mutex_unlock(&m->mu);
 }
 
-/* "host H pid P token T: what": is it a line of this host whose process is gone? */
+/* "host H pid P token T[ job J]: what": is it a line of this host whose
+ * process is gone, or of this Slurm job (a requeued job runs again under its
+ * id, on any node, after the first run was stopped)? */
 static bool lock_is_stale(const char *line)
 {
     char host[256] = "", myhost[256] = "";
     long pid = 0;
+    const char *slurm = getenv("SLURM_JOB_ID"), *colon = strchr(line, ':'), *j = strstr(line, " job ");
+    if (slurm && *slurm && j && colon && j < colon && !strncmp(j + 5, slurm, strlen(slurm)) &&
+        j + 5 + strlen(slurm) == colon)
+        return true;
     if (sscanf(line, "host %255s pid %ld", host, &pid) != 2 || pid <= 0) return false;
     if (gethostname(myhost, sizeof myhost - 1) != 0 || strcmp(host, myhost)) return false;
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
@@ -482,8 +488,11 @@ int stk_upload_lock(stk_upload *u, const char *name, const char *what, stk_error
     gethostname(host, sizeof host - 1);
     for (char *c = host; *c; c++)
         if (*c == ' ' || *c == '\n') *c = '_';
-    snprintf(u->lock_line, sizeof u->lock_line, "host %s pid %ld token %llx%09ld: %s\n", host, (long)getpid(),
-             (unsigned long long)ts.tv_sec, (long)ts.tv_nsec, what ? what : "a writer");
+    const char *slurm = getenv("SLURM_JOB_ID");
+    bool has_job = slurm && *slurm && strlen(slurm) < 32 && !strpbrk(slurm, ": \n");
+    snprintf(u->lock_line, sizeof u->lock_line, "host %s pid %ld token %llx%09ld%s%s: %s\n", host,
+             (long)getpid(), (unsigned long long)ts.tv_sec, (long)ts.tv_nsec, has_job ? " job " : "",
+             has_job ? slurm : "", what ? what : "a writer");
     char *key = key_of(u, name); /* not counted among the dataset's objects */
     rc = key ? stk__remote_put_object(u->r, key, u->lock_line, strlen(u->lock_line), NULL, err)
              : name_error(u, err, name);

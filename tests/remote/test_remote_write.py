@@ -235,6 +235,20 @@ def test_pack_refuses_a_live_lock_object(s3, env, raw):
     assert keys(s3, "locked") == [".stoker-lock"]
 
 
+def test_requeued_slurm_job_takes_its_lock_over(s3, env, raw):
+    """A Slurm job requeued after a kill runs again under its job id, on any node: its own lock object (of
+    another host) is taken over; another job's is not."""
+    p0 = os.path.join(env["TMPDIR"], "lock")
+    with open(p0, "w") as f:
+        f.write("host node-7 pid 4242 token 1 job 777: pack --part 2/2\n")
+    s3.upload(p0, "requeue/.stoker-lock-part-0002-of-0002")
+    p = pack(dict(env, SLURM_JOB_ID="778"), "--part", "2/2", raw, url(s3, "requeue"), check=False)
+    assert p.returncode != 0 and "node-7" in p.stderr, p.stderr
+    pack(dict(env, SLURM_JOB_ID="777"), "--part", "2/2", raw, url(s3, "requeue"))
+    assert exists(s3, "requeue", "pack-part-0002-of-0002.json")
+    assert not exists(s3, "requeue", ".stoker-lock-part-0002-of-0002"), "released at the end"
+
+
 # ---------------------------------------------------------------- parts and merge
 
 def test_parts_merge_in_place(s3, env, raw, tmp_path):

@@ -842,11 +842,12 @@ STK_API int stk_upload_sweep(stk_upload *u, const char *staging, stk_error *err)
 STK_API void stk_upload_counts(const stk_upload *u, uint64_t *sent, uint64_t *skipped);
 /* One writer per dataset (or per part K of N, name ".stoker-lock-part-K-of-N")
  * on a store that has no locks: a lock object NAME holding "host H pid P
- * token T: what" is written, read back and must still be this writer's just
- * before the manifest is committed (stk_upload_lock_check). A lock object of
- * this host whose process is gone is stale and taken over; one of another
- * host is honoured (STK_E_BUSY naming it: delete the object if that writer is
- * gone). S3's PUT has no compare-and-set here (If-None-Match on PUT is not
+ * token T[ job J]: what" (J: $SLURM_JOB_ID) is written, read back and must
+ * still be this writer's just before the manifest is committed
+ * (stk_upload_lock_check). A lock object of this host whose process is gone,
+ * or of this Slurm job (requeued: it runs again under its id, maybe on
+ * another node) is stale and taken over; any other is honoured (STK_E_BUSY
+ * naming it: delete the object if that writer is gone). S3's PUT has no compare-and-set here (If-None-Match on PUT is not
  * implemented by every server), so two writers starting within one round
  * trip can both pass: the check before the commit narrows that window, and
  * the one whose token is not in the object refuses to commit. */
