@@ -160,7 +160,7 @@ def upload_with_writer(tools, s3, ds_path, manifest, scratch):
 
 
 def dump_order(tools, ds_path, order, threads, epochs=1):
-    p = sh([f"{tools}/shardread", "-q", "--dump-order", "-o", order, "-j", threads, "-e", epochs, ds_path],
+    p = sh([f"{tools}/shardread", "-q", "--dump-order", "--order", order, "-j", threads, "-e", epochs, ds_path],
            capture_output=True, text=True, check=True)
     return [ln for ln in p.stdout.splitlines() if ln.strip()]
 
@@ -221,7 +221,7 @@ def stoker_epochs(tools, s3, order, threads, epochs, cache_dir, cache_limit, cac
     state = os.path.join(work, f"state-{order}")
     out = []
     for e in range(epochs):
-        argv = [f"{tools}/shardread", "-q", "--json", "-o", order, "-j", threads, "-e", 1,
+        argv = [f"{tools}/shardread", "-q", "--json", "--order", order, "-j", threads, "-e", 1,
                 "--state-out", state + f".{e}"]
         if e:
             argv += ["--state-in", state + f".{e - 1}"]
@@ -235,13 +235,13 @@ def stoker_epochs(tools, s3, order, threads, epochs, cache_dir, cache_limit, cac
 
 def first_batches(tools, path, order, threads, n, env):
     """GB/s of the first n batches of an epoch, open included (wall clock of the process)."""
-    j = shardread_json([f"{tools}/shardread", "-q", "--json", "-o", order, "-j", threads, "-e", 1,
+    j = shardread_json([f"{tools}/shardread", "-q", "--json", "--order", order, "-j", threads, "-e", 1,
                         "--stop-after", n, path], env)
     return j["bytes"] / j["wall"] / 1e9
 
 
 def local_epoch(tools, ds_path, order, threads, warm=True):
-    argv = [f"{tools}/shardread", "-q", "--json", "-o", order, "-j", threads, "-e", 1, ds_path]
+    argv = [f"{tools}/shardread", "-q", "--json", "--order", order, "-j", threads, "-e", 1, ds_path]
     if warm:
         shardread_json(argv, None)
     j = shardread_json(argv, None)
@@ -318,7 +318,7 @@ def whole_shard_epoch(tools, s3, ds, order, threads, work):
                                        "-o", dst, f"{s3.endpoint}/{BUCKET}/{PREFIX}/{name}"]))
     if any(p.wait() for p in procs):
         raise RuntimeError("curl failed downloading a shard")
-    j = shardread_json([f"{tools}/shardread", "-q", "--json", "-o", order, "-j", threads, "-e", 1, d], None)
+    j = shardread_json([f"{tools}/shardread", "-q", "--json", "--order", order, "-j", threads, "-e", 1, d], None)
     dt = time.monotonic() - t0
     fetched = s3.stats()["body_bytes_out"]
     shutil.rmtree(d, ignore_errors=True)
@@ -484,7 +484,7 @@ def main():
                     path = os.path.join(mnt, PREFIX)
                     first = first_batches(tools, path, order, a.threads, nfirst[order], None)
                     s3.reset_stats()
-                    j = shardread_json([f"{tools}/shardread", "-q", "--json", "-o", order, "-j", a.threads,
+                    j = shardread_json([f"{tools}/shardread", "-q", "--json", "--order", order, "-j", a.threads,
                                         "-e", 1, path], None)
                     res["s3fs"][order] = (j["bytes"] / j["wall"] / 1e9, s3.stats()["body_bytes_out"], first)
                 except RuntimeError as e:
@@ -497,6 +497,8 @@ def main():
         if not a.keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    with open(os.path.join(a.work, "results.json"), "w") as f:
+        json.dump(res, f)  # the raw figures of the last run, whatever the report makes of them
     return report(res, orders, epochs, a, failures)
 
 
@@ -520,10 +522,10 @@ def report(res, orders, epochs, a, failures):
                 continue
             cells = []
             for e, (gbs, wall, got, fetched) in enumerate(r):
-                ratio = gbs / lim[o][0] if o in lim and lim[o][0] else 0
                 amp = fetched / got if got else 0
-                cells.append(f"e{e + 1} {gbs:6.3f} ({ratio:4.2f}) x{amp:4.2f}")
-                if o in lim and (ratio < 0.8 or amp > 1.05):
+                of = f" ({gbs / lim[o][0]:4.2f})" if o in lim and lim[o][0] else ""
+                cells.append(f"e{e + 1} {gbs:6.3f}{of} x{amp:4.2f}")
+                if o in lim and (gbs < 0.8 * lim[o][0] or amp > 1.05):
                     ok = False
             print(f"  {o:10s} " + "   ".join(cells))
         for o in orders:
