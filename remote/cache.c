@@ -3,8 +3,9 @@
  * The design, the layout on disk and the rules that keep it safe between
  * processes are in cache.h's head comment. Here, in order: the two shared
  * structures (the usage page, a state file's header), small file helpers,
- * the cache directory (open, the alone-recount), admission and eviction,
- * then one object's file (open/create/repair, store, drop, metadata).
+ * the per-object locks, the cache directory (open, the alone-recount),
+ * admission and eviction, then one object's files (open/create/repair,
+ * store, drop, metadata).
  *
  * Memory order: a store pwrites its bytes, then sets its units' slots with
  * a release compare-exchange; stk__rfile_present loads them with acquire,
@@ -42,7 +43,7 @@
 #define HDR_BYTES 64u
 #define USAGE_BYTES 4096u
 #define ID_MAX 200
-#define TRIES 16                   /* opens lost to a concurrent create, evict or repair */
+#define TRIES 400                  /* open attempts, 1 ms apart while another process creates */
 #define SLOT_COUNT_MAX 0xfffffffeu /* bytes one unit's slot can count */
 #define RESCAN_NS 1000000000LL     /* a fruitless eviction scan is repeated this late at most... */
 /* ... unless a file was closed since (the generation in the usage page). */
@@ -67,13 +68,27 @@ typedef struct {
     _Atomic uint64_t gen;  /* bumped when a file may have become evictable */
 } usage_page;
 
+/* An object this process holds: its lock byte and how many opens. */
+typedef struct {
+    uint64_t off; /* 0: an empty slot */
+    uint64_t count;
+} hold_slot;
+
 struct stk__rcache {
     char *dir; /* DIR/v1 */
     uint64_t limit;
-    int lock_fd; /* DIR/v1/lock, held shared while open */
+    int lock_fd; /* DIR/v1/lock, flocked shared while open */
+    int held_fd; /* DIR/v1/held: read locks, one byte per object held open */
+    int excl_fd; /* DIR/v1/held again: write locks (create, repair, evict) */
     usage_page *usage;
     long page;
     atomic_uint tmp_seq; /* temporary names of this cache object */
+    /* Under mu: the objects held (open addressing on the lock byte), and
+     * every write lock, so that no thread of this process takes one on an
+     * object another thread holds or locks. */
+    pthread_mutex_t mu;
+    hold_slot *tab;
+    size_t cap, n;
     pthread_mutex_t evict_mu;
     /* Under evict_mu: the last scan that found nothing to evict. */
     bool scan_failed;
@@ -84,13 +99,14 @@ struct stk__rcache {
 struct stk__rfile {
     stk__rcache *c;
     char *state_path, *data_path;
-    int sfd; /* ID.state: O_RDWR, mapped, holds the flock */
-    int dfd; /* ID.data: O_RDWR for pwrite; the map is PROT_READ */
+    uint64_t off; /* the object's lock byte in DIR/v1/held */
+    bool held;
+    atomic_int rfd; /* stk__rfile_fd's descriptor, opened on the first call; -1 */
     uint64_t size, nunits;
     state_hdr *hdr;
     size_t hdr_len; /* the state file's mapped length */
     _Atomic uint32_t *slots;
-    const uint8_t *map;
+    const uint8_t *map; /* PROT_READ; the cache writes with pwrite */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -153,14 +169,96 @@ static int flock_wait(int fd, int op)
     return 0;
 }
 
-/* fd is the file path names now (not unlinked or replaced since it was
- * opened). */
-static bool names(int fd, const char *path)
+/* ---------------------------------------------------- per-object locks
+ *
+ * An object open in a process holds a read lock (an open file description
+ * lock, F_OFD_SETLK) on one byte of DIR/v1/held: the byte at a 62-bit hash
+ * of its id. Creating, repairing and evicting an object take a write lock
+ * on that byte without waiting, through a second description of the file,
+ * so they fail while any process (this one included) holds it. Such locks
+ * belong to the open file, not to a descriptor per object, so thousands of
+ * open objects cost no descriptors, and they end with the process however
+ * it ends. Two ids of one hash share a byte: while one is open the other is
+ * neither evicted nor made (its open fails as busy after TRIES). Within a
+ * process the opens of one object share one lock, counted in the hold
+ * table. */
+
+static uint64_t lock_byte(const char *id, size_t n)
 {
-    struct stat a, b;
-    return fstat(fd, &a) == 0 && a.st_nlink > 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)id[i]) * 0x100000001b3ull;
+    return (h >> 2) | 1;
 }
+
+static int ofd_lock(int fd, int cmd, short type, uint64_t off)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)off, .l_len = 1};
+    int r;
+    while ((r = fcntl(fd, cmd, &fl)) != 0 && errno == EINTR) {}
+    return r;
+}
+
+/* Under mu: the table's slot for off (added when absent: NULL only when
+ * out of memory). */
+static hold_slot *hold_slot_of(stk__rcache *c, uint64_t off)
+{
+    if (2 * (c->n + 1) > c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 256;
+        hold_slot *t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (size_t i = 0; i < c->cap; i++) {
+            if (!c->tab[i].off) continue;
+            size_t j = (size_t)(c->tab[i].off * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+            while (t[j].off) j = (j + 1) & (cap - 1);
+            t[j] = c->tab[i];
+        }
+        free(c->tab);
+        c->tab = t;
+        c->cap = cap;
+    }
+    size_t j = (size_t)(off * 0x9E3779B97F4A7C15ull >> 20) & (c->cap - 1);
+    while (c->tab[j].off && c->tab[j].off != off) j = (j + 1) & (c->cap - 1);
+    if (!c->tab[j].off) {
+        c->tab[j].off = off; /* slots stay once used: as many as ids this process opened */
+        c->n++;
+    }
+    return &c->tab[j];
+}
+
+/* Hold off (a read lock, waiting while another process creates, repairs
+ * or evicts the object). 0 or an errno. */
+static int hold(stk__rcache *c, uint64_t off)
+{
+    pthread_mutex_lock(&c->mu);
+    hold_slot *h = hold_slot_of(c, off);
+    int e = h ? 0 : ENOMEM;
+    if (h && h->count == 0 && ofd_lock(c->held_fd, F_OFD_SETLKW, F_RDLCK, off) != 0) e = errno;
+    if (!e) h->count++;
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+static void unhold(stk__rcache *c, uint64_t off)
+{
+    pthread_mutex_lock(&c->mu);
+    hold_slot *h = hold_slot_of(c, off);
+    if (h && h->count > 0 && --h->count == 0) ofd_lock(c->held_fd, F_OFD_SETLK, F_UNLCK, off);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Under mu: the write lock on off without waiting. 0; EBUSY: this process
+ * holds the object; EAGAIN: another process holds or locks it; else an
+ * errno. */
+static int excl_try(stk__rcache *c, uint64_t off)
+{
+    hold_slot *h = hold_slot_of(c, off);
+    if (!h) return ENOMEM;
+    if (h->count > 0) return EBUSY;
+    if (ofd_lock(c->excl_fd, F_OFD_SETLK, F_WRLCK, off) == 0) return 0;
+    return errno == EACCES || errno == EAGAIN ? EAGAIN : errno;
+}
+
+static void excl_end(stk__rcache *c, uint64_t off) { ofd_lock(c->excl_fd, F_OFD_SETLK, F_UNLCK, off); }
 
 /* *a -= v, stopping at 0; what was taken off. */
 static uint64_t sub_sat(_Atomic uint64_t *a, uint64_t v)
@@ -254,7 +352,8 @@ static uint64_t recount(const stk__rcache *c)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (n[0] == '.' || strcmp(n, "lock") == 0 || strcmp(n, "usage") == 0) continue;
+        if (n[0] == '.' || strcmp(n, "lock") == 0 || strcmp(n, "usage") == 0 || strcmp(n, "held") == 0)
+            continue;
         char *path = join(c->dir, "/", n);
         if (!path) break;
         if (strstr(n, ".tmp.")) {
@@ -339,21 +438,28 @@ int stk__rcache_open(stk__rcache **out, const char *dir, uint64_t limit, stk_err
     if (!dir || !*dir) return stk_error_set(err, STK_E_ARG, "cache: no directory named");
     stk__rcache *c = calloc(1, sizeof *c);
     if (!c) return stk_error_set(err, STK_E_NOMEM, "cache: out of memory");
-    c->lock_fd = -1;
+    c->lock_fd = c->held_fd = c->excl_fd = -1;
     c->limit = limit;
     c->page = sysconf(_SC_PAGESIZE);
     if (c->page <= 0) c->page = 4096;
     pthread_mutex_init(&c->evict_mu, NULL);
+    pthread_mutex_init(&c->mu, NULL);
     atomic_init(&c->tmp_seq, 0);
     c->dir = join(dir, "/" LAYOUT, "");
     char *lock = c->dir ? join(c->dir, "/lock", "") : NULL;
+    char *held = c->dir ? join(c->dir, "/held", "") : NULL;
     int rc = STK_OK, e;
-    if (!lock) {
+    if (!lock || !held) {
         rc = stk_error_set(err, STK_E_NOMEM, "cache: out of memory");
     } else if ((e = mkdir_p(c->dir)) != 0) {
         rc = io_error(err, e, c->dir, "create the cache directory");
     } else if ((c->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
         rc = io_error(err, errno, lock, "open");
+    } else if ((c->held_fd = open(held, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
+               (c->excl_fd = open(held, O_RDWR | O_CLOEXEC)) < 0) {
+        rc = io_error(err, errno, held, "open");
+    } else if (ofd_lock(c->excl_fd, F_OFD_GETLK, F_WRLCK, 1) != 0) {
+        rc = io_error(err, errno, held, "lock (open file description locks)");
     } else {
         /* Alone: recount under the exclusive lock, then share it. Others
          * wait on the shared lock until the recount is done. */
@@ -368,6 +474,7 @@ int stk__rcache_open(stk__rcache **out, const char *dir, uint64_t limit, stk_err
         }
     }
     free(lock);
+    free(held);
     if (rc != STK_OK) {
         stk__rcache_close(c);
         return rc;
@@ -380,8 +487,12 @@ void stk__rcache_close(stk__rcache *c)
 {
     if (!c) return;
     if (c->usage) munmap(c->usage, USAGE_BYTES);
+    if (c->excl_fd >= 0) close(c->excl_fd);
+    if (c->held_fd >= 0) close(c->held_fd);
     if (c->lock_fd >= 0) close(c->lock_fd);
     pthread_mutex_destroy(&c->evict_mu);
+    pthread_mutex_destroy(&c->mu);
+    free(c->tab);
     free(c->dir);
     free(c);
 }
@@ -414,19 +525,24 @@ static bool reserve(stk__rcache *c, uint64_t need)
 static bool evict_file(stk__rcache *c, const char *name)
 {
     char *state = join(c->dir, "/", name), *data = sibling(c->dir, name, ".state", ".data");
+    uint64_t off = lock_byte(name, strlen(name) - strlen(".state"));
     bool done = false;
-    int fd = state && data ? open(state, O_RDWR | O_CLOEXEC) : -1;
-    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && names(fd, state)) {
-        uint64_t sum, size;
-        state_sum_fd(fd, &sum, &size); /* a damaged one uncounts nothing: the counter errs high */
+    pthread_mutex_lock(&c->mu);
+    if (state && data && excl_try(c, off) == 0) {
+        int fd = open(state, O_RDWR | O_CLOEXEC);
+        uint64_t sum = 0, size;
+        if (fd >= 0) {
+            state_sum_fd(fd, &sum, &size); /* a damaged one uncounts nothing: the counter errs high */
+            close(fd);
+        }
         /* Data first: a kill in between leaves a state file without data,
          * which the next open repairs and the next recount removes. */
         unlink(data);
-        unlink(state);
-        sub_sat(&c->usage->used, sum);
-        done = true;
+        done = unlink(state) == 0;
+        if (done) sub_sat(&c->usage->used, sum);
+        excl_end(c, off);
     }
-    if (fd >= 0) close(fd);
+    pthread_mutex_unlock(&c->mu);
     free(state);
     free(data);
     return done;
@@ -511,129 +627,114 @@ static bool admit(stk__rcache *c, uint64_t need)
 
 /* ------------------------------------------------------------ one file */
 
-enum { OPENED, ABSENT, RETRY, DAMAGED, FAILED };
+enum { OPENED, ABSENT, RETRY, DAMAGED, BUSY_HERE, BUSY_THERE, FAILED };
 
-static void rfile_release(stk__rfile *f)
+static void rfile_unmap(stk__rfile *f)
 {
     if (f->map) munmap((void *)f->map, f->size);
     if (f->hdr) munmap(f->hdr, f->hdr_len);
-    if (f->dfd >= 0) close(f->dfd);
-    if (f->sfd >= 0) close(f->sfd);
     f->map = NULL;
     f->hdr = NULL;
     f->slots = NULL;
-    f->dfd = f->sfd = -1;
 }
 
-static int map_state(stk__rfile *f, stk_error *err)
+/* Map the object's two files as they are: OPENED (both whole and of this
+ * object), ABSENT (no state file), DAMAGED (a state file damaged or made
+ * for another object, or its data file missing or of another size),
+ * FAILED. */
+static int map_files(stk__rfile *f, stk_error *err)
 {
-    void *p = mmap(NULL, f->hdr_len, PROT_READ | PROT_WRITE, MAP_SHARED, f->sfd, 0);
-    if (p == MAP_FAILED) return io_error(err, errno, f->state_path, "map"), FAILED;
+    int fd = open(f->state_path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? ABSENT : (io_error(err, errno, f->state_path, "open"), FAILED);
+    struct stat st;
+    int r = DAMAGED;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) != 0) r = (io_error(err, errno, f->state_path, "stat"), FAILED);
+    else if ((uint64_t)st.st_size == f->hdr_len &&
+             (p = mmap(NULL, f->hdr_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        r = (io_error(err, errno, f->state_path, "map"), FAILED);
+    close(fd);
+    if (p == MAP_FAILED) return r;
     f->hdr = p;
     f->slots = (_Atomic uint32_t *)(f->hdr + 1);
-    return OPENED;
-}
-
-/* The state file as it is: OPENED (shared lock held, both files whole and
- * of this object), ABSENT, RETRY (replaced under us), DAMAGED (shared lock
- * held), FAILED. */
-static int open_existing(stk__rfile *f, stk_error *err)
-{
-    f->sfd = open(f->state_path, O_RDWR | O_CLOEXEC);
-    if (f->sfd < 0) return errno == ENOENT ? ABSENT : (io_error(err, errno, f->state_path, "open"), FAILED);
-    if (flock_wait(f->sfd, LOCK_SH) != 0) return io_error(err, errno, f->state_path, "lock"), FAILED;
-    if (!names(f->sfd, f->state_path)) return RETRY;
-    struct stat st;
-    if (fstat(f->sfd, &st) != 0) return io_error(err, errno, f->state_path, "stat"), FAILED;
-    if ((uint64_t)st.st_size != f->hdr_len) return DAMAGED;
-    int r = map_state(f, err);
-    if (r != OPENED) return r;
     uint64_t sum;
     if (!state_check(f->hdr, f->hdr_len, &sum) || f->hdr->size != f->size || f->hdr->nunits != f->nunits)
         return DAMAGED;
-    f->dfd = open(f->data_path, O_RDWR | O_CLOEXEC);
-    if (f->dfd < 0) return errno == ENOENT ? DAMAGED : (io_error(err, errno, f->data_path, "open"), FAILED);
-    if (fstat(f->dfd, &st) != 0) return io_error(err, errno, f->data_path, "stat"), FAILED;
-    return S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size ? OPENED : DAMAGED;
-}
-
-/* A damaged or mismatched state file we hold shared: removed when no one
- * else holds it (RETRY), refused otherwise. Its bytes stay counted until
- * the next recount: the counter errs high, never low. */
-static int remove_damaged(stk__rfile *f, stk_error *err)
-{
-    if (flock(f->sfd, LOCK_EX | LOCK_NB) != 0)
-        return stk_error_set(err, STK_E_BUSY,
-                             "%s: damaged or made for another object (not %llu bytes, %llu units), and in "
-                             "use by another process",
-                             f->state_path, (unsigned long long)f->size, (unsigned long long)f->nunits),
-               FAILED;
-    if (names(f->sfd, f->state_path)) {
-        unlink(f->data_path);
-        unlink(f->state_path);
+    if ((fd = open(f->data_path, O_RDONLY | O_CLOEXEC)) < 0)
+        return errno == ENOENT ? DAMAGED : (io_error(err, errno, f->data_path, "open"), FAILED);
+    r = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size ? OPENED : DAMAGED;
+    if (r == OPENED && f->size > 0) {
+        p = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) r = (io_error(err, errno, f->data_path, "map"), FAILED);
+        else f->map = p;
     }
-    return RETRY;
+    close(fd);
+    return r;
 }
 
-/* The state file under a temporary name, header written, exclusively
- * locked, linked to its name; then the data file; then the lock shared.
- * RETRY: another process created it first (or evicted ours at once). */
+/* Make the object's files afresh (removing what is there) under the write
+ * lock: RETRY (made, or made by another process meanwhile: open them),
+ * BUSY_HERE (this process holds the object), BUSY_THERE (another process
+ * holds or locks it), FAILED. The state file is renamed into place last:
+ * whoever finds it finds the data file beside it. */
 static int create(stk__rfile *f, stk_error *err)
 {
     stk__rcache *c = f->c;
+    pthread_mutex_lock(&c->mu);
+    int e = excl_try(c, f->off);
+    if (e) {
+        pthread_mutex_unlock(&c->mu);
+        if (e == EBUSY) return BUSY_HERE;
+        if (e == EAGAIN) return BUSY_THERE;
+        return io_error(err, e, f->state_path, "lock"), FAILED;
+    }
+    int r = map_files(f, err); /* made by another process between our look and the lock? */
+    rfile_unmap(f);
+    if (r == OPENED || r == FAILED) goto out;
     char suffix[64];
     snprintf(suffix, sizeof suffix, ".tmp.%ld.%u", (long)getpid(),
              atomic_fetch_add_explicit(&c->tmp_seq, 1, memory_order_relaxed));
     char *tmp = join(f->state_path, suffix, ""), *dtmp = join(f->data_path, suffix, "");
-    int r = FAILED;
+    r = FAILED;
     if (!tmp || !dtmp) {
         stk_error_set(err, STK_E_NOMEM, "cache: out of memory");
-        goto out;
-    }
-    f->sfd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (f->sfd < 0) {
-        io_error(err, errno, tmp, "create");
-        goto out;
-    }
-    state_hdr h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, STATE_MAGIC, 8);
-    h.version = VERSION;
-    h.slot_bytes = 4;
-    h.size = f->size;
-    h.nunits = f->nunits;
-    int e = 0;
-    if (flock(f->sfd, LOCK_EX | LOCK_NB) != 0 || ftruncate(f->sfd, (off_t)f->hdr_len) != 0 ||
-        (e = xpwrite(f->sfd, &h, sizeof h, 0)) != 0) {
-        io_error(err, e ? e : errno, tmp, "write");
-        unlink(tmp);
-        goto out;
-    }
-    if (link(tmp, f->state_path) != 0) {
-        e = errno;
-        unlink(tmp);
-        if (e == EEXIST) r = RETRY;
-        else io_error(err, e, f->state_path, "link");
-        goto out;
-    }
-    unlink(tmp);
-    /* Ours, exclusively: the data file, renamed over any leftover. */
-    f->dfd = open(dtmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (f->dfd < 0 || ftruncate(f->dfd, (off_t)f->size) != 0 || rename(dtmp, f->data_path) != 0) {
-        io_error(err, errno, f->data_path, "create");
-        unlink(dtmp);
+    } else {
         unlink(f->state_path);
-        goto out;
+        unlink(f->data_path);
+        state_hdr h;
+        memset(&h, 0, sizeof h);
+        memcpy(h.magic, STATE_MAGIC, 8);
+        h.version = VERSION;
+        h.slot_bytes = 4;
+        h.size = f->size;
+        h.nunits = f->nunits;
+        int sfd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int dfd = open(dtmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (sfd < 0 || dfd < 0) {
+            io_error(err, errno, sfd < 0 ? tmp : dtmp, "create");
+        } else if (ftruncate(sfd, (off_t)f->hdr_len) != 0 || (e = xpwrite(sfd, &h, sizeof h, 0)) != 0) {
+            io_error(err, e ? e : errno, tmp, "write");
+        } else if (ftruncate(dfd, (off_t)f->size) != 0) {
+            io_error(err, errno, dtmp, "size");
+        } else if (rename(dtmp, f->data_path) != 0 || rename(tmp, f->state_path) != 0) {
+            io_error(err, errno, f->state_path, "create");
+            unlink(f->data_path);
+        } else {
+            r = RETRY;
+        }
+        if (sfd >= 0) close(sfd);
+        if (dfd >= 0) close(dfd);
+        if (r != RETRY) {
+            unlink(tmp);
+            unlink(dtmp);
+        }
     }
-    if (flock_wait(f->sfd, LOCK_SH) != 0) {
-        io_error(err, errno, f->state_path, "lock");
-        goto out;
-    }
-    r = names(f->sfd, f->state_path) ? map_state(f, err) : RETRY;
-out:
     free(tmp);
     free(dtmp);
-    return r;
+out:
+    excl_end(c, f->off);
+    pthread_mutex_unlock(&c->mu);
+    return r == OPENED ? RETRY : r;
 }
 
 int stk__rfile_open(stk__rcache *c, const char *id, uint64_t size, uint64_t nunits, stk__rfile **out,
@@ -650,47 +751,64 @@ int stk__rfile_open(stk__rcache *c, const char *id, uint64_t size, uint64_t nuni
     stk__rfile *f = calloc(1, sizeof *f);
     if (!f) return stk_error_set(err, STK_E_NOMEM, "cache: out of memory");
     f->c = c;
-    f->sfd = f->dfd = -1;
+    atomic_init(&f->rfd, -1);
     f->size = size;
     f->nunits = nunits;
     f->hdr_len = HDR_BYTES + 4 * (size_t)nunits;
-    f->state_path = join(c->dir, "/", id);
-    f->data_path = join(c->dir, "/", id);
-    char *sp = f->state_path ? join(f->state_path, ".state", "") : NULL;
-    char *dp = f->data_path ? join(f->data_path, ".data", "") : NULL;
-    free(f->state_path);
-    free(f->data_path);
-    f->state_path = sp;
-    f->data_path = dp;
-    if (!sp || !dp) {
+    f->off = lock_byte(id, strlen(id));
+    char *base = join(c->dir, "/", id);
+    f->state_path = base ? join(base, ".state", "") : NULL;
+    f->data_path = base ? join(base, ".data", "") : NULL;
+    free(base);
+    if (!f->state_path || !f->data_path) {
         stk__rfile_close(f);
         return stk_error_set(err, STK_E_NOMEM, "cache: out of memory");
     }
+    /* Hold it, then look; absent or damaged: let go, make it afresh under
+     * the write lock, and look again. Another process making it at the same
+     * moment holds the write lock a few milliseconds: wait for it. */
     stk_error e = {0}; /* the helpers' message, the caller's only on failure */
-    int r = RETRY;
-    for (int t = 0; t < TRIES && r == RETRY; t++) {
-        r = open_existing(f, &e);
-        if (r == ABSENT) r = create(f, &e);
-        if (r == DAMAGED) r = remove_damaged(f, &e);
-        if (r != OPENED) rfile_release(f);
-    }
-    if (r == RETRY) stk_error_set(&e, STK_E_IO, "%s: replaced under us %d times", f->state_path, TRIES);
-    if (r == OPENED && size > 0) {
-        void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, f->dfd, 0);
-        if (p == MAP_FAILED) {
-            io_error(&e, errno, f->data_path, "map");
+    int r = FAILED, busy = 0;
+    for (int t = 0; t < TRIES; t++) {
+        int he = hold(c, f->off);
+        if (he) {
+            io_error(&e, he, f->state_path, "lock");
             r = FAILED;
-        } else {
-            f->map = p;
+            break;
         }
+        int seen = map_files(f, &e);
+        if (seen == OPENED) {
+            f->held = true;
+            r = OPENED;
+            break;
+        }
+        rfile_unmap(f);
+        unhold(c, f->off);
+        if (seen == FAILED) break;
+        r = create(f, &e);
+        if (r == RETRY) continue;
+        if (r == FAILED) break;
+        /* Held by another open: of this process (a damaged copy cannot be
+         * replaced under it: refuse), or of another (that one may be
+         * opening, or making it: a few tries later, refuse a damaged one). */
+        if (seen == DAMAGED && (r == BUSY_HERE || ++busy > 50)) {
+            stk_error_set(&e, STK_E_BUSY,
+                          "%s: damaged or made for another object (not %llu bytes, %llu units), and in use "
+                          "by another open",
+                          f->state_path, (unsigned long long)size, (unsigned long long)nunits);
+            break;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        r = FAILED;
     }
     if (r != OPENED) {
         stk__rfile_close(f);
-        if (e.code == STK_OK) stk_error_set(&e, STK_E_IO, "cache: cannot open object %s", id);
+        if (e.code == STK_OK) stk_error_set(&e, STK_E_IO, "cache: cannot open object %s: busy", id);
         if (err) *err = e;
         return e.code;
     }
-    futimens(f->sfd, NULL); /* the eviction order: least recently opened first */
+    utimensat(AT_FDCWD, f->state_path, NULL, 0); /* the eviction order: least recently opened first */
     *out = f;
     return STK_OK;
 }
@@ -698,9 +816,13 @@ int stk__rfile_open(stk__rcache *c, const char *id, uint64_t size, uint64_t nuni
 void stk__rfile_close(stk__rfile *f)
 {
     if (!f) return;
-    bool held = f->sfd >= 0;
-    rfile_release(f);
-    if (held) atomic_fetch_add_explicit(&f->c->usage->gen, 1, memory_order_relaxed);
+    rfile_unmap(f);
+    int fd = atomic_load_explicit(&f->rfd, memory_order_relaxed);
+    if (fd >= 0) close(fd);
+    if (f->held) {
+        unhold(f->c, f->off);
+        atomic_fetch_add_explicit(&f->c->usage->gen, 1, memory_order_relaxed);
+    }
     free(f->state_path);
     free(f->data_path);
     free(f);
@@ -708,7 +830,28 @@ void stk__rfile_close(stk__rfile *f)
 
 const uint8_t *stk__rfile_map(const stk__rfile *f) { return f->map; }
 
-int stk__rfile_fd(const stk__rfile *f) { return f->dfd; }
+int stk__rfile_fd(const stk__rfile *f)
+{
+    stk__rfile *m = (stk__rfile *)f; /* the descriptor is made once, on demand: not the object's state */
+    int fd = atomic_load_explicit(&m->rfd, memory_order_acquire);
+    if (fd >= 0) return fd;
+    fd = open(f->data_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int none = -1;
+    if (atomic_compare_exchange_strong_explicit(&m->rfd, &none, fd, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return fd;
+    close(fd); /* another thread made it first */
+    return none;
+}
+
+/* The data file for writing, for the length of one call. */
+static int open_data(const stk__rfile *f, stk_error *err)
+{
+    int fd = open(f->data_path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) io_error(err, errno, f->data_path, "open");
+    return fd;
+}
 
 int stk__rfile_meta_ready(const stk__rfile *f)
 {
@@ -731,13 +874,20 @@ int stk__rfile_store_meta(stk__rfile *f, size_t n, const uint64_t *offs, const u
     if (total > f->size) total = f->size; /* overlapping ranges: the slot holds at most the object */
     /* Always kept: make what room there is, then count it regardless. */
     if (!admit(f->c, total)) atomic_fetch_add_explicit(&f->c->usage->used, total, memory_order_relaxed);
+    int fd = open_data(f, err);
+    if (fd < 0) {
+        sub_sat(&f->c->usage->used, total);
+        return STK_E_IO;
+    }
     for (size_t i = 0; i < n; i++) {
-        int e = xpwrite(f->dfd, data[i], lens[i], offs[i]);
+        int e = xpwrite(fd, data[i], lens[i], offs[i]);
         if (e) {
+            close(fd);
             sub_sat(&f->c->usage->used, total);
             return io_error(err, e, f->data_path, "write");
         }
     }
+    close(fd);
     uint64_t none = 0;
     if (!atomic_compare_exchange_strong_explicit(&f->hdr->meta, &none, total + 1, memory_order_release,
                                                  memory_order_relaxed))
@@ -778,11 +928,14 @@ static int store(stk__rfile *f, uint64_t off, const void *data, uint64_t len, ui
         if (!over) return 0;
         atomic_fetch_add_explicit(&f->c->usage->used, total, memory_order_relaxed);
     }
-    int e = len ? xpwrite(f->dfd, data, len, off) : 0;
-    if (e) {
-        sub_sat(&f->c->usage->used, total);
-        io_error(err, e, f->data_path, "write");
-        return -1;
+    if (len) {
+        int fd = open_data(f, err), e = fd < 0 ? -1 : xpwrite(fd, data, len, off);
+        if (fd >= 0) close(fd);
+        if (e) {
+            sub_sat(&f->c->usage->used, total);
+            if (e > 0) io_error(err, e, f->data_path, "write");
+            return -1;
+        }
     }
     /* Bytes first, then the marks: each slot goes from absent to 1 + its
      * count in one step, so a unit is counted once and a kill leaves the
@@ -828,7 +981,11 @@ void stk__rfile_drop(stk__rfile *f, uint64_t u0, uint64_t u1, uint64_t off, uint
         /* Whole pages only: a page shared with a neighbouring unit keeps its
          * bytes. Where the file system cannot punch, the blocks stay until
          * the file is evicted. */
-        if (b > a) fallocate(f->dfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a));
+        int fd = b > a ? open(f->data_path, O_WRONLY | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+            fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a));
+            close(fd);
+        }
     }
     if (freed) sub_sat(&f->c->usage->used, freed);
 }

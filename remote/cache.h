@@ -16,10 +16,11 @@
  * - a reader checks what it takes from the cache against the checksum table
  *   (the caller's job), so bytes evicted or damaged under it are refetched,
  *   never used;
- * - every process holding a file open holds a shared flock on its state
- *   file; whole files are evicted (least recently opened first) only under
- *   an exclusive one, so no file in use is removed, and a killed process
- *   drops its locks with its descriptors;
+ * - every process holding an object open holds a read lock on the
+ *   object's byte of DIR/v1/held; whole files are created, repaired and
+ *   evicted (least recently opened first) only under a write lock on it,
+ *   taken without waiting, so no file in use is removed or replaced, and a
+ *   killed process drops its locks as it dies;
  * - the bytes in the cache are counted in one shared counter per cache
  *   directory; a process alone in the directory recounts it at open.
  *
@@ -35,6 +36,13 @@
  *               alone: it recounts `usage` from the state files and removes
  *               what a killed process left (temporary files, a state file
  *               without its data, damaged state files)
+ *   held        no bytes: open file description locks (F_OFD_SETLK) on
+ *               one byte per object, at a 62-bit hash of its id (two ids of
+ *               one hash, odds 2^-62 a pair, share a byte: while one is
+ *               open the other is neither evicted nor made, and its open
+ *               fails as busy).
+ *               They belong to the cache's open file, not to a descriptor
+ *               per object: thousands of open objects cost no descriptors
  *   usage       one page mapped MAP_SHARED: magic, version, the bytes
  *               counted (C11 atomics on the mapping: lock-free 64-bit
  *               atomics are required) and a generation bumped whenever a
@@ -51,22 +59,32 @@
  *               is exact. A store of len bytes over n units counts len / n
  *               per unit (the remainder on the first; at most 4 GiB - 2 a
  *               unit); a drop uncounts what its units hold.
- * A state file is created under a temporary name with its header written,
- * exclusively flocked, then linked to ID.state (link fails if another
- * process won: it opens that one instead); the winner then creates ID.data
- * (a temporary name renamed over any leftover) before it lets go of the
- * exclusive lock, so a process that gets the shared lock finds both whole.
- * At open the header, every slot and the data file's size are checked: a
- * damaged or mismatched state file (or a missing data file) is removed and
- * recreated when no other process holds it, and refused (STK_E_BUSY)
- * otherwise. Eviction removes ID.data, then ID.state, under the exclusive
- * lock. The state file's mtime is set at open (and moves with stores): the
- * eviction order.
+ * An open takes the read lock (waiting while another process holds the
+ * write lock: milliseconds), then maps both files and checks the header,
+ * every slot and the data file's size. Absent, damaged or made for another
+ * object (or the data file missing): it lets go, takes the write lock,
+ * looks again (another process may have made it meanwhile), removes what is
+ * there and makes both files under temporary names, renaming ID.data into
+ * place and then ID.state (whoever finds a state file finds its data
+ * beside it), lets go and opens again. Two processes opening a new id at
+ * once thus make one pair of files. A damaged copy that another open holds
+ * is refused (STK_E_BUSY), never replaced under it. Eviction removes
+ * ID.data, then ID.state, under the write lock. The state file's mtime is
+ * set at open (and moves with stores): the eviction order.
+ *
+ * The limit counts the bytes stored (units and metadata), not the state
+ * files (64 bytes + 4 a unit) nor the rest of a page a unit ends in. A
+ * process killed between counting a store and marking it leaves the
+ * counter high by that store until the next recount; it is never low.
  *
  * Threads: every call on one stk__rfile or stk__rcache is thread-safe
  * (present/store/drop are lock-free atomics on the mapping; eviction is
- * serialised per stk__rcache). Descriptors: two per open file (the state
- * file, which holds the lock, and the data file), one per cache. */
+ * serialised per stk__rcache). Descriptors: three per cache, none per open
+ * object (both files are mapped; stores open the data file for the call;
+ * stk__rfile_fd opens one on demand). A forked child must not use its
+ * parent's objects (it shares their locks); it opens its own. The
+ * directory needs a local file system's flock(2), F_OFD_SETLK (Linux 3.15)
+ * and shared mappings (ext4, xfs, tmpfs, ...). */
 #ifndef STK_REMOTE_CACHE_H
 #define STK_REMOTE_CACHE_H
 
@@ -95,8 +113,8 @@ void stk__rfile_close(stk__rfile *f);
  * size is 0): present ranges hold the object's bytes, the rest reads as
  * zeros. */
 const uint8_t *stk__rfile_map(const stk__rfile *f);
-/* A descriptor of the same file, for pread or io_uring: only read through it
- * (it is the one the cache writes through). */
+/* A read-only descriptor of the data file, for pread or io_uring: opened on
+ * the first call, closed with f (-1 if it cannot be opened). */
 int stk__rfile_fd(const stk__rfile *f);
 
 int stk__rfile_meta_ready(const stk__rfile *f);
