@@ -780,10 +780,9 @@ static int creds_ready(stk__remote *r, stk_error *err)
     if (r->cfg.anonymous) return STK_OK;
     pthread_mutex_lock(&r->cred_mu);
     int have = r->cfg.access_key && r->cfg.secret_key;
-    int due = r->cfg.cred_process && r->cfg.expiration > 0 && wall() + REFRESH_AHEAD_S >= r->cfg.expiration &&
-              !r->refreshing;
-    char *proc = due ? strdup(r->cfg.cred_process) : NULL;
-    char *prof = due ? strdup(r->cfg.profile) : NULL;
+    double expiration = r->cfg.expiration;
+    int due = stk__rcfg_renewable(&r->cfg) &&
+              (!have || (expiration > 0 && wall() + REFRESH_AHEAD_S >= expiration)) && !r->refreshing;
     if (due) r->refreshing = 1;
     pthread_mutex_unlock(&r->cred_mu);
     if (!have && !due)
@@ -793,31 +792,30 @@ static int creds_ready(stk__remote *r, stk_error *err)
             "AWS_PROFILE with ~/.aws/credentials (or anonymous access)",
             r->bucket ? r->bucket : "");
     if (!due) return STK_OK;
-    int rc = STK_OK;
-    stk__rcfg tmp;
-    memset(&tmp, 0, sizeof tmp);
-    tmp.cred_process = proc;
-    tmp.profile = prof;
-    if (!proc || !prof) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
-    else rc = stk__rcfg_refresh(&tmp, err);
+    /* The source's fields of cfg are fixed after open: read without the lock. */
+    char *ak, *sk, *tok;
+    double exp;
+    int rc = stk__rcfg_fetch(&r->cfg, &ak, &sk, &tok, &exp, err);
+    char *old[3] = {NULL, NULL, NULL};
     pthread_mutex_lock(&r->cred_mu);
     r->refreshing = 0;
-    double old_expiration = r->cfg.expiration;
     if (rc == STK_OK) {
-        char *o[3] = {r->cfg.access_key, r->cfg.secret_key, r->cfg.session_token};
-        r->cfg.access_key = tmp.access_key;
-        r->cfg.secret_key = tmp.secret_key;
-        r->cfg.session_token = tmp.session_token;
-        r->cfg.expiration = tmp.expiration;
-        tmp.access_key = o[0];
-        tmp.secret_key = o[1];
-        tmp.session_token = o[2];
+        old[0] = r->cfg.access_key;
+        old[1] = r->cfg.secret_key;
+        old[2] = r->cfg.session_token;
+        r->cfg.access_key = ak;
+        r->cfg.secret_key = sk;
+        r->cfg.session_token = tok;
+        r->cfg.expiration = exp;
     }
     pthread_mutex_unlock(&r->cred_mu);
-    stk__rcfg_free(&tmp);
-    /* A refresh that failed while the old credentials still hold is tried
+    for (int i = 0; i < 3; i++) {
+        if (old[i]) memset(old[i], 0, strlen(old[i]));
+        free(old[i]);
+    }
+    /* A renewal that failed while the old credentials still hold is tried
      * again on the next request. */
-    if (rc && have && wall() < old_expiration) return STK_OK;
+    if (rc && have && wall() < expiration) return STK_OK;
     return rc;
 }
 

@@ -3,13 +3,22 @@
  * Each setting: the caller's override (stk__rconfig), then the environment,
  * then the profile (~/.aws/credentials, ~/.aws/config), then the default.
  * Credentials follow the AWS CLI's chain: the override, AWS_ACCESS_KEY_ID +
- * AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), the profile's keys in the
- * credentials file, its credential_process, its keys in the config file.
+ * AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), web identity
+ * (AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN [+ AWS_ROLE_SESSION_NAME], or
+ * the profile's web_identity_token_file + role_arn: STS
+ * AssumeRoleWithWebIdentity at AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL or
+ * https://sts.REGION.amazonaws.com), the profile's keys in the credentials
+ * file, its credential_process, its keys in the config file. Credentials
+ * from a credential_process or web identity are renewed before they expire
+ * (client.c). Not supported: role_arn with source_profile (assume-role
+ * chains), SSO, instance and container metadata.
  *
  * Proxies: libcurl itself reads https_proxy/HTTPS_PROXY, http_proxy (lower
  * case only, as curl refuses HTTP_PROXY from a CGI environment), ALL_PROXY
  * and NO_PROXY/no_proxy for every request it makes, so nothing here sets
- * CURLOPT_PROXY: the variables users already have simply work.
+ * CURLOPT_PROXY: the variables users already have simply work (checked: a
+ * request with http_proxy naming a closed port fails to connect to it; with
+ * NO_PROXY naming the endpoint's host it goes direct).
  *
  * Secrets never enter a message: errors name the variable, file, profile or
  * key, never a value read from them. */
@@ -17,6 +26,7 @@
 #include "remote_impl.h"
 
 #include <ctype.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -134,11 +144,25 @@ enum {
     P_S3_ENDPOINT,
     P_CA,
     P_ADDRESSING,
+    P_WI_FILE,
+    P_ROLE_ARN,
+    P_ROLE_SESSION,
     P_NKEYS
 };
-static const char *const pkeys[P_NKEYS] = {
-    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "credential_process", "region",
-    "endpoint_url",      "s3.endpoint_url",       "ca_bundle",         "s3.addressing_style"};
+static const char *const pkeys[] = {"aws_access_key_id",
+                                    "aws_secret_access_key",
+                                    "aws_session_token",
+                                    "credential_process",
+                                    "region",
+                                    "endpoint_url",
+                                    "s3.endpoint_url",
+                                    "ca_bundle",
+                                    "s3.addressing_style",
+                                    "web_identity_token_file",
+                                    "role_arn",
+                                    "role_session_name"};
+
+_Static_assert(sizeof pkeys / sizeof *pkeys == P_NKEYS, "one name per profile key");
 
 typedef struct {
     const char *want; /* the section name that holds the profile */
@@ -392,26 +416,188 @@ static int run_process(const char *cmd, const char *what, char **out, size_t *ou
     return STK_OK;
 }
 
-int stk__rcfg_refresh(stk__rcfg *c, stk_error *err)
+static int process_fetch(const stk__rcfg *c, char **ak, char **sk, char **tok, double *exp, stk_error *err)
 {
-    if (!c->cred_process) return STK_OK;
     char what[320];
     snprintf(what, sizeof what, "credential_process of profile \"%.200s\"", c->profile);
     char *out;
     size_t n;
     int rc = run_process(c->cred_process, what, &out, &n, err);
     if (rc) return rc;
-    char *ak, *sk, *tok;
-    double exp;
     stk_error perr;
-    rc = stk__cred_json_parse(out, n, &ak, &sk, &tok, &exp, &perr);
+    rc = stk__cred_json_parse(out, n, ak, sk, tok, exp, &perr);
     /* The output holds secrets: wiped before it is freed. */
     memset(out, 0, n);
     free(out);
     if (rc) return stk_error_set(err, rc, "%s: its output: %s", what, perr.msg);
-    free(c->access_key);
-    free(c->secret_key);
-    free(c->session_token);
+    return STK_OK;
+}
+
+/* ---- Web identity: STS AssumeRoleWithWebIdentity ------------------------------ */
+
+#define STS_REPLY_MAX (256 * 1024)
+#define STS_TOKEN_MAX (64 * 1024)
+#define STS_TIMEOUT_S 60L
+#define STS_ATTEMPTS 3
+
+typedef struct {
+    char *buf;
+    size_t len;
+} sts_body;
+
+static size_t sts_write(char *b, size_t sz, size_t nm, void *ud)
+{
+    sts_body *o = ud;
+    size_t n = sz * nm;
+    if (n > STS_REPLY_MAX - o->len) return 0;
+    char *nb = realloc(o->buf, o->len + n + 1);
+    if (!nb) return 0;
+    o->buf = nb;
+    memcpy(o->buf + o->len, b, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+    return n;
+}
+
+/* The token file, read again at each call (it is rotated under us). */
+static int read_token(const char *path, char **out, stk_error *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return stk_error_set(err, STK_E_IO, "web identity token file %.300s: %s", path, strerror(errno));
+    char *b = malloc(STS_TOKEN_MAX + 1);
+    size_t n = b ? fread(b, 1, STS_TOKEN_MAX + 1, f) : 0;
+    fclose(f);
+    if (!b) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    while (n && (b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == ' ')) n--;
+    if (n == 0 || n > STS_TOKEN_MAX) {
+        free(b);
+        return stk_error_set(err, STK_E_FORMAT, "web identity token file %.300s: %s", path,
+                             n ? "larger than 64 KiB" : "empty");
+    }
+    b[n] = '\0';
+    *out = b;
+    return STK_OK;
+}
+
+static int sts_fetch(const stk__rcfg *c, char **ak, char **sk, char **tok, double *exp, stk_error *err)
+{
+    char what[700];
+    snprintf(what, sizeof what, "AssumeRoleWithWebIdentity of %.200s at %.300s", c->wi_role_arn,
+             c->sts_endpoint);
+    char *token;
+    int rc = read_token(c->wi_token_file, &token, err);
+    if (rc) return rc;
+    char *e_role = stk__rurl_encode(c->wi_role_arn, strlen(c->wi_role_arn), 0);
+    char *e_sess = stk__rurl_encode(c->wi_session, strlen(c->wi_session), 0);
+    char *e_tok = stk__rurl_encode(token, strlen(token), 0);
+    memset(token, 0, strlen(token));
+    free(token);
+    size_t bl =
+        (e_role ? strlen(e_role) : 0) + (e_sess ? strlen(e_sess) : 0) + (e_tok ? strlen(e_tok) : 0) + 200;
+    char *form = (e_role && e_sess && e_tok) ? malloc(bl) : NULL;
+    if (form)
+        snprintf(form, bl,
+                 "Action=AssumeRoleWithWebIdentity&RoleArn=%s&RoleSessionName=%s&Version=2011-06-15&"
+                 "WebIdentityToken=%s",
+                 e_role, e_sess, e_tok);
+    if (e_tok) memset(e_tok, 0, strlen(e_tok));
+    free(e_role);
+    free(e_sess);
+    free(e_tok);
+    if (!form) return stk_error_set(err, STK_E_NOMEM, "out of memory");
+    char url[1100];
+    snprintf(url, sizeof url, "%s/", c->sts_endpoint);
+    sts_body body = {0};
+    long status = 0;
+    CURLcode cc = CURLE_OK;
+    for (int attempt = 0; attempt < STS_ATTEMPTS; attempt++) {
+        if (attempt) {
+            struct timespec ts = {0, 200000000L << attempt};
+            nanosleep(&ts, NULL);
+        }
+        CURL *h = curl_easy_init();
+        if (!h) {
+            cc = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        free(body.buf);
+        body = (sts_body){0};
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, form);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sts_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, STS_TIMEOUT_S);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->connect_timeout_s * 1000));
+        if (c->ca_bundle) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_bundle);
+        cc = curl_easy_perform(h);
+        status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(h);
+        if (cc == CURLE_OK && status < 500) break;
+    }
+    memset(form, 0, strlen(form));
+    free(form);
+    if (cc != CURLE_OK) {
+        free(body.buf);
+        return stk_error_set(err, STK_E_IO, "%s: %s", what, curl_easy_strerror(cc));
+    }
+    const char *b = body.buf ? body.buf : "";
+    if (status != 200) {
+        char *code = stk__xml_text(b, body.len, "Code"), *msg = stk__xml_text(b, body.len, "Message");
+        rc = stk_error_set(err, STK_E_IO, "%s: HTTP %ld %.80s%s%.200s%s", what, status, code ? code : "",
+                           msg ? " (" : "", msg ? msg : "", msg ? ")" : "");
+        free(code);
+        free(msg);
+        free(body.buf);
+        return rc;
+    }
+    *ak = stk__xml_text(b, body.len, "AccessKeyId");
+    *sk = stk__xml_text(b, body.len, "SecretAccessKey");
+    *tok = stk__xml_text(b, body.len, "SessionToken");
+    char *ex = stk__xml_text(b, body.len, "Expiration");
+    *exp = ex ? stk__iso8601_parse(ex) : 0;
+    free(ex);
+    memset(body.buf, 0, body.len);
+    free(body.buf);
+    if (!*ak || !**ak || !*sk || !**sk || !*tok || *exp < 0) {
+        free(*ak);
+        free(*sk);
+        free(*tok);
+        *ak = *sk = *tok = NULL;
+        *exp = 0;
+        return stk_error_set(err, STK_E_FORMAT,
+                             "%s: a reply without AccessKeyId, SecretAccessKey, SessionToken "
+                             "or a valid Expiration",
+                             what);
+    }
+    return STK_OK;
+}
+
+int stk__rcfg_renewable(const stk__rcfg *c) { return c->cred_process || c->wi_token_file; }
+
+int stk__rcfg_fetch(const stk__rcfg *c, char **ak, char **sk, char **tok, double *exp, stk_error *err)
+{
+    *ak = *sk = *tok = NULL;
+    *exp = 0;
+    if (c->cred_process) return process_fetch(c, ak, sk, tok, exp, err);
+    if (c->wi_token_file) return sts_fetch(c, ak, sk, tok, exp, err);
+    return stk_error_set(err, STK_E_ARG, "no renewable credentials");
+}
+
+int stk__rcfg_refresh(stk__rcfg *c, stk_error *err)
+{
+    if (!stk__rcfg_renewable(c)) return STK_OK;
+    char *ak, *sk, *tok;
+    double exp;
+    int rc = stk__rcfg_fetch(c, &ak, &sk, &tok, &exp, err);
+    if (rc) return rc;
+    char **secrets[] = {&c->access_key, &c->secret_key, &c->session_token};
+    for (size_t i = 0; i < 3; i++) {
+        if (*secrets[i]) memset(*secrets[i], 0, strlen(*secrets[i]));
+        free(*secrets[i]);
+    }
     c->access_key = ak;
     c->secret_key = sk;
     c->session_token = tok;
@@ -424,7 +610,8 @@ int stk__rcfg_refresh(stk__rcfg *c, stk_error *err)
 void stk__rcfg_free(stk__rcfg *c)
 {
     if (!c) return;
-    char **strs[] = {&c->endpoint, &c->region, &c->profile, &c->ca_bundle, &c->cred_process, &c->cred_source};
+    char **strs[] = {&c->endpoint,    &c->region,        &c->profile,     &c->ca_bundle,  &c->cred_process,
+                     &c->cred_source, &c->wi_token_file, &c->wi_role_arn, &c->wi_session, &c->sts_endpoint};
     for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
         free(*strs[i]);
         *strs[i] = NULL;
@@ -526,6 +713,23 @@ int stk__rcfg_resolve(stk__rcfg *out, const stk__raddr *a, const stk__rconfig *c
         } else if (env("AWS_ACCESS_KEY_ID") && env("AWS_SECRET_ACCESS_KEY") && !(c->profile)) {
             ak = env("AWS_ACCESS_KEY_ID"), sk = env("AWS_SECRET_ACCESS_KEY"), tok = env("AWS_SESSION_TOKEN");
             snprintf(src, sizeof src, "AWS_ACCESS_KEY_ID");
+        } else if ((env("AWS_WEB_IDENTITY_TOKEN_FILE") && env("AWS_ROLE_ARN")) ||
+                   (pc.v[P_WI_FILE] && pc.v[P_ROLE_ARN])) {
+            int from_env = env("AWS_WEB_IDENTITY_TOKEN_FILE") && env("AWS_ROLE_ARN");
+            char session[64];
+            snprintf(session, sizeof session, "stoker-%ld", (long)time(NULL));
+            char dflt[200];
+            snprintf(dflt, sizeof dflt, "https://sts.%.100s.amazonaws.com", out->region);
+            const char *sts =
+                first(env("AWS_ENDPOINT_URL_STS"), env("AWS_ENDPOINT_URL"), pc.v[P_ENDPOINT], dflt);
+            if (dup_to(&out->wi_token_file,
+                       from_env ? env("AWS_WEB_IDENTITY_TOKEN_FILE") : pc.v[P_WI_FILE]) ||
+                dup_to(&out->wi_role_arn, from_env ? env("AWS_ROLE_ARN") : pc.v[P_ROLE_ARN]) ||
+                dup_to(&out->wi_session, first(from_env ? env("AWS_ROLE_SESSION_NAME") : NULL,
+                                               pc.v[P_ROLE_SESSION], session, NULL)))
+                goto oom;
+            if ((rc = stk__rendpoint_check(sts, &out->sts_endpoint, err))) goto done;
+            snprintf(src, sizeof src, "web identity (%.200s)", out->wi_role_arn);
         } else if (pk.v[P_ACCESS] && pk.v[P_SECRET]) {
             ak = pk.v[P_ACCESS], sk = pk.v[P_SECRET], tok = pk.v[P_TOKEN];
             snprintf(src, sizeof src, "profile \"%.200s\" in the credentials file", prof);
@@ -543,7 +747,7 @@ int stk__rcfg_resolve(stk__rcfg *out, const stk__raddr *a, const stk__rconfig *c
         if (dup_to(&out->cred_source, src[0] ? src : "none") || dup_to(&out->access_key, ak) ||
             dup_to(&out->secret_key, sk) || dup_to(&out->session_token, tok))
             goto oom;
-        if (out->cred_process && (rc = stk__rcfg_refresh(out, err))) goto done;
+        if (stk__rcfg_renewable(out) && (rc = stk__rcfg_refresh(out, err))) goto done;
     } else if (dup_to(&out->cred_source, "anonymous")) {
         goto oom;
     }

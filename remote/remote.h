@@ -95,13 +95,13 @@ void stk__remote_close(stk__remote *r);
 
 /* Counters since open, for the stats and the bench. */
 typedef struct {
-    uint64_t requests;    /* HTTP requests completed, retries included */
-    uint64_t bytes_in;    /* body bytes received (all attempts) */
-    uint64_t bytes_out;   /* body bytes sent */
-    uint64_t retries;     /* attempts repeated, all causes */
-    uint64_t retry_5xx;   /* of which 500/502/503/504 (SlowDown included), 429 */
-    uint64_t retry_net;   /* of which resets, timeouts, short bodies, stalls */
-    uint64_t failures;    /* requests that failed for good */
+    uint64_t requests;  /* HTTP requests completed, retries included */
+    uint64_t bytes_in;  /* body bytes received (all attempts) */
+    uint64_t bytes_out; /* body bytes sent */
+    uint64_t retries;   /* attempts repeated, all causes */
+    uint64_t retry_5xx; /* of which 500/502/503/504 (SlowDown included), 429 */
+    uint64_t retry_net; /* of which resets, timeouts, short bodies, stalls */
+    uint64_t failures;  /* requests that failed for good */
     uint64_t inflight_max;
 } stk__rcounts;
 void stk__remote_counts(stk__remote *r, stk__rcounts *c);
@@ -161,8 +161,8 @@ void stk__rgroup_free(stk__rgroup *g); /* waits for what it started first */
 /* Queue a GET of [off, off + len) of key into dst (len bytes, written only
  * by the client's thread until the group is waited on). key is copied. tag
  * is the caller's. */
-int stk__rgroup_add(stk__rgroup *g, const char *key, uint64_t off, uint64_t len, void *dst, const char *if_match,
-                    void *tag, stk_error *err);
+int stk__rgroup_add(stk__rgroup *g, const char *key, uint64_t off, uint64_t len, void *dst,
+                    const char *if_match, void *tag, stk_error *err);
 /* Start what was added since the last start. */
 void stk__rgroup_start(stk__rgroup *g);
 /* Wait for every started GET (retries happen inside). The first failure, in

@@ -41,9 +41,12 @@ typedef struct {
     char *profile;      /* never NULL */
     char *ca_bundle;    /* NULL: curl's default */
     char *cred_process; /* the profile's credential_process, NULL if none */
-    char *cred_source;  /* where the credentials came from, for messages */
-    int virtual_host;   /* 1: bucket.host; 0: host/bucket */
-    int anonymous;      /* unsigned requests */
+    /* Web identity (AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN, or the
+     * profile's): STS AssumeRoleWithWebIdentity at sts_endpoint. */
+    char *wi_token_file, *wi_role_arn, *wi_session, *sts_endpoint;
+    char *cred_source; /* where the credentials came from, for messages */
+    int virtual_host;  /* 1: bucket.host; 0: host/bucket */
+    int anonymous;     /* unsigned requests */
     unsigned max_inflight, retries;
     double retry_time_s, connect_timeout_s, stall_s;
     /* the credentials (client.c guards them with its own lock once open) */
@@ -56,7 +59,14 @@ typedef struct {
  * error here. */
 int stk__rcfg_resolve(stk__rcfg *out, const stk__raddr *a, const stk__rconfig *c, stk_error *err);
 void stk__rcfg_free(stk__rcfg *c);
-/* Runs the credential_process again and replaces the credentials. */
+/* 1 when the credentials come from a source that can renew them (a
+ * credential_process, web identity). */
+int stk__rcfg_renewable(const stk__rcfg *c);
+/* New credentials from that source (c is only read: its source's fields are
+ * fixed after resolve, so a client calls this without its lock). */
+int stk__rcfg_fetch(const stk__rcfg *c, char **access_key, char **secret_key, char **token,
+                    double *expiration, stk_error *err);
+/* stk__rcfg_fetch, and the credentials replaced. */
 int stk__rcfg_refresh(stk__rcfg *c, stk_error *err);
 
 /* The INI dialect of ~/.aws/credentials and ~/.aws/config, from a buffer:

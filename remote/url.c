@@ -100,6 +100,17 @@ static int host_ok(const char *h, size_t n)
     return port >= 1 && port <= 65535;
 }
 
+/* A path sent as it is (http addresses, an endpoint's base): printable
+ * ASCII that needs no encoding; users percent-encode the rest. */
+static int uri_ok(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch <= ' ' || ch >= 0x7f || strchr("\"<>\\^`{|}#?", ch)) return 0;
+    }
+    return 1;
+}
+
 /* http(s)://host[:port][/path]: *host_end the offset after the host, or 0. */
 static size_t http_prefix(const char *url)
 {
@@ -151,11 +162,11 @@ int stk__raddr_parse(const char *url, stk__raddr *a, stk_error *err)
     const char *path = h + hn;
     size_t pn = strlen(path);
     while (pn > 0 && path[pn - 1] == '/') pn--;
-    if (pn > 0 && (strpbrk(path, "?#") || !path_ok(path + 1, pn - 1)))
+    if (pn > 0 && (!uri_ok(path, pn) || !path_ok(path + 1, pn - 1)))
         return stk_error_set(
             err, STK_E_ARG,
-            "%.300s: a path must not hold '?', '#', \"//\", a \".\" or \"..\" segment, or control "
-            "bytes",
+            "%.300s: a path must be printable ASCII (percent-encode the rest) without '?', '#', "
+            "\"//\", or a \".\" or \"..\" segment",
             url);
     a->s3 = 0;
     a->key = dupn(url, (size_t)(path - url) + pn);
@@ -259,7 +270,8 @@ int stk__rendpoint_check(const char *endpoint, char **out, stk_error *err)
     const char *h = endpoint + p;
     size_t hn = strcspn(h, "/");
     while (n > p + hn && endpoint[n - 1] == '/') n--;
-    if (!host_ok(h, hn) || (n > p + hn && (strpbrk(h + hn, "?#") || !path_ok(h + hn + 1, n - (p + hn) - 1))))
+    if (!host_ok(h, hn) ||
+        (n > p + hn && (!uri_ok(h + hn, n - (p + hn)) || !path_ok(h + hn + 1, n - (p + hn) - 1))))
         return stk_error_set(err, STK_E_ARG, "endpoint %.300s: not scheme://host[:port][/path]", endpoint);
     *out = dupn(endpoint, n);
     return *out ? STK_OK : stk_error_set(err, STK_E_NOMEM, "out of memory");

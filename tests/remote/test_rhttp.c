@@ -28,7 +28,7 @@ typedef struct {
     size_t n;
     pthread_mutex_t mu;
     size_t served;
-    char last[2048]; /* the last request's head */
+    char last[4096]; /* the last request (head and body) */
     int stop;
 } canned;
 
@@ -53,10 +53,14 @@ static void serve_conn(canned *c, int fd)
         buf[have] = '\0';
         char *end = strstr(buf, "\r\n\r\n");
         if (!end) continue;
+        /* The body too (a POST's form), when it says how long it is. */
+        const char *cl = strstr(buf, "Content-Length: ");
+        size_t body = cl && cl < end ? strtoul(cl + 16, NULL, 10) : 0;
+        if (have < (size_t)(end - buf) + 4 + body && have < sizeof buf - 1) continue;
         pthread_mutex_lock(&c->mu);
-        size_t hl = (size_t)(end - buf);
-        memcpy(c->last, buf, hl < sizeof c->last - 1 ? hl : sizeof c->last - 1);
-        c->last[hl < sizeof c->last - 1 ? hl : sizeof c->last - 1] = '\0';
+        size_t hl = have < sizeof c->last - 1 ? have : sizeof c->last - 1;
+        memcpy(c->last, buf, hl);
+        c->last[hl] = '\0';
         const char *reply = c->replies[c->served < c->n ? c->served : c->n - 1];
         c->served++;
         pthread_mutex_unlock(&c->mu);
@@ -166,7 +170,7 @@ START_TEST(range_headers_sent_and_content_range_checked)
     canned_start(&c, replies, sizeof replies / sizeof *replies);
     stk__rconfig cfg = {.retries = 8};
     stk__remote *r = open_http(&c, &cfg);
-    char buf[10], seen[2048];
+    char buf[10], seen[4096];
     stk_error err;
     long http = 0;
     ck_assert_msg(stk__remote_get_range(r, "", 10, 10, buf, "\"e1\"", &http, &err) == STK_OK, "%s", err.msg);
@@ -287,7 +291,7 @@ START_TEST(http_head_and_whole_get)
     canned c;
     canned_start(&c, replies, 3);
     stk__remote *r = open_http(&c, NULL);
-    char seen[2048];
+    char seen[4096];
     stk__robject o;
     stk_error err;
     long http;
@@ -314,8 +318,72 @@ START_TEST(http_head_and_whole_get)
 }
 END_TEST
 
+/* ---- Web identity: STS AssumeRoleWithWebIdentity ------------------------------ */
+
+START_TEST(web_identity_through_sts)
+{
+    static const char *const replies[] = {
+        "HTTP/1.1 200 OK\r\nContent-Length: 377\r\nConnection: close\r\n\r\n"
+        "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+        "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIAWEB</AccessKeyId>"
+        "<SecretAccessKey>web-secret</SecretAccessKey><SessionToken>web-token</SessionToken>"
+        "<Expiration>2030-01-02T03:04:05Z</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+        "</AssumeRoleWithWebIdentityResponse>",
+        "HTTP/1.1 403 Forbidden\r\nContent-Length: 147\r\nConnection: close\r\n\r\n"
+        "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>Not authorized"
+        "</Message></Error><RequestId>x</RequestId></ErrorResponse>"};
+    canned c;
+    canned_start(&c, replies, 2);
+    char dir[TU_PATH], tokf[TU_PATH], ep[128], seen[4096];
+    tu_scratch(dir, sizeof dir, "web_identity");
+    tu_join(tokf, sizeof tokf, dir, "token");
+    tu_write(tokf, "eyJ.tok+en/=\n", 13);
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", c.port);
+    const char *vars[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    setenv("HOME", dir, 1);
+    setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokf, 1);
+    setenv("AWS_ROLE_ARN", "arn:aws:iam::123:role/reader", 1);
+    setenv("AWS_ROLE_SESSION_NAME", "sess-1", 1);
+    setenv("AWS_ENDPOINT_URL_STS", ep, 1);
+    stk__raddr a;
+    stk_error err;
+    ck_assert_int_eq(stk__raddr_parse("s3://bucket/x", &a, &err), STK_OK);
+    stk__rcfg cfg;
+    ck_assert_msg(stk__rcfg_resolve(&cfg, &a, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert_str_eq(cfg.access_key, "ASIAWEB");
+    ck_assert_str_eq(cfg.secret_key, "web-secret");
+    ck_assert_str_eq(cfg.session_token, "web-token");
+    ck_assert(cfg.expiration == 1893553445.0);
+    ck_assert(stk__rcfg_renewable(&cfg));
+    last(&c, seen);
+    ck_assert_msg(strstr(seen, "POST / HTTP/1.1") != NULL, "%s", seen);
+    ck_assert_msg(strstr(seen,
+                         "Action=AssumeRoleWithWebIdentity&RoleArn=arn%3Aaws%3Aiam%3A%3A123%3Arole%2Freader"
+                         "&RoleSessionName=sess-1&Version=2011-06-15&WebIdentityToken=eyJ.tok%2Ben%2F%3D") !=
+                      NULL,
+                  "%s", seen);
+    /* Refused: named with the role and the code, never the token. */
+    ck_assert_int_eq(stk__rcfg_refresh(&cfg, &err), STK_E_IO);
+    tu_assert_error(&err, STK_E_IO, "AssumeRoleWithWebIdentity of arn:aws:iam::123:role/reader");
+    tu_assert_error(&err, STK_E_IO, "HTTP 403 AccessDenied (Not authorized)");
+    ck_assert(!strstr(err.msg, "eyJ"));
+    stk__rcfg_free(&cfg);
+    /* A token file that is gone is named. */
+    unlink(tokf);
+    ck_assert_int_eq(stk__rcfg_resolve(&cfg, &a, NULL, &err), STK_E_IO);
+    tu_assert_error(&err, STK_E_IO, tokf);
+    stk__raddr_free(&a);
+    const char *wi[] = {"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+                        "AWS_ENDPOINT_URL_STS"};
+    for (size_t i = 0; i < sizeof wi / sizeof *wi; i++) unsetenv(wi[i]);
+    canned_stop(&c);
+}
+END_TEST
+
 TU_MAIN("remote_http",
         {.name = "replies",
          .tests = {range_headers_sent_and_content_range_checked, a_200_for_a_range_fails_at_once,
                    a_stalled_body_is_abandoned, retries_bounded_by_count_and_time, http_head_and_whole_get},
-         .timeout = 120})
+         .timeout = 120},
+        {.name = "sts", .tests = {web_identity_through_sts}})
