@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <zstd.h>
 
-#define OPEN_FIRST 8192u           /* the first GET of a header */
+#define EDGE ((uint64_t)64 << 10)  /* the first GETs: the object's first and last 64 KiB */
 #define HEADER_MAX (1u << 20)      /* a larger header is refused (as layout.c does) */
 #define PIECE ((uint64_t)8 << 20)  /* one GET of values, at most (one value may be more) */
 #define BATCH ((uint64_t)32 << 20) /* bytes of values in flight in one synchronous fetch */
@@ -57,6 +57,9 @@ struct stk__rshard {
     char *etag; /* NULL: none */
     stk__rwindow *w;
     bool own_w;
+    /* per field: the unit after the last value fetched one at a time (a
+     * miss there is a scan: the values after it are read ahead) */
+    uint64_t next_miss[STK_MAX_FIELDS];
 };
 
 stk__rwindow *stk__rwindow_new(uint64_t bytes)
@@ -145,6 +148,12 @@ static uint64_t blk_frame(const stk_shard *sh, unsigned f, uint64_t k)
 static uint64_t nblocks(const stk_shard *sh, unsigned f)
 {
     return rd64(sh->map + sh->L.region[f].data_off + stk__block_table_at(field_of(sh, f), sh->L.records));
+}
+/* Record i's checksum of field f (the table is metadata: always present).
+ * Not stk_shard_stored_hash: shard.c calls this file, never the reverse. */
+static uint64_t stored_hash(const stk_shard *sh, unsigned f, uint64_t i)
+{
+    return rd64(sh->map + sh->L.cksum_off + (i * sh->L.schema.nfields + f) * 8);
 }
 /* A bytes field's offsets column entry i. */
 static uint64_t col_at(const stk_shard *sh, unsigned f, uint64_t i)
@@ -277,7 +286,7 @@ static uint64_t first_bad_value(const stk_shard *sh, unsigned f, uint64_t first,
     for (uint64_t i = first; i < first + count; i++) {
         uint64_t off = 0, len = 0;
         if (span_bytes(sh, f, i, 1, 0, &off, &len, NULL)) return i;
-        *want = stk_shard_stored_hash(sh, f, i);
+        *want = stored_hash(sh, f, i);
         *got = stk_hash(bytes + (off - base), (size_t)len);
         if (*got != *want) return i;
     }
@@ -326,7 +335,7 @@ static int check_block(const stk_shard *sh, unsigned f, uint64_t k, const uint8_
                 break;
             }
         }
-        uint64_t want = stk_shard_stored_hash(sh, f, i), h = stk_hash(dst + a, (size_t)(b - a));
+        uint64_t want = stored_hash(sh, f, i), h = stk_hash(dst + a, (size_t)(b - a));
         if (h != want)
             rc =
                 stk_error_set(err, STK_E_CHECKSUM,
@@ -400,38 +409,54 @@ typedef struct {
     uint8_t *buf;
 } piece;
 
-/* Check a fetched piece and keep its good values. Uncompressed: the values
- * before the first bad one are kept, the rest checked again after a
- * refetch by the caller. Returns the first unit not kept (first + count:
- * all kept); err holds the mismatch. */
+/* Check a fetched piece and keep its good values (every run of them).
+ * Returns the first unit not kept (first + count: all kept); err holds its
+ * mismatch. */
 static uint64_t check_keep(const stk_shard *sh, unsigned f, int block, const piece *p, int *rc,
                            stk_error *err)
 {
     *rc = STK_OK;
+    uint64_t end = p->first + p->count, first_bad = end;
     if (block) {
-        for (uint64_t k = p->first; k < p->first + p->count; k++) {
+        for (uint64_t k = p->first; k < end; k++) {
             uint64_t off = 0, len = 0;
             span_bytes(sh, f, k, 1, 1, &off, &len, NULL);
-            if ((*rc = check_block(sh, f, k, p->buf + (off - p->off), err))) return k;
-            if ((*rc = keep(sh, f, k, 1, off, p->buf + (off - p->off), len, err))) return k;
+            stk_error e;
+            if (check_block(sh, f, k, p->buf + (off - p->off), &e)) {
+                if (first_bad == end) {
+                    first_bad = k;
+                    *rc = e.code;
+                    if (err) *err = e;
+                }
+                continue;
+            }
+            int kc = keep(sh, f, k, 1, off, p->buf + (off - p->off), len, err);
+            if (kc) return *rc = kc, k;
         }
-        return p->first + p->count;
+        return first_bad;
     }
-    uint64_t want = 0, got = 0;
-    uint64_t bad = first_bad_value(sh, f, p->first, p->count, p->buf, p->off, &want, &got);
-    if (bad > p->first) {
-        uint64_t off = 0, len = 0;
-        span_bytes(sh, f, p->first, bad - p->first, 0, &off, &len, NULL);
-        if ((*rc = keep(sh, f, p->first, bad - p->first, off, p->buf, len, err))) return p->first;
+    for (uint64_t a = p->first; a < end;) {
+        uint64_t want = 0, got = 0;
+        uint64_t bad = first_bad_value(sh, f, a, end - a, p->buf, p->off, &want, &got);
+        if (bad > a) {
+            uint64_t off = 0, len = 0;
+            span_bytes(sh, f, a, bad - a, 0, &off, &len, NULL);
+            int kc = keep(sh, f, a, bad - a, off, p->buf + (off - p->off), len, err);
+            if (kc) return *rc = kc, a;
+        }
+        if (bad == end) break;
+        if (first_bad == end) {
+            first_bad = bad;
+            *rc = stk_error_set(
+                err, STK_E_CHECKSUM,
+                "%s: record %llu, field '%s': checksum mismatch (stored %016llx, computed %016llx) "
+                "in two fetches",
+                sh->path, (unsigned long long)bad, field_of(sh, f)->name, (unsigned long long)want,
+                (unsigned long long)got);
+        }
+        a = bad + 1;
     }
-    if (bad < p->first + p->count)
-        *rc =
-            stk_error_set(err, STK_E_CHECKSUM,
-                          "%s: record %llu, field '%s': checksum mismatch (stored %016llx, computed %016llx) "
-                          "in two fetches",
-                          sh->path, (unsigned long long)bad, field_of(sh, f)->name, (unsigned long long)want,
-                          (unsigned long long)got);
-    return bad;
+    return first_bad;
 }
 
 static int get_range(const stk_shard *sh, uint64_t off, uint64_t len, void *dst, stk_error *err)
@@ -529,6 +554,28 @@ int stk__rshard_fetch(const stk_shard *sh, unsigned field, uint64_t first, uint6
     return rc ? rc : fetch(sh, field, first, count, block, 1, err);
 }
 
+#define READAHEAD ((uint64_t)1 << 20) /* bytes fetched ahead of a scan's miss */
+
+int stk__rshard_fetch_value(const stk_shard *sh, unsigned f, uint64_t i, int block, stk_error *err)
+{
+    int rc = span_ok(sh, f, i, 1, block, err);
+    if (rc) return rc;
+    stk__rshard *rs = sh->remote;
+    uint64_t n = 1, lim = block ? nblocks(sh, f) : sh->L.records;
+    if (__atomic_load_n(&rs->next_miss[f], __ATOMIC_RELAXED) == i) { /* a scan: up to READAHEAD more */
+        uint64_t lo = 1, hi = lim - i;
+        while (lo < hi) {
+            uint64_t mid = lo + (hi - lo + 1) / 2, off = 0, len = 0;
+            if (span_bytes(sh, f, i, mid, block, &off, &len, NULL) == STK_OK && len <= READAHEAD) lo = mid;
+            else hi = mid - 1;
+        }
+        n = lo;
+    }
+    rc = fetch(sh, f, i, n, block, 1, err);
+    __atomic_store_n(&rs->next_miss[f], i + n, __ATOMIC_RELAXED);
+    return rc;
+}
+
 int stk__rshard_fetch_records(const stk_shard *sh, uint64_t first, uint64_t n, uint64_t bytes, uint64_t *done,
                               stk_error *err)
 {
@@ -624,40 +671,6 @@ static size_t meta_ranges(const stk__layout *L, uint64_t size, uint64_t *offs, u
     return n;
 }
 
-/* Fetch the header (and the footer) into *head (malloc'd, *hs bytes). */
-static int fetch_head(stk__rshard *rs, const char *name, uint64_t size, uint8_t **head, uint32_t *hs,
-                      uint8_t foot[STK_FOOTER_SIZE], stk_error *err)
-{
-    uint64_t hn = size < OPEN_FIRST ? size : OPEN_FIRST;
-    uint8_t *b = malloc(OPEN_FIRST);
-    stk__rgroup *g = stk__rgroup_new(rs->r);
-    int rc = STK_OK;
-    if (!b || !g) rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
-    if (!rc) rc = stk__rgroup_add(g, rs->key, 0, hn, b, rs->etag, NULL, err);
-    if (!rc)
-        rc = stk__rgroup_add(g, rs->key, size - STK_FOOTER_SIZE, STK_FOOTER_SIZE, foot, rs->etag, NULL, err);
-    if (g) {
-        stk__rgroup_start(g);
-        int wrc = stk__rgroup_wait(g, rc ? NULL : err);
-        if (!rc) rc = wrc;
-        stk__rgroup_free(g);
-    }
-    uint32_t want = rc ? 0 : rd32(b + H_HEADER_SIZE);
-    if (!rc && want > hn && want <= HEADER_MAX && want <= size) { /* a header longer than the first GET */
-        uint8_t *b2 = realloc(b, want);
-        if (!b2) rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
-        else b = b2, rc = stk__remote_get_range(rs->r, rs->key, hn, want - hn, b + hn, rs->etag, NULL, err);
-        hn = want;
-    }
-    if (rc) {
-        free(b);
-        return rc;
-    }
-    *head = b;
-    *hs = (uint32_t)hn;
-    return STK_OK;
-}
-
 /* The cached metadata, when the cache file has it and it is whole. */
 static int cached_meta_ok(stk__rfile *file, const char *name, uint64_t size, uint64_t index_hash,
                           uint32_t *hs)
@@ -670,6 +683,61 @@ static int cached_meta_ok(stk__rfile *file, const char *name, uint64_t size, uin
     if (!index_ok(m, L.header_size, m + L.cksum_off, L.cksum_len, index_hash)) return 0;
     *hs = L.header_size;
     return 1;
+}
+
+/* The first round trip of an uncached open: the object's first and last
+ * EDGE bytes (the whole object when it is at most twice that), beside the
+ * HEAD that pins its ETag when the caller has none. */
+typedef struct {
+    uint8_t *head, *tail; /* tail NULL: head is the whole object */
+    uint64_t hn, tn;
+} edges;
+
+static int fetch_edges(stk__rshard *rs, const char *name, uint64_t size, const char *etag, edges *x,
+                       stk_error *err)
+{
+    memset(x, 0, sizeof *x);
+    x->hn = size <= 2 * EDGE ? size : EDGE;
+    x->tn = size <= 2 * EDGE ? 0 : EDGE;
+    stk__rgroup *g = stk__rgroup_new(rs->r);
+    x->head = malloc(x->hn);
+    x->tail = x->tn ? malloc(x->tn) : NULL;
+    if (!g || !x->head || (x->tn && !x->tail)) {
+        stk__rgroup_free(g);
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
+    }
+    int rc = stk__rgroup_add(g, rs->key, 0, x->hn, x->head, etag, NULL, err);
+    if (!rc && x->tn) rc = stk__rgroup_add(g, rs->key, size - x->tn, x->tn, x->tail, etag, NULL, err);
+    stk__rgroup_start(g);
+    if (!rc && !etag) { /* the object's identity, pinned for every later GET; meanwhile the GETs run */
+        stk__robject o;
+        rc = stk__remote_head(rs->r, rs->key, &o, NULL, err);
+        if (!rc && o.size != size)
+            rc = stk_error_set(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu", name,
+                               (unsigned long long)o.size, (unsigned long long)size);
+        if (!rc && o.etag[0] && !(rs->etag = strdup(o.etag)))
+            rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    }
+    int wrc = stk__rgroup_wait(g, rc ? NULL : err);
+    stk__rgroup_free(g);
+    if (!rc) rc = wrc;
+    uint32_t want = rc ? 0 : rd32(x->head + H_HEADER_SIZE);
+    if (!rc && want > x->hn && want <= HEADER_MAX && want <= size) { /* a header longer than the first GET */
+        uint8_t *b = realloc(x->head, want);
+        if (!b) return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
+        x->head = b;
+        rc = stk__remote_get_range(rs->r, rs->key, x->hn, want - x->hn, b + x->hn, rs->etag, NULL, err);
+        x->hn = want;
+    }
+    return rc;
+}
+
+/* Range [off, off + len) inside what the edges hold, or NULL. */
+static uint8_t *in_edges(const edges *x, uint64_t size, uint64_t off, uint64_t len)
+{
+    if (off + len <= x->hn) return x->head + off;
+    if (x->tn && off >= size - x->tn) return x->tail + (off - (size - x->tn));
+    return NULL;
 }
 
 int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char *key, uint64_t index_hash,
@@ -687,19 +755,8 @@ int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char
         if (!(rs->w = stk__rwindow_new(0))) return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
         rs->own_w = true;
     }
-    if (!(rs->key = strdup(key))) return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
-    if (!etag) { /* the object's identity, pinned for every later GET */
-        stk__robject o;
-        int rc = stk__remote_head(r, key, &o, NULL, err);
-        if (rc) return rc;
-        if (o.size != size)
-            return stk_error_set(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu", name,
-                                 (unsigned long long)o.size, (unsigned long long)size);
-        etag = o.etag[0] ? o.etag : NULL;
-        if (etag && !(rs->etag = strdup(etag))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    } else if (!(rs->etag = strdup(etag))) {
-        return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    }
+    if (!(rs->key = strdup(key)) || (etag && !(rs->etag = strdup(etag))))
+        return stk_error_set(err, STK_E_NOMEM, "%s: out of memory", name);
     char id[64];
     snprintf(id, sizeof id, "%016llx-%llu", (unsigned long long)index_hash, (unsigned long long)size);
     uint32_t hs = 0;
@@ -711,16 +768,27 @@ int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char
                                  (unsigned long long)records, nfields);
         if ((rc = stk__rfile_open(c, id, size, nunits, &rs->file, err))) return rc;
         if (cached_meta_ok(rs->file, name, size, index_hash, &hs)) {
+            if (!etag) { /* only the ETag to pin */
+                stk__robject o;
+                if ((rc = stk__remote_head(r, key, &o, NULL, err))) return rc;
+                if (o.size != size)
+                    return stk_error_set(err, STK_E_MANIFEST, "%s: is %llu bytes, the manifest says %llu",
+                                         name, (unsigned long long)o.size, (unsigned long long)size);
+                if (o.etag[0] && !(rs->etag = strdup(o.etag)))
+                    return stk_error_set(err, STK_E_NOMEM, "out of memory");
+            }
             sh->map = stk__rfile_map(rs->file);
             *head_len = hs;
             return STK_OK;
         }
     }
-    uint8_t *head = NULL, foot[STK_FOOTER_SIZE];
-    if ((rc = fetch_head(rs, name, size, &head, &hs, foot, err))) return rc;
+    edges x;
+    rc = fetch_edges(rs, name, size, etag, &x, err);
+    const uint8_t *foot = NULL;
     stk__layout L;
-    rc = stk__layout_decode(head, hs, size, name, &L, err);
-    if (!rc) hs = L.header_size; /* the first GET may have held more */
+    if (!rc) foot = x.tn ? x.tail + x.tn - STK_FOOTER_SIZE : x.head + size - STK_FOOTER_SIZE;
+    if (!rc) rc = stk__layout_decode(x.head, x.hn, size, name, &L, err);
+    if (!rc) hs = L.header_size;
     if (!rc && memcmp(foot + F_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
         rc = stk_error_set(err, STK_E_FORMAT,
                            "%s: footer magic missing at offset %llu (incomplete or corrupt file)", name,
@@ -738,24 +806,33 @@ int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char
         uint64_t nunits = L.records * L.schema.nfields; /* bounded by the checksum table's length */
         rc = stk__rfile_open(c, id, size, nunits, &rs->file, err);
     }
-    if (rc) {
-        free(head);
-        return rc;
-    }
-    /* the metadata ranges, in parallel; the checksum table checked with the header */
-    uint64_t offs[2 * STK_MAX_FIELDS + 3], lens[2 * STK_MAX_FIELDS + 3];
-    uint8_t *bufs[2 * STK_MAX_FIELDS + 3] = {NULL};
-    size_t n = meta_ranges(&L, size, offs, lens), cks = n - 2;
-    bufs[0] = head;
-    bufs[n - 1] = foot;
-    stk__rgroup *g = stk__rgroup_new(r);
-    if (!g) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+    /* the metadata ranges: what the edges hold, the rest fetched in parallel;
+     * the checksum table checked with the header against the footer */
+    enum { NMAX = 2 * STK_MAX_FIELDS + 3 };
+    uint64_t offs[NMAX], lens[NMAX];
+    uint8_t *bufs[NMAX] = {NULL};
+    bool owned[NMAX] = {false};
+    size_t n = rc ? 0 : meta_ranges(&L, size, offs, lens), cks = n - 2;
+    stk__rgroup *g = n ? stk__rgroup_new(r) : NULL;
+    if (n && !g) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     for (int attempt = 0; attempt < 2 && !rc; attempt++) {
-        for (size_t k = 1; k + 1 < n && !rc; k++) {
-            if (!bufs[k] && !(bufs[k] = malloc(lens[k] ? lens[k] : 1))) {
-                rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory for %llu bytes of metadata", name,
-                                   (unsigned long long)lens[k]);
-                break;
+        for (size_t k = 0; k < n && !rc; k++) {
+            if (bufs[k] && !(attempt && k == cks)) continue;
+            if (!attempt && (bufs[k] = in_edges(&x, size, offs[k], lens[k]))) continue;
+            if (!bufs[k]) {
+                if (!(bufs[k] = malloc(lens[k] ? lens[k] : 1))) {
+                    rc = stk_error_set(err, STK_E_NOMEM, "%s: out of memory for %llu bytes of metadata", name,
+                                       (unsigned long long)lens[k]);
+                    break;
+                }
+                owned[k] = true;
+            } else if (!owned[k]) { /* a second fetch of the table in the edges: into its own buffer */
+                uint8_t *b = malloc(lens[k] ? lens[k] : 1);
+                if (!b) {
+                    rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
+                    break;
+                }
+                bufs[k] = b, owned[k] = true;
             }
             if (lens[k]) rc = stk__rgroup_add(g, key, offs[k], lens[k], bufs[k], rs->etag, NULL, err);
         }
@@ -763,18 +840,19 @@ int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char
         int wrc = stk__rgroup_wait(g, rc ? NULL : err);
         if (!rc) rc = wrc;
         stk__rgroup_clear(g);
-        if (rc || index_ok(head, hs, bufs[cks], lens[cks], index_hash)) break;
+        if (rc || index_ok(bufs[0], hs, bufs[cks], lens[cks], index_hash)) break;
         if (attempt)
-            rc = stk_error_set(
-                err, STK_E_CHECKSUM,
-                "%s: the checksum table does not hash to the footer's index hash %016llx (fetched "
-                "twice)",
-                name, (unsigned long long)index_hash);
+            rc = stk_error_set(err, STK_E_CHECKSUM,
+                               "%s: the checksum table does not hash to the footer's index hash %016llx "
+                               "(fetched twice)",
+                               name, (unsigned long long)index_hash);
     }
     stk__rgroup_free(g);
     if (!rc) rc = stk__rfile_store_meta(rs->file, n, offs, lens, (const void *const *)bufs, err);
-    for (size_t k = 1; k + 1 < n; k++) free(bufs[k]);
-    free(head);
+    for (size_t k = 0; k < n; k++)
+        if (owned[k]) free(bufs[k]);
+    free(x.head);
+    free(x.tail);
     if (rc) return rc;
     sh->map = stk__rfile_map(rs->file);
     *head_len = hs;

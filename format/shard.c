@@ -4,7 +4,11 @@
  * checks. Nothing per record is read until asked for. The mapping is
  * read-only and shared, so N readers of one file share the page cache; a
  * file truncated under a live mapping would raise SIGBUS on access, which is
- * why writers only ever replace shards by rename (spec/FORMAT.md, "Writing"). */
+ * why writers only ever replace shards by rename (spec/FORMAT.md, "Writing").
+ *
+ * A remote shard (s3://, https://; rshard.h) is the same struct over its
+ * cache file's map: open runs the same checks on the fetched metadata, and
+ * every call that reads values asks rshard.c for them first. */
 #define _GNU_SOURCE
 #include "shard_impl.h"
 
@@ -368,7 +372,7 @@ static int remote_value(const stk_shard *sh, unsigned f, uint64_t i, const uint8
     if (size == 0) return STK_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!stk__rshard_present(sh, f, i, 1, 0)) {
-            int rc = stk__rshard_fetch(sh, f, i, 1, 0, err);
+            int rc = stk__rshard_fetch_value(sh, f, i, 0, err);
             if (rc || stk__rshard_present(sh, f, i, 1, 0)) return rc;
         }
         if (stk_hash(p, (size_t)size) == stk_shard_stored_hash(sh, f, i)) return STK_OK;
@@ -590,7 +594,7 @@ int stk_shard_block_read(const stk_shard *sh, unsigned f, uint64_t block, void *
     /* Remote: the frame fetched first (checked as it arrives); a cached frame
      * that does not decode is forgotten and fetched once more. */
     for (int attempt = 0;; attempt++) {
-        if (!stk__rshard_present(sh, f, block, 1, 1) && (rc = stk__rshard_fetch(sh, f, block, 1, 1, err)))
+        if (!stk__rshard_present(sh, f, block, 1, 1) && (rc = stk__rshard_fetch_value(sh, f, block, 1, err)))
             return rc;
         rc = stk_shard_block_decode(sh, f, block, sh->map + off, dst, cap, err);
         if (rc != STK_E_FORMAT || attempt) return rc;

@@ -34,6 +34,10 @@ void stk__rshard_free(stk__rshard *rs);
 /* Units [u0, u1) of field f hold damaged bytes (a value that failed its
  * checksum when taken from the cache): forget them, so the next fetch gets
  * them again. */
+/* Value i (or block i) of field f fetched as stk_shard_value needs it: a
+ * miss right after the last one (a scan) also fetches up to 1 MiB of the
+ * values after it, in the same GET. */
+int stk__rshard_fetch_value(const stk_shard *sh, unsigned f, uint64_t i, int block, stk_error *err);
 void stk__rshard_forget(const stk_shard *sh, unsigned f, uint64_t first, uint64_t count, int block);
 /* Records [first, first + n) of the uncompressed fields present (fetched,
  * checked, stored); n is cut so that one call fetches about `bytes`. *done:

@@ -15,6 +15,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ static void usage(FILE *f)
     fprintf(f, "Usage: shardcheck [OPTIONS] PATH...\n"
                "Verify stoker datasets and shards. PATH is a dataset directory, a manifest\n"
                "(manifest.json), shard files (*.stk) or a dataset in object storage\n"
-               "(s3://bucket/prefix, https://...). Each problem is printed as one line:\n"
+               "(s3://bucket/prefix, https://...: the objects' bytes are checked, fetched\n"
+               "into a temporary cache). Each problem is printed as one line:\n"
                "FILE: record R, field 'F': what is wrong.\n\n"
                "      --quick          structure only: headers, footers, sizes, checksum\n"
                "                       tables, agreement with the manifest (O(shards))\n"
@@ -65,7 +67,7 @@ typedef struct {
     char *path;
     stk_shard *sh; /* NULL when it could not be opened, or once checked */
     bool opened;
-    bool borrowed; /* a remote dataset's shard: its dataset closes it */
+    bool borrowed;           /* a remote dataset's shard: its dataset closes it */
     uint64_t records, bytes; /* as the shard says, kept for the report */
     const stk_shard_entry *entry;
     const stk_manifest *m;
@@ -98,6 +100,7 @@ typedef struct {
     size_t nm;
     stk_dataset **datasets; /* remote datasets, opened whole (their shards are borrowed) */
     size_t nds;
+    char cache_dir[4096]; /* their temporary cache, removed at the end ("" if none) */
     problem *p;
     size_t np, capp;
     atomic_uint_fast64_t total_problems; /* written under lock, read by the progress bar without */
@@ -238,9 +241,19 @@ static int add_dataset(checker *c, const char *path)
     return CLI_EXIT_OK;
 }
 
-/* s3://bucket/prefix or https://...: opened as a dataset (one client, one
- * cache), its shards checked in place. The open checks every shard against
- * the manifest and stops at the first that disagrees: that one is reported. */
+static int remove_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(p); /* best effort: what stays is a temporary directory */
+    return 0;
+}
+
+/* s3://bucket/prefix or https://...: opened as a dataset (one client), its
+ * shards checked in place. The bytes checked are the object's, fetched into
+ * a temporary cache of this run: the node's cache (STOKER_CACHE_DIR) would
+ * answer with its own copy of a shard that another dataset shares. The open
+ * checks every shard against the manifest and stops at the first that
+ * disagrees: that one is reported. */
 static int add_remote(checker *c, const char *path)
 {
     stk_error err;
@@ -250,7 +263,20 @@ static int add_remote(checker *c, const char *path)
                 path);
         return CLI_EXIT_FAIL;
     }
-    stk_dataset *ds = stk_dataset_open(path, &err);
+    if (!c->cache_dir[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(c->cache_dir, sizeof c->cache_dir, "%s/shardcheck-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(c->cache_dir)) {
+            fprintf(stderr, "shardcheck: %s: %s\n", c->cache_dir, strerror(errno));
+            c->cache_dir[0] = 0;
+            return CLI_EXIT_FAIL;
+        }
+    }
+    stk_remote_options ro;
+    stk_remote_options_init(&ro);
+    ro.cache_dir = c->cache_dir;
+    ro.cache_limit = 1; /* the metadata, and the values being checked (rshard.h's window) */
+    stk_dataset *ds = stk_dataset_open_remote(path, &ro, &err);
     if (!ds) {
         if (err.code == STK_E_IO) {
             fprintf(stderr, "shardcheck: %s\n", err.msg);
@@ -551,7 +577,11 @@ int main(int argc, char **argv)
     pthread_mutex_init(&c.lock, NULL);
     double t0 = cli_now();
     for (int i = optind; i < argc && !rc; i++) rc = add_path(&c, argv[i]);
-    if (rc) return rc;
+    if (rc) {
+        for (size_t i = 0; i < c.nds; i++) stk_dataset_close(c.datasets[i]);
+        if (c.cache_dir[0]) nftw(c.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return rc;
+    }
     for (size_t i = 0; i < c.nt; i++) check_structure(&c, i);
     if (c.o.full) run_full(&c);
     report(&c, cli_now() - t0);
@@ -561,6 +591,7 @@ int main(int argc, char **argv)
         free(c.t[i].path);
     }
     for (size_t i = 0; i < c.nds; i++) stk_dataset_close(c.datasets[i]);
+    if (c.cache_dir[0]) nftw(c.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     for (size_t i = 0; i < c.np; i++) free(c.p[i].msg), free(c.p[i].field_name);
     for (size_t i = 0; i < c.nm; i++) stk_manifest_free(c.manifests[i]);
     free(c.t), free(c.p), free(c.u), free(c.manifests), free(c.datasets);

@@ -137,6 +137,9 @@ struct stk_transform;
  *                             ("short:N,eintr:N,eagain:N" make every Nth
  *                             completion short, EINTR or EAGAIN; "eio:S/R"
  *                             fails any read covering record R of shard S)
+ * A dataset in object storage (s3://, https://) also reads STOKER_CACHE_DIR,
+ * STOKER_CACHE_LIMIT and the AWS_* configuration at its open (stoker/format.h,
+ * stk_dataset_open and stk_remote_options).
  * The switches are for measuring and testing; the options are the interface.
  */
 
