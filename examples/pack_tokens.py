@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Token sequences for language-model training: pack a tokenised corpus as fixed windows, read shuffled batches.
 
-    .venv/bin/python examples/pack_tokens.py OUT --bin train.bin [--dtype uint16] [--T 1024]      # a nanoGPT / llm.c style token file
-    .venv/bin/python examples/pack_tokens.py OUT --synthetic 10000000 [--vocab 50257]             # tokens made here, no tokenizer needed
+    .venv/bin/python examples/pack_tokens.py OUT --bin train.bin [--dtype uint16] [--T 1024]  # a nanoGPT / llm.c style token file
+    .venv/bin/python examples/pack_tokens.py OUT --synthetic 10000000 [--vocab 50257]  # tokens made here, no tokenizer needed
 
 Each record is `tokens`, T + 1 consecutive tokens starting at a multiple of T (windows overlap by one token, so
 every token but the first is a target exactly once per epoch): x = tokens[:, :-1], y = tokens[:, 1:]. Against the

@@ -148,5 +148,24 @@ START_TEST(real_edges)
 }
 END_TEST
 
-TU_MAIN("cli_args",
-        {.name = "parse", .tests = {uint_edges, int_edges, size_edges, fraction_edges, real_edges}})
+/* Sizes for people: at most three figures, the unit that fits ("2.4 MB",
+ * never "0.002 GB"); plurals. */
+START_TEST(human_sizes)
+{
+    static const struct {
+        double v;
+        const char *want;
+    } T[] = {{0, "0 B"},          {512, "512 B"},       {999, "999 B"},    {1000, "1.0 KB"},
+             {12345, "12 KB"},    {2.4e6, "2.4 MB"},    {302e6, "302 MB"}, {999.4e6, "999 MB"},
+             {999.6e6, "1.0 GB"}, {1.234e12, "1.2 TB"}, {5e15, "5.0 PB"}};
+    char b[16];
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++)
+        ck_assert_str_eq(cli_bytes(b, sizeof b, T[i].v), T[i].want);
+    ck_assert_str_eq(cli_plural(1), "");
+    ck_assert_str_eq(cli_plural(0), "s");
+    ck_assert_str_eq(cli_plural(2), "s");
+}
+END_TEST
+
+TU_MAIN("cli_args", {.name = "parse",
+                     .tests = {uint_edges, int_edges, size_edges, fraction_edges, real_edges, human_sizes}})

@@ -304,6 +304,14 @@ START_TEST(shardinfo_pack_lines)
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "\n  size: 24\n"));
     ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "in 3 shards, 120 KB ("));
     ck_assert_ptr_null(strstr(tu_slurp("out.txt"), "{"));
+    /* one of a thing is singular, sizes in units that fit */
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/one", tu_tmp);
+    write_images_only(dir);
+    tu_sh_says(0, "out.txt", "records      4 in 1 shard, ", "'%s/shardinfo' one", tu_tools);
+    tu_sh_says(0, "err.txt", "full check of 1 shard, 4 records, ", "'%s/shardcheck' one", tu_tools);
+    tu_sh_says(0, "out.txt", "read 1 batch, 4 samples, ", "'%s/shardread' -b 4 one", tu_tools);
+    ck_assert_ptr_nonnull(strstr(tu_slurp("out.txt"), "(1 zero-copy batch, 0 records verified)"));
 }
 END_TEST
 
