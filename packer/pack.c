@@ -184,6 +184,24 @@ static bool settle_sides(const cli_args *a, pk_opts *o)
     return true;
 }
 
+/* No --part inside a Slurm array task: the task's part (parts.h). */
+static int slurm_part(const cli_args *a, pk_opts *o)
+{
+    const char *id = getenv("SLURM_ARRAY_TASK_ID"), *min = getenv("SLURM_ARRAY_TASK_MIN");
+    const char *count = getenv("SLURM_ARRAY_TASK_COUNT");
+    char why[400];
+    unsigned k, n;
+    int rc = pk_part_slurm(id, min, count, getenv("SLURM_ARRAY_TASK_STEP"), getenv("SLURM_ARRAY_TASK_MAX"),
+                           9999, &k, &n, why, sizeof why);
+    if (rc < 0) return cli_usage_error(a, "%s", why);
+    if (rc == 0) return 0;
+    o->part = k, o->parts = n;
+    snprintf(o->part_from, sizeof o->part_from,
+             "SLURM_ARRAY_TASK_ID=%s SLURM_ARRAY_TASK_MIN=%s SLURM_ARRAY_TASK_COUNT=%s", id, min, count);
+    if (!o->quiet) fprintf(stderr, "pack: part %u/%u from Slurm's %s\n", k, n, o->part_from);
+    return 0;
+}
+
 static int parse(int argc, char **argv, pk_opts *o)
 {
     static const struct option lo[] = {
@@ -210,6 +228,7 @@ static int parse(int argc, char **argv, pk_opts *o)
     cli_args a = {.prog = "pack", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
     int c;
     uint64_t v, k, n;
+    bool part_set = false;
     while ((c = cli_getopt(&a, argc, argv, "s:j:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
@@ -250,7 +269,7 @@ static int parse(int argc, char **argv, pk_opts *o)
             break;
         case 'K':
             ok = cli_fraction(&a, optarg, 9999, &k, &n);
-            if (ok) o->part = (unsigned)k, o->parts = (unsigned)n;
+            if (ok) o->part = (unsigned)k, o->parts = (unsigned)n, part_set = true;
             break;
         case 'Z':
             ok = parse_compress(&a, optarg, o->zstd);
@@ -266,6 +285,7 @@ static int parse(int argc, char **argv, pk_opts *o)
     o->input = o->merge ? NULL : argv[optind];
     o->out = argv[argc - 1];
     if (!settle_sides(&a, o)) return CLI_EXIT_USAGE;
+    if (!part_set && !o->merge && slurm_part(&a, o)) return CLI_EXIT_USAGE;
     if (o->image_format != PK_IMG_RAW && o->zstd[0])
         return cli_usage_error(&a, "the image is stored as JPEG: name the fields to compress "
                                    "(--compress label=zstd,...)");

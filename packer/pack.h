@@ -35,6 +35,9 @@ typedef struct {
     uint64_t block_bytes;
     bool fail_fast, merge, force, force_in_place, json, quiet, stats;
     const char *input, *out;
+    /* The part came from Slurm's array variables (no --part): what they were,
+     * for the message and --json's "part_from"; empty otherwise. */
+    char part_from[160];
     /* OUT an s3:// address (pack_remote.c): out is then the local staging
      * directory and url the address; up uploads. NULL for a local OUT. */
     const char *url;

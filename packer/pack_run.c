@@ -10,6 +10,15 @@
 #include "pack.h"
 #include "parts.h"
 
+/* --json: where the part came from, when Slurm's variables gave it. */
+static void pk_part_from_json(const pk_opts *o)
+{
+    if (!o->part_from[0]) return;
+    printf("\"part_from\": ");
+    cli_json_string(stdout, o->part_from);
+    printf(", ");
+}
+
 static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
 {
     pk_merge_result mr;
@@ -32,6 +41,7 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
             printf("\"kept_original\": %llu, \"reencoded\": %llu, ", (unsigned long long)r->kept,
                    (unsigned long long)r->reencoded);
         pk_remote_json(o);
+        pk_part_from_json(o);
         printf("\"output\": ");
         cli_json_string(stdout, shown);
         printf("}\n");
@@ -91,8 +101,10 @@ static int prepare(pk_run *r, uint64_t params, uint64_t first, uint64_t end, uin
         /* Killed between committing its manifest and removing its own part
          * record: the dataset of this very command is complete. "Already
          * complete": the merge redoes its last step (the same bytes) and
-         * removes the bookkeeping, as the first run would have. */
-        if (!o->force && o->parts == 1 && pk_part_params(o->out, 1, 1) == params) return 1;
+         * removes the bookkeeping, as the first run would have. Likewise part
+         * K of N run again after the merge (a requeued array task): its
+         * record is there with these parameters, nothing to do. */
+        if (!o->force && pk_part_params(o->out, o->part, o->parts) == params) return 1;
         if (!o->force) {
             fprintf(stderr, "pack: %s already holds a dataset (manifest.json); use --force to replace it\n",
                     o->url ? o->url : o->out);
@@ -316,6 +328,7 @@ static int run_pack(const pk_opts *o)
                 o->part, o->parts, (unsigned long long)packed, (unsigned long long)skipped,
                 (unsigned long long)nshards);
             pk_remote_json(o);
+            pk_part_from_json(o);
             pk_stats_json(&r, el);
             printf("\"seconds\": %.3f}\n", el);
         } else if (o->stats) pk_stats_text(&r, el);

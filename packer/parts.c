@@ -20,6 +20,61 @@ void pk_part_range(uint64_t total, unsigned k, unsigned n, uint64_t *first, uint
     *end = (uint64_t)((unsigned __int128)total * k / n);
 }
 
+/* A decimal value of variable `name` into *v; false with why filled. */
+static bool slurm_num(const char *name, const char *val, uint64_t *v, char *why, size_t cap)
+{
+    char *end;
+    if (!val) {
+        snprintf(why, cap, "SLURM_ARRAY_TASK_ID is set but %s is not", name);
+        return false;
+    }
+    errno = 0;
+    *v = strtoull(val, &end, 10);
+    if (!*val || *end || errno || val[0] == '-' || val[0] == '+' || val[0] == ' ') {
+        snprintf(why, cap, "%s=%s is not a number", name, val);
+        return false;
+    }
+    return true;
+}
+
+int pk_part_slurm(const char *id, const char *min, const char *count, const char *step, const char *max,
+                  unsigned max_parts, unsigned *k, unsigned *n, char *why, size_t cap)
+{
+    uint64_t vi, vmin, vn, vs = 1, vmax;
+    if (!id) return 0;
+    if (!slurm_num("SLURM_ARRAY_TASK_ID", id, &vi, why, cap) ||
+        !slurm_num("SLURM_ARRAY_TASK_MIN", min, &vmin, why, cap) ||
+        !slurm_num("SLURM_ARRAY_TASK_COUNT", count, &vn, why, cap) ||
+        (step && !slurm_num("SLURM_ARRAY_TASK_STEP", step, &vs, why, cap)) ||
+        (max && !slurm_num("SLURM_ARRAY_TASK_MAX", max, &vmax, why, cap)))
+        return -1;
+    if (vn < 1 || vn > max_parts) {
+        snprintf(why, cap, "SLURM_ARRAY_TASK_COUNT=%s: a pack has 1 to %u parts", count, max_parts);
+        return -1;
+    }
+    if (vs < 1 || vs > UINT32_MAX) {
+        snprintf(why, cap, "SLURM_ARRAY_TASK_STEP=%s is not a step", step);
+        return -1;
+    }
+    if (vi < vmin || (vi - vmin) % vs || (vi - vmin) / vs >= vn) {
+        snprintf(why, cap,
+                 "SLURM_ARRAY_TASK_ID=%s is not one of SLURM_ARRAY_TASK_COUNT=%s tasks from "
+                 "SLURM_ARRAY_TASK_MIN=%s%s%s",
+                 id, count, min, step ? " by SLURM_ARRAY_TASK_STEP=" : "", step ? step : "");
+        return -1;
+    }
+    if (max && (vmax < vmin || (vmax - vmin) / vs + 1 != vn || (vmax - vmin) % vs)) {
+        snprintf(why, cap,
+                 "SLURM_ARRAY_TASK_MIN=%s to SLURM_ARRAY_TASK_MAX=%s%s%s is not SLURM_ARRAY_TASK_COUNT=%s "
+                 "tasks (an array with gaps: give --part K/N)",
+                 min, max, step ? " by SLURM_ARRAY_TASK_STEP=" : "", step ? step : "", count);
+        return -1;
+    }
+    *k = (unsigned)((vi - vmin) / vs) + 1;
+    *n = (unsigned)vn;
+    return 1;
+}
+
 char *pk_part_file(const char *dir, unsigned k, unsigned n, const char *suffix)
 {
     char *p = NULL;

@@ -29,6 +29,15 @@ typedef struct {
 
 /* Listing indices [first, end) of part k (1-based) of n over `total` entries. */
 void pk_part_range(uint64_t total, unsigned k, unsigned n, uint64_t *first, uint64_t *end);
+/* The part of a Slurm array task, from the values of SLURM_ARRAY_TASK_ID,
+ * _MIN, _COUNT, _STEP and _MAX (NULL when unset): part (ID - MIN) / STEP + 1
+ * of COUNT, so arrays 0-3, 1-4 and 5-8 all give parts 1..4 of 4 (STEP unset:
+ * 1; MAX, when set, must be MIN + (COUNT - 1) * STEP). Returns 0 when id is
+ * NULL (not an array task), 1 with *k, *n set, or -1 with why (naming the
+ * variables and their values) when one is missing, not a number or
+ * contradicts the others, or COUNT exceeds max_parts. */
+int pk_part_slurm(const char *id, const char *min, const char *count, const char *step, const char *max,
+                  unsigned max_parts, unsigned *k, unsigned *n, char *why, size_t cap);
 /* "DIR/pack-part-000K-of-000N<suffix>", malloc'd. */
 char *pk_part_file(const char *dir, unsigned k, unsigned n, const char *suffix);
 /* Delete part k's record, TSV slices and state file (not its shards). */

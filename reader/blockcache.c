@@ -17,6 +17,8 @@
 #include "caches.h"
 #include "membuf.h"
 
+#include "../format/rshard.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +83,10 @@ static void make_room(stk__zcache *c, uint64_t need)
 
 /* Block b's frame read through q (its reads are over when this returns),
  * then decompressed into dst. A frame that the queue cannot read directly
- * (under 4 KiB, or a file it cannot open) is decompressed from the map. */
+ * (under 4 KiB, or a file it cannot open) is decompressed from the map; a
+ * remote shard's frames always go through the queue (its remote backend:
+ * a cached frame comes back STK__IO_USE_MAP, and stk_shard_block_read of a
+ * remote shard takes it from the node cache, checked). */
 static int load_direct(stk__ioq *q, const stk_shard *sh, size_t s, unsigned f, uint64_t b, uint8_t *dst,
                        uint64_t size, stk_error *err)
 {
@@ -89,7 +94,7 @@ static int load_direct(stk__ioq *q, const stk_shard *sh, size_t s, unsigned f, u
     int rc = stk_shard_block_span(sh, f, b, &off, &packed, err);
     if (!rc) rc = stk_shard_block_info(sh, f, b, &first, &count, NULL, NULL, err);
     if (rc) return rc;
-    uint8_t *frame = packed >= STK__IO_MIN_READ ? stk__buf_alloc(packed) : NULL;
+    uint8_t *frame = packed >= STK__IO_MIN_READ || stk__shard_is_remote(sh) ? stk__buf_alloc(packed) : NULL;
     if (!frame) return stk_shard_block_read(sh, f, b, dst, size, err);
     rc = stk__ioq_add(q, s, off, packed, frame, first, (uint32_t)count, NULL, err);
     if (!rc) rc = stk__ioq_submit(q, err);

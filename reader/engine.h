@@ -89,7 +89,9 @@ typedef struct {
     stk__ioq *zq;          /* direct path: the ending part's queue, empty, for blocks */
     stk__cropper *cropper; /* the load-time crop (load_crop.c), or NULL */
     uint8_t *crop_buf;     /* a crop before the workers normalise it (load_norm) */
-    stk__mix_cache *mixc;  /* a mixture: the sources' orders (mix.c) */
+    uint8_t *rval;         /* a remote shard's value, copied out of the node cache */
+    uint64_t rval_cap;
+    stk__mix_cache *mixc; /* a mixture: the sources' orders (mix.c) */
 } stk__worker;
 
 typedef struct {
@@ -110,7 +112,10 @@ struct stk_reader {
     int has_bytes;
     unsigned shape_words; /* sum of the selected array fields' ndim */
     int has_compressed;   /* a selected field is compressed: no zero-copy */
-    int zbytes;           /* a selected bytes field is compressed: slots get zheaps */
+    int zbytes;           /* a selected bytes field is compressed, or bytes values are
+                             copied (rbytes): slots get zheaps */
+    int rbytes;           /* remote shards: bytes values are copied into the part's heap
+                             (the node cache may drop what it holds past its limit) */
     stk__zcache *zcache;  /* when a selected field is compressed */
     uint64_t zcache_bytes;
 

@@ -61,8 +61,9 @@ struct stk__ioq {
     size_t n, cap;
     uint8_t *bounce;
     uint64_t bounce_cap;
-    size_t left; /* pool: reads not yet done (under io->pmu) */
-    int planned; /* submitted, not yet waited for */
+    size_t left;   /* pool: reads not yet done (under io->pmu) */
+    stk__rioq *rq; /* the remote backend's queue (remote shards), or NULL */
+    int planned;   /* submitted, not yet waited for */
     pthread_cond_t done_cv;
 #ifdef STOKER_HAVE_URING
     struct io_uring ring;
@@ -96,6 +97,8 @@ struct stk__io {
     long long f_eio_shard;
     uint64_t f_eio_rec;
     uint64_t f_n; /* completions seen (atomic) */
+
+    stk__rio *rio; /* the remote backend (io_remote.c) when shards are remote */
 
     uint64_t c_reads, c_bytes, c_retries, c_bounced, c_map; /* atomic */
     unsigned c_buffered;                                    /* under fmu */
@@ -425,6 +428,8 @@ static int grow_reqs(stk__ioq *q, stk_error *err)
 static int add(stk__ioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec, uint32_t nrec,
                void *tag, int padded, stk_error *err)
 {
+    if (stk__rio_remote(q->io->rio, shard))
+        return stk__rioq_add(q->rq, shard, off, len, dst, rec, nrec, tag, err);
     int fd = shard_fd(q->io, shard);
     if (fd < 0) {
         __atomic_add_fetch(&q->io->c_map, 1, __ATOMIC_RELAXED);
@@ -505,7 +510,7 @@ static int plan_reads(stk__ioq *q, stk_error *err)
     return STK_OK;
 }
 
-int stk__ioq_submit(stk__ioq *q, stk_error *err)
+static int local_submit(stk__ioq *q, stk_error *err)
 {
     q->planned = 0;
     if (!q->n) return STK_OK;
@@ -527,8 +532,17 @@ int stk__ioq_submit(stk__ioq *q, stk_error *err)
     return STK_OK;
 }
 
+/* The remote shards' GETs go first: they wait longest. */
+int stk__ioq_submit(stk__ioq *q, stk_error *err)
+{
+    int rrc = q->rq ? stk__rioq_submit(q->rq, err) : STK_OK;
+    int rc = local_submit(q, rrc ? NULL : err);
+    return rrc ? rrc : rc;
+}
+
 void stk__ioq_drain(stk__ioq *q)
 {
+    if (q->rq) stk__rioq_drain(q->rq);
     if (q->planned != 1) return;
 #ifdef STOKER_HAVE_URING
     if (q->ring_ok) ring_wait(q);
@@ -538,10 +552,13 @@ void stk__ioq_drain(stk__ioq *q)
     q->planned = 2;
 }
 
-size_t stk__ioq_count(const stk__ioq *q) { return q->planned ? q->n : 0; }
+/* The local reads, then the remote runs. */
+size_t stk__ioq_count(const stk__ioq *q) { return (q->planned ? q->n : 0) + stk__rioq_count(q->rq); }
 
 int stk__ioq_result(stk__ioq *q, size_t i, void **tag, stk_error *err)
 {
+    size_t nl = q->planned ? q->n : 0;
+    if (i >= nl) return stk__rioq_result(q->rq, i - nl, tag, err);
     stk__ioreq *rq = &q->req[i];
     if (tag) *tag = rq->tag;
     if (!rq->err && rq->done >= rq->need) return STK_OK;
@@ -553,17 +570,16 @@ void stk__ioq_clear(stk__ioq *q)
 {
     q->n = 0;
     q->planned = 0;
+    stk__rioq_clear(q->rq);
 }
 
+/* Local reads queued but never submitted (the part failed first) were
+ * never started: nothing to wait for or report. */
 int stk__ioq_wait(stk__ioq *q, stk_error *err)
 {
-    if (!q->planned) { /* queued but never submitted (the part failed first) */
-        stk__ioq_clear(q);
-        return STK_OK;
-    }
     stk__ioq_drain(q);
     int rc = STK_OK;
-    for (size_t i = 0; i < q->n && !rc; i++) rc = stk__ioq_result(q, i, NULL, err);
+    for (size_t i = 0, n = stk__ioq_count(q); i < n && !rc; i++) rc = stk__ioq_result(q, i, NULL, err);
     stk__ioq_clear(q);
     return rc;
 }
@@ -644,7 +660,12 @@ int stk__io_open(stk__io **out, const stk_dataset *ds, const stk__io_config *c, 
         pthread_cond_init(&io->q[i].done_cv, NULL);
     }
     int rc = parse_fault(io, c->fault, err);
-    if (!rc) rc = start_engine(io, c, note, note_cap, err);
+    if (!rc) rc = stk__rio_open(&io->rio, ds, io->nq, err);
+    size_t nremote = 0;
+    for (size_t s = 0; !rc && s < ns; s++) nremote += stk__rio_remote(io->rio, s);
+    for (unsigned i = 0; !rc && i < io->nq; i++) io->q[i].rq = stk__rio_queue(io->rio, i);
+    if (!rc && ns && nremote == ns) io->engine = STK__ENGINE_REMOTE; /* no local file to read */
+    else if (!rc) rc = start_engine(io, c, note, note_cap, err);
     if (rc) {
         stk__io_close(io);
         return rc;
@@ -662,6 +683,7 @@ void stk__io_close(stk__io *io)
     pthread_mutex_unlock(&io->pmu);
     for (unsigned i = 0; i < io->nth; i++) pthread_join(io->th[i], NULL);
     free(io->th);
+    stk__rio_close(io->rio);
     for (unsigned i = 0; i < io->nq; i++) {
 #ifdef STOKER_HAVE_URING
         if (io->q[i].ring_ok) io_uring_queue_exit(&io->q[i].ring);
@@ -681,7 +703,11 @@ void stk__io_close(stk__io *io)
     free(io);
 }
 
-int stk__io_engine(const stk__io *io) { return io->engine; }
+int stk__io_engine(const stk__io *io) { return io->rio ? STK__ENGINE_REMOTE : io->engine; }
+void stk__io_remote_counts(const stk__io *io, stk__rio_counts *c)
+{
+    stk__rio_counts_get(io ? io->rio : NULL, c);
+}
 stk__ioq *stk__io_queue(stk__io *io, unsigned i) { return &io->q[i]; }
 
 void stk__io_counts_get(stk__io *io, stk__io_counts *c)

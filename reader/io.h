@@ -30,15 +30,22 @@
 typedef struct stk__io stk__io;
 typedef struct stk__ioq stk__ioq;
 
-enum { STK__ENGINE_AUTO = 0, STK__ENGINE_URING = 1, STK__ENGINE_THREADS = 2 };
+/* REMOTE: the dataset's shards are remote (s3://, https://): their runs
+ * are range GETs (io_remote.c); a mixture's local shards still go through
+ * io_uring or the pool. */
+enum { STK__ENGINE_AUTO = 0, STK__ENGINE_URING = 1, STK__ENGINE_THREADS = 2, STK__ENGINE_REMOTE = 3 };
 
 /* Returned by stk__ioq_add when the shard's file cannot be read directly
  * (deleted, replaced by rename since the dataset was opened, a shard in
  * memory, out of descriptors): the caller copies from the mapping instead,
- * which still holds the file the dataset opened. */
+ * which still holds the file the dataset opened. For a remote shard only
+ * for a compressed frame that the node cache holds: stk_shard_block_read
+ * takes it from there, checked (never a tensor run: those the backend
+ * copies from the cache itself, checked). */
 #define STK__IO_USE_MAP 1
 
-/* Runs shorter than this are copied from the mapping by the reader. */
+/* Runs shorter than this are copied from the mapping by the reader (not
+ * a remote shard's: its mapping has holes where nothing was fetched). */
 #define STK__IO_MIN_READ 4096u
 
 typedef struct {
@@ -66,6 +73,25 @@ void stk__io_close(stk__io *io);
 int stk__io_engine(const stk__io *io);
 stk__ioq *stk__io_queue(stk__io *io, unsigned i);
 void stk__io_counts_get(stk__io *io, stk__io_counts *c);
+
+/* The remote backend's counters (all zero, remote 0, without remote shards). */
+typedef struct {
+    int remote;          /* the dataset has remote shards */
+    uint64_t runs;       /* runs asked for (stk__ioq_add) on remote shards */
+    uint64_t gets;       /* range GETs the engine issued (pieces of runs) */
+    uint64_t bytes;      /* their bytes delivered (refetches included) */
+    uint64_t cache_hits; /* values (units) copied from the node cache */
+    uint64_t cache_hit_bytes;
+    uint64_t cache_stored;   /* fetched bytes the cache kept */
+    uint64_t cache_rejected; /* fetched bytes it did not (its limit) */
+    uint64_t refetches;      /* pieces fetched again after a checksum mismatch */
+    uint64_t small_windows;  /* windows of small columns fetched whole */
+    /* the clients' counters (remote.h), summed over the dataset's clients:
+     * every request of the reader's dataset, open and the format library's
+     * own fetches included */
+    uint64_t requests, bytes_in, retries, retry_5xx, retry_net, failures, inflight_max;
+} stk__rio_counts;
+void stk__io_remote_counts(const stk__io *io, stk__rio_counts *c);
 
 /* Queue a read of len bytes at file offset off of shard `shard` into dst.
  * rec and nrec (the shard's local records covered) only name the records in
@@ -95,5 +121,25 @@ void stk__ioq_drain(stk__ioq *q);
 size_t stk__ioq_count(const stk__ioq *q);
 int stk__ioq_result(stk__ioq *q, size_t i, void **tag, stk_error *err);
 void stk__ioq_clear(stk__ioq *q);
+
+/* ---- The remote backend (io_remote.c), for io.c only ------------------- */
+
+typedef struct stk__rio stk__rio;
+typedef struct stk__rioq stk__rioq;
+/* *out NULL when no shard of ds is remote. nq: the queues. */
+int stk__rio_open(stk__rio **out, const stk_dataset *ds, unsigned nq, stk_error *err);
+void stk__rio_close(stk__rio *io); /* every group waited for first */
+int stk__rio_remote(const stk__rio *io, size_t shard);
+stk__rioq *stk__rio_queue(stk__rio *io, unsigned i);
+void stk__rio_counts_get(const stk__rio *io, stk__rio_counts *c);
+/* As stk__ioq_add for a remote shard: STK_OK queued (or copied from the
+ * cache, checked), STK__IO_USE_MAP a cached compressed frame. */
+int stk__rioq_add(stk__rioq *q, size_t shard, uint64_t off, uint64_t len, void *dst, uint64_t rec,
+                  uint32_t nrec, void *tag, stk_error *err);
+int stk__rioq_submit(stk__rioq *q, stk_error *err);
+void stk__rioq_drain(stk__rioq *q);
+size_t stk__rioq_count(const stk__rioq *q);
+int stk__rioq_result(const stk__rioq *q, size_t i, void **tag, stk_error *err);
+void stk__rioq_clear(stk__rioq *q);
 
 #endif

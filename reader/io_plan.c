@@ -5,6 +5,8 @@
 #include "reader_impl.h"
 #include "abi_v0.h"
 
+#include "../format/rshard.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +306,15 @@ static int plan_map_huge(stk_reader *r, int planned, stk_error *err)
     return STK_OK;
 }
 
+/* Shards of the reader's dataset in object storage (format/rshard.h). */
+static size_t remote_shards(const stk_reader *r)
+{
+    size_t n = 0;
+    for (size_t s = 0; s < stk_dataset_nshards(r->ds); s++)
+        n += stk__shard_is_remote(stk_dataset_shard(r->ds, s)) != 0;
+    return n;
+}
+
 static int choose_auto(stk_reader *r, uint64_t bytes, uint64_t avail, int map_huge)
 {
     uint64_t ram = meminfo_bytes("MemTotal");
@@ -334,12 +345,28 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
     /* read once: the choice and the advice agree */
     uint64_t avail = meminfo_bytes("MemAvailable"), files = stk__reader_file_bytes(r, 0);
     int planned = map_huge_planned(r, (int)huge, avail, files);
-    if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
+    if (io == STK_IO_AUTO && remote_shards(r)) {
+        io = STK_IO_DIRECT;         /* below: the reason */
+    } else if (io == STK_IO_AUTO) { /* compressed fields' blocks go through the engine too (blockcache.c) */
         io = choose_auto(r, sel_bytes + compressed_bytes(r), avail, map_huge_reaches(r, planned, files));
     } else {
         snprintf(r->io_reason, sizeof r->io_reason, "%s: asked for", io == STK_IO_MMAP ? "mmap" : "direct");
     }
-    if (io == STK_IO_DIRECT && !sel_bytes && !r->has_compressed) {
+    size_t nremote = remote_shards(r);
+    if (nremote) {
+        /* A remote shard's mapping is the node cache's file, with holes where
+         * nothing was fetched: its records are read through the engine's
+         * remote backend (io_remote.c), which fetches, checks and caches
+         * them, never straight from the map (no zero-copy, no short-run map
+         * copies). Bytes fields go through stk_shard_value, which fetches
+         * what is absent itself. */
+        snprintf(r->io_reason, sizeof r->io_reason,
+                 "remote: %zu of %zu shards in object storage, read by range GETs through the node cache%s",
+                 nremote, stk_dataset_nshards(r->ds),
+                 o->io == STK_IO_MMAP ? " (mmap asked for: not for remote shards)" : "");
+        io = STK_IO_DIRECT;
+        r->rbytes = r->zbytes = r->zbytes || r->has_bytes; /* reader.c, remote_value */
+    } else if (io == STK_IO_DIRECT && !sel_bytes && !r->has_compressed) {
         snprintf(r->io_reason, sizeof r->io_reason,
                  "mmap: no tensor or compressed field selected (bytes fields read through the map)");
         io = STK_IO_MMAP;
@@ -347,7 +374,7 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
-    if (r->direct) plan_quasi_blocks(r, (int)blocks);
+    if (r->direct && !nremote) plan_quasi_blocks(r, (int)blocks); /* GETs coalesce runs instead */
     else if (plan_map_huge(r, planned, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
@@ -401,7 +428,10 @@ void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, 
     if (r->io) {
         stk__io_counts c;
         stk__io_counts_get(r->io, &c);
-        v.engine = stk__io_engine(r->io) == STK__ENGINE_URING ? STK_IO_ENGINE_URING : STK_IO_ENGINE_THREADS;
+        int e = stk__io_engine(r->io);
+        v.engine = e == STK__ENGINE_URING    ? STK_IO_ENGINE_URING
+                   : e == STK__ENGINE_REMOTE ? STK_IO_ENGINE_REMOTE
+                                             : STK_IO_ENGINE_THREADS;
         v.depth = r->o.io_depth;
         v.reads = c.reads;
         v.bytes = c.bytes;
@@ -412,5 +442,31 @@ void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, 
         v.quasi_blocks = r->qcache ? stk__qcache_loads(r->qcache) : 0;
     }
     snprintf(v.reason, sizeof v.reason, "%s", r->io_reason);
+    if (s) stk__write_sized(s, size, &v, sizeof v);
+}
+
+void stk_reader_remote_stats_get_sized(const stk_reader *r, stk_reader_remote_stats *s, size_t size)
+{
+    stk_reader_remote_stats v;
+    memset(&v, 0, sizeof v);
+    stk__rio_counts c;
+    stk__io_remote_counts(r->io, &c);
+    if (c.remote) {
+        v.remote = 1;
+        v.requests = c.requests;
+        v.bytes_fetched = c.bytes_in;
+        v.retries = c.retries;
+        v.retries_5xx = c.retry_5xx;
+        v.retries_network = c.retry_net;
+        v.failures = c.failures;
+        v.gets = c.gets;
+        v.get_bytes = c.bytes;
+        v.cache_hits = c.cache_hits;
+        v.cache_hit_bytes = c.cache_hit_bytes;
+        v.cache_stored_bytes = c.cache_stored;
+        v.cache_rejected_bytes = c.cache_rejected;
+        v.checksum_refetches = c.refetches;
+        v.inflight_max = c.inflight_max;
+    }
     if (s) stk__write_sized(s, size, &v, sizeof v);
 }

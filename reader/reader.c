@@ -21,6 +21,8 @@
 #include "abi_v0.h"
 #include "trace.h"
 
+#include "../format/rshard.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +123,7 @@ static int check_shard(stk_reader *r, size_t s, uint64_t local, stk_error *err)
 {
     struct stat st;
     const stk_shard *sh = stk_dataset_shard(r->ds, s);
+    if (stk__shard_is_remote(sh)) return STK_OK; /* its cache file is never cut: a hole reads as zeros */
     if (stat(stk_shard_path(sh), &st) != 0) return STK_OK;
     if (st.st_dev != r->shard_id[s].dev || st.st_ino != r->shard_id[s].ino) return STK_OK;
     if ((uint64_t)st.st_size < stk_shard_file_size(sh))
@@ -245,6 +248,51 @@ static int compressed_value(stk_reader *r, stk__worker *w, size_t s, unsigned k,
     return rc;
 }
 
+/* A remote shard's value that stk_shard_value found (fetching it when the
+ * node cache did not hold it) points into the cache's file, which may drop
+ * bytes it holds past its limit once enough others were fetched: copy it
+ * (into dst, grown as needed) and check the copy; one that changed under
+ * the copy is fetched again. */
+static int remote_value(const stk_reader *r, const stk_shard *sh, unsigned f, uint64_t local, const void *src,
+                        uint64_t size, uint8_t *dst, stk_error *err)
+{
+    uint64_t want = stk_shard_stored_hash(sh, f, local);
+    for (int again = 0;; again = 1) {
+        memcpy(dst, src, size);
+        if (stk_hash(dst, size) == want) return STK_OK;
+        int rc = again ? stk_error_set(err, STK_E_CHECKSUM,
+                                       "%s: record %llu, field '%s': checksum mismatch after a fetch",
+                                       stk_shard_path(sh), (unsigned long long)local,
+                                       stk_dataset_schema(r->ds)->fields[f].name)
+                       : stk__rshard_fetch(sh, f, local, 1, 0, err);
+        uint64_t n = size;
+        if (!rc) rc = stk_shard_value(sh, f, local, &src, &n, err);
+        if (!rc && n != size)
+            rc = stk_error_set(err, STK_E_FORMAT, "%s: record %llu: value size changed", stk_shard_path(sh),
+                               (unsigned long long)local);
+        if (rc) return rc;
+    }
+}
+
+/* stk_shard_value, a remote shard's copied into the worker's buffer. */
+static int stable_value(const stk_reader *r, stk__worker *w, const stk_shard *sh, unsigned f, uint64_t local,
+                        const void **src, uint64_t *size, stk_error *err)
+{
+    int rc = stk_shard_value(sh, f, local, src, size, err);
+    if (rc || !stk__shard_is_remote(sh)) return rc;
+    if (*size > w->rval_cap) {
+        uint8_t *p = realloc(w->rval, *size);
+        if (!p)
+            return stk_error_set(err, STK_E_NOMEM, "out of memory for a %llu-byte value",
+                                 (unsigned long long)*size);
+        w->rval = p;
+        w->rval_cap = *size;
+    }
+    if ((rc = remote_value(r, sh, f, local, *src, *size, w->rval, err))) return rc;
+    *src = w->rval;
+    return STK_OK;
+}
+
 /* A part is over: let the cache evict the blocks this worker held. */
 static void unpin_blocks(stk_reader *r, stk__worker *w)
 {
@@ -273,7 +321,7 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     uint64_t size, dims[STK_MAX_DIMS];
     unsigned f = r->sel[k];
     const int jpeg = stk_shard_schema(sh)->fields[f].codec == STK_CODEC_JPEG;
-    int rc = stk_shard_value(sh, f, local, &src, &size, err);
+    int rc = stable_value(r, w, sh, f, local, &src, &size, err);
     /* a coded value's checksum is checked before it is decoded, whatever
      * verify says: the region decode stops after the crop's last row and
      * would not see bit rot below it (spec/FORMAT.md 9.1) */
@@ -347,7 +395,16 @@ static int gather_one(stk_reader *r, stk__worker *w, stk__slot *sl, uint32_t i, 
             src = sl->buf + r->sel_off[k] + (uint64_t)i * size;
         } else {
             if ((rc = stk_shard_value(sh, r->sel[k], local, &src, &size, err))) return rc;
-            if (bf->kind != STK_KIND_TENSOR) {
+            if (bf->kind != STK_KIND_TENSOR && r->rbytes) { /* into the part's heap, as compressed values */
+                stk_value *v = (stk_value *)&bf->values[i];
+                if ((rc = zheap_put(zh, src, size, v, err))) return rc;
+                uint8_t *copy = zh->p + (uintptr_t)v->data;
+                if (stk__shard_is_remote(sh) &&
+                    (rc = remote_value(r, sh, r->sel[k], local, src, size, copy, err)))
+                    return rc;
+                src = copy;
+                heap[k] += size;
+            } else if (bf->kind != STK_KIND_TENSOR) {
                 stk_value *v = (stk_value *)&bf->values[i];
                 v->data = src;
                 v->size = size;
@@ -428,6 +485,7 @@ static int direct_submit(stk_reader *r, stk__worker *w, stk__ioq *q, stk__slot *
         int rc = stk_dataset_locate(r->ds, sl->records[i], &s, &local, err);
         if (rc) return rc;
         const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        int remote = stk__shard_is_remote(sh);
         uint32_t run = 1;
         while (i + run < i1 && sl->records[i + run] == sl->records[i] + run &&
                local + run < stk_shard_records(sh))
@@ -437,11 +495,16 @@ static int direct_submit(stk_reader *r, stk__worker *w, stk__ioq *q, stk__slot *
             uint64_t stride = r->sel_stride[k], len = run * stride;
             uint8_t *dst = sl->buf + r->sel_off[k] + (uint64_t)i * stride;
             /* a run under one block (a label, a small crop) costs a whole
-             * block read: such columns are small, the page cache keeps them */
-            rc = len < STK__IO_MIN_READ
+             * block read: such columns are small, the page cache keeps them
+             * (a remote shard's map has holes: the backend fetches them) */
+            rc = len < STK__IO_MIN_READ && !remote
                      ? STK__IO_USE_MAP
                      : stk__ioq_add(q, s, stk_shard_field_offset(sh, r->sel[k]) + local * stride, len, dst,
                                     local, run, NULL, err);
+            if (rc == STK__IO_USE_MAP && remote) { /* the backend copies cached runs itself: never here */
+                int frc = stk__rshard_fetch(sh, r->sel[k], local, run, 0, err);
+                if (frc) rc = frc;
+            }
             if (rc == STK__IO_USE_MAP)
                 rc =
                     map_copy(r, w, s, local, dst,
@@ -725,7 +788,7 @@ static void part_end(stk_reader *r, stk__worker *w, stk__part *p, const stk__par
     if (zh) /* the part's heap stops moving: offsets become pointers */
         for (unsigned k = 0; k < r->nsel; k++)
             if (sl->fields[k].kind != STK_KIND_TENSOR &&
-                stk_dataset_schema(r->ds)->fields[r->sel[k]].codec == STK_CODEC_ZSTD)
+                (r->rbytes || stk_dataset_schema(r->ds)->fields[r->sel[k]].codec == STK_CODEC_ZSTD))
                 for (uint32_t j = p->i0; j < p->i1; j++) {
                     stk_value *v = (stk_value *)&sl->fields[k].values[j];
                     v->data = zh->p + (uintptr_t)v->data;

@@ -13,7 +13,7 @@
  *   device   transform.c load_crop.c device_*.c   pixels: transform, crop, upload backends  device.h
  *   caches   blockcache.c qblocks.c               blocks shared by the workers  caches.h
  *   order    order.c mix.c                        orders and mixtures, pure functions  order.h mix.h
- *   io       io.c                                 the direct-read engine (backends: io.h)  io.h
+ *   io       io.c io_remote.c                     the read engine and its remote backend  io.h
  *   dataset  dataset.c                            datasets as one address space  dataset.h
  *   util     util.c membuf.c timeline.c           sized copies, clock, buffers, trace  util.h membuf.h timeline.h
  * scripts/check-layers (run by scripts/test) reads the call graph from the
@@ -33,6 +33,12 @@
 stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, uint32_t S, char **paths,
                              const stk_reader_options *opts, size_t size, size_t transform_size,
                              stk_error *err);
+
+/* reader_open.c: the dataset at path (local, or remote: s3://, https://)
+ * opened with the remote members of the caller's options (`size` bytes of
+ * them, NULL: none): cache_dir, cache_limit, endpoint, region, profile. */
+stk_dataset *stk__dataset_open_opts(const char *path, const stk_reader_options *opts, size_t size,
+                                    stk_error *err);
 
 /* io_plan.c: choose the read path (before the slots are sized), start it */
 int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err);

@@ -53,7 +53,7 @@ uint64_t stk__mix_fingerprint(const stk_reader *r)
 /* Source i as the caller gave it (`size` bytes of their struct), checked;
  * its dataset opened when given by path (*opened: to close). */
 static int open_source(const stk_source *in, size_t size, unsigned i, stk_source *s, stk_dataset **opened,
-                       char **path, stk_error *err)
+                       char **path, const stk_reader_options *opts, size_t opts_size, stk_error *err)
 {
     if (stk__read_sized(s, sizeof *s, in, size, STK__SOURCE_MIN_SIZE, "stk_source", err))
         return err ? err->code : STK_E_ARG;
@@ -66,7 +66,7 @@ static int open_source(const stk_source *in, size_t size, unsigned i, stk_source
         return stk_error_set(err, STK_E_ARG,
                              "mixture: source %u: give a path or an open dataset (one of them)", i);
     if (!(*path = strdup(s->path ? s->path : ""))) return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    if (s->path && !(*opened = stk_dataset_open(s->path, err))) {
+    if (s->path && !(*opened = stk__dataset_open_opts(s->path, opts, opts_size, err))) {
         if (err) {
             char msg[STK_ERROR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", err->msg);
@@ -123,7 +123,7 @@ stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigned n, siz
         stk_source s;
         stk_dataset *opened = NULL;
         rc = open_source((const stk_source *)(const void *)((const char *)sources + (size_t)i * source_size),
-                         source_size, i, &s, &opened, &paths[i], err);
+                         source_size, i, &s, &opened, &paths[i], opts, size, err);
         if (rc) break;
         int j = opened ? same_dataset(parts, i, opened) : -1;
         if (j >= 0) {

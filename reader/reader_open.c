@@ -649,10 +649,28 @@ stk_reader *stk_reader_open_dataset_sized(const stk_dataset *ds, const stk_reade
     return stk__reader_open(ds, NULL, 0, NULL, opts, size, transform_size, err);
 }
 
+stk_dataset *stk__dataset_open_opts(const char *path, const stk_reader_options *opts, size_t size,
+                                    stk_error *err)
+{
+    stk_reader_options o;
+    stk_reader_options_init_sized(&o, sizeof o);
+    if (opts &&
+        stk__read_sized(&o, sizeof o, opts, size, STK__READER_OPTIONS_MIN_SIZE, "stk_reader_options", err))
+        return NULL;
+    stk_remote_options ro;
+    stk_remote_options_init(&ro);
+    ro.cache_dir = o.cache_dir;
+    ro.cache_limit = o.cache_limit;
+    ro.endpoint = o.endpoint;
+    ro.region = o.region;
+    ro.profile = o.profile;
+    return stk_dataset_open_remote(path, &ro, err); /* a local path: stk_dataset_open */
+}
+
 stk_reader *stk_reader_open_sized(const char *path, const stk_reader_options *opts, size_t size,
                                   size_t transform_size, stk_error *err)
 {
-    stk_dataset *ds = stk_dataset_open(path, err);
+    stk_dataset *ds = stk__dataset_open_opts(path, opts, size, err);
     if (!ds) return NULL;
     stk_reader *r = stk_reader_open_dataset_sized(ds, opts, size, transform_size, err);
     if (!r) {
@@ -680,6 +698,7 @@ void stk_reader_close(stk_reader *r)
             free(r->workers[i].stamp);
             stk__cropper_free(r->workers[i].cropper);
             free(r->workers[i].crop_buf);
+            free(r->workers[i].rval);
             free(r->workers[i].mixc);
             for (unsigned k = 0; k < 2; k++) {
                 free(r->workers[i].qblk[k]);

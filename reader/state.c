@@ -376,7 +376,8 @@ size_t stk_reader_sizeof(const char *type)
              {"stk_value", sizeof(stk_value)},
              {"stk_dataset_options", sizeof(stk_dataset_options)},
              {"stk_source", sizeof(stk_source)},
-             {"stk_reader_source_stats", sizeof(stk_reader_source_stats)}};
+             {"stk_reader_source_stats", sizeof(stk_reader_source_stats)},
+             {"stk_reader_remote_stats", sizeof(stk_reader_remote_stats)}};
     for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
         if (strcmp(type, t[i].name) == 0) return t[i].size;
     return 0;

@@ -66,6 +66,9 @@ static void usage(FILE *f)
                "                          for larger-than-RAM data or one pass over cold\n"
                "                          data; see README)\n"
                "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
+               "      --cache-dir DIR     a remote dataset (s3://, https://): the node cache of\n"
+               "                          fetched bytes, shared by the node's processes\n"
+               "      --cache-limit SIZE  a remote dataset: bytes the cache may hold\n"
                "      --trace PATH        write a timeline of the reader to PATH (Chrome\n"
                "                          trace-event JSON: ui.perfetto.dev, chrome://tracing)\n"
                "      --metrics           print the statistics as Prometheus text at the end\n"
@@ -171,6 +174,8 @@ static int parse_args(int argc, char **argv, opts *o)
         O_REWEIGHT,
         O_ORDER,
         O_SEED,
+        O_CACHE_DIR,
+        O_CACHE_LIMIT,
         O_TRACE,
         O_METRICS
     };
@@ -216,6 +221,8 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"mix", 1, 0, O_MIX},
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
+                                       {"cache-dir", 1, 0, O_CACHE_DIR},
+                                       {"cache-limit", 1, 0, O_CACHE_LIMIT},,
                                        {"trace", 1, 0, O_TRACE},
                                        {"metrics", 0, 0, O_METRICS},
                                        CLI_COMMON_OPTIONS};
@@ -229,6 +236,7 @@ static int parse_args(int argc, char **argv, opts *o)
                               {O_STOP, false, 1, UINT64_MAX, &o->stop_after},
                               {O_EPOCH_SIZE, false, 1, UINT64_MAX, &o->ro.epoch_size},
                               {O_BUDGET, true, 0, UINT64_MAX, &o->ro.memory_budget},
+                              {O_CACHE_LIMIT, true, 1, UINT64_MAX, &o->ro.cache_limit},
                               {O_QBLOCK, true, 1, UINT64_MAX, &o->ro.quasi_block_bytes},
                               {0, false, 0, 0, NULL}};
     cli_args a = {.prog = "shardread", .usage = usage, .longopts = lo, .numbers = num};
@@ -381,6 +389,9 @@ static int parse_args(int argc, char **argv, opts *o)
             }
             break;
         }
+        case O_CACHE_DIR:
+            o->ro.cache_dir = optarg;
+            break;
         case O_REWEIGHT:
             o->reweight = 1;
             break;
@@ -637,7 +648,10 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
     stk_reader_io_stats_get(r, &io);
     const char *engine = io.engine == STK_IO_ENGINE_URING     ? "io_uring"
                          : io.engine == STK_IO_ENGINE_THREADS ? "threads"
+                         : io.engine == STK_IO_ENGINE_REMOTE  ? "remote"
                                                               : "none";
+    stk_reader_remote_stats rs;
+    stk_reader_remote_stats_get(r, &rs);
     if (!o->quiet) {
         FILE *out = o->dump || o->json ? stderr : stdout;
         char hb[16], hb2[16];
@@ -670,6 +684,20 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                     cli_bytes(hb2, sizeof hb2, (double)io.bounced_bytes), (unsigned long long)io.map_reads,
                     io.buffered_files, io.reason);
         else fprintf(out, "io: mmap; %s\n", io.reason);
+        if (rs.remote) {
+            char b3[16], b4[16];
+            fprintf(out,
+                    "remote: %llu requests, %s fetched, %llu retried (%llu 5xx, %llu network), %llu failed, "
+                    "%llu checksum refetches, at most %llu in flight; cache: %llu hits (%s), %s stored, %s "
+                    "not admitted\n",
+                    (unsigned long long)rs.requests, cli_bytes(hb, sizeof hb, (double)rs.bytes_fetched),
+                    (unsigned long long)rs.retries, (unsigned long long)rs.retries_5xx,
+                    (unsigned long long)rs.retries_network, (unsigned long long)rs.failures,
+                    (unsigned long long)rs.checksum_refetches, (unsigned long long)rs.inflight_max,
+                    (unsigned long long)rs.cache_hits, cli_bytes(hb2, sizeof hb2, (double)rs.cache_hit_bytes),
+                    cli_bytes(b3, sizeof b3, (double)rs.cache_stored_bytes),
+                    cli_bytes(b4, sizeof b4, (double)rs.cache_rejected_bytes));
+        }
         report_sources(r, out, 0);
         if (o->ro.order == STK_ORDER_QUASI && !o->mix.n) shuffle_quality(r, o, out);
     }
@@ -702,6 +730,19 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         cli_json_string(stdout, io.reason);
         printf(",\"verdict\":");
         cli_json_string(stdout, verdict);
+        if (rs.remote)
+            printf(
+                ",\"remote\":{\"requests\":%llu,\"bytes_fetched\":%llu,\"retries\":%llu,\"retries_5xx\":%llu,"
+                "\"retries_network\":%llu,\"failures\":%llu,\"gets\":%llu,\"get_bytes\":%llu,"
+                "\"cache_hits\":%llu,\"cache_hit_bytes\":%llu,\"cache_stored_bytes\":%llu,"
+                "\"cache_rejected_bytes\":%llu,\"checksum_refetches\":%llu,\"inflight_max\":%llu}",
+                (unsigned long long)rs.requests, (unsigned long long)rs.bytes_fetched,
+                (unsigned long long)rs.retries, (unsigned long long)rs.retries_5xx,
+                (unsigned long long)rs.retries_network, (unsigned long long)rs.failures,
+                (unsigned long long)rs.gets, (unsigned long long)rs.get_bytes,
+                (unsigned long long)rs.cache_hits, (unsigned long long)rs.cache_hit_bytes,
+                (unsigned long long)rs.cache_stored_bytes, (unsigned long long)rs.cache_rejected_bytes,
+                (unsigned long long)rs.checksum_refetches, (unsigned long long)rs.inflight_max);
         report_sources(r, stdout, 1);
         if (errmsg) {
             printf(",\"error\":");

@@ -66,7 +66,7 @@ TAIL_NAMES = {0: "pad", 1: "drop", 2: "partial"}
 VERIFY = {"off": 0, "once": 1, "always": 2}
 IO = {"auto": 0, "mmap": 1, "direct": 2}
 IO_NAMES = {v: k for k, v in IO.items()}
-IO_ENGINE_NAMES = {0: "none", 1: "io_uring", 2: "threads"}
+IO_ENGINE_NAMES = {0: "none", 1: "io_uring", 2: "threads", 3: "remote"}
 DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 DEVICE_NAMES = {DEVICE_NONE: "none", DEVICE_HOST: "host", DEVICE_CUDA: "cuda"}
 LAYOUTS = {"NCHW": 0, "NHWC": 1}
@@ -100,6 +100,8 @@ class Options(ctypes.Structure):
                 ("device_fallback", c_int), ("stream", c_void_p),
                 ("transform", ctypes.POINTER(Transform)), ("block_cache_bytes", c_u64),
                 ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64),
+                ("cache_dir", c_char_p), ("cache_limit", c_u64), ("endpoint", c_char_p), ("region", c_char_p),
+                ("profile", c_char_p),
                 ("trace", c_char_p)]
 
 
@@ -116,6 +118,12 @@ class Field_(ctypes.Structure):  # stk_field
 
 class Schema_(ctypes.Structure):  # stk_schema
     _fields_ = [("nfields", c_u32), ("fields", Field_ * 32)]
+
+
+class Manifest_(ctypes.Structure):  # stk_manifest (stoker/format.h): read for a remote dataset's
+    _fields_ = [("version_major", c_uint), ("version_minor", c_uint), ("schema", Schema_),  # classes, metadata
+                ("record_count", c_u64), ("fingerprint", c_u64), ("nshards", c_size_t), ("shards", c_void_p),
+                ("nclasses", c_size_t), ("classes", ctypes.POINTER(c_char_p)), ("pack_json", c_char_p)]
 
 
 class Batch(ctypes.Structure):
@@ -159,6 +167,14 @@ class IoStats(ctypes.Structure):
     _fields_ = [("io", c_int), ("engine", c_int), ("depth", c_uint), ("reads", c_u64), ("bytes", c_u64),
                 ("retries", c_u64), ("bounced_bytes", c_u64), ("map_reads", c_u64),
                 ("buffered_files", c_uint), ("quasi_blocks", c_u64), ("reason", ctypes.c_char * 512)]
+
+
+class RemoteStats(ctypes.Structure):  # stk_reader_remote_stats
+    _fields_ = [("remote", c_int), ("requests", c_u64), ("bytes_fetched", c_u64), ("retries", c_u64),
+                ("retries_5xx", c_u64), ("retries_network", c_u64), ("failures", c_u64), ("gets", c_u64),
+                ("get_bytes", c_u64), ("cache_hits", c_u64), ("cache_hit_bytes", c_u64),
+                ("cache_stored_bytes", c_u64), ("cache_rejected_bytes", c_u64), ("checksum_refetches", c_u64),
+                ("inflight_max", c_u64)]
 
 
 def padded(struct_type):
@@ -222,7 +238,8 @@ def _check_abi():
     mirrors = {"stk_error": Error_, "stk_value": Value, "stk_transform": Transform, "stk_reader_options": Options,
                "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
                "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats, "stk_source": Source,
-               "stk_reader_source_stats": SourceStats, "stk_dataset_options": DatasetOptions}
+               "stk_reader_source_stats": SourceStats, "stk_dataset_options": DatasetOptions,
+               "stk_reader_remote_stats": RemoteStats}
     for name, cls in mirrors.items():
         theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
         if theirs and theirs != ours:
@@ -241,6 +258,7 @@ _io_stats_get_sized = _fn("stk_reader_io_stats_get_sized", None, c_void_p, c_voi
 _source_init_sized = _fn("stk_source_init_sized", None, c_void_p, c_size_t)
 _open_mix_sized = _fn("stk_reader_open_mix_sized", c_void_p, c_void_p, c_uint, c_size_t, c_void_p, c_size_t,
                       c_size_t, P(Error_))
+_remote_stats_get_sized = _fn("stk_reader_remote_stats_get_sized", None, c_void_p, c_void_p, c_size_t)
 _source_stats_get_sized = _fn("stk_reader_source_stats_get_sized", c_int, c_void_p, c_uint, c_void_p, c_size_t,
                               P(Error_))
 
@@ -280,6 +298,10 @@ def stk_reader_io_stats_get(r, addr):
     _io_stats_get_sized(r, addr, ctypes.sizeof(IoStats))
 
 
+def stk_reader_remote_stats_get(r, addr):
+    _remote_stats_get_sized(r, addr, ctypes.sizeof(RemoteStats))
+
+
 def version():
     """The release of the loaded libstoker (STK_VERSION_STRING, generated from CMakeLists.txt's project())."""
     return _version_string().decode()
@@ -310,6 +332,7 @@ stk_reader_metrics = _fn("stk_reader_metrics", c_int, c_void_p, c_char_p, c_size
 stk_reader_get_options = _fn("stk_reader_get_options", P(Options), c_void_p)
 stk_reader_dataset = _fn("stk_reader_dataset", c_void_p, c_void_p)
 stk_dataset_schema = _fn("stk_dataset_schema", P(Schema_), c_void_p)
+stk_dataset_manifest = _fn("stk_dataset_manifest", P(Manifest_), c_void_p)
 stk_batch_shapes = _fn("stk_batch_shapes", P(c_u64), c_void_p, c_uint)
 stk_dataset_records = _fn("stk_dataset_records", c_u64, c_void_p)
 stk_cuda_available = _fn("stk_cuda_available", c_int, P(Error_))

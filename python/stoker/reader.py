@@ -281,7 +281,8 @@ class Source:
 class Reader:
     """Batches of a packed dataset for one rank, from libstoker's worker threads.
 
-    path          a dataset directory or its manifest.json, or a list of stoker.Source
+    path          a dataset directory or its manifest.json, "s3://bucket/prefix" or
+                  "https://host/path" (a remote dataset, see cache_dir), or a list of stoker.Source
                   (or paths, weight 1 each): a mixture of datasets read as one stream
                   (see stoker.Source; batch.sources / batch.source_records say where
                   each record came from; source_stats() counts per source)
@@ -322,6 +323,12 @@ class Reader:
                   as in stk_reader_options
     stream        CUDA: the stream batches are consumed on (torch.cuda.Stream or
                   a cudaStream_t as int); default: torch's current stream at open
+    cache_dir, cache_limit  a remote dataset (and remote sources): the node cache
+                  of fetched bytes, shared by the processes of the node, and the
+                  bytes it may hold (None / 0: libstoker's defaults)
+    endpoint, region, profile  a remote dataset: the S3 endpoint URL, region and
+                  ~/.aws profile (None: $AWS_ENDPOINT_URL, $AWS_REGION, $AWS_PROFILE,
+                  the profile's, the defaults); remote_stats() counts its requests
 
     Iterating yields the batches from the current position to the end of its
     epoch (len(reader) batches from an epoch's start), as Batch dicts; the next
@@ -344,7 +351,8 @@ class Reader:
                  output=None, copy=False, debug=False, tail=None, shuffle=None, verify="off",
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
                  device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list",
-                 epoch_size=0, trace=None):
+                 epoch_size=0, cache_dir=None, cache_limit=0, endpoint=None, region=None, profile=None,
+                 trace=None):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -415,6 +423,10 @@ class Reader:
         o.release_pages = int(release_pages)
         o.io, o.io_depth = L.IO[io], int(io_depth)
         o.epoch_size = int(epoch_size)
+        # kept alive with the reader's options: libstoker reads them at open
+        self._remote_c = [None if v is None else os.fsencode(v) for v in (cache_dir, endpoint, region, profile)]
+        o.cache_dir, o.endpoint, o.region, o.profile = self._remote_c
+        o.cache_limit = int(cache_limit)
         o.trace = os.fsencode(trace) if trace is not None else None  # the library copies it at open
         o.device, o.device_index, o.device_fallback = dev, dev_index, 1 if device_fallback else 0
         self._stream_handle = None
@@ -455,7 +467,7 @@ class Reader:
         sc = L.stk_dataset_schema(L.stk_reader_dataset(r)).contents
         self._codecs = {sc.fields[i].name.decode(): sc.fields[i].codec for i in range(sc.nfields)}
         self.field_names = list(self._codecs)  # every field of the dataset, in schema order
-        pack = _manifest(self.path if sources is None else sources[0].path).get("pack") or {}
+        pack = self._manifest().get("pack") or {}
         kinds = pack.get("fields") if isinstance(pack.get("fields"), dict) else {}
         self._strings = {n for n, k in kinds.items() if k == "string"}  # stoker.String fields (stoker.Writer)
         self.metadata = pack.get("metadata") if isinstance(pack.get("metadata"), dict) else {}
@@ -819,6 +831,38 @@ class Reader:
         d["reason"] = s.reason.decode(errors="replace")
         return d
 
+    def remote_stats(self):
+        """A remote dataset's requests and cache, as a dict (the fields of
+        stk_reader_remote_stats: remote, requests, bytes_fetched, retries, retries_5xx,
+        retries_network, failures, gets, get_bytes, cache_hits, cache_hit_bytes,
+        cache_stored_bytes, cache_rejected_bytes, checksum_refetches, inflight_max);
+        remote is False and the rest 0 for a local dataset."""
+        s = L.padded(L.RemoteStats)
+        h = self._handle()
+        L.stk_reader_remote_stats_get(h.r, ctypes.addressof(s))
+        d = {name: getattr(s, name) for name, _ in L.RemoteStats._fields_}
+        d["remote"] = bool(s.remote)
+        return d
+
+    def _manifest(self):
+        """The manifest of the dataset (a mixture: of its first source) as parsed JSON:
+        a local one read from its file, a remote one from the copy libstoker fetched."""
+        first = self.path if self.sources is None else self.path[0]
+        if not _is_remote(first):
+            return _manifest(first)
+        h = self._handle()
+        ds = L.stk_reader_dataset(h.r)
+        part = L.stk_dataset_manifest(ds)  # a mixture's concatenation has the first source's
+        if not part:
+            return {}
+        m = part.contents
+        out = {"classes": [m.classes[i].decode() for i in range(m.nclasses)]}
+        try:
+            out["pack"] = json.loads(m.pack_json.decode()) if m.pack_json else {}
+        except ValueError:
+            out["pack"] = {}
+        return out
+
     def _verdict(self, s):
         buf = ctypes.create_string_buffer(512)
         n = L.stk_reader_verdict(ctypes.addressof(s), buf, len(buf))
@@ -867,12 +911,17 @@ class Reader:
     def classes(self):
         """The dataset's class names (the manifest's "classes"; label i is classes[i]), or [];
         a mixture's are its first source's (mix datasets of one label space)."""
-        return list(_manifest(self.path if self.sources is None else self.path[0]).get("classes") or [])
+        return list(self._manifest().get("classes") or [])
 
     def __repr__(self):
         state = "closed" if self._r is None else f"at epoch {self._epoch} batch {self._batch}"
         return (f"<stoker.Reader {self.path!r} batch_size={self.batch_size} order={self.order} "
                 f"rank {self.rank}/{self.world_size} device={self.device} output={self.output}, {state}>")
+
+
+def _is_remote(path):
+    """A remote dataset's address (s3://, http://, https://), as libstoker tells them."""
+    return isinstance(path, str) and path.startswith(("s3://", "http://", "https://"))
 
 
 def _manifest(path):

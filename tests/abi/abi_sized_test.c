@@ -179,6 +179,37 @@ static void transform_through_wrappers(void)
     stk_reader_close(r);
 }
 
+/* A caller from before the remote members (cache_dir ...): the bytes after
+ * its struct are not read (poison there would be a pointer), and the remote
+ * statistics are written only as far as the caller's struct goes. */
+static void before_remote_members(void)
+{
+    size_t old = offsetof(stk_reader_options, cache_dir);
+    unsigned char buf[sizeof(stk_reader_options) + SPARE];
+    memset(buf, POISON, sizeof buf);
+    stk_reader_options_init_sized((stk_reader_options *)(void *)buf, old);
+    CHECK(all_poison(buf + old, sizeof buf - old), "init wrote past the older caller's %zu bytes", old);
+    stk_reader_options *o = (stk_reader_options *)(void *)buf;
+    o->rank = 0;
+    o->world_size = 1;
+    stk_error err;
+    stk_reader *r = stk_reader_open_sized(dir, o, old, sizeof(stk_transform), &err);
+    REQUIRE(r, "an older caller without the remote members: %s", err.msg);
+    const stk_reader_options *in = stk_reader_get_options(r);
+    CHECK(!in->cache_dir && !in->cache_limit && !in->endpoint && !in->region && !in->profile,
+          "remote members defaulted");
+    unsigned char sb[sizeof(stk_reader_remote_stats) + SPARE];
+    memset(sb, POISON, sizeof sb);
+    stk_reader_remote_stats_get_sized(r, (stk_reader_remote_stats *)(void *)sb, 8);
+    CHECK(sb[0] == 0 && all_poison(sb + 8, sizeof sb - 8), "remote stats: 8 bytes written, no more");
+    stk_reader_remote_stats_get_sized(r, (stk_reader_remote_stats *)(void *)sb, sizeof sb);
+    CHECK(sb[sizeof sb - 1] == 0, "remote stats: a newer caller's tail zeroed");
+    stk_reader_remote_stats rs;
+    stk_reader_remote_stats_get(r, &rs);
+    CHECK(!rs.remote && !rs.requests && !rs.gets, "a local dataset has no remote statistics");
+    stk_reader_close(r);
+}
+
 static void zeroed_reader_options(void)
 {
     stk_reader_options o = {0};
@@ -220,6 +251,7 @@ int main(void)
     newer_reader_options();
     too_small();
     transform_through_wrappers();
+    before_remote_members();
     zeroed_reader_options();
     dataset_options();
     if (failures) {

@@ -237,6 +237,15 @@ typedef struct {
     uint64_t epoch_size;                   /* a mixture of weighted sources: records per
                                               epoch, shared by the weights; 0: the sum of
                                               the sources' records (see "Mixtures")            */
+    /* A remote dataset (path "s3://bucket/prefix" or "https://...", and a
+     * mixture's sources named by such a path; see "Remote datasets"):
+     * passed to stk_dataset_open_remote_sized. NULL / 0: its defaults. */
+    const char *cache_dir;                 /* the node cache of fetched bytes, shared by the
+                                              processes of the node                            */
+    uint64_t cache_limit;                  /* bytes the cache may hold                         */
+    const char *endpoint;                  /* S3 endpoint URL (else $AWS_ENDPOINT_URL, ...)    */
+    const char *region;                    /* else $AWS_REGION, $AWS_DEFAULT_REGION, profile   */
+    const char *profile;                   /* ~/.aws profile (else $AWS_PROFILE, "default")    */
     const char *trace;                     /* a path: record a timeline of the reader and
                                               write it there at close, as Chrome trace-event
                                               JSON (ui.perfetto.dev, chrome://tracing): each
@@ -454,7 +463,13 @@ STK_API void stk_reader_stats_reset(stk_reader *r);
 
 /* How the records are read: the path chosen, why, and the direct path's
  * counters (since open). Written by the library; grows at the end only. */
-typedef enum { STK_IO_ENGINE_NONE = 0, STK_IO_ENGINE_URING = 1, STK_IO_ENGINE_THREADS = 2 } stk_io_engine;
+typedef enum {
+    STK_IO_ENGINE_NONE = 0,
+    STK_IO_ENGINE_URING = 1,
+    STK_IO_ENGINE_THREADS = 2,
+    STK_IO_ENGINE_REMOTE = 3 /* range GETs of a remote dataset (a mixture's local
+                                sources still read through io_uring or threads) */
+} stk_io_engine;
 /* clang-format off */
 typedef struct {
     int io;                         /* STK_IO_MMAP or STK_IO_DIRECT                 */
@@ -473,6 +488,40 @@ typedef struct {
 } stk_reader_io_stats;
 /* clang-format on */
 static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s);
+/* Remote datasets: a dataset (or a mixture's source) named "s3://bucket/
+ * prefix" or "https://host/path" is read by range GETs (always the direct
+ * path, never zero-copy), planned from the order: each worker fetches the
+ * records of the part it prepares next while it finishes the current one,
+ * adjacent records in one GET, many GETs in flight. What arrives is checked
+ * against the shard's checksums (a mismatch is fetched once more, then fails
+ * naming shard, field and record) and offered to the node cache
+ * (opts.cache_dir, opts.cache_limit), which the processes of a node share;
+ * records the cache holds are read from it, checked, and not fetched.
+ * Counters since open. Written by the library; grows at the end only. */
+/* clang-format off */
+typedef struct {
+    int remote;                     /* 1: the reader has remote shards (else all 0)  */
+    uint64_t requests;              /* HTTP requests completed, retries included (the
+                                       dataset's open and the format library's own
+                                       fetches of bytes fields included)             */
+    uint64_t bytes_fetched;         /* response body bytes received                  */
+    uint64_t retries;               /* requests repeated, all causes                 */
+    uint64_t retries_5xx;           /* of which 500, 502, 503 (SlowDown), 504        */
+    uint64_t retries_network;       /* of which resets, timeouts, short bodies, stalls */
+    uint64_t failures;              /* requests that failed for good                 */
+    uint64_t gets;                  /* range GETs of record bytes the reader issued  */
+    uint64_t get_bytes;             /* their bytes                                   */
+    uint64_t cache_hits;            /* values (or compressed blocks) read from the
+                                       node cache instead                            */
+    uint64_t cache_hit_bytes;
+    uint64_t cache_stored_bytes;    /* fetched bytes the cache kept                  */
+    uint64_t cache_rejected_bytes;  /* fetched bytes it did not keep (its limit)     */
+    uint64_t checksum_refetches;    /* GETs repeated after a checksum mismatch       */
+    uint64_t inflight_max;          /* most requests in flight at once               */
+} stk_reader_remote_stats;
+/* clang-format on */
+static inline void stk_reader_remote_stats_get(const stk_reader *r, stk_reader_remote_stats *s);
+
 /* Per source of a mixture (one dataset: one source, weight 1), since open
  * or the last stats reset. Written by the library; grows at the end only. */
 typedef struct {
@@ -680,6 +729,7 @@ STK_API stk_reader *stk_reader_open_mix_sized(const stk_source *sources, unsigne
                                               size_t transform_size, stk_error *err);
 STK_API int stk_reader_source_stats_get_sized(const stk_reader *r, unsigned s, stk_reader_source_stats *st,
                                               size_t size, stk_error *err);
+STK_API void stk_reader_remote_stats_get_sized(const stk_reader *r, stk_reader_remote_stats *s, size_t size);
 
 static inline void stk_reader_options_init(stk_reader_options *opts)
 {
@@ -698,6 +748,10 @@ static inline void stk_transform_init(stk_transform *t) { stk_transform_init_siz
 static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s)
 {
     stk_reader_io_stats_get_sized(r, s, sizeof *s);
+}
+static inline void stk_reader_remote_stats_get(const stk_reader *r, stk_reader_remote_stats *s)
+{
+    stk_reader_remote_stats_get_sized(r, s, sizeof *s);
 }
 static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t size)
 {
@@ -727,7 +781,7 @@ static inline int stk_reader_source_stats_get(const stk_reader *r, unsigned s, s
  * "stk_batch_field", "stk_reader_state", "stk_reader_stats",
  * "stk_reader_io_stats", "stk_transform",
  * "stk_error", "stk_value", "stk_dataset_options", "stk_source",
- * "stk_reader_source_stats"), 0 for another name: lets
+ * "stk_reader_source_stats", "stk_reader_remote_stats"), 0 for another name: lets
  * bindings that mirror these structs (python/stoker) check them against the
  * library they load. */
 STK_API size_t stk_reader_sizeof(const char *type);
