@@ -222,7 +222,7 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"epoch-size", 1, 0, O_EPOCH_SIZE},
                                        {"reweight", 0, 0, O_REWEIGHT},
                                        {"cache-dir", 1, 0, O_CACHE_DIR},
-                                       {"cache-limit", 1, 0, O_CACHE_LIMIT},,
+                                       {"cache-limit", 1, 0, O_CACHE_LIMIT},
                                        {"trace", 1, 0, O_TRACE},
                                        {"metrics", 0, 0, O_METRICS},
                                        CLI_COMMON_OPTIONS};
