@@ -195,7 +195,7 @@ struct stk_reader {
 
 /* A consumer that comes back for the next batch this long after the last
  * one (or later) took a step in between (stk_reader_diag.steps). */
-#define STK__STEP_MIN_S 100e-6
+#define STK__STEP_MIN_S 1e-3
 
 /* reader.c: a prefetch worker's thread (arg: its stk__worker). */
 void *stk__worker_main(void *arg);

@@ -558,9 +558,10 @@ STK_API int stk_reader_verdict(const stk_reader_stats *s, char *buf, size_t cap)
 /* clang-format off */
 typedef struct {
     stk_reader_stats stats;  /* as stk_reader_stats_get                       */
-    uint64_t steps;          /* batches the consumer asked for 100 us or more
+    uint64_t steps;          /* batches the consumer asked for 1 ms or more
                                 after the last one was returned: the steps of a
-                                trainer (0: a bare read loop)                 */
+                                trainer (0: a bare read loop, a Python one too:
+                                its per-batch work stays well under 1 ms)     */
     double crop_s;           /* worker seconds decoding and cropping images on
                                 the workers (load-time crops), summed         */
     double read_wait_s;      /* direct path: worker seconds waiting for reads,
