@@ -374,8 +374,10 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
-    if (r->direct && !nremote) plan_quasi_blocks(r, (int)blocks); /* GETs coalesce runs instead */
-    else if (plan_map_huge(r, planned, err)) return err ? err->code : STK_E_NOMEM;
+    /* Remote shards read quasi blocks whatever the value size: a GET per
+     * record costs a round trip, a block's run of records is one GET. */
+    if (r->direct) plan_quasi_blocks(r, nremote && blocks < 0 ? 1 : (int)blocks);
+    if ((!r->direct || nremote) && plan_map_huge(r, planned, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
 

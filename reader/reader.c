@@ -576,6 +576,7 @@ static int qblock_load(stk_reader *r, stk__worker *w, stk__ioq *q, uint64_t b, s
         int rc = stk_dataset_locate(r->ds, g, &s, &local, err);
         if (rc) return rc;
         const stk_shard *sh = stk_dataset_shard(r->ds, s);
+        int remote = stk__shard_is_remote(sh);
         uint64_t run = stk_shard_records(sh) - local;
         if (run > end - g) run = end - g;
         for (unsigned k = 0; k < r->nsel; k++) {
@@ -584,9 +585,16 @@ static int qblock_load(stk_reader *r, stk__worker *w, stk__ioq *q, uint64_t b, s
                      off = stk_shard_field_offset(sh, r->sel[k]) + local * stride;
             if (g == first) shift[k] = (uint32_t)(off & 4095);
             uint8_t *dst = buf + r->qb_off[k] + shift[k] + (g - first) * stride;
-            rc = len < STK__IO_MIN_READ ? STK__IO_USE_MAP
+            /* a remote shard's map has holes where nothing was fetched: its
+             * short runs (a label column) go to the backend too, which
+             * fetches a window of such a column into the cache */
+            rc = len < STK__IO_MIN_READ && !remote ? STK__IO_USE_MAP
                  : run == end - first ? stk__ioq_add_padded(q, s, off, len, dst, local, (uint32_t)run, e, err)
                                       : stk__ioq_add(q, s, off, len, dst, local, (uint32_t)run, e, err);
+            if (rc == STK__IO_USE_MAP && remote) { /* the backend never leaves values to the map; in case */
+                int frc = stk__rshard_fetch(sh, r->sel[k], local, run, 0, err);
+                if (frc) rc = frc;
+            }
             if (rc == STK__IO_USE_MAP)
                 rc =
                     map_copy(r, w, s, local, dst,

@@ -131,6 +131,22 @@ def test_orders_ranks_resume_equal_the_local_copy(stoker, data, tmp_path, order)
         assert st["remote"] and st["gets"] > 0 and st["requests"] > 0 and st["failures"] == 0
 
 
+
+def test_quasi_reads_whole_blocks(stoker, data, tmp_path):
+    """Quasi order over s3:// reads each block's run of records with one GET per field, not a GET per
+    record: a cold epoch of 160 records (blocks of 5) makes far fewer GETs than records, and equals
+    the local copy (the label column, under one disk block a run, included)."""
+    local, remote = data["plain"]
+    kw = dict(batch_size=12, order="quasi", seed=5, threads=2, quasi_block_bytes=24000, quasi_window=3)
+    want = epoch(stoker, local, **kw)
+    with stoker.Reader(remote, cache_dir=str(tmp_path / "c"), **kw) as r:
+        assert "quasi blocks read whole" in r.io_stats()["reason"]
+        got = [digest(b) for b in r]
+        io, st = r.io_stats(), r.remote_stats()
+    assert got == want
+    assert io["quasi_blocks"] >= 160 // 5
+    assert 0 < st["gets"] < 160, st
+
 def test_bytes_compressed_and_jpeg_crop(stoker, data, tmp_path):
     for name, kw in (("captions", dict(batch_size=8, order="shuffle", seed=2)),
                      ("z", dict(batch_size=8, order="shuffle", seed=3)),
