@@ -148,8 +148,8 @@ int stk_reader_metrics(const stk_reader *r, char *buf, size_t cap)
            (double)s->zero_copy_batches);
     metric(&o, "verified_records_total", "counter", "Record values hashed and found good.",
            (double)s->verified);
-    metric(&o, "steps_total", "counter",
-           "Batches asked for 1 ms or more after the last one (trainer steps).", (double)d.steps);
+    metric(&o, "steps_total", "counter", "Batches asked for 1 ms or more after the last one (trainer steps).",
+           (double)d.steps);
     metric(&o, "wall_seconds_total", "counter", "Seconds since the first next.", s->wall_s);
     metric(&o, "wait_seconds_total", "counter", "Seconds the consumer spent blocked in next.", s->wait_s);
     metric(&o, "worker_busy_seconds_total", "counter", "Worker seconds preparing batches, summed.",
