@@ -97,10 +97,20 @@ def _die_with_parent():
         pass
 
 
+def _plain_env():
+    """The environment for the fixture's own programs (node, the proxy, curl):
+    without the sanitizer runtimes a sanitized build's tests preload into
+    Python (node and curl stall under a preloaded ASan)."""
+    env = dict(os.environ)
+    for k in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
+        env.pop(k, None)
+    return env
+
+
 def _start(argv, what, log, timeout=60.0):
     """Start argv, wait for its "ready PORT" line; (Popen, port)."""
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                         preexec_fn=_die_with_parent, text=True)
+                         preexec_fn=_die_with_parent, text=True, env=_plain_env())
     deadline = time.monotonic() + timeout
     line = ""
     import select
@@ -249,7 +259,7 @@ class S3Env:
     def curl(self, *args, secret=SECRET_KEY, check=True):
         argv = ["curl", "-sS", "--noproxy", "*", "--aws-sigv4", f"aws:amz:{REGION}:s3", "-u", f"{ACCESS_KEY}:{secret}",
                 "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", *args]
-        p = subprocess.run(argv, capture_output=True)
+        p = subprocess.run(argv, capture_output=True, env=_plain_env())
         if check and p.returncode != 0:
             raise RuntimeError(f"curl {' '.join(args)}: exit {p.returncode}: {p.stderr.decode(errors='replace')}")
         return p
