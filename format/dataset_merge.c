@@ -44,6 +44,18 @@ static int take_shards(stk_manifest *out, size_t *cap, const stk_manifest *p, co
     return STK_OK;
 }
 
+/* The merged manifest's version, schema, classes and pack object: the first
+ * part's (same_meta checked the others), borrowed until out is freed. */
+static void take_meta(stk_manifest *out, const stk_manifest *first)
+{
+    out->version_major = first->version_major;
+    out->version_minor = first->version_minor;
+    out->schema = first->schema;
+    out->nclasses = first->nclasses;
+    out->classes = first->classes;
+    out->pack_json = first->pack_json;
+}
+
 /* Part k of an s3:// merge: its manifest fetched into the staging
  * directory, every shard it names present with its size. */
 static stk_manifest *remote_part(stk_upload *up, const char *url, const char *stage, const char *part,
@@ -126,12 +138,7 @@ static int merge_remote(const char *url, const char *const *parts, size_t nparts
     char *mp = stk__path_join(stage, STK_MANIFEST_NAME);
     if (!rc && !mp) rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
     if (!rc) {
-        out.version_major = first->version_major;
-        out.version_minor = first->version_minor;
-        out.schema = first->schema;
-        out.nclasses = first->nclasses;
-        out.classes = first->classes;
-        out.pack_json = first->pack_json;
+        take_meta(&out, first);
         rc = stk_manifest_commit(&out, stage, err);
     }
     if (!rc) rc = stk_upload_lock_check(up, err);
@@ -192,12 +199,7 @@ int stk_dataset_merge(const char *dir, const char *const *parts, size_t nparts, 
         else stk_manifest_free(m);
     }
     if (!rc) {
-        out.version_major = first->version_major;
-        out.version_minor = first->version_minor;
-        out.schema = first->schema;
-        out.nclasses = first->nclasses;
-        out.classes = first->classes;
-        out.pack_json = first->pack_json;
+        take_meta(&out, first);
         rc = stk_manifest_commit(&out, dir, err);
         if (!rc && old) {
             stk_error e2;
