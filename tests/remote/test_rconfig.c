@@ -535,8 +535,8 @@ START_TEST(xml_bodies)
     const char *badl[] = {
         "<ListBucketResult><Contents><Key>k</Key></Contents></ListBucketResult>",
         "<ListBucketResult><Contents><Key>k</Key><Size>-1</Size></Contents></ListBucketResult>",
-        "<ListBucketResult><Contents><Key>k</Key><Size>18446744073709551616</Size></Contents>"
-        "</ListBucketResult>",
+        ("<ListBucketResult><Contents><Key>k</Key><Size>18446744073709551616</Size></Contents>"
+         "</ListBucketResult>"),
         "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
         "<ListBucketResult><IsTruncated>yes</IsTruncated></ListBucketResult>",
         "<Error><Code>x</Code></Error>",
