@@ -258,6 +258,22 @@ typedef struct {
                                               at open (an unwritable path fails it). NULL:
                                               $STOKER_TRACE, else off (one branch per
                                               stage)                                           */
+    /* Online tuning (see "Tuning" below). threads, prefetch and io_depth
+     * above are where the tuner starts, unless pinned. */
+    int tuning;                            /* stk_tuning; STK_TUNING_AUTO: $STOKER_TUNING
+                                              (on or off), else on                             */
+    unsigned tune_pin;                     /* STK_PIN_* bits: knobs the tuner leaves at
+                                              their opening value                              */
+    unsigned threads_max;                  /* most worker threads the tuner may run; 0: the
+                                              CPU budget rounded up (at least threads)          */
+    double cpu_budget;                     /* cores the workers may keep busy; 0: measured:
+                                              the cores this process may run on, shared by
+                                              the ranks of the node ($LOCAL_WORLD_SIZE,
+                                              $SLURM_NTASKS_PER_NODE), minus what the
+                                              trainer's own threads keep busy                  */
+    int read_once;                         /* 1: each record is read once (an evaluation
+                                              pass): cold data is not kept in the page
+                                              cache for later epochs; 0: auto               */
 } stk_reader_options;
 /* clang-format on */
 
@@ -456,6 +472,72 @@ typedef struct {
     uint64_t h2d_bytes; /* bytes uploaded                                 */
 } stk_reader_stats;
 /* clang-format on */
+
+/* ------------------------------------------------------------------ tuning
+ *
+ * With tuning on (the default), a tuner above the engine turns three knobs
+ * while the consumer runs: the worker threads running (1 .. threads_max),
+ * the batches prepared ahead (1 .. what the memory budget allows) and the
+ * direct path's reads in flight per worker (1 .. 1024). It reads the
+ * reader's own counters every period (consumer wait against wall time,
+ * worker busy time, read waits, bytes in flight), climbs one knob at a time,
+ * keeps a change only when it paid, and doubles the period while nothing
+ * changes; a change of the consumer's step time starts it over. It never
+ * changes the batches (the same records in the same order: only who
+ * prepares them and how far ahead). The worker CPU it uses stays within
+ * opts.cpu_budget, the slots within opts.memory_budget (0 there, with tuning
+ * on: STK_TUNE_MEMORY_DEFAULT, see reader_open.c). Pinned knobs and
+ * STK_TUNING_OFF keep the values given at open. */
+typedef enum {
+    STK_TUNING_AUTO = 0, /* $STOKER_TUNING=on|off, else on */
+    STK_TUNING_ON = 1,
+    STK_TUNING_OFF = 2
+} stk_tuning;
+enum {
+    STK_PIN_THREADS = 1u << 0,
+    STK_PIN_PREFETCH = 1u << 1,
+    STK_PIN_IO_DEPTH = 1u << 2,
+    STK_PIN_IO = 1u << 3 /* the io mode (cold-data switching, see "the read path") */
+};
+/* The tuner's state: where the knobs are, their bounds, and the change log.
+ * Written by the library; grows at the end only. */
+/* clang-format off */
+typedef struct {
+    int on;                         /* 1: tuning (0: off or every knob pinned)        */
+    unsigned threads, prefetch, io_depth;             /* now                         */
+    unsigned threads_max, prefetch_max, io_depth_max; /* their bounds                */
+    double cpu_budget;              /* cores the workers may keep busy (as resolved)  */
+    double trainer_cpu;             /* cores the rest of the process kept busy, last
+                                       period                                         */
+    uint64_t memory_budget;         /* bytes the slots may take (as resolved)         */
+    uint64_t decisions;             /* periods evaluated                              */
+    uint64_t changes;               /* knob changes made (the log's length, counting
+                                       those that fell out of it)                     */
+    uint64_t period;                /* batches between decisions now                  */
+    int settled;                    /* 1: no change in the last two periods           */
+} stk_reader_tune_stats;
+/* One change of the log: at which batch (counted since open), the knobs
+ * after it, and why ("wait 31% of wall, workers 97% busy: threads 2 -> 3"). */
+typedef struct {
+    uint64_t batch;
+    double t_s;                     /* seconds since open                             */
+    unsigned threads, prefetch, io_depth;
+    char reason[120];
+} stk_reader_tune_event;
+/* clang-format on */
+STK_API void stk_reader_tune_stats_get_sized(const stk_reader *r, stk_reader_tune_stats *s, size_t size);
+/* Copies up to cap of the latest changes (oldest first) into ev; returns how
+ * many it copied. The reader keeps the last 256. */
+STK_API size_t stk_reader_tune_log_sized(const stk_reader *r, stk_reader_tune_event *ev, size_t cap,
+                                         size_t size);
+static inline void stk_reader_tune_stats_get(const stk_reader *r, stk_reader_tune_stats *s)
+{
+    stk_reader_tune_stats_get_sized(r, s, sizeof *s);
+}
+static inline size_t stk_reader_tune_log(const stk_reader *r, stk_reader_tune_event *ev, size_t cap)
+{
+    return stk_reader_tune_log_sized(r, ev, cap, sizeof *ev);
+}
 
 /* Statistics since open or the last reset. Cheap: a few clock reads per batch. */
 STK_API void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s);
