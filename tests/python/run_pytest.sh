@@ -1,5 +1,5 @@
 #!/bin/sh
-# run_pytest.sh TESTS_DIR: the binding's pytest suite with Debian's python.
+# run_pytest.sh TESTS... [PYTEST ARGS]: the binding's pytest suite with Debian's python.
 # Exit 77 (ctest: skipped) with the reason when pytest or numpy is missing.
 set -eu
 py=${STOKER_PYTHON:-/usr/bin/python3}
@@ -12,4 +12,4 @@ for m in pytest numpy; do
 done
 tmp=${STOKER_TEST_TMP:-${TMPDIR:-/tmp}/stoker-pytest}
 rm -rf "$tmp" && mkdir -p "$tmp"
-exec "$py" -m pytest -q -rs -p no:cacheprovider --basetemp="$tmp" "$1"
+exec "$py" -m pytest -q -rs -p no:cacheprovider --basetemp="$tmp" "$@"
