@@ -221,6 +221,7 @@ static int span_ok(const stk_shard *sh, unsigned f, uint64_t first, uint64_t cou
 /* --------------------------------------------------------------- rshard.h */
 
 
+int stk__rshard_fd(const stk_shard *sh) { return sh && sh->remote ? stk__rfile_fd(sh->remote->file) : -1; }
 stk__remote *stk__rshard_client(const stk_shard *sh) { return sh && sh->remote ? sh->remote->r : NULL; }
 const char *stk__rshard_key(const stk_shard *sh) { return sh && sh->remote ? sh->remote->key : NULL; }
 const char *stk__rshard_etag(const stk_shard *sh) { return sh && sh->remote ? sh->remote->etag : NULL; }

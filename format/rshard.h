@@ -67,6 +67,10 @@ int stk__rshard_present(const stk_shard *sh, unsigned field, uint64_t first, uin
  * records' hashes agree). STK_E_CHECKSUM naming shard, field, record. */
 int stk__rshard_check(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block,
                       const void *bytes, stk_error *err);
+/* The cache file's read-only descriptor (-1: none), opened once: a copy of
+ * present values by pread costs no page faults of the map (the map's
+ * 4 KiB pages are set up a fault at a time in every process). */
+int stk__rshard_fd(const stk_shard *sh);
 /* Offer checked bytes of a span to the cache (it may not keep them). */
 void stk__rshard_store(const stk_shard *sh, unsigned field, uint64_t first, uint64_t count, int block,
                        uint64_t off, const void *bytes, uint64_t len);

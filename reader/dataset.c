@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,7 @@ static stk_dataset *open_remote(const char *path, const stk_remote_options *o, s
         cfg.profile = o->profile;
         cfg.addressing = o->addressing;
         cfg.anonymous = o->anonymous;
+        cfg.stall_s = o->stall_s;
     }
     if (stk__rdataset_addr(path, &ds->addr, &ds->dir, err)) {
         free(ds);
@@ -277,6 +279,9 @@ void stk_remote_options_init_sized(stk_remote_options *opts, size_t size)
     if (opts) memset(opts, 0, size); /* every default is zero */
 }
 
+/* The first release's stk_remote_options: up to cache_limit. */
+#define REMOTE_OPTIONS_MIN_SIZE (offsetof(stk_remote_options, cache_limit) + sizeof(uint64_t))
+
 stk_dataset *stk_dataset_open_remote_sized(const char *path, const stk_remote_options *opts, size_t size,
                                            stk_error *err)
 {
@@ -284,10 +289,10 @@ stk_dataset *stk_dataset_open_remote_sized(const char *path, const stk_remote_op
     stk_remote_options o;
     memset(&o, 0, sizeof o);
     if (opts) { /* the first release's size is the smallest; a newer caller's unknown tail must be zero */
-        if (size < sizeof o)
+        if (size < REMOTE_OPTIONS_MIN_SIZE)
             return stk_error_set(err, STK_E_ARG,
                                  "stk_remote_options: size %zu is smaller than any release's (%zu)", size,
-                                 sizeof o),
+                                 (size_t)REMOTE_OPTIONS_MIN_SIZE),
                    NULL;
         for (size_t i = sizeof o; i < size; i++)
             if (((const unsigned char *)opts)[i])
@@ -297,9 +302,14 @@ stk_dataset *stk_dataset_open_remote_sized(const char *path, const stk_remote_op
                            "libstoker %s knows %zu) and sets fields this library lacks",
                            size, STK_VERSION_STRING, sizeof o),
                        NULL;
-        memcpy(&o, opts, sizeof o);
+        memcpy(&o, opts, size < sizeof o ? size : sizeof o); /* an older caller's: the rest zero */
         if (o.addressing < STK_REMOTE_ADDR_AUTO || o.addressing > STK_REMOTE_ADDR_VIRTUAL)
             return stk_error_set(err, STK_E_ARG, "stk_remote_options: addressing %d unknown", o.addressing),
+                   NULL;
+        if (!(o.stall_s >= 0 && o.stall_s <= 3600)) /* NaN too */
+            return stk_error_set(err, STK_E_ARG,
+                                 "stk_remote_options: stall_s %g: 0 (the default) to 3600 seconds",
+                                 o.stall_s),
                    NULL;
     }
     if (!stk__remote_is_url(path)) return stk_dataset_open(path, err);

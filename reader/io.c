@@ -674,6 +674,11 @@ int stk__io_open(stk__io **out, const stk_dataset *ds, const stk__io_config *c, 
     return STK_OK;
 }
 
+void stk__io_cancel(stk__io *io)
+{
+    if (io) stk__rio_cancel(io->rio);
+}
+
 void stk__io_close(stk__io *io)
 {
     if (!io) return;

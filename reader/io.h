@@ -70,6 +70,10 @@ typedef struct {
 int stk__io_open(stk__io **out, const stk_dataset *ds, const stk__io_config *c, char *note, size_t note_cap,
                  stk_error *err);
 void stk__io_close(stk__io *io);
+/* Closing: remote reads not yet done are abandoned (their waits return
+ * failed) instead of downloading what no batch will use; local reads
+ * finish as they do. From any thread; NULL or no remote shards: nothing. */
+void stk__io_cancel(stk__io *io);
 int stk__io_engine(const stk__io *io);
 stk__ioq *stk__io_queue(stk__io *io, unsigned i);
 void stk__io_counts_get(stk__io *io, stk__io_counts *c);
@@ -129,6 +133,9 @@ typedef struct stk__rioq stk__rioq;
 /* *out NULL when no shard of ds is remote. nq: the queues. */
 int stk__rio_open(stk__rio **out, const stk_dataset *ds, unsigned nq, stk_error *err);
 void stk__rio_close(stk__rio *io); /* every group waited for first */
+/* The GETs of every queue, queued, in flight or added later, end at once,
+ * failed: from any thread (the reader closing abandons its prefetch). */
+void stk__rio_cancel(stk__rio *io);
 int stk__rio_remote(const stk__rio *io, size_t shard);
 stk__rioq *stk__rio_queue(stk__rio *io, unsigned i);
 void stk__rio_counts_get(const stk__rio *io, stk__rio_counts *c);

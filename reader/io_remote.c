@@ -26,9 +26,11 @@
 #include "../format/rshard.h"
 #include "../remote/remote.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Pieces of a run: at most this many bytes per GET, and a queue's bytes
  * spread over at least PIECES_MIN GETs where its runs are long enough
@@ -88,6 +90,24 @@ struct stk__rio {
     uint64_t c_gets, c_bytes, c_hits, c_hit_bytes, c_stored, c_rejected, c_refetch, c_runs, c_small;
 };
 
+/* The group of q for client cl (stk__rio_open makes them all). */
+static int group_of(stk__rioq *q, stk__remote *cl, unsigned *gi, stk_error *err)
+{
+    for (unsigned i = 0; i < q->ngrp; i++)
+        if (q->grp[i].cl == cl) {
+            *gi = i;
+            return STK_OK;
+        }
+    rgrp *p = realloc(q->grp, (q->ngrp + 1) * sizeof *p);
+    if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory for the remote read queue");
+    q->grp = p;
+    if (!(p[q->ngrp].g = stk__rgroup_new(cl)))
+        return stk_error_set(err, STK_E_NOMEM, "out of memory for the remote read queue");
+    p[q->ngrp].cl = cl;
+    *gi = q->ngrp++;
+    return STK_OK;
+}
+
 int stk__rio_open(stk__rio **out, const stk_dataset *ds, unsigned nq, stk_error *err)
 {
     *out = NULL;
@@ -114,9 +134,29 @@ int stk__rio_open(stk__rio **out, const stk_dataset *ds, unsigned nq, stk_error 
         while (i < io->ncl && io->cl[i] != c) i++;
         if (i == io->ncl) io->cl[io->ncl++] = c;
     }
-    for (unsigned i = 0; i < io->nq; i++) io->q[i].rio = io;
+    /* every queue's groups made now: stk__rio_cancel walks them from
+     * another thread, so they never move afterwards */
+    for (unsigned i = 0; i < io->nq; i++) {
+        stk__rioq *q = &io->q[i];
+        q->rio = io;
+        for (unsigned c = 0; c < io->ncl; c++) {
+            unsigned gi;
+            int rc = group_of(q, io->cl[c], &gi, err);
+            if (rc) {
+                stk__rio_close(io);
+                return rc;
+            }
+        }
+    }
     *out = io;
     return STK_OK;
+}
+
+void stk__rio_cancel(stk__rio *io)
+{
+    if (!io) return;
+    for (unsigned i = 0; i < io->nq; i++)
+        for (unsigned g = 0; g < io->q[i].ngrp; g++) stk__rgroup_cancel(io->q[i].grp[g].g);
 }
 
 void stk__rio_close(stk__rio *io)
@@ -180,23 +220,6 @@ static const char *recs_text(char *buf, size_t cap, uint64_t rec, uint32_t nrec)
     return buf;
 }
 
-/* The group of q for client cl, created on first use. */
-static int group_of(stk__rioq *q, stk__remote *cl, unsigned *gi, stk_error *err)
-{
-    for (unsigned i = 0; i < q->ngrp; i++)
-        if (q->grp[i].cl == cl) {
-            *gi = i;
-            return STK_OK;
-        }
-    rgrp *p = realloc(q->grp, (q->ngrp + 1) * sizeof *p);
-    if (!p) return stk_error_set(err, STK_E_NOMEM, "out of memory for the remote read queue");
-    q->grp = p;
-    if (!(p[q->ngrp].g = stk__rgroup_new(cl)))
-        return stk_error_set(err, STK_E_NOMEM, "out of memory for the remote read queue");
-    p[q->ngrp].cl = cl;
-    *gi = q->ngrp++;
-    return STK_OK;
-}
 
 /* A span's values from the cache file's mapping into dst, checked: 1 when
  * they were there and right. Only tensor fields have a base to copy from. */
@@ -205,7 +228,16 @@ static int copy_cached(stk__rio *io, const stk_shard *sh, unsigned f, uint64_t f
 {
     const uint8_t *base = stk_shard_field_base(sh, f);
     if (!base) return 0;
-    memcpy(dst, base + (off - stk_shard_field_offset(sh, f)), len);
+    /* pread: the kernel copies from the page cache with no page table of
+     * ours to fill (a map copy faults every 64 KiB, in every process) */
+    int fd = stk__rshard_fd(sh);
+    uint64_t done = 0;
+    while (fd >= 0 && done < len) {
+        ssize_t n = pread(fd, dst + done, len - done, (off_t)(off + done));
+        if (n <= 0 && !(n < 0 && errno == EINTR)) break;
+        if (n > 0) done += (uint64_t)n;
+    }
+    if (done < len) memcpy(dst, base + (off - stk_shard_field_offset(sh, f)), len);
     if (stk__rshard_check(sh, f, first, count, 0, dst, NULL)) return 0; /* dropped under us: fetch */
     add_count(&io->c_hits, count);
     add_count(&io->c_hit_bytes, len);

@@ -692,6 +692,7 @@ void stk_reader_close(stk_reader *r)
     pthread_cond_broadcast(&r->work_cv);
     pthread_cond_broadcast(&r->ready_cv); /* the copy thread waits there */
     pthread_mutex_unlock(&r->mu);
+    stk__io_cancel(r->io); /* remote GETs of the abandoned batches: not waited for */
     if (r->workers) {
         for (unsigned i = 0; i < r->o.threads; i++) {
             if (r->workers[i].started) pthread_join(r->workers[i].thread, NULL);

@@ -43,7 +43,13 @@
 struct stk__rwaiter {
     pthread_cond_t cv;
     size_t pending;
+    int cancelled; /* atomic: its requests end at once, failed (stk__rgroup_cancel) */
 };
+
+static int cancelled(const stk__rreq *q)
+{
+    return q->waiter && __atomic_load_n(&q->waiter->cancelled, __ATOMIC_ACQUIRE);
+}
 
 typedef struct stk__rattempt {
     CURL *h;
@@ -76,6 +82,7 @@ struct stk__remote {
     size_t nidle;
     size_t active;
     int stop;
+    int sweep; /* a group was cancelled: end its queued requests */
     stk__rcounts counts;
     uint64_t rng;
     pthread_mutex_t cred_mu; /* the credentials */
@@ -248,6 +255,7 @@ static size_t on_header(char *b, size_t sz, size_t nm, void *ud)
     stk__rreq *q = ud;
     stk__rattempt *at = q->at;
     size_t n = sz * nm;
+    if (cancelled(q)) return 0; /* curl ends the transfer; finish() names it cancelled */
     long st = 0;
     char name[64], value[256];
     int k = stk__rhttp_line(b, n, &st, name, sizeof name, value, sizeof value);
@@ -301,6 +309,7 @@ static size_t on_body(char *b, size_t sz, size_t nm, void *ud)
         return n;
     }
     if (q->ranged) {
+        if (cancelled(q)) return 0; /* curl ends the transfer; finish() names it cancelled */
         if (!at->range_checked) {
             uint64_t want_last = q->off + q->len - 1;
             if (at->status == 206) {
@@ -478,7 +487,7 @@ static void attempt_reset(stk__rattempt *at)
 
 static void complete(stk__remote *r, stk__rreq *q)
 {
-    if (q->code) r->counts.failures++;
+    if (q->code && !cancelled(q)) r->counts.failures++;
     stk__rwaiter *w = q->waiter;
     if (w && --w->pending == 0) pthread_cond_broadcast(&w->cv);
 }
@@ -572,6 +581,11 @@ static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
     char name[480], why[400], code[240];
     stk__remote_name(r, q->key, name, sizeof name);
     const char *m = method_name(q->method);
+    if (cancelled(q)) { /* ended by its group's cancel: never retried */
+        fail(q, STK_E_IO, "%s %s: cancelled (its reads were abandoned)", m, name);
+        complete(r, q);
+        return;
+    }
     int kind = 0; /* 1: 5xx, 2: network */
     if (at->fault && at->fatal) {
         fail(q, STK_E_IO, "%s %s: %s", m, name, at->fault_msg);
@@ -644,9 +658,32 @@ static void *io_main(void *arg)
     pthread_mutex_lock(&r->mu);
     for (;;) {
         double now = mono(), next_due = -1;
+        if (r->sweep) { /* a cancelled group's queued requests end now, failed */
+            r->sweep = 0;
+            stk__rreq *keep = NULL, *tail = NULL;
+            for (stk__rreq *q = r->ready_head, *nx; q; q = nx) {
+                nx = q->next;
+                q->next = NULL;
+                if (cancelled(q)) {
+                    fail(q, STK_E_IO, "%s: cancelled (its reads were abandoned)", method_name(q->method));
+                    complete(r, q);
+                } else {
+                    if (tail) tail->next = q;
+                    else keep = q;
+                    tail = q;
+                }
+            }
+            r->ready_head = keep;
+            r->ready_tail = tail;
+        }
         for (stk__rreq **pp = &r->delayed; *pp;) {
             stk__rreq *q = *pp;
-            if (q->t_not_before <= now || r->stop) {
+            if (cancelled(q) && !r->stop) {
+                *pp = q->next;
+                q->next = NULL;
+                fail(q, STK_E_IO, "%s: cancelled (its reads were abandoned)", method_name(q->method));
+                complete(r, q);
+            } else if (q->t_not_before <= now || r->stop) {
                 *pp = q->next;
                 q->next = NULL;
                 if (r->ready_tail) r->ready_tail->next = q;
@@ -664,6 +701,9 @@ static void *io_main(void *arg)
             q->next = NULL;
             if (r->stop) {
                 fail(q, STK_E_IO, "%s: the client was closed", method_name(q->method));
+                complete(r, q);
+            } else if (cancelled(q)) {
+                fail(q, STK_E_IO, "%s: cancelled (its reads were abandoned)", method_name(q->method));
                 complete(r, q);
             } else {
                 start(r, q);
@@ -853,6 +893,7 @@ static void submit(stk__remote *r, stk__rreq **qs, size_t n, stk__rwaiter *w)
         }
         q->waiter = w;
         w->pending++;
+        if (w->cancelled) r->sweep = 1; /* ends them at once */
         q->next = NULL;
         if (r->ready_tail) r->ready_tail->next = q;
         else r->ready_head = q;
@@ -942,6 +983,16 @@ int stk__rgroup_add(stk__rgroup *g, const char *key, uint64_t off, uint64_t len,
     q->tag = tag;
     g->q[g->n++] = q;
     return STK_OK;
+}
+
+void stk__rgroup_cancel(stk__rgroup *g)
+{
+    if (!g) return;
+    pthread_mutex_lock(&g->r->mu);
+    __atomic_store_n(&g->w.cancelled, 1, __ATOMIC_RELEASE);
+    g->r->sweep = 1;
+    pthread_mutex_unlock(&g->r->mu);
+    curl_multi_wakeup(g->r->multi);
 }
 
 void stk__rgroup_start(stk__rgroup *g)

@@ -660,6 +660,20 @@ int stk__rcfg_resolve(stk__rcfg *out, const stk__raddr *a, const stk__rconfig *c
     if (rc) goto done;
     int explicit_profile = c->profile || env("AWS_PROFILE") || env("AWS_DEFAULT_PROFILE");
 
+    const char *stall = c->stall_s > 0 ? NULL : env("STOKER_S3_STALL_S");
+    if (stall) { /* seconds, as curl counts them: a whole number 1-3600 */
+        char *end;
+        errno = 0;
+        long v = strtol(stall, &end, 10);
+        if (errno || end == stall || *end || v < 1 || v > 3600) {
+            rc =
+                stk_error_set(err, STK_E_ARG,
+                              "STOKER_S3_STALL_S=%.40s: not a whole number of seconds from 1 to 3600", stall);
+            goto done;
+        }
+        out->stall_s = (double)v;
+    }
+
     /* Region and endpoint. */
     if (dup_to(&out->region, first(c->region, env("AWS_REGION"), env("AWS_DEFAULT_REGION"),
                                    pc.v[P_REGION] ? pc.v[P_REGION] : "us-east-1")))

@@ -168,6 +168,12 @@ void stk__rgroup_start(stk__rgroup *g);
 /* Wait for every started GET (retries happen inside). The first failure, in
  * add order, is the error; all GETs have ended either way. */
 int stk__rgroup_wait(stk__rgroup *g, stk_error *err);
+/* From any thread, while another uses the group: its GETs queued or in
+ * flight, and any started later, end soon (queued ones at once, one in
+ * flight at its next bytes), failed as cancelled and never retried, so that
+ * a wait returns without their bytes. For a reader that abandons what it
+ * prefetched (closing): nothing is downloaded for nobody. Sticky. */
+void stk__rgroup_cancel(stk__rgroup *g);
 /* After a wait: how many GETs, GET i's outcome and tag; then clear for reuse. */
 size_t stk__rgroup_count(const stk__rgroup *g);
 int stk__rgroup_result(const stk__rgroup *g, size_t i, void **tag, stk_error *err);

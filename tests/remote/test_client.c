@@ -386,6 +386,77 @@ START_TEST(faults_retried_and_counted)
 }
 END_TEST
 
+/* The stall timeout from STOKER_S3_STALL_S (no option set): a body that
+ * stops mid-way is abandoned after 1 s and retried (with the default 30 s
+ * the suite's timeout would end the test first). */
+START_TEST(stall_timeout_from_environment)
+{
+    setenv("STOKER_S3_STALL_S", "1", 1);
+    stk__remote *r = client(NULL, NULL);
+    unsetenv("STOKER_S3_STALL_S");
+    const size_t n = 1024 * 1024;
+    uint8_t *d = pattern(n, 9);
+    put(r, "f/stall.bin", d, n);
+    plan("{\"rules\": [{\"match\": \"f/stall.bin\", \"method\": \"GET\", \"fault\": \"stall\", \"count\": "
+         "2}]}");
+    stk__rcounts c0, c1;
+    stk__remote_counts(r, &c0);
+    get_equal(r, "f/stall.bin", d, 10, n - 20);
+    stk__remote_counts(r, &c1);
+    ck_assert_uint_eq(c1.retry_net - c0.retry_net, 2);
+    ck_assert_uint_eq(c1.failures, c0.failures);
+    free(d);
+    stk__remote_close(r);
+}
+END_TEST
+
+/* A cancelled group: its queued GETs never go out, those in flight end
+ * without retries, the wait returns "cancelled", nothing counts as a
+ * failure, and GETs started after the cancel end at once. Every GET is
+ * delayed 300 ms by the proxy, so all 200 are still queued or in flight
+ * when the cancel comes. */
+START_TEST(group_cancelled)
+{
+    stk__rconfig c = {.max_inflight = 8};
+    stk__remote *r = client(NULL, &c);
+    const size_t n = 200 * 1000;
+    uint8_t *d = pattern(n, 11), *out = calloc(1, n);
+    put(r, "t/cancel.bin", d, n);
+    plan("{\"rules\": [{\"match\": \"t/cancel.bin\", \"method\": \"GET\", \"fault\": \"delay:300ms\", "
+         "\"count\": 1000}]}");
+    stk__rcounts c0, c1;
+    stk__remote_counts(r, &c0);
+    stk__rgroup *g = stk__rgroup_new(r);
+    stk_error err;
+    for (int i = 0; i < 200; i++)
+        ck_assert_int_eq(
+            stk__rgroup_add(g, "t/cancel.bin", (uint64_t)i * 1000, 1000, out + i * 1000, NULL, NULL, &err),
+            STK_OK);
+    stk__rgroup_start(g);
+    stk__rgroup_cancel(g);
+    ck_assert_int_eq(stk__rgroup_wait(g, &err), STK_E_IO);
+    ck_assert_msg(strstr(err.msg, "cancelled"), "%s", err.msg);
+    stk__remote_counts(r, &c1);
+    ck_assert_uint_le(c1.requests - c0.requests, 8); /* at most those in flight */
+    ck_assert_uint_eq(c1.retries, c0.retries);
+    ck_assert_uint_eq(c1.failures, c0.failures);
+    /* GETs added after the cancel: ended at once, none sent */
+    stk__rgroup_clear(g);
+    ck_assert_int_eq(stk__rgroup_add(g, "t/cancel.bin", 0, 10, out, NULL, NULL, &err), STK_OK);
+    stk__rgroup_start(g);
+    ck_assert_int_eq(stk__rgroup_wait(g, &err), STK_E_IO);
+    stk__remote_counts(r, &c0);
+    ck_assert_uint_eq(c0.requests, c1.requests);
+    stk__rgroup_free(g);
+    /* the client goes on for other groups */
+    plan("{\"rules\": []}");
+    get_equal(r, "t/cancel.bin", d, 5, 1000);
+    free(out);
+    free(d);
+    stk__remote_close(r);
+}
+END_TEST
+
 START_TEST(faults_bounded_and_named)
 {
     stk__rconfig c = {.retries = 2};
@@ -537,4 +608,6 @@ TU_MAIN("remote_client", {.name = "objects", .tests = {put_get_head_range}},
         {.name = "credentials", .tests = {credential_process_refreshed}},
         {.name = "faults",
          .tests = {faults_retried_and_counted, faults_bounded_and_named, multipart_failure_aborts},
-         .timeout = 240})
+         .timeout = 240},
+        {.name = "stall", .tests = {stall_timeout_from_environment}, .timeout = 25},
+        {.name = "cancel", .tests = {group_cancelled}, .timeout = 60})

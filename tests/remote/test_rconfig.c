@@ -214,6 +214,25 @@ START_TEST(environment_then_defaults)
     ck_assert_uint_eq(c.retries, 3);
     ck_assert(c.stall_s == 2);
     stk__rcfg_free(&c);
+    /* The stall timeout: the options, STOKER_S3_STALL_S, 30; a bad value named. */
+    unsetenv("STOKER_S3_STALL_S");
+    ck_assert_msg(stk__rcfg_resolve(&c, &a, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert(c.stall_s == 30);
+    stk__rcfg_free(&c);
+    setenv("STOKER_S3_STALL_S", "5", 1);
+    ck_assert_msg(stk__rcfg_resolve(&c, &a, NULL, &err) == STK_OK, "%s", err.msg);
+    ck_assert(c.stall_s == 5);
+    stk__rcfg_free(&c);
+    ck_assert_msg(stk__rcfg_resolve(&c, &a, &o, &err) == STK_OK, "%s", err.msg);
+    ck_assert(c.stall_s == 2);
+    stk__rcfg_free(&c);
+    const char *bad[] = {"0", "-1", "2.5", "x", "3601", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("STOKER_S3_STALL_S", bad[i], 1);
+        ck_assert_int_eq(stk__rcfg_resolve(&c, &a, NULL, &err), STK_E_ARG);
+        tu_assert_error(&err, STK_E_ARG, "STOKER_S3_STALL_S");
+    }
+    unsetenv("STOKER_S3_STALL_S");
     stk__raddr_free(&a);
 
     /* A bucket with a dot on AWS: path style (its certificate would not fit). */

@@ -13,6 +13,7 @@
 #include "remote.h"
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,8 +439,19 @@ START_TEST(options_checked)
     o.addressing = 7;
     ck_assert_ptr_null(stk_dataset_open_remote("s3://b-x/p", &o, &e));
     tu_assert_error(&e, STK_E_ARG, "addressing 7");
-    ck_assert_ptr_null(stk_dataset_open_remote_sized("s3://b-x/p", &o, sizeof o - 8, &e));
+    o.addressing = 0;
+    o.stall_s = -1;
+    ck_assert_ptr_null(stk_dataset_open_remote("s3://b-x/p", &o, &e));
+    tu_assert_error(&e, STK_E_ARG, "stall_s");
+    o.stall_s = 0;
+    /* the first release's size (up to cache_limit) is taken, less is not */
+    const size_t first = offsetof(stk_remote_options, cache_limit) + sizeof(uint64_t);
+    ck_assert_ptr_null(stk_dataset_open_remote_sized("s3://b-x/p", &o, first - 8, &e));
     tu_assert_error(&e, STK_E_ARG, "smaller than any release");
+    setenv("STOKER_S3_STALL_S", "never", 1); /* an old caller's open reads the environment */
+    ck_assert_ptr_null(stk_dataset_open_remote_sized("s3://b-x/p", &o, first, &e));
+    unsetenv("STOKER_S3_STALL_S");
+    tu_assert_error(&e, STK_E_ARG, "STOKER_S3_STALL_S");
     struct {
         stk_remote_options o;
         uint64_t extra;

@@ -751,7 +751,13 @@ STK_API int stk_dataset_sweep(const char *dir, stk_error *err);
  * STOKER_CACHE_LIMIT (bytes, with a K, M, G or T suffix: powers of 1024;
  * "0" or "none": no limit), else half the free space of the cache's file
  * system at open: the cache never fills a node's scratch disk, and a limit
- * below the dataset's size costs refetches, never wrong or failed reads. */
+ * below the dataset's size costs refetches, never wrong or failed reads.
+ *
+ * A server that stops sending in the middle of a body: the request is
+ * abandoned after stall_s seconds without a byte, else STOKER_S3_STALL_S,
+ * else 30, and retried (counted among the retries; a bad STOKER_S3_STALL_S
+ * fails the open naming it). Lower it where a stalled connection should be
+ * replaced sooner; the reads of a batch wait for it meanwhile. */
 #  define STK_REMOTE_ADDR_AUTO 0    /* path style for a custom endpoint or a bucket with '.', else virtual */
 #  define STK_REMOTE_ADDR_PATH 1    /* https://endpoint/bucket/key */
 #  define STK_REMOTE_ADDR_VIRTUAL 2 /* https://bucket.endpoint/key */
@@ -764,6 +770,8 @@ typedef struct {
     int anonymous;          /* 1: unsigned requests (public buckets)                                    */
     const char *cache_dir;  /* NULL: STOKER_CACHE_DIR, ${TMPDIR:-/tmp}/stoker-cache-UID                 */
     uint64_t cache_limit;   /* bytes; 0: STOKER_CACHE_LIMIT or the default; UINT64_MAX: no limit        */
+    double stall_s;         /* a response body with no byte for this many seconds (whole, rounded up)
+                               is abandoned and retried; 0: STOKER_S3_STALL_S (1-3600), else 30     */
 } stk_remote_options;
 /* clang-format on */
 
