@@ -261,6 +261,70 @@ START_TEST(one_pixel_images)
 }
 END_TEST
 
+/* A progressive JPEG of 757 scans (each AC coefficient of each component
+ * alone, in four successive-approximation steps): over the 500 scans every
+ * decoder here allows, so the region decode, the transcode to baseline and
+ * the check all refuse it, and the decoder reads a good file next. */
+START_TEST(too_many_scans_refused)
+{
+    tu_image im = tu_synth(16, 16, TU_DETAIL, 2);
+    struct jpeg_compress_struct cc;
+    struct jpeg_error_mgr jerr;
+    cc.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&cc);
+    unsigned char *jb = NULL;
+    unsigned long len = 0;
+    jpeg_mem_dest(&cc, &jb, &len);
+    cc.image_width = cc.image_height = 16;
+    cc.input_components = 3;
+    cc.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&cc);
+    for (int c = 0; c < 3; c++) cc.comp_info[c].h_samp_factor = cc.comp_info[c].v_samp_factor = 1;
+    static jpeg_scan_info scans[1 + 3 * 63 * 4];
+    int n = 0;
+    scans[n++] = (jpeg_scan_info){3, {0, 1, 2, 0}, 0, 0, 0, 0};
+    for (int c = 0; c < 3; c++)
+        for (int k = 1; k < 64; k++)
+            for (int al = 3; al >= 0; al--)
+                scans[n++] = (jpeg_scan_info){1, {c, 0, 0, 0}, k, k, al == 3 ? 0 : al + 1, al};
+    cc.scan_info = scans;
+    cc.num_scans = n;
+    jpeg_start_compress(&cc, TRUE);
+    for (uint32_t y = 0; y < 16; y++) {
+        JSAMPROW row = im.px + (size_t)y * 16 * 3;
+        jpeg_write_scanlines(&cc, &row, 1);
+    }
+    jpeg_finish_compress(&cc);
+    jpeg_destroy_compress(&cc);
+    ck_assert_int_gt(n, 500);
+    stk__jpeg *j = stk__jpeg_new();
+    stk__img_buf buf = {0};
+    stk__jpeg_plan p;
+    stk__jpeg_plan_make(16, 16, 0, 0, 16, 16, 16, 16, STK_IMG_SCALES_POW2, 0, &p);
+    const uint8_t *at;
+    size_t stride;
+    stk_error e;
+    ck_assert_int_eq(stk__jpeg_decode_plan(j, jb, len, 16, 16, &p, &buf, 64, &at, &stride, &e),
+                     STK_IMG_E_CORRUPT);
+    ck_assert_msg(strstr(e.msg, "more than 500 scans") != NULL, "%s", e.msg);
+    uint8_t *b = NULL;
+    size_t bn = 0;
+    ck_assert_int_eq(stk__jpeg_to_baseline(jb, len, &b, &bn, &e), STK_IMG_E_CORRUPT);
+    ck_assert_msg(strstr(e.msg, "more than 500 scans") != NULL, "%s", e.msg);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(stk__jpeg_check(jb, len, &e), STK_IMG_E_CORRUPT);
+    /* the next, good file decodes */
+    unsigned long glen = 0;
+    uint8_t *good = make(&im, 1, 1, 1, 0, &glen);
+    ck_assert_int_eq(stk__jpeg_decode_plan(j, good, glen, 16, 16, &p, &buf, 64, &at, &stride, &e), STK_OK);
+    free(good);
+    free(jb);
+    stk__img_buf_free(&buf);
+    stk__jpeg_free(j);
+    tu_image_free(&im);
+}
+END_TEST
+
 START_TEST(cmyk_is_left_to_the_caller)
 {
     /* a CMYK frame: unsupported before any work, so the caller decodes it whole */
@@ -423,7 +487,7 @@ TU_MAIN("image_plan", {.name = "plan", .tests = {every_scale_chosen, box_edges}}
         {.name = "decode",
          .timeout = 120,
          .tests = {sub_444, sub_422, sub_420, sub_440, sub_411, greyscale, progressive, restart_markers,
-                   one_pixel_images, cmyk_is_left_to_the_caller}},
+                   one_pixel_images, too_many_scans_refused, cmyk_is_left_to_the_caller}},
         {.name = "fidelity",
          .timeout = 300,
          .tests = {fidelity_psnr, box_resize_at_integer_box_is_plain, box_resize_mirror_is_flip_after}})
