@@ -186,6 +186,14 @@ int stk__jpeg_decode_plan(stk__jpeg *j, const uint8_t *data, size_t len, uint32_
                           const stk__jpeg_plan *p, stk__img_buf *buf, size_t room, const uint8_t **at,
                           size_t *stride, stk_error *err);
 
+/* stk__jpeg_decode_plan, then the rest of the stream read through to its
+ * EOI (the rows below the region entropy-decoded without IDCT or colour
+ * work, but for the last), so that damage anywhere fails the decode as a
+ * whole decode's would: what pack, which must refuse damaged inputs, uses. */
+int stk__jpeg_decode_plan_all(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
+                              const stk__jpeg_plan *p, stk__img_buf *buf, size_t room, const uint8_t **at,
+                              size_t *stride, stk_error *err);
+
 /* Whether data[0 .. len) is a whole JPEG stream that stoker's decoders read:
  * its headers and every scan's entropy-coded data read through to EOI with
  * libjpeg's jpeg_read_coefficients (no IDCT, upsampling or colour work:
@@ -200,6 +208,21 @@ int stk__jpeg_decode_plan(stk__jpeg *j, const uint8_t *data, size_t len, uint32_
  * image/: its writer checks each JPEG value it is handed with it. */
 #define STK_IMG_CHECK_MAX_BYTES ((uint64_t)1 << 30)
 int stk__jpeg_check(const uint8_t *data, size_t len, stk_error *err);
+
+/* data[0 .. len), a JPEG stream, rewritten as a baseline (sequential,
+ * Huffman) JPEG when it is progressive: its DCT coefficients, quantisation
+ * tables and sampling are copied as they are (libjpeg's
+ * jpeg_read_coefficients, jpeg_copy_critical_parameters,
+ * jpeg_write_coefficients: jpegtran's lossless transcode), so that every
+ * decoder gives the very pixels of the original; the Huffman tables are
+ * optimised for the image. Markers other than the frame's own (EXIF, ICC,
+ * comments) are left out; a JFIF or Adobe marker is written as libjpeg
+ * writes one for the colour space. *out (malloc'd, the caller frees) and
+ * *out_len: the baseline stream; *out NULL when data is not progressive
+ * (nothing to do). STK_OK, or STK_IMG_E_CORRUPT / _UNSUPPORTED / _NOMEM
+ * with err filled, under the policy of every decode here (a libjpeg warning
+ * is an error; at most 500 scans). Keeps no state. */
+int stk__jpeg_to_baseline(const uint8_t *data, size_t len, uint8_t **out, size_t *out_len, stk_error *err);
 
 /* ----------------------------------------------------------- geometry */
 

@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ struct stk__jpeg {
     tjhandle tj;                      /* whole, scaled and planar decodes */
     struct jpeg_decompress_struct ci; /* region decodes, kept: no pools to build per image */
     jerr_t je;
+    struct jpeg_progress_mgr pm; /* the region decodes' scan limit */
     bool ci_made;
     unsigned scales; /* bit k set: TurboJPEG offers scaling by 1/2^k (k = 1..3) */
 };
@@ -268,11 +270,25 @@ static void fail_region(stk__jpeg *j, const char *fmt, ...)
     longjmp(j->je.jb, 1);
 }
 
+/* TurboJPEG's TJFLAG_LIMITSCANS bound, for the region decodes too. */
+#define REGION_MAX_SCANS 500
+
+static void region_progress(j_common_ptr c)
+{
+    j_decompress_ptr ci = (j_decompress_ptr)c;
+    if (ci->input_scan_number > REGION_MAX_SCANS) {
+        stk__jpeg *j = (stk__jpeg *)(void *)((char *)ci - offsetof(stk__jpeg, ci));
+        fail_region(j, "more than %d scans", REGION_MAX_SCANS);
+    }
+}
+
 /* Rows [y0, y0 + h) and at least columns [x0, x0 + w) of the frame decoded
- * at num/8 (coordinates of the scaled frame); gray: 1-component frames too. */
+ * at num/8 (coordinates of the scaled frame); gray: 1-component frames too.
+ * to_end: the stream is then read through to its EOI (the rows below
+ * entropy-decoded, their last one whole), so that damage anywhere fails. */
 static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H, unsigned num,
-                  bool gray, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
-                  const uint8_t **at, size_t *stride, stk_error *err)
+                  bool gray, bool to_end, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf,
+                  size_t room, const uint8_t **at, size_t *stride, stk_error *err)
 {
     struct jpeg_decompress_struct *ci = &j->ci;
     uint32_t fw = 0, fh = 0;
@@ -297,6 +313,8 @@ static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uin
         j->je.pub.error_exit = on_error;
         j->je.pub.emit_message = on_message;
         jpeg_create_decompress(ci);
+        j->pm.progress_monitor = region_progress;
+        ci->progress = &j->pm;
         j->ci_made = true;
     }
     jpeg_mem_src(ci, data, (unsigned long)len);
@@ -321,7 +339,8 @@ static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uin
     jpeg_crop_scanline(ci, &xoff, &cw); /* widened to whole iMCU columns */
     size_t row = (size_t)cw * 3;
     stk_error oom;
-    if (stk__img_buf_reserve(buf, row * h + room, "the crop", &oom)) {
+    /* to_end: the stream's last row lands after the region's, in its room */
+    if (stk__img_buf_reserve(buf, row * h + (to_end && row > room ? row : room), "the crop", &oom)) {
         j->je.code = STK_IMG_E_NOMEM;
         fail_region(j, "%s", oom.msg);
     }
@@ -334,7 +353,18 @@ static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uin
         if (got == 0) fail_region(j, "it ends at row %u of %u", y0 + y, OH);
         y += got;
     }
-    jpeg_abort_decompress(ci); /* the rows below the region are never decoded */
+    if (to_end) {
+        uint32_t left = OH - (y0 + h);
+        JSAMPROW last = buf->p + row * h;
+        /* skipping to the very end would mark EOI without reading: stop one row short */
+        if (left > 1 && jpeg_skip_scanlines(ci, left - 1) != left - 1)
+            fail_region(j, "it ends before row %u of %u", OH - 1, OH);
+        if (left && jpeg_read_scanlines(ci, &last, 1) != 1)
+            fail_region(j, "it ends at row %u of %u", OH - 1, OH);
+        jpeg_finish_decompress(ci); /* through to EOI */
+    } else {
+        jpeg_abort_decompress(ci); /* the rows below the region are never decoded */
+    }
     *at = buf->p + (size_t)(x0 - xoff) * 3;
     *stride = row;
     return STK_OK;
@@ -344,14 +374,23 @@ int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint3
                             uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
                             const uint8_t **at, size_t *stride, stk_error *err)
 {
-    return region(j, data, len, W, H, 8, false, x0, y0, w, h, buf, room, at, stride, err);
+    return region(j, data, len, W, H, 8, false, false, x0, y0, w, h, buf, room, at, stride, err);
 }
 
 int stk__jpeg_decode_plan(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
                           const stk__jpeg_plan *p, stk__img_buf *buf, size_t room, const uint8_t **at,
                           size_t *stride, stk_error *err)
 {
-    return region(j, data, len, W, H, p->num, true, p->x0, p->y0, p->w, p->h, buf, room, at, stride, err);
+    return region(j, data, len, W, H, p->num, true, false, p->x0, p->y0, p->w, p->h, buf, room, at, stride,
+                  err);
+}
+
+int stk__jpeg_decode_plan_all(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
+                              const stk__jpeg_plan *p, stk__img_buf *buf, size_t room, const uint8_t **at,
+                              size_t *stride, stk_error *err)
+{
+    return region(j, data, len, W, H, p->num, true, true, p->x0, p->y0, p->w, p->h, buf, room, at, stride,
+                  err);
 }
 
 /* ---------------------------------------------------------- entropy check */
@@ -462,5 +501,104 @@ int stk__jpeg_check(const uint8_t *data, size_t len, stk_error *err)
 done:
     if (k->made) jpeg_destroy_decompress(ci);
     free(k);
+    return rc;
+}
+
+/* ------------------------------------------------- progressive -> baseline */
+
+/* A libjpeg destination into a buffer of ours that grows (jpeg_mem_dest's
+ * own buffer cannot be freed safely after an error part way). */
+typedef struct {
+    struct jpeg_destination_mgr pub;
+    uint8_t *p;
+    size_t cap;
+    check_t *k;
+} grow_dest;
+
+static void grow_init(j_compress_ptr c)
+{
+    grow_dest *d = (grow_dest *)(void *)c->dest;
+    d->pub.next_output_byte = d->p;
+    d->pub.free_in_buffer = d->cap;
+}
+
+static boolean grow_empty(j_compress_ptr c) /* called with the buffer full */
+{
+    grow_dest *d = (grow_dest *)(void *)c->dest;
+    size_t n = d->cap * 2;
+    uint8_t *q = realloc(d->p, n);
+    if (!q) fail_check(d->k, STK_IMG_E_NOMEM, "out of memory (%zu bytes for a baseline JPEG)", n);
+    d->pub.next_output_byte = q + d->cap;
+    d->pub.free_in_buffer = n - d->cap;
+    d->p = q;
+    d->cap = n;
+    return TRUE;
+}
+
+static void grow_term(j_compress_ptr c) { (void)c; }
+
+/* What stk__jpeg_to_baseline works with: check_t's reader and a writer
+ * sharing its error manager. On the heap, as check_t. */
+typedef struct {
+    check_t k; /* first: check_progress casts the decompress object to it */
+    struct jpeg_compress_struct co;
+    bool co_made;
+    grow_dest dest;
+} transcode_t;
+
+int stk__jpeg_to_baseline(const uint8_t *data, size_t len, uint8_t **out, size_t *out_len, stk_error *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    transcode_t *t = calloc(1, sizeof *t);
+    if (!t) return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (JPEG transcode)");
+    check_t *k = &t->k;
+    struct jpeg_decompress_struct *ci = &k->ci;
+    t->dest = (grow_dest){{NULL, 0, grow_init, grow_empty, grow_term}, malloc(len + 4096), len + 4096, k};
+    if (!t->dest.p) {
+        free(t);
+        return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (JPEG transcode)");
+    }
+    int rc = STK_OK;
+    if (setjmp(k->je.jb)) {
+        int code = k->own ? k->je.code : check_code(k->je.pub.msg_code);
+        rc = code == STK_IMG_E_NOMEM
+                 ? stk_error_set(err, code, "out of memory transcoding a JPEG: %s", k->je.msg)
+             : code == STK_IMG_E_UNSUPPORTED
+                 ? stk_error_set(err, code, "unsupported JPEG: %s", k->je.msg)
+                 : stk_error_set(err, STK_IMG_E_CORRUPT, "corrupt JPEG: %s", k->je.msg);
+        goto done;
+    }
+    ci->err = jpeg_std_error(&k->je.pub);
+    k->je.pub.error_exit = on_error;
+    k->je.pub.emit_message = on_message;
+    jpeg_create_decompress(ci);
+    k->made = true;
+    k->pm.progress_monitor = check_progress;
+    ci->progress = &k->pm;
+    jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    if (!ci->progressive_mode) goto done; /* nothing to do */
+    if (ci->data_precision != 8)
+        fail_check(k, STK_IMG_E_UNSUPPORTED, "%d-bit samples (stoker decodes 8-bit JPEG only)",
+                   ci->data_precision);
+    jvirt_barray_ptr *coef = jpeg_read_coefficients(ci);
+    t->co.err = &k->je.pub; /* the one error manager: any failure jumps back above */
+    jpeg_create_compress(&t->co);
+    t->co_made = true;
+    jpeg_copy_critical_parameters(ci, &t->co);
+    t->co.optimize_coding = TRUE; /* two passes over the coefficients: the smallest baseline */
+    t->co.dest = &t->dest.pub;
+    jpeg_write_coefficients(&t->co, coef);
+    jpeg_finish_compress(&t->co);
+    jpeg_finish_decompress(ci);
+    *out = t->dest.p;
+    *out_len = t->dest.cap - t->dest.pub.free_in_buffer;
+    t->dest.p = NULL;
+done:
+    if (t->co_made) jpeg_destroy_compress(&t->co);
+    if (k->made) jpeg_destroy_decompress(ci);
+    free(t->dest.p);
+    free(t);
     return rc;
 }

@@ -23,12 +23,18 @@ struct pk_decoder {
     stk__resizer *rs;
 };
 
-/* What a decode leaves for render(): RGB pixels, or a JPEG's planes. */
+/* What a decode leaves for render(): RGB pixels, or a JPEG's planes; boxed:
+ * the RGB pixels are a DCT-scaled region (the decode planner's) and
+ * [bx, bx + bw) x [by, by + bh) of them is the output window's source. */
 typedef struct {
-    bool planar;
+    bool planar, boxed;
     stk__rgb_view rgb;
     stk__ycc_view ycc;
+    double bx, by, bw, bh;
 } decoded;
+
+/* Bytes kept readable after a planned region (stk__rgb_view.room). */
+#define PX_ROOM 64u
 
 /* ------------------------------------------------------------- plumbing */
 
@@ -152,6 +158,33 @@ static int jpeg_decode(pk_decoder *d, const uint8_t *data, size_t len, const pk_
     if (rc != STK_OK) return rc;
     pk_layout l;
     pk_layout_compute(p, info.w, info.h, &l);
+    out->boxed = false;
+    /* Shrunk by 2 or more: through the decode planner, as the reader's crops
+     * (image/plan.c): the source region of the output window (all of it but
+     * for --resize shorter's centre crop) at the smallest power-of-two DCT
+     * scale that keeps the output's resolution, resampled from the box's
+     * fractional edges, and the rest of the stream read through (damage
+     * anywhere is refused as before). */
+    double fx = (double)info.w / (double)l.resized_w, fy = (double)info.h / (double)l.resized_h;
+    stk__jpeg_plan pl;
+    stk__jpeg_plan_make(info.w, info.h, (double)l.crop_x * fx, (double)l.crop_y * fy, l.w * fx, l.h * fy, l.w,
+                        l.h, STK_IMG_SCALES_POW2, 1, &pl);
+    if (pl.num < 8 && info.components != 4) {
+        const uint8_t *at;
+        size_t stride;
+        rc = stk__jpeg_decode_plan_all(d->jpeg, data, len, info.w, info.h, &pl, &d->pix, PX_ROOM, &at,
+                                       &stride, err);
+        if (rc != STK_IMG_E_UNSUPPORTED) {
+            if (rc) return rc;
+            const uint8_t *last = at + (size_t)(pl.h - 1) * stride + 3 * (size_t)pl.w,
+                          *end = d->pix.p + d->pix.cap;
+            out->planar = false;
+            out->boxed = true;
+            out->rgb = (stk__rgb_view){at, pl.w, pl.h, stride, last <= end ? (size_t)(end - last) : 0};
+            out->bx = pl.bx, out->by = pl.by, out->bw = pl.bw, out->bh = pl.bh;
+            return STK_OK;
+        }
+    }
     unsigned den = stk__jpeg_scale(d->jpeg, info.w, info.h, l.resized_w, l.resized_h);
     out->planar = jpeg_planar(&info, den, &l, p);
     if (out->planar) return stk__jpeg_decode_planes(d->jpeg, data, len, &info, &d->pix, &out->ycc, err);
@@ -192,10 +225,12 @@ static int render(pk_decoder *d, const decoded *v, uint32_t ow, uint32_t oh, con
     pk_layout_compute(p, ow, oh, &l);
     uint32_t n = p->size;
     size_t stride = 3 * (size_t)(p->mode == PK_RESIZE_KEEP ? l.w : n); /* keep: the image's own rows */
-    stk__rect win = {l.crop_x, l.crop_y, l.w, l.h};
+    stk__rect win = {l.crop_x, l.crop_y, l.w, l.h}, whole = {0, 0, l.w, l.h};
     uint8_t *at = out + (size_t)l.pad_y * stride + 3 * (size_t)l.pad_x;
-    if ((v->planar ? stk__resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
-                   : stk__resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, 0, at, stride)) != 0)
+    if ((v->boxed
+             ? stk__resize_box(d->rs, &v->rgb, v->bx, v->by, v->bw, v->bh, l.w, l.h, &whole, 0, at, stride)
+         : v->planar ? stk__resize_ycc(d->rs, &v->ycc, l.resized_w, l.resized_h, &win, at, stride)
+                     : stk__resize(d->rs, &v->rgb, l.resized_w, l.resized_h, &win, 0, at, stride)) != 0)
         return pk__fail(msg, cap, PK_E_NOMEM, "out of memory resizing %ux%u to %llux%llu", ow, oh,
                         (unsigned long long)l.resized_w, (unsigned long long)l.resized_h);
     if ((l.w == n && l.h == n) || p->mode == PK_RESIZE_KEEP) return PK_OK;
@@ -249,7 +284,7 @@ int pk_process(pk_decoder *d, const uint8_t *data, size_t len, const pk_params *
         case STK_IMG_FMT_GIF:
         case STK_IMG_FMT_BMP:
         case STK_IMG_FMT_TIFF: /* RGB out */
-            v.planar = false;
+            v.planar = v.boxed = false;
             code = other_decode[fmt - STK_IMG_FMT_PNG](data, len, &lim, &d->pix, &v.rgb, &ow, &oh, &err);
             break;
         default:

@@ -34,6 +34,9 @@ static void usage(FILE *f)
                "                          at quality Q (default 90, 4:2:0); original[:Q]: a\n"
                "                          JPEG input's own bytes where it needs no resize,\n"
                "                          others re-encoded at Q and counted (format 1.2)\n"
+               "      --jpeg-baseline     with original: progressive inputs are stored as\n"
+               "                          baseline JPEGs with the same DCT coefficients\n"
+               "                          (lossless: the same pixels; decode faster at load)\n"
                "      --fill R,G,B        padding colour for --resize fit (default 0,0,0)\n"
                "      --resample-space S  ycc (default): resample JPEGs on their stored YCbCr\n"
                "                          planes (faster; within a level of Pillow nearly\n"
@@ -205,13 +208,13 @@ static int slurm_part(const cli_args *a, pk_opts *o)
 static int parse(int argc, char **argv, pk_opts *o)
 {
     static const struct option lo[] = {
-        {"size", 1, 0, 's'},           {"resize", 1, 0, 'R'},     {"fill", 1, 0, 'F'},
-        {"threads", 1, 0, 'j'},        {"shard-size", 1, 0, 'B'}, {"records-per-shard", 1, 0, 'N'},
-        {"on-error", 1, 0, 'E'},       {"max-pixels", 1, 0, 'P'}, {"part", 1, 0, 'K'},
-        {"merge", 0, 0, 'M'},          {"force", 0, 0, 'f'},      {"stats", 0, 0, 'T'},
-        {"compress", 1, 0, 'Z'},       {"block-size", 1, 0, 'Q'}, {"resample-space", 1, 0, 'Y'},
-        {"max-side", 1, 0, 'X'},       {"min-side", 1, 0, 'W'},   {"image-format", 1, 0, 'I'},
-        {"force-in-place", 0, 0, 'G'}, CLI_COMMON_OPTIONS};
+        {"size", 1, 0, 's'},           {"resize", 1, 0, 'R'},        {"fill", 1, 0, 'F'},
+        {"threads", 1, 0, 'j'},        {"shard-size", 1, 0, 'B'},    {"records-per-shard", 1, 0, 'N'},
+        {"on-error", 1, 0, 'E'},       {"max-pixels", 1, 0, 'P'},    {"part", 1, 0, 'K'},
+        {"merge", 0, 0, 'M'},          {"force", 0, 0, 'f'},         {"stats", 0, 0, 'T'},
+        {"compress", 1, 0, 'Z'},       {"block-size", 1, 0, 'Q'},    {"resample-space", 1, 0, 'Y'},
+        {"max-side", 1, 0, 'X'},       {"min-side", 1, 0, 'W'},      {"image-format", 1, 0, 'I'},
+        {"force-in-place", 0, 0, 'G'}, {"jpeg-baseline", 0, 0, 'J'}, CLI_COMMON_OPTIONS};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (pk_opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                    .quality = 90,
@@ -224,7 +227,8 @@ static int parse(int argc, char **argv, pk_opts *o)
                               {'P', false, 1, UINT64_MAX, &o->img.max_pixels},
                               {'Q', true, 1, 1u << 29, &o->block_bytes},
                               {0, false, 0, 0, NULL}};
-    const cli_flag flags[] = {{'M', &o->merge}, {'f', &o->force}, {'T', &o->stats}, {0, NULL}};
+    const cli_flag flags[] = {
+        {'M', &o->merge}, {'f', &o->force}, {'T', &o->stats}, {'J', &o->jpeg_baseline}, {0, NULL}};
     cli_args a = {.prog = "pack", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
     int c;
     uint64_t v, k, n;
@@ -286,6 +290,9 @@ static int parse(int argc, char **argv, pk_opts *o)
     o->out = argv[argc - 1];
     if (!settle_sides(&a, o)) return CLI_EXIT_USAGE;
     if (!part_set && !o->merge && slurm_part(&a, o)) return CLI_EXIT_USAGE;
+    if (o->jpeg_baseline && o->image_format != PK_IMG_ORIGINAL)
+        return cli_usage_error(&a,
+                               "--jpeg-baseline rewrites kept JPEG inputs: it needs --image-format original");
     if (o->image_format != PK_IMG_RAW && o->zstd[0])
         return cli_usage_error(&a, "the image is stored as JPEG: name the fields to compress "
                                    "(--compress label=zstd,...)");

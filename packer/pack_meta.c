@@ -51,12 +51,12 @@ char *pk_pack_json(const pk_run *r, uint64_t per_shard)
     static const char *const modes[] = {"shorter", "stretch", "fit", "keep"}, *const formats[] = {
                                                                                   "raw", "jpeg", "original"};
     const pk_params *p = &r->o->img;
-    char *s = NULL, extra[160] = "";
+    char *s = NULL, extra[200] = "";
     if (pk_variable_images(r->o)) /* only then: the parameters of a square raw pack read as before */
         snprintf(extra, sizeof extra,
-                 "\"max_side\": %u, \"min_side\": %u, \"image_format\": \"%s\", \"quality\": %d, ",
+                 "\"max_side\": %u, \"min_side\": %u, \"image_format\": \"%s\", \"quality\": %d, %s",
                  p->mode == PK_RESIZE_KEEP ? p->max_side : 0, p->min_side, formats[r->o->image_format],
-                 r->o->quality);
+                 r->o->quality, r->o->jpeg_baseline ? "\"jpeg_baseline\": true, " : "");
     if (asprintf(
             &s,
             "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "

@@ -38,8 +38,9 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
                r && el > 0 ? (double)r->done / el : 0.0, r && el > 0 ? (double)r->in_bytes / el / 1e6 : 0.0);
         pk_stats_json(r, el);
         if (orig)
-            printf("\"kept_original\": %llu, \"reencoded\": %llu, ", (unsigned long long)r->kept,
-                   (unsigned long long)r->reencoded);
+            printf("\"kept_original\": %llu, \"reencoded\": %llu, \"made_baseline\": %llu, ",
+                   (unsigned long long)r->kept, (unsigned long long)r->reencoded,
+                   (unsigned long long)r->baseline);
         pk_remote_json(o);
         pk_part_from_json(o);
         printf("\"output\": ");
@@ -53,6 +54,9 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
         if (orig)
             fprintf(stderr, "pack: %llu JPEG inputs stored as they were, %llu re-encoded at quality %d\n",
                     (unsigned long long)r->kept, (unsigned long long)r->reencoded, o->quality);
+        if (orig && o->jpeg_baseline)
+            fprintf(stderr, "pack: %llu progressive JPEG inputs stored as baseline (the same coefficients)\n",
+                    (unsigned long long)r->baseline);
     }
     if (o->stats && !o->json) pk_stats_text(r, el);
     return mr.skipped ? CLI_EXIT_SKIPPED : CLI_EXIT_OK;

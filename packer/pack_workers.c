@@ -152,9 +152,29 @@ static void encode_image(const pk_run *r, worker_t *w, const uint8_t *data, size
     res->out_bytes = (uint64_t)res->out_w * res->out_h * 3;
     if (r->o->image_format == PK_IMG_RAW) return;
     if (r->o->image_format == PK_IMG_ORIGINAL && keep_original(r, w, data, n, res)) {
+        res->kept = 1;
+        if (r->o->jpeg_baseline) { /* a progressive input: the same coefficients as baseline */
+            uint8_t *b = NULL;
+            size_t bn = 0;
+            stk_error e;
+            int rc = stk__jpeg_to_baseline(data, n, &b, &bn, &e);
+            if (rc == STK_IMG_E_NOMEM) {
+                res->status = PK_E_NOMEM;
+                snprintf(res->msg, sizeof res->msg, "%.300s", e.msg);
+                return;
+            }
+            /* rarely larger than the slot: then kept progressive, as it decodes all the same */
+            if (b && bn <= pk_image_bytes(r->o)) {
+                memcpy(slot, b, bn);
+                res->out_bytes = bn;
+                res->kept = 2;
+                free(b);
+                return;
+            }
+            free(b);
+        }
         memcpy(slot, data, n);
         res->out_bytes = n;
-        res->kept = 1;
         return;
     }
     unsigned long size = w->jcap;
@@ -283,6 +303,7 @@ static int consume_one(pk_run *r, worker_t *w, uint64_t i, uint8_t **slot, const
         if (r->fatal) return 1;
         r->packed++;
         if (r->o->image_format == PK_IMG_ORIGINAL) ++*(res->kept ? &r->kept : &r->reencoded);
+        r->baseline += res->kept == 2;
     }
     if (cli_progress_due(&r->bar, r->done)) {
         char extra[96];

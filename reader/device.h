@@ -20,6 +20,7 @@
 #define STK_READER_DEVICE_H
 
 #include "stoker/reader.h"
+#include "timeline.h"
 
 /* One transform launch: n samples of src u8 [H, W, C] (device memory) into
  * dst (device memory), with per-sample boxes from params (device memory). */
@@ -92,5 +93,20 @@ void stk__cropper_free(stk__cropper *c);
 int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uint64_t epoch, uint64_t record,
                      const void *value, uint64_t size, const uint64_t *dims, int jpeg, int square,
                      uint8_t *dst, stk_error *err);
+/* The crop's stages, timed per cropper (so per worker) and summed: the JPEG
+ * decode (entropy decoding, IDCT, upsampling and colour conversion of the
+ * region), the resize with its flip (one pass: the mirror is in the
+ * resize's tables), and the workers' normalising after it (timed by the
+ * caller, stk__cropper_add). */
+enum { STK__CROP_DECODE = 0, STK__CROP_RESIZE = 1, STK__CROP_NORM = 2, STK__CROP_STAGES = 3 };
+/* Add the seconds per stage since the last call to sum[] and zero them. */
+void stk__cropper_take(stk__cropper *c, double sum[STK__CROP_STAGES]);
+/* Add secs to stage s. */
+void stk__cropper_add(stk__cropper *c, int s, double secs);
+/* Mark the decode and the resize of the next crop as ranges "decode" and
+ * "resize" on track `track` of tl (trace.h), with batch seq and part as
+ * their args: one crop a part, so that a trace keeps its room for the
+ * coarser stages. tl NULL: nothing. */
+void stk__cropper_trace(stk__cropper *c, stk__timeline *tl, unsigned track, uint64_t seq, unsigned part);
 
 #endif

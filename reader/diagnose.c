@@ -20,6 +20,9 @@ void stk_reader_diag_get_sized(const stk_reader *r, stk_reader_diag *out, size_t
     d.steps = m->st_steps;
     d.crop_s = m->st_crop;
     d.read_wait_s = m->st_read_wait;
+    d.decode_s = m->st_stage[STK__CROP_DECODE];
+    d.resize_s = m->st_stage[STK__CROP_RESIZE];
+    d.normalise_s = m->st_stage[STK__CROP_NORM];
     uint64_t f0 = m->st_faults0;
     pthread_mutex_unlock(&m->mu);
     uint64_t f = stk__major_faults();
@@ -63,18 +66,20 @@ int stk_reader_diagnose_sized(const stk_reader_diag *in, size_t size, char *buf,
     unsigned T = s->threads ? s->threads : 1, cpus = d.cpus ? d.cpus : T;
     double util = s->busy_s / (T * wall); /* of the workers' threads */
     double busy = s->busy_s > 0 ? s->busy_s : 1e-12;
-    double crop = d.crop_s / busy, rw = d.read_wait_s / busy;
-    double copy = 1 - crop - rw;
+    double crop = d.crop_s / busy, rw = d.read_wait_s / busy, norm = d.normalise_s / busy;
+    double copy = 1 - crop - rw - norm;
     if (copy < 0) copy = 0;
     put(&o,
         "loader: %.0f samples/s, %.3f GB/s, %.1f batches/s (%llu batches in %.3f s); %u worker threads %d%% "
         "busy",
         s->samples / wall, s->bytes / wall / 1e9, s->batches / wall, (unsigned long long)s->batches, wall, T,
         pct(util));
-    put(&o,
-        "\nworkers: decode/crop %.3f s (%d%%), waiting for reads %.3f s (%d%%), reading and copying %.3f s "
-        "(%d%%)",
-        d.crop_s, pct(crop), d.read_wait_s, pct(rw), copy * s->busy_s, pct(copy));
+    put(&o, "\nworkers: decode/crop %.3f s (%d%%)", d.crop_s, pct(crop));
+    if (d.decode_s > 0 || d.resize_s > 0) /* the crop's stages: where its time goes */
+        put(&o, " [JPEG decode %.3f s, resize and flip %.3f s]", d.decode_s, d.resize_s);
+    if (d.normalise_s > 0) put(&o, ", normalise %.3f s (%d%%)", d.normalise_s, pct(norm));
+    put(&o, ", waiting for reads %.3f s (%d%%), reading and copying %.3f s (%d%%)", d.read_wait_s, pct(rw),
+        copy * s->busy_s, pct(copy));
     if (d.io == STK_IO_MMAP) put(&o, "; %llu major page faults", (unsigned long long)d.major_faults);
     /* a trainer's steps: most batches were asked for after a pause */
     int stepped = d.steps > 0 && 2 * d.steps + 1 >= s->batches;
@@ -156,6 +161,12 @@ int stk_reader_metrics(const stk_reader *r, char *buf, size_t cap)
            s->busy_s);
     metric(&o, "worker_crop_seconds_total", "counter", "Worker seconds decoding and cropping images, summed.",
            d.crop_s);
+    metric(&o, "worker_decode_seconds_total", "counter",
+           "Worker seconds decoding JPEGs for load-time crops (entropy, IDCT, colour), summed.", d.decode_s);
+    metric(&o, "worker_resize_seconds_total", "counter",
+           "Worker seconds resizing and flipping load-time crops, summed.", d.resize_s);
+    metric(&o, "worker_normalise_seconds_total", "counter",
+           "Worker seconds normalising load-time crops to floating point, summed.", d.normalise_s);
     metric(&o, "worker_read_wait_seconds_total", "counter",
            "Worker seconds waiting for direct reads, summed.", d.read_wait_s);
     metric(&o, "h2d_seconds_total", "counter", "Seconds the copy engine spent on uploads.", s->h2d_s);

@@ -191,6 +191,9 @@ struct stk_reader {
     uint64_t st_steps;            /* nexts that came STK__STEP_MIN_S or more after the last return */
     uint64_t st_faults0;          /* the process's major faults at open or the last reset */
     stk__timeline *tl;            /* trace=PATH: the timeline recorder (trace.h), NULL: off */
+
+    /* load crops: worker seconds per stage (decode, resize, normalise; device.h), under mu */
+    double st_stage[STK__CROP_STAGES];
 };
 
 /* A consumer that comes back for the next batch this long after the last

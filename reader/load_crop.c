@@ -28,6 +28,8 @@
 #include "image.h"
 #include "device.h"
 #include "resize.h"
+#include "trace.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,9 +44,44 @@
 
 struct stk__cropper {
     stk__resizer *rs;
-    stk__jpeg *jpeg; /* JPEG fields: the decoder */
-    stk__img_buf px; /* a decoded JPEG, PX_ROOM bytes after it */
+    stk__jpeg *jpeg;                /* JPEG fields: the decoder */
+    stk__img_buf px;                /* a decoded JPEG, PX_ROOM bytes after it */
+    double stage[STK__CROP_STAGES]; /* seconds per stage since the last take */
+    stk__timeline *tl;              /* stk__cropper_trace: the next crop's stages marked there */
+    unsigned track, part;
+    uint64_t seq;
 };
+
+void stk__cropper_take(stk__cropper *c, double sum[STK__CROP_STAGES])
+{
+    for (int s = 0; s < STK__CROP_STAGES; s++) {
+        sum[s] += c->stage[s];
+        c->stage[s] = 0;
+    }
+}
+
+void stk__cropper_add(stk__cropper *c, int s, double secs) { c->stage[s] += secs; }
+
+void stk__cropper_trace(stk__cropper *c, stk__timeline *tl, unsigned track, uint64_t seq, unsigned part)
+{
+    c->tl = tl;
+    c->track = track;
+    c->seq = seq;
+    c->part = part;
+}
+
+/* Stage s begins: its start time, and its range when the crop is traced. */
+static double stage_begin(const stk__cropper *c, const char *name)
+{
+    STK_TRACE_PUSH(c->tl, c->track, name, c->seq, c->part);
+    return stk__now();
+}
+
+static void stage_end(stk__cropper *c, int s, double t0)
+{
+    c->stage[s] += stk__now() - t0;
+    STK_TRACE_POP(c->tl, c->track);
+}
 
 stk__cropper *stk__cropper_new(void)
 {
@@ -88,8 +125,10 @@ static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_
                              (unsigned long long)record, W, H);
     if (stk__img_buf_reserve(&c->px, (size_t)H * W * 3 + PX_ROOM, "the image", &e))
         return stk_error_set(err, STK_E_NOMEM, "out of memory for a %ux%u image", W, H);
-    if ((rc = stk__jpeg_decode(c->jpeg, data, (size_t)size, &info, STK_IMG_PF_RGB, 1, c->px.p, &e)))
-        return decode_failed(rc, record, &e, err);
+    double t0 = stage_begin(c, "decode");
+    rc = stk__jpeg_decode(c->jpeg, data, (size_t)size, &info, STK_IMG_PF_RGB, 1, c->px.p, &e);
+    stage_end(c, STK__CROP_DECODE, t0);
+    if (rc) return decode_failed(rc, record, &e, err);
     return STK_OK;
 }
 
@@ -108,15 +147,20 @@ static int crop_planned(stk__cropper *c, const stk_transform *t, const stk__crop
     const uint8_t *at;
     size_t stride;
     stk_error e;
+    double t0 = stage_begin(c, "decode");
     int rc = stk__jpeg_decode_plan(c->jpeg, value, (size_t)size, W, H, &p, &c->px, PX_ROOM, &at, &stride, &e);
+    stage_end(c, STK__CROP_DECODE, t0);
     if (rc == STK_IMG_E_UNSUPPORTED) return rc; /* CMYK: decoded whole by the caller */
     if (rc) return decode_failed(rc, record, &e, err);
     stk__rgb_view src = {at, p.w, p.h, stride, 0};
     const uint8_t *last = at + (size_t)(p.h - 1) * stride + 3 * (size_t)p.w, *end = c->px.p + c->px.cap;
     src.room = last <= end ? (size_t)(end - last) : 0;
     stk__rect win = {0, 0, ow, oh};
-    if (stk__resize_box(c->rs, &src, p.bx, p.by, p.bw, p.bh, ow, oh, &win, box->flip, dst, (size_t)ow * 3) !=
-        0)
+    t0 = stage_begin(c, "resize");
+    rc = stk__resize_box(c->rs, &src, p.bx, p.by, p.bw, p.bh, ow, oh, &win, box->flip, dst, (size_t)ow * 3);
+    stage_end(c, STK__CROP_RESIZE, t0);
+    c->tl = NULL; /* one traced crop a part */
+    if (rc != 0)
         return stk_error_set(err, STK_E_NOMEM, "out of memory resizing record %llu",
                              (unsigned long long)record);
     return STK_OK;
@@ -167,7 +211,11 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
     if (box.flip) win.x = rw - ow - win.x; /* the same window of the mirrored image */
     const uint8_t *last = src.data + (size_t)(src.h - 1) * src.stride + 3 * (size_t)src.w;
     src.room = last <= end ? (size_t)(end - last) : 0;
-    if (stk__resize(c->rs, &src, rw, rh, &win, box.flip, dst, (size_t)ow * 3) != 0)
+    double t0 = stage_begin(c, "resize");
+    rc = stk__resize(c->rs, &src, rw, rh, &win, box.flip, dst, (size_t)ow * 3);
+    stage_end(c, STK__CROP_RESIZE, t0);
+    c->tl = NULL; /* one traced crop a part */
+    if (rc != 0)
         return stk_error_set(err, STK_E_NOMEM, "out of memory resizing record %llu",
                              (unsigned long long)record);
     return STK_OK;

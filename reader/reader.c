@@ -340,7 +340,11 @@ static int load_crop_one(stk_reader *r, stk__worker *w, stk__slot *sl, unsigned 
     rc = stk__cropper_run(w->cropper, t, r->o.seed, sl->seq / r->nbatches, rec, src, size, dims, jpeg, square,
                           crop, err);
     w->crop_s += stk__now() - c0;
-    if (!rc && r->load_norm) stk__xform_normalise(&r->xf_job, crop, dst);
+    if (!rc && r->load_norm) {
+        double n0 = stk__now();
+        stk__xform_normalise(&r->xf_job, crop, dst);
+        stk__cropper_add(w->cropper, STK__CROP_NORM, stk__now() - n0);
+    }
     if (rc && err) { /* name the shard too: the cropper knows the record only */
         char m[STK_ERROR_MSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);
@@ -889,6 +893,8 @@ static void end(stk_reader *r, stk__worker *w, stk__part *p, const stk__part *ot
 {
     double t0 = stk__now();
     STK_TRACE_PUSH(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)), "gather", p->s, p->part);
+    if (r->tl && w->cropper)
+        stk__cropper_trace(w->cropper, r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)), p->s, p->part);
     part_end(r, w, p, other);
     if (r->zcache) unpin_blocks(r, w);
     STK_TRACE_POP(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)));
@@ -952,6 +958,7 @@ void *stk__worker_main(void *arg)
         r->st_crop += w->crop_s;
         r->st_read_wait += w->read_wait_s;
         w->crop_s = w->read_wait_s = 0;
+        if (w->cropper) stk__cropper_take(w->cropper, r->st_stage);
         r->st_verified += w->verified;
         w->verified = 0;
         finish_part(r, p->sl, p->part, p->gen, p->heap, &p->err);
@@ -1216,6 +1223,7 @@ void stk_reader_stats_reset(stk_reader *r)
     r->st_h2d_bytes = 0;
     r->st_ready_sum = 0;
     r->st_crop = r->st_read_wait = r->st_last_return = 0;
+    memset(r->st_stage, 0, sizeof r->st_stage);
     r->st_steps = 0;
     r->st_faults0 = stk__major_faults();
     pthread_mutex_unlock(&r->mu);

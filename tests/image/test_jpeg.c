@@ -262,8 +262,54 @@ START_TEST(buffer_reuse_and_give_back)
 }
 END_TEST
 
+/* Progressive JPEGs rewritten as baseline: the same pixels (whole and
+ * scaled decodes), a sequential frame, a file the check accepts; a baseline
+ * input is left alone; a cut progressive one fails. */
+START_TEST(progressive_to_baseline)
+{
+    static const int samps[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_GRAY};
+    static uint8_t px[W * H * 3];
+    for (uint32_t i = 0; i < W * H * 3; i++) px[i] = (uint8_t)((i * 2654435761u) >> 13);
+    for (size_t si = 0; si < sizeof samps / sizeof *samps; si++) {
+        tjhandle tj = tjInitCompress();
+        unsigned char *jb = NULL;
+        unsigned long len = 0;
+        ck_assert_int_eq(tjCompress2(tj, px, W, 0, H, TJPF_RGB, &jb, &len, samps[si], 85, TJFLAG_PROGRESSIVE),
+                         0);
+        tjDestroy(tj);
+        ck_assert_uint_gt(tu_jpeg_marker(jb, len, 0xC2), 0); /* SOF2: progressive */
+        uint8_t *b = NULL;
+        size_t bn = 0;
+        stk_error e;
+        ck_assert_msg(stk__jpeg_to_baseline(jb, len, &b, &bn, &e) == STK_OK, "%s", e.msg);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_uint_eq(tu_jpeg_marker(b, bn, 0xC2), 0);
+        ck_assert_uint_gt(tu_jpeg_marker(b, bn, 0xC0) + tu_jpeg_marker(b, bn, 0xC1), 0); /* sequential */
+        ck_assert_int_eq(stk__jpeg_check(b, bn, &e), STK_OK);
+        for (unsigned den = 1; den <= 8; den *= 2) {
+            uint8_t *want = tj_ref(jb, len, TJPF_RGB, den), *got = tj_ref(b, bn, TJPF_RGB, den);
+            tjscalingfactor sf = {1, (int)den};
+            ck_assert_msg(memcmp(want, got, (size_t)TJSCALED(W, sf) * TJSCALED(H, sf) * 3) == 0,
+                          "subsampling %d, 1/%u: other pixels", samps[si], den);
+            free(want);
+            free(got);
+        }
+        /* a baseline stream: nothing to do */
+        uint8_t *again = (uint8_t *)1;
+        size_t an = 1;
+        ck_assert_int_eq(stk__jpeg_to_baseline(b, bn, &again, &an, &e), STK_OK);
+        ck_assert(again == NULL && an == 0);
+        /* cut inside its scans: corrupt, nothing returned */
+        ck_assert_int_eq(stk__jpeg_to_baseline(jb, len * 2 / 3, &again, &an, &e), STK_IMG_E_CORRUPT);
+        ck_assert_ptr_null(again);
+        free(b);
+        tjFree(jb);
+    }
+}
+END_TEST
+
 TU_MAIN("image_jpeg", {.name = "jpeg",
                        .timeout = 120,
                        .tests = {header_and_whole_decodes, scale_choice, cuts_fail_and_the_next_decodes,
                                  header_needs_a_frame_header, warning_is_an_error, region_is_whole_decode,
-                                 buffer_reuse_and_give_back}})
+                                 buffer_reuse_and_give_back, progressive_to_baseline}})

@@ -194,6 +194,137 @@ END_TEST
 START_TEST(restart_markers) { planned_equals_whole(2, 2, 0, 1); }
 END_TEST
 
+/* A whole decode at num/8 to RGB through libjpeg itself (TurboJPEG picks
+ * its scale from the output size, which several scales share on images
+ * this small). */
+static void libjpeg_whole(const uint8_t *jb, unsigned long len, unsigned num, uint8_t *out)
+{
+    struct jpeg_decompress_struct ci;
+    struct jpeg_error_mgr jerr;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, jb, len);
+    jpeg_read_header(&ci, TRUE);
+    ci.out_color_space = JCS_RGB;
+    ci.scale_num = num;
+    ci.scale_denom = 8;
+    jpeg_start_decompress(&ci);
+    while (ci.output_scanline < ci.output_height) {
+        JSAMPROW row = out + (size_t)ci.output_scanline * ci.output_width * 3;
+        jpeg_read_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+}
+
+/* 1-pixel and 1-pixel-thin images, colour (4:2:0, 4:4:4) and greyscale:
+ * every scale's plan decodes to the pixels of a whole decode at that
+ * scale. */
+START_TEST(one_pixel_images)
+{
+    static const uint32_t dims[][2] = {{1, 1}, {1, 17}, {23, 1}, {2, 2}};
+    static const int samps[] = {TJSAMP_420, TJSAMP_444, TJSAMP_GRAY};
+    stk__jpeg *j = stk__jpeg_new();
+    stk__img_buf buf = {0};
+    tjhandle tc = tjInitCompress();
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+        for (size_t si = 0; si < sizeof samps / sizeof *samps; si++) {
+            uint32_t w = dims[di][0], h = dims[di][1];
+            tu_image im = tu_synth(w, h, TU_DETAIL, (unsigned)(di * 3 + si));
+            unsigned char *jb = NULL;
+            unsigned long len = 0;
+            ck_assert_int_eq(tjCompress2(tc, im.px, (int)w, 0, (int)h, TJPF_RGB, &jb, &len, samps[si], 90, 0),
+                             0);
+            for (unsigned k = 1; k <= 8; k++) {
+                stk__jpeg_plan p;
+                stk__jpeg_plan_make(w, h, 0, 0, w, h, 1, 1, 1u << k, 0, &p);
+                ck_assert(p.w == p.sw && p.h == p.sh && p.w >= 1 && p.h >= 1);
+                const uint8_t *at;
+                size_t stride;
+                stk_error e;
+                ck_assert_msg(stk__jpeg_decode_plan(j, jb, len, w, h, &p, &buf, 64, &at, &stride, &e) ==
+                                  STK_OK,
+                              "%ux%u samp %d scale %u/8: %s", w, h, samps[si], p.num, e.msg);
+                uint8_t whole[64 * 3];
+                ck_assert_uint_le((size_t)p.sw * p.sh, 64);
+                libjpeg_whole(jb, len, p.num, whole);
+                for (uint32_t y = 0; y < p.h; y++)
+                    ck_assert_msg(memcmp(at + y * stride, whole + (size_t)y * p.sw * 3, (size_t)p.w * 3) == 0,
+                                  "%ux%u samp %d scale %u/8 row %u differs", w, h, samps[si], p.num, y);
+            }
+            tjFree(jb);
+            tu_image_free(&im);
+        }
+    tjDestroy(tc);
+    stk__img_buf_free(&buf);
+    stk__jpeg_free(j);
+}
+END_TEST
+
+/* A progressive JPEG of 757 scans (each AC coefficient of each component
+ * alone, in four successive-approximation steps): over the 500 scans every
+ * decoder here allows, so the region decode, the transcode to baseline and
+ * the check all refuse it, and the decoder reads a good file next. */
+START_TEST(too_many_scans_refused)
+{
+    tu_image im = tu_synth(16, 16, TU_DETAIL, 2);
+    struct jpeg_compress_struct cc;
+    struct jpeg_error_mgr jerr;
+    cc.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&cc);
+    unsigned char *jb = NULL;
+    unsigned long len = 0;
+    jpeg_mem_dest(&cc, &jb, &len);
+    cc.image_width = cc.image_height = 16;
+    cc.input_components = 3;
+    cc.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&cc);
+    for (int c = 0; c < 3; c++) cc.comp_info[c].h_samp_factor = cc.comp_info[c].v_samp_factor = 1;
+    static jpeg_scan_info scans[1 + 3 * 63 * 4];
+    int n = 0;
+    scans[n++] = (jpeg_scan_info){3, {0, 1, 2, 0}, 0, 0, 0, 0};
+    for (int c = 0; c < 3; c++)
+        for (int k = 1; k < 64; k++)
+            for (int al = 3; al >= 0; al--)
+                scans[n++] = (jpeg_scan_info){1, {c, 0, 0, 0}, k, k, al == 3 ? 0 : al + 1, al};
+    cc.scan_info = scans;
+    cc.num_scans = n;
+    jpeg_start_compress(&cc, TRUE);
+    for (uint32_t y = 0; y < 16; y++) {
+        JSAMPROW row = im.px + (size_t)y * 16 * 3;
+        jpeg_write_scanlines(&cc, &row, 1);
+    }
+    jpeg_finish_compress(&cc);
+    jpeg_destroy_compress(&cc);
+    ck_assert_int_gt(n, 500);
+    stk__jpeg *j = stk__jpeg_new();
+    stk__img_buf buf = {0};
+    stk__jpeg_plan p;
+    stk__jpeg_plan_make(16, 16, 0, 0, 16, 16, 16, 16, STK_IMG_SCALES_POW2, 0, &p);
+    const uint8_t *at;
+    size_t stride;
+    stk_error e;
+    ck_assert_int_eq(stk__jpeg_decode_plan(j, jb, len, 16, 16, &p, &buf, 64, &at, &stride, &e),
+                     STK_IMG_E_CORRUPT);
+    ck_assert_msg(strstr(e.msg, "more than 500 scans") != NULL, "%s", e.msg);
+    uint8_t *b = NULL;
+    size_t bn = 0;
+    ck_assert_int_eq(stk__jpeg_to_baseline(jb, len, &b, &bn, &e), STK_IMG_E_CORRUPT);
+    ck_assert_msg(strstr(e.msg, "more than 500 scans") != NULL, "%s", e.msg);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(stk__jpeg_check(jb, len, &e), STK_IMG_E_CORRUPT);
+    /* the next, good file decodes */
+    unsigned long glen = 0;
+    uint8_t *good = make(&im, 1, 1, 1, 0, &glen);
+    ck_assert_int_eq(stk__jpeg_decode_plan(j, good, glen, 16, 16, &p, &buf, 64, &at, &stride, &e), STK_OK);
+    free(good);
+    free(jb);
+    stk__img_buf_free(&buf);
+    stk__jpeg_free(j);
+    tu_image_free(&im);
+}
+END_TEST
+
 START_TEST(cmyk_is_left_to_the_caller)
 {
     /* a CMYK frame: unsupported before any work, so the caller decodes it whole */
@@ -291,6 +422,45 @@ START_TEST(fidelity_psnr)
 }
 END_TEST
 
+/* The flip folded into the box resize (its tables mirrored: no pass of its
+ * own) gives the pixels of the plain box resize mirrored afterwards, for
+ * fractional boxes, shrinking and enlarging, SIMD and scalar kernels. */
+START_TEST(box_resize_mirror_is_flip_after)
+{
+    tu_image im = tu_synth(211, 157, TU_DETAIL, 4);
+    stk__resizer *rs = stk__resizer_new();
+    stk__rgb_view src = {im.px, im.w, im.h, (size_t)im.w * 3, 0};
+    static const double boxes[][4] = {{0, 0, 211, 157}, {13.25, 7.5, 150.5, 120.75}, {100.125, 40, 9.5, 11}};
+    static const uint32_t outs[][2] = {{64, 48}, {224, 224}, {5, 3}};
+    for (int scalar = 0; scalar < 2; scalar++) {
+        stk__resizer_force_scalar(rs, scalar);
+        for (size_t b = 0; b < 3; b++)
+            for (size_t o = 0; o < 3; o++) {
+                uint32_t ow = outs[o][0], oh = outs[o][1];
+                size_t row = (size_t)ow * 3;
+                uint8_t *plain = tu_xmalloc(row * oh), *mir = tu_xmalloc(row * oh);
+                stk__rect win = {0, 0, ow, oh};
+                ck_assert_int_eq(stk__resize_box(rs, &src, boxes[b][0], boxes[b][1], boxes[b][2], boxes[b][3],
+                                                 ow, oh, &win, 0, plain, row),
+                                 0);
+                ck_assert_int_eq(stk__resize_box(rs, &src, boxes[b][0], boxes[b][1], boxes[b][2], boxes[b][3],
+                                                 ow, oh, &win, 1, mir, row),
+                                 0);
+                for (uint32_t y = 0; y < oh; y++)
+                    for (uint32_t x = 0; x < ow; x++)
+                        ck_assert_msg(memcmp(mir + y * row + 3 * x, plain + y * row + 3 * (ow - 1 - x), 3) ==
+                                          0,
+                                      "box %zu out %ux%u (%s): (%u, %u) is not the mirrored pixel", b, ow, oh,
+                                      scalar ? "scalar" : "SIMD", x, y);
+                free(plain);
+                free(mir);
+            }
+    }
+    stk__resizer_free(rs);
+    tu_image_free(&im);
+}
+END_TEST
+
 /* At 8/8 with an integer box the box resize is the plain resize, byte for byte. */
 START_TEST(box_resize_at_integer_box_is_plain)
 {
@@ -317,5 +487,7 @@ TU_MAIN("image_plan", {.name = "plan", .tests = {every_scale_chosen, box_edges}}
         {.name = "decode",
          .timeout = 120,
          .tests = {sub_444, sub_422, sub_420, sub_440, sub_411, greyscale, progressive, restart_markers,
-                   cmyk_is_left_to_the_caller}},
-        {.name = "fidelity", .timeout = 300, .tests = {fidelity_psnr, box_resize_at_integer_box_is_plain}})
+                   one_pixel_images, too_many_scans_refused, cmyk_is_left_to_the_caller}},
+        {.name = "fidelity",
+         .timeout = 300,
+         .tests = {fidelity_psnr, box_resize_at_integer_box_is_plain, box_resize_mirror_is_flip_after}})

@@ -1298,6 +1298,63 @@ START_TEST(original_bytes_kept_bit_exact)
 }
 END_TEST
 
+/* --jpeg-baseline: a progressive JPEG kept by original storage is stored as
+ * baseline with the very pixels of the file; the others as they were; the
+ * same bytes from -j1 and -j2; refused without original storage. */
+START_TEST(jpeg_baseline_lossless)
+{
+    setup_pack();
+    json_decref(rawgen("-n 12 --classes 2 --min-side 20 --max-side 90 --variants", "raw"));
+    const char *flags = "--max-side 16384 --image-format original --jpeg-baseline";
+    ck_assert_int_eq(tu_sh("'%s' -q -j2 --json %s raw b", pack, flags), 0);
+    char *out = slurp_own("out.txt");
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    ck_assert_ptr_nonnull(j);
+    json_int_t made = json_integer_value(json_object_get(j, "made_baseline"));
+    json_decref(j);
+    ck_assert_int_eq(tu_sh("'%s' -q -j1 %s raw b1", pack, flags), 0);
+    ck_assert_msg(tu_sh("diff -r b b1") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
+    stk_dataset *ds = open_ds("b");
+    tjhandle tj = tjInitDecompress();
+    json_int_t progressive = 0;
+    for (uint64_t i = 0; i < stk_dataset_records(ds); i++) {
+        uint64_t src, size;
+        const void *p;
+        memcpy(&src, value(ds, field(ds, "source"), i, 8), 8);
+        ck_assert_int_eq(stk_dataset_value(ds, 0, i, &p, &size, NULL), 0);
+        char *path = listed_path("b", src);
+        if (!strstr(path, "progressive")) {
+            free(path);
+            continue;
+        }
+        progressive++;
+        size_t len;
+        char *file = slurp_n(path, &len);
+        ck_assert_msg(size != len || memcmp(p, file, len) != 0, "%s stored progressive as it was", path);
+        int w, h, sub, cs, w2, h2;
+        ck_assert_int_eq(tjDecompressHeader3(tj, (const uint8_t *)file, len, &w, &h, &sub, &cs), 0);
+        ck_assert_int_eq(tjDecompressHeader3(tj, p, size, &w2, &h2, &sub, &cs), 0);
+        ck_assert(w == w2 && h == h2);
+        uint8_t *a = malloc((size_t)w * h * 3), *b = malloc((size_t)w * h * 3);
+        ck_assert_int_eq(tjDecompress2(tj, (const uint8_t *)file, len, a, w, 0, h, TJPF_RGB, 0), 0);
+        ck_assert_int_eq(tjDecompress2(tj, p, size, b, w, 0, h, TJPF_RGB, 0), 0);
+        ck_assert_msg(memcmp(a, b, (size_t)w * h * 3) == 0, "%s: baseline pixels differ", path);
+        free(a);
+        free(b);
+        free(file);
+        free(path);
+    }
+    tjDestroy(tj);
+    stk_dataset_close(ds);
+    ck_assert_int_gt(progressive, 0);
+    ck_assert_int_eq(made, progressive);
+    ck_assert_int_eq(tu_sh("'%s/shardcheck' b", tu_tools), 0);
+    ck_assert_int_eq(tu_sh("'%s' --max-side 64 --image-format jpeg --jpeg-baseline raw x", pack), 2);
+    expect_in("err.txt", "needs --image-format original");
+}
+END_TEST
+
 /* kill -9 in the middle of a keep + JPEG pack, run again: the same bytes. */
 START_TEST(keep_jpeg_resume)
 {
@@ -1341,12 +1398,13 @@ START_TEST(keep_jpeg_resume)
 }
 END_TEST
 
-TU_MAIN("pack_cli", {.name = "cli",
-                     .timeout = 300,
-                     .tests = {help_version_and_rawgen, variants_packed_broken_skipped,
-                               bad_input_does_not_poison_next, pixels_match_reference,
-                               resample_space_rgb_and_ycc, threads_give_identical_bytes, stats_add_up,
-                               kill_and_resume_gives_same_bytes, resume_restarts_when_a_skipped_input_decodes,
-                               parts_merge_equals_plain_pack, exit_codes_and_refusals, one_writer_per_outdir,
-                               list_file_inputs, disk_full_fails_cleanly, review_refusals,
-                               keep_aspect_raw_and_jpeg, original_bytes_kept_bit_exact, keep_jpeg_resume}})
+TU_MAIN("pack_cli",
+        {.name = "cli",
+         .timeout = 300,
+         .tests = {help_version_and_rawgen, variants_packed_broken_skipped, bad_input_does_not_poison_next,
+                   pixels_match_reference, resample_space_rgb_and_ycc, threads_give_identical_bytes,
+                   stats_add_up, kill_and_resume_gives_same_bytes,
+                   resume_restarts_when_a_skipped_input_decodes, parts_merge_equals_plain_pack,
+                   exit_codes_and_refusals, one_writer_per_outdir, list_file_inputs, disk_full_fails_cleanly,
+                   review_refusals, keep_aspect_raw_and_jpeg, original_bytes_kept_bit_exact, keep_jpeg_resume,
+                   jpeg_baseline_lossless}})

@@ -17,6 +17,7 @@
  * kernels keep 14-bit weights and an 8-bit intermediate, as Pillow keeps
  * 22-bit weights and an 8-bit intermediate).
  */
+#include "image.h"
 #include "ingest.h"
 #include "resize.h"
 #include "resize_internal.h" /* test seams */
@@ -606,6 +607,61 @@ START_TEST(jpeg_dct_scaled)
         free(got);
     }
     free(full);
+    free(jpg);
+    tu_image_free(&im);
+    pk_decoder_free(d);
+}
+END_TEST
+
+/* Shrunk by 2 or more, a JPEG goes through the decode planner (image/plan.c)
+ * as the reader's crops do: the pixels are its scaled region decode of the
+ * output window's source, resampled from the box's fractional edges; and
+ * the stream is still read through to its end, so that damage below the
+ * window (which the region decode alone stops before) refuses the file. */
+START_TEST(jpeg_planned_region)
+{
+    pk_decoder *d = pk_decoder_new();
+    tu_image im = tu_synth(768, 1024, TU_DETAIL, 9);
+    size_t len;
+    uint8_t *jpg = jpeg_encode(im.px, 768, 1024, TJPF_RGB, TJSAMP_420, 90, 0, &len);
+    for (int mode = PK_RESIZE_SHORTER; mode <= PK_RESIZE_FIT; mode++) {
+        pk_params p = params(128, (pk_resize_mode)mode);
+        uint32_t ow, oh;
+        uint8_t *got = process_ok(d, jpg, len, &p, &ow, &oh);
+        stk__img_layout l;
+        stk__img_layout_compute((stk__img_mode)mode, 128, 0, 0, 768, 1024, &l);
+        double fx = 768.0 / (double)l.resized_w, fy = 1024.0 / (double)l.resized_h;
+        stk__jpeg_plan pl;
+        stk__jpeg_plan_make(768, 1024, (double)l.crop_x * fx, (double)l.crop_y * fy, l.w * fx, l.h * fy, l.w,
+                            l.h, STK_IMG_SCALES_POW2, 1, &pl);
+        ck_assert_uint_lt(pl.num, 8);
+        if (mode == PK_RESIZE_SHORTER) ck_assert_uint_lt(pl.h, pl.sh); /* the centre window's rows alone */
+        stk__jpeg *j = stk__jpeg_new();
+        stk__img_buf buf = {0};
+        const uint8_t *at;
+        size_t stride;
+        stk_error e;
+        ck_assert_int_eq(stk__jpeg_decode_plan(j, jpg, len, 768, 1024, &pl, &buf, 64, &at, &stride, &e),
+                         STK_OK);
+        stk__resizer *rs = stk__resizer_new();
+        stk__rgb_view v = {at, pl.w, pl.h, stride, 0};
+        stk__rect win = {0, 0, l.w, l.h};
+        uint8_t *want = tu_xmalloc((size_t)l.w * l.h * 3);
+        ck_assert_int_eq(
+            stk__resize_box(rs, &v, pl.bx, pl.by, pl.bw, pl.bh, l.w, l.h, &win, 0, want, (size_t)l.w * 3), 0);
+        for (uint32_t y = 0; y < l.h; y++)
+            ck_assert_msg(memcmp(got + ((size_t)(y + l.pad_y) * 128 + l.pad_x) * 3,
+                                 want + (size_t)y * l.w * 3, (size_t)l.w * 3) == 0,
+                          "mode %d row %u: not the planner's pixels", mode, y);
+        free(want);
+        stk__resizer_free(rs);
+        stk__img_buf_free(&buf);
+        stk__jpeg_free(j);
+        free(got);
+        /* cut below the window, and only the EOI missing: refused all the same */
+        process_fails(d, jpg, len * 19 / 20, &p, PK_E_CORRUPT, "corrupt JPEG: ");
+        process_fails(d, jpg, len - 2, &p, PK_E_CORRUPT, "corrupt JPEG: ");
+    }
     free(jpg);
     tu_image_free(&im);
     pk_decoder_free(d);
@@ -1624,7 +1680,7 @@ TU_MAIN("pack_image",
          .tests = {jpeg_flavours_exact, jpeg_grayscale_expands, jpeg_ycck_to_rgb,
                    jpeg_plain_cmyk_matches_pillow, jpeg_cjpeg_variants, jpeg_truncated, jpeg_garbage,
                    jpeg_bomb_refused_from_header, decoder_survives_bad_files, jpeg_dct_scaled,
-                   jpeg_planar_close_to_rgb_route, jpeg_planar_saturated}},
+                   jpeg_planned_region, jpeg_planar_close_to_rgb_route, jpeg_planar_saturated}},
         {.name = "png",
          .timeout = 60,
          .tests = {png_flavours_exact, png_named_jpg_is_png, png_corrupt_and_truncated,

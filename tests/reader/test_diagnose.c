@@ -105,6 +105,15 @@ START_TEST(cpu_bound_crops)
     HASNT(v, "storage");
     d.cpus = 8;
     HAS(say(&d), "more threads");
+    HASNT(say(&d), "JPEG decode"); /* no stages measured: none shown */
+    /* the crop's stages, and the normalising outside it */
+    d.decode_s = 1.2;
+    d.resize_s = 0.35;
+    d.normalise_s = 0.1;
+    v = say(&d);
+    HAS(v,
+        "decode/crop 1.600 s (82%) [JPEG decode 1.200 s, resize and flip 0.350 s], normalise 0.100 s (5%)");
+    HAS(v, "reading and copying 0.250 s (13%)");
 }
 END_TEST
 

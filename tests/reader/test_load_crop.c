@@ -118,6 +118,11 @@ static void expected(const stk_transform *t, uint64_t seed, uint64_t epoch, uint
                 }
 }
 
+/* The crop's stages the last run_reader measured (stk_reader_diag). */
+static stk_reader_diag last_diag;
+/* Where run_reader writes a trace (NULL: none). */
+static const char *trace_path;
+
 static void run_reader(const char *dir, int crop, int order, unsigned threads, uint8_t got[N][OUT * OUT * 3])
 {
     stk_transform t;
@@ -131,6 +136,7 @@ static void run_reader(const char *dir, int crop, int order, unsigned threads, u
     o.tail = STK_TAIL_PARTIAL;
     o.transform = &t;
     o.verify = STK_VERIFY_ALWAYS;
+    o.trace = trace_path;
     stk_reader *r = tu_open_reader(dir, &o);
     stk_error e;
     uint64_t seen = 0;
@@ -150,6 +156,10 @@ static void run_reader(const char *dir, int crop, int order, unsigned threads, u
         seen += b->size;
     }
     ck_assert_uint_eq(seen, N);
+    /* the crop's stages: the resize in every crop, within the crop's time; no normalising (u8) */
+    stk_reader_diag_get(r, &last_diag);
+    ck_assert(last_diag.resize_s > 0 && last_diag.normalise_s == 0);
+    ck_assert(last_diag.crop_s >= last_diag.decode_s + last_diag.resize_s - 1e-9);
     stk_reader_close(r);
 }
 
@@ -168,6 +178,7 @@ START_TEST(crops_match_reference)
         for (int order = STK_ORDER_SEQUENTIAL; order <= STK_ORDER_QUASI; order++)
             for (unsigned threads = 1; threads <= 3; threads += 2) {
                 run_reader(dir, crop, order, threads, got);
+                ck_assert(jpeg ? last_diag.decode_s > 0 : last_diag.decode_s == 0);
                 if (order == STK_ORDER_SEQUENTIAL && threads == 1) {
                     for (uint64_t i = 0; i < N; i++) {
                         expected(&t, 5, 0, i, jpeg, want);
@@ -233,6 +244,9 @@ START_TEST(normalised_crops)
                                       (unsigned long long)b->records[j], c, y, x, v, want);
                     }
     }
+    stk_reader_diag d;
+    stk_reader_diag_get(r, &d); /* the workers normalise only without a device */
+    ck_assert(device == STK_DEVICE_NONE ? d.normalise_s > 0 : d.normalise_s == 0);
     stk_reader_close(r);
 }
 END_TEST
@@ -399,8 +413,30 @@ START_TEST(square_field_on_workers)
 }
 END_TEST
 
+/* A trace of JPEG crops marks the crop's stages inside the workers' gather. */
+START_TEST(trace_marks_stages)
+{
+    char dir[TU_PATH], path[TU_PATH];
+    tu_scratch(dir, sizeof dir, "lc-trace");
+    write_ds(dir, 1);
+    tu_scratch_file(path, sizeof path, dir, "trace.json");
+    static uint8_t got[N][OUT * OUT * 3];
+    trace_path = path;
+    run_reader(dir, STK_CROP_RANDOM_RESIZED, STK_ORDER_SHUFFLE, 2, got);
+    trace_path = NULL;
+    size_t len;
+    char *text = (char *)tu_read(path, &len);
+    text = realloc(text, len + 1);
+    text[len] = 0;
+    ck_assert_msg(strstr(text, "\"name\":\"gather\"") != NULL, "no gather range");
+    ck_assert_msg(strstr(text, "\"name\":\"decode\"") != NULL, "no decode range");
+    ck_assert_msg(strstr(text, "\"name\":\"resize\"") != NULL, "no resize range");
+    free(text);
+}
+END_TEST
+
 TU_MAIN("load_crop", {.name = "load_crop",
                       .timeout = 300,
                       .loop = 2,
                       .loop_tests = {crops_match_reference, normalised_crops},
-                      .tests = {square_field_on_workers, normalise_exact, refusals}})
+                      .tests = {square_field_on_workers, normalise_exact, refusals, trace_marks_stages}})

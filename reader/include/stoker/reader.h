@@ -251,7 +251,9 @@ typedef struct {
                                               JSON (ui.perfetto.dev, chrome://tracing): each
                                               thread's stages per batch (the consumer's next
                                               and wait; a worker's begin, read wait and
-                                              gather; the copy thread's upload) and counters
+                                              gather, inside it one load-time crop's decode
+                                              and resize a part; the copy thread's upload)
+                                              and counters
                                               (batches ready, bytes in flight). At most
                                               65536 events per thread, later ones dropped
                                               (the file's otherData says how many). Created
@@ -652,6 +654,15 @@ typedef struct {
                                 storage through the maps)                     */
     int io;                  /* STK_IO_MMAP or STK_IO_DIRECT                  */
     unsigned cpus;           /* online CPUs                                   */
+    /* the load-time crop's stages, worker seconds summed (crop_s is about
+       decode_s + resize_s):                                                  */
+    double decode_s;         /* JPEG decoding: entropy decoding, IDCT,
+                                upsampling and colour conversion of the
+                                region a crop needs                           */
+    double resize_s;         /* the resize to the output, flip included (one
+                                pass), of every load-time crop, raw or JPEG   */
+    double normalise_s;      /* the workers' normalising to f32/f16/bf16 after
+                                the crop (no device transform)                */
 } stk_reader_diag;
 /* clang-format on */
 /* Since open or the last stats reset. */
@@ -659,7 +670,9 @@ STK_API void stk_reader_diag_get_sized(const stk_reader *r, stk_reader_diag *d, 
 /* The verdict that says what the numbers show, one line each (separated by
  * '\n', no final newline):
  *   "loader: ..."    throughput, and the workers' time;
- *   "workers: ..."   their time split: decode/crop, waiting for reads, copy;
+ *   "workers: ..."   their time split: decode/crop (and within it the JPEG
+ *                    decode and the resize), normalise, waiting for reads,
+ *                    copy;
  *   "trainer: ..."   with steps, whether it waited for data (input-bound at
  *                    10% of the wall time or more); without any, "no training
  *                    step recorded": no verdict about a trainer;
