@@ -121,6 +121,8 @@ struct stk_reader {
 
     /* the read path (io_plan.c) */
     int direct;                       /* STK_IO_DIRECT chosen */
+    int fill;                         /* map path: cold data that fits, read ahead (fill.c) */
+    struct stk__fill *filler;         /* its threads (fill.c), NULL: none */
     uint8_t *shard_huge;              /* the map path: per shard, its map advised huge pages (or NULL) */
     uint8_t io_field[STK_MAX_FIELDS]; /* direct: selected field k is read directly (an uncompressed tensor) */
     stk__io *io;                      /* its engine */
@@ -199,6 +201,14 @@ struct stk_reader {
 /* A consumer that comes back for the next batch this long after the last
  * one (or later) took a step in between (stk_reader_diag.steps). */
 #define STK__STEP_MIN_S 1e-3
+
+/* fill.c: with r->fill, threads that bring the records' 2 MiB runs into the
+ * page cache along the order, ahead of the workers (started at open,
+ * stopped at close before the workers' maps go); bytes brought in; threads. */
+int stk__fill_start(stk_reader *r, stk_error *err);
+void stk__fill_stop(stk_reader *r);
+uint64_t stk__fill_bytes(const stk_reader *r);
+unsigned stk__fill_threads(const stk_reader *r);
 
 /* reader.c: a prefetch worker's thread (arg: its stk__worker). */
 void *stk__worker_main(void *arg);

@@ -315,12 +315,66 @@ static size_t remote_shards(const stk_reader *r)
     return n;
 }
 
+/* Cold data that auto's rule keeps on the map path (it fits: later epochs
+ * come from the page cache) is read ahead of the workers along the order
+ * (fill.c): the map alone faults it in one fault at a time per worker, at a
+ * fraction of the device's speed (bench/README.md "cold": 0.14-0.23 of fio
+ * in the first epoch). With the fill the first epoch runs at the device's
+ * speed and leaves the data in the page cache in 2 MiB folios, which the
+ * later epochs copy from. The designs it was measured against (same place):
+ * the direct engine through the page cache (buffered reads; small folios,
+ * 2-3x slower than O_DIRECT here, and slower warm epochs); direct reads with
+ * a fill behind them (every byte read from the device twice); direct while
+ * cold, the map once resident (nothing makes it resident).
+ *
+ * A reader that reads each record once (opts.read_once: an evaluation
+ * pass) pays for no fill nothing would use: cold data goes O_DIRECT. Data
+ * found resident stays on the map either way (nothing to fill). Not read
+ * ahead: mixtures (their positions come from mix.c's cursors), compressed
+ * fields (their frames go through the block cache) and readers asked to
+ * release consumed pages (release_pages 1). */
+static int plan_cold(stk_reader *r, int io, uint64_t bytes, unsigned hit, unsigned probed)
+{
+    size_t n = strlen(r->io_reason);
+    int once = r->o.read_once == 1, cold = probed && hit * 2 < probed;
+    if (io != STK_IO_MMAP) { /* larger than the rule lets the cache hold: direct already */
+        if (once) snprintf(r->io_reason + n, sizeof r->io_reason - n, "; read once");
+        return io;
+    }
+    if (!cold) {
+        if (once)
+            snprintf(r->io_reason + n, sizeof r->io_reason - n,
+                     "; read once: resident already, no page-cache fill to avoid");
+        return io;
+    }
+    if (once) {
+        snprintf(r->io_reason, sizeof r->io_reason,
+                 "auto, read once: the selected fields (%.1f GB) are cold (%u of %u sampled pages resident): "
+                 "read directly (O_DIRECT), no page-cache fill that nothing would use",
+                 gb(bytes), hit, probed);
+        return STK_IO_DIRECT;
+    }
+    if (r->mix || r->has_compressed || r->o.release_pages > 0) {
+        snprintf(r->io_reason + n, sizeof r->io_reason - n, "; not read ahead (%s)",
+                 r->mix              ? "a mixture"
+                 : r->has_compressed ? "compressed fields selected"
+                                     : "release_pages asked for: the pages are not to stay");
+        return io;
+    }
+    r->fill = 1;
+    snprintf(r->io_reason + n, sizeof r->io_reason - n,
+             ", read ahead of the workers along the order (2 MiB runs, %u threads)",
+             r->o.io_depth < 64 ? r->o.io_depth : 64);
+    return io;
+}
+
 static int choose_auto(stk_reader *r, uint64_t bytes, uint64_t avail, int map_huge)
 {
     uint64_t ram = meminfo_bytes("MemTotal");
     unsigned probed = 0, hit = 0;
     if (!ram || bytes <= ram / 2) hit = probe_resident(r, &probed); /* past half of RAM: not needed */
-    return stk__io_auto_rule(bytes, ram, avail, hit, probed, map_huge, r->io_reason, sizeof r->io_reason);
+    int io = stk__io_auto_rule(bytes, ram, avail, hit, probed, map_huge, r->io_reason, sizeof r->io_reason);
+    return plan_cold(r, io, bytes, hit, probed);
 }
 
 int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
@@ -334,6 +388,8 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
     if (o->io < STK_IO_AUTO || o->io > STK_IO_DIRECT)
         return stk_error_set(err, STK_E_ARG, "io %d unknown (auto, mmap or direct)", o->io);
     if (o->io_depth > 1024) return stk_error_set(err, STK_E_ARG, "io_depth %u: at most 1024", o->io_depth);
+    if (o->read_once != 0 && o->read_once != 1)
+        return stk_error_set(err, STK_E_ARG, "read_once %d: 0 (auto) or 1", o->read_once);
     if (stk__env_get(env, STK__ENV_QUASI_BLOCKS, &blocks, err) ||
         stk__env_get(env, STK__ENV_MAP_HUGE, &huge, err))
         return STK_E_ARG;
@@ -373,6 +429,7 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
     }
     o->io = io;
     r->direct = io == STK_IO_DIRECT;
+    r->fill = r->fill && !r->direct && !nremote;
     for (unsigned k = 0; k < r->nsel && r->direct; k++) r->io_field[k] = (uint8_t)direct_field(r, k);
     /* Remote shards read quasi blocks whatever the value size: a GET per
      * record costs a round trip, a block's run of records is one GET. */
@@ -402,7 +459,7 @@ uint64_t stk__io_plan_bytes(const stk_reader *r)
 
 int stk__io_start(stk_reader *r, const stk__env *env, stk_error *err)
 {
-    if (!r->direct) return STK_OK;
+    if (!r->direct) return stk__fill_start(r, err);
     long engine, fault;
     if (stk__env_get(env, STK__ENV_IO_ENGINE, &engine, err) ||
         stk__env_get(env, STK__ENV_IO_FAULT, &fault, err))
@@ -443,6 +500,8 @@ void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, 
         v.buffered_files = c.buffered;
         v.quasi_blocks = r->qcache ? stk__qcache_loads(r->qcache) : 0;
     }
+    v.filled_bytes = stk__fill_bytes(r);
+    v.read_once = r->o.read_once == 1;
     snprintf(v.reason, sizeof v.reason, "%s", r->io_reason);
     if (s) stk__write_sized(s, size, &v, sizeof v);
 }

@@ -9,7 +9,7 @@
  * (abi_v0.h, the frozen 0.1.0 layouts, is types only: any file may use it):
  *   api      abi.c state.c reader_mix.c diagnose.c  public entries over a reader  (here)
  *   plan     reader_open.c io_plan.c env.c        options, environment, memory, read path  (here, env.h)
- *   engine   reader.c upload.c                    the reader's state, workers, copy thread  engine.h
+ *   engine   reader.c upload.c fill.c             the reader's state, workers, copy thread, cache fill  engine.h
  *   device   transform.c load_crop.c device_*.c   pixels: transform, crop, upload backends  device.h
  *   caches   blockcache.c qblocks.c               blocks shared by the workers  caches.h
  *   order    order.c mix.c                        orders and mixtures, pure functions  order.h mix.h

@@ -710,6 +710,7 @@ void stk_reader_close(stk_reader *r)
         free(r->workers);
     }
     if (r->copier_started) pthread_join(r->copier, NULL);
+    stk__fill_stop(r);                /* its threads fault the maps in */
     stk__timeline_close(r->tl, NULL); /* every track's thread is done; a failed write is not reported */
     stk__io_close(r->io);             /* after the workers: no read is in flight */
     stk__qcache_free(r->qcache);

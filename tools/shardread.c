@@ -66,6 +66,8 @@ static void usage(FILE *f)
                "                          for larger-than-RAM data or one pass over cold\n"
                "                          data; see README)\n"
                "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
+               "      --read-once         each record is read once (an evaluation pass): cold\n"
+               "                          data is read directly, not kept in the page cache\n"
                "      --cache-dir DIR     a remote dataset (s3://, https://): the node cache of\n"
                "                          fetched bytes, shared by the node's processes\n"
                "      --cache-limit SIZE  a remote dataset: bytes the cache may hold\n"
@@ -177,7 +179,8 @@ static int parse_args(int argc, char **argv, opts *o)
         O_CACHE_DIR,
         O_CACHE_LIMIT,
         O_TRACE,
-        O_METRICS
+        O_METRICS,
+        O_READ_ONCE
     };
     static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
                                        {"order", 1, 0, O_ORDER},
@@ -225,6 +228,7 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"cache-limit", 1, 0, O_CACHE_LIMIT},
                                        {"trace", 1, 0, O_TRACE},
                                        {"metrics", 0, 0, O_METRICS},
+                                       {"read-once", 0, 0, O_READ_ONCE},
                                        CLI_COMMON_OPTIONS};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
@@ -296,6 +300,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_METRICS:
             o->metrics = 1;
+            break;
+        case O_READ_ONCE:
+            o->ro.read_once = 1;
             break;
         case O_SW_IO: {
             char buf[64];
@@ -683,6 +690,9 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                     cli_bytes(hb, sizeof hb, (double)io.bytes), (unsigned long long)io.retries,
                     cli_bytes(hb2, sizeof hb2, (double)io.bounced_bytes), (unsigned long long)io.map_reads,
                     io.buffered_files, io.reason);
+        else if (io.filled_bytes)
+            fprintf(out, "io: mmap, %s read ahead into the page cache; %s\n",
+                    cli_bytes(hb, sizeof hb, (double)io.filled_bytes), io.reason);
         else fprintf(out, "io: mmap; %s\n", io.reason);
         if (rs.remote) {
             char b3[16], b4[16];
@@ -728,6 +738,8 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                io.depth, (unsigned long long)io.reads, (unsigned long long)io.retries,
                (unsigned long long)io.bounced_bytes, (unsigned long long)io.map_reads, cpu_s, anon_mib);
         cli_json_string(stdout, io.reason);
+        printf(",\"io_filled_bytes\":%llu,\"read_once\":%s", (unsigned long long)io.filled_bytes,
+               io.read_once ? "true" : "false");
         printf(",\"verdict\":");
         cli_json_string(stdout, verdict);
         if (rs.remote)

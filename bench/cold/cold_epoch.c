@@ -74,8 +74,82 @@ static void hog(size_t bytes, int fd, int ready_fd)
     _exit(0);
 }
 
+/* cold_epoch --epochs DATASET ORDER THREADS E [IO [READ_ONCE]]: E whole
+ * epochs in one reader at its defaults (IO auto unless given), one JSON line
+ * per epoch: seconds, GB/s, the path and the io statistics after it. */
+static int epochs_main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr,
+                "usage: cold_epoch --epochs DATASET ORDER THREADS E [auto|mmap|direct [READ_ONCE]]\n");
+        return 2;
+    }
+    stk_reader_options o;
+    stk_reader_options_init(&o);
+    o.batch_size = 256;
+    o.order = !strcmp(argv[3], "shuffle") ? STK_ORDER_SHUFFLE
+              : !strcmp(argv[3], "quasi") ? STK_ORDER_QUASI
+                                          : STK_ORDER_SEQUENTIAL;
+    o.rank = 0;
+    o.world_size = 1;
+    o.threads = (unsigned)atoi(argv[4]);
+    unsigned epochs = (unsigned)atoi(argv[5]);
+    o.io = argc > 6 && !strcmp(argv[6], "mmap")     ? STK_IO_MMAP
+           : argc > 6 && !strcmp(argv[6], "direct") ? STK_IO_DIRECT
+                                                    : STK_IO_AUTO;
+    o.read_once = argc > 7 ? atoi(argv[7]) : 0;
+    stk_error err;
+    double t0 = now();
+    stk_reader *r = stk_reader_open(argv[2], &o, &err);
+    if (!r) {
+        fprintf(stderr, "cold_epoch: %s\n", err.msg);
+        return 2;
+    }
+    uint64_t nb = stk_reader_batches_per_epoch(r), filled = 0;
+    double fill_t = 0;
+    stk_reader_set_epochs(r, epochs);
+    for (unsigned e = 0; e < epochs; e++) {
+        double bytes = 0, te = e ? now() : t0; /* the first epoch's time includes the open */
+        for (uint64_t i = 0; i < nb; i++) {
+            const stk_batch *b = stk_reader_next(r, &err);
+            if (!b) {
+                fprintf(stderr, "cold_epoch: %s\n", err.code ? err.msg : "the epoch ended early");
+                stk_reader_close(r);
+                return 1;
+            }
+            for (unsigned f = 0; f < b->nfields; f++) bytes += (double)b->fields[f].nbytes;
+            if (i % 8 == 0) { /* when the read-ahead last brought something in */
+                stk_reader_io_stats fs;
+                stk_reader_io_stats_get(r, &fs);
+                if (fs.filled_bytes != filled) {
+                    filled = fs.filled_bytes;
+                    fill_t = now() - t0;
+                }
+            }
+        }
+        double dt = now() - te;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                     ru.ru_stime.tv_usec * 1e-6,
+               sys = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+        stk_reader_io_stats is;
+        stk_reader_io_stats_get(r, &is);
+        printf("{\"epoch\":%u,\"seconds\":%.3f,\"gb_per_s\":%.4f,\"io\":\"%s\",\"reads\":%llu,"
+               "\"read_gb\":%.3f,\"filled_gb\":%.3f,\"fill_s\":%.3f,\"cpu_s\":%.3f,\"sys_s\":%.3f,\"reason\":"
+               "\"%s\"}\n",
+               e, dt, bytes / dt / 1e9, is.io == STK_IO_DIRECT ? "direct" : "mmap",
+               (unsigned long long)is.reads, (double)is.bytes / 1e9, (double)is.filled_bytes / 1e9, fill_t,
+               cpu, sys, is.reason);
+        fflush(stdout);
+    }
+    stk_reader_close(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--epochs")) return epochs_main(argc, argv);
     if (argc < 4) {
         fprintf(stderr, "usage: cold_epoch DATASET auto|mmap|direct HOG_GB [THREADS]\n");
         return 2;

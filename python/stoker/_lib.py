@@ -102,7 +102,9 @@ class Options(ctypes.Structure):
                 ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64),
                 ("cache_dir", c_char_p), ("cache_limit", c_u64), ("endpoint", c_char_p), ("region", c_char_p),
                 ("profile", c_char_p),
-                ("trace", c_char_p)]
+                ("trace", c_char_p),
+                ("tuning", c_int), ("tune_pin", c_uint), ("threads_max", c_uint), ("cpu_budget", ctypes.c_double),
+                ("read_once", c_int)]
 
 
 class BatchField(ctypes.Structure):
@@ -166,7 +168,8 @@ class DatasetOptions(ctypes.Structure):  # stk_dataset_options (stoker/format.h)
 class IoStats(ctypes.Structure):
     _fields_ = [("io", c_int), ("engine", c_int), ("depth", c_uint), ("reads", c_u64), ("bytes", c_u64),
                 ("retries", c_u64), ("bounced_bytes", c_u64), ("map_reads", c_u64),
-                ("buffered_files", c_uint), ("quasi_blocks", c_u64), ("reason", ctypes.c_char * 512)]
+                ("buffered_files", c_uint), ("quasi_blocks", c_u64), ("reason", ctypes.c_char * 512),
+                ("filled_bytes", c_u64), ("read_once", c_int)]
 
 
 class RemoteStats(ctypes.Structure):  # stk_reader_remote_stats

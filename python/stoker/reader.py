@@ -319,6 +319,10 @@ class Reader:
                   one pass over cold data; io_stats() says which path auto chose
                   and why)
     io_depth      direct: reads in flight per worker queue (0: 32; see the README)
+    read_once     True: each record is read once (an evaluation pass): cold data
+                  is read directly, never filled into the page cache for epochs
+                  that will not come (default False: auto, which reads cold data
+                  that fits in memory through the page cache, ahead of the workers)
     memory_budget, quasi_block_bytes, quasi_window, release_pages, device_fallback:
                   as in stk_reader_options
     stream        CUDA: the stream batches are consumed on (torch.cuda.Stream or
@@ -352,7 +356,7 @@ class Reader:
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
                  device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list",
                  epoch_size=0, cache_dir=None, cache_limit=0, endpoint=None, region=None, profile=None,
-                 trace=None):
+                 trace=None, read_once=False):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -422,6 +426,7 @@ class Reader:
         o.memory_budget, o.quasi_block_bytes, o.quasi_window = int(memory_budget), int(quasi_block_bytes), int(quasi_window)
         o.release_pages = int(release_pages)
         o.io, o.io_depth = L.IO[io], int(io_depth)
+        o.read_once = 1 if read_once else 0
         o.epoch_size = int(epoch_size)
         # kept alive with the reader's options: libstoker reads them at open
         self._remote_c = [None if v is None else os.fsencode(v) for v in (cache_dir, endpoint, region, profile)]
@@ -821,7 +826,8 @@ class Reader:
     def io_stats(self):
         """How records are read, as a dict: io ("mmap" or "direct"), engine ("io_uring",
         "threads" or "none"), depth, reads, bytes, retries, bounced_bytes, map_reads,
-        buffered_files, and reason (why this path, and any fallback)."""
+        buffered_files, quasi_blocks, filled_bytes (cold data read into the page cache ahead
+        of the workers), read_once, and reason (why this path, and any fallback)."""
         s = L.padded(L.IoStats)
         h = self._handle()
         L.stk_reader_io_stats_get(h.r, ctypes.addressof(s))

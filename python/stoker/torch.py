@@ -234,6 +234,8 @@ class DataLoader:
                   (an exact distributed evaluation); a rank's last batch may
                   be short and a rank may get one batch fewer than another
                   (len() per rank), never an empty batch
+    read_once     default True for an unshuffled loader (shuffle=False and no
+                  order=: an evaluation pass), else False; as stoker.Reader
     order, rank, world_size, verify, io, crop, debug, ... : as stoker.Reader
                   (rank and world size from torch.distributed when a process
                   group is initialised, else $RANK/$WORLD_SIZE)
@@ -350,6 +352,11 @@ class DataLoader:
         order = opts.pop("order", None)
         if order is None:
             order = "shuffle" if shuffle else "sequential"
+            # an unshuffled loader is an evaluation pass: each record read
+            # once, so cold data is not filled into the page cache for epochs
+            # that will not come (read_once=False keeps the fill)
+            if not shuffle:
+                opts.setdefault("read_once", True)
         elif shuffle is not None and bool(shuffle) != (order != "sequential"):
             raise ValueError(f"shuffle={shuffle!r} contradicts order={order!r}")
         drop_last = bool(drop_last)

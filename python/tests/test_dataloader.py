@@ -329,3 +329,18 @@ def test_two_process_distributed_ranks_are_disjoint_and_cover_the_epoch(ds48, tm
     e0 = [h for x in logs[0] if x["epoch"] == 0 for h in x["images"]]
     e1 = [h for x in logs[0] if x["epoch"] == 1 for h in x["images"]]
     assert e0 != e1
+
+
+def test_unshuffled_loaders_read_once(ds):
+    # an unshuffled loader is an evaluation pass: read_once, unless asked otherwise
+    with stoker.torch.DataLoader(ds, batch_size=10, shuffle=False) as dl:
+        s = dl.reader.io_stats()
+        assert s["read_once"] == 1 and s["filled_bytes"] == 0
+    with stoker.torch.DataLoader(ds, batch_size=10) as dl:
+        assert dl.reader.io_stats()["read_once"] == 1
+    with stoker.torch.DataLoader(ds, batch_size=10, shuffle=True) as dl:
+        assert dl.reader.io_stats()["read_once"] == 0
+    with stoker.torch.DataLoader(ds, batch_size=10, shuffle=False, read_once=False) as dl:
+        assert dl.reader.io_stats()["read_once"] == 0
+    with stoker.torch.DataLoader(ds, batch_size=10, order="quasi") as dl:
+        assert dl.reader.io_stats()["read_once"] == 0

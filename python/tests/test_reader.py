@@ -602,3 +602,17 @@ def test_diagnose_and_metrics(ds):
     assert lines[3].startswith("bound by: ")
     assert "# TYPE stoker_batches_total counter" in m
     assert f"stoker_batches_total {n}\n" in m
+
+
+def test_read_once_is_passed_and_reported(ds48):
+    with stoker.Reader(ds48, batch_size=4, read_once=True) as r:
+        s = r.io_stats()
+        assert s["read_once"] == 1 and s["filled_bytes"] == 0
+        # resident: the map, with nothing to avoid; cold (evicted since it was
+        # written): read directly, no fill
+        if s["io"] == "mmap":
+            assert "read once: resident already" in s["reason"], s["reason"]
+        else:
+            assert s["reason"].startswith("auto, read once: "), s["reason"]
+    with stoker.Reader(ds48, batch_size=4) as r:
+        assert r.io_stats()["read_once"] == 0

@@ -111,7 +111,14 @@ struct stk_transform;
  * (mincore) is mostly not resident and they are larger than half of the
  * available memory (a quarter where the maps are not advised huge pages):
  * cold data within that bound goes through the page cache, which serves the
- * epochs after the first. stk_reader_io_stats_get says which path and why. A failed
+ * epochs after the first, and is read into it ahead of the workers along the
+ * order (threads that fault each 2 MiB run holding a value of the reader's
+ * next records into the maps, opts.io_depth of them at once), so that the
+ * first epoch runs at the storage's speed, not a page fault at a time
+ * (io stats: filled_bytes). With opts.read_once (an evaluation pass) cold
+ * data is read directly instead, leaving the page cache to others; resident
+ * data stays on the map either way. Neither changes the batches.
+ * stk_reader_io_stats_get says which path and why. A failed
  * read names the shard, the records and errno; short reads, EINTR and EAGAIN
  * are retried.
  *
@@ -183,7 +190,8 @@ typedef enum {
     STK_IO_AUTO = 0,  /* mmap, unless the selected fields are larger than half
                          of RAM, or cold and larger than half of the
                          memory available (a quarter without huge-page
-                         advice on the maps)                                  */
+                         advice on the maps), or cold with read_once; cold
+                         data on the map is read ahead along the order     */
     STK_IO_MMAP = 1,  /* copy from the mapped shards (page faults, page cache;
                          zero-copy sequential batches)                        */
     STK_IO_DIRECT = 2 /* read into the slots with asynchronous O_DIRECT reads,
@@ -274,8 +282,10 @@ typedef struct {
                                               $SLURM_NTASKS_PER_NODE), minus what the
                                               trainer's own threads keep busy                  */
     int read_once;                         /* 1: each record is read once (an evaluation
-                                              pass): cold data is not kept in the page
-                                              cache for later epochs; 0: auto               */
+                                              pass): cold data is read directly, not kept
+                                              in the page cache for later epochs; 0: auto
+                                              (cold data that fits is read into the page
+                                              cache ahead of the workers)                   */
 } stk_reader_options;
 /* clang-format on */
 
@@ -569,6 +579,10 @@ typedef struct {
                                        O_DIRECT (read through the page cache)       */
     uint64_t quasi_blocks;          /* quasi order: blocks read whole               */
     char reason[STK_ERROR_MSG_MAX]; /* why this path, and any fallback              */
+    uint64_t filled_bytes;          /* the map path, cold data that fits: bytes read
+                                       into the page cache ahead of the workers
+                                       along the order (see STK_IO_AUTO)             */
+    int read_once;                  /* opts.read_once as taken (1: no cache fill)    */
 } stk_reader_io_stats;
 /* clang-format on */
 static inline void stk_reader_io_stats_get(const stk_reader *r, stk_reader_io_stats *s);
