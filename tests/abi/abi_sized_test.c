@@ -210,6 +210,39 @@ static void before_remote_members(void)
     stk_reader_close(r);
 }
 
+/* A caller from before the tuning members: its knobs stay as given (tuning
+ * resolves off, $STOKER_TUNING unset), and the tuner's statistics and log
+ * are written only as far as the caller's structs go. */
+static void before_tuning_members(void)
+{
+    size_t old = offsetof(stk_reader_options, tuning);
+    unsigned char buf[sizeof(stk_reader_options) + SPARE];
+    memset(buf, POISON, sizeof buf);
+    stk_reader_options_init_sized((stk_reader_options *)(void *)buf, old);
+    CHECK(all_poison(buf + old, sizeof buf - old), "init wrote past the older caller's %zu bytes", old);
+    stk_reader_options *o = (stk_reader_options *)(void *)buf;
+    o->rank = 0;
+    o->world_size = 1;
+    o->threads = 2;
+    stk_error err;
+    stk_reader *r = stk_reader_open_sized(dir, o, old, sizeof(stk_transform), &err);
+    REQUIRE(r, "an older caller without the tuning members: %s", err.msg);
+    const char *env = getenv("STOKER_TUNING");
+    int on = env && !strcmp(env, "on");
+    CHECK(stk_reader_get_options(r)->tuning == (on ? STK_TUNING_ON : STK_TUNING_OFF),
+          "an older caller's tuning resolves off (unless $STOKER_TUNING=on)");
+    unsigned char sb[sizeof(stk_reader_tune_stats) + SPARE];
+    memset(sb, POISON, sizeof sb);
+    stk_reader_tune_stats_get_sized(r, (stk_reader_tune_stats *)(void *)sb, 8);
+    CHECK(sb[0] == on && sb[4] == 2 && all_poison(sb + 8, sizeof sb - 8),
+          "tune stats: 8 bytes written, no more");
+    stk_reader_tune_stats_get_sized(r, (stk_reader_tune_stats *)(void *)sb, sizeof sb);
+    CHECK(sb[sizeof sb - 1] == 0, "tune stats: a newer caller's tail zeroed");
+    stk_reader_tune_event ev[2];
+    CHECK(on || stk_reader_tune_log_sized(r, ev, 2, sizeof ev[0]) == 0, "no tuner: an empty log");
+    stk_reader_close(r);
+}
+
 static void zeroed_reader_options(void)
 {
     stk_reader_options o = {0};
@@ -252,6 +285,7 @@ int main(void)
     too_small();
     transform_through_wrappers();
     before_remote_members();
+    before_tuning_members();
     zeroed_reader_options();
     dataset_options();
     if (failures) {

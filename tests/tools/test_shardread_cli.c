@@ -243,7 +243,60 @@ START_TEST(trace_verdict_metrics)
 }
 END_TEST
 
-TU_MAIN("shardread cli", {.name = "cli",
-                          .timeout = 120,
-                          .tests = {dump_order_format, resume_across_processes, json_and_quasi_quality,
-                                    exit_codes, mix_resume_and_errors, trace_verdict_metrics}})
+/* The last line of out.txt as JSON. */
+static json_t *last_json(void)
+{
+    const char *out = tu_slurp("out.txt"), *last = out, *p;
+    while ((p = strchr(last, '\n')) && p[1]) last = p + 1;
+    json_error_t je;
+    json_t *j = json_loads(last, 0, &je);
+    ck_assert_msg(j != NULL, "last line is not JSON: %s (%s)", last, je.text);
+    return j;
+}
+
+/* --tuning, --pin, --threads-max, --cpu-budget: the tuner's knobs and log
+ * in --json and the summary; pinned knobs stay; bad values are usage. */
+START_TEST(tuning_options)
+{
+    tu_cli_setup();
+    make_dataset();
+    ck_assert_int_eq(tu_sh("'%s/shardread' --json -b 8 -e 3 -j 1 -p 1 --tuning on --threads-max 2 "
+                           "--cpu-budget 2 ds",
+                           tu_tools),
+                     0);
+    json_t *j = last_json(), *t = json_object_get(j, "tuning");
+    ck_assert(json_is_true(json_object_get(t, "on")));
+    ck_assert_int_eq(json_integer_value(json_object_get(t, "threads_max")), 2);
+    ck_assert(json_number_value(json_object_get(t, "cpu_budget")) == 2.0);
+    json_int_t threads = json_integer_value(json_object_get(t, "threads"));
+    ck_assert(threads >= 1 && threads <= 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "threads")), threads);
+    ck_assert(json_array_size(json_object_get(t, "log")) ==
+              (size_t)(json_integer_value(json_object_get(t, "changes")) < 16
+                           ? json_integer_value(json_object_get(t, "changes"))
+                           : 16));
+    json_decref(j);
+    ck_assert(strstr(tu_slurp("err.txt"), "tuning: threads ") != NULL);
+    ck_assert_int_eq(tu_sh("'%s/shardread' --json -b 8 -e 3 -j 1 -p 1 --tuning on --threads-max 2 "
+                           "--pin threads,prefetch ds",
+                           tu_tools),
+                     0);
+    j = last_json();
+    t = json_object_get(j, "tuning");
+    ck_assert_int_eq(json_integer_value(json_object_get(t, "threads")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(t, "prefetch")), 1);
+    json_decref(j);
+    ck_assert_int_eq(tu_sh("'%s/shardread' -b 8 --tuning off -j 2 ds", tu_tools), 0);
+    ck_assert(strstr(tu_slurp("out.txt"), "tuning: off (threads 2, prefetch 4") != NULL);
+    tu_sh_says(2, "err.txt", "--tuning", "'%s/shardread' --tuning maybe ds", tu_tools);
+    tu_sh_says(2, "err.txt", "--pin", "'%s/shardread' --pin speed ds", tu_tools);
+    tu_sh_says(2, "err.txt", "--cpu-budget", "'%s/shardread' --cpu-budget 0 ds", tu_tools);
+    tu_sh_says(2, "err.txt", "threads_max 1", "'%s/shardread' --tuning on -j 2 --threads-max 1 ds", tu_tools);
+}
+END_TEST
+
+TU_MAIN("shardread cli",
+        {.name = "cli",
+         .timeout = 120,
+         .tests = {dump_order_format, resume_across_processes, json_and_quasi_quality, exit_codes,
+                   mix_resume_and_errors, trace_verdict_metrics, tuning_options}})
