@@ -44,6 +44,7 @@ typedef struct {
     stk_error err;                          /* set when preparing failed */
     unsigned err_part;                      /* the part err came from */
     unsigned parts_left;                    /* parts still being prepared (under mu) */
+    unsigned nparts;                        /* parts the batch was cut into (r->parts_now at its claim) */
     uint8_t *buf;                           /* gathered tensors, one region per field */
     uint64_t *records;                      /* batch_size global record indices */
     stk_value *values;                      /* batch_size per bytes or array field */
@@ -92,6 +93,7 @@ typedef struct {
     uint8_t *rval;         /* a remote shard's value, copied out of the node cache */
     uint64_t rval_cap;
     stk__mix_cache *mixc; /* a mixture: the sources' orders (mix.c) */
+    unsigned index;       /* among r->workers: it claims work while index < r->knob_threads */
 } stk__worker;
 
 typedef struct {
@@ -144,6 +146,11 @@ struct stk_reader {
     uint64_t *verified_bits; /* STK_VERIFY_ONCE: one bit per record */
 
     unsigned nslots;
+    /* batch s is in slots[slot_map[s % nslots]] from its claim to its
+     * release (under mu); the slots no batch holds are a stack, the one freed
+     * last on top, so that a prefetch smaller than nslots - 1 (the knob)
+     * keeps reusing the same few buffers and the rest are never touched */
+    unsigned *slot_map, *free_slot, nfree;
     uint64_t slot_bytes;
     int stream_copy; /* values gathered into slots with streaming stores (membuf.c; reader_open.c, plan_copy) */
     stk__slot *slots;
@@ -172,7 +179,9 @@ struct stk_reader {
     pthread_mutex_t mu;
     pthread_cond_t work_cv, ready_cv;
     uint64_t claim, consume, released, end_seq;
-    unsigned claim_part, parts; /* batches are prepared in `parts` parts (one per thread) */
+    unsigned claim_part, parts; /* batches are prepared in parts, one per thread: `parts` at open
+                                   (what the direct path's buffers were planned for) */
+    unsigned parts_now;         /* ... for the threads running now (stk__engine_parts) */
     uint64_t slot_stride_bytes; /* bytes of selected tensor fields per record */
     uint64_t gen;               /* bumped by seek; read unlocked by workers (atomics) */
     unsigned active;
@@ -191,7 +200,65 @@ struct stk_reader {
     uint64_t st_steps;            /* nexts that came STK__STEP_MIN_S or more after the last return */
     uint64_t st_faults0;          /* the process's major faults at open or the last reset */
     stk__timeline *tl;            /* trace=PATH: the timeline recorder (trace.h), NULL: off */
+
+    /* knobs (stk__engine_set_knobs): fixed bounds from open, values under mu.
+     * nworkers threads run, of which the first knob_threads claim work (the
+     * rest wait on knob_cv); claims stay below released + knob_slots (<=
+     * nslots); the direct queues keep at most knob_depth reads in flight
+     * (<= io_depth_max, what they were made for). Batch s is in slot s %
+     * nslots whatever the knobs say, and its records do not depend on how
+     * many parts it is cut into: the knobs change only speed. */
+    unsigned nworkers, knob_threads, knob_slots, knob_depth, io_depth_max;
+    pthread_cond_t knob_cv;
+    /* the tuner above (tune.c), called by the consumer's next once
+     * st_batches reaches tune_at (outside the lock): the engine knows
+     * nothing of its policy */
+    void (*tune_fn)(stk_reader *r);
+    struct stk__tuner *tuner;
+    uint64_t tune_at; /* under mu */
+    uint64_t st_resets;
 };
+
+/* Knob values: worker threads running, batches prepared ahead, direct reads
+ * in flight per queue. */
+typedef struct {
+    unsigned threads, prefetch, io_depth;
+} stk__knobs;
+
+/* The engine's counters at one moment, for a tuner to difference: the
+ * statistics' (since open or the last stk_reader_stats_reset: `resets`
+ * counts those) and the CPU clocks (since the threads started). */
+typedef struct {
+    double t;             /* stk__now() */
+    uint64_t batches;     /* returned by next */
+    uint64_t bytes;       /* of the selected fields in them */
+    double wait_s;        /* the consumer blocked in next */
+    double busy_s;        /* worker seconds preparing parts */
+    double read_wait_s;   /* worker seconds waiting for direct reads */
+    double crop_s;        /* worker seconds decoding and cropping */
+    double worker_cpu_s;  /* CPU time of the worker threads (pthread_getcpuclockid) */
+    double process_cpu_s; /* CPU time of the whole process (CLOCK_PROCESS_CPUTIME_ID) */
+    uint64_t ready_sum;   /* batches ready when next was called, summed */
+    uint64_t resets;      /* stk_reader_stats_reset calls so far */
+    int direct;           /* the direct path: io_depth matters */
+    stk__knobs knobs;     /* in force */
+} stk__engine_counters;
+
+/* reader.c: set the knobs (each clamped to 1 .. its bound); wakes the
+ * workers. Any thread; takes the reader's mutex. */
+void stk__engine_set_knobs(stk_reader *r, unsigned threads, unsigned prefetch, unsigned io_depth);
+/* The parts a batch is cut into for `threads` threads: one each, but tiny
+ * batches stay whole. */
+unsigned stk__engine_parts(const stk_reader *r, unsigned threads);
+/* Every slot free (at open, and when a seek restarts the stream). */
+void stk__engine_free_slots(stk_reader *r);
+void stk__engine_knobs(stk_reader *r, stk__knobs *now, stk__knobs *max);
+void stk__engine_sample(stk_reader *r, stk__engine_counters *s);
+/* Call r->tune_fn again once `batches` more batches were returned. */
+void stk__engine_tune_after(stk_reader *r, uint64_t batches);
+
+/* Under mu (or from the thread that claimed s, once claimed): batch s's slot. */
+static inline unsigned stk__slot_index(const stk_reader *r, uint64_t s) { return r->slot_map[s % r->nslots]; }
 
 /* A consumer that comes back for the next batch this long after the last
  * one (or later) took a step in between (stk_reader_diag.steps). */

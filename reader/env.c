@@ -28,6 +28,9 @@ static const struct {
     [STK__ENV_WORLD_SIZE] = {"WORLD_SIZE", NUMBER, "a world size", NULL, 1},
     [STK__ENV_SLURM_NTASKS] = {"SLURM_NTASKS", NUMBER, "a world size", NULL, 1},
     [STK__ENV_TRACE] = {"STOKER_TRACE", TEXT, NULL, NULL, 0},
+    [STK__ENV_TUNING] = {"STOKER_TUNING", CHOICE, "off", "on", 0},
+    [STK__ENV_LOCAL_WORLD_SIZE] = {"LOCAL_WORLD_SIZE", NUMBER, "a count of ranks", NULL, 1},
+    [STK__ENV_SLURM_NTASKS_PER_NODE] = {"SLURM_NTASKS_PER_NODE", NUMBER, "a count of ranks", NULL, 1},
 };
 
 void stk__env_read(stk__env *e)

@@ -18,7 +18,10 @@ enum {
     STK__ENV_SLURM_PROCID,
     STK__ENV_WORLD_SIZE, /* WORLD_SIZE, then SLURM_NTASKS: the number of ranks */
     STK__ENV_SLURM_NTASKS,
-    STK__ENV_TRACE, /* STOKER_TRACE: a path; trace=PATH when the option is unset */
+    STK__ENV_TRACE,            /* STOKER_TRACE: a path; trace=PATH when the option is unset */
+    STK__ENV_TUNING,           /* STOKER_TUNING: auto, off (0) or on (1): tuning=AUTO's choice */
+    STK__ENV_LOCAL_WORLD_SIZE, /* LOCAL_WORLD_SIZE, then SLURM_NTASKS_PER_NODE: ranks on this node */
+    STK__ENV_SLURM_NTASKS_PER_NODE,
     STK__ENV_COUNT
 };
 

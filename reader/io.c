@@ -78,6 +78,7 @@ struct stk__io {
     const stk_dataset *ds;
     int engine;
     unsigned depth, nq;
+    unsigned depth_now; /* the limit in force, <= depth (stk__io_set_depth; atomic) */
     stk__ioq *q;
 
     pthread_mutex_t fmu; /* the file table */
@@ -90,6 +91,7 @@ struct stk__io {
     stk__ioreq *head, *tail;
     pthread_t *th;
     unsigned nth;
+    unsigned running; /* reads the pool's threads are doing (under pmu) */
     int stop;
 
     /* the fault seam */
@@ -259,19 +261,29 @@ static void pool_read(stk__io *io, stk__ioreq *rq)
     }
 }
 
+/* Under pmu: how many of the pool's threads may read at once (depth_now
+ * per queue). */
+static unsigned pool_cap(const stk__io *io)
+{
+    uint64_t cap = (uint64_t)__atomic_load_n(&io->depth_now, __ATOMIC_RELAXED) * io->nq;
+    return cap < io->nth ? (unsigned)cap : io->nth;
+}
+
 static void *pool_main(void *arg)
 {
     stk__io *io = arg;
     pthread_mutex_lock(&io->pmu);
     for (;;) {
-        while (!io->head && !io->stop) pthread_cond_wait(&io->pcv, &io->pmu);
+        while (!io->stop && (!io->head || io->running >= pool_cap(io))) pthread_cond_wait(&io->pcv, &io->pmu);
         if (!io->head) break;
         stk__ioreq *rq = io->head;
         io->head = rq->next;
         if (!io->head) io->tail = NULL;
+        io->running++;
         pthread_mutex_unlock(&io->pmu);
         pool_read(io, rq);
         pthread_mutex_lock(&io->pmu);
+        io->running--;
         if (--rq->q->left == 0) pthread_cond_signal(&rq->q->done_cv);
     }
     pthread_mutex_unlock(&io->pmu);
@@ -321,11 +333,12 @@ static void ring_prep(stk__ioq *q, stk__ioreq *rq)
 static void ring_fill(stk__ioq *q)
 {
     stk__io *io = q->io;
-    stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap); /* see grow_reqs */
-    uint64_t max_bytes = (uint64_t)io->depth * IO_BYTES_PER_DEPTH;
+    stk__ioreq **again = (stk__ioreq **)(void *)(q->req + q->cap);      /* see grow_reqs */
+    unsigned depth = __atomic_load_n(&io->depth_now, __ATOMIC_RELAXED); /* <= the ring's size */
+    uint64_t max_bytes = (uint64_t)depth * IO_BYTES_PER_DEPTH;
     stk__ioreq *prepared[1024]; /* io_depth <= 1024 (io_plan.c) */
     unsigned queued = 0;
-    while (!q->dead && q->inflight < io->depth && queued < 1024 && (q->nre || q->next < q->n)) {
+    while (!q->dead && q->inflight < depth && queued < 1024 && (q->nre || q->next < q->n)) {
         stk__ioreq *rq = q->nre ? again[q->nre - 1] : &q->req[q->next];
         if (q->inflight && q->inflight_bytes + (rq->rlen - rq->done) > max_bytes) break;
         if (q->nre) q->nre--;
@@ -639,6 +652,7 @@ int stk__io_open(stk__io **out, const stk_dataset *ds, const stk__io_config *c, 
     if (!io) return stk_error_set(err, STK_E_NOMEM, "out of memory");
     io->ds = ds;
     io->depth = c->depth ? c->depth : 1;
+    io->depth_now = c->depth_now && c->depth_now < io->depth ? c->depth_now : io->depth;
     io->nq = c->queues ? c->queues : 1;
     pthread_mutex_init(&io->fmu, NULL);
     pthread_mutex_init(&io->pmu, NULL);
@@ -720,4 +734,14 @@ void stk__io_counts_get(stk__io *io, stk__io_counts *c)
     pthread_mutex_lock(&io->fmu);
     c->buffered = io->c_buffered;
     pthread_mutex_unlock(&io->fmu);
+}
+
+void stk__io_set_depth(stk__io *io, unsigned depth)
+{
+    if (!io) return;
+    depth = depth < 1 ? 1 : depth > io->depth ? io->depth : depth;
+    pthread_mutex_lock(&io->pmu);
+    __atomic_store_n(&io->depth_now, depth, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&io->pcv); /* pool threads held back by the old limit */
+    pthread_mutex_unlock(&io->pmu);
 }

@@ -49,11 +49,12 @@ enum { STK__ENGINE_AUTO = 0, STK__ENGINE_URING = 1, STK__ENGINE_THREADS = 2, STK
 #define STK__IO_MIN_READ 4096u
 
 typedef struct {
-    int engine;        /* STK__ENGINE_* wanted; AUTO: io_uring, else threads */
-    unsigned depth;    /* reads in flight per queue (>= 1), and at most depth x 256 KiB;
+    int engine;         /* STK__ENGINE_* wanted; AUTO: io_uring, else threads */
+    unsigned depth;     /* reads in flight per queue (>= 1), and at most depth x 256 KiB;
                           the pool has depth x queues threads, at most 64 */
-    unsigned queues;   /* two per worker: the part being finished, the next */
-    const char *fault; /* test seam (STOKER_IO_FAULT, see io.c); NULL: none */
+    unsigned queues;    /* two per worker: the part being finished, the next */
+    const char *fault;  /* test seam (STOKER_IO_FAULT, see io.c); NULL: none */
+    unsigned depth_now; /* the limit in force at first (<= depth; 0: depth), see stk__io_set_depth */
 } stk__io_config;
 
 typedef struct {
@@ -73,6 +74,11 @@ void stk__io_close(stk__io *io);
 int stk__io_engine(const stk__io *io);
 stk__ioq *stk__io_queue(stk__io *io, unsigned i);
 void stk__io_counts_get(stk__io *io, stk__io_counts *c);
+/* Keep at most `depth` (1 .. the depth it was opened with) reads in flight
+ * per queue from now on (the pool: depth x queues reads at once); a
+ * submitted batch of reads finishes under the limit it started with at
+ * most. Any thread. */
+void stk__io_set_depth(stk__io *io, unsigned depth);
 
 /* The remote backend's counters (all zero, remote 0, without remote shards). */
 typedef struct {

@@ -226,8 +226,8 @@ static void plan_quasi_blocks(stk_reader *r, int blocks) /* STOKER_QUASI_BLOCKS:
             smallest / 1024.0, (unsigned long long)(QBLOCK_RECORD_MAX >> 10));
         return;
     }
-    uint64_t min = ((uint64_t)r->Wq + 4ull * r->o.threads) * bytes,
-             want = (2ull * r->Wq + 4ull * r->o.threads) * bytes;
+    uint64_t min = ((uint64_t)r->Wq + 4ull * r->nworkers) * bytes,
+             want = (2ull * r->Wq + 4ull * r->nworkers) * bytes;
     if (bytes > QCACHE_MAX / 4 || min > QCACHE_MAX) {
         snprintf(r->io_reason + n, sizeof r->io_reason - n,
                  "; quasi blocks read record by record (a window of %u blocks of %.1f MB exceeds %llu MiB)",
@@ -391,7 +391,7 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
 uint64_t stk__io_plan_bytes(const stk_reader *r)
 {
     if (!r->direct) return 0;
-    uint64_t queues = 2ull * r->o.threads;
+    uint64_t queues = 2ull * r->nworkers;
     if (r->qb_bytes) return r->qcache_bytes + queues * 2 * r->qb_bytes;
     uint64_t part = ((uint64_t)r->o.batch_size + r->parts - 1) / r->parts, per = 0;
     for (unsigned k = 0; k < r->nsel; k++)
@@ -407,8 +407,8 @@ int stk__io_start(stk_reader *r, const stk__env *env, stk_error *err)
     if (stk__env_get(env, STK__ENV_IO_ENGINE, &engine, err) ||
         stk__env_get(env, STK__ENV_IO_FAULT, &fault, err))
         return STK_E_ARG;
-    stk__io_config c = {STK__ENGINE_AUTO, r->o.io_depth, 2 * r->o.threads,
-                        stk__env_text(env, STK__ENV_IO_FAULT)};
+    stk__io_config c = {STK__ENGINE_AUTO, r->io_depth_max, 2 * r->nworkers,
+                        stk__env_text(env, STK__ENV_IO_FAULT), r->o.io_depth};
     if (engine >= 0) c.engine = engine ? STK__ENGINE_THREADS : STK__ENGINE_URING;
     char note[200];
     int rc = stk__io_open(&r->io, r->ds, &c, note, sizeof note, err);
@@ -434,7 +434,9 @@ void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, 
         v.engine = e == STK__ENGINE_URING    ? STK_IO_ENGINE_URING
                    : e == STK__ENGINE_REMOTE ? STK_IO_ENGINE_REMOTE
                                              : STK_IO_ENGINE_THREADS;
-        v.depth = r->o.io_depth;
+        stk__knobs now;
+        stk__engine_knobs((stk_reader *)r, &now, NULL); /* the mutex only: the tuner may turn it */
+        v.depth = now.io_depth;
         v.reads = c.reads;
         v.bytes = c.bytes;
         v.retries = c.retries;

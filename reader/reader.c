@@ -2,13 +2,15 @@
  * worker threads, handed out in stream order.
  *
  * The stream is numbered by a sequence s = epoch x batches_per_epoch + batch.
- * Batch s lives in slot s % nslots. Three counters under one mutex say who
- * owns what:
+ * Batch s lives in slot stk__slot_index(s), taken from the free slots at its
+ * claim and given back at its release. Three counters under one mutex say
+ * who owns what:
  *
  *     released <= consume <= claim
  *     [released, consume)  the batch the caller holds (at most one)
  *     [consume, claim)     being prepared by a worker, or ready
- *     claim may advance while claim < released + nslots (a free slot)
+ *     claim may advance while claim < released + knob_slots (a free slot;
+ *     knob_slots <= nslots: the prefetch knob, stk__engine_set_knobs)
  *
  * Workers prepare different batches at once and finish out of order; the
  * caller waits for its own slot. A seek bumps `gen`: workers finishing a
@@ -178,7 +180,7 @@ static void part_records(const stk_reader *r, stk__worker *w, uint64_t s, uint64
 {
     uint64_t e = s / r->nbatches;
     if (r->mix) {
-        stk__slot *sl = &r->slots[s % r->nslots];
+        stk__slot *sl = &r->slots[stk__slot_index(r, s)];
         stk__mix_positions(r->mix, w->mixc, e, p0 + i0, i1 - i0, rec + i0, sl->sources + i0);
         for (uint32_t i = i0; i < i1; i++) sl->source_records[i] = rec[i] - r->mix->base[sl->sources[i]];
         return;
@@ -706,7 +708,7 @@ static void part_begin(stk_reader *r, stk__worker *w, stk__part *p)
     uint64_t p0, local = 0;
     size_t shard = 0;
     uint32_t n = batch_span(r, sl->seq, &p0);
-    uint64_t chunk = ((uint64_t)n + r->parts - 1) / r->parts;
+    uint64_t chunk = ((uint64_t)n + sl->nparts - 1) / sl->nparts;
     p->i0 = (uint32_t)(p->part * chunk < n ? p->part * chunk : n);
     p->i1 = (uint32_t)(p->i0 + chunk < n ? p->i0 + chunk : n);
     p->zc = zero_copy_shard(r, p0, n, &shard, &local);
@@ -825,10 +827,12 @@ static void finish_part(stk_reader *r, stk__slot *sl, unsigned part, uint64_t ge
     pthread_cond_broadcast(&r->ready_cv);
 }
 
-/* Under the lock: whether a part can be claimed now. */
+/* Under the lock: whether a part can be claimed now (by a worker the
+ * thread knob lets work: w->index < r->knob_threads). The slot knob bounds
+ * how far ahead: knob_slots <= nslots. */
 static int can_claim(const stk_reader *r)
 {
-    return !r->stop && !r->pausing && r->claim < r->end_seq && r->claim < r->released + r->nslots;
+    return !r->stop && !r->pausing && r->claim < r->end_seq && r->claim < r->released + r->knob_slots;
 }
 
 /* Under the lock: claim the next part of the earliest unclaimed batch (the
@@ -837,15 +841,17 @@ static void claim_part(stk_reader *r, stk__part *p)
 {
     uint64_t s = r->claim;
     unsigned part = r->claim_part++;
-    if (r->claim_part == r->parts) {
+    if (part == 0) r->slot_map[s % r->nslots] = r->free_slot[--r->nfree]; /* never empty: see can_claim */
+    stk__slot *sl = &r->slots[stk__slot_index(r, s)];
+    if (part == 0) sl->nparts = r->parts_now; /* the thread knob now: the batch is the same in any parts */
+    if (r->claim_part == sl->nparts) {
         r->claim++;
         r->claim_part = 0;
     }
-    stk__slot *sl = &r->slots[s % r->nslots];
     if (part == 0) {
         sl->seq = s;
         sl->state = SLOT_BUSY;
-        sl->parts_left = r->parts;
+        sl->parts_left = sl->nparts;
         sl->busy = sl->timed_busy = 0;
         for (uint32_t k = 0; r->mix_timed && k < r->mix->S; k++) sl->src_busy[k] = 0;
         sl->err.code = STK_OK;
@@ -873,7 +879,7 @@ static void begin(stk_reader *r, stk__worker *w, stk__part *p, uint64_t *win_epo
     double t0 = stk__now();
     STK_TRACE_PUSH(r->tl, STK_TRACK_WORKER((unsigned)(w - r->workers)), "begin", p->s, p->part);
     if (r->be) { /* the staging buffer's last upload must be over; a device fault surfaces here */
-        double h2d = stk__upload_reclaim(r, (unsigned)(p->s % r->nslots), &p->err);
+        double h2d = stk__upload_reclaim(r, (unsigned)(p->sl - r->slots), &p->err);
         if (p->part == 0) w->h2d += h2d;
         if (p->err.code) p->over = 1;
     }
@@ -914,9 +920,13 @@ void *stk__worker_main(void *arg)
     int have = 0; /* parts[cur] is begun and not yet ended */
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        int can = can_claim(r);
+        int can = w->index < r->knob_threads && can_claim(r);
         if (!have && !can) {
             if (r->stop) break;
+            if (w->index >= r->knob_threads) { /* parked by the thread knob */
+                pthread_cond_wait(&r->knob_cv, &r->mu);
+                continue;
+            }
             r->idle++;
             pthread_cond_wait(&r->work_cv, &r->mu);
             r->idle--;
@@ -974,10 +984,12 @@ static int release_locked(stk_reader *r)
 {
     if (r->released >= r->consume) return 0;
     stk_error e = {STK_OK, ""};
-    if (r->be && stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), &e) && !r->sticky.code)
+    if (r->be && stk__upload_release(r, stk__slot_index(r, r->consume - 1), &e) && !r->sticky.code)
         r->sticky = e; /* the buffer must not be reused on an unmarked stream: stop here */
-    r->released = r->consume;
-    uint64_t free_slots = r->released + r->nslots - r->claim, enough = r->nslots / 2 ? r->nslots / 2 : 1;
+    for (; r->released < r->consume; r->released++)
+        r->free_slot[r->nfree++] = stk__slot_index(r, r->released);
+    uint64_t free_slots = r->released + r->knob_slots - r->claim,
+             enough = r->knob_slots / 2 ? r->knob_slots / 2 : 1;
     return r->idle > 0 && (free_slots >= enough || r->claim_part);
 }
 
@@ -1047,15 +1059,18 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         stk_error_set(err, STK_OK, "end of stream");
         return NULL;
     }
-    stk__slot *sl = &r->slots[r->consume % r->nslots];
+    stk__slot *sl = &r->slots[stk__slot_index(r, r->consume)]; /* stale until claimed: seq tells */
     double t0 = stk__now();
     if (r->st_start == 0) r->st_start = t0;
     /* a pause since the last batch was returned: the consumer's step */
     if (r->st_last_return > 0 && t0 - r->st_last_return >= STK__STEP_MIN_S) r->st_steps++;
     unsigned ready = 0, making = 0;
-    for (unsigned i = 0; i < r->nslots; i++) {
-        ready += r->slots[i].state == SLOT_READY && r->slots[i].seq >= r->consume;
-        making += r->slots[i].state == SLOT_BUSY || r->slots[i].state == SLOT_GATHERED;
+    /* only batches [consume, claim], the one partly claimed included, can
+     * be ready or in the making: the slots of the ring beyond are idle */
+    for (uint64_t q = r->consume; q <= r->claim && q < r->consume + r->nslots; q++) {
+        const stk__slot *qs = &r->slots[stk__slot_index(r, q)];
+        ready += qs->state == SLOT_READY && qs->seq >= r->consume;
+        making += qs->state == SLOT_BUSY || qs->state == SLOT_GATHERED;
     }
     r->st_ready_sum += ready;
     STK_TRACE_PUSH(r->tl, STK_TRACK_CONSUMER, "next", r->consume, 0);
@@ -1064,15 +1079,16 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     if (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
         STK_TRACE_PUSH(r->tl, STK_TRACK_CONSUMER, "wait", r->consume, 0);
         while (!(sl->state == SLOT_READY && sl->seq == r->consume)) {
-            if (r->idle && r->claim < r->released + r->nslots && r->claim < r->end_seq) {
+            if (r->idle && r->claim < r->released + r->knob_slots && r->claim < r->end_seq) {
                 pthread_cond_signal(&r->work_cv); /* about to block: no batching of wake-ups */
                 wake = 0;
             }
             pthread_cond_wait(&r->ready_cv, &r->mu);
+            sl = &r->slots[stk__slot_index(r, r->consume)]; /* claimed meanwhile */
         }
         STK_TRACE_POP(r->tl, STK_TRACK_CONSUMER);
     }
-    unsigned held = (unsigned)(r->consume++ % r->nslots);
+    unsigned held = stk__slot_index(r, r->consume++);
     stk_error e = sl->err;
     if (e.code) {
         r->st_wait += stk__now() - t0;
@@ -1093,6 +1109,7 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         r->st_last_return = stk__now();
         r->st_wait += r->st_last_return - t0;
     }
+    int tune = r->tune_fn && r->st_batches >= r->tune_at;
     pthread_mutex_unlock(&r->mu);
     if (wake) pthread_cond_signal(&r->work_cv);
     if (r->be) {
@@ -1109,6 +1126,7 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         }
         pthread_mutex_unlock(&r->mu);
     }
+    if (tune) r->tune_fn(r); /* the tuner's period is over: it samples, may turn knobs */
     if (err) {
         err->code = STK_OK;
         err->msg[0] = 0;
@@ -1128,9 +1146,8 @@ static void restart_at(stk_reader *r, uint64_t s)
     r->pausing = 0;
     /* The batch the caller holds is released here: on the device path its
      * buffer may be refilled only after the caller's stream has passed this. */
-    if (r->be && r->released < r->consume)
-        stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
-    for (unsigned i = 0; i < r->nslots; i++) r->slots[i].state = SLOT_FREE;
+    if (r->be && r->released < r->consume) stk__upload_release(r, stk__slot_index(r, r->consume - 1), NULL);
+    stk__engine_free_slots(r);
     r->claim = r->consume = r->released = r->next_copy = s;
     r->claim_part = 0;
     r->sticky.code = STK_OK;
@@ -1197,9 +1214,9 @@ void stk_reader_stats_get(const stk_reader *r, stk_reader_stats *s)
     s->mean_ready = r->st_batches ? r->st_ready_sum / (double)r->st_batches : 0;
     s->h2d_s = r->st_h2d;
     s->h2d_bytes = r->st_h2d_bytes;
+    s->threads = r->knob_threads; /* now: the tuner may have turned them since open */
+    s->prefetch = r->knob_slots - 1;
     pthread_mutex_unlock(&m->mu);
-    s->threads = r->o.threads;
-    s->prefetch = r->o.prefetch;
     s->device = r->o.device;
 }
 
@@ -1218,5 +1235,94 @@ void stk_reader_stats_reset(stk_reader *r)
     r->st_crop = r->st_read_wait = r->st_last_return = 0;
     r->st_steps = 0;
     r->st_faults0 = stk__major_faults();
+    r->st_resets++;
+    r->tune_at = 0; /* the tuner's baseline is gone: let it take another */
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ------------------------------------------------------------- knobs */
+
+void stk__engine_free_slots(stk_reader *r)
+{
+    r->nfree = 0;
+    for (unsigned i = r->nslots; i-- > 0;) {
+        r->slots[i].state = SLOT_FREE;
+        r->free_slot[r->nfree++] = i; /* slot 0 on top */
+    }
+}
+
+unsigned stk__engine_parts(const stk_reader *r, unsigned threads)
+{
+    return r->o.batch_size >= 2 * threads ? threads : 1;
+}
+
+static unsigned clamp_knob(unsigned v, unsigned max) { return v < 1 ? 1 : v > max ? max : v; }
+
+void stk__engine_set_knobs(stk_reader *r, unsigned threads, unsigned prefetch, unsigned io_depth)
+{
+    pthread_mutex_lock(&r->mu);
+    r->knob_threads = clamp_knob(threads, r->nworkers);
+    r->parts_now = stk__engine_parts(r, r->knob_threads);
+    r->knob_slots = clamp_knob(prefetch, r->nslots - 1) + 1;
+    r->knob_depth = clamp_knob(io_depth, r->io_depth_max);
+    if (r->io) stk__io_set_depth(r->io, r->knob_depth);
+    pthread_cond_broadcast(&r->knob_cv); /* parked workers: look again */
+    pthread_cond_broadcast(&r->work_cv); /* idle ones: more slots, or park */
+    pthread_mutex_unlock(&r->mu);
+}
+
+void stk__engine_knobs(stk_reader *r, stk__knobs *now, stk__knobs *max)
+{
+    pthread_mutex_lock(&r->mu);
+    if (now) {
+        now->threads = r->knob_threads;
+        now->prefetch = r->knob_slots - 1;
+        now->io_depth = r->knob_depth;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (max) {
+        max->threads = r->nworkers;
+        max->prefetch = r->nslots - 1;
+        max->io_depth = r->io_depth_max;
+    }
+}
+
+static double cpu_seconds(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts)) return 0;
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void stk__engine_sample(stk_reader *r, stk__engine_counters *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&r->mu);
+    s->t = stk__now();
+    s->batches = r->st_batches;
+    s->bytes = r->st_bytes;
+    s->wait_s = r->st_wait;
+    s->busy_s = r->st_busy;
+    s->read_wait_s = r->st_read_wait;
+    s->crop_s = r->st_crop;
+    s->ready_sum = r->st_ready_sum;
+    s->resets = r->st_resets;
+    s->knobs.threads = r->knob_threads;
+    s->knobs.prefetch = r->knob_slots - 1;
+    s->knobs.io_depth = r->knob_depth;
+    pthread_mutex_unlock(&r->mu);
+    s->direct = r->direct;
+    for (unsigned i = 0; i < r->nworkers; i++) { /* the threads outlive every next */
+        clockid_t id;
+        if (r->workers[i].started && !pthread_getcpuclockid(r->workers[i].thread, &id))
+            s->worker_cpu_s += cpu_seconds(id);
+    }
+    s->process_cpu_s = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+void stk__engine_tune_after(stk_reader *r, uint64_t batches)
+{
+    pthread_mutex_lock(&r->mu);
+    r->tune_at = r->st_batches + (batches ? batches : 1);
     pthread_mutex_unlock(&r->mu);
 }

@@ -2,13 +2,14 @@
  * interface of the top two. Not installed.
  *
  * reader/ is layered, top first:
- *     api -> plan -> engine -> {device, caches} -> {order, io} -> {dataset, util}
+ *     api -> plan -> tune -> engine -> {device, caches} -> {order, io} -> {dataset, util}
  * A file calls the files of its own layer and of the layers below; never a
  * layer above, never a sibling in braces. Each layer's interface is its own
  * header, which includes only headers of its layer and those below
  * (abi_v0.h, the frozen 0.1.0 layouts, is types only: any file may use it):
  *   api      abi.c state.c reader_mix.c diagnose.c  public entries over a reader  (here)
  *   plan     reader_open.c io_plan.c env.c        options, environment, memory, read path  (here, env.h)
+ *   tune     tune.c                               the online tuner: turns the engine's knobs  tune.h
  *   engine   reader.c upload.c                    the reader's state, workers, copy thread  engine.h
  *   device   transform.c load_crop.c device_*.c   pixels: transform, crop, upload backends  device.h
  *   caches   blockcache.c qblocks.c               blocks shared by the workers  caches.h

@@ -3,9 +3,12 @@
  * refused here, before a thread starts, with the option named. */
 #include "reader_impl.h"
 #include "trace.h"
+#include "tune.h"
 #include "abi_v0.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +43,69 @@ static int resolve_dist(stk_reader_options *o, const stk__env *env, stk_error *e
     return STK_OK;
 }
 
+/* Tuning (tune.h): on or off ($STOKER_TUNING for auto), the ranks of the
+ * node, the cores of this rank, and the threads to start: threads_max, else
+ * the CPU budget rounded up, at least the threads to begin with (a default
+ * thread count beyond threads_max comes down to it; a given one is refused).
+ * Off, or every knob pinned: the knobs stay as given (nworkers = threads). */
+static int plan_tuning(stk_reader *r, const stk__env *env, int threads_given, int old_caller,
+                       stk__tune_config *tc, stk_error *err)
+{
+    stk_reader_options *o = &r->o;
+    const unsigned knobs = STK_PIN_THREADS | STK_PIN_PREFETCH | STK_PIN_IO_DEPTH;
+    long v;
+    if (o->tuning < STK_TUNING_AUTO || o->tuning > STK_TUNING_OFF)
+        return stk_error_set(err, STK_E_ARG, "tuning %d unknown (auto, on or off)", o->tuning);
+    if (o->tune_pin & ~(knobs | STK_PIN_IO))
+        return stk_error_set(err, STK_E_ARG, "tune_pin 0x%x: unknown bits (STK_PIN_*)", o->tune_pin);
+    if (!(o->cpu_budget >= 0 && o->cpu_budget <= 65536))
+        return stk_error_set(err, STK_E_ARG, "cpu_budget %g: 0 (measured) or the cores the workers may use",
+                             o->cpu_budget);
+    if (o->threads_max > 256)
+        return stk_error_set(err, STK_E_ARG, "threads_max %u: at most 256", o->threads_max);
+    if (o->tuning == STK_TUNING_AUTO) {
+        if (stk__env_get(env, STK__ENV_TUNING, &v, err)) return STK_E_ARG;
+        /* a caller built before tuning existed keeps its knobs unless asked */
+        o->tuning = v == 1 || (v < 0 && !old_caller) ? STK_TUNING_ON : STK_TUNING_OFF;
+    }
+    memset(tc, 0, sizeof *tc);
+    tc->pin = o->tune_pin & knobs;
+    if ((tc->pin & knobs) == knobs) o->tuning = STK_TUNING_OFF; /* nothing left to turn */
+    r->nworkers = o->threads;
+    if (o->tuning == STK_TUNING_OFF) return STK_OK;
+    static const int ranks_env[] = {STK__ENV_LOCAL_WORLD_SIZE, STK__ENV_SLURM_NTASKS_PER_NODE};
+    tc->ranks = 1;
+    for (int i = 0; i < 2; i++) {
+        if (stk__env_get(env, ranks_env[i], &v, err)) return STK_E_ARG;
+        if (v > 0) {
+            tc->ranks = (unsigned)v;
+            break;
+        }
+    }
+    tc->cores = stk__tune_cores(tc->ranks);
+    tc->cpu_budget = o->cpu_budget;
+    unsigned tmax = o->threads_max;
+    if (!tmax) {
+        double b = ceil(o->cpu_budget > 0 ? o->cpu_budget : tc->cores);
+        tmax = b < 1 ? 1 : b > 256 ? 256 : (unsigned)b;
+        if (tmax < o->threads && threads_given) tmax = o->threads;
+    }
+    if (o->threads > tmax) {
+        if (threads_given)
+            return stk_error_set(err, STK_E_ARG, "threads %u is above threads_max %u", o->threads, tmax);
+        o->threads = tmax;
+    }
+    if (tc->pin & STK_PIN_THREADS) tmax = o->threads;
+    r->nworkers = tmax;
+    tc->start.threads = o->threads;
+    tc->max.threads = tmax;
+    return STK_OK;
+}
+
 /* The caller's options (`size` bytes as its header has them) over the
  * defaults; its transform (`transform_size` bytes) into r->xf. */
 static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t size, size_t transform_size,
-                           const stk__env *env, stk_error *err)
+                           const stk__env *env, stk__tune_config *tc, stk_error *err)
 {
     stk_reader_options *o = &r->o;
     stk_reader_options_init_sized(o, sizeof *o);
@@ -67,11 +129,14 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
     int rc = resolve_dist(o, env, err);
     if (rc) return rc;
     if (o->tail == STK_TAIL_AUTO) o->tail = o->world_size > 1 ? STK_TAIL_PAD : STK_TAIL_PARTIAL;
+    int threads_given = o->threads != 0;
     if (o->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
     }
     if (o->threads > 256) return stk_error_set(err, STK_E_ARG, "threads %u: at most 256", o->threads);
+    int old_caller = in && size < offsetof(stk_reader_options, tuning) + sizeof o->tuning;
+    if ((rc = plan_tuning(r, env, threads_given, old_caller, tc, err))) return rc;
     if (o->prefetch == 0) o->prefetch = 2 * o->threads < 2 ? 2 : 2 * o->threads;
     if (o->prefetch > 4096) return stk_error_set(err, STK_E_ARG, "prefetch %u: at most 4096", o->prefetch);
     if (o->quasi_block_bytes == 0) o->quasi_block_bytes = 4u << 20;
@@ -84,14 +149,14 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
     o->trace = NULL;
     if (trace) {
         /* tracks: the consumer, each worker, the copy thread */
-        if (!(r->tl = stk__timeline_open(trace, o->threads + 2, err))) return err ? err->code : STK_E_IO;
+        if (!(r->tl = stk__timeline_open(trace, r->nworkers + 2, err))) return err ? err->code : STK_E_IO;
         stk__timeline_name(r->tl, STK_TRACK_CONSUMER, "stoker consumer (next)");
-        for (unsigned i = 0; i < o->threads; i++) {
+        for (unsigned i = 0; i < r->nworkers; i++) {
             char name[32];
             snprintf(name, sizeof name, "stoker worker %u", i);
             stk__timeline_name(r->tl, STK_TRACK_WORKER(i), name);
         }
-        stk__timeline_name(r->tl, STK_TRACK_COPIER(o->threads), "stoker copy thread");
+        stk__timeline_name(r->tl, STK_TRACK_COPIER(r->nworkers), "stoker copy thread");
         o->trace = stk__timeline_path(r->tl);
     }
     r->G = (uint64_t)o->batch_size * (uint64_t)o->world_size;
@@ -408,7 +473,7 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
     if (!r->has_compressed) return STK_OK;
     uint64_t cap = r->o.block_cache_bytes;
     if (!cap) {
-        cap = ((uint64_t)r->o.threads + 1) << 22;
+        cap = ((uint64_t)r->nworkers + 1) << 22;
         if (r->o.order == STK_ORDER_QUASI && !r->mix) {
             /* the window's records, uncompressed: K counts records by their stored (compressed)
              * size, so the window holds more raw bytes than quasi_block_bytes x quasi_window */
@@ -417,7 +482,7 @@ static int plan_block_cache(stk_reader *r, stk_error *err)
             for (unsigned i = 0; i < r->nsel; i++)
                 if (sc->fields[r->sel[i]].codec == STK_CODEC_ZSTD)
                     raw += r->sel_stride[i] ? r->sel_stride[i] : 1024;
-            uint64_t win = (uint64_t)r->Wq * r->K * raw + ((uint64_t)r->o.threads + 1) * (2ULL << 20);
+            uint64_t win = (uint64_t)r->Wq * r->K * raw + ((uint64_t)r->nworkers + 1) * (2ULL << 20);
             if (win > cap) cap = win < (1ULL << 30) ? win : 1ULL << 30;
         }
     }
@@ -439,9 +504,45 @@ static int plan_copy(stk_reader *r, const stk__env *env, stk_error *err)
     return STK_OK;
 }
 
+/* The tuner's knobs' bounds beyond threads (plan_tuning): prefetch up to
+ * what the memory budget allows (the slots are allocated for it, so the
+ * budget holds whatever the tuner does; at most 256, or the opening prefetch
+ * if more), io_depth up to 4x the opening one (at most 1024) on the direct
+ * path. With tuning on, memory_budget 0 means STK_TUNE_MEMORY_DEFAULT (tune.h:
+ * the lesser of 1/8 of MemAvailable per rank of the node and 4 GiB), or what
+ * the opening prefetch needs if more. Not on the device path: its slots are
+ * pinned staging memory and device buffers, which the prefetch given sizes. */
+#define PREFETCH_TUNE_MAX 256
+static void plan_knobs(stk_reader *r, stk__tune_config *tc)
+{
+    stk_reader_options *o = &r->o;
+    r->nslots = o->prefetch + 1;
+    r->io_depth_max = o->io_depth;
+    tc->start.prefetch = tc->max.prefetch = o->prefetch;
+    tc->start.io_depth = tc->max.io_depth = o->io_depth;
+    if (o->tuning != STK_TUNING_ON) return;
+    if (r->direct && !(tc->pin & STK_PIN_IO_DEPTH))
+        r->io_depth_max = tc->max.io_depth = o->io_depth * 4 < 1024 ? o->io_depth * 4 : 1024;
+    if (o->io_depth > r->io_depth_max) r->io_depth_max = tc->max.io_depth = o->io_depth;
+    uint64_t per = host_bytes_per_slot(r), fixed = r->zcache_bytes + stk__io_plan_bytes(r),
+             need = per * r->nslots + fixed;
+    uint64_t budget = o->memory_budget;
+    if (!budget) {
+        budget = stk__tune_memory_default(tc->ranks);
+        if (budget < need) budget = need;
+    }
+    tc->memory_budget = budget;
+    if ((tc->pin & STK_PIN_PREFETCH) || r->be || budget < need) return; /* alloc_slots refuses the last */
+    o->memory_budget = budget;
+    uint64_t slots = per ? (budget - fixed) / per : UINT64_MAX,
+             cap = o->prefetch > PREFETCH_TUNE_MAX ? o->prefetch : PREFETCH_TUNE_MAX;
+    uint64_t pmax = slots - 1 < cap ? slots - 1 : cap;
+    r->nslots = (unsigned)pmax + 1;
+    tc->max.prefetch = (unsigned)pmax;
+}
+
 static int alloc_slots(stk_reader *r, stk_error *err)
 {
-    r->nslots = r->o.prefetch + 1;
     /* A clock read (~40 ns) per source change is noise beside a record of a
      * few KiB, a decompression or a crop; smaller records cost their bytes. */
     r->mix_timed =
@@ -454,7 +555,9 @@ static int alloc_slots(stk_reader *r, stk_error *err)
                              "(lower prefetch, batch_size or the fields read)",
                              (unsigned long long)r->o.memory_budget, r->nslots, (unsigned long long)per,
                              (unsigned long long)total);
-    if (!(r->slots = calloc(r->nslots, sizeof *r->slots)))
+    if (!(r->slots = calloc(r->nslots, sizeof *r->slots)) ||
+        !(r->slot_map = calloc(r->nslots, sizeof(unsigned))) ||
+        !(r->free_slot = calloc(r->nslots, sizeof(unsigned))))
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
     const stk_schema *sc = stk_dataset_schema(r->ds);
     unsigned nbytesf = 0;
@@ -471,7 +574,7 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         }
         sl->buf = buf;
         sl->records = malloc(sizeof *sl->records * r->o.batch_size);
-        if (r->zbytes && !(sl->zheap = calloc(r->o.threads, sizeof *sl->zheap)))
+        if (r->zbytes && !(sl->zheap = calloc(r->nworkers, sizeof *sl->zheap)))
             return stk_error_set(err, STK_E_NOMEM, "out of memory");
         sl->values = nbytesf ? malloc(sizeof *sl->values * r->o.batch_size * nbytesf) : NULL;
         sl->shapes = r->shape_words ? malloc(8 * r->shape_words * r->o.batch_size) : NULL;
@@ -517,6 +620,7 @@ static int alloc_slots(stk_reader *r, stk_error *err)
         sl->batch.nfields = r->nsel;
         sl->batch.fields = sl->fields;
     }
+    stk__engine_free_slots(r);
     return STK_OK;
 }
 
@@ -539,11 +643,12 @@ static int remember_shards(stk_reader *r, stk_error *err)
 static int start_workers(stk_reader *r, stk_error *err)
 {
     size_t nsh = stk_dataset_nshards(r->ds);
-    if (!(r->workers = calloc(r->o.threads, sizeof *r->workers)))
+    if (!(r->workers = calloc(r->nworkers, sizeof *r->workers)))
         return stk_error_set(err, STK_E_NOMEM, "out of memory");
-    for (unsigned i = 0; i < r->o.threads; i++) {
+    for (unsigned i = 0; i < r->nworkers; i++) {
         stk__worker *w = &r->workers[i];
         w->r = r;
+        w->index = i;
         w->ord_epoch = UINT64_MAX;
         w->advise_left = 1; /* the first batch may be cold */
         for (unsigned k = 0; k < 2; k++) {
@@ -605,10 +710,12 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->work_cv, NULL);
     pthread_cond_init(&r->ready_cv, NULL);
+    pthread_cond_init(&r->knob_cv, NULL);
     r->xf_sel = -1;
     stk__env env; /* the one read of the environment */
     stk__env_read(&env);
-    if (resolve_options(r, opts, size, transform_size, &env, err) || select_fields(r, err) ||
+    stk__tune_config tc;
+    if (resolve_options(r, opts, size, transform_size, &env, &tc, err) || select_fields(r, err) ||
         (src && check_mix_fields(r, err)) || plan_stream(r, src, S, err) || alloc_mix_stats(r, err) ||
         stk__io_plan(r, &env, err))
         goto fail;
@@ -617,9 +724,13 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
     /* Each batch is prepared by all threads at once, in one part each, so
      * the batch the consumer waits for (the first one, above all) comes
      * sooner; tiny batches stay whole. */
-    r->parts = r->o.batch_size >= 2 * r->o.threads ? r->o.threads : 1;
-    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || plan_copy(r, &env, err) ||
-        alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err) ||
+    r->parts = r->parts_now = stk__engine_parts(r, r->o.threads);
+    if (stk__upload_backend(r, err) || plan_block_cache(r, err) || plan_copy(r, &env, err)) goto fail;
+    plan_knobs(r, &tc);
+    r->knob_threads = r->o.threads;
+    r->knob_slots = r->o.prefetch + 1;
+    r->knob_depth = r->o.io_depth;
+    if (alloc_slots(r, err) || stk__upload_open(r, err) || remember_shards(r, err) ||
         stk__io_start(r, &env, err))
         goto fail;
     /* the direct path does not go through the page cache: nothing to release */
@@ -627,6 +738,13 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
                  (r->o.order == STK_ORDER_SEQUENTIAL || r->o.order == STK_ORDER_QUASI) &&
                  (r->o.release_pages > 0 || (r->o.release_pages < 0 && larger_than_ram(r)));
     r->st_faults0 = stk__major_faults();
+    if (r->o.tuning == STK_TUNING_ON) {
+        if (!(r->tuner = stk__tune_new(&tc))) {
+            stk_error_set(err, STK_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        r->tune_fn = stk__tune_period;
+    }
     if (start_workers(r, err)) goto fail;
     if (r->be) {
         int e = pthread_create(&r->copier, NULL, stk__copier_main, r);
@@ -686,14 +804,15 @@ void stk_reader_close(stk_reader *r)
     if (!r) return;
     pthread_mutex_lock(&r->mu);
     if (r->be && r->released < r->consume) /* closing releases the batch held */
-        stk__upload_release(r, (unsigned)((r->consume - 1) % r->nslots), NULL);
+        stk__upload_release(r, stk__slot_index(r, r->consume - 1), NULL);
     r->stop = 1;
     __atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED); /* abandon batches in flight */
     pthread_cond_broadcast(&r->work_cv);
+    pthread_cond_broadcast(&r->knob_cv);  /* workers the thread knob parks */
     pthread_cond_broadcast(&r->ready_cv); /* the copy thread waits there */
     pthread_mutex_unlock(&r->mu);
     if (r->workers) {
-        for (unsigned i = 0; i < r->o.threads; i++) {
+        for (unsigned i = 0; i < r->nworkers; i++) {
             if (r->workers[i].started) pthread_join(r->workers[i].thread, NULL);
             free(r->workers[i].stamp);
             stk__cropper_free(r->workers[i].cropper);
@@ -736,16 +855,20 @@ void stk_reader_close(stk_reader *r)
             free(r->slots[s].sources);
             free(r->slots[s].src_busy);
             free(r->slots[s].source_records);
-            for (unsigned p = 0; r->slots[s].zheap && p < r->o.threads; p++) free(r->slots[s].zheap[p].p);
+            for (unsigned p = 0; r->slots[s].zheap && p < r->nworkers; p++) free(r->slots[s].zheap[p].p);
             free(r->slots[s].zheap);
         }
     free(r->slots);
+    free(r->slot_map);
+    free(r->free_slot);
     stk__upload_close(r);
     free(r->shard_id);
     free(r->shard_huge);
     free(r->verified_bits);
     stk__zcache_free(r->zcache);
     free(r->fields_text);
+    stk__tune_free(r->tuner);
+    pthread_cond_destroy(&r->knob_cv);
     pthread_cond_destroy(&r->work_cv);
     pthread_cond_destroy(&r->ready_cv);
     pthread_mutex_destroy(&r->mu);

@@ -377,7 +377,9 @@ size_t stk_reader_sizeof(const char *type)
              {"stk_dataset_options", sizeof(stk_dataset_options)},
              {"stk_source", sizeof(stk_source)},
              {"stk_reader_source_stats", sizeof(stk_reader_source_stats)},
-             {"stk_reader_remote_stats", sizeof(stk_reader_remote_stats)}};
+             {"stk_reader_remote_stats", sizeof(stk_reader_remote_stats)},
+             {"stk_reader_tune_stats", sizeof(stk_reader_tune_stats)},
+             {"stk_reader_tune_event", sizeof(stk_reader_tune_event)}};
     for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
         if (strcmp(type, t[i].name) == 0) return t[i].size;
     return 0;

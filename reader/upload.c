@@ -172,23 +172,24 @@ void *stk__copier_main(void *arg)
     stk_reader *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
-        stk__slot *sl = &r->slots[r->next_copy % r->nslots];
+        unsigned i = stk__slot_index(r, r->next_copy); /* stale until claimed: seq tells */
+        stk__slot *sl = &r->slots[i];
         if (r->pausing || sl->state != SLOT_GATHERED || sl->seq != r->next_copy) {
             pthread_cond_wait(&r->ready_cv, &r->mu);
             continue;
         }
         uint64_t gen = r->gen, bytes = 0;
-        stk__dslot *d = &r->dslots[r->next_copy % r->nslots];
+        stk__dslot *d = &r->dslots[i];
         r->active++;
         pthread_mutex_unlock(&r->mu);
-        STK_TRACE_PUSH(r->tl, STK_TRACK_COPIER(r->o.threads), "upload", sl->seq, 0);
+        STK_TRACE_PUSH(r->tl, STK_TRACK_COPIER(r->nworkers), "upload", sl->seq, 0);
         if (!sl->err.code && upload(r, sl, d, &bytes, &sl->err)) { /* name the batch */
             char what[STK_ERROR_MSG_MAX];
             snprintf(what, sizeof what, "%s", sl->err.msg);
             stk_error_set(&sl->err, sl->err.code, "epoch %llu, batch %llu: %.400s",
                           (unsigned long long)sl->batch.epoch, (unsigned long long)sl->batch.index, what);
         }
-        STK_TRACE_POP(r->tl, STK_TRACK_COPIER(r->o.threads));
+        STK_TRACE_POP(r->tl, STK_TRACK_COPIER(r->nworkers));
         pthread_mutex_lock(&r->mu);
         r->active--;
         r->st_h2d_bytes += bytes;
@@ -221,7 +222,7 @@ int stk_reader_synchronize(stk_reader *r, stk_error *err)
 {
     pthread_mutex_lock(&r->mu);
     int held = r->be && r->released < r->consume;
-    unsigned i = held ? (unsigned)((r->consume - 1) % r->nslots) : 0;
+    unsigned i = held ? stk__slot_index(r, r->consume - 1) : 0;
     pthread_mutex_unlock(&r->mu);
     return held ? r->be->event_sync(r->be, r->dslots[i].ev_ready, err) : STK_OK;
 }

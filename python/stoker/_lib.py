@@ -102,7 +102,9 @@ class Options(ctypes.Structure):
                 ("io", c_int), ("io_depth", c_uint), ("epoch_size", c_u64),
                 ("cache_dir", c_char_p), ("cache_limit", c_u64), ("endpoint", c_char_p), ("region", c_char_p),
                 ("profile", c_char_p),
-                ("trace", c_char_p)]
+                ("trace", c_char_p),
+                ("tuning", c_int), ("tune_pin", c_uint), ("threads_max", c_uint), ("cpu_budget", c_double),
+                ("read_once", c_int)]
 
 
 class BatchField(ctypes.Structure):
@@ -177,6 +179,22 @@ class RemoteStats(ctypes.Structure):  # stk_reader_remote_stats
                 ("inflight_max", c_u64)]
 
 
+class TuneStats(ctypes.Structure):  # stk_reader_tune_stats
+    _fields_ = [("on", c_int), ("threads", c_uint), ("prefetch", c_uint), ("io_depth", c_uint),
+                ("threads_max", c_uint), ("prefetch_max", c_uint), ("io_depth_max", c_uint),
+                ("cpu_budget", c_double), ("trainer_cpu", c_double), ("memory_budget", c_u64),
+                ("decisions", c_u64), ("changes", c_u64), ("period", c_u64), ("settled", c_int)]
+
+
+class TuneEvent(ctypes.Structure):  # stk_reader_tune_event
+    _fields_ = [("batch", c_u64), ("t_s", c_double), ("threads", c_uint), ("prefetch", c_uint),
+                ("io_depth", c_uint), ("reason", ctypes.c_char * 120)]
+
+
+STK_TUNING = {"auto": 0, "on": 1, "off": 2}
+STK_PIN = {"threads": 1, "prefetch": 2, "io_depth": 4, "io": 8}
+
+
 def padded(struct_type):
     """A zeroed struct with SPARE bytes of room behind it (see the module doc)."""
     buf = ctypes.create_string_buffer(ctypes.sizeof(struct_type) + SPARE)
@@ -239,7 +257,8 @@ def _check_abi():
                "stk_batch_field": BatchField, "stk_batch": Batch, "stk_reader_state": State,
                "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats, "stk_source": Source,
                "stk_reader_source_stats": SourceStats, "stk_dataset_options": DatasetOptions,
-               "stk_reader_remote_stats": RemoteStats}
+               "stk_reader_remote_stats": RemoteStats, "stk_reader_tune_stats": TuneStats,
+               "stk_reader_tune_event": TuneEvent}
     for name, cls in mirrors.items():
         theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
         if theirs and theirs != ours:
@@ -259,6 +278,8 @@ _source_init_sized = _fn("stk_source_init_sized", None, c_void_p, c_size_t)
 _open_mix_sized = _fn("stk_reader_open_mix_sized", c_void_p, c_void_p, c_uint, c_size_t, c_void_p, c_size_t,
                       c_size_t, P(Error_))
 _remote_stats_get_sized = _fn("stk_reader_remote_stats_get_sized", None, c_void_p, c_void_p, c_size_t)
+_tune_stats_get_sized = _fn("stk_reader_tune_stats_get_sized", None, c_void_p, c_void_p, c_size_t)
+_tune_log_sized = _fn("stk_reader_tune_log_sized", c_size_t, c_void_p, c_void_p, c_size_t, c_size_t)
 _source_stats_get_sized = _fn("stk_reader_source_stats_get_sized", c_int, c_void_p, c_uint, c_void_p, c_size_t,
                               P(Error_))
 
@@ -300,6 +321,15 @@ def stk_reader_io_stats_get(r, addr):
 
 def stk_reader_remote_stats_get(r, addr):
     _remote_stats_get_sized(r, addr, ctypes.sizeof(RemoteStats))
+
+
+def stk_reader_tune_stats_get(r, addr):
+    _tune_stats_get_sized(r, addr, ctypes.sizeof(TuneStats))
+
+
+def stk_reader_tune_log(r, events, cap):
+    """events: a ctypes array of TuneEvent of at least cap."""
+    return _tune_log_sized(r, ctypes.addressof(events), cap, ctypes.sizeof(TuneEvent))
 
 
 def version():

@@ -278,6 +278,23 @@ class Source:
         return f"stoker.Source({self.path!r}, {self.kind}={value!r}{order})"
 
 
+def _tune_pin(pin):
+    """Reader(tune_pin=): None, an int of STK_PIN_* bits, or knob names (a list or a
+    comma-separated string) -> the bits."""
+    if pin is None:
+        return 0
+    if isinstance(pin, int):
+        return pin
+    names = pin.split(",") if isinstance(pin, str) else list(pin)
+    bits = 0
+    for n in names:
+        n = n.strip().replace("-", "_")
+        if n not in L.STK_PIN:
+            raise ValueError(f"tune_pin {n!r}: threads, prefetch, io_depth or io")
+        bits |= L.STK_PIN[n]
+    return bits
+
+
 class Reader:
     """Batches of a packed dataset for one rank, from libstoker's worker threads.
 
@@ -319,6 +336,15 @@ class Reader:
                   one pass over cold data; io_stats() says which path auto chose
                   and why)
     io_depth      direct: reads in flight per worker queue (0: 32; see the README)
+    tuning        "auto" (default: $STOKER_TUNING, else on), "on" or "off": the online
+                  tuner turns threads, prefetch and io_depth while batches are read
+                  (threads, prefetch and io_depth above are where it starts);
+                  tune_stats() shows where they are and why
+    tune_pin      knobs the tuner leaves as opened: names ("threads", "prefetch",
+                  "io_depth") as a list or comma-separated string
+    threads_max   most worker threads the tuner may run (0: the CPU budget rounded up)
+    cpu_budget    cores the workers may keep busy (0: measured: this process's cores
+                  shared by the node's ranks, minus what the rest of the process uses)
     memory_budget, quasi_block_bytes, quasi_window, release_pages, device_fallback:
                   as in stk_reader_options
     stream        CUDA: the stream batches are consumed on (torch.cuda.Stream or
@@ -352,7 +378,7 @@ class Reader:
                  memory_budget=0, quasi_block_bytes=0, quasi_window=0, release_pages=-1,
                  device_fallback=False, stream=None, io="auto", io_depth=0, crop=None, ragged="list",
                  epoch_size=0, cache_dir=None, cache_limit=0, endpoint=None, region=None, profile=None,
-                 trace=None):
+                 trace=None, tuning="auto", tune_pin=None, threads_max=0, cpu_budget=0.0):
         self._r = None
         self._h = None
         self._pid = os.getpid()
@@ -375,6 +401,9 @@ class Reader:
             raise ValueError(f"verify {verify!r}: off, once or always")
         if io not in L.IO:
             raise ValueError(f"io {io!r}: auto, mmap or direct")
+        if tuning not in L.STK_TUNING:
+            raise ValueError(f"tuning {tuning!r}: auto, on or off")
+        pin = _tune_pin(tune_pin)
         if transform is not None and not isinstance(transform, Transform):
             raise TypeError("transform: a stoker.Transform")
         if crop is not None:
@@ -423,6 +452,8 @@ class Reader:
         o.release_pages = int(release_pages)
         o.io, o.io_depth = L.IO[io], int(io_depth)
         o.epoch_size = int(epoch_size)
+        o.tuning, o.tune_pin = L.STK_TUNING[tuning], pin
+        o.threads_max, o.cpu_budget = int(threads_max), float(cpu_budget)
         # kept alive with the reader's options: libstoker reads them at open
         self._remote_c = [None if v is None else os.fsencode(v) for v in (cache_dir, endpoint, region, profile)]
         o.cache_dir, o.endpoint, o.region, o.profile = self._remote_c
@@ -829,6 +860,24 @@ class Reader:
         d["io"] = L.IO_NAMES.get(s.io, str(s.io))
         d["engine"] = L.IO_ENGINE_NAMES.get(s.engine, str(s.engine))
         d["reason"] = s.reason.decode(errors="replace")
+        return d
+
+    def tune_stats(self, log=16):
+        """The online tuner, as a dict: the fields of stk_reader_tune_stats (on, threads,
+        prefetch, io_depth now; threads_max, prefetch_max, io_depth_max; cpu_budget,
+        trainer_cpu in cores; memory_budget; decisions, changes, period, settled) and
+        "log": the latest `log` changes (at most 256), oldest first, each a dict of
+        batch, t_s, threads, prefetch, io_depth and reason."""
+        s = L.padded(L.TuneStats)
+        h = self._handle()
+        L.stk_reader_tune_stats_get(h.r, ctypes.addressof(s))
+        d = {name: getattr(s, name) for name, _ in L.TuneStats._fields_}
+        d["on"], d["settled"] = bool(s.on), bool(s.settled)
+        cap = max(0, min(int(log), 256))
+        ev = (L.TuneEvent * max(cap, 1))()
+        n = L.stk_reader_tune_log(h.r, ev, cap) if cap else 0
+        d["log"] = [{"batch": e.batch, "t_s": e.t_s, "threads": e.threads, "prefetch": e.prefetch,
+                     "io_depth": e.io_depth, "reason": e.reason.decode(errors="replace")} for e in ev[:n]]
         return d
 
     def remote_stats(self):

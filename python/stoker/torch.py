@@ -199,7 +199,9 @@ class DataLoader:
                   (seed, epoch); default False (sequential)
     num_workers   the reader's worker threads (0 means 1: stoker always reads
                   on its own threads; None, the default: the online CPUs, at
-                  most 8). No worker processes.
+                  most 8). No worker processes. With tuning on (the default,
+                  see stoker.Reader) it is where the tuner starts and the most
+                  threads it may run (threads_max).
     collate_fn    called on the whole batch (the tuple or dict this loader
                   would yield) and what it returns is yielded: mixup/cutmix,
                   casts. Default: none.
@@ -357,6 +359,8 @@ class DataLoader:
         if tail is None:
             tail = "drop" if drop_last else "auto"
         threads = 0 if num_workers is None else max(1, int(num_workers))
+        if threads and "threads_max" not in opts:
+            opts["threads_max"] = threads  # the user's upper bound: the tuner may use fewer
         prefetch = opts.pop("prefetch", 0)
         if prefetch_factor is not None:
             prefetch = int(prefetch_factor) * threads

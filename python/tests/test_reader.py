@@ -328,7 +328,8 @@ def test_tail_auto_resolves_by_world_size(ds, monkeypatch):
 
 
 def test_statistics_and_verdict(ds):
-    with stoker.Reader(ds, batch_size=10, order="shuffle", threads=2, prefetch=3) as r:
+    # tuning off: the knobs stay as given (stats report where the tuner has them)
+    with stoker.Reader(ds, batch_size=10, order="shuffle", threads=2, prefetch=3, tuning="off") as r:
         assert r.stats()["batches"] == 0
         n = sum(b.size for b in r)
         s = r.stats()
@@ -551,7 +552,8 @@ def test_direct_reads_give_the_mmap_batches(ds48, order):
     kw = dict(batch_size=7, order=order, seed=3, threads=2, tail="partial", copy=True)
     if order == "quasi":  # small blocks, so that each batch spans several of them
         kw.update(quasi_block_bytes=3 * 6920, quasi_window=4)
-    with stoker.Reader(ds48, io="mmap", **kw) as a, stoker.Reader(ds48, io="direct", io_depth=4, **kw) as b:
+    with stoker.Reader(ds48, io="mmap", **kw) as a, stoker.Reader(ds48, io="direct", io_depth=4, tune_pin="io_depth",
+                                                                               **kw) as b:
         for _ in range(2):
             for x, y in zip(a, b):
                 assert x.records.tolist() == y.records.tolist()

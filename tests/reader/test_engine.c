@@ -116,7 +116,12 @@ END_TEST
 START_TEST(stats_sane)
 {
     char dir[TU_PATH];
-    stk_reader *r = make_open(dir, sizeof dir, "stats", 96, 32, 8, STK_ORDER_SHUFFLE, 2, 4);
+    make(dir, sizeof dir, "stats", 96, 32);
+    stk_reader_options o = tu_reader_options(8, STK_ORDER_SHUFFLE);
+    o.threads = 2;
+    o.prefetch = 4;
+    o.tuning = STK_TUNING_OFF; /* the knobs as given (the tuner would take a thread the steps leave idle) */
+    stk_reader *r = tu_open_reader(dir, &o);
     stk_error err;
     uint64_t bytes = 0;
     for (int i = 0; i < 12; i++) {

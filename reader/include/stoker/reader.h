@@ -135,6 +135,11 @@ struct stk_transform;
  *                             into slots of 16 MiB and more)
  *   STOKER_TRACE=PATH         opts.trace when it is NULL or "": write a
  *                             timeline of the reader to PATH at close
+ *   STOKER_TUNING=on|off      opts.tuning when it is STK_TUNING_AUTO
+ *   LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE   ranks on this node (the first
+ *                             set; else 1), which share its cores in the
+ *                             tuner's CPU budget and its memory in the
+ *                             default memory budget (tuning on)
  *   STOKER_IO_FAULT=...       for tests only: the direct engine's fault seam
  *                             ("short:N,eintr:N,eagain:N" make every Nth
  *                             completion short, EINTR or EAGAIN; "eio:S/R"
@@ -261,7 +266,8 @@ typedef struct {
     /* Online tuning (see "Tuning" below). threads, prefetch and io_depth
      * above are where the tuner starts, unless pinned. */
     int tuning;                            /* stk_tuning; STK_TUNING_AUTO: $STOKER_TUNING
-                                              (on or off), else on                             */
+                                              (on or off), else on (off for a caller built
+                                              against headers without this field)              */
     unsigned tune_pin;                     /* STK_PIN_* bits: knobs the tuner leaves at
                                               their opening value                              */
     unsigned threads_max;                  /* most worker threads the tuner may run; 0: the

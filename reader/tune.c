@@ -1,0 +1,379 @@
+/* reader/tune.c - the online tuner (tune.h): a hill climb over the engine's
+ * knobs, one knob and one step at a time, judged on the reader's own
+ * counters.
+ *
+ * Every period of batches (8 at first, doubling while nothing changes, up to
+ * 256) it looks at the period just over:
+ *   wait   the consumer's time blocked in next, against wall time;
+ *   busy   the workers' time preparing parts, against threads x wall;
+ *   cpu    the workers' CPU time (their thread clocks), and the rest of the
+ *          process's (the trainer's), in cores;
+ *   step   the consumer's time per batch outside next.
+ * Input-bound (wait > 5%): workers busy (>= 85%) want another thread when
+ * the CPU budget has room for one more (their CPU per thread), else, on the
+ * direct path with half their time waiting for reads, a deeper I/O queue;
+ * workers idle while the consumer waits (the hand-off, bursts, latency)
+ * want a deeper prefetch, then a deeper I/O queue, then a thread.
+ * Compute-bound (wait < 1.5%): one thread fewer, kept while the wait stays
+ * under 5%. Each change is judged at the next decision: a move up is kept
+ * when throughput rose by 5% or the wait fell by a quarter (and a point),
+ * else undone; a move down is kept while the wait stays under 5%, else
+ * undone. An undone move is not tried again for 8 decisions, twice as long
+ * each time it fails again, so noise and a flat optimum do not make the
+ * knobs swing. Workers over their CPU budget (by a quarter and a quarter of
+ * a core) lose a thread whatever the wait.
+ * A step time that moves by more than 30% (and at least one of the two is
+ * 1 ms or more: a consumer that takes no step has none to compare) is a new
+ * phase (evaluation, another model stage): the period starts over at 8 and
+ * the failed moves are forgotten.
+ *
+ * The CPU budget, unless opts.cpu_budget sets it: the CPUs this process may
+ * run on (sched_getaffinity) divided by the ranks of the node
+ * ($LOCAL_WORLD_SIZE, else $SLURM_NTASKS_PER_NODE, else 1), minus the cores
+ * the rest of the process kept busy in the last period (process CPU time
+ * less the workers'), and at least one core. */
+#define _GNU_SOURCE
+#include "tune.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PERIOD_MIN 8
+#define PERIOD_MAX 256
+#define WAIT_HIGH 0.05 /* input-bound above */
+#define WAIT_LOW 0.015 /* compute-bound below: a thread may go */
+#define BUSY_HIGH 0.85 /* workers saturated */
+#define GAIN 0.05      /* a move up pays: throughput up by this much ... */
+#define WAIT_CUT 0.75  /* ... or the wait down to this fraction (and by WAIT_CUT_ABS) */
+#define WAIT_CUT_ABS 0.01
+#define PHASE 0.30    /* a step time change that starts a new phase */
+#define STEP_MIN 1e-3 /* steps shorter than this count as none */
+#define HOLD 8        /* decisions a failed move waits (doubling) */
+#define HOLD_MAX 1024
+#define READ_BOUND 0.5 /* direct path: workers' time waiting for reads */
+#define OVER_BUDGET 1.25
+#define OVER_BUDGET_ABS 0.25
+
+void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
+{
+    memset(t, 0, sizeof *t);
+    t->c = *c;
+    t->period = PERIOD_MIN;
+    t->budget_now = c->cpu_budget > 0 ? c->cpu_budget : c->cores;
+}
+
+static const char *move_name(int m)
+{
+    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN ? "threads"
+           : m == STK__MOVE_PREFETCH_UP                             ? "prefetch"
+                                                                    : "io_depth";
+}
+
+static unsigned knob_of(const stk__knobs *k, int m)
+{
+    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN ? k->threads
+           : m == STK__MOVE_PREFETCH_UP                             ? k->prefetch
+                                                                    : k->io_depth;
+}
+
+/* Whether move m is possible from k: within bounds, unpinned, not held. */
+static int can_move(const stk__tuner *t, const stk__knobs *k, int m)
+{
+    if (t->decisions < t->hold_until[m]) return 0;
+    switch (m) {
+    case STK__MOVE_THREADS_UP:
+        return !(t->c.pin & STK_PIN_THREADS) && k->threads < t->c.max.threads;
+    case STK__MOVE_THREADS_DOWN:
+        return !(t->c.pin & STK_PIN_THREADS) && k->threads > 1;
+    case STK__MOVE_PREFETCH_UP:
+        return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch < t->c.max.prefetch;
+    case STK__MOVE_DEPTH_UP:
+        return !(t->c.pin & STK_PIN_IO_DEPTH) && k->io_depth < t->c.max.io_depth;
+    }
+    return 0;
+}
+
+/* The knobs after move m from k: threads one at a time, the depths doubled. */
+static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
+{
+    switch (m) {
+    case STK__MOVE_THREADS_UP:
+        k.threads++;
+        break;
+    case STK__MOVE_THREADS_DOWN:
+        k.threads--;
+        break;
+    case STK__MOVE_PREFETCH_UP:
+        k.prefetch = k.prefetch * 2 < t->c.max.prefetch ? k.prefetch * 2 : t->c.max.prefetch;
+        break;
+    case STK__MOVE_DEPTH_UP:
+        k.io_depth = k.io_depth * 2 < t->c.max.io_depth ? k.io_depth * 2 : t->c.max.io_depth;
+        break;
+    }
+    return k;
+}
+
+/* The period's figures. */
+typedef struct {
+    double dt, wait, thr, step, busy, cpu_w, trainer, read_share;
+    uint64_t batches;
+} figures;
+
+static int period_figures(const stk__tune_sample *a, const stk__tune_sample *b, figures *f)
+{
+    memset(f, 0, sizeof *f);
+    f->dt = b->t - a->t;
+    f->batches = b->batches - a->batches;
+    if (f->dt <= 0 || f->batches == 0) return 0;
+    double wait = b->wait_s - a->wait_s, busy = b->busy_s - a->busy_s;
+    double wcpu = b->worker_cpu_s - a->worker_cpu_s, pcpu = b->process_cpu_s - a->process_cpu_s;
+    unsigned threads = b->knobs.threads ? b->knobs.threads : 1;
+    f->wait = wait > 0 ? wait / f->dt : 0;
+    if (f->wait > 1) f->wait = 1;
+    f->thr = (double)f->batches / f->dt;
+    f->step = f->dt > wait ? (f->dt - wait) / (double)f->batches : 0;
+    f->busy = busy > 0 ? busy / (threads * f->dt) : 0;
+    f->cpu_w = wcpu > 0 ? wcpu / f->dt : 0;
+    f->trainer = pcpu > wcpu ? (pcpu - wcpu) / f->dt : 0;
+    f->read_share = busy > 0 ? (b->read_wait_s - a->read_wait_s) / busy : 0;
+    return 1;
+}
+
+static int new_phase(double ref, double step)
+{
+    if (ref < STEP_MIN && step < STEP_MIN) return 0; /* no step before, none now */
+    double lo = ref < step ? ref : step, hi = ref < step ? step : ref;
+    return hi - lo > PHASE * (lo > 0 ? lo : hi) || (lo < STEP_MIN) != (hi < STEP_MIN);
+}
+
+static void fail_move(stk__tuner *t, int m)
+{
+    unsigned hold = HOLD << (t->fails[m] < 7 ? t->fails[m] : 7);
+    t->hold_until[m] = t->decisions + (hold < HOLD_MAX ? hold : HOLD_MAX);
+    t->fails[m]++;
+}
+
+/* Judge the change made at the last decision against the period after it. */
+static int judge(stk__tuner *t, const figures *f)
+{
+    int m = t->trial;
+    if (m == STK__MOVE_THREADS_DOWN) return f->wait < WAIT_HIGH;
+    return f->thr > t->thr_before * (1 + GAIN) ||
+           (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS);
+}
+
+/* The move this period's figures ask for, or NONE; why: the reason's head. */
+static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, char *why,
+                  size_t cap, int *forced)
+{
+    *forced = 0;
+    double per_thread = f->cpu_w / (k->threads ? k->threads : 1);
+    int room = f->cpu_w + per_thread <= t->budget_now + 0.1; /* CPU for one more thread */
+    if (can_move(t, k, STK__MOVE_THREADS_DOWN) && f->cpu_w > t->budget_now * OVER_BUDGET + OVER_BUDGET_ABS) {
+        snprintf(why, cap, "workers use %.2f cores, budget %.2f", f->cpu_w, t->budget_now);
+        *forced = 1; /* the budget's, not a trial: not judged */
+        return STK__MOVE_THREADS_DOWN;
+    }
+    if (f->wait > WAIT_HIGH) {
+        snprintf(why, cap, "wait %.0f%% of wall, workers %.0f%% busy", 100 * f->wait, 100 * f->busy);
+        if (f->busy >= BUSY_HIGH) {
+            if (direct && f->read_share >= READ_BOUND && can_move(t, k, STK__MOVE_DEPTH_UP))
+                return STK__MOVE_DEPTH_UP;
+            if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
+            if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
+            return STK__MOVE_NONE; /* CPU-bound at the budget */
+        }
+        if (can_move(t, k, STK__MOVE_PREFETCH_UP)) return STK__MOVE_PREFETCH_UP;
+        if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
+        if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
+        return STK__MOVE_NONE;
+    }
+    if (f->wait < WAIT_LOW && can_move(t, k, STK__MOVE_THREADS_DOWN)) {
+        snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy", 100 * f->wait,
+                 100 * f->busy);
+        return STK__MOVE_THREADS_DOWN;
+    }
+    return STK__MOVE_NONE;
+}
+
+int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, char *reason, size_t cap)
+{
+    if (cap) reason[0] = 0;
+    if (!t->have_base || s->resets != t->base.resets || s->batches < t->base.batches || s->t < t->base.t) {
+        t->base = *s; /* the first sample, or the statistics were reset: a new baseline */
+        t->have_base = 1;
+        return 0;
+    }
+    figures f;
+    if (!period_figures(&t->base, s, &f)) return 0;
+    t->base = *s;
+    t->decisions++;
+    t->batches += f.batches;
+    t->trainer_cpu = f.trainer;
+    t->budget_now = t->c.cpu_budget > 0 ? t->c.cpu_budget : t->c.cores - f.trainer;
+    if (t->budget_now < 1) t->budget_now = 1;
+    stk__knobs k = s->knobs;
+    int phase = t->decisions > 1 && new_phase(t->step_ref, f.step);
+    if (t->decisions == 1 || phase) t->step_ref = f.step;
+    if (phase) {
+        t->period = PERIOD_MIN;
+        memset(t->hold_until, 0, sizeof t->hold_until);
+        memset(t->fails, 0, sizeof t->fails);
+    }
+    char why[96] = "";
+    if (t->trial) { /* the last change: paid, or undone */
+        int m = t->trial;
+        t->trial = STK__MOVE_NONE;
+        if (!judge(t, &f)) {
+            fail_move(t, m);
+            *out = t->before;
+            snprintf(reason, cap, "%s %u -> %u undone: %.0f -> %.0f batches/s, wait %.0f%% -> %.0f%%",
+                     move_name(m), knob_of(&k, m), knob_of(out, m), t->thr_before, f.thr,
+                     100 * t->wait_before, 100 * f.wait);
+            t->changes++;
+            t->quiet = 0;
+            return 1;
+        }
+        t->fails[m] = 0; /* it paid: next time it fails, hold it the shortest */
+    }
+    int forced;
+    int m = choose(t, &k, &f, s->direct, why, sizeof why, &forced);
+    if (m == STK__MOVE_NONE) {
+        t->quiet++;
+        if (!phase && t->period < PERIOD_MAX) t->period *= 2;
+        return 0;
+    }
+    *out = moved(t, k, m);
+    snprintf(reason, cap, "%s: %s %u -> %u", why, move_name(m), knob_of(&k, m), knob_of(out, m));
+    t->trial = forced ? STK__MOVE_NONE : m;
+    t->before = k;
+    t->thr_before = f.thr;
+    t->wait_before = f.wait;
+    t->changes++;
+    t->quiet = 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------- the glue */
+
+stk__tuner *stk__tune_new(const stk__tune_config *c)
+{
+    stk__tuner *t = malloc(sizeof *t);
+    if (!t) return NULL;
+    stk__tune_init(t, c);
+    pthread_mutex_init(&t->mu, NULL);
+    t->t_open = stk__now();
+    return t;
+}
+
+void stk__tune_free(stk__tuner *t)
+{
+    if (!t) return;
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+void stk__tune_period(stk_reader *r)
+{
+    stk__tuner *t = r->tuner;
+    stk__tune_sample s;
+    stk__engine_sample(r, &s);
+    pthread_mutex_lock(&t->mu);
+    stk__knobs k;
+    char reason[sizeof t->log[0].reason];
+    if (stk__tune_decide(t, &s, &k, reason, sizeof reason)) {
+        stk__engine_set_knobs(r, k.threads, k.prefetch, k.io_depth);
+        stk_reader_tune_event *e = &t->log[(t->changes - 1) % STK__TUNE_LOG];
+        memset(e, 0, sizeof *e);
+        e->batch = t->batches;
+        e->t_s = s.t - t->t_open;
+        e->threads = k.threads;
+        e->prefetch = k.prefetch;
+        e->io_depth = k.io_depth;
+        snprintf(e->reason, sizeof e->reason, "%s", reason);
+    }
+    uint64_t period = t->period;
+    pthread_mutex_unlock(&t->mu);
+    stk__engine_tune_after(r, period);
+}
+
+/* -------------------------------------------------------------- budgets */
+
+double stk__tune_cores(unsigned ranks)
+{
+    cpu_set_t set;
+    long n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    if (n < 1) n = 1;
+    return (double)n / (ranks ? ranks : 1);
+}
+
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+uint64_t stk__tune_memory_default(unsigned ranks)
+{
+    uint64_t cap = 4ULL << 30, avail = mem_available() / 8 / (ranks ? ranks : 1);
+    return avail && avail < cap ? avail : cap;
+}
+
+/* ------------------------------------------------------------- the API */
+
+void stk_reader_tune_stats_get_sized(const stk_reader *r, stk_reader_tune_stats *out, size_t size)
+{
+    stk_reader_tune_stats v;
+    memset(&v, 0, sizeof v);
+    stk__knobs now, max;
+    stk__tuner *t = r->tuner;
+    if (t) pthread_mutex_lock(&t->mu);
+    stk__engine_knobs((stk_reader *)r, &now, &max); /* the mutex only */
+    v.threads = now.threads;
+    v.prefetch = now.prefetch;
+    v.io_depth = now.io_depth;
+    v.threads_max = max.threads;
+    v.prefetch_max = max.prefetch;
+    v.io_depth_max = max.io_depth;
+    v.memory_budget = r->o.memory_budget;
+    if (t) {
+        v.on = 1;
+        v.threads_max = t->c.max.threads;
+        v.prefetch_max = t->c.max.prefetch;
+        v.io_depth_max = t->c.max.io_depth;
+        v.cpu_budget = t->budget_now;
+        v.trainer_cpu = t->trainer_cpu;
+        v.memory_budget = t->c.memory_budget;
+        v.decisions = t->decisions;
+        v.changes = t->changes;
+        v.period = t->period;
+        v.settled = t->quiet >= 2;
+        pthread_mutex_unlock(&t->mu);
+    }
+    if (out) stk__write_sized(out, size, &v, sizeof v);
+}
+
+size_t stk_reader_tune_log_sized(const stk_reader *r, stk_reader_tune_event *ev, size_t cap, size_t size)
+{
+    stk__tuner *t = r->tuner;
+    if (!t || !ev || !size) return 0;
+    pthread_mutex_lock(&t->mu);
+    uint64_t n = t->changes < STK__TUNE_LOG ? t->changes : STK__TUNE_LOG;
+    if (cap < n) n = cap;
+    for (uint64_t i = 0; i < n; i++) { /* the latest n, oldest first */
+        const stk_reader_tune_event *e = &t->log[(t->changes - n + i) % STK__TUNE_LOG];
+        stk__write_sized((char *)ev + i * size, size, e, sizeof *e);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return (size_t)n;
+}
