@@ -167,8 +167,18 @@ int stk_reader_metrics(const stk_reader *r, char *buf, size_t cap)
            (double)io.bytes);
     metric(&o, "direct_read_retries_total", "counter", "Short, interrupted or refused reads resubmitted.",
            (double)io.retries);
-    metric(&o, "threads", "gauge", "Worker threads.", s->threads);
-    metric(&o, "prefetch", "gauge", "Batches prepared ahead.", s->prefetch);
+    stk_reader_tune_stats ts;
+    stk_reader_tune_stats_get(r, &ts);
+    metric(&o, "threads", "gauge", "Worker threads running now.", s->threads);
+    metric(&o, "prefetch", "gauge", "Batches prepared ahead now.", s->prefetch);
+    metric(&o, "io_depth", "gauge", "Direct reads in flight per worker queue now.", ts.io_depth);
+    metric(&o, "tuning", "gauge", "1: the online tuner turns the knobs.", ts.on);
+    metric(&o, "threads_max", "gauge", "Most worker threads the tuner may run.", ts.threads_max);
+    metric(&o, "prefetch_max", "gauge", "Most batches ahead the memory budget allows.", ts.prefetch_max);
+    metric(&o, "tune_changes_total", "counter", "Knob changes the tuner made (since open).",
+           (double)ts.changes);
+    metric(&o, "tune_decisions_total", "counter", "Periods the tuner evaluated (since open).",
+           (double)ts.decisions);
     metric(&o, "batches_ready_mean", "gauge", "Batches ready when next was called, averaged.", s->mean_ready);
     metric(&o, "io_direct", "gauge", "1: records are read with O_DIRECT reads; 0: from the maps.",
            io.io == STK_IO_DIRECT);

@@ -1126,7 +1126,13 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
         }
         pthread_mutex_unlock(&r->mu);
     }
-    if (tune) r->tune_fn(r); /* the tuner's period is over: it samples, may turn knobs */
+    if (tune) { /* the tuner's period is over: it samples, may turn knobs */
+        double h0 = stk__now();
+        r->tune_fn(r);
+        pthread_mutex_lock(&r->mu);
+        if (r->st_last_return > 0) r->st_last_return += stk__now() - h0; /* not the consumer's step */
+        pthread_mutex_unlock(&r->mu);
+    }
     if (err) {
         err->code = STK_OK;
         err->msg[0] = 0;

@@ -157,9 +157,8 @@ static void fail_move(stk__tuner *t, int m)
 }
 
 /* Judge the change made at the last decision against the period after it. */
-static int judge(stk__tuner *t, const figures *f)
+static int judge(const stk__tuner *t, int m, const figures *f)
 {
-    int m = t->trial;
     if (m == STK__MOVE_THREADS_DOWN) return f->wait < WAIT_HIGH;
     return f->thr > t->thr_before * (1 + GAIN) ||
            (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS);
@@ -227,7 +226,7 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
     if (t->trial) { /* the last change: paid, or undone */
         int m = t->trial;
         t->trial = STK__MOVE_NONE;
-        if (!judge(t, &f)) {
+        if (!judge(t, m, &f)) {
             fail_move(t, m);
             *out = t->before;
             snprintf(reason, cap, "%s %u -> %u undone: %.0f -> %.0f batches/s, wait %.0f%% -> %.0f%%",

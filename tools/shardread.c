@@ -66,6 +66,15 @@ static void usage(FILE *f)
                "                          for larger-than-RAM data or one pass over cold\n"
                "                          data; see README)\n"
                "      --io-depth N        direct: reads in flight per worker queue (default 32)\n"
+               "      --tuning MODE       on (default: $STOKER_TUNING, else on) or off: turn\n"
+               "                          threads, prefetch and io-depth while reading (the\n"
+               "                          values given are where it starts)\n"
+               "      --pin LIST          knobs the tuner leaves as given: threads, prefetch,\n"
+               "                          io-depth (comma-separated)\n"
+               "      --threads-max N     most worker threads the tuner may run (default: the\n"
+               "                          CPU budget rounded up)\n"
+               "      --cpu-budget CORES  cores the workers may keep busy (default: measured:\n"
+               "                          this rank's cores minus the rest of the process's)\n"
                "      --cache-dir DIR     a remote dataset (s3://, https://): the node cache of\n"
                "                          fetched bytes, shared by the node's processes\n"
                "      --cache-limit SIZE  a remote dataset: bytes the cache may hold\n"
@@ -95,7 +104,8 @@ static void usage(FILE *f)
                "      --state-in FILE     start from a saved state\n"
                "      --json              print the result as one JSON object (last line)\n"
                "      --sweep             measure a grid of settings instead (a table, the knee:\n"
-               "                          the cheapest setting within 5%% of the best)\n"
+               "                          the cheapest setting within 5%% of the best; tuning\n"
+               "                          off at every point)\n"
                "      --sweep-threads L   thread counts (default 1,2,4,... up to 2 x cores)\n"
                "      --sweep-prefetch L  prefetch depths (default 1,2,4,8)\n"
                "      --sweep-batch L     batch sizes (default: --batch-size)\n"
@@ -177,7 +187,11 @@ static int parse_args(int argc, char **argv, opts *o)
         O_CACHE_DIR,
         O_CACHE_LIMIT,
         O_TRACE,
-        O_METRICS
+        O_METRICS,
+        O_TUNING,
+        O_PIN,
+        O_THREADS_MAX,
+        O_CPU_BUDGET
     };
     static const struct option lo[] = {{"batch-size", 1, 0, 'b'},
                                        {"order", 1, 0, O_ORDER},
@@ -225,6 +239,10 @@ static int parse_args(int argc, char **argv, opts *o)
                                        {"cache-limit", 1, 0, O_CACHE_LIMIT},
                                        {"trace", 1, 0, O_TRACE},
                                        {"metrics", 0, 0, O_METRICS},
+                                       {"tuning", 1, 0, O_TUNING},
+                                       {"pin", 1, 0, O_PIN},
+                                       {"threads-max", 1, 0, O_THREADS_MAX},
+                                       {"cpu-budget", 1, 0, O_CPU_BUDGET},
                                        CLI_COMMON_OPTIONS};
     memset(o, 0, sizeof *o);
     stk_reader_options_init(&o->ro);
@@ -296,6 +314,34 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_METRICS:
             o->metrics = 1;
+            break;
+        case O_TUNING:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return cli_bad_value(&a, optarg, "on or off"), CLI_EXIT_USAGE;
+            o->ro.tuning = strcmp(optarg, "on") ? STK_TUNING_OFF : STK_TUNING_ON;
+            break;
+        case O_PIN: {
+            static const char *const KNOBS[] = {"threads", "prefetch", "io-depth"};
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            o->ro.tune_pin = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int k = parse_enum(t, KNOBS, 3);
+                if (k < 0)
+                    return cli_bad_value(&a, optarg, "a list of threads, prefetch, io-depth"), CLI_EXIT_USAGE;
+                o->ro.tune_pin |= 1u << k; /* STK_PIN_THREADS, _PREFETCH, _IO_DEPTH */
+            }
+            if (!o->ro.tune_pin)
+                return cli_bad_value(&a, optarg, "a list of threads, prefetch, io-depth"), CLI_EXIT_USAGE;
+            break;
+        }
+        case O_THREADS_MAX:
+            if (!cli_uint(&a, optarg, 1, 256, &v)) return CLI_EXIT_USAGE;
+            o->ro.threads_max = (unsigned)v;
+            break;
+        case O_CPU_BUDGET:
+            if (!cli_real(&a, optarg, 0.01, 65536, &d)) return CLI_EXIT_USAGE;
+            o->ro.cpu_budget = d;
             break;
         case O_SW_IO: {
             char buf[64];
@@ -634,6 +680,51 @@ static double cpu_seconds(void)
 }
 
 
+/* The tuner: its final knobs and its last changes (human: a few lines;
+ * json: a "tuning" member, the log's last 16). */
+static void report_tuning(const stk_reader *r, FILE *out, int json)
+{
+    stk_reader_tune_stats t;
+    stk_reader_tune_stats_get(r, &t);
+    stk_reader_tune_event ev[16];
+    size_t n = stk_reader_tune_log(r, ev, json ? 16 : 4);
+    if (json) {
+        fprintf(out,
+                ",\"tuning\":{\"on\":%s,\"threads\":%u,\"prefetch\":%u,\"io_depth\":%u,\"threads_max\":%u,"
+                "\"prefetch_max\":%u,\"io_depth_max\":%u,\"cpu_budget\":%.2f,\"trainer_cpu\":%.2f,"
+                "\"memory_budget\":%llu,\"decisions\":%llu,\"changes\":%llu,\"period\":%llu,\"settled\":%s,"
+                "\"log\":[",
+                t.on ? "true" : "false", t.threads, t.prefetch, t.io_depth, t.threads_max, t.prefetch_max,
+                t.io_depth_max, t.cpu_budget, t.trainer_cpu, (unsigned long long)t.memory_budget,
+                (unsigned long long)t.decisions, (unsigned long long)t.changes, (unsigned long long)t.period,
+                t.settled ? "true" : "false");
+        for (size_t i = 0; i < n; i++) {
+            fprintf(
+                out,
+                "%s{\"batch\":%llu,\"t_s\":%.3f,\"threads\":%u,\"prefetch\":%u,\"io_depth\":%u,\"reason\":",
+                i ? "," : "", (unsigned long long)ev[i].batch, ev[i].t_s, ev[i].threads, ev[i].prefetch,
+                ev[i].io_depth);
+            cli_json_string(out, ev[i].reason);
+            fputc('}', out);
+        }
+        fputs("]}", out);
+        return;
+    }
+    if (!t.on) {
+        fprintf(out, "tuning: off (threads %u, prefetch %u, io-depth %u as given)\n", t.threads, t.prefetch,
+                t.io_depth);
+        return;
+    }
+    fprintf(out,
+            "tuning: threads %u (of %u), prefetch %u (of %u), io-depth %u (of %u); %llu change%s in %llu "
+            "decisions; cpu budget %.2f cores (the rest of the process %.2f)\n",
+            t.threads, t.threads_max, t.prefetch, t.prefetch_max, t.io_depth, t.io_depth_max,
+            (unsigned long long)t.changes, t.changes == 1 ? "" : "s", (unsigned long long)t.decisions,
+            t.cpu_budget, t.trainer_cpu);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  batch %llu (%.2f s): %s\n", (unsigned long long)ev[i].batch, ev[i].t_s, ev[i].reason);
+}
+
 static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s, int rc, const char *errmsg,
                    double cpu_s, double anon_mib)
 {
@@ -700,6 +791,7 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
         }
         report_sources(r, out, 0);
         if (o->ro.order == STK_ORDER_QUASI && !o->mix.n) shuffle_quality(r, o, out);
+        report_tuning(r, out, 0);
     }
     if (o->metrics) { /* Prometheus text, last on stdout (stderr with --json or a dump) */
         int need = stk_reader_metrics(r, NULL, 0);
@@ -744,6 +836,7 @@ static void report(const stk_reader *r, const opts *o, const stk_reader_stats *s
                 (unsigned long long)rs.cache_stored_bytes, (unsigned long long)rs.cache_rejected_bytes,
                 (unsigned long long)rs.checksum_refetches, (unsigned long long)rs.inflight_max);
         report_sources(r, stdout, 1);
+        report_tuning(r, stdout, 1);
         if (errmsg) {
             printf(",\"error\":");
             cli_json_string(stdout, errmsg);

@@ -93,6 +93,7 @@ static int measure(const stk_dataset *ds, const stk_reader_options *base, const 
     o.batch_size = p->batch;
     o.io = p->io;
     o.io_depth = p->depth;
+    o.tuning = STK_TUNING_OFF; /* each point measures the setting it names */
     stk_error err;
     if (so->drop_cache && drop_cache()) return -1;
     stk_reader *r = stk_reader_open_dataset(ds, &o, &err);

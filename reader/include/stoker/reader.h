@@ -483,17 +483,23 @@ typedef struct {
  *
  * With tuning on (the default), a tuner above the engine turns three knobs
  * while the consumer runs: the worker threads running (1 .. threads_max),
- * the batches prepared ahead (1 .. what the memory budget allows) and the
- * direct path's reads in flight per worker (1 .. 1024). It reads the
+ * the batches prepared ahead (1 .. what the memory budget allows, at most
+ * 256; not on the device path, whose slots are pinned staging memory) and
+ * the direct path's reads in flight per worker (1 .. 4 x io_depth, at most
+ * 1024). It runs on the consumer's thread in stk_reader_next, reads the
  * reader's own counters every period (consumer wait against wall time,
- * worker busy time, read waits, bytes in flight), climbs one knob at a time,
+ * worker busy time and CPU time, read waits, the rest of the process's CPU),
+ * climbs one knob at a time,
  * keeps a change only when it paid, and doubles the period while nothing
  * changes; a change of the consumer's step time starts it over. It never
  * changes the batches (the same records in the same order: only who
  * prepares them and how far ahead). The worker CPU it uses stays within
  * opts.cpu_budget, the slots within opts.memory_budget (0 there, with tuning
- * on: STK_TUNE_MEMORY_DEFAULT, see reader_open.c). Pinned knobs and
- * STK_TUNING_OFF keep the values given at open. */
+ * on: STK_TUNE_MEMORY_DEFAULT, see reader_open.c: the lesser of 1/8 of
+ * MemAvailable per rank of the node and 4 GiB, or what the opening prefetch
+ * needs if more). The slots are allocated for the deepest prefetch the
+ * budget allows but only as many as the prefetch in use are touched. Pinned
+ * knobs and STK_TUNING_OFF keep the values given at open. */
 typedef enum {
     STK_TUNING_AUTO = 0, /* $STOKER_TUNING=on|off, else on */
     STK_TUNING_ON = 1,

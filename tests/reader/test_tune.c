@@ -1,0 +1,433 @@
+/*
+ * tests/reader/test_tune.c - the online tuner (reader/tune.c) and the
+ * engine's knobs: the decision function on synthetic counter sequences
+ * (input-bound with busy workers adds threads, a latency-bound hand-off
+ * deepens the prefetch or the I/O queue, compute-bound takes threads away
+ * without letting the wait pass 5%, noise does not make the knobs swing, a
+ * new step time restarts the period, pins and CPU budgets hold), all
+ * deterministic, no clock; then the engine: batches identical with tuning
+ * on and off while the knobs are forced up and down between batches, and a
+ * small memory budget that the slots never exceed.
+ */
+#include "tune.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------- the decision function */
+
+/* What a pipeline does with given knobs, per period: batches per second, the
+ * consumer's wait fraction, the workers' busy fraction, their CPU (cores),
+ * the rest of the process's CPU (cores), the workers' read-wait share. */
+typedef struct {
+    double thr, wait, busy, cpu_w, trainer, read_share;
+} outcome;
+typedef outcome (*model_fn)(const stk__knobs *k, uint64_t i);
+
+/* A simulated run: the counters advance period by period as the model says
+ * for the knobs in force; every decision the tuner makes is applied. */
+typedef struct {
+    stk__tuner t;
+    stk__tune_sample s;
+    unsigned changes, decisions;
+    unsigned max_threads_seen, max_prefetch_seen;
+    double last_wait;
+} sim;
+
+static void sim_init(sim *m, stk__knobs start, stk__knobs max, unsigned pin, double cores, double budget,
+                     int direct)
+{
+    memset(m, 0, sizeof *m);
+    stk__tune_config c;
+    memset(&c, 0, sizeof c);
+    c.start = start;
+    c.max = max;
+    c.pin = pin;
+    c.cores = cores;
+    c.cpu_budget = budget;
+    c.ranks = 1;
+    stk__tune_init(&m->t, &c);
+    m->s.knobs = start;
+    m->s.direct = direct;
+    m->s.t = 100;
+}
+
+static void sim_run(sim *m, model_fn f, unsigned periods)
+{
+    for (unsigned i = 0; i < periods; i++) {
+        stk__knobs out;
+        char why[120];
+        if (stk__tune_decide(&m->t, &m->s, &out, why, sizeof why)) {
+            ck_assert_msg(why[0] != 0, "a change without a reason");
+            ck_assert(out.threads >= 1 && out.threads <= m->t.c.max.threads);
+            ck_assert(out.prefetch >= 1 && out.prefetch <= m->t.c.max.prefetch);
+            ck_assert(out.io_depth >= 1 && out.io_depth <= m->t.c.max.io_depth);
+            m->s.knobs = out;
+            m->changes++;
+        }
+        if (m->s.knobs.threads > m->max_threads_seen) m->max_threads_seen = m->s.knobs.threads;
+        if (m->s.knobs.prefetch > m->max_prefetch_seen) m->max_prefetch_seen = m->s.knobs.prefetch;
+        outcome o = f(&m->s.knobs, m->decisions);
+        uint64_t n = m->t.period;
+        double dt = n / o.thr;
+        m->s.t += dt;
+        m->s.batches += n;
+        m->s.wait_s += o.wait * dt;
+        m->s.busy_s += o.busy * m->s.knobs.threads * dt;
+        m->s.read_wait_s += o.read_share * o.busy * m->s.knobs.threads * dt;
+        m->s.worker_cpu_s += o.cpu_w * dt;
+        m->s.process_cpu_s += (o.cpu_w + o.trainer) * dt;
+        m->last_wait = o.wait;
+        m->decisions++;
+    }
+}
+
+/* Each thread makes 100 batches/s at 95% of a core; the consumer takes 450/s. */
+static outcome cpu_bound(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    double make = 100.0 * k->threads, thr = make < 450 ? make : 450;
+    outcome o = {thr, 1 - thr / 450 + 0.01, thr / make, 0.95 * k->threads * thr / make, 0.05, 0};
+    if (o.wait > 1) o.wait = 1;
+    return o;
+}
+
+START_TEST(input_bound_busy_workers_add_threads)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){1, 2, 32}, (stk__knobs){8, 64, 32}, 0, 8, 0, 0);
+    sim_run(&m, cpu_bound, 40);
+    ck_assert_msg(m.s.knobs.threads >= 5, "threads %u: 5 make the 450 batches/s the consumer takes",
+                  m.s.knobs.threads);
+    ck_assert_uint_le(m.s.knobs.threads, 6); /* more would not pay */
+}
+END_TEST
+
+/* Workers half idle while the consumer waits: bursts the ring is too
+ * shallow for; the deeper, the fewer, until 8 batches ahead absorb them. */
+static outcome shallow(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    double short_of = k->prefetch >= 8 ? 0 : 1 - k->prefetch / 8.0;
+    outcome o = {
+        100 * (1 - 0.3 * short_of), 0.02 + 0.3 * short_of, 0.6 - 0.15 * short_of, 0.6 * k->threads, 0.1, 0};
+    return o;
+}
+
+/* The direct path: workers busy, but mostly waiting for reads, until 128
+ * reads are in flight. */
+static outcome read_latency(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    double short_of = k->io_depth >= 128 ? 0 : 1 - k->io_depth / 128.0;
+    outcome o = {200 * (1 - 0.6 * short_of), 0.02 + 0.4 * short_of, 0.95, 0.2 * k->threads, 0.1,
+                 0.1 + 0.7 * short_of};
+    return o;
+}
+
+START_TEST(latency_bound_deepens_prefetch_or_io)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 1, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    sim_run(&m, shallow, 30);
+    ck_assert_uint_ge(m.s.knobs.prefetch, 8);
+    ck_assert_uint_eq(m.s.knobs.io_depth, 32); /* the map path: no I/O queue to deepen */
+
+    sim_init(&m, (stk__knobs){2, 4, 16}, (stk__knobs){4, 64, 256}, 0, 4, 0, 1);
+    sim_run(&m, read_latency, 30);
+    ck_assert_uint_ge(m.s.knobs.io_depth, 128);
+    ck_assert_uint_eq(m.s.knobs.threads, 2); /* deeper reads, not more CPU */
+}
+END_TEST
+
+/* Each thread makes 100 batches/s; the consumer's step allows 150/s: two
+ * threads keep the wait near zero, one leaves the consumer waiting a third
+ * of the time. */
+static outcome compute_bound(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    double make = 100.0 * k->threads;
+    if (make >= 165) return (outcome){150, 0.004, 150 / make, 0.95 * 150 / 100, 1.0, 0};
+    return (outcome){make, 1 - make / 150, 1, 0.95 * k->threads, 1.0, 0};
+}
+
+START_TEST(compute_bound_takes_threads_away)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){6, 4, 32}, (stk__knobs){8, 64, 32}, 0, 8, 0, 0);
+    sim_run(&m, compute_bound, 100);
+    ck_assert_uint_eq(m.s.knobs.threads, 2);
+    ck_assert_msg(m.last_wait < 0.05, "wait %.3f", m.last_wait);
+    /* converged, and it stays: one try at 1 thread (undone) per hold */
+    unsigned before = m.changes;
+    sim_run(&m, compute_bound, 100);
+    ck_assert_uint_le(m.changes - before, 8);
+    ck_assert_uint_eq(m.s.knobs.threads, 2);
+}
+END_TEST
+
+/* Throughput does not depend on the knobs; the measurements wobble by 3%. */
+static outcome flat_noisy(const stk__knobs *k, uint64_t i)
+{
+    double noise = 1 + 0.03 * ((i * 7919 % 11) / 5.0 - 1); /* -3% .. +3%, deterministic */
+    outcome o = {100 * noise, 0.1, 0.9, 0.9 * k->threads, 0.2, 0};
+    return o;
+}
+
+START_TEST(noise_does_not_swing_the_knobs)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){8, 64, 32}, 0, 16, 0, 0);
+    sim_run(&m, flat_noisy, 300);
+    ck_assert_msg(m.changes <= 20, "%u changes in 300 periods of a flat pipeline", m.changes);
+    ck_assert_uint_le(m.s.knobs.threads, 3);
+    ck_assert_uint_le(m.t.period, 256);
+}
+END_TEST
+
+/* A pipeline in the middle band (wait 3%): nothing to do. The consumer's
+ * step: 10 ms, then 20 ms from period `switch_at` on. */
+static uint64_t switch_at;
+static outcome steady(const stk__knobs *k, uint64_t i)
+{
+    (void)k;
+    double thr = i >= switch_at ? 50 : 100; /* batches/s = 1 / (step + wait share) */
+    outcome o = {thr, 0.03, 0.5, 0.5, 1.0, 0};
+    return o;
+}
+
+START_TEST(step_change_restarts_the_period)
+{
+    sim m;
+    switch_at = 1000;
+    sim_init(&m, (stk__knobs){1, 4, 32}, (stk__knobs){4, 64, 32}, 0, 4, 0, 0);
+    sim_run(&m, steady, 12);
+    ck_assert_uint_eq(m.t.period, 256); /* doubled while nothing changed */
+    ck_assert_uint_eq(m.changes, 0);
+    switch_at = m.decisions; /* the step doubles from the next period on */
+    sim_run(&m, steady, 2);
+    ck_assert_msg(m.t.period <= 16, "period %llu after the step time doubled",
+                  (unsigned long long)m.t.period);
+}
+END_TEST
+
+START_TEST(pins_and_budgets_hold)
+{
+    sim m;
+    /* threads pinned: input-bound and CPU-saturated, the tuner leaves them */
+    sim_init(&m, (stk__knobs){1, 2, 32}, (stk__knobs){1, 64, 32}, STK_PIN_THREADS, 8, 0, 0);
+    sim_run(&m, cpu_bound, 30);
+    ck_assert_uint_eq(m.max_threads_seen, 1);
+    /* prefetch pinned: the shallow ring stays */
+    sim_init(&m, (stk__knobs){2, 1, 32}, (stk__knobs){2, 1, 32}, STK_PIN_PREFETCH, 2, 0, 0);
+    sim_run(&m, shallow, 30);
+    ck_assert_uint_eq(m.max_prefetch_seen, 1);
+    /* a budget of 2 cores: 95% of a core per thread leaves room for 2 */
+    sim_init(&m, (stk__knobs){1, 2, 32}, (stk__knobs){8, 64, 32}, 0, 8, 2.0, 0);
+    sim_run(&m, cpu_bound, 40);
+    ck_assert_uint_eq(m.max_threads_seen, 2);
+    /* measured: 4 cores, of which the trainer keeps 2 busy (cpu_bound's
+     * 0.05 plus the model's below) */
+    sim_init(&m, (stk__knobs){1, 2, 32}, (stk__knobs){8, 64, 32}, 0, 4.05, 0, 0);
+    sim_run(&m, compute_bound, 1); /* trainer at 1 core: the first sample */
+    sim_run(&m, cpu_bound, 40);
+    ck_assert_uint_le(m.max_threads_seen, 4);
+    /* started above the budget: threads come down to it whatever the wait */
+    sim_init(&m, (stk__knobs){6, 2, 32}, (stk__knobs){8, 64, 32}, 0, 8, 2.0, 0);
+    sim_run(&m, cpu_bound, 40);
+    ck_assert_uint_le(m.s.knobs.threads, 2);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the engine */
+
+enum { N = 211, PER = 40, SIDE = 40, IMG = SIDE * SIDE * 3 };
+
+static const char *dataset(void)
+{
+    static char dir[TU_PATH];
+    if (dir[0]) return dir;
+    stk_schema s;
+    stk_error e;
+    const uint64_t img[3] = {SIDE, SIDE, 3};
+    stk_schema_init(&s);
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, img, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_tensor(&s, "label", STK_DT_U64, 0, NULL, &e), STK_OK);
+    ck_assert_int_eq(stk_schema_add_bytes(&s, "text", &e), STK_OK);
+    tu_scratch(dir, sizeof dir, "tune");
+    stk_dataset_options o;
+    memset(&o, 0, sizeof o);
+    o.records_per_shard = PER;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    static uint8_t im[IMG];
+    char text[32];
+    for (uint64_t i = 0; i < N; i++) {
+        tu_fill(im, IMG, 77 + i);
+        int tl = snprintf(text, sizeof text, "record %llu", (unsigned long long)i);
+        stk_value v[3] = {{im, IMG}, {&i, 8}, {text, (uint64_t)tl}};
+        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    return dir;
+}
+
+static void same_batch(const stk_batch *a, const stk_batch *b, const char *what, uint64_t j)
+{
+    ck_assert_msg(a->size == b->size && a->epoch == b->epoch && a->index == b->index, "%s: batch %llu", what,
+                  (unsigned long long)j);
+    ck_assert_msg(!memcmp(a->records, b->records, a->size * sizeof *a->records), "%s: records of batch %llu",
+                  what, (unsigned long long)j);
+    for (unsigned k = 0; k < a->nfields; k++) {
+        const stk_batch_field *x = &a->fields[k], *y = &b->fields[k];
+        if (x->kind == STK_KIND_TENSOR) {
+            ck_assert_uint_eq(x->nbytes, y->nbytes);
+            ck_assert_msg(!memcmp(x->data, y->data, x->nbytes), "%s: field %s of batch %llu", what, x->name,
+                          (unsigned long long)j);
+        } else {
+            for (uint32_t i = 0; i < a->size; i++)
+                ck_assert_msg(x->values[i].size == y->values[i].size &&
+                                  !memcmp(x->values[i].data, y->values[i].data, x->values[i].size),
+                              "%s: field %s of batch %llu", what, x->name, (unsigned long long)j);
+        }
+    }
+}
+
+/* Tuning on (and the tuner running) with the knobs also forced through
+ * every combination between batches: the batches equal those of a reader
+ * with tuning off, in every order, on both read paths. */
+START_TEST(batches_identical_while_knobs_turn)
+{
+    static const int orders[] = {STK_ORDER_SHUFFLE, STK_ORDER_QUASI, STK_ORDER_SEQUENTIAL};
+    static const int ios[] = {STK_IO_MMAP, STK_IO_DIRECT};
+    const unsigned starts[] = {1, 3};
+    for (unsigned oi = 0; oi < 3; oi++)
+        for (unsigned ii = 0; ii < 2; ii++)
+            for (unsigned si = 0; si < 2; si++) {
+                char what[96];
+                snprintf(what, sizeof what, "order %d io %d threads %u", orders[oi], ios[ii], starts[si]);
+                stk_reader_options o = tu_reader_options(13, orders[oi]);
+                o.seed = 5;
+                o.io = ios[ii];
+                o.quasi_block_bytes = 3 * (IMG + 64); /* blocks of a few records */
+                o.quasi_window = 4;
+                o.threads = 2;
+                o.tuning = STK_TUNING_OFF;
+                stk_reader *ref = tu_open_reader(dataset(), &o);
+                o.tuning = STK_TUNING_ON;
+                o.threads = starts[si];
+                o.threads_max = 4;
+                o.prefetch = 2;
+                stk_reader *r = tu_open_reader(dataset(), &o);
+                stk_reader_tune_stats ts;
+                stk_reader_tune_stats_get(r, &ts);
+                ck_assert_int_eq(ts.on, 1);
+                ck_assert_uint_eq(ts.threads_max, 4);
+                uint64_t nb = 3 * stk_reader_batches_per_epoch(r);
+                for (uint64_t j = 0; j < nb; j++) {
+                    if (j % 3 == 1) /* every knob, up and down */
+                        stk__engine_set_knobs(r, 1 + (unsigned)(j * 7 % 4), 1 + (unsigned)(j * 5 % 9),
+                                              1 + (unsigned)(j * 11 % 64));
+                    stk_error e1, e2;
+                    const stk_batch *a = stk_reader_next(ref, &e1), *b = stk_reader_next(r, &e2);
+                    ck_assert_msg(a != NULL, "%s", e1.msg);
+                    ck_assert_msg(b != NULL, "%s: %s", what, e2.msg);
+                    same_batch(a, b, what, j);
+                }
+                stk_reader_stats st;
+                stk_reader_stats_get(r, &st);
+                ck_assert(st.threads >= 1 && st.threads <= 4);
+                stk_reader_close(ref);
+                stk_reader_close(r);
+            }
+}
+END_TEST
+
+/* With tuning on, a small memory budget bounds the slots whatever the
+ * prefetch is turned to; stats and the tune log tell the same knobs. */
+START_TEST(memory_budget_never_exceeded)
+{
+    stk_reader_options o = tu_reader_options(16, STK_ORDER_SHUFFLE);
+    o.threads = 2;
+    o.prefetch = 1;
+    o.tuning = STK_TUNING_ON;
+    o.memory_budget = 6 * 16 * (IMG + 256); /* a handful of slots */
+    stk_reader *r = tu_open_reader(dataset(), &o);
+    stk_reader_tune_stats ts;
+    stk_reader_tune_stats_get(r, &ts);
+    ck_assert_uint_eq(ts.memory_budget, o.memory_budget);
+    ck_assert_uint_ge(ts.prefetch_max, 1);
+    ck_assert_uint_le((uint64_t)r->nslots * r->slot_bytes, o.memory_budget);
+    ck_assert_uint_eq(r->nslots, ts.prefetch_max + 1);
+    stk__engine_set_knobs(r, 2, 1000, 1);
+    stk_reader_stats st;
+    stk_reader_stats_get(r, &st);
+    ck_assert_uint_eq(st.prefetch, ts.prefetch_max); /* clamped */
+    stk_error e;
+    for (int j = 0; j < 60; j++) ck_assert_msg(stk_reader_next(r, &e) != NULL, "%s", e.msg);
+    stk_reader_tune_stats_get(r, &ts);
+    ck_assert_uint_le(ts.prefetch, ts.prefetch_max);
+    stk_reader_tune_event ev[256];
+    size_t n = stk_reader_tune_log(r, ev, 256);
+    ck_assert_uint_eq(n, ts.changes < 256 ? ts.changes : 256);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(ev[i].reason[0]);
+        ck_assert_uint_le(ev[i].prefetch, ts.prefetch_max);
+    }
+    stk_reader_close(r);
+    /* a budget below what the opening prefetch needs is refused, naming it */
+    o.memory_budget = 1000;
+    ck_assert_ptr_null(stk_reader_open(dataset(), &o, &e));
+    ck_assert_msg(strstr(e.msg, "memory budget") != NULL, "%s", e.msg);
+    /* and the bad options name themselves */
+    o.memory_budget = 0;
+    o.tuning = 7;
+    ck_assert_ptr_null(stk_reader_open(dataset(), &o, &e));
+    ck_assert_msg(strstr(e.msg, "tuning 7") != NULL, "%s", e.msg);
+    o.tuning = STK_TUNING_ON;
+    o.threads = 6;
+    o.threads_max = 4;
+    ck_assert_ptr_null(stk_reader_open(dataset(), &o, &e));
+    ck_assert_msg(strstr(e.msg, "threads_max 4") != NULL, "%s", e.msg);
+}
+END_TEST
+
+/* tuning=AUTO follows $STOKER_TUNING; a bad value names the variable. */
+START_TEST(tuning_env)
+{
+    stk_reader_options o = tu_reader_options(16, STK_ORDER_SHUFFLE);
+    o.threads = 2;
+    stk_reader_tune_stats ts;
+    stk_error e;
+    setenv("STOKER_TUNING", "off", 1);
+    stk_reader *r = tu_open_reader(dataset(), &o);
+    stk_reader_tune_stats_get(r, &ts);
+    ck_assert_int_eq(ts.on, 0);
+    ck_assert_uint_eq(ts.threads_max, 2);
+    stk_reader_close(r);
+    setenv("STOKER_TUNING", "on", 1);
+    r = tu_open_reader(dataset(), &o);
+    stk_reader_tune_stats_get(r, &ts);
+    ck_assert_int_eq(ts.on, 1);
+    stk_reader_close(r);
+    setenv("STOKER_TUNING", "maybe", 1);
+    ck_assert_ptr_null(stk_reader_open(dataset(), &o, &e));
+    ck_assert_msg(strstr(e.msg, "STOKER_TUNING") != NULL, "%s", e.msg);
+    o.tuning = STK_TUNING_OFF; /* an explicit option: the variable plays no part */
+    r = tu_open_reader(dataset(), &o);
+    stk_reader_close(r);
+    unsetenv("STOKER_TUNING");
+}
+END_TEST
+
+TU_MAIN("reader tuning",
+        {.name = "decide",
+         .tests = {input_bound_busy_workers_add_threads, latency_bound_deepens_prefetch_or_io,
+                   compute_bound_takes_threads_away, noise_does_not_swing_the_knobs,
+                   step_change_restarts_the_period, pins_and_budgets_hold}},
+        {.name = "engine",
+         .timeout = 120,
+         .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
