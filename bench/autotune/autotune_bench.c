@@ -20,8 +20,8 @@
  * window's wall time), the CPU the rest of the process used (the workers,
  * the copy and I/O threads, the tuner: process CPU time minus the trainer
  * thread's) in core-seconds and in cores, and the reader's own busy_s; the
- * knobs at the end (the tuner's, where the library has the tuner, else the
- * options in force) and the number of changes it made. --log prints the
+ * knobs at the end and the number of changes the tuner made (tuner: 1 when
+ * it was on). --log prints the
  * tuner's change log to stderr. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -31,10 +31,6 @@
 
 #include <stoker/reader.h>
 
-/* Libraries built before the tuner declare these but do not define them:
- * weak references let the bench run against either (NULL: no tuner). */
-#pragma weak stk_reader_tune_stats_get_sized
-#pragma weak stk_reader_tune_log_sized
 
 static double clock_s(clockid_t c)
 {
@@ -177,22 +173,15 @@ int main(int argc, char **argv)
     stk_reader_stats_get(r, &st);
     stk_reader_io_stats ios;
     stk_reader_io_stats_get(r, &ios);
-    unsigned kt = st.threads, kp = st.prefetch, kd = ios.depth;
-    long changes = -1;
-    int settled = -1;
-    if (stk_reader_tune_stats_get_sized) {
-        stk_reader_tune_stats ts;
-        stk_reader_tune_stats_get(r, &ts);
-        kt = ts.threads, kp = ts.prefetch, kd = ts.io_depth;
-        changes = (long)ts.changes, settled = ts.settled;
-        if (log && stk_reader_tune_log_sized) {
-            static stk_reader_tune_event ev[256];
-            size_t k = stk_reader_tune_log(r, ev, 256);
-            for (size_t i = 0; i < k; i++)
-                fprintf(stderr, "  batch %5llu %7.3f s  threads %u prefetch %u io_depth %u: %s\n",
-                        (unsigned long long)ev[i].batch, ev[i].t_s, ev[i].threads, ev[i].prefetch,
-                        ev[i].io_depth, ev[i].reason);
-        }
+    stk_reader_tune_stats ts;
+    stk_reader_tune_stats_get(r, &ts);
+    if (log) {
+        static stk_reader_tune_event ev[256];
+        size_t k = stk_reader_tune_log(r, ev, 256);
+        for (size_t i = 0; i < k; i++)
+            fprintf(stderr, "  batch %5llu %7.3f s  threads %u prefetch %u io_depth %u: %s\n",
+                    (unsigned long long)ev[i].batch, ev[i].t_s, ev[i].threads, ev[i].prefetch, ev[i].io_depth,
+                    ev[i].reason);
     }
     printf("{\"tuning\":\"%s\",\"batch\":%u,\"batches\":%u,\"start\":%u,\"step_us\":%u,\"io\":\"%s\",",
            tuning == STK_TUNING_ON ? "on" : "off", batch, n, start, step_us,
@@ -202,7 +191,7 @@ int main(int argc, char **argv)
     window_json("after", &m1, &m2);
     printf(",\"busy_s\":%.4f,\"threads\":%u,\"prefetch\":%u,\"io_depth\":%u,\"changes\":%ld,\"settled\":%d,"
            "\"tuner\":%d}\n",
-           st.busy_s, kt, kp, kd, changes, settled, stk_reader_tune_stats_get_sized != NULL);
+           st.busy_s, ts.threads, ts.prefetch, ts.io_depth, (long)ts.changes, ts.settled, ts.on);
     stk_reader_close(r);
     return 0;
 }
