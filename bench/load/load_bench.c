@@ -15,7 +15,14 @@
  *         (image/'s planner: the region at the smallest power-of-two DCT
  *         scale + the fractional-box resize), with the same boxes (torchvision
  *         RandomResizedCrop boxes drawn from a per-image seed, or the eval
- *         crop), so the two compare on the same work.
+ *         crop), so the two compare on the same work. --path planes: a
+ *         probe of the raw-plane route (not a load path): the whole frame
+ *         decoded to its YCbCr planes at full scale (TurboJPEG, as pack
+ *         does) and resampled by stk__resize_ycc (chroma upsampling folded
+ *         in, colour conversion at output size): the eval crop's exact
+ *         window; a random crop as the window of a resize that maps its box
+ *         to S x S (the same taps, box edges rounded to output pixels, no
+ *         flip). Sources that have no planes take the planner's path.
  * After one untimed pass (first touch of buffers), images are counted for
  * X seconds. Prints "RESULT <name> <images/s>". */
 #define _GNU_SOURCE
@@ -48,7 +55,7 @@ typedef struct {
     size_t n;
     double seconds;
     uint64_t done;
-    int path; /* 0: the TurboJPEG limit; 1: the old crop path; 2: the planner's */
+    int path; /* 0: the TurboJPEG limit; 1: the old crop path; 2: the planner's; 3: planes probe */
     int eval;
     uint32_t size;
 } share_t;
@@ -85,6 +92,7 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
     stk__img_layout l;
     stk__img_eval_layout(o, o, W, H, &l);
     stk__rect win = {0, 0, o, o};
+    stk__jpeg_info info;
     stk_error e;
     const uint8_t *at;
     size_t stride;
@@ -95,7 +103,6 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
         stk__rgb_view v = {at, (uint32_t)b.w, (uint32_t)b.h, stride, 0};
         if (stk__resize(c->rs, &v, o, o, &win, flip, c->out, (size_t)o * 3)) die("old path", "resize");
     } else if (s->path == 1) {
-        stk__jpeg_info info;
         if (stk__jpeg_header(c->j, data, len, &info, &e) ||
             stk__img_buf_reserve(&c->px, (size_t)W * H * 3 + 64, "image", &e) ||
             stk__jpeg_decode(c->j, data, len, &info, STK_IMG_PF_RGB, 1, c->px.p, &e))
@@ -104,6 +111,22 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
         stk__rect ew = {l.crop_x, l.crop_y, o, o};
         if (stk__resize(c->rs, &v, l.resized_w, l.resized_h, &ew, 0, c->out, (size_t)o * 3))
             die("old path", "resize");
+    } else if (s->path == 3 && !stk__jpeg_header(c->j, data, len, &info, &e) && stk__jpeg_planar_ok(&info)) {
+        stk__ycc_view yv;
+        if (stk__jpeg_decode_planes(c->j, data, len, &info, &c->px, &yv, &e)) die("planes probe", e.msg);
+        uint64_t rw = l.resized_w, rh = l.resized_h;
+        stk__rect pw = {l.crop_x, l.crop_y, o, o};
+        if (!s->eval) {
+            rw = (uint64_t)((double)W * o / b.w + 0.5);
+            rh = (uint64_t)((double)H * o / b.h + 0.5);
+            rw = rw < o ? o : rw;
+            rh = rh < o ? o : rh;
+            pw.x = (uint64_t)((double)b.x0 * o / b.w + 0.5);
+            pw.y = (uint64_t)((double)b.y0 * o / b.h + 0.5);
+            pw.x = pw.x > rw - o ? rw - o : pw.x;
+            pw.y = pw.y > rh - o ? rh - o : pw.y;
+        }
+        if (stk__resize_ycc(c->rs, &yv, rw, rh, &pw, c->out, (size_t)o * 3)) die("planes probe", "resize");
     } else {
         double bx = b.x0, by = b.y0, bw = b.w, bh = b.h;
         if (s->eval) stk__img_eval_box(o, o, W, H, &bx, &by, &bw, &bh);
@@ -265,7 +288,11 @@ int main(int argc, char **argv)
         printf("RESULT decode_t%u %.1f images/s\n", threads, run_decode(path, threads, seconds, 0, 0, size));
     else if (!strcmp(mode, "path"))
         printf("RESULT path_%s%s_t%u %.1f images/s\n", which, eval ? "_eval" : "", threads,
-               run_decode(path, threads, seconds, strcmp(which, "old") ? 2 : 1, eval, size));
+               run_decode(path, threads, seconds,
+                          !strcmp(which, "old")      ? 1
+                          : !strcmp(which, "planes") ? 3
+                                                     : 2,
+                          eval, size));
     else
         printf("RESULT crop%s%s_t%u %.1f images/s\n", eval ? "_eval" : "", f32 ? "_f32" : "", threads,
                run_crop(path, threads, size, batch, seconds, f32, eval));
