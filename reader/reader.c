@@ -1073,10 +1073,13 @@ const stk_batch *stk_reader_next(stk_reader *r, stk_error *err)
     if (r->st_last_return > 0 && t0 - r->st_last_return >= STK__STEP_MIN_S) r->st_steps++;
     unsigned ready = 0, making = 0;
     /* only batches [consume, claim], the one partly claimed included, can
-     * be ready or in the making: the slots of the ring beyond are idle */
+     * be ready or in the making: the slots of the ring beyond are idle. A
+     * batch not claimed yet has a stale map entry (a slot another batch may
+     * hold now): its slot counts only when it holds that batch (seq) */
     for (uint64_t q = r->consume; q <= r->claim && q < r->consume + r->nslots; q++) {
         const stk__slot *qs = &r->slots[stk__slot_index(r, q)];
-        ready += qs->state == SLOT_READY && qs->seq >= r->consume;
+        if (qs->seq != q) continue;
+        ready += qs->state == SLOT_READY;
         making += qs->state == SLOT_BUSY || qs->state == SLOT_GATHERED;
     }
     r->st_ready_sum += ready;
