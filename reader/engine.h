@@ -274,6 +274,7 @@ static inline unsigned stk__slot_index(const stk_reader *r, uint64_t s) { return
  * stopped at close before the workers' maps go); bytes brought in; threads. */
 int stk__fill_start(stk_reader *r, stk_error *err);
 void stk__fill_stop(stk_reader *r);
+void stk__fill_seek(stk_reader *r, uint64_t s);
 uint64_t stk__fill_bytes(const stk_reader *r);
 unsigned stk__fill_threads(const stk_reader *r);
 

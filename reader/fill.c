@@ -88,11 +88,11 @@ static void *fill_main(void *arg)
     uint64_t ord_epoch = UINT64_MAX, per = (r->o.batch_size + FILL_UNIT - 1) / FILL_UNIT;
     for (;;) {
         pthread_mutex_lock(&fl->mu);
-        uint64_t u = fl->pos++;
+        uint64_t u = fl->pos++, first = fl->first;
         pthread_mutex_unlock(&fl->mu);
         if (u >= fl->units || __atomic_load_n(&fl->stop, __ATOMIC_RELAXED)) break;
         /* batch s's positions, as the workers compute them (reader.c, batch_span) */
-        uint64_t s = fl->first + u / per, j = s % r->nbatches, e = s / r->nbatches;
+        uint64_t s = first + u / per, j = s % r->nbatches, e = s / r->nbatches;
         uint64_t p0 = j * r->G + (uint64_t)r->o.rank * r->o.batch_size;
         uint64_t i0 = (u % per) * FILL_UNIT,
                  i1 = i0 + FILL_UNIT < r->o.batch_size ? i0 + FILL_UNIT : r->o.batch_size;
@@ -160,6 +160,21 @@ int stk__fill_start(stk_reader *r, stk_error *err)
     }
     pthread_attr_destroy(&a);
     return STK_OK;
+}
+
+/* A seek or a restore moved the stream to batch s: the walk starts over
+ * there (a resumed run fills what its workers read next, not epoch 0). Runs
+ * already brought in are skipped by done[]; threads that finished their walk
+ * have covered an epoch, which touches every record's runs, so none is
+ * restarted. */
+void stk__fill_seek(stk_reader *r, uint64_t s)
+{
+    stk__fill *fl = r->filler;
+    if (!fl || !fl->th) return;
+    pthread_mutex_lock(&fl->mu);
+    fl->first = s;
+    fl->pos = 0;
+    pthread_mutex_unlock(&fl->mu);
 }
 
 void stk__fill_stop(stk_reader *r)

@@ -1170,6 +1170,7 @@ static void restart_at(stk_reader *r, uint64_t s)
     r->sticky.msg[0] = 0;
     pthread_cond_broadcast(&r->work_cv);
     pthread_mutex_unlock(&r->mu);
+    stk__fill_seek(r, s);
 }
 
 int stk_reader_seek(stk_reader *r, uint64_t epoch, uint64_t batch, stk_error *err)
