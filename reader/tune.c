@@ -26,7 +26,8 @@
  * against (threads - 1) x wall stays under 80%) and the ready queue is not
  * draining (mean ready batches under 3/4 of the last period's): a period
  * served from a full queue by saturated workers is not a compute-bound
- * trainer. Kept while the wait stays under 5%.
+ * trainer. Kept while the wait stays under 5% and the ready queue does not
+ * drain (a queue that drains is measured on, up to 3 periods).
  * Each change is a trial judged at the next decisions: a move up pays when
  * throughput rose by 5% or the wait fell by a quarter (and a point), or, for
  * a deeper I/O queue, the workers' CPU per batch or read-wait share fell by
@@ -199,10 +200,16 @@ static void fail_move(stk__tuner *t, int m)
 
 enum { JUDGE_FAILED, JUDGE_PAID, JUDGE_UNSURE };
 
-/* Judge the change made earlier against the trial's periods so far (f). */
-static int judge(const stk__tuner *t, int m, const figures *f)
+/* Judge the change made earlier against the trial's periods so far (f) and
+ * its last period (last). */
+static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
 {
-    if (m == STK__MOVE_THREADS_DOWN) return f->wait < WAIT_HIGH ? JUDGE_PAID : JUDGE_FAILED;
+    if (m == STK__MOVE_THREADS_DOWN) {
+        if (f->wait >= WAIT_HIGH) return JUDGE_FAILED;
+        if (t->ready_before > 0 && last->ready < t->ready_before * DRAIN) /* served from the queue */
+            return t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
+        return JUDGE_PAID;
+    }
     if (f->thr > t->thr_before * (1 + GAIN) ||
         (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS))
         return JUDGE_PAID;
@@ -272,6 +279,7 @@ static void start_trial(stk__tuner *t, int m, const stk__knobs *k, const stk__tu
     t->wait_before = run.wait;
     t->cpu_before = run.cpu_batch;
     t->read_before = run.read_share;
+    t->ready_before = f->ready;
 }
 
 int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, char *reason, size_t cap)
@@ -320,7 +328,7 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
         figures tf;
         t->trial_periods++;
         if (!period_figures(&t->trial_at, s, &tf)) tf = f;
-        int j = judge(t, m, &tf);
+        int j = judge(t, m, &tf, &f);
         if (j == JUDGE_UNSURE) {
             t->thr_prev = f.thr;
             t->ready_prev = f.ready;

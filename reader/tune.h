@@ -52,6 +52,7 @@ typedef struct stk__tuner {
     double wait_before;
     double cpu_before;           /* worker CPU seconds per batch before it */
     double read_before;          /* the workers' read-wait share before it */
+    double ready_before;         /* batches ready at next before it, on average */
     stk__tune_sample trial_at;   /* the sample the trial's periods count from */
     unsigned trial_periods;      /* periods the trial has run (extended while unsure) */
     stk__tune_sample run_at;     /* the first sample with the knobs in force: "before" is their mean */

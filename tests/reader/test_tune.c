@@ -304,6 +304,40 @@ START_TEST(draining_queue_keeps_threads)
 }
 END_TEST
 
+/* Three threads keep 8 batches ready, 25% busy; after one is taken away the
+ * ring drains for three periods (no wait yet), then the consumer waits 40%
+ * of the time. The old policy judged the move on the first period after
+ * it, served from the full queue, and kept it. */
+static unsigned down_at;
+static outcome ring_hides_the_loss(const stk__knobs *k, uint64_t i)
+{
+    if (k->threads >= 3) {
+        down_at = 0;
+        return (outcome){150, 0.0, 0.25, 0.75, 0.5, 0, 8};
+    }
+    if (!down_at) down_at = (unsigned)i;
+    unsigned n = (unsigned)i - down_at;
+    if (n < 3) return (outcome){150, 0.0, 1, 1.9, 0.5, 0, (double)(8 >> (n + 1))};
+    return (outcome){90, 0.4, 1, 1.9, 0.5, 0, 0};
+}
+
+START_TEST(thread_taken_is_judged_after_the_ring_drains)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){3, 8, 32}, (stk__knobs){3, 64, 32}, 0, 8, 0, 0);
+    down_at = 0;
+    unsigned downs = 0, threads = 3;
+    for (unsigned i = 0; i < 40; i++) {
+        sim_run(&m, ring_hides_the_loss, 1);
+        if (m.s.knobs.threads < threads) downs++;
+        threads = m.s.knobs.threads;
+    }
+    ck_assert_uint_eq(m.s.knobs.threads, 3);
+    /* undone each time, then held 8, then 16 decisions */
+    ck_assert_msg(downs <= 3, "a thread taken away %u times in 40 periods", downs);
+}
+END_TEST
+
 /* Workers idle while the consumer waits 10% of the time: bursts that 2
  * batches ahead already cover as far as they can be; a deeper ring changes
  * nothing but the noise (+-8% from period to period). The old policy kept
@@ -586,8 +620,9 @@ TU_MAIN("reader tuning",
                    compute_bound_takes_threads_away, noise_does_not_swing_the_knobs,
                    step_change_restarts_the_period, pins_and_budgets_hold,
                    full_queue_with_saturated_workers_keeps_threads, draining_queue_keeps_threads,
-                   prefetch_stops_where_it_covers_the_jitter, noisy_period_keeps_a_good_change,
-                   shallow_direct_queue_deepened_for_its_cpu, short_periods_are_extended}},
+                   thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
+                   noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
+                   short_periods_are_extended}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
