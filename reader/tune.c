@@ -33,9 +33,10 @@
  * a deeper I/O queue, the workers' CPU per batch or read-wait share fell by
  * a tenth or a quarter; it is undone at once when throughput fell by more
  * than the noise (twice the mean period-to-period change of batches/s with
- * the knobs unchanged, at least 5%), else the trial runs on for up to 3
- * periods, judged on all of them, against the mean of the whole stretch
- * before it; a move down is kept while the wait stays under 5%, else undone.
+ * the knobs unchanged, at least 5%) while the consumer waited more (a
+ * consumer slowed without waiting was slowed by something else), else the
+ * trial runs on for up to 3 periods, judged on all of them, against the mean
+ * of the whole stretch before it; a move down is kept while the wait stays under 5%, else undone.
  * An undone move is not tried again for 8 decisions, twice as long each
  * time it fails again, so noise and a flat optimum do not make the knobs
  * swing. Workers over their CPU budget (by a quarter and a quarter of a
@@ -218,7 +219,10 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
          (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
         return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
     double margin = 2 * t->noise < GAIN ? GAIN : 2 * t->noise > NOISE_MAX ? NOISE_MAX : 2 * t->noise;
-    if (f->thr < t->thr_before * (1 - margin) || t->trial_periods >= TRIAL_MAX) return JUDGE_FAILED;
+    /* clearly worse: slower by more than the noise, and through the loader (a
+     * consumer that did not wait more was slowed by something else) */
+    int worse = f->thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
+    if (worse || t->trial_periods >= TRIAL_MAX) return JUDGE_FAILED;
     return JUDGE_UNSURE;
 }
 
