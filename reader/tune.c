@@ -42,8 +42,8 @@
  * swing. Workers over their CPU budget (by a quarter and a quarter of a
  * core) lose a thread whatever the wait.
  * A step time that moves by more than 30% (and at least one of the two is
- * 1 ms or more: a consumer that takes no step has none to compare) is a new
- * phase (evaluation, another model stage): the period starts over at 8 and
+ * 1 ms or more: a consumer that takes no step has none to compare) for two
+ * periods running is a new phase (evaluation, another model stage): the period starts over at 8 and
  * the failed moves are forgotten.
  *
  * The CPU budget, unless opts.cpu_budget sets it: the CPUs this process may
@@ -312,7 +312,9 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
     t->budget_now = t->c.cpu_budget > 0 ? t->c.cpu_budget : t->c.cores - f.trainer;
     if (t->budget_now < 1) t->budget_now = 1;
     stk__knobs k = s->knobs;
-    int phase = t->decisions > 1 && new_phase(t->step_ref, f.step);
+    int moved_now = t->decisions > 1 && new_phase(t->step_ref, f.step);
+    int phase = moved_now && t->step_moved; /* two periods running: one is a blip (load) */
+    t->step_moved = moved_now && !phase;
     if (t->decisions == 1 || phase) t->step_ref = f.step;
     if (phase) {
         t->period = t->next = PERIOD_MIN;

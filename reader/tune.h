@@ -46,6 +46,7 @@ typedef struct stk__tuner {
     uint64_t period;   /* batches between decisions (at least PERIOD_WALL of wall time) */
     uint64_t next;     /* batches until the next call: period, or what a short period still lacks */
     double step_ref;   /* the consumer's step (s per batch outside next) of the phase */
+    int step_moved;    /* the last period's step was another phase's (confirmed by the next) */
     int trial;         /* STK__MOVE_*: the move of the last change, judged at the next decision */
     stk__knobs before; /* the knobs before it */
     double thr_before; /* batches/s and wait fraction of the period before it */

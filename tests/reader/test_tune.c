@@ -4,7 +4,8 @@
  * (input-bound with busy workers adds threads, a latency-bound hand-off
  * deepens the prefetch or the I/O queue, compute-bound takes threads away
  * without letting the wait pass 5%, noise does not make the knobs swing, a
- * new step time restarts the period, pins and CPU budgets hold, a full
+ * new step time restarts the period but a one-period blip does not, pins
+ * and CPU budgets hold, a full
  * queue served by saturated workers keeps its threads, the prefetch stops
  * where it covers the jitter, a good change survives a noisy period, a
  * shallow direct queue is deepened for the CPU it costs, short periods are
@@ -223,9 +224,31 @@ START_TEST(step_change_restarts_the_period)
     ck_assert_uint_eq(m.t.period, 256); /* doubled while nothing changed */
     ck_assert_uint_eq(m.changes, 0);
     switch_at = m.decisions; /* the step doubles from the next period on */
-    sim_run(&m, steady, 2);
+    sim_run(&m, steady, 3);  /* two periods to confirm it */
     ck_assert_msg(m.t.period <= 16, "period %llu after the step time doubled",
                   (unsigned long long)m.t.period);
+}
+END_TEST
+
+/* One period whose step is twice as long (the trainer's thread descheduled
+ * by the machine's load) is not a new phase: the period and the holds of
+ * failed moves stay. */
+static outcome blip(const stk__knobs *k, uint64_t i)
+{
+    (void)k;
+    return (outcome){i == switch_at ? 50 : 100, 0.03, 0.5, 0.5, 1.0, 0, 0};
+}
+
+START_TEST(a_step_blip_is_not_a_phase)
+{
+    sim m;
+    switch_at = 1000;
+    sim_init(&m, (stk__knobs){1, 4, 32}, (stk__knobs){4, 64, 32}, 0, 4, 0, 0);
+    sim_run(&m, blip, 12);
+    ck_assert_uint_eq(m.t.period, 256);
+    switch_at = m.decisions;
+    sim_run(&m, blip, 4);
+    ck_assert_msg(m.t.period == 256, "period %llu after one slow period", (unsigned long long)m.t.period);
 }
 END_TEST
 
@@ -618,7 +641,7 @@ TU_MAIN("reader tuning",
         {.name = "decide",
          .tests = {input_bound_busy_workers_add_threads, latency_bound_deepens_prefetch_or_io,
                    compute_bound_takes_threads_away, noise_does_not_swing_the_knobs,
-                   step_change_restarts_the_period, pins_and_budgets_hold,
+                   step_change_restarts_the_period, a_step_blip_is_not_a_phase, pins_and_budgets_hold,
                    full_queue_with_saturated_workers_keeps_threads, draining_queue_keeps_threads,
                    thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
                    noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
