@@ -5,14 +5,13 @@
  * deepens the prefetch or the I/O queue, compute-bound takes threads away
  * without letting the wait pass 5%, noise does not make the knobs swing, a
  * new step time restarts the period but a one-period blip does not, pins
- * and CPU budgets hold, a full
- * queue served by saturated workers keeps its threads, the prefetch stops
- * where it covers the jitter, a good change survives a noisy period, a
- * shallow direct queue is deepened for the CPU it costs, short periods are
- * extended), all
- * deterministic, no clock; then the engine: batches identical with tuning
- * on and off while the knobs are forced up and down between batches, and a
- * small memory budget that the slots never exceed.
+ * and CPU budgets hold, a full queue served by saturated workers keeps its
+ * threads, the prefetch stops where it covers the jitter, a good change
+ * survives a noisy period, a shallow direct queue is deepened for the CPU
+ * it costs, short periods are extended), all deterministic, no clock; then
+ * the engine: batches identical with tuning on and off while the knobs are
+ * forced up and down between batches, and a small memory budget that the
+ * slots never exceed.
  */
 #include "tune.h"
 #include "testutil.h"
