@@ -521,8 +521,12 @@ static void plan_knobs(stk_reader *r, stk__tune_config *tc)
     tc->start.prefetch = tc->max.prefetch = o->prefetch;
     tc->start.io_depth = tc->max.io_depth = o->io_depth;
     if (o->tuning != STK_TUNING_ON) return;
-    if (r->direct && !(tc->pin & STK_PIN_IO_DEPTH))
-        r->io_depth_max = tc->max.io_depth = o->io_depth * 4 < 1024 ? o->io_depth * 4 : 1024;
+    /* a direct reader's queue may deepen to 4x its start, and at least to
+     * what the default depth may reach: a shallow start can recover */
+    if (r->direct && !(tc->pin & STK_PIN_IO_DEPTH)) {
+        unsigned d = o->io_depth * 4 > 4 * 32 ? o->io_depth * 4 : 4 * 32;
+        r->io_depth_max = tc->max.io_depth = d < 1024 ? d : 1024;
+    }
     if (o->io_depth > r->io_depth_max) r->io_depth_max = tc->max.io_depth = o->io_depth;
     uint64_t per = host_bytes_per_slot(r), fixed = r->zcache_bytes + stk__io_plan_bytes(r),
              need = per * r->nslots + fixed;

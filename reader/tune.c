@@ -3,28 +3,47 @@
  * counters.
  *
  * Every period of batches (8 at first, doubling while nothing changes, up to
- * 256) it looks at the period just over:
+ * 256; and at least PERIOD_WALL of wall time: a shorter one is extended, its
+ * figures would be noise) it looks at the period just over:
  *   wait   the consumer's time blocked in next, against wall time;
  *   busy   the workers' time preparing parts, against threads x wall;
  *   cpu    the workers' CPU time (their thread clocks), and the rest of the
  *          process's (the trainer's), in cores;
- *   step   the consumer's time per batch outside next.
+ *   step   the consumer's time per batch outside next;
+ *   ready  the batches ready when next was called, on average.
  * Input-bound (wait > 5%): workers busy (>= 85%) want another thread when
  * the CPU budget has room for one more (their CPU per thread), else, on the
  * direct path with half their time waiting for reads, a deeper I/O queue;
  * workers idle while the consumer waits (the hand-off, bursts, latency)
- * want a deeper prefetch, then a deeper I/O queue, then a thread.
- * Compute-bound (wait < 1.5%): one thread fewer, kept while the wait stays
- * under 5%. Each change is judged at the next decision: a move up is kept
- * when throughput rose by 5% or the wait fell by a quarter (and a point),
- * else undone; a move down is kept while the wait stays under 5%, else
- * undone. An undone move is not tried again for 8 decisions, twice as long
- * each time it fails again, so noise and a flat optimum do not make the
- * knobs swing. Workers over their CPU budget (by a quarter and a quarter of
- * a core) lose a thread whatever the wait.
+ * want a deeper prefetch (up to 4 batches a thread, at least 8: what covers
+ * a step's jitter; more only holds memory), then a deeper I/O queue, then a
+ * thread. On the direct path, workers that spend half their time waiting
+ * for reads want a deeper I/O queue whatever the wait: a shallow queue costs
+ * CPU per batch (and threads) even when the consumer does not wait; and
+ * after a deeper queue paid, the next is tried, until one does not.
+ * Compute-bound (wait < 1.5%, two periods running with the same knobs): one
+ * thread fewer when the others could do the workers' work (their busy time
+ * against (threads - 1) x wall stays under 80%) and the ready queue is not
+ * draining (mean ready batches under 3/4 of the last period's): a period
+ * served from a full queue by saturated workers is not a compute-bound
+ * trainer. Kept while the wait stays under 5% and the ready queue does not
+ * drain (a queue that drains is measured on, up to 3 periods).
+ * Each change is a trial judged at the next decisions: a move up pays when
+ * throughput rose by 5% or the wait fell by a quarter (and a point), or, for
+ * a deeper I/O queue, the workers' CPU per batch or read-wait share fell by
+ * a tenth or a quarter; it is undone at once when throughput fell by more
+ * than the noise (twice the mean period-to-period change of batches/s with
+ * the knobs unchanged, at least 5%) while the consumer waited more (a
+ * consumer slowed without waiting was slowed by something else), else the
+ * trial runs on for up to 3 periods, judged on all of them, against the mean
+ * of the whole stretch before it; a move down is kept while the wait stays under 5%, else undone.
+ * An undone move is not tried again for 8 decisions, twice as long each
+ * time it fails again, so noise and a flat optimum do not make the knobs
+ * swing. Workers over their CPU budget (by a quarter and a quarter of a
+ * core) lose a thread whatever the wait.
  * A step time that moves by more than 30% (and at least one of the two is
- * 1 ms or more: a consumer that takes no step has none to compare) is a new
- * phase (evaluation, another model stage): the period starts over at 8 and
+ * 1 ms or more: a consumer that takes no step has none to compare) for two
+ * periods running is a new phase (evaluation, another model stage): the period starts over at 8 and
  * the failed moves are forgotten.
  *
  * The CPU budget, unless opts.cpu_budget sets it: the CPUs this process may
@@ -43,15 +62,25 @@
 
 #define PERIOD_MIN 8
 #define PERIOD_MAX 256
-#define WAIT_HIGH 0.05 /* input-bound above */
-#define WAIT_LOW 0.015 /* compute-bound below: a thread may go */
-#define BUSY_HIGH 0.85 /* workers saturated */
-#define GAIN 0.05      /* a move up pays: throughput up by this much ... */
-#define WAIT_CUT 0.75  /* ... or the wait down to this fraction (and by WAIT_CUT_ABS) */
+#define PERIOD_WALL 0.025   /* s: a shorter period is extended */
+#define PERIOD_STRETCH 4096 /* ... up to this many batches */
+#define WAIT_HIGH 0.05      /* input-bound above */
+#define WAIT_LOW 0.015      /* compute-bound below: a thread may go */
+#define BUSY_HIGH 0.85      /* workers saturated */
+#define CAPACITY 0.8        /* a thread may go: busy / ((threads - 1) x wall) under this */
+#define DRAIN 0.75          /* the ready queue draining: mean ready below this of the last period's */
+#define GAIN 0.05           /* a move up pays: throughput up by this much ... */
+#define WAIT_CUT 0.75       /* ... or the wait down to this fraction (and by WAIT_CUT_ABS) */
 #define WAIT_CUT_ABS 0.01
-#define PHASE 0.30    /* a step time change that starts a new phase */
-#define STEP_MIN 1e-3 /* steps shorter than this count as none */
-#define HOLD 8        /* decisions a failed move waits (doubling) */
+#define CPU_CUT 0.9           /* a deeper I/O queue pays: CPU per batch down to this fraction ... */
+#define READ_CUT 0.75         /* ... or the read-wait share down to this fraction */
+#define NOISE_MAX 0.5         /* the noise margin's cap */
+#define TRIAL_MAX 3           /* periods a trial may run while its outcome is unsure */
+#define PREFETCH_PER_THREAD 4 /* prefetch grows up to this many batches a thread ... */
+#define PREFETCH_COVER 8      /* ... and at least to this */
+#define PHASE 0.30            /* a step time change that starts a new phase */
+#define STEP_MIN 1e-3         /* steps shorter than this count as none */
+#define HOLD 8                /* decisions a failed move waits (doubling) */
 #define HOLD_MAX 1024
 #define READ_BOUND 0.5 /* direct path: workers' time waiting for reads */
 #define OVER_BUDGET 1.25
@@ -61,7 +90,8 @@ void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
     memset(t, 0, sizeof *t);
     t->c = *c;
-    t->period = PERIOD_MIN;
+    t->period = t->next = PERIOD_MIN;
+    t->noise = GAIN;
     t->budget_now = c->cpu_budget > 0 ? c->cpu_budget : c->cores;
 }
 
@@ -79,6 +109,14 @@ static unsigned knob_of(const stk__knobs *k, int m)
                                                                     : k->io_depth;
 }
 
+/* The deepest prefetch the tuner grows to with k's threads: enough batches
+ * ahead to cover a step's jitter; beyond it a deeper ring only holds memory. */
+static unsigned prefetch_cover(const stk__knobs *k)
+{
+    unsigned p = PREFETCH_PER_THREAD * (k->threads ? k->threads : 1);
+    return p > PREFETCH_COVER ? p : PREFETCH_COVER;
+}
+
 /* Whether move m is possible from k: within bounds, unpinned, not held. */
 static int can_move(const stk__tuner *t, const stk__knobs *k, int m)
 {
@@ -89,7 +127,8 @@ static int can_move(const stk__tuner *t, const stk__knobs *k, int m)
     case STK__MOVE_THREADS_DOWN:
         return !(t->c.pin & STK_PIN_THREADS) && k->threads > 1;
     case STK__MOVE_PREFETCH_UP:
-        return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch < t->c.max.prefetch;
+        return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch < t->c.max.prefetch &&
+               k->prefetch < prefetch_cover(k);
     case STK__MOVE_DEPTH_UP:
         return !(t->c.pin & STK_PIN_IO_DEPTH) && k->io_depth < t->c.max.io_depth;
     }
@@ -106,9 +145,11 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
     case STK__MOVE_THREADS_DOWN:
         k.threads--;
         break;
-    case STK__MOVE_PREFETCH_UP:
-        k.prefetch = k.prefetch * 2 < t->c.max.prefetch ? k.prefetch * 2 : t->c.max.prefetch;
+    case STK__MOVE_PREFETCH_UP: {
+        unsigned cap = prefetch_cover(&k) < t->c.max.prefetch ? prefetch_cover(&k) : t->c.max.prefetch;
+        k.prefetch = k.prefetch * 2 < cap ? k.prefetch * 2 : cap;
         break;
+    }
     case STK__MOVE_DEPTH_UP:
         k.io_depth = k.io_depth * 2 < t->c.max.io_depth ? k.io_depth * 2 : t->c.max.io_depth;
         break;
@@ -116,9 +157,9 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
     return k;
 }
 
-/* The period's figures. */
+/* The figures between two samples. */
 typedef struct {
-    double dt, wait, thr, step, busy, cpu_w, trainer, read_share;
+    double dt, wait, thr, step, busy, cpu_w, trainer, read_share, cpu_batch, ready;
     uint64_t batches;
 } figures;
 
@@ -137,8 +178,10 @@ static int period_figures(const stk__tune_sample *a, const stk__tune_sample *b, 
     f->step = f->dt > wait ? (f->dt - wait) / (double)f->batches : 0;
     f->busy = busy > 0 ? busy / (threads * f->dt) : 0;
     f->cpu_w = wcpu > 0 ? wcpu / f->dt : 0;
+    f->cpu_batch = wcpu > 0 ? wcpu / (double)f->batches : 0;
     f->trainer = pcpu > wcpu ? (pcpu - wcpu) / f->dt : 0;
     f->read_share = busy > 0 ? (b->read_wait_s - a->read_wait_s) / busy : 0;
+    f->ready = b->ready_sum > a->ready_sum ? (double)(b->ready_sum - a->ready_sum) / (double)f->batches : 0;
     return 1;
 }
 
@@ -156,17 +199,36 @@ static void fail_move(stk__tuner *t, int m)
     t->fails[m]++;
 }
 
-/* Judge the change made at the last decision against the period after it. */
-static int judge(const stk__tuner *t, int m, const figures *f)
+enum { JUDGE_FAILED, JUDGE_PAID, JUDGE_UNSURE };
+
+/* Judge the change made earlier against the trial's periods so far (f) and
+ * its last period (last). */
+static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
 {
-    if (m == STK__MOVE_THREADS_DOWN) return f->wait < WAIT_HIGH;
-    return f->thr > t->thr_before * (1 + GAIN) ||
-           (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS);
+    if (m == STK__MOVE_THREADS_DOWN) {
+        if (f->wait >= WAIT_HIGH) return JUDGE_FAILED;
+        if (t->ready_before > 0 && last->ready < t->ready_before * DRAIN) /* served from the queue */
+            return t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
+        return JUDGE_PAID;
+    }
+    if (f->thr > t->thr_before * (1 + GAIN) ||
+        (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS))
+        return JUDGE_PAID;
+    if (m == STK__MOVE_DEPTH_UP && f->wait < WAIT_HIGH && f->thr >= t->thr_before * (1 - GAIN) &&
+        ((t->cpu_before > 0 && f->cpu_batch < t->cpu_before * CPU_CUT) ||
+         (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
+        return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
+    double margin = 2 * t->noise < GAIN ? GAIN : 2 * t->noise > NOISE_MAX ? NOISE_MAX : 2 * t->noise;
+    /* clearly worse: slower by more than the noise, and through the loader (a
+     * consumer that did not wait more was slowed by something else) */
+    int worse = f->thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
+    if (worse || t->trial_periods >= TRIAL_MAX) return JUDGE_FAILED;
+    return JUDGE_UNSURE;
 }
 
 /* The move this period's figures ask for, or NONE; why: the reason's head. */
-static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, char *why,
-                  size_t cap, int *forced)
+static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, int have_prev,
+                  double ready_prev, char *why, size_t cap, int *forced)
 {
     *forced = 0;
     double per_thread = f->cpu_w / (k->threads ? k->threads : 1);
@@ -190,7 +252,16 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
         if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
         return STK__MOVE_NONE;
     }
-    if (f->wait < WAIT_LOW && can_move(t, k, STK__MOVE_THREADS_DOWN)) {
+    if (direct && (f->read_share >= READ_BOUND || t->depth_climb) && can_move(t, k, STK__MOVE_DEPTH_UP)) {
+        snprintf(why, cap, "workers wait for reads %.0f%% of their time, %.3f ms CPU a batch",
+                 100 * f->read_share, 1e3 * f->cpu_batch);
+        return STK__MOVE_DEPTH_UP;
+    }
+    unsigned th = k->threads ? k->threads : 1;
+    double load = th > 1 ? f->busy * th / (th - 1) : 1; /* the work against one thread fewer */
+    int draining = ready_prev > 0 && f->ready < ready_prev * DRAIN;
+    if (f->wait < WAIT_LOW && have_prev && load < CAPACITY && !draining &&
+        can_move(t, k, STK__MOVE_THREADS_DOWN)) {
         snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy", 100 * f->wait,
                  100 * f->busy);
         return STK__MOVE_THREADS_DOWN;
@@ -198,59 +269,114 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     return STK__MOVE_NONE;
 }
 
+/* A change to k: the trial starts at s; the stretch before it, from run_at. */
+static void start_trial(stk__tuner *t, int m, const stk__knobs *k, const stk__tune_sample *s,
+                        const figures *f)
+{
+    figures run;
+    if (!period_figures(&t->run_at, s, &run)) run = *f;
+    t->trial = m;
+    t->trial_periods = 0;
+    t->trial_at = *s;
+    t->before = *k;
+    t->thr_before = run.thr;
+    t->wait_before = run.wait;
+    t->cpu_before = run.cpu_batch;
+    t->read_before = run.read_share;
+    t->ready_before = f->ready;
+}
+
 int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, char *reason, size_t cap)
 {
     if (cap) reason[0] = 0;
     if (!t->have_base || s->resets != t->base.resets || s->batches < t->base.batches || s->t < t->base.t) {
-        t->base = *s; /* the first sample, or the statistics were reset: a new baseline */
+        t->base = t->run_at = *s; /* the first sample, or the statistics were reset: a new baseline */
         t->have_base = 1;
+        t->trial = STK__MOVE_NONE;
+        t->thr_prev = t->ready_prev = 0;
+        t->next = t->period;
         return 0;
     }
     figures f;
     if (!period_figures(&t->base, s, &f)) return 0;
+    if (f.dt < PERIOD_WALL && f.batches < PERIOD_STRETCH) { /* too short to tell: extend it */
+        double more = (double)f.batches * (PERIOD_WALL / f.dt - 1);
+        t->next = more < 1 ? 1 : more > PERIOD_STRETCH ? PERIOD_STRETCH : (uint64_t)ceil(more);
+        return 0;
+    }
     t->base = *s;
+    t->next = t->period;
     t->decisions++;
     t->batches += f.batches;
     t->trainer_cpu = f.trainer;
     t->budget_now = t->c.cpu_budget > 0 ? t->c.cpu_budget : t->c.cores - f.trainer;
     if (t->budget_now < 1) t->budget_now = 1;
     stk__knobs k = s->knobs;
-    int phase = t->decisions > 1 && new_phase(t->step_ref, f.step);
+    int moved_now = t->decisions > 1 && new_phase(t->step_ref, f.step);
+    int phase = moved_now && t->step_moved; /* two periods running: one is a blip (load) */
+    t->step_moved = moved_now && !phase;
     if (t->decisions == 1 || phase) t->step_ref = f.step;
     if (phase) {
-        t->period = PERIOD_MIN;
+        t->period = t->next = PERIOD_MIN;
         memset(t->hold_until, 0, sizeof t->hold_until);
         memset(t->fails, 0, sizeof t->fails);
+        t->run_at = *s;
+        t->thr_prev = t->ready_prev = 0;
+    }
+    /* the noise: how much a period's rate moves with the knobs unchanged */
+    if (!t->trial && !phase && t->thr_prev > 0) {
+        double d = fabs(f.thr / t->thr_prev - 1);
+        t->noise = 0.75 * t->noise + 0.25 * (d < 1 ? d : 1);
     }
     char why[96] = "";
-    if (t->trial) { /* the last change: paid, or undone */
+    if (t->trial) { /* the change: paid, undone, or measured on */
         int m = t->trial;
+        figures tf;
+        t->trial_periods++;
+        if (!period_figures(&t->trial_at, s, &tf)) tf = f;
+        int j = judge(t, m, &tf, &f);
+        if (j == JUDGE_UNSURE) {
+            t->thr_prev = f.thr;
+            t->ready_prev = f.ready;
+            return 0;
+        }
         t->trial = STK__MOVE_NONE;
-        if (!judge(t, m, &f)) {
+        if (m == STK__MOVE_DEPTH_UP) t->depth_climb = j == JUDGE_PAID;
+        if (j == JUDGE_FAILED) {
             fail_move(t, m);
             *out = t->before;
             snprintf(reason, cap, "%s %u -> %u undone: %.0f -> %.0f batches/s, wait %.0f%% -> %.0f%%",
-                     move_name(m), knob_of(&k, m), knob_of(out, m), t->thr_before, f.thr,
-                     100 * t->wait_before, 100 * f.wait);
+                     move_name(m), knob_of(&k, m), knob_of(out, m), t->thr_before, tf.thr,
+                     100 * t->wait_before, 100 * tf.wait);
             t->changes++;
             t->quiet = 0;
+            t->run_at = *s;
+            t->thr_prev = t->ready_prev = 0;
             return 1;
         }
-        t->fails[m] = 0; /* it paid: next time it fails, hold it the shortest */
+        t->fails[m] = 0;         /* it paid: next time it fails, hold it the shortest */
+        t->run_at = t->trial_at; /* the knobs in force since the trial began */
     }
+    int have_prev = t->thr_prev > 0; /* a period before this one with the same knobs */
+    double ready_prev = t->ready_prev;
+    t->thr_prev = f.thr;
+    t->ready_prev = f.ready;
     int forced;
-    int m = choose(t, &k, &f, s->direct, why, sizeof why, &forced);
+    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced);
     if (m == STK__MOVE_NONE) {
         t->quiet++;
-        if (!phase && t->period < PERIOD_MAX) t->period *= 2;
+        if (!phase && t->period < PERIOD_MAX) t->next = t->period *= 2;
         return 0;
     }
     *out = moved(t, k, m);
     snprintf(reason, cap, "%s: %s %u -> %u", why, move_name(m), knob_of(&k, m), knob_of(out, m));
-    t->trial = forced ? STK__MOVE_NONE : m;
-    t->before = k;
-    t->thr_before = f.thr;
-    t->wait_before = f.wait;
+    if (forced) {
+        t->trial = STK__MOVE_NONE;
+        t->run_at = *s;
+    } else {
+        start_trial(t, m, &k, s, &f);
+    }
+    t->thr_prev = t->ready_prev = 0; /* the next period is another configuration's */
     t->changes++;
     t->quiet = 0;
     return 1;
@@ -294,7 +420,7 @@ void stk__tune_period(stk_reader *r)
         e->io_depth = k.io_depth;
         snprintf(e->reason, sizeof e->reason, "%s", reason);
     }
-    uint64_t period = t->period;
+    uint64_t period = t->next;
     pthread_mutex_unlock(&t->mu);
     stk__engine_tune_after(r, period);
 }

@@ -43,12 +43,23 @@ typedef struct stk__tuner {
     /* the decision's state (stk__tune_decide) */
     stk__tune_sample base; /* the period's first sample */
     int have_base;
-    uint64_t period;   /* batches between decisions */
+    uint64_t period;   /* batches between decisions (at least PERIOD_WALL of wall time) */
+    uint64_t next;     /* batches until the next call: period, or what a short period still lacks */
     double step_ref;   /* the consumer's step (s per batch outside next) of the phase */
+    int step_moved;    /* the last period's step was another phase's (confirmed by the next) */
     int trial;         /* STK__MOVE_*: the move of the last change, judged at the next decision */
     stk__knobs before; /* the knobs before it */
     double thr_before; /* batches/s and wait fraction of the period before it */
     double wait_before;
+    double cpu_before;           /* worker CPU seconds per batch before it */
+    double read_before;          /* the workers' read-wait share before it */
+    double ready_before;         /* batches ready at next before it, on average */
+    stk__tune_sample trial_at;   /* the sample the trial's periods count from */
+    unsigned trial_periods;      /* periods the trial has run (extended while unsure) */
+    stk__tune_sample run_at;     /* the first sample with the knobs in force: "before" is their mean */
+    double thr_prev, ready_prev; /* the last period's batches/s and mean ready batches (0: none) */
+    int depth_climb;             /* the last deeper I/O queue paid: try the next */
+    double noise;                /* period-to-period change of batches/s with the knobs unchanged */
     uint64_t hold_until[STK__MOVE_COUNT]; /* a failed move is not tried again before this decision */
     unsigned fails[STK__MOVE_COUNT];      /* ... and holds twice as long each time it fails again */
     unsigned quiet;                       /* decisions since the last change */
@@ -65,7 +76,7 @@ void stk__tune_init(stk__tuner *t, const stk__tune_config *c);
 /* One decision: s is the engine's sample at the end of a period (the first
  * call only takes its baseline). Returns 1 with *out the knobs to set and
  * reason one line saying why ("wait 31% of wall, workers 97% busy: threads
- * 2 -> 3"), 0 to leave them. t->period says when to call again. */
+ * 2 -> 3"), 0 to leave them. t->next says when to call again (in batches). */
 int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, char *reason, size_t cap);
 
 /* The glue: a tuner for r (which it will turn through r->tune_fn), freed
