@@ -1289,22 +1289,6 @@ void stk__engine_set_knobs(stk_reader *r, unsigned threads, unsigned prefetch, u
     pthread_mutex_unlock(&r->mu);
 }
 
-void stk__engine_knobs(stk_reader *r, stk__knobs *now, stk__knobs *max)
-{
-    pthread_mutex_lock(&r->mu);
-    if (now) {
-        now->threads = r->knob_threads;
-        now->prefetch = r->knob_slots - 1;
-        now->io_depth = r->knob_depth;
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (max) {
-        max->threads = r->nworkers;
-        max->prefetch = r->nslots - 1;
-        max->io_depth = r->io_depth_max;
-    }
-}
-
 static double cpu_seconds(clockid_t id)
 {
     struct timespec ts;
@@ -1329,6 +1313,9 @@ void stk__engine_sample(stk_reader *r, stk__engine_counters *s)
     s->knobs.prefetch = r->knob_slots - 1;
     s->knobs.io_depth = r->knob_depth;
     pthread_mutex_unlock(&r->mu);
+    s->max.threads = r->nworkers;
+    s->max.prefetch = r->nslots - 1;
+    s->max.io_depth = r->io_depth_max;
     s->direct = r->direct;
     for (unsigned i = 0; i < r->nworkers; i++) { /* the threads outlive every next */
         clockid_t id;
