@@ -995,7 +995,10 @@ static int release_locked(stk_reader *r)
         r->sticky = e; /* the buffer must not be reused on an unmarked stream: stop here */
     for (; r->released < r->consume; r->released++)
         r->free_slot[r->nfree++] = stk__slot_index(r, r->released);
-    uint64_t free_slots = r->released + r->knob_slots - r->claim,
+    /* claims may reach released + knob_slots; a prefetch knob lowered while
+     * more were claimed leaves claim above that until the consumer catches
+     * up: no slot is free then (the difference must not wrap) */
+    uint64_t room = r->released + r->knob_slots, free_slots = room > r->claim ? room - r->claim : 0,
              enough = r->knob_slots / 2 ? r->knob_slots / 2 : 1;
     return r->idle > 0 && (free_slots >= enough || r->claim_part);
 }
