@@ -247,6 +247,7 @@ typedef struct {
     uint64_t resets;      /* stk_reader_stats_reset calls so far */
     int direct;           /* the direct path: io_depth matters */
     stk__knobs knobs;     /* in force */
+    stk__knobs max;       /* their bounds, fixed at open */
 } stk__engine_counters;
 
 /* reader.c: set the knobs (each clamped to 1 .. its bound); wakes the
@@ -257,7 +258,7 @@ void stk__engine_set_knobs(stk_reader *r, unsigned threads, unsigned prefetch, u
 unsigned stk__engine_parts(const stk_reader *r, unsigned threads);
 /* Every slot free (at open, and when a seek restarts the stream). */
 void stk__engine_free_slots(stk_reader *r);
-void stk__engine_knobs(stk_reader *r, stk__knobs *now, stk__knobs *max);
+/* The counters now; takes the reader's mutex. */
 void stk__engine_sample(stk_reader *r, stk__engine_counters *s);
 /* Call r->tune_fn again once `batches` more batches were returned. */
 void stk__engine_tune_after(stk_reader *r, uint64_t batches);

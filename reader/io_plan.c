@@ -491,9 +491,9 @@ void stk_reader_io_stats_get_sized(const stk_reader *r, stk_reader_io_stats *s, 
         v.engine = e == STK__ENGINE_URING    ? STK_IO_ENGINE_URING
                    : e == STK__ENGINE_REMOTE ? STK_IO_ENGINE_REMOTE
                                              : STK_IO_ENGINE_THREADS;
-        stk__knobs now;
-        stk__engine_knobs((stk_reader *)r, &now, NULL); /* the mutex only: the tuner may turn it */
-        v.depth = now.io_depth;
+        stk__engine_counters now;
+        stk__engine_sample((stk_reader *)r, &now); /* the mutex only: the tuner may turn it */
+        v.depth = now.knobs.io_depth;
         v.reads = c.reads;
         v.bytes = c.bytes;
         v.retries = c.retries;

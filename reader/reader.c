@@ -995,7 +995,10 @@ static int release_locked(stk_reader *r)
         r->sticky = e; /* the buffer must not be reused on an unmarked stream: stop here */
     for (; r->released < r->consume; r->released++)
         r->free_slot[r->nfree++] = stk__slot_index(r, r->released);
-    uint64_t free_slots = r->released + r->knob_slots - r->claim,
+    /* claims may reach released + knob_slots; a prefetch knob lowered while
+     * more were claimed leaves claim above that until the consumer catches
+     * up: no slot is free then (the difference must not wrap) */
+    uint64_t room = r->released + r->knob_slots, free_slots = room > r->claim ? room - r->claim : 0,
              enough = r->knob_slots / 2 ? r->knob_slots / 2 : 1;
     return r->idle > 0 && (free_slots >= enough || r->claim_part);
 }
@@ -1289,22 +1292,6 @@ void stk__engine_set_knobs(stk_reader *r, unsigned threads, unsigned prefetch, u
     pthread_mutex_unlock(&r->mu);
 }
 
-void stk__engine_knobs(stk_reader *r, stk__knobs *now, stk__knobs *max)
-{
-    pthread_mutex_lock(&r->mu);
-    if (now) {
-        now->threads = r->knob_threads;
-        now->prefetch = r->knob_slots - 1;
-        now->io_depth = r->knob_depth;
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (max) {
-        max->threads = r->nworkers;
-        max->prefetch = r->nslots - 1;
-        max->io_depth = r->io_depth_max;
-    }
-}
-
 static double cpu_seconds(clockid_t id)
 {
     struct timespec ts;
@@ -1329,6 +1316,9 @@ void stk__engine_sample(stk_reader *r, stk__engine_counters *s)
     s->knobs.prefetch = r->knob_slots - 1;
     s->knobs.io_depth = r->knob_depth;
     pthread_mutex_unlock(&r->mu);
+    s->max.threads = r->nworkers;
+    s->max.prefetch = r->nslots - 1;
+    s->max.io_depth = r->io_depth_max;
     s->direct = r->direct;
     for (unsigned i = 0; i < r->nworkers; i++) { /* the threads outlive every next */
         clockid_t id;

@@ -460,16 +460,16 @@ void stk_reader_tune_stats_get_sized(const stk_reader *r, stk_reader_tune_stats 
 {
     stk_reader_tune_stats v;
     memset(&v, 0, sizeof v);
-    stk__knobs now, max;
+    stk__tune_sample c;
     stk__tuner *t = r->tuner;
     if (t) pthread_mutex_lock(&t->mu);
-    stk__engine_knobs((stk_reader *)r, &now, &max); /* the mutex only */
-    v.threads = now.threads;
-    v.prefetch = now.prefetch;
-    v.io_depth = now.io_depth;
-    v.threads_max = max.threads;
-    v.prefetch_max = max.prefetch;
-    v.io_depth_max = max.io_depth;
+    stk__engine_sample((stk_reader *)r, &c); /* the mutex only */
+    v.threads = c.knobs.threads;
+    v.prefetch = c.knobs.prefetch;
+    v.io_depth = c.knobs.io_depth;
+    v.threads_max = c.max.threads;
+    v.prefetch_max = c.max.prefetch;
+    v.io_depth_max = c.max.io_depth;
     v.memory_budget = r->o.memory_budget;
     if (t) {
         v.on = 1;

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <turbojpeg.h>
 
+#include "crop_box.h"
 #include "image.h"
 #include "stoker/reader.h"
 
@@ -60,14 +61,6 @@ typedef struct {
     uint32_t size;
 } share_t;
 
-static uint64_t splitmix(void *st)
-{
-    uint64_t z = (*(uint64_t *)st += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
 typedef struct {
     stk__jpeg *j;
     stk__resizer *rs;
@@ -81,14 +74,8 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
     uint32_t H = (uint32_t)s->hw[2 * k], W = (uint32_t)s->hw[2 * k + 1], o = s->size;
     const uint8_t *data = s->v[k].data;
     size_t len = (size_t)s->v[k].size;
-    uint64_t seed = k * 7919 + 1;
-    stk__img_rng rng = {splitmix, &seed};
-    stk__img_box b = {0, 0, (int32_t)W, (int32_t)H};
-    int flip = 0;
-    if (!s->eval) {
-        stk__img_rrc_box(H, W, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &rng, &b);
-        flip = (int)(splitmix(&seed) & 1);
-    }
+    lb_crop cb;
+    lb_crop_of(k, W, H, o, s->eval, &cb);
     stk__img_layout l;
     stk__img_eval_layout(o, o, W, H, &l);
     stk__rect win = {0, 0, o, o};
@@ -97,11 +84,11 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
     const uint8_t *at;
     size_t stride;
     if (s->path == 1 && !s->eval) {
-        if (stk__jpeg_decode_region(c->j, data, len, W, H, (uint32_t)b.x0, (uint32_t)b.y0, (uint32_t)b.w,
-                                    (uint32_t)b.h, &c->px, 64, &at, &stride, &e))
+        if (stk__jpeg_decode_region(c->j, data, len, W, H, (uint32_t)cb.b.x0, (uint32_t)cb.b.y0,
+                                    (uint32_t)cb.b.w, (uint32_t)cb.b.h, &c->px, 64, &at, &stride, &e))
             die("old path", e.msg);
-        stk__rgb_view v = {at, (uint32_t)b.w, (uint32_t)b.h, stride, 0};
-        if (stk__resize(c->rs, &v, o, o, &win, flip, c->out, (size_t)o * 3)) die("old path", "resize");
+        stk__rgb_view v = {at, (uint32_t)cb.b.w, (uint32_t)cb.b.h, stride, 0};
+        if (stk__resize(c->rs, &v, o, o, &win, cb.flip, c->out, (size_t)o * 3)) die("old path", "resize");
     } else if (s->path == 1) {
         if (stk__jpeg_header(c->j, data, len, &info, &e) ||
             stk__img_buf_reserve(&c->px, (size_t)W * H * 3 + 64, "image", &e) ||
@@ -116,26 +103,15 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
         if (stk__jpeg_decode_planes(c->j, data, len, &info, &c->px, &yv, &e)) die("planes probe", e.msg);
         uint64_t rw = l.resized_w, rh = l.resized_h;
         stk__rect pw = {l.crop_x, l.crop_y, o, o};
-        if (!s->eval) {
-            rw = (uint64_t)((double)W * o / b.w + 0.5);
-            rh = (uint64_t)((double)H * o / b.h + 0.5);
-            rw = rw < o ? o : rw;
-            rh = rh < o ? o : rh;
-            pw.x = (uint64_t)((double)b.x0 * o / b.w + 0.5);
-            pw.y = (uint64_t)((double)b.y0 * o / b.h + 0.5);
-            pw.x = pw.x > rw - o ? rw - o : pw.x;
-            pw.y = pw.y > rh - o ? rh - o : pw.y;
-        }
+        if (!s->eval) lb_box_window(W, H, &cb, o, &rw, &rh, &pw);
         if (stk__resize_ycc(c->rs, &yv, rw, rh, &pw, c->out, (size_t)o * 3)) die("planes probe", "resize");
     } else {
-        double bx = b.x0, by = b.y0, bw = b.w, bh = b.h;
-        if (s->eval) stk__img_eval_box(o, o, W, H, &bx, &by, &bw, &bh);
         stk__jpeg_plan p;
-        stk__jpeg_plan_make(W, H, bx, by, bw, bh, o, o, STK_IMG_SCALES_POW2, s->eval, &p);
+        stk__jpeg_plan_make(W, H, cb.x, cb.y, cb.w, cb.h, o, o, STK_IMG_SCALES_POW2, s->eval, &p);
         if (stk__jpeg_decode_plan(c->j, data, len, W, H, &p, &c->px, 64, &at, &stride, &e))
             die("new path", e.msg);
         stk__rgb_view v = {at, p.w, p.h, stride, 0};
-        if (stk__resize_box(c->rs, &v, p.bx, p.by, p.bw, p.bh, o, o, &win, flip, c->out, (size_t)o * 3))
+        if (stk__resize_box(c->rs, &v, p.bx, p.by, p.bw, p.bh, o, o, &win, cb.flip, c->out, (size_t)o * 3))
             die("new path", "resize");
     }
 }

@@ -33,6 +33,7 @@
 
 #include <jpeglib.h>
 
+#include "crop_box.h"
 #include "image.h"
 
 enum { RGB_REGION, YCC_REGION, RAW_LAST, RGB_WIDE, RGB_ABOVE, RAW_FRAME, RGB_FRAME, WAYS };
@@ -51,14 +52,6 @@ static double cpu_now(void)
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static uint64_t splitmix(void *st)
-{
-    uint64_t z = (*(uint64_t *)st += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
 }
 
 typedef struct {
@@ -238,18 +231,10 @@ int main(int argc, char **argv)
                 left_out++;
                 continue;
             }
-            uint64_t seed = (uint64_t)i * 7919 + 1;
-            stk__img_rng rng = {splitmix, &seed};
-            stk__img_box b = {0, 0, (int32_t)W, (int32_t)H};
-            double bx, by, bw, bh;
-            if (eval) {
-                stk__img_eval_box(o, o, W, H, &bx, &by, &bw, &bh);
-            } else {
-                stk__img_rrc_box(H, W, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &rng, &b);
-                bx = b.x0, by = b.y0, bw = b.w, bh = b.h;
-            }
+            lb_crop cb;
+            lb_crop_of((uint64_t)i, W, H, o, eval, &cb);
             stk__jpeg_plan p;
-            stk__jpeg_plan_make(W, H, bx, by, bw, bh, o, o, STK_IMG_SCALES_POW2, eval, &p);
+            stk__jpeg_plan_make(W, H, cb.x, cb.y, cb.w, cb.h, o, o, STK_IMG_SCALES_POW2, eval, &p);
             scaled += p.num < 8;
             for (int k = 0; k < WAYS; k++) {
                 int way = (k + i + r) % WAYS;
@@ -269,13 +254,9 @@ int main(int argc, char **argv)
                     rz_rgb += cpu_now() - t0;
                 } else if (way == RAW_FRAME && p.num == 8 && dc.ycc.sub_x <= 2 && dc.ycc.sub_y <= 2) {
                     /* the raw route's: the box as the window of a resize mapping it to S x S */
-                    uint64_t rw = (uint64_t)((double)W * o / bw + 0.5),
-                             rh = (uint64_t)((double)H * o / bh + 0.5);
-                    rw = rw < o ? o : rw;
-                    rh = rh < o ? o : rh;
-                    stk__rect pw = {(uint64_t)(bx * o / bw + 0.5), (uint64_t)(by * o / bh + 0.5), o, o};
-                    pw.x = pw.x > rw - o ? rw - o : pw.x;
-                    pw.y = pw.y > rh - o ? rh - o : pw.y;
+                    uint64_t rw, rh;
+                    stk__rect pw;
+                    lb_box_window(W, H, &cb, o, &rw, &rh, &pw);
                     t0 = cpu_now();
                     if (stk__resize_ycc(rs, &dc.ycc, rw, rh, &pw, dst, (size_t)o * 3)) return 1;
                     rz_ycc += cpu_now() - t0;

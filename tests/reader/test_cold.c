@@ -40,18 +40,7 @@ static const char *cold_ds(const char *name)
     ck_assert_int_eq(stk_schema_add_tensor(&s, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
     ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, img, &e), STK_OK);
     tu_scratch(dir, TU_PATH, name);
-    stk_dataset_options o;
-    memset(&o, 0, sizeof o);
-    o.records_per_shard = PER;
-    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
-    ck_assert_msg(dw != NULL, "%s", e.msg);
-    static uint8_t im[IMG];
-    for (uint64_t i = 0; i < N; i++) {
-        tu_fill(im, IMG, 77 + i);
-        stk_value v[2] = {{&i, 8}, {im, IMG}};
-        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
-    }
-    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    tu_write_tensor_dataset(dir, &s, N, PER, 77);
     return dir;
 }
 

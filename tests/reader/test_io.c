@@ -551,18 +551,7 @@ static void make_big(char *dir, size_t cap, const char *name, uint64_t n, uint64
     ck_assert_int_eq(stk_schema_add_tensor(&sc, "x", STK_DT_U64, 0, NULL, &e), STK_OK);
     ck_assert_int_eq(stk_schema_add_tensor(&sc, "big", STK_DT_U8, 3, shape, &e), STK_OK);
     tu_scratch(dir, cap, name);
-    stk_dataset_options wo;
-    memset(&wo, 0, sizeof wo);
-    wo.records_per_shard = per;
-    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &sc, &wo, &e);
-    ck_assert_msg(dw != NULL, "%s", e.msg);
-    static uint8_t big[BIG];
-    for (uint64_t i = 0; i < n; i++) {
-        tu_fill(big, sizeof big, seed + i);
-        stk_value v[2] = {{&i, 8}, {big, sizeof big}};
-        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
-    }
-    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    tu_write_tensor_dataset(dir, &sc, n, per, seed);
 }
 
 /* 30 records, 8 to a shard. */

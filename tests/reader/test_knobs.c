@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { N = 64, PER = 16, IMG = 32 * 32 * 3 };
+enum { N = 64, PER = 16 };
 
 static const char *dataset(void)
 {
@@ -26,18 +26,7 @@ static const char *dataset(void)
     stk_schema_init(&s);
     ck_assert_int_eq(stk_schema_add_tensor(&s, "image", STK_DT_U8, 3, img, &e), STK_OK);
     tu_scratch(dir, sizeof dir, "knobs");
-    stk_dataset_options o;
-    memset(&o, 0, sizeof o);
-    o.records_per_shard = PER;
-    stk_dataset_writer *dw = stk_dataset_writer_create(dir, &s, &o, &e);
-    ck_assert_msg(dw != NULL, "%s", e.msg);
-    static uint8_t im[IMG];
-    for (uint64_t i = 0; i < N; i++) {
-        tu_fill(im, IMG, 5 + i);
-        stk_value v[1] = {{im, IMG}};
-        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
-    }
-    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    tu_write_tensor_dataset(dir, &s, N, PER, 5);
     return dir;
 }
 

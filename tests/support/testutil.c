@@ -333,6 +333,38 @@ void tu_scratch_std_dataset(char *dir, size_t cap, const char *name, uint64_t se
     tu_write_std_dataset(dir, seed, n, &o);
 }
 
+/* The field that holds the record's index in tu_write_tensor_dataset. */
+static bool index_field(const stk_field *f) { return f->ndim == 0 && f->dtype == STK_DT_U64; }
+
+void tu_write_tensor_dataset(const char *dir, const stk_schema *s, uint64_t n, uint64_t per, uint64_t seed)
+{
+    stk_dataset_options o;
+    memset(&o, 0, sizeof o);
+    o.records_per_shard = per;
+    stk_error e;
+    stk_dataset_writer *dw = stk_dataset_writer_create(dir, s, &o, &e);
+    ck_assert_msg(dw != NULL, "%s", e.msg);
+    uint8_t *buf[STK_MAX_FIELDS] = {NULL};
+    stk_value v[STK_MAX_FIELDS];
+    for (unsigned f = 0; f < s->nfields; f++) {
+        const stk_field *fd = &s->fields[f];
+        ck_assert_msg(fd->kind == STK_KIND_TENSOR, "field %s: not a tensor", fd->name);
+        v[f].size = stk_field_stride(fd);
+        if (index_field(fd)) continue;
+        buf[f] = malloc(v[f].size);
+        ck_assert_ptr_nonnull(buf[f]);
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        for (unsigned f = 0; f < s->nfields; f++) {
+            if (buf[f]) tu_fill(buf[f], v[f].size, seed + i);
+            v[f].data = buf[f] ? (const void *)buf[f] : &i;
+        }
+        ck_assert_msg(stk_dataset_writer_append(dw, v, &e) == STK_OK, "%s", e.msg);
+    }
+    ck_assert_msg(stk_dataset_writer_finish(dw, &e) == STK_OK, "%s", e.msg);
+    for (unsigned f = 0; f < s->nfields; f++) free(buf[f]);
+}
+
 /* ---------------------------------------------------------------- reader */
 
 stk_reader_options tu_reader_options(uint32_t batch, int order)

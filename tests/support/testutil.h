@@ -117,6 +117,11 @@ void tu_write_std_dataset(const char *dir, uint64_t seed, uint64_t n, const stk_
 /* A fresh scratch directory `name` (tu_scratch) holding records [0, n) of
  * seed in shards of `per` records. */
 void tu_scratch_std_dataset(char *dir, size_t cap, const char *name, uint64_t seed, uint64_t n, uint64_t per);
+/* Write n records of schema s, whose fields are all tensors, as a dataset
+ * in dir (a fresh directory: tu_scratch) in shards of `per` records: in
+ * record i a u64 scalar field holds i, every other field the bytes
+ * tu_fill(seed + i) (the same in each such field, up to its size). */
+void tu_write_tensor_dataset(const char *dir, const stk_schema *s, uint64_t n, uint64_t per, uint64_t seed);
 
 /* ---------------------------------------------------------------- reader */
 
