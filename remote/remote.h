@@ -103,6 +103,8 @@ typedef struct {
     uint64_t retry_net; /* of which resets, timeouts, short bodies, stalls */
     uint64_t failures;  /* requests that failed for good */
     uint64_t inflight_max;
+    uint64_t joined; /* of the requests, those that carried several range GETs
+                        queued adjacent (one object, bytes back to back) */
 } stk__rcounts;
 void stk__remote_counts(stk__remote *r, stk__rcounts *c);
 
