@@ -5,7 +5,9 @@
  * header longer than that, then the metadata ranges in parallel (the
  * header, the footer, every bytes field's offsets and dims columns, every
  * compressed field's data region, the checksum table), checked against the
- * footer's index hash and stored as the cache file's pinned metadata. A
+ * footer's index hash and stored as the cache file's pinned metadata; the
+ * tensor columns those first GETs hold whole (a label column near the
+ * footer) are checked and offered to the cache as values. A
  * cache file whose metadata is there already (an earlier run, another rank)
  * is taken without a fetch, after the same index-hash check.
  *
@@ -741,6 +743,32 @@ static uint8_t *in_edges(const edges *x, uint64_t size, uint64_t off, uint64_t l
     return NULL;
 }
 
+/* Tensor columns the edges hold whole (a label column next to the footer;
+ * every column of a small object), each value checked against the checksum
+ * table cks: offered to the cache now, so that reading them costs no
+ * request (a reader's first parts would otherwise wait for a GET of each
+ * shard's label column before they queue their own). */
+static void keep_edge_columns(stk__rshard *rs, const stk__layout *L, const edges *x, uint64_t size,
+                              const uint8_t *cks)
+{
+    for (uint32_t f = 0; f < L->schema.nfields && L->records; f++) {
+        const stk_field *fd = &L->schema.fields[f];
+        const stk__region *rg = &L->region[f];
+        if (fd->kind != STK_KIND_TENSOR || stk__field_compressed(fd) || !rg->stride ||
+            rg->data_len != L->records * rg->stride)
+            continue;
+        const uint8_t *p = in_edges(x, size, rg->data_off, rg->data_len);
+        if (!p) continue;
+        uint64_t i = 0;
+        while (i < L->records && stk_hash(p + i * rg->stride, (size_t)rg->stride) ==
+                                     rd64(cks + (i * L->schema.nfields + f) * 8))
+            i++;
+        if (i == L->records)
+            (void)stk__rfile_store(rs->file, rg->data_off, p, rg->data_len, (uint64_t)f * L->records,
+                                   (uint64_t)(f + 1) * L->records, NULL);
+    }
+}
+
 int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char *key, uint64_t index_hash,
                        uint64_t records, unsigned nfields, const char *etag, stk__rwindow *w,
                        size_t *head_len, stk_error *err)
@@ -850,6 +878,7 @@ int stk__rshard_attach(stk_shard *sh, stk__remote *r, stk__rcache *c, const char
     }
     stk__rgroup_free(g);
     if (!rc) rc = stk__rfile_store_meta(rs->file, n, offs, lens, (const void *const *)bufs, err);
+    if (!rc) keep_edge_columns(rs, &L, &x, size, bufs[cks]);
     for (size_t k = 0; k < n; k++)
         if (owned[k]) free(bufs[k]);
     free(x.head);

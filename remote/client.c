@@ -34,6 +34,10 @@
 #include <unistd.h>
 
 #define ERRBODY_MAX (16 * 1024)
+/* Joined range GETs (join): at most this many bytes on the wire, members
+ * looked for among this many queued requests. */
+#define JOIN_MAX ((uint64_t)8 << 20)
+#define JOIN_SCAN 4096
 #define BACKOFF_BASE_S 0.1
 #define BACKOFF_CAP_S 20.0
 /* Credentials from a credential_process are refreshed this long before they
@@ -51,6 +55,16 @@ static int cancelled(const stk__rreq *q)
     return q->waiter && __atomic_load_n(&q->waiter->cancelled, __ATOMIC_ACQUIRE);
 }
 
+/* A transfer is abandoned when every request it carries is cancelled (one
+ * of a joined GET's members cancelled waits for the others' bytes). */
+static int all_cancelled(const stk__rreq *q)
+{
+    if (!q->jfirst) return cancelled(q);
+    for (const stk__rreq *m = q->jfirst; m; m = m->jnext)
+        if (!cancelled(m)) return 0;
+    return 1;
+}
+
 typedef struct stk__rattempt {
     CURL *h;
     struct curl_slist *hdrs;
@@ -58,6 +72,7 @@ typedef struct stk__rattempt {
     int have_clen, have_crange, bad_crange, range_checked;
     uint64_t clen, cr_first, cr_last, cr_total;
     uint64_t got, sent, bytes_in;
+    struct stk__rreq *cur; /* a joined GET: the member the body is in (NULL: the first) */
     char *ebuf;
     size_t elen;
     int fault, fatal;
@@ -255,7 +270,7 @@ static size_t on_header(char *b, size_t sz, size_t nm, void *ud)
     stk__rreq *q = ud;
     stk__rattempt *at = q->at;
     size_t n = sz * nm;
-    if (cancelled(q)) return 0; /* curl ends the transfer; finish() names it cancelled */
+    if (all_cancelled(q)) return 0; /* curl ends the transfer; finish() names it cancelled */
     long st = 0;
     char name[64], value[256];
     int k = stk__rhttp_line(b, n, &st, name, sizeof name, value, sizeof value);
@@ -309,28 +324,41 @@ static size_t on_body(char *b, size_t sz, size_t nm, void *ud)
         return n;
     }
     if (q->ranged) {
-        if (cancelled(q)) return 0; /* curl ends the transfer; finish() names it cancelled */
+        if (all_cancelled(q)) return 0; /* curl ends the transfer; finish() names it cancelled */
         if (!at->range_checked) {
-            uint64_t want_last = q->off + q->len - 1;
+            uint64_t want_last = q->woff + q->wlen - 1;
             if (at->status == 206) {
                 if (!at->have_crange)
                     return abort_with(at, 0, "HTTP 206 %s Content-Range",
                                       at->bad_crange ? "with a malformed" : "without");
-                if (at->cr_first != q->off || at->cr_last != want_last)
+                if (at->cr_first != q->woff || at->cr_last != want_last)
                     return abort_with(at, 0, "Content-Range bytes %llu-%llu for bytes %llu-%llu",
                                       (unsigned long long)at->cr_first, (unsigned long long)at->cr_last,
-                                      (unsigned long long)q->off, (unsigned long long)want_last);
-            } else if (at->status != 200 || q->off != 0 || (at->have_clen && at->clen != q->len)) {
+                                      (unsigned long long)q->woff, (unsigned long long)want_last);
+            } else if (at->status != 200 || q->woff != 0 || (at->have_clen && at->clen != q->wlen)) {
                 return abort_with(at, 1,
                                   "HTTP %ld for a range request (bytes %llu-%llu): the server ignored Range",
-                                  at->status, (unsigned long long)q->off, (unsigned long long)want_last);
+                                  at->status, (unsigned long long)q->woff, (unsigned long long)want_last);
             }
             at->range_checked = 1;
         }
-        if (n > q->len - at->got)
-            return abort_with(at, 0, "more than the %llu bytes asked for", (unsigned long long)q->len);
-        memcpy((char *)q->dst + at->got, b, n);
-        at->got += n;
+        if (n > q->wlen - at->got)
+            return abort_with(at, 0, "more than the %llu bytes asked for", (unsigned long long)q->wlen);
+        if (!q->jfirst) {
+            memcpy((char *)q->dst + at->got, b, n);
+            at->got += n;
+            return n;
+        }
+        /* joined: the members tile [woff, woff + wlen) in offset order */
+        for (size_t done = 0; done < n;) {
+            stk__rreq *m = at->cur ? at->cur : q->jfirst;
+            uint64_t pos = q->woff + at->got - m->off, take = m->len - pos;
+            if (take > n - done) take = n - done;
+            memcpy((char *)m->dst + pos, b + done, take);
+            done += take;
+            at->got += take;
+            at->cur = pos + take == m->len ? m->jnext : m;
+        }
         return n;
     }
     if (q->sink) {
@@ -437,8 +465,8 @@ static int setup(stk__remote *r, stk__rreq *q, CURL *h)
         ADD("x-amz-content-sha256: UNSIGNED-PAYLOAD");
     }
     if (q->ranged) {
-        snprintf(line, sizeof line, "Range: bytes=%llu-%llu", (unsigned long long)q->off,
-                 (unsigned long long)(q->off + q->len - 1));
+        snprintf(line, sizeof line, "Range: bytes=%llu-%llu", (unsigned long long)q->woff,
+                 (unsigned long long)(q->woff + q->wlen - 1));
         ADD(line);
     }
     if (q->if_match) {
@@ -492,34 +520,105 @@ static void complete(stk__remote *r, stk__rreq *q)
     if (w && --w->pending == 0) pthread_cond_broadcast(&w->cv);
 }
 
-/* Starts q's next attempt. Caller holds mu. */
+/* q and the members joined to it, failed and ended: an attempt that could
+ * not start. Caller holds mu. */
+static void fail_start(stk__remote *r, stk__rreq *q, const char *what)
+{
+    stk__rreq *m = q->jfirst ? q->jfirst : q;
+    q->jfirst = NULL;
+    while (m) {
+        stk__rreq *nx = m->jnext;
+        m->jnext = NULL;
+        fail(m, STK_E_NOMEM, "out of memory (%s)", what);
+        complete(r, m);
+        m = nx;
+    }
+}
+
+/* Starts q's next attempt (with its joined members, see join). Caller
+ * holds mu. */
 static void start(stk__remote *r, stk__rreq *q)
 {
     if (!q->at && !(q->at = calloc(1, sizeof *q->at))) {
-        fail(q, STK_E_NOMEM, "out of memory");
-        complete(r, q);
+        fail_start(r, q, "request");
         return;
     }
     CURL *h = r->nidle ? r->idle[--r->nidle] : curl_easy_init();
     if (!h) {
-        fail(q, STK_E_NOMEM, "out of memory (curl handle)");
-        complete(r, q);
+        fail_start(r, q, "curl handle");
         return;
     }
     attempt_reset(q->at);
     q->at->h = h;
     q->buf_len = 0;
-    if (q->t_first == 0) q->t_first = mono();
-    q->attempts++;
+    double now = mono();
+    for (stk__rreq *m = q->jfirst ? q->jfirst : q; m; m = m->jnext) {
+        if (m->t_first == 0) m->t_first = now;
+        m->attempts++;
+    }
     if (setup(r, q, h) || curl_multi_add_handle(r->multi, h) != CURLM_OK) {
         r->idle[r->nidle++] = h;
         q->at->h = NULL;
-        fail(q, STK_E_NOMEM, "out of memory (curl setup)");
-        complete(r, q);
+        fail_start(r, q, "curl setup");
         return;
     }
     r->active++;
     if (r->active > r->counts.inflight_max) r->counts.inflight_max = r->active;
+}
+
+/* Whether p may ride in q's GET: a range GET of the same object and ETag
+ * condition, not cancelled, not already joined. */
+static int joinable(const stk__rreq *q, const stk__rreq *p)
+{
+    if (!p->ranged || p->method != STK__M_GET || p->sink || p->query || p->jfirst || cancelled(p)) return 0;
+    if ((q->if_match == NULL) != (p->if_match == NULL)) return 0;
+    if (q->if_match && strcmp(q->if_match, p->if_match)) return 0;
+    return !strcmp(q->key, p->key);
+}
+
+/* Before q starts: range GETs still queued behind it whose bytes are
+ * adjacent to q's (before or after, repeatedly) leave the queue and ride
+ * in q's request, up to JOIN_MAX bytes. The queue holds what the in-flight
+ * limit keeps back, so this joins only while requests wait anyway (a
+ * reader's shuffled records of one shard, queued by different batches),
+ * never takes bytes nobody asked for, and leaves parallel pieces that can
+ * all be in flight alone. Caller holds mu. */
+static void join(stk__remote *r, stk__rreq *q)
+{
+    q->woff = q->off;
+    q->wlen = q->len;
+    q->jfirst = q->jnext = NULL;
+    if (!q->ranged || q->method != STK__M_GET || q->sink || q->query || !r->ready_head || q->len >= JOIN_MAX)
+        return;
+    stk__rreq *first = q, *last = q;
+    for (int grew = 1; grew;) {
+        grew = 0;
+        stk__rreq *prev = NULL;
+        size_t seen = 0;
+        for (stk__rreq **pp = &r->ready_head; *pp && seen < JOIN_SCAN; seen++) {
+            stk__rreq *p = *pp;
+            int right = p->off == q->woff + q->wlen, left = p->off + p->len == q->woff;
+            if ((right || left) && p->len <= JOIN_MAX - q->wlen && joinable(q, p)) {
+                *pp = p->next; /* out of the queue */
+                if (r->ready_tail == p) r->ready_tail = prev;
+                p->next = NULL;
+                if (right) {
+                    last->jnext = p;
+                    last = p;
+                } else {
+                    p->jnext = first;
+                    first = p;
+                    q->woff = p->off;
+                }
+                q->wlen += p->len;
+                grew = 1;
+                continue;
+            }
+            prev = p;
+            pp = &p->next;
+        }
+    }
+    if (first != last) q->jfirst = first;
 }
 
 static double jitter(stk__remote *r, double max)
@@ -563,21 +662,24 @@ static void s3_code(const stk__rattempt *at, char *out, size_t cap)
         snprintf(out, cap, " %s%s%s%s", code, msg[0] ? " (" : "", msg, msg[0] ? ")" : "");
 }
 
-/* Attempt done: finished, failed, or queued again. Caller holds mu. */
-static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
+/* The bytes of q an attempt delivered: its own range's share of the wire
+ * range when joined. */
+static uint64_t delivered(const stk__rreq *q, const stk__rattempt *at, const stk__rreq *lead)
 {
-    stk__rattempt *at = q->at;
-    long status = 0;
-    curl_easy_getinfo(at->h, CURLINFO_RESPONSE_CODE, &status);
-    curl_multi_remove_handle(r->multi, at->h);
-    r->idle[r->nidle++] = at->h;
-    at->h = NULL;
-    r->active--;
-    q->http = status;
-    r->counts.requests++;
-    r->counts.bytes_in += at->bytes_in;
-    r->counts.bytes_out += at->sent;
+    if (q == lead && !lead->jfirst) return at->got;
+    uint64_t start = q->off - lead->woff;
+    if (at->got <= start) return 0;
+    return at->got - start < q->len ? at->got - start : q->len;
+}
 
+/* q's attempt (at, run by lead: q itself, or a joined GET q rode in) is
+ * over: q finished, failed, or queued again. A member of a joined GET whose
+ * own bytes all arrived before the transfer broke is done; the others are
+ * retried each on its own (and may be joined again). Caller holds mu. */
+static void settle(stk__remote *r, stk__rreq *q, const stk__rreq *lead, const stk__rattempt *at, long status,
+                   CURLcode cc)
+{
+    q->http = status;
     char name[480], why[400], code[240];
     stk__remote_name(r, q->key, name, sizeof name);
     const char *m = method_name(q->method);
@@ -587,6 +689,10 @@ static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
         return;
     }
     int kind = 0; /* 1: 5xx, 2: network */
+    int joined = lead->jfirst != NULL;
+    if (joined && !at->fault && status >= 200 && status < 300 && at->range_checked &&
+        delivered(q, at, lead) == q->len)
+        cc = CURLE_OK; /* its bytes are in, whatever happened after them */
     if (at->fault && at->fatal) {
         fail(q, STK_E_IO, "%s %s: %s", m, name, at->fault_msg);
     } else if (at->fault) {
@@ -605,10 +711,10 @@ static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
         s3_code(at, code, sizeof code);
         snprintf(why, sizeof why, "HTTP %ld%s", status, code);
     } else if (status >= 200 && status < 300) {
-        if (q->ranged && at->got != q->len) {
+        if (q->ranged && delivered(q, at, lead) != q->len) {
             kind = 2;
-            snprintf(why, sizeof why, "short body: %llu of %llu bytes", (unsigned long long)at->got,
-                     (unsigned long long)q->len);
+            snprintf(why, sizeof why, "short body: %llu of %llu bytes",
+                     (unsigned long long)delivered(q, at, lead), (unsigned long long)q->len);
         } else if (q->method != STK__M_HEAD && at->have_clen && at->got != at->clen && !q->ranged) {
             kind = 2;
             snprintf(why, sizeof why, "short body: %llu of %llu bytes", (unsigned long long)at->got,
@@ -650,6 +756,38 @@ static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
              elapsed, why);
     }
     complete(r, q);
+}
+
+/* Attempt done: q (and each request joined to it) finished, failed, or
+ * queued again. Caller holds mu. */
+static void finish(stk__remote *r, stk__rreq *q, CURLcode cc)
+{
+    stk__rattempt *at = q->at;
+    long status = 0;
+    curl_easy_getinfo(at->h, CURLINFO_RESPONSE_CODE, &status);
+    curl_multi_remove_handle(r->multi, at->h);
+    r->idle[r->nidle++] = at->h;
+    at->h = NULL;
+    r->active--;
+    r->counts.requests++;
+    r->counts.bytes_in += at->bytes_in;
+    r->counts.bytes_out += at->sent;
+    if (!q->jfirst) {
+        settle(r, q, q, at, status, cc);
+        return;
+    }
+    r->counts.joined++;
+    /* the leader last: the members read its attempt */
+    for (stk__rreq *m = q->jfirst, *nx; m; m = nx) {
+        nx = m->jnext;
+        if (m != q) {
+            m->jnext = NULL;
+            settle(r, m, q, at, status, cc);
+        }
+    }
+    q->jnext = NULL;
+    settle(r, q, q, at, status, cc);
+    q->jfirst = NULL;
 }
 
 static void *io_main(void *arg)
@@ -706,6 +844,7 @@ static void *io_main(void *arg)
                 fail(q, STK_E_IO, "%s: cancelled (its reads were abandoned)", method_name(q->method));
                 complete(r, q);
             } else {
+                join(r, q);
                 start(r, q);
             }
         }

@@ -103,6 +103,8 @@ typedef struct {
     uint64_t retry_net; /* of which resets, timeouts, short bodies, stalls */
     uint64_t failures;  /* requests that failed for good */
     uint64_t inflight_max;
+    uint64_t joined; /* of the requests, those that carried several range GETs
+                        queued adjacent (one object, bytes back to back) */
 } stk__rcounts;
 void stk__remote_counts(stk__remote *r, stk__rcounts *c);
 
@@ -153,7 +155,10 @@ void stk__rlist_free(stk__rlist *l);
 /* A group of range GETs one caller waits on, run by the client's thread
  * together with every other group's: a reader's queue adds the reads of its
  * next part, starts them, and waits for the current part's. One thread uses
- * a group at a time. */
+ * a group at a time. A GET that waits for a free connection may go out in
+ * one request with queued GETs (of any group) of the bytes right before or
+ * after it in the same object; each still lands in its own dst and has its
+ * own outcome (stk__rcounts.joined counts such requests). */
 typedef struct stk__rgroup stk__rgroup;
 
 stk__rgroup *stk__rgroup_new(stk__remote *r);

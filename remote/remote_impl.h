@@ -150,6 +150,13 @@ struct stk__rreq {
     size_t buf_len;
     /* The engine's part. */
     stk__rreq *next;
+    /* A joined GET (client.c, join): range GETs of one object queued
+     * adjacent to each other go out as one request whose body is cut back
+     * into each one's dst. The leader (the one started) carries the range
+     * on the wire [woff, woff + wlen) and jfirst, the first of its members
+     * in offset order (itself included), chained by jnext; NULL: alone. */
+    stk__rreq *jfirst, *jnext;
+    uint64_t woff, wlen;
     stk__rwaiter *waiter;
     char *url;
     unsigned attempts;

@@ -213,7 +213,7 @@ def shardread_json(argv, env):
 
 
 def stoker_epochs(tools, s3, order, threads, epochs, cache_dir, cache_limit, cache_env, work):
-    """Per epoch: (GB/s over the reader's wall, seconds, bytes delivered, bytes fetched)."""
+    """Per epoch: (GB/s over the reader's wall, seconds, bytes delivered, bytes fetched, requests)."""
     shutil.rmtree(cache_dir, ignore_errors=True)
     env = s3.environ()
     env[cache_env[0]] = cache_dir
@@ -228,8 +228,8 @@ def stoker_epochs(tools, s3, order, threads, epochs, cache_dir, cache_limit, cac
         argv.append(f"s3://{BUCKET}/{PREFIX}")
         s3.reset_stats()
         j = shardread_json(argv, env)
-        fetched = s3.stats()["body_bytes_out"]
-        out.append((j["bytes"] / j["wall"] / 1e9, j["wall"], j["bytes"], fetched))
+        st = s3.stats()
+        out.append((j["bytes"] / j["wall"] / 1e9, j["wall"], j["bytes"], st["body_bytes_out"], st["requests"]))
     return out
 
 
@@ -393,7 +393,8 @@ def main():
 
     cpu, ncpu, mem, storage = machine(a.work)
     node = sh(["node", "--version"], capture_output=True, text=True).stdout.strip()
-    print(f"cpu:     {cpu}, {ncpu} cores, {mem:.0f} GiB; kernel {platform.release()}")
+    print(f"cpu:     {cpu}, {ncpu} cores, {mem:.0f} GiB; kernel {platform.release()}; "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"storage: {storage} (dataset, caches, downloads)")
     print(f"server:  @20minutes/s3rver 4.0.4 on Node {node}, loopback, behind tests/support/s3proxy.py: "
           f"+{a.latency} per request, {a.bw} shared")
@@ -497,6 +498,7 @@ def main():
         if not a.keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     with open(os.path.join(a.work, "results.json"), "w") as f:
         json.dump(res, f)  # the raw figures of the last run, whatever the report makes of them
     return report(res, orders, epochs, a, failures)
@@ -513,7 +515,8 @@ def report(res, orders, epochs, a, failures):
                   f"{got / 1e9:.3f} GB sent)")
         print()
     if res["stoker"]:
-        print(f"stoker s3:// at {a.threads} threads, cache limit a quarter: GB/s (/ limit), fetched / delivered")
+        print(f"stoker s3:// at {a.threads} threads, cache limit a quarter: GB/s (/ limit), fetched / delivered, "
+              "requests (all kinds, by the proxy)")
         for o in orders:
             r = res["stoker"].get(o)
             if isinstance(r, str):
@@ -521,10 +524,10 @@ def report(res, orders, epochs, a, failures):
                 ok = False
                 continue
             cells = []
-            for e, (gbs, wall, got, fetched) in enumerate(r):
+            for e, (gbs, wall, got, fetched, nreq) in enumerate(r):
                 amp = fetched / got if got else 0
                 of = f" ({gbs / lim[o][0]:4.2f})" if o in lim and lim[o][0] else ""
-                cells.append(f"e{e + 1} {gbs:6.3f}{of} x{amp:4.2f}")
+                cells.append(f"e{e + 1} {gbs:6.3f}{of} x{amp:4.2f} {nreq} req")
                 if o in lim and (gbs < 0.8 * lim[o][0] or amp > 1.05):
                     ok = False
             print(f"  {o:10s} " + "   ".join(cells))
@@ -543,7 +546,7 @@ def report(res, orders, epochs, a, failures):
             if isinstance(r, str):
                 print(f"  {o:10s} not measured: {r} (local {loc:.3f} GB/s)")
                 continue
-            gbs, wall, got, fetched = r
+            gbs, wall, got, fetched, _n = r
             print(f"  {o:10s} {gbs:6.3f} GB/s, local {loc:6.3f}: {gbs / loc if loc else 0:4.2f}; "
                   f"{fetched / 1e9:.3f} GB fetched")
         print()

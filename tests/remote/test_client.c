@@ -457,6 +457,114 @@ START_TEST(group_cancelled)
 }
 END_TEST
 
+/* Range GETs queued adjacent to each other (one object, bytes back to back,
+ * from several groups) go out joined while the in-flight limit holds them
+ * back, and each lands in its own buffer: with faults that cut a joined
+ * body short, and with one of the groups cancelled while they ride
+ * together. */
+enum { JN = 300 };
+
+typedef struct {
+    uint64_t off[JN], len[JN];
+    uint64_t total;
+} tiling;
+
+static void tile(tiling *t, uint32_t seed)
+{
+    t->total = 0;
+    for (int i = 0; i < JN; i++) {
+        seed = seed * 1103515245u + 12345u;
+        t->len[i] = 1 + (seed >> 8) % 8000;
+        t->off[i] = t->total;
+        t->total += t->len[i];
+    }
+}
+
+/* Add range i to group i % ng in a scrambled order (each group's ranges
+ * sit between the others'), start them all and wait: every group's wait
+ * must succeed, but for group 0 when cancel_first (cancelled after the
+ * start: its wait must only return). */
+static void run_groups(const char *key, const tiling *t, uint8_t *out, stk__rgroup **g, int ng,
+                       int cancel_first)
+{
+    stk_error err;
+    for (int k = 0; k < JN; k++) {
+        int i = (int)(((unsigned)k * 7919u) % JN); /* a permutation: 7919 is prime to 300 */
+        ck_assert_int_eq(stk__rgroup_add(g[i % ng], key, t->off[i], t->len[i], out + t->off[i], NULL,
+                                         (void *)(intptr_t)i, &err),
+                         STK_OK);
+    }
+    for (int j = 0; j < ng; j++) stk__rgroup_start(g[j]);
+    if (cancel_first) stk__rgroup_cancel(g[0]);
+    for (int j = cancel_first ? 1 : 0; j < ng; j++)
+        ck_assert_msg(stk__rgroup_wait(g[j], &err) == STK_OK, "group %d: %s", j, err.msg);
+    if (cancel_first) (void)stk__rgroup_wait(g[0], &err); /* returns, whatever it got */
+}
+
+START_TEST(adjacent_gets_joined)
+{
+    stk__rconfig c = {.max_inflight = 2, .stall_s = 1};
+    stk__remote *r = client(NULL, &c);
+    tiling t;
+    tile(&t, 77);
+    uint8_t *d = pattern(t.total, 13), *out = calloc(1, t.total);
+    put(r, "t/join.bin", d, t.total);
+    stk__rgroup *g[3];
+    for (int j = 0; j < 3; j++) ck_assert_ptr_nonnull(g[j] = stk__rgroup_new(r));
+    stk__rcounts c0, c1;
+    stk__remote_counts(r, &c0);
+    run_groups("t/join.bin", &t, out, g, 3, 0);
+    stk__remote_counts(r, &c1);
+    ck_assert(!memcmp(out, d, t.total));
+    for (int j = 0; j < 3; j++) {
+        for (size_t i = 0; i < stk__rgroup_count(g[j]); i++) {
+            void *tag;
+            stk_error err;
+            ck_assert_int_eq(stk__rgroup_result(g[j], i, &tag, &err), STK_OK);
+            ck_assert_int_eq((int)(intptr_t)tag % 3, j);
+        }
+        stk__rgroup_clear(g[j]);
+    }
+    ck_assert_msg(c1.joined > c0.joined && c1.requests - c0.requests < JN / 2,
+                  "%llu requests for %d GETs, %llu joined", (unsigned long long)(c1.requests - c0.requests),
+                  JN, (unsigned long long)(c1.joined - c0.joined));
+    ck_assert_uint_le(c1.inflight_max, 2);
+
+    /* joined bodies cut short, reset and stalled: every GET still right */
+    const char *faults[] = {"truncate", "reset", "stall", "503"};
+    for (size_t f = 0; f < sizeof faults / sizeof *faults; f++) {
+        char json[200];
+        snprintf(json, sizeof json,
+                 "{\"rules\": [{\"match\": \"t/join.bin\", \"method\": \"GET\", \"fault\": \"%s\", "
+                 "\"count\": 3}]}",
+                 faults[f]);
+        plan(json);
+        memset(out, 0, t.total);
+        stk__remote_counts(r, &c0);
+        run_groups("t/join.bin", &t, out, g, 3, 0);
+        stk__remote_counts(r, &c1);
+        ck_assert_msg(!memcmp(out, d, t.total), "%s: bytes differ", faults[f]);
+        ck_assert_msg(c1.retries > c0.retries, "%s: no retry", faults[f]);
+        ck_assert_uint_eq(c1.failures, c0.failures);
+        for (int j = 0; j < 3; j++) stk__rgroup_clear(g[j]);
+    }
+
+    /* one group cancelled while its GETs ride with the other's: the other's
+     * all arrive; the cancelled one's wait returns */
+    plan("{\"rules\": [{\"match\": \"t/join.bin\", \"method\": \"GET\", \"fault\": \"delay:200ms\", "
+         "\"count\": 1000}]}");
+    memset(out, 0, t.total);
+    run_groups("t/join.bin", &t, out, g, 2, 1);
+    for (int i = 1; i < JN; i += 2)
+        ck_assert_msg(!memcmp(out + t.off[i], d + t.off[i], t.len[i]), "GET %d of the live group differs", i);
+    plan("{\"rules\": []}");
+    for (int j = 0; j < 3; j++) stk__rgroup_free(g[j]);
+    free(out);
+    free(d);
+    stk__remote_close(r);
+}
+END_TEST
+
 START_TEST(faults_bounded_and_named)
 {
     stk__rconfig c = {.retries = 2};
@@ -605,6 +713,7 @@ TU_MAIN("remote_client", {.name = "objects", .tests = {put_get_head_range}},
         {.name = "errors", .tests = {wrong_secret_is_403_named, missing_bucket_and_key_named}},
         {.name = "multipart", .tests = {multipart_put_equals_file}}, {.name = "list", .tests = {list_pages}},
         {.name = "group", .tests = {group_of_500_gets}, .timeout = 120},
+        {.name = "join", .tests = {adjacent_gets_joined}, .timeout = 120},
         {.name = "credentials", .tests = {credential_process_refreshed}},
         {.name = "faults",
          .tests = {faults_retried_and_counted, faults_bounded_and_named, multipart_failure_aborts},

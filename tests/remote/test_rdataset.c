@@ -11,6 +11,7 @@
 #include "testutil.h"
 
 #include "remote.h"
+#include "rshard.h"
 
 #include <fcntl.h>
 #include <stddef.h>
@@ -217,6 +218,10 @@ START_TEST(values_equal_local)
     stk_remote_options o = fresh_cache("rds-cache-a", 0, cdir, sizeof cdir);
     stk_dataset *rem = open_remote(url, &o);
     ck_assert_uint_eq(stk_dataset_nshards(rem), RECORDS / PER_SHARD);
+    /* the label column came with the open's first GET (the whole small
+     * object): in the cache, checked, before any value is read */
+    for (size_t s = 0; s < stk_dataset_nshards(rem); s++)
+        ck_assert(stk__rshard_present(stk_dataset_shard(rem, s), F_LABEL, 0, PER_SHARD, 0));
     ck_assert_uint_eq(stk_dataset_manifest(rem)->fingerprint, stk_dataset_manifest(loc)->fingerprint);
     assert_same_values(loc, rem);
     ck_assert_uint_eq(verify_all(rem), 0);
