@@ -142,8 +142,8 @@ int stk_transform_crop_box_sized(const stk_transform *transform, size_t transfor
                              width, height);
     if (t.out_height > 65535 || t.out_width > 65535 || (own_size && (!t.out_height || !t.out_width)))
         return stk_error_set(err, STK_E_ARG,
-                             "crop box: images of their own size need the output size (out_height and "
-                             "out_width, 1 .. 65535)");
+                             "crop box: the output size (out_height and out_width) must be 1 .. 65535, and "
+                             "given for images of their own size");
     stk__crop_box drawn;
     stk_crop_box b;
     stk__xform_box(&t, height, width, seed, epoch, record, &drawn);
