@@ -89,8 +89,8 @@ def main():
     a = ap.parse_args()
     print(f"crops vs torchvision on a full decode of the stored bytes (PIL, antialias), S={a.size}; "
           f"target: mean >= {MEAN_TARGET:.0f} dB, worst >= {WORST_TARGET:.0f} dB")
-    print("  %-8s %-5s %7s %9s %9s %17s %7s %12s  %s" % ("dataset", "crop", "records", "mean dB", "median",
-                                                         "worst (record)", "scaled", "scaled mean", "target"))
+    print("  %-10s %-5s %7s %9s %9s %17s %7s %12s  %s" % ("dataset", "crop", "records", "mean dB", "median",
+                                                          "worst (record)", "scaled", "scaled mean", "target"))
     ok = True
     for ds in a.datasets:
         name = os.path.basename(ds.rstrip("/"))
@@ -102,7 +102,7 @@ def main():
             met = p.mean() >= MEAN_TARGET and worst[0] >= WORST_TARGET
             ok = ok and met
             sc = [x for x, _, s in v if s]
-            print("  %-8s %-5s %7d %9.2f %9.2f %8.2f (%6d) %7d %12s  %s" % (
+            print("  %-10s %-5s %7d %9.2f %9.2f %8.2f (%6d) %7d %12s  %s" % (
                 name, k, len(v), p.mean(), np.median(p), worst[0], worst[1], len(sc),
                 "%.2f" % np.mean(sc) if sc else "-", "met" if met else "MISSED"), flush=True)
             print(f"RESULT crop_fidelity_{name}_{k} {p.mean():.2f} {worst[0]:.2f}")
