@@ -16,7 +16,8 @@
  * their own size stored raw and as JPEG (the region decode, DCT-scaled when
  * the box is at least twice the output), RandomResizedCrop, the eval crop
  * (a fractional box) and the whole image, flips, two epochs shuffled; a
- * fixed-shape field cropped on the workers and by the host backend; the
+ * fixed-shape field cropped on the workers and by the host backend; a
+ * mixture (records indexed over its sources concatenated); the
  * shape looked up by the call; the reader-free stk_transform_crop_box; the
  * refusals. */
 #include "testutil.h"
@@ -129,6 +130,7 @@ typedef struct {
     int kind, crop, device;
     uint32_t oh, ow;
     double margin, max_tol, mean_tol;
+    int mix; /* read as a mixture of the dataset twice: records N .. 2N - 1 are the second source's */
 } crop_case;
 
 /* Read two epochs of `c` shuffled; every record's crop against the box the
@@ -151,8 +153,21 @@ static void check_case(const char *dir, const crop_case *c, int *flips, int *tol
     o.tail = STK_TAIL_PARTIAL;
     o.device = c->device;
     o.transform = &t;
-    stk_reader *r = tu_open_reader(dir, &o);
     stk_error e;
+    stk_reader *r;
+    if (c->mix) {
+        stk_source src[2];
+        for (int k = 0; k < 2; k++) {
+            stk_source_init(&src[k]);
+            src[k].path = dir;
+            src[k].kind = STK_MIX_REPEAT;
+            src[k].value = 1;
+        }
+        r = stk_reader_open_mix(src, 2, &o, &e);
+        ck_assert_msg(r != NULL, "%s", e.msg);
+    } else {
+        r = tu_open_reader(dir, &o);
+    }
     int own_size = c->kind != DS_FIXED;
     uint64_t seen = 0;
     *flips = *told = *tried = 0;
@@ -165,7 +180,7 @@ static void check_case(const char *dir, const crop_case *c, int *flips, int *tol
         for (uint32_t k = 0; k < b->size; k++) {
             uint64_t rec = b->records[k];
             uint32_t h, w;
-            dims_of(c->kind, rec, &h, &w);
+            dims_of(c->kind, rec % N, &h, &w);
             stk_crop_box box, asked, pure;
             ck_assert_msg(stk_reader_crop_box(r, b->epoch, rec, h, w, &box, &e) == 0, "%s", e.msg);
             ck_assert_msg(stk_reader_crop_box(r, b->epoch, rec, 0, 0, &asked, &e) == 0, "%s", e.msg);
@@ -208,15 +223,16 @@ START_TEST(box_matches_pixels)
     /* raw crops: rounding alone (half a level, and the 14-bit weights);
      * JPEG q100 4:4:4: its colour round trip and the scaled decode too */
     static const crop_case cases[] = {
-        {DS_RAW, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 0, 0.6, 0.55},
-        {DS_RAW, STK_CROP_CENTER, STK_DEVICE_NONE, 24, 32, 0, 0.6, 0.55},
-        {DS_RAW, STK_CROP_NONE, STK_DEVICE_NONE, 20, 28, 0, 0.6, 0.55},
-        {DS_JPEG, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 1, 2.75, 0.7},
-        {DS_JPEG, STK_CROP_CENTER, STK_DEVICE_NONE, 32, 24, 1, 2.75, 0.7},
-        {DS_FIXED, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 0, 0.6, 0.55},
-        {DS_FIXED, STK_CROP_CENTER, STK_DEVICE_NONE, 40, 56, 0, 0.6, 0.55},
-        {DS_FIXED, STK_CROP_RANDOM_RESIZED, STK_DEVICE_HOST, 24, 24, 0, 0.6, 0.55},
-        {DS_FIXED, STK_CROP_CENTER, STK_DEVICE_HOST, 40, 56, 0, 0.6, 0.55},
+        {DS_RAW, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 0, 0.6, 0.55, 0},
+        {DS_RAW, STK_CROP_CENTER, STK_DEVICE_NONE, 24, 32, 0, 0.6, 0.55, 0},
+        {DS_RAW, STK_CROP_NONE, STK_DEVICE_NONE, 20, 28, 0, 0.6, 0.55, 0},
+        {DS_JPEG, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 1, 2.75, 0.7, 0},
+        {DS_JPEG, STK_CROP_CENTER, STK_DEVICE_NONE, 32, 24, 1, 2.75, 0.7, 0},
+        {DS_FIXED, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 0, 0.6, 0.55, 0},
+        {DS_FIXED, STK_CROP_CENTER, STK_DEVICE_NONE, 40, 56, 0, 0.6, 0.55, 0},
+        {DS_FIXED, STK_CROP_RANDOM_RESIZED, STK_DEVICE_HOST, 24, 24, 0, 0.6, 0.55, 0},
+        {DS_FIXED, STK_CROP_CENTER, STK_DEVICE_HOST, 40, 56, 0, 0.6, 0.55, 0},
+        {DS_JPEG, STK_CROP_RANDOM_RESIZED, STK_DEVICE_NONE, 24, 24, 1, 2.75, 0.7, 1},
     };
     char dirs[3][TU_PATH];
     tu_scratch(dirs[DS_RAW], sizeof dirs[0], "cb-raw");
