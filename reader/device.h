@@ -79,6 +79,16 @@ void stk__xform_normalise(const stk__xform_job *j, const uint8_t *hwc, void *dst
  * the image size, seed, epoch and global record index. */
 void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t seed, uint64_t epoch,
                     uint64_t record, stk__crop_box *box);
+/* The box the reader crops for a drawn one (stk_crop_box, public): the
+ * drawn box itself, except for the eval crop of images of their own size
+ * (own_size), whose box is the source region that the window of
+ * Resize(round(S / 0.875)) + CenterCrop(S) covers. load_crop.c decodes and
+ * resamples this box; stk_reader_crop_box returns it. */
+void stk__xform_load_box(const stk_transform *t, int own_size, uint32_t H, uint32_t W,
+                         const stk__crop_box *drawn, stk_crop_box *box);
+/* STK_E_ARG for a crop, random-resized range or flip probability the
+ * transform may not have (the message names it). */
+int stk__xform_check(const stk_transform *t, stk_error *err);
 /* Output bytes per sample. */
 uint64_t stk__xform_out_bytes(const stk_transform *t, uint32_t C);
 

@@ -133,17 +133,16 @@ static int decode_jpeg(stk__cropper *c, const void *data, uint64_t size, uint32_
 }
 
 /* A JPEG crop through the decode planner: the box (the random crop's, or
- * the source region that the eval crop's window maps to) decoded at the
- * plan's scale, then resampled from its fractional edges to the output. */
-static int crop_planned(stk__cropper *c, const stk_transform *t, const stk__crop_box *box, int rrc,
+ * the source region that the eval crop's window maps to: the box
+ * stk_reader_crop_box gives) decoded at the plan's scale, then resampled
+ * from its fractional edges to the output. */
+static int crop_planned(stk__cropper *c, const stk_transform *t, const stk_crop_box *box, int rrc,
                         const void *value, uint64_t size, uint32_t W, uint32_t H, uint64_t record,
                         uint8_t *dst, stk_error *err)
 {
     uint32_t ow = t->out_width, oh = t->out_height;
-    double bx = box->x0, by = box->y0, bw = box->w, bh = box->h;
-    if (!rrc) stk__img_eval_box(ow, oh, W, H, &bx, &by, &bw, &bh); /* Resize(S / 0.875) + CenterCrop(S) */
     stk__jpeg_plan p;
-    stk__jpeg_plan_make(W, H, bx, by, bw, bh, ow, oh, STK_IMG_SCALES_POW2, !rrc, &p);
+    stk__jpeg_plan_make(W, H, box->x0, box->y0, box->w, box->h, ow, oh, STK_IMG_SCALES_POW2, !rrc, &p);
     const uint8_t *at;
     size_t stride;
     stk_error e;
@@ -186,9 +185,12 @@ int stk__cropper_run(stk__cropper *c, const stk_transform *t, uint64_t seed, uin
     int rc, rrc = t->crop == STK_CROP_RANDOM_RESIZED || (t->crop == STK_CROP_CENTER && square);
     stk__rgb_view src = {value, W, H, (size_t)W * 3, 0};
     const uint8_t *end = (const uint8_t *)value + size; /* what src's rows may be read up to */
-    if (jpeg && (rrc || t->crop == STK_CROP_CENTER) &&  /* the box's region alone, at the scale it needs */
-        (rc = crop_planned(c, t, &box, rrc, value, size, W, H, record, dst, err)) != STK_IMG_E_UNSUPPORTED)
-        return rc;
+    if (jpeg && (rrc || t->crop == STK_CROP_CENTER)) {  /* the box's region alone, at the scale it needs */
+        stk_crop_box lb;
+        stk__xform_load_box(t, !square, H, W, &box, &lb);
+        if ((rc = crop_planned(c, t, &lb, rrc, value, size, W, H, record, dst, err)) != STK_IMG_E_UNSUPPORTED)
+            return rc;
+    }
     if (jpeg) {
         if ((rc = decode_jpeg(c, value, size, H, W, record, err))) return rc;
         src.data = c->px.p;

@@ -299,17 +299,8 @@ static int plan_transform(stk_reader *r, stk_error *err)
         return stk_error_set(err, STK_E_ARG, "transform: output dtype must be f32, f16, bf16 or u8");
     if (t->layout != STK_IMAGE_NCHW && t->layout != STK_IMAGE_NHWC)
         return stk_error_set(err, STK_E_ARG, "transform: layout must be NCHW or NHWC");
-    if (t->crop < STK_CROP_NONE || t->crop > STK_CROP_RANDOM_RESIZED)
-        return stk_error_set(err, STK_E_ARG, "transform: crop %d unknown", t->crop);
-    if (t->crop == STK_CROP_RANDOM_RESIZED &&
-        !(t->scale_min > 0 && t->scale_min <= t->scale_max && t->scale_max <= 1 && t->ratio_min > 0 &&
-          t->ratio_min <= t->ratio_max))
-        return stk_error_set(err, STK_E_ARG,
-                             "transform: random-resized crop needs 0 < scale_min <= scale_max <= 1 "
-                             "and 0 < ratio_min <= ratio_max");
-    if (!(t->flip_prob >= 0 && t->flip_prob <= 1))
-        return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
-    int rc = on_workers ? plan_load_crop(r, fd, err) : STK_OK;
+    int rc = stk__xform_check(t, err);
+    if (!rc && on_workers) rc = plan_load_crop(r, fd, err);
     if (rc) return rc;
     stk__xform_job *j = &r->xf_job;
     if (fd->shape[0] > 65535 || fd->shape[1] > 65535)

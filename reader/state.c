@@ -1,5 +1,6 @@
 /* reader/state.c - where a reader stands, as a few integers and as one line
- * of JSON (spec/ORDERS.md, "State"); and the verdict line of the statistics.
+ * of JSON (spec/ORDERS.md, "State"); the crop box a record gets; and the
+ * verdict line of the statistics.
  *
  * The parser takes untrusted bytes (a state file from a crashed job, a
  * checkpoint from somewhere else): strict like the manifest's, every key
@@ -379,10 +380,48 @@ size_t stk_reader_sizeof(const char *type)
              {"stk_reader_source_stats", sizeof(stk_reader_source_stats)},
              {"stk_reader_remote_stats", sizeof(stk_reader_remote_stats)},
              {"stk_reader_tune_stats", sizeof(stk_reader_tune_stats)},
-             {"stk_reader_tune_event", sizeof(stk_reader_tune_event)}};
+             {"stk_reader_tune_event", sizeof(stk_reader_tune_event)},
+             {"stk_crop_box", sizeof(stk_crop_box)}};
     for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
         if (strcmp(type, t[i].name) == 0) return t[i].size;
     return 0;
+}
+
+/* ------------------------------------------------------------ crop box */
+
+int stk_reader_crop_box_sized(const stk_reader *r, uint64_t epoch, uint64_t record, uint32_t height,
+                              uint32_t width, stk_crop_box *box, size_t box_size, stk_error *err)
+{
+    if (r->xf_sel < 0) return stk_error_set(err, STK_E_ARG, "crop box: the reader has no transform");
+    uint64_t n = stk_dataset_records(r->ds);
+    if (record >= n)
+        return stk_error_set(err, STK_E_RANGE,
+                             "crop box: record %" PRIu64 " is past the dataset's %" PRIu64 " records", record,
+                             n);
+    if (!height != !width)
+        return stk_error_set(
+            err, STK_E_ARG,
+            "crop box: give the image's height and width, or neither (0, 0: its stored shape)");
+    unsigned f = r->sel[r->xf_sel];
+    int own_size = stk_dataset_schema(r->ds)->fields[f].kind == STK_KIND_ARRAY;
+    if (!height) { /* the record's stored shape */
+        size_t s;
+        uint64_t local, dims[STK_MAX_DIMS];
+        int rc = stk_dataset_locate(r->ds, record, &s, &local, err);
+        if (!rc) rc = stk_shard_value_shape(stk_dataset_shard(r->ds, s), f, local, dims, err);
+        if (rc) return rc;
+        if (dims[0] > 65535 || dims[1] > 65535)
+            return stk_error_set(err, STK_E_FORMAT,
+                                 "crop box: record %" PRIu64 " is a %" PRIu64 "x%" PRIu64
+                                 " image, which the reader cannot crop",
+                                 record, dims[1], dims[0]);
+        height = (uint32_t)dims[0];
+        width = (uint32_t)dims[1];
+    }
+    /* what the workers crop by (load_crop.c), else what the device does */
+    const stk_transform *t = r->load_crop ? &r->load_xf : &r->xf;
+    return stk_transform_crop_box_sized(t, sizeof *t, own_size, r->o.seed, epoch, record, height, width, box,
+                                        box_size, err);
 }
 
 /* ------------------------------------------------------------- verdict */

@@ -99,6 +99,59 @@ void stk__xform_box(const stk_transform *t, uint32_t H, uint32_t W, uint64_t see
     box->flip = t->flip_prob > 0 && stk__img_uniform(&draw, 0, 1) < t->flip_prob;
 }
 
+void stk__xform_load_box(const stk_transform *t, int own_size, uint32_t H, uint32_t W,
+                         const stk__crop_box *drawn, stk_crop_box *box)
+{
+    memset(box, 0, sizeof *box);
+    box->x0 = drawn->x0;
+    box->y0 = drawn->y0;
+    box->w = drawn->w;
+    box->h = drawn->h;
+    box->flip = drawn->flip;
+    if (own_size && t->crop == STK_CROP_CENTER) /* Resize(round(S / 0.875)) + CenterCrop(S) */
+        stk__img_eval_box(t->out_width, t->out_height, W, H, &box->x0, &box->y0, &box->w, &box->h);
+}
+
+int stk__xform_check(const stk_transform *t, stk_error *err)
+{
+    if (t->crop < STK_CROP_NONE || t->crop > STK_CROP_RANDOM_RESIZED)
+        return stk_error_set(err, STK_E_ARG, "transform: crop %d unknown", t->crop);
+    if (t->crop == STK_CROP_RANDOM_RESIZED &&
+        !(t->scale_min > 0 && t->scale_min <= t->scale_max && t->scale_max <= 1 && t->ratio_min > 0 &&
+          t->ratio_min <= t->ratio_max))
+        return stk_error_set(err, STK_E_ARG,
+                             "transform: random-resized crop needs 0 < scale_min <= scale_max <= 1 "
+                             "and 0 < ratio_min <= ratio_max");
+    if (!(t->flip_prob >= 0 && t->flip_prob <= 1))
+        return stk_error_set(err, STK_E_ARG, "transform: flip_prob must be in [0, 1]");
+    return STK_OK;
+}
+
+int stk_transform_crop_box_sized(const stk_transform *transform, size_t transform_size, int own_size,
+                                 uint64_t seed, uint64_t epoch, uint64_t record, uint32_t height,
+                                 uint32_t width, stk_crop_box *box, size_t box_size, stk_error *err)
+{
+    if (!transform || !box) return stk_error_set(err, STK_E_ARG, "crop box: no transform or no box given");
+    stk_transform t;
+    transform_defaults(&t);
+    int rc = stk__read_sized(&t, sizeof t, transform, transform_size, STK__TRANSFORM_MIN_SIZE,
+                             "stk_transform", err);
+    if (rc || (rc = stk__xform_check(&t, err))) return rc;
+    if (height < 1 || width < 1 || height > 65535 || width > 65535)
+        return stk_error_set(err, STK_E_ARG, "crop box: a %ux%u image cannot be cropped (sides 1 .. 65535)",
+                             width, height);
+    if (t.out_height > 65535 || t.out_width > 65535 || (own_size && (!t.out_height || !t.out_width)))
+        return stk_error_set(err, STK_E_ARG,
+                             "crop box: the output size (out_height and out_width) must be 1 .. 65535, and "
+                             "given for images of their own size");
+    stk__crop_box drawn;
+    stk_crop_box b;
+    stk__xform_box(&t, height, width, seed, epoch, record, &drawn);
+    stk__xform_load_box(&t, own_size, height, width, &drawn, &b);
+    stk__write_sized(box, box_size, &b, sizeof b);
+    return STK_OK;
+}
+
 /* f32 -> IEEE half, round to nearest even (what __float2half_rn does). */
 static uint16_t to_f16(float f)
 {

@@ -42,12 +42,12 @@ from ._lib import path as library_path
 from ._lib import version as _version
 from ._import import import_litdata, import_mds, import_webdataset
 from ._pack import merge, pack
-from .reader import Batch, ExpiredBatchError, Reader, Source, Transform, cuda_available
+from .reader import Batch, CropBox, ExpiredBatchError, Reader, Source, Transform, cuda_available
 from .writer import Bytes, Ragged, Scalar, String, Tensor, Writer
 
 __version__ = _version()  # the release, written once: project(stoker VERSION ...) in CMakeLists.txt
 
-__all__ = ["Reader", "Source", "Batch", "Transform", "Error", "ArgumentError", "ExpiredBatchError",
+__all__ = ["Reader", "Source", "Batch", "Transform", "CropBox", "Error", "ArgumentError", "ExpiredBatchError",
            "Writer", "Tensor", "Scalar", "Ragged", "Bytes", "String", "pack", "merge",
            "import_webdataset", "import_mds", "import_litdata",
            "cuda_available", "library_path", "__version__"]

@@ -192,6 +192,10 @@ class TuneEvent(ctypes.Structure):  # stk_reader_tune_event
                 ("io_depth", c_uint), ("reason", ctypes.c_char * 120)]
 
 
+class CropBox(ctypes.Structure):  # stk_crop_box
+    _fields_ = [("x0", c_double), ("y0", c_double), ("w", c_double), ("h", c_double), ("flip", c_int)]
+
+
 STK_TUNING = {"auto": 0, "on": 1, "off": 2}
 STK_PIN = {"threads": 1, "prefetch": 2, "io_depth": 4, "io": 8}
 
@@ -259,7 +263,7 @@ def _check_abi():
                "stk_reader_stats": Stats, "stk_reader_io_stats": IoStats, "stk_source": Source,
                "stk_reader_source_stats": SourceStats, "stk_dataset_options": DatasetOptions,
                "stk_reader_remote_stats": RemoteStats, "stk_reader_tune_stats": TuneStats,
-               "stk_reader_tune_event": TuneEvent}
+               "stk_reader_tune_event": TuneEvent, "stk_crop_box": CropBox}
     for name, cls in mirrors.items():
         theirs, ours = sizeof(name.encode()), ctypes.sizeof(cls)
         if theirs and theirs != ours:
@@ -283,6 +287,8 @@ _tune_stats_get_sized = _fn("stk_reader_tune_stats_get_sized", None, c_void_p, c
 _tune_log_sized = _fn("stk_reader_tune_log_sized", c_size_t, c_void_p, c_void_p, c_size_t, c_size_t)
 _source_stats_get_sized = _fn("stk_reader_source_stats_get_sized", c_int, c_void_p, c_uint, c_void_p, c_size_t,
                               P(Error_))
+_crop_box_sized = _fn("stk_reader_crop_box_sized", c_int, c_void_p, c_u64, c_u64, c_u32, c_u32, c_void_p, c_size_t,
+                      P(Error_))
 
 
 # The C header's inline wrappers, with this binding's struct sizes.
@@ -326,6 +332,10 @@ def stk_reader_remote_stats_get(r, addr):
 
 def stk_reader_tune_stats_get(r, addr):
     _tune_stats_get_sized(r, addr, ctypes.sizeof(TuneStats))
+
+
+def stk_reader_crop_box(r, epoch, record, height, width, addr, err):
+    return _crop_box_sized(r, epoch, record, height, width, addr, ctypes.sizeof(CropBox), err)
 
 
 def stk_reader_tune_log(r, events, cap):

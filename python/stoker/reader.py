@@ -3,6 +3,7 @@
 them. The lifetime of a batch's views is in the package's doc (help(stoker)).
 """
 import atexit
+import collections
 import ctypes
 import importlib
 import json
@@ -41,6 +42,25 @@ def _torch_of(torch, a, dtype):
     if how == "bfloat16":
         return torch.from_numpy(a.view(np.dtype(d.device))).view(torch.bfloat16)
     return torch.from_numpy(a)
+
+
+class CropBox(collections.namedtuple("CropBox", "x0 y0 w h flip")):
+    """Where the reader cropped a record (Reader.crop_box): the box [x0, x0 + w) x [y0, y0 + h) of the
+    image as stored, in pixels (fractional for the eval crop of images of their own size), and flip
+    (True: the output was mirrored left to right). A point (x, y) of the stored image lands at
+    ((x - x0) * out_w / w, (y - y0) * out_h / h) of the out_h x out_w output, then u -> out_w - u when
+    flipped: how detection boxes and keypoints follow the crop."""
+
+    def map_points(self, xy, out_size):
+        """Points [N, 2] (x, y) of the stored image, in pixel edges, to the output's (out_size: S or
+        (out_h, out_w)); points outside the box land outside [0, out_w) x [0, out_h)."""
+        oh, ow = (out_size, out_size) if np.isscalar(out_size) else out_size
+        p = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+        u = (p[:, 0] - self.x0) * ow / self.w
+        v = (p[:, 1] - self.y0) * oh / self.h
+        if self.flip:
+            u = ow - u
+        return np.stack([u, v], axis=1)
 
 
 class ExpiredBatchError(RuntimeError):
@@ -516,6 +536,7 @@ class Reader:
             self._torch_device = torch.device("cuda", eff.device_index)
         self.output, self.copy, self.debug = output, bool(copy), bool(debug)
         self._epoch, self._batch = self.position()
+        self._last_epoch = None  # the epoch of the batch last returned (crop_box's default)
 
     # ------------------------------------------------------------ plumbing
     @staticmethod
@@ -603,6 +624,7 @@ class Reader:
             b = p.contents
             out = self._wrap(b)
             self._epoch, self._batch = b.epoch, b.index + 1
+            self._last_epoch = b.epoch
             if self._batch == self._nbatches:
                 self._epoch, self._batch = self._epoch + 1, 0
             return out
@@ -750,6 +772,27 @@ class Reader:
             return t.clone()
         return t
 
+    # ------------------------------------------------------------ crop boxes
+    def crop_box(self, record, height=None, width=None, epoch=None):
+        """The crop box and flip of global record `record` (batch.records[i]) as the reader crops it
+        under its transform (or crop=), as a stoker.CropBox: exactly the box of the stored
+        height x width image that became the output (stk_reader_crop_box; a pure function of
+        the transform, seed, epoch and record). Detection and keypoint labels move with the crop
+        through it (CropBox.map_points). height, width None: the record's stored shape.
+        epoch None: the epoch of the batch last returned (batch.epoch), before any the epoch the
+        reader stands at. Raises ArgumentError without a transform."""
+        h = self._handle()
+        if (height is None) != (width is None):
+            raise ValueError("stoker.Reader.crop_box: give height and width, or neither")
+        if epoch is None:
+            epoch = self._last_epoch if self._last_epoch is not None else self.position()[0]
+        box = L.padded(L.CropBox)
+        err = L.Error_()
+        if L.stk_reader_crop_box(h.r, int(epoch), int(record), int(height or 0), int(width or 0),
+                                 ctypes.addressof(box), ctypes.byref(err)):
+            L.raise_error(err)
+        return CropBox(box.x0, box.y0, box.w, box.h, bool(box.flip))
+
     # ------------------------------------------------------------ positions
     def position(self):
         """(epoch, batch) of the batch the next step returns."""
@@ -768,6 +811,7 @@ class Reader:
             if L.stk_reader_seek(r, int(epoch), int(batch), ctypes.byref(err)):
                 L.raise_error(err)
             self._epoch, self._batch = int(epoch), int(batch)
+            self._last_epoch = None
 
     def set_epoch(self, epoch):
         """PyTorch's set_epoch: go to the start of `epoch`, unless the reader is
@@ -813,6 +857,7 @@ class Reader:
             if L.stk_reader_restore_text(r, data, len(data), 1 if reweight else 0, ctypes.byref(err)):
                 L.raise_error(err)
             self._epoch, self._batch = self.position()
+            self._last_epoch = None
 
     def source_stats(self):
         """Per source (one entry for one dataset): path, records, per_epoch (records it gives

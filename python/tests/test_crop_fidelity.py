@@ -1,7 +1,9 @@
-"""The eval crop of JPEGs stored as their own bytes (pack --image-format original) against torchvision on a
-full decode: Resize(round(S / 0.875)) + CenterCrop(S) on the PIL image (antialiased). The images are large
-enough (shorter side 520-900) that the reader decodes the box DCT-scaled (image/plan.c), so the pixels are a
-scaled decode's; README promises mean PSNR >= 35 dB and worst >= 30 dB against this reference."""
+"""The reader's crops of JPEGs stored as their own bytes (pack --image-format original) against torchvision on a
+full decode of the stored bytes (the PIL image, antialiased): the eval crop, Resize(round(S / 0.875)) +
+CenterCrop(S); and RandomResizedCrop(S) + flip with the box the reader drew (Reader.crop_box), applied by
+tvf.resized_crop then hflip. Large images (shorter side 520-900) make the reader decode the box DCT-scaled
+(image/plan.c), so the pixels are a scaled decode's; small ones (100-400) are upscaled or a whole decode's.
+README promises mean PSNR >= 35 dB and worst >= 30 dB against this reference."""
 import io
 import os
 
@@ -64,6 +66,92 @@ def test_eval_crop_within_psnr_of_torchvision(tmp_path):
     psnr = np.array(psnr)
     print("eval crop vs torchvision: PSNR mean %.2f dB, worst %.2f dB over %d images" % (psnr.mean(), psnr.min(), N))
     assert psnr.mean() >= 35 and psnr.min() >= 30
+
+
+def psnr_of(got, want):
+    se = np.mean((got.astype(float) - want.astype(float)) ** 2)
+    return 99.0 if se == 0 else 10 * np.log10(255.0 ** 2 / se)
+
+
+def test_random_resized_crop_within_psnr_of_torchvision(tmp_path):
+    """RandomResizedCrop(S) + flip with the reader's own box: tvf.resized_crop (+ hflip) of a full PIL decode."""
+    tvf = pytest.importorskip("torchvision.transforms.functional")
+    Image = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(4343)
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    n = 120
+    for i in range(n):
+        if i % 2:  # boxes of 448 px and more: decoded DCT-scaled
+            short, long_ = int(rng.integers(520, 900)), int(rng.integers(900, 1300))
+        else:      # small: crops upscaled, or from a whole-scale decode
+            short, long_ = int(rng.integers(100, 300)), int(rng.integers(300, 420))
+        h, w = (short, long_) if i % 4 < 2 else (long_, short)
+        photo(rng, h, w).save(src / ("img-%04d.jpg" % i), quality=int(rng.integers(85, 96)))
+    ds = tmp_path / "ds"
+    run_tool(os.path.join(os.path.dirname(TOOLS), "packer", "pack"), "-q", "--max-side", "16384",
+             "--image-format", "original", src.parent, ds)
+    with stoker.Reader(str(ds), batch_size=n, fields=["image"]) as r:  # the stored JPEG bytes, by record
+        b = next(iter(r))
+        stored = {int(rec): bytes(v) for rec, v in zip(b.records, b["image"])}
+    psnr, scaled, flips = [], 0, 0
+    with stoker.Reader(str(ds), batch_size=n, order="shuffle", seed=3, crop="random:%d" % S) as r:
+        r.set_epoch(1)
+        b = next(iter(r))
+        assert b.epoch == 1
+        for rec, got in zip(b.records, b["image"]):
+            rec = int(rec)
+            pil = Image.open(io.BytesIO(stored[rec])).convert("RGB")
+            box = r.crop_box(rec)  # the epoch of the batch just read; the stored shape
+            assert box == r.crop_box(rec, pil.height, pil.width, epoch=b.epoch)
+            assert all(float(v).is_integer() for v in box[:4])  # RandomResizedCrop's box: whole pixels
+            assert 0 <= box.x0 and box.x0 + box.w <= pil.width and 0 <= box.y0 and box.y0 + box.h <= pil.height
+            want = tvf.resized_crop(pil, int(box.y0), int(box.x0), int(box.h), int(box.w), [S, S], antialias=True)
+            if box.flip:
+                want = tvf.hflip(want)
+            psnr.append(psnr_of(got, np.asarray(want)))
+            scaled += min(box.w, box.h) >= 2 * S
+            flips += box.flip
+    psnr = np.array(psnr)
+    print("RandomResizedCrop vs torchvision: PSNR mean %.2f dB, worst %.2f dB over %d images (%d boxes DCT-scaled, "
+          "%d flipped)" % (psnr.mean(), psnr.min(), n, scaled, flips))
+    assert scaled >= n // 8 and 0 < flips < n  # both decode paths, both flips
+    assert psnr.mean() >= 35 and psnr.min() >= 30
+
+
+def test_crop_box_moves_labels(tmp_path):
+    """CropBox.map_points takes the box's corners to the output's corners (mirrored when flipped); the eval
+    box is the source region Resize + CenterCrop keeps; a reader without a crop has no box."""
+    pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(5)
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(8):
+        photo(rng, 300, 400).save(src / ("%02d.jpg" % i), quality=90)
+    ds = tmp_path / "ds"
+    run_tool(os.path.join(os.path.dirname(TOOLS), "packer", "pack"), "-q", "--max-side", "16384",
+             "--image-format", "original", src.parent, ds)
+    with stoker.Reader(str(ds), batch_size=8, crop="random:64", seed=9) as r:
+        before = r.crop_box(3)  # no batch yet: the epoch the reader stands at (0)
+        b = next(iter(r))
+        flipped = 0
+        for rec in b.records:
+            box = r.crop_box(rec)
+            corners = box.map_points([[box.x0, box.y0], [box.x0 + box.w, box.y0 + box.h]], 64)
+            want = [[64, 0], [0, 64]] if box.flip else [[0, 0], [64, 64]]
+            np.testing.assert_allclose(corners, want, atol=1e-9)
+            flipped += box.flip
+        assert before == r.crop_box(3, epoch=0)
+        assert r.crop_box(3, epoch=1) != r.crop_box(3, epoch=0)
+        with pytest.raises(stoker.ArgumentError, match="past the dataset"):
+            r.crop_box(8)
+    with stoker.Reader(str(ds), batch_size=8, crop="center:224") as r:
+        box = r.crop_box(0)  # 300 x 400: Resize(256) -> 256 x 341, CenterCrop(224) at (58, 16)
+        np.testing.assert_allclose(box[:4], [58 * 400 / 341, 16 * 300 / 256, 224 * 400 / 341, 224 * 300 / 256])
+        assert box.flip is False
+    with stoker.Reader(str(ds), batch_size=8) as r:
+        with pytest.raises(stoker.ArgumentError, match="no transform"):
+            r.crop_box(0)
 
 
 def test_scaled_crops_same_on_1_and_3_threads(tmp_path):

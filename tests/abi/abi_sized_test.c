@@ -277,6 +277,59 @@ static void dataset_options(void)
     stk_dataset_writer_abort(dw);
 }
 
+/* The crop box: written only as far as the caller's struct goes, a newer
+ * caller's tail zeroed; the transform read as far as the caller's goes
+ * (0.1.0's size is served, its defaults for the rest), a newer one with
+ * fields set refused. */
+static void crop_box_sized(void)
+{
+    stk_transform t;
+    stk_transform_imagenet(&t, 1, 2);
+    stk_reader_options o;
+    stk_reader_options_init(&o);
+    o.batch_size = 2;
+    o.rank = 0;
+    o.world_size = 1;
+    o.device = STK_DEVICE_HOST;
+    o.transform = &t;
+    stk_error err;
+    stk_reader *r = stk_reader_open(dir, &o, &err);
+    REQUIRE(r, "%s", err.msg);
+    stk_crop_box whole;
+    REQUIRE(stk_reader_crop_box(r, 0, 1, 0, 0, &whole, &err) == 0, "%s", err.msg);
+    CHECK(whole.w > 0 && whole.w <= 4 && whole.h > 0 && whole.h <= 4, "box %g x %g", whole.w, whole.h);
+    unsigned char bb[sizeof(stk_crop_box) + SPARE];
+    memset(bb, POISON, sizeof bb);
+    REQUIRE(stk_reader_crop_box_sized(r, 0, 1, 0, 0, (stk_crop_box *)(void *)bb, 8, &err) == 0, "%s",
+            err.msg);
+    CHECK(memcmp(bb, &whole, 8) == 0 && all_poison(bb + 8, sizeof bb - 8),
+          "crop box: 8 bytes written, no more");
+    REQUIRE(stk_reader_crop_box_sized(r, 0, 1, 0, 0, (stk_crop_box *)(void *)bb, sizeof bb, &err) == 0, "%s",
+            err.msg);
+    CHECK(memcmp(bb, &whole, offsetof(stk_crop_box, flip) + sizeof whole.flip) == 0 && bb[sizeof bb - 1] == 0,
+          "crop box: a newer caller's tail zeroed");
+    stk_reader_close(r);
+
+    stk_crop_box a, b;
+    REQUIRE(stk_transform_crop_box(&t, 0, 5, 1, 3, 40, 60, &a, &err) == 0, "%s", err.msg);
+    REQUIRE(stk_transform_crop_box_sized(&t, offsetof(stk_transform, flip_prob) + sizeof t.flip_prob, 0, 5, 1,
+                                         3, 40, 60, &b, sizeof b, &err) == 0,
+            "%s", err.msg);
+    CHECK(memcmp(&a, &b, sizeof a) == 0, "crop box: a transform of 0.1.0's size draws the same box");
+    unsigned char tb[sizeof(stk_transform) + SPARE];
+    memset(tb, 0, sizeof tb);
+    memcpy(tb, &t, sizeof t);
+    REQUIRE(stk_transform_crop_box_sized((stk_transform *)(void *)tb, sizeof tb, 0, 5, 1, 3, 40, 60, &b,
+                                         sizeof b, &err) == 0,
+            "%s", err.msg);
+    CHECK(memcmp(&a, &b, sizeof a) == 0, "crop box: a newer zero tail draws the same box");
+    tb[sizeof tb - 1] = 1;
+    CHECK(stk_transform_crop_box_sized((stk_transform *)(void *)tb, sizeof tb, 0, 5, 1, 3, 40, 60, &b,
+                                       sizeof b, &err) == STK_E_ARG &&
+              strstr(err.msg, "newer"),
+          "crop box: a newer transform with fields set: %s", err.msg);
+}
+
 int main(void)
 {
     make_dataset();
@@ -288,6 +341,7 @@ int main(void)
     before_tuning_members();
     zeroed_reader_options();
     dataset_options();
+    crop_box_sized();
     if (failures) {
         fprintf(stderr, "abi_sized_test: %d failures\n", failures);
         return 1;

@@ -805,6 +805,63 @@ static inline void stk_transform_init(stk_transform *t);
  * Normalize. f32, NCHW, ImageNet mean and std. */
 static inline void stk_transform_imagenet(stk_transform *t, int train, uint32_t size);
 
+/* Where a transform crops a record: the box of the image as stored (after
+ * pack's resize, if any) that becomes the out_height x out_width output, and
+ * whether the output is mirrored. Detection boxes and keypoints move with
+ * the crop through it: a point (x, y) of the stored image, in pixel edges
+ * ((0, 0) is the top-left corner of the top-left pixel, (W, H) the
+ * bottom-right corner of the image), lands at
+ *     u = (x - x0) * out_width / w,   v = (y - y0) * out_height / h
+ * of the output, then u becomes out_width - u when flip is 1; what lies
+ * outside [x0, x0 + w) x [y0, y0 + h) is cut off. The box is the one the
+ * reader resamples: RandomResizedCrop's integer box (what torchvision's
+ * resized_crop(img, y0, x0, h, w, size) then hflip makes of a full decode);
+ * for the eval crop of images of their own size, Resize(round(S / 0.875))
+ * + CenterCrop(S), the source region its window covers (fractional edges);
+ * the central out_height x out_width of a fixed-shape field; the whole
+ * image without a crop. Written by the library; grows at the end only. */
+/* clang-format off */
+typedef struct stk_crop_box {
+    double x0, y0;                  /* the box's top-left corner, in stored pixels    */
+    double w, h;                    /* its width and height                           */
+    int flip;                       /* 1: the output is mirrored left to right        */
+} stk_crop_box;
+/* clang-format on */
+
+/* The crop box and flip of global record `record` (batch->records[i]; a
+ * mixture's index in its sources concatenated) in epoch `epoch`
+ * (batch->epoch), from an image of height x width stored pixels: exactly
+ * the box the reader crops it by, on the worker threads or the device, a
+ * pure function of the reader's transform and seed (so it may be asked
+ * before, during or after the batch). height and width 0: the record's stored shape, read from
+ * the dataset (an array field's per-record shape, a fixed-shape field's
+ * own). STK_E_ARG when the reader has no transform or one side is 0 and
+ * the other is not, STK_E_RANGE for a record past the dataset's end. */
+STK_API int stk_reader_crop_box_sized(const stk_reader *r, uint64_t epoch, uint64_t record, uint32_t height,
+                                      uint32_t width, stk_crop_box *box, size_t box_size, stk_error *err);
+/* The same without a reader: for transform t (as given to the reader) and
+ * the reader's seed (opts.seed): own_size 1 for a field of images of their own size
+ * (u8[*,*,3], raw or JPEG: the eval crop is Resize + CenterCrop, and the
+ * output size must be given), 0 for a fixed-shape [H, W, C] field (the eval
+ * crop is the central out_height x out_width; output sides of 0 are the
+ * image's). STK_E_ARG for a transform the reader would refuse, or a side
+ * outside 1 .. 65535. */
+STK_API int stk_transform_crop_box_sized(const stk_transform *t, size_t transform_size, int own_size,
+                                         uint64_t seed, uint64_t epoch, uint64_t record, uint32_t height,
+                                         uint32_t width, stk_crop_box *box, size_t box_size, stk_error *err);
+static inline int stk_reader_crop_box(const stk_reader *r, uint64_t epoch, uint64_t record, uint32_t height,
+                                      uint32_t width, stk_crop_box *box, stk_error *err)
+{
+    return stk_reader_crop_box_sized(r, epoch, record, height, width, box, sizeof *box, err);
+}
+static inline int stk_transform_crop_box(const stk_transform *t, int own_size, uint64_t seed, uint64_t epoch,
+                                         uint64_t record, uint32_t height, uint32_t width, stk_crop_box *box,
+                                         stk_error *err)
+{
+    return stk_transform_crop_box_sized(t, sizeof *t, own_size, seed, epoch, record, height, width, box,
+                                        sizeof *box, err);
+}
+
 /* Block the calling thread until the batch last returned by next is ready
  * on the device (its upload and transform finished). For benchmarks and
  * tools; a trainer lets its stream wait instead. A no-op for host batches. */
@@ -903,7 +960,7 @@ static inline int stk_reader_source_stats_get(const stk_reader *r, unsigned s, s
  * "stk_batch_field", "stk_reader_state", "stk_reader_stats",
  * "stk_reader_io_stats", "stk_transform",
  * "stk_error", "stk_value", "stk_dataset_options", "stk_source",
- * "stk_reader_source_stats", "stk_reader_remote_stats"), 0 for another name: lets
+ * "stk_reader_source_stats", "stk_reader_remote_stats", "stk_crop_box"), 0 for another name: lets
  * bindings that mirror these structs (python/stoker) check them against the
  * library they load. */
 STK_API size_t stk_reader_sizeof(const char *type);
