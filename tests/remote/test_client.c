@@ -363,10 +363,15 @@ START_TEST(faults_retried_and_counted)
         stk__remote_counts(r, &c0);
         get_equal(r, "f/obj.bin", d, 1000, n - 2000);
         stk__remote_counts(r, &c1);
-        ck_assert_msg(c1.retries - c0.retries == 2, "%s: %llu retries", cases[i].fault,
-                      (unsigned long long)(c1.retries - c0.retries));
+        /* A stall is a timeout (1 s without a byte): on a machine slow enough
+         * the good transfer after the two planned stalls can time out too,
+         * so that case counts at least its two. */
+        int stall = !strcmp(cases[i].fault, "stall");
+        uint64_t retries = c1.retries - c0.retries;
+        ck_assert_msg(stall ? retries >= 2 : retries == 2, "%s: %llu retries", cases[i].fault,
+                      (unsigned long long)retries);
         ck_assert_uint_eq(c1.retry_5xx - c0.retry_5xx, cases[i].five ? 2 : 0);
-        ck_assert_uint_eq(c1.retry_net - c0.retry_net, cases[i].five ? 0 : 2);
+        ck_assert_uint_eq(c1.retry_net - c0.retry_net, cases[i].five ? 0 : retries);
         ck_assert_uint_eq(c1.failures, c0.failures);
     }
     /* A whole-object GET and a PUT survive a reset too. */
