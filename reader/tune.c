@@ -85,6 +85,8 @@
 #define READ_BOUND 0.5 /* direct path: workers' time waiting for reads */
 #define OVER_BUDGET 1.25
 #define OVER_BUDGET_ABS 0.25
+#define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much */
+#define RING_FULL 0.5    /* compute-bound: mean ready batches over prefetch; the ring may shrink */
 
 void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
@@ -95,18 +97,21 @@ void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
     t->budget_now = c->cpu_budget > 0 ? c->cpu_budget : c->cores;
 }
 
+static int is_threads(int m)
+{
+    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN || m == STK__MOVE_THREADS_TRIM;
+}
+
+static int is_prefetch(int m) { return m == STK__MOVE_PREFETCH_UP || m == STK__MOVE_PREFETCH_DOWN; }
+
 static const char *move_name(int m)
 {
-    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN ? "threads"
-           : m == STK__MOVE_PREFETCH_UP                             ? "prefetch"
-                                                                    : "io_depth";
+    return is_threads(m) ? "threads" : is_prefetch(m) ? "prefetch" : "io_depth";
 }
 
 static unsigned knob_of(const stk__knobs *k, int m)
 {
-    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN ? k->threads
-           : m == STK__MOVE_PREFETCH_UP                             ? k->prefetch
-                                                                    : k->io_depth;
+    return is_threads(m) ? k->threads : is_prefetch(m) ? k->prefetch : k->io_depth;
 }
 
 /* The deepest prefetch the tuner grows to with k's threads: enough batches
@@ -125,7 +130,10 @@ static int can_move(const stk__tuner *t, const stk__knobs *k, int m)
     case STK__MOVE_THREADS_UP:
         return !(t->c.pin & STK_PIN_THREADS) && k->threads < t->c.max.threads;
     case STK__MOVE_THREADS_DOWN:
+    case STK__MOVE_THREADS_TRIM:
         return !(t->c.pin & STK_PIN_THREADS) && k->threads > 1;
+    case STK__MOVE_PREFETCH_DOWN:
+        return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch > 1;
     case STK__MOVE_PREFETCH_UP:
         return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch < t->c.max.prefetch &&
                k->prefetch < prefetch_cover(k);
@@ -143,7 +151,11 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
         k.threads++;
         break;
     case STK__MOVE_THREADS_DOWN:
+    case STK__MOVE_THREADS_TRIM:
         k.threads--;
+        break;
+    case STK__MOVE_PREFETCH_DOWN:
+        k.prefetch /= 2;
         break;
     case STK__MOVE_PREFETCH_UP: {
         unsigned cap = prefetch_cover(&k) < t->c.max.prefetch ? prefetch_cover(&k) : t->c.max.prefetch;
@@ -160,6 +172,8 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
 /* The figures between two samples. */
 typedef struct {
     double dt, wait, thr, step, busy, cpu_w, trainer, read_share, cpu_batch, ready;
+    double demand; /* cores the process would keep busy: the workers' busy time less their
+                      read waits, and the rest of the process's CPU */
     uint64_t batches;
 } figures;
 
@@ -182,6 +196,7 @@ static int period_figures(const stk__tune_sample *a, const stk__tune_sample *b, 
     f->trainer = pcpu > wcpu ? (pcpu - wcpu) / f->dt : 0;
     f->read_share = busy > 0 ? (b->read_wait_s - a->read_wait_s) / busy : 0;
     f->ready = b->ready_sum > a->ready_sum ? (double)(b->ready_sum - a->ready_sum) / (double)f->batches : 0;
+    f->demand = f->busy * threads * (f->read_share < 1 ? 1 - f->read_share : 0) + f->trainer;
     return 1;
 }
 
@@ -199,17 +214,43 @@ static void fail_move(stk__tuner *t, int m)
     t->fails[m]++;
 }
 
+/* Move m is not tried for a hold (as after its last failure), without
+ * counting a failure. */
+static void hold_move(stk__tuner *t, int m)
+{
+    unsigned hold = HOLD << (t->fails[m] < 7 ? t->fails[m] : 7);
+    uint64_t until = t->decisions + (hold < HOLD_MAX ? hold : HOLD_MAX);
+    if (t->hold_until[m] < until) t->hold_until[m] = until;
+}
+
 enum { JUDGE_FAILED, JUDGE_PAID, JUDGE_UNSURE };
 
-/* Judge the change made earlier against the trial's periods so far (f) and
- * its last period (last). */
-static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
+/* The noise margin: twice the mean period-to-period change of batches/s. */
+static double noise_margin(const stk__tuner *t)
 {
-    if (m == STK__MOVE_THREADS_DOWN) {
+    double m = 2 * t->noise;
+    return m < GAIN ? GAIN : m > NOISE_MAX ? NOISE_MAX : m;
+}
+
+/* Judge the change made earlier (to the knobs `now`) against the trial's
+ * periods so far (f) and its last period (last). */
+static int judge(const stk__tuner *t, int m, const stk__knobs *now, const figures *f, const figures *last)
+{
+    int unsure_or_failed = t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
+    if (m == STK__MOVE_THREADS_DOWN || m == STK__MOVE_PREFETCH_DOWN) { /* compute-bound: the wait */
         if (f->wait >= WAIT_HIGH) return JUDGE_FAILED;
-        if (t->ready_before > 0 && last->ready < t->ready_before * DRAIN) /* served from the queue */
-            return t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
+        double full = t->ready_before; /* a shallower ring holds fewer: not a drain */
+        if (m == STK__MOVE_PREFETCH_DOWN && full > now->prefetch) full = now->prefetch;
+        if (full > 0 && last->ready < full * DRAIN) return unsure_or_failed; /* served from the queue */
         return JUDGE_PAID;
+    }
+    if (m == STK__MOVE_THREADS_TRIM) { /* kept unless throughput fell beyond the noise */
+        double margin = noise_margin(t);
+        if (f->thr >= t->thr_before * (1 - GAIN)) return JUDGE_PAID;
+        if (f->thr < t->thr_before * (1 - margin)) /* slower through the loader: undone */
+            return f->wait > t->wait_before + WAIT_CUT_ABS ? JUDGE_FAILED : unsure_or_failed;
+        /* within the noise: measured on, and kept if it stays there */
+        return t->trial_periods >= TRIAL_MAX ? JUDGE_PAID : JUDGE_UNSURE;
     }
     if (f->thr > t->thr_before * (1 + GAIN) ||
         (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS))
@@ -218,7 +259,7 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
         ((t->cpu_before > 0 && f->cpu_batch < t->cpu_before * CPU_CUT) ||
          (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
         return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
-    double margin = 2 * t->noise < GAIN ? GAIN : 2 * t->noise > NOISE_MAX ? NOISE_MAX : 2 * t->noise;
+    double margin = noise_margin(t);
     /* clearly worse: slower by more than the noise, and through the loader (a
      * consumer that did not wait more was slowed by something else) */
     int worse = f->thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
@@ -239,14 +280,29 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
         return STK__MOVE_THREADS_DOWN;
     }
     if (f->wait > WAIT_HIGH) {
-        snprintf(why, cap, "wait %.0f%% of wall, workers %.0f%% busy", 100 * f->wait, 100 * f->busy);
+        /* the workers and the rest of the process want more cores than it
+         * has: they take turns, and a thread fewer may do as much */
+        int oversub = t->c.cores > 0 && f->demand > t->c.cores + OVERSUB_ABS;
+        /* a thread more was tried here and did not pay (held): one fewer may
+         * do as much for less */
+        int up_failed =
+            t->fails[STK__MOVE_THREADS_UP] > 0 && t->decisions < t->hold_until[STK__MOVE_THREADS_UP];
+        int n = snprintf(why, cap, "wait %.0f%% of wall, workers %.0f%% busy", 100 * f->wait, 100 * f->busy);
+        if (oversub && n > 0 && (size_t)n < cap)
+            snprintf(why + n, cap - (size_t)n, ", %.2f cores wanted of %.2f", f->demand, t->c.cores);
         if (f->busy >= BUSY_HIGH) {
             if (direct && f->read_share >= READ_BOUND && can_move(t, k, STK__MOVE_DEPTH_UP))
                 return STK__MOVE_DEPTH_UP;
             if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
+            if ((oversub || up_failed) && can_move(t, k, STK__MOVE_THREADS_TRIM)) {
+                if (!oversub && n > 0 && (size_t)n < cap)
+                    snprintf(why + n, cap - (size_t)n, ", a thread more did not pay");
+                return STK__MOVE_THREADS_TRIM;
+            }
             if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
             return STK__MOVE_NONE; /* CPU-bound at the budget */
         }
+        if (oversub && can_move(t, k, STK__MOVE_THREADS_TRIM)) return STK__MOVE_THREADS_TRIM;
         if (can_move(t, k, STK__MOVE_PREFETCH_UP)) return STK__MOVE_PREFETCH_UP;
         if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
         if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
@@ -260,11 +316,16 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     unsigned th = k->threads ? k->threads : 1;
     double load = th > 1 ? f->busy * th / (th - 1) : 1; /* the work against one thread fewer */
     int draining = ready_prev > 0 && f->ready < ready_prev * DRAIN;
-    if (f->wait < WAIT_LOW && have_prev && load < CAPACITY && !draining &&
-        can_move(t, k, STK__MOVE_THREADS_DOWN)) {
-        snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy", 100 * f->wait,
-                 100 * f->busy);
-        return STK__MOVE_THREADS_DOWN;
+    if (f->wait < WAIT_LOW && have_prev && !draining) {
+        snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy, %.1f ready",
+                 100 * f->wait, 100 * f->busy, f->ready);
+        if (load < CAPACITY && can_move(t, k, STK__MOVE_THREADS_DOWN)) return STK__MOVE_THREADS_DOWN;
+        /* a ring kept full by workers with time to spare holds more than the
+         * consumer needs, and a deeper ring costs CPU a batch (the slots'
+         * bytes pass through the caches) */
+        if (f->busy < CAPACITY && f->ready >= k->prefetch * RING_FULL &&
+            can_move(t, k, STK__MOVE_PREFETCH_DOWN))
+            return STK__MOVE_PREFETCH_DOWN;
     }
     return STK__MOVE_NONE;
 }
@@ -334,7 +395,7 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
         figures tf;
         t->trial_periods++;
         if (!period_figures(&t->trial_at, s, &tf)) tf = f;
-        int j = judge(t, m, &tf, &f);
+        int j = judge(t, m, &k, &tf, &f);
         if (j == JUDGE_UNSURE) {
             t->thr_prev = f.thr;
             t->ready_prev = f.ready;
@@ -356,6 +417,9 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
         }
         t->fails[m] = 0;         /* it paid: next time it fails, hold it the shortest */
         t->run_at = t->trial_at; /* the knobs in force since the trial began */
+        /* the way back was just measured worse (or no better): not tried at once */
+        if (m == STK__MOVE_THREADS_UP) hold_move(t, STK__MOVE_THREADS_TRIM);
+        if (m == STK__MOVE_THREADS_TRIM) hold_move(t, STK__MOVE_THREADS_UP);
     }
     int have_prev = t->thr_prev > 0; /* a period before this one with the same knobs */
     double ready_prev = t->ready_prev;

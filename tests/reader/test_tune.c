@@ -154,7 +154,8 @@ START_TEST(latency_bound_deepens_prefetch_or_io)
     sim_init(&m, (stk__knobs){2, 4, 16}, (stk__knobs){4, 64, 256}, 0, 4, 0, 1);
     sim_run(&m, read_latency, 30);
     ck_assert_uint_ge(m.s.knobs.io_depth, 128);
-    ck_assert_uint_eq(m.s.knobs.threads, 2); /* deeper reads, not more CPU */
+    ck_assert_uint_le(m.s.knobs.threads, 2); /* deeper reads, not more CPU (the model's threads add
+                                                nothing: one fewer does as much) */
 }
 END_TEST
 
@@ -455,6 +456,121 @@ START_TEST(short_periods_are_extended)
 }
 END_TEST
 
+/* Two cores; the trainer's thread spins through its step (CPU-bound). Two
+ * workers and the trainer take turns on the two cores: the trainer gets two
+ * thirds of one, the workers split a batch that one thread makes as fast
+ * (the copy is bound by memory, not by cores). One thread gives more
+ * batches a second, or (flat) as many for less CPU. The old policy saw
+ * busy workers with no CPU for another thread and left both. */
+static double one_thread_thr;
+static outcome oversubscribed(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    if (k->threads >= 2) return (outcome){600, 0.35, 0.95, 1.33, 0.67, 0, 0.2};
+    return (outcome){one_thread_thr, 0.35, 1.0, 1.0, 1.0, 0, 0.2};
+}
+
+START_TEST(oversubscribed_cores_lose_a_thread)
+{
+    static const double t1[] = {1000, 600};
+    for (unsigned v = 0; v < 2; v++) {
+        sim m;
+        one_thread_thr = t1[v];
+        sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+        sim_run(&m, oversubscribed, 3); /* the baseline, the first decision, its trial's */
+        ck_assert_msg(m.s.knobs.threads == 1, "t1 %.0f/s: threads %u after the first decision", t1[v],
+                      m.s.knobs.threads);
+        sim_run(&m, oversubscribed, 200);
+        ck_assert_uint_eq(m.s.knobs.threads, 1);
+        ck_assert_msg(m.changes <= 2, "%u changes", m.changes);
+    }
+}
+END_TEST
+
+/* Oversubscribed as above, but one thread makes far fewer batches (the
+ * work is CPU-bound and the trainer sleeps part of its step): the thread
+ * taken away is given back, and the next try waits longer each time. */
+static outcome oversubscribed_needs_both(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    if (k->threads >= 2) return (outcome){600, 0.30, 0.95, 1.6, 0.67, 0, 0.2};
+    return (outcome){350, 0.60, 1.0, 1.0, 0.5, 0, 0.1};
+}
+
+START_TEST(oversubscribed_trim_that_costs_is_undone)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    unsigned trims = 0, threads = 2;
+    for (unsigned i = 0; i < 200; i++) {
+        sim_run(&m, oversubscribed_needs_both, 1);
+        if (m.s.knobs.threads < threads) trims++;
+        threads = m.s.knobs.threads;
+    }
+    ck_assert_uint_eq(m.s.knobs.threads, 2);
+    /* tried, then held 8, 16, 32, 64 decisions */
+    ck_assert_msg(trims >= 1 && trims <= 5, "%u trims in 200 periods", trims);
+}
+END_TEST
+
+/* Eight cores, the copy bound by memory: any number of threads makes 100
+ * batches/s, each thread busy. A fourth thread is tried and does not pay;
+ * then the threads come down while throughput holds. The old policy held
+ * the three it started with. */
+static outcome memory_bound(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    return (outcome){100, 0.3, 0.95, 0.95 * k->threads, 0.3, 0, 0.1};
+}
+
+START_TEST(threads_that_do_not_pay_are_trimmed)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){3, 8, 32}, (stk__knobs){8, 64, 32}, 0, 8, 0, 0);
+    sim_run(&m, memory_bound, 40);
+    ck_assert_msg(m.s.knobs.threads == 1, "threads %u", m.s.knobs.threads);
+    unsigned before = m.changes;
+    sim_run(&m, memory_bound, 300);
+    ck_assert_uint_eq(m.s.knobs.threads, 1);
+    ck_assert_msg(m.changes - before <= 12, "%u changes in 300 periods", m.changes - before);
+}
+END_TEST
+
+/* Compute-bound: one thread makes batches three times as fast as the
+ * consumer takes them, so the ring stays full whatever its depth; the
+ * consumer needs `need` batches ahead (its step's jitter) to never wait. A
+ * deeper ring costs CPU a batch (the slots' bytes through the caches). The
+ * old policy kept the 8 it started with. */
+static unsigned need_ahead;
+static outcome full_ring(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    double wait = k->prefetch >= need_ahead ? 0.002 : 0.08;
+    double cpu = 0.30 * (1 + 0.02 * k->prefetch); /* cores */
+    return (outcome){300 * (1 - wait), wait, cpu, cpu, 1.0, 0, k->prefetch};
+}
+
+START_TEST(compute_bound_full_ring_shrinks)
+{
+    sim m;
+    need_ahead = 1;
+    sim_init(&m, (stk__knobs){1, 8, 32}, (stk__knobs){1, 64, 32}, 0, 2, 0, 0);
+    sim_run(&m, full_ring, 40);
+    ck_assert_msg(m.s.knobs.prefetch <= 2, "prefetch %u", m.s.knobs.prefetch);
+    ck_assert_msg(m.last_wait < 0.05, "wait %.3f", m.last_wait);
+    /* a consumer that needs 4 ahead keeps 4: a shallower ring is undone */
+    need_ahead = 4;
+    sim_init(&m, (stk__knobs){1, 8, 32}, (stk__knobs){1, 64, 32}, 0, 2, 0, 0);
+    unsigned shallow = 0;
+    for (unsigned i = 0; i < 200; i++) {
+        sim_run(&m, full_ring, 1);
+        shallow += m.s.knobs.prefetch < 4;
+    }
+    ck_assert_uint_eq(m.s.knobs.prefetch, 4);
+    ck_assert_msg(shallow <= 6, "%u periods below 4 ahead", shallow);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the engine */
 
 enum { N = 211, PER = 40, SIDE = 40, IMG = SIDE * SIDE * 3 };
@@ -644,7 +760,9 @@ TU_MAIN("reader tuning",
                    full_queue_with_saturated_workers_keeps_threads, draining_queue_keeps_threads,
                    thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
                    noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
-                   short_periods_are_extended}},
+                   short_periods_are_extended, oversubscribed_cores_lose_a_thread,
+                   oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed,
+                   compute_bound_full_ring_shrinks}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
