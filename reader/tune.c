@@ -86,7 +86,6 @@
 #define OVER_BUDGET 1.25
 #define OVER_BUDGET_ABS 0.25
 #define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much */
-#define RING_FULL 0.5    /* compute-bound: mean ready batches over prefetch; the ring may shrink */
 
 void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
@@ -102,16 +101,14 @@ static int is_threads(int m)
     return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN || m == STK__MOVE_THREADS_TRIM;
 }
 
-static int is_prefetch(int m) { return m == STK__MOVE_PREFETCH_UP || m == STK__MOVE_PREFETCH_DOWN; }
-
 static const char *move_name(int m)
 {
-    return is_threads(m) ? "threads" : is_prefetch(m) ? "prefetch" : "io_depth";
+    return is_threads(m) ? "threads" : m == STK__MOVE_PREFETCH_UP ? "prefetch" : "io_depth";
 }
 
 static unsigned knob_of(const stk__knobs *k, int m)
 {
-    return is_threads(m) ? k->threads : is_prefetch(m) ? k->prefetch : k->io_depth;
+    return is_threads(m) ? k->threads : m == STK__MOVE_PREFETCH_UP ? k->prefetch : k->io_depth;
 }
 
 /* The deepest prefetch the tuner grows to with k's threads: enough batches
@@ -132,8 +129,6 @@ static int can_move(const stk__tuner *t, const stk__knobs *k, int m)
     case STK__MOVE_THREADS_DOWN:
     case STK__MOVE_THREADS_TRIM:
         return !(t->c.pin & STK_PIN_THREADS) && k->threads > 1;
-    case STK__MOVE_PREFETCH_DOWN:
-        return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch > 1;
     case STK__MOVE_PREFETCH_UP:
         return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch < t->c.max.prefetch &&
                k->prefetch < prefetch_cover(k);
@@ -153,9 +148,6 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
     case STK__MOVE_THREADS_DOWN:
     case STK__MOVE_THREADS_TRIM:
         k.threads--;
-        break;
-    case STK__MOVE_PREFETCH_DOWN:
-        k.prefetch /= 2;
         break;
     case STK__MOVE_PREFETCH_UP: {
         unsigned cap = prefetch_cover(&k) < t->c.max.prefetch ? prefetch_cover(&k) : t->c.max.prefetch;
@@ -232,16 +224,15 @@ static double noise_margin(const stk__tuner *t)
     return m < GAIN ? GAIN : m > NOISE_MAX ? NOISE_MAX : m;
 }
 
-/* Judge the change made earlier (to the knobs `now`) against the trial's
- * periods so far (f) and its last period (last). */
-static int judge(const stk__tuner *t, int m, const stk__knobs *now, const figures *f, const figures *last)
+/* Judge the change made earlier against the trial's periods so far (f) and
+ * its last period (last). */
+static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
 {
     int unsure_or_failed = t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
-    if (m == STK__MOVE_THREADS_DOWN || m == STK__MOVE_PREFETCH_DOWN) { /* compute-bound: the wait */
+    if (m == STK__MOVE_THREADS_DOWN) {
         if (f->wait >= WAIT_HIGH) return JUDGE_FAILED;
-        double full = t->ready_before; /* a shallower ring holds fewer: not a drain */
-        if (m == STK__MOVE_PREFETCH_DOWN && full > now->prefetch) full = now->prefetch;
-        if (full > 0 && last->ready < full * DRAIN) return unsure_or_failed; /* served from the queue */
+        if (t->ready_before > 0 && last->ready < t->ready_before * DRAIN) /* served from the queue */
+            return unsure_or_failed;
         return JUDGE_PAID;
     }
     if (m == STK__MOVE_THREADS_TRIM) { /* kept unless throughput fell beyond the noise */
@@ -316,16 +307,11 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     unsigned th = k->threads ? k->threads : 1;
     double load = th > 1 ? f->busy * th / (th - 1) : 1; /* the work against one thread fewer */
     int draining = ready_prev > 0 && f->ready < ready_prev * DRAIN;
-    if (f->wait < WAIT_LOW && have_prev && !draining) {
-        snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy, %.1f ready",
-                 100 * f->wait, 100 * f->busy, f->ready);
-        if (load < CAPACITY && can_move(t, k, STK__MOVE_THREADS_DOWN)) return STK__MOVE_THREADS_DOWN;
-        /* a ring kept full by workers with time to spare holds more than the
-         * consumer needs, and a deeper ring costs CPU a batch (the slots'
-         * bytes pass through the caches) */
-        if (f->busy < CAPACITY && f->ready >= k->prefetch * RING_FULL &&
-            can_move(t, k, STK__MOVE_PREFETCH_DOWN))
-            return STK__MOVE_PREFETCH_DOWN;
+    if (f->wait < WAIT_LOW && have_prev && load < CAPACITY && !draining &&
+        can_move(t, k, STK__MOVE_THREADS_DOWN)) {
+        snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy", 100 * f->wait,
+                 100 * f->busy);
+        return STK__MOVE_THREADS_DOWN;
     }
     return STK__MOVE_NONE;
 }
@@ -395,7 +381,7 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
         figures tf;
         t->trial_periods++;
         if (!period_figures(&t->trial_at, s, &tf)) tf = f;
-        int j = judge(t, m, &k, &tf, &f);
+        int j = judge(t, m, &tf, &f);
         if (j == JUDGE_UNSURE) {
             t->thr_prev = f.thr;
             t->ready_prev = f.ready;

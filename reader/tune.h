@@ -33,8 +33,7 @@ enum {
     STK__MOVE_THREADS_DOWN, /* compute-bound: judged by the wait */
     STK__MOVE_PREFETCH_UP,
     STK__MOVE_DEPTH_UP,
-    STK__MOVE_THREADS_TRIM,  /* input-bound: one fewer, judged by throughput */
-    STK__MOVE_PREFETCH_DOWN, /* compute-bound, a full ring: judged by the wait */
+    STK__MOVE_THREADS_TRIM, /* input-bound: one fewer, judged by throughput */
     STK__MOVE_COUNT
 };
 

@@ -536,41 +536,6 @@ START_TEST(threads_that_do_not_pay_are_trimmed)
 }
 END_TEST
 
-/* Compute-bound: one thread makes batches three times as fast as the
- * consumer takes them, so the ring stays full whatever its depth; the
- * consumer needs `need` batches ahead (its step's jitter) to never wait. A
- * deeper ring costs CPU a batch (the slots' bytes through the caches). The
- * old policy kept the 8 it started with. */
-static unsigned need_ahead;
-static outcome full_ring(const stk__knobs *k, uint64_t i)
-{
-    (void)i;
-    double wait = k->prefetch >= need_ahead ? 0.002 : 0.08;
-    double cpu = 0.30 * (1 + 0.02 * k->prefetch); /* cores */
-    return (outcome){300 * (1 - wait), wait, cpu, cpu, 1.0, 0, k->prefetch};
-}
-
-START_TEST(compute_bound_full_ring_shrinks)
-{
-    sim m;
-    need_ahead = 1;
-    sim_init(&m, (stk__knobs){1, 8, 32}, (stk__knobs){1, 64, 32}, 0, 2, 0, 0);
-    sim_run(&m, full_ring, 40);
-    ck_assert_msg(m.s.knobs.prefetch <= 2, "prefetch %u", m.s.knobs.prefetch);
-    ck_assert_msg(m.last_wait < 0.05, "wait %.3f", m.last_wait);
-    /* a consumer that needs 4 ahead keeps 4: a shallower ring is undone */
-    need_ahead = 4;
-    sim_init(&m, (stk__knobs){1, 8, 32}, (stk__knobs){1, 64, 32}, 0, 2, 0, 0);
-    unsigned shallow = 0;
-    for (unsigned i = 0; i < 200; i++) {
-        sim_run(&m, full_ring, 1);
-        shallow += m.s.knobs.prefetch < 4;
-    }
-    ck_assert_uint_eq(m.s.knobs.prefetch, 4);
-    ck_assert_msg(shallow <= 6, "%u periods below 4 ahead", shallow);
-}
-END_TEST
-
 /* ---------------------------------------------------------------- the engine */
 
 enum { N = 211, PER = 40, SIDE = 40, IMG = SIDE * SIDE * 3 };
@@ -761,8 +726,7 @@ TU_MAIN("reader tuning",
                    thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
                    noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
                    short_periods_are_extended, oversubscribed_cores_lose_a_thread,
-                   oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed,
-                   compute_bound_full_ring_shrinks}},
+                   oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
