@@ -336,6 +336,14 @@ static void start_trial(stk__tuner *t, int m, const stk__knobs *k, const stk__tu
 int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, char *reason, size_t cap)
 {
     if (cap) reason[0] = 0;
+    uint64_t fill = (uint64_t)s->knobs.prefetch + 1; /* the slots in turn */
+    if (!t->have_base && s->batches < fill) {
+        /* the ring's first turn: each slot is new (its pages faulted in as
+         * the workers first fill it) and the consumer waits on that, not on
+         * the knobs; the baseline comes after it */
+        t->next = fill - s->batches;
+        return 0;
+    }
     if (!t->have_base || s->resets != t->base.resets || s->batches < t->base.batches || s->t < t->base.t) {
         t->base = t->run_at = *s; /* the first sample, or the statistics were reset: a new baseline */
         t->have_base = 1;

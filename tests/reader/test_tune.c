@@ -57,6 +57,7 @@ static void sim_init(sim *m, stk__knobs start, stk__knobs max, unsigned pin, dou
     m->s.knobs = start;
     m->s.direct = direct;
     m->s.t = 100;
+    m->s.batches = start.prefetch + 1; /* past the ring's first turn (ring_fill_is_not_a_period) */
 }
 
 static void sim_run(sim *m, model_fn f, unsigned periods)
@@ -536,6 +537,31 @@ START_TEST(threads_that_do_not_pay_are_trimmed)
 }
 END_TEST
 
+/* From the defaults (2 threads, 4 ahead), compute-bound: the workers make
+ * batches three times as fast as the consumer takes them, but the ring's
+ * first turn fills new slots (their pages faulted in) and the consumer
+ * waits 60% of that time while the workers seem two-thirds busy. The old
+ * policy took its baseline at the first batch, read the fill as a consumer
+ * waiting on idle workers, and deepened the prefetch to 8 (more new slots
+ * to fill, and their memory kept). */
+static outcome fill_then_compute(const stk__knobs *k, uint64_t i)
+{
+    if (i == 0) return (outcome){150, 0.60, 0.65, 1.3, 0.4, 0, 0.1};
+    return (outcome){300, 0.002, 0.5 / k->threads, 0.5, 1.0, 0, k->prefetch};
+}
+
+START_TEST(ring_fill_is_not_a_period)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    m.s.batches = 0; /* at open */
+    sim_run(&m, fill_then_compute, 13); /* the baseline after the 5 slots' first turn */
+    ck_assert_msg(m.max_prefetch_seen == 4, "prefetch deepened to %u on the ring's fill",
+                  m.max_prefetch_seen);
+    ck_assert_uint_eq(m.s.knobs.threads, 1); /* compute-bound: one thread does */
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the engine */
 
 enum { N = 211, PER = 40, SIDE = 40, IMG = SIDE * SIDE * 3 };
@@ -726,7 +752,8 @@ TU_MAIN("reader tuning",
                    thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
                    noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
                    short_periods_are_extended, oversubscribed_cores_lose_a_thread,
-                   oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed}},
+                   oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed,
+                   ring_fill_is_not_a_period}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
