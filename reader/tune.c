@@ -2,55 +2,76 @@
  * knobs, one knob and one step at a time, judged on the reader's own
  * counters.
  *
- * Every period of batches (8 at first, doubling while nothing changes, up to
- * 256; and at least PERIOD_WALL of wall time: a shorter one is extended, its
+ * The baseline is taken once the ring has turned once (prefetch + 1 batches:
+ * until then every slot is new, its pages faulted in as the workers first
+ * fill it, and the consumer waits on that, not on the knobs). Then every
+ * period of batches (8 at first, doubling while nothing changes, up to 256;
+ * and at least PERIOD_WALL of wall time: a shorter one is extended, its
  * figures would be noise) it looks at the period just over:
- *   wait   the consumer's time blocked in next, against wall time;
- *   busy   the workers' time preparing parts, against threads x wall;
- *   cpu    the workers' CPU time (their thread clocks), and the rest of the
- *          process's (the trainer's), in cores;
- *   step   the consumer's time per batch outside next;
- *   ready  the batches ready when next was called, on average.
- * Input-bound (wait > 5%): workers busy (>= 85%) want another thread when
- * the CPU budget has room for one more (their CPU per thread), else, on the
- * direct path with half their time waiting for reads, a deeper I/O queue;
- * workers idle while the consumer waits (the hand-off, bursts, latency)
- * want a deeper prefetch (up to 4 batches a thread, at least 8: what covers
- * a step's jitter; more only holds memory), then a deeper I/O queue, then a
- * thread. On the direct path, workers that spend half their time waiting
- * for reads want a deeper I/O queue whatever the wait: a shallow queue costs
- * CPU per batch (and threads) even when the consumer does not wait; and
- * after a deeper queue paid, the next is tried, until one does not.
+ *   wait    the consumer's time blocked in next, against wall time;
+ *   busy    the workers' time preparing parts, against threads x wall;
+ *   cpu     the workers' CPU time (their thread clocks), and the rest of the
+ *           process's (the trainer's), in cores;
+ *   demand  the cores the process would keep busy: the workers' busy time
+ *           less their waits for direct reads, and the rest's CPU;
+ *   step    the consumer's time per batch outside next;
+ *   ready   the batches ready when next was called, on average.
+ * Input-bound (wait > 5%):
+ *   - workers busy (>= 85%): on the direct path with half their time
+ *     waiting for reads, a deeper I/O queue; else a thread more when the
+ *     CPU budget has room for one (their CPU per thread); else a thread
+ *     fewer (a trim) when the process wants more cores than it has (demand
+ *     above the cores by a quarter: the workers and the trainer take turns
+ *     on them, and one thread fewer may make as many batches and give the
+ *     trainer its core back), or when a thread more was just tried here and
+ *     did not pay (still held); else a deeper I/O queue;
+ *   - workers idle while the consumer waits (the hand-off, bursts,
+ *     latency): a trim when the process wants more cores than it has, as
+ *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
+ *     what covers a step's jitter; more only holds memory), then a deeper
+ *     I/O queue, then a thread.
+ * On the direct path, workers that spend half their time waiting for reads
+ * want a deeper I/O queue whatever the wait: a shallow queue costs CPU per
+ * batch (and threads) even when the consumer does not wait; and after a
+ * deeper queue paid, the next is tried, until one does not.
  * Compute-bound (wait < 1.5%, two periods running with the same knobs): one
  * thread fewer when the others could do the workers' work (their busy time
  * against (threads - 1) x wall stays under 80%) and the ready queue is not
  * draining (mean ready batches under 3/4 of the last period's): a period
  * served from a full queue by saturated workers is not a compute-bound
- * trainer. Kept while the wait stays under 5% and the ready queue does not
- * drain (a queue that drains is measured on, up to 3 periods).
- * Each change is a trial judged at the next decisions: a move up pays when
- * throughput rose by 5% or the wait fell by a quarter (and a point), or, for
- * a deeper I/O queue, the workers' CPU per batch or read-wait share fell by
- * a tenth or a quarter; it is undone at once when throughput fell by more
- * than the noise (twice the mean period-to-period change of batches/s with
- * the knobs unchanged, at least 5%) while the consumer waited more (a
- * consumer slowed without waiting was slowed by something else), else the
- * trial runs on for up to 3 periods, judged on all of them, against the mean
- * of the whole stretch before it; a move down is kept while the wait stays under 5%, else undone.
+ * trainer.
+ * Each change is a trial judged at the next decisions, against the mean of
+ * the whole stretch before it with the knobs unchanged:
+ *   - a move up pays when throughput rose by 5% or the wait fell by a
+ *     quarter (and a point), or, for a deeper I/O queue, the workers' CPU
+ *     per batch or read-wait share fell by a tenth or a quarter; it is
+ *     undone at once when throughput fell by more than the noise (twice the
+ *     mean period-to-period change of batches/s with the knobs unchanged, at
+ *     least 5%) while the consumer waited more (a consumer slowed without
+ *     waiting was slowed by something else), else it runs on for up to 3
+ *     periods, judged on all of them;
+ *   - a trim is kept when throughput stayed within 5%, or within the noise
+ *     over 3 periods; undone when it fell beyond the noise while the
+ *     consumer waited more (measured on, up to 3 periods, when it did not);
+ *   - a thread taken away while compute-bound is kept while the wait stays
+ *     under 5% and the ready queue does not drain (a queue that drains is
+ *     measured on, up to 3 periods), else undone.
  * An undone move is not tried again for 8 decisions, twice as long each
- * time it fails again, so noise and a flat optimum do not make the knobs
- * swing. Workers over their CPU budget (by a quarter and a quarter of a
- * core) lose a thread whatever the wait.
+ * time it fails again; after a thread more paid a trim is held the same
+ * way, and after a trim paid a thread more: noise and a flat optimum do not
+ * make the knobs swing. Workers over their CPU budget (by a quarter and a
+ * quarter of a core) lose a thread whatever the wait.
  * A step time that moves by more than 30% (and at least one of the two is
  * 1 ms or more: a consumer that takes no step has none to compare) for two
- * periods running is a new phase (evaluation, another model stage): the period starts over at 8 and
- * the failed moves are forgotten.
+ * periods running is a new phase (evaluation, another model stage): the
+ * period starts over at 8 and the failed moves are forgotten.
  *
  * The CPU budget, unless opts.cpu_budget sets it: the CPUs this process may
  * run on (sched_getaffinity) divided by the ranks of the node
  * ($LOCAL_WORLD_SIZE, else $SLURM_NTASKS_PER_NODE, else 1), minus the cores
  * the rest of the process kept busy in the last period (process CPU time
- * less the workers'), and at least one core. */
+ * less the workers'), and at least one core. The trim compares the demand
+ * with those cores (not the budget). */
 #define _GNU_SOURCE
 #include "tune.h"
 

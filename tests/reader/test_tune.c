@@ -8,7 +8,9 @@
  * and CPU budgets hold, a full queue served by saturated workers keeps its
  * threads, the prefetch stops where it covers the jitter, a good change
  * survives a noisy period, a shallow direct queue is deepened for the CPU
- * it costs, short periods are extended), all deterministic, no clock; then
+ * it costs, short periods are extended, the ring's first turn is not a
+ * period, oversubscribed cores lose a thread unless that costs throughput,
+ * threads that do not pay are trimmed), all deterministic, no clock; then
  * the engine: batches identical with tuning on and off while the knobs are
  * forced up and down between batches, and a small memory budget that the
  * slots never exceed.
@@ -554,7 +556,7 @@ START_TEST(ring_fill_is_not_a_period)
 {
     sim m;
     sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
-    m.s.batches = 0; /* at open */
+    m.s.batches = 0;                    /* at open */
     sim_run(&m, fill_then_compute, 13); /* the baseline after the 5 slots' first turn */
     ck_assert_msg(m.max_prefetch_seen == 4, "prefetch deepened to %u on the ring's fill",
                   m.max_prefetch_seen);
