@@ -39,7 +39,9 @@
  * against (threads - 1) x wall stays under 80%) and the ready queue is not
  * draining (mean ready batches under 3/4 of the last period's): a period
  * served from a full queue by saturated workers is not a compute-bound
- * trainer.
+ * trainer. (The period does not double while such a move waits for its
+ * second period: from a start with threads to spare, the first goes 8
+ * batches after the first decision.)
  * Each change is a trial judged at the next decisions, against the mean of
  * the whole stretch before it with the knobs unchanged:
  *   - a move up pays when throughput rose by 5% or the wait fell by a
@@ -281,9 +283,9 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
 
 /* The move this period's figures ask for, or NONE; why: the reason's head. */
 static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, int have_prev,
-                  double ready_prev, char *why, size_t cap, int *forced)
+                  double ready_prev, char *why, size_t cap, int *forced, int *pending)
 {
-    *forced = 0;
+    *forced = *pending = 0;
     double per_thread = f->cpu_w / (k->threads ? k->threads : 1);
     int room = f->cpu_w + per_thread <= t->budget_now + 0.1; /* CPU for one more thread */
     if (can_move(t, k, STK__MOVE_THREADS_DOWN) && f->cpu_w > t->budget_now * OVER_BUDGET + OVER_BUDGET_ABS) {
@@ -328,6 +330,9 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     unsigned th = k->threads ? k->threads : 1;
     double load = th > 1 ? f->busy * th / (th - 1) : 1; /* the work against one thread fewer */
     int draining = ready_prev > 0 && f->ready < ready_prev * DRAIN;
+    if (f->wait < WAIT_LOW && !have_prev && load < CAPACITY && !draining &&
+        can_move(t, k, STK__MOVE_THREADS_DOWN))
+        *pending = 1; /* one period more to confirm it: not a settled state */
     if (f->wait < WAIT_LOW && have_prev && load < CAPACITY && !draining &&
         can_move(t, k, STK__MOVE_THREADS_DOWN)) {
         snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy", 100 * f->wait,
@@ -440,11 +445,13 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
     double ready_prev = t->ready_prev;
     t->thr_prev = f.thr;
     t->ready_prev = f.ready;
-    int forced;
-    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced);
+    int forced, pending;
+    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending);
     if (m == STK__MOVE_NONE) {
         t->quiet++;
-        if (!phase && t->period < PERIOD_MAX) t->next = t->period *= 2;
+        /* the period doubles while nothing is to be done, not while a move
+         * waits for its second period */
+        if (!phase && !pending && t->period < PERIOD_MAX) t->next = t->period *= 2;
         return 0;
     }
     *out = moved(t, k, m);

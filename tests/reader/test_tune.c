@@ -564,6 +564,31 @@ START_TEST(ring_fill_is_not_a_period)
 }
 END_TEST
 
+/* From the defaults (2 threads), compute-bound from the first period: one
+ * thread would do. The first compute-bound period waits for a second to
+ * confirm it; the old policy also doubled the period in between (nothing
+ * changed), so the thread went 16 batches after the first decision, not 8. */
+static outcome one_thread_does(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    return (outcome){300, 0.002, 0.3 / k->threads, 0.3, 1.0, 0, k->prefetch};
+}
+
+START_TEST(compute_bound_confirmed_at_the_next_period)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    uint64_t start = m.s.batches, at = 0;
+    for (unsigned i = 0; i < 10 && !at; i++) {
+        uint64_t decided = m.s.batches; /* the decision is made on the sample before the period */
+        sim_run(&m, one_thread_does, 1);
+        if (m.s.knobs.threads == 1) at = decided;
+    }
+    ck_assert_msg(at && at - start <= 16, "a thread went %llu batches after the baseline",
+                  (unsigned long long)(at - start));
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the engine */
 
 enum { N = 211, PER = 40, SIDE = 40, IMG = SIDE * SIDE * 3 };
@@ -755,7 +780,7 @@ TU_MAIN("reader tuning",
                    noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
                    short_periods_are_extended, oversubscribed_cores_lose_a_thread,
                    oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed,
-                   ring_fill_is_not_a_period}},
+                   ring_fill_is_not_a_period, compute_bound_confirmed_at_the_next_period}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
