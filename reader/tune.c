@@ -21,10 +21,12 @@
  *     waiting for reads, a deeper I/O queue; else a thread more when the
  *     CPU budget has room for one (their CPU per thread); else a thread
  *     fewer (a trim) when the process wants more cores than it has (demand
- *     above the cores by a quarter: the workers and the trainer take turns
- *     on them, and one thread fewer may make as many batches and give the
- *     trainer its core back), or when a thread more was just tried here and
- *     did not pay (still held); else a deeper I/O queue;
+ *     above the cores by a quarter) while it uses them all (its CPU within
+ *     a quarter of them: the workers and the trainer take turns on them,
+ *     and one thread fewer may make as many batches and give the trainer
+ *     its core back; workers slowed by other processes' load are not
+ *     that), or when a thread more was just tried here and did not pay
+ *     (still held); else a deeper I/O queue;
  *   - workers idle while the consumer waits (the hand-off, bursts,
  *     latency): a trim when the process wants more cores than it has, as
  *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
@@ -295,8 +297,10 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     }
     if (f->wait > WAIT_HIGH) {
         /* the workers and the rest of the process want more cores than it
-         * has: they take turns, and a thread fewer may do as much */
-        int oversub = t->c.cores > 0 && f->demand > t->c.cores + OVERSUB_ABS;
+         * has, and it has them all (not other processes' load): they take
+         * turns, and a thread fewer may do as much */
+        int oversub = t->c.cores > 0 && f->demand > t->c.cores + OVERSUB_ABS &&
+                      f->cpu_w + f->trainer > t->c.cores - OVERSUB_ABS;
         /* a thread more was tried here and did not pay (held): one fewer may
          * do as much for less */
         int up_failed =

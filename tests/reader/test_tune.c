@@ -490,6 +490,26 @@ START_TEST(oversubscribed_cores_lose_a_thread)
 }
 END_TEST
 
+/* The workers look busy in wall time (2 x 95%) but the process gets one
+ * core of the two: other processes' load preempts them, not the trainer. A
+ * thread fewer would only give the machine away. */
+static outcome loaded_machine(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    if (k->threads >= 2) return (outcome){400, 0.35, 0.95, 0.6, 0.4, 0, 0.2};
+    return (outcome){250, 0.55, 1.0, 0.5, 0.3, 0, 0.1};
+}
+
+START_TEST(other_load_is_not_oversubscription)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    sim_run(&m, loaded_machine, 60);
+    ck_assert_msg(m.s.knobs.threads == 2 && m.changes <= 1, "threads %u, %u changes", m.s.knobs.threads,
+                  m.changes);
+}
+END_TEST
+
 /* Oversubscribed as above, but one thread makes far fewer batches (the
  * work is CPU-bound and the trainer sleeps part of its step): the thread
  * taken away is given back, and the next try waits longer each time. */
@@ -772,15 +792,26 @@ END_TEST
 
 TU_MAIN("reader tuning",
         {.name = "decide",
-         .tests = {input_bound_busy_workers_add_threads, latency_bound_deepens_prefetch_or_io,
-                   compute_bound_takes_threads_away, noise_does_not_swing_the_knobs,
-                   step_change_restarts_the_period, a_step_blip_is_not_a_phase, pins_and_budgets_hold,
-                   full_queue_with_saturated_workers_keeps_threads, draining_queue_keeps_threads,
-                   thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
-                   noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
-                   short_periods_are_extended, oversubscribed_cores_lose_a_thread,
-                   oversubscribed_trim_that_costs_is_undone, threads_that_do_not_pay_are_trimmed,
-                   ring_fill_is_not_a_period, compute_bound_confirmed_at_the_next_period}},
+         .tests = {input_bound_busy_workers_add_threads,
+                   latency_bound_deepens_prefetch_or_io,
+                   compute_bound_takes_threads_away,
+                   noise_does_not_swing_the_knobs,
+                   step_change_restarts_the_period,
+                   a_step_blip_is_not_a_phase,
+                   pins_and_budgets_hold,
+                   full_queue_with_saturated_workers_keeps_threads,
+                   draining_queue_keeps_threads,
+                   thread_taken_is_judged_after_the_ring_drains,
+                   prefetch_stops_where_it_covers_the_jitter,
+                   noisy_period_keeps_a_good_change,
+                   shallow_direct_queue_deepened_for_its_cpu,
+                   short_periods_are_extended,
+                   oversubscribed_cores_lose_a_thread,
+                   oversubscribed_trim_that_costs_is_undone,
+                   threads_that_do_not_pay_are_trimmed,
+                   ring_fill_is_not_a_period,
+                   compute_bound_confirmed_at_the_next_period,
+                   other_load_is_not_oversubscription}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
