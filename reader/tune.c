@@ -2,55 +2,80 @@
  * knobs, one knob and one step at a time, judged on the reader's own
  * counters.
  *
- * Every period of batches (8 at first, doubling while nothing changes, up to
- * 256; and at least PERIOD_WALL of wall time: a shorter one is extended, its
+ * The baseline is taken once the ring has turned once (prefetch + 1 batches:
+ * until then every slot is new, its pages faulted in as the workers first
+ * fill it, and the consumer waits on that, not on the knobs). Then every
+ * period of batches (8 at first, doubling while nothing changes, up to 256;
+ * and at least PERIOD_WALL of wall time: a shorter one is extended, its
  * figures would be noise) it looks at the period just over:
- *   wait   the consumer's time blocked in next, against wall time;
- *   busy   the workers' time preparing parts, against threads x wall;
- *   cpu    the workers' CPU time (their thread clocks), and the rest of the
- *          process's (the trainer's), in cores;
- *   step   the consumer's time per batch outside next;
- *   ready  the batches ready when next was called, on average.
- * Input-bound (wait > 5%): workers busy (>= 85%) want another thread when
- * the CPU budget has room for one more (their CPU per thread), else, on the
- * direct path with half their time waiting for reads, a deeper I/O queue;
- * workers idle while the consumer waits (the hand-off, bursts, latency)
- * want a deeper prefetch (up to 4 batches a thread, at least 8: what covers
- * a step's jitter; more only holds memory), then a deeper I/O queue, then a
- * thread. On the direct path, workers that spend half their time waiting
- * for reads want a deeper I/O queue whatever the wait: a shallow queue costs
- * CPU per batch (and threads) even when the consumer does not wait; and
- * after a deeper queue paid, the next is tried, until one does not.
+ *   wait    the consumer's time blocked in next, against wall time;
+ *   busy    the workers' time preparing parts, against threads x wall;
+ *   cpu     the workers' CPU time (their thread clocks), and the rest of the
+ *           process's (the trainer's), in cores;
+ *   demand  the cores the process would keep busy: the workers' busy time
+ *           less their waits for direct reads, and the rest's CPU;
+ *   step    the consumer's time per batch outside next;
+ *   ready   the batches ready when next was called, on average.
+ * Input-bound (wait > 5%):
+ *   - workers busy (>= 85%): on the direct path with half their time
+ *     waiting for reads, a deeper I/O queue; else a thread more when the
+ *     CPU budget has room for one (their CPU per thread); else a thread
+ *     fewer (a trim) when the process wants more cores than it has (demand
+ *     above the cores by a quarter) while it uses them all (its CPU within
+ *     a quarter of them: the workers and the trainer take turns on them,
+ *     and one thread fewer may make as many batches and give the trainer
+ *     its core back; workers slowed by other processes' load are not
+ *     that), or when a thread more was just tried here and did not pay
+ *     (still held); else a deeper I/O queue;
+ *   - workers idle while the consumer waits (the hand-off, bursts,
+ *     latency): a trim when the process wants more cores than it has, as
+ *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
+ *     what covers a step's jitter; more only holds memory), then a deeper
+ *     I/O queue, then a thread.
+ * On the direct path, workers that spend half their time waiting for reads
+ * want a deeper I/O queue whatever the wait: a shallow queue costs CPU per
+ * batch (and threads) even when the consumer does not wait; and after a
+ * deeper queue paid, the next is tried, until one does not.
  * Compute-bound (wait < 1.5%, two periods running with the same knobs): one
  * thread fewer when the others could do the workers' work (their busy time
  * against (threads - 1) x wall stays under 80%) and the ready queue is not
  * draining (mean ready batches under 3/4 of the last period's): a period
  * served from a full queue by saturated workers is not a compute-bound
- * trainer. Kept while the wait stays under 5% and the ready queue does not
- * drain (a queue that drains is measured on, up to 3 periods).
- * Each change is a trial judged at the next decisions: a move up pays when
- * throughput rose by 5% or the wait fell by a quarter (and a point), or, for
- * a deeper I/O queue, the workers' CPU per batch or read-wait share fell by
- * a tenth or a quarter; it is undone at once when throughput fell by more
- * than the noise (twice the mean period-to-period change of batches/s with
- * the knobs unchanged, at least 5%) while the consumer waited more (a
- * consumer slowed without waiting was slowed by something else), else the
- * trial runs on for up to 3 periods, judged on all of them, against the mean
- * of the whole stretch before it; a move down is kept while the wait stays under 5%, else undone.
+ * trainer. (The period does not double while such a move waits for its
+ * second period: from a start with threads to spare, the first goes 8
+ * batches after the first decision.)
+ * Each change is a trial judged at the next decisions, against the mean of
+ * the whole stretch before it with the knobs unchanged:
+ *   - a move up pays when throughput rose by 5% or the wait fell by a
+ *     quarter (and a point), or, for a deeper I/O queue, the workers' CPU
+ *     per batch or read-wait share fell by a tenth or a quarter; it is
+ *     undone at once when throughput fell by more than the noise (twice the
+ *     mean period-to-period change of batches/s with the knobs unchanged, at
+ *     least 5%) while the consumer waited more (a consumer slowed without
+ *     waiting was slowed by something else), else it runs on for up to 3
+ *     periods, judged on all of them;
+ *   - a trim is kept when throughput stayed within 5%, or within the noise
+ *     over 3 periods; undone when it fell beyond the noise while the
+ *     consumer waited more (measured on, up to 3 periods, when it did not);
+ *   - a thread taken away while compute-bound is kept while the wait stays
+ *     under 5% and the ready queue does not drain (a queue that drains is
+ *     measured on, up to 3 periods), else undone.
  * An undone move is not tried again for 8 decisions, twice as long each
- * time it fails again, so noise and a flat optimum do not make the knobs
- * swing. Workers over their CPU budget (by a quarter and a quarter of a
- * core) lose a thread whatever the wait.
+ * time it fails again; after a thread more paid a trim is held the same
+ * way, and after a trim paid a thread more: noise and a flat optimum do not
+ * make the knobs swing. Workers over their CPU budget (by a quarter and a
+ * quarter of a core) lose a thread whatever the wait.
  * A step time that moves by more than 30% (and at least one of the two is
  * 1 ms or more: a consumer that takes no step has none to compare) for two
- * periods running is a new phase (evaluation, another model stage): the period starts over at 8 and
- * the failed moves are forgotten.
+ * periods running is a new phase (evaluation, another model stage): the
+ * period starts over at 8 and the failed moves are forgotten.
  *
  * The CPU budget, unless opts.cpu_budget sets it: the CPUs this process may
  * run on (sched_getaffinity) divided by the ranks of the node
  * ($LOCAL_WORLD_SIZE, else $SLURM_NTASKS_PER_NODE, else 1), minus the cores
  * the rest of the process kept busy in the last period (process CPU time
- * less the workers'), and at least one core. */
+ * less the workers'), and at least one core. The trim compares the demand
+ * with those cores (not the budget). */
 #define _GNU_SOURCE
 #include "tune.h"
 
@@ -85,6 +110,7 @@
 #define READ_BOUND 0.5 /* direct path: workers' time waiting for reads */
 #define OVER_BUDGET 1.25
 #define OVER_BUDGET_ABS 0.25
+#define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much */
 
 void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
@@ -95,18 +121,19 @@ void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
     t->budget_now = c->cpu_budget > 0 ? c->cpu_budget : c->cores;
 }
 
+static int is_threads(int m)
+{
+    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN || m == STK__MOVE_THREADS_TRIM;
+}
+
 static const char *move_name(int m)
 {
-    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN ? "threads"
-           : m == STK__MOVE_PREFETCH_UP                             ? "prefetch"
-                                                                    : "io_depth";
+    return is_threads(m) ? "threads" : m == STK__MOVE_PREFETCH_UP ? "prefetch" : "io_depth";
 }
 
 static unsigned knob_of(const stk__knobs *k, int m)
 {
-    return m == STK__MOVE_THREADS_UP || m == STK__MOVE_THREADS_DOWN ? k->threads
-           : m == STK__MOVE_PREFETCH_UP                             ? k->prefetch
-                                                                    : k->io_depth;
+    return is_threads(m) ? k->threads : m == STK__MOVE_PREFETCH_UP ? k->prefetch : k->io_depth;
 }
 
 /* The deepest prefetch the tuner grows to with k's threads: enough batches
@@ -125,6 +152,7 @@ static int can_move(const stk__tuner *t, const stk__knobs *k, int m)
     case STK__MOVE_THREADS_UP:
         return !(t->c.pin & STK_PIN_THREADS) && k->threads < t->c.max.threads;
     case STK__MOVE_THREADS_DOWN:
+    case STK__MOVE_THREADS_TRIM:
         return !(t->c.pin & STK_PIN_THREADS) && k->threads > 1;
     case STK__MOVE_PREFETCH_UP:
         return !(t->c.pin & STK_PIN_PREFETCH) && k->prefetch < t->c.max.prefetch &&
@@ -143,6 +171,7 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
         k.threads++;
         break;
     case STK__MOVE_THREADS_DOWN:
+    case STK__MOVE_THREADS_TRIM:
         k.threads--;
         break;
     case STK__MOVE_PREFETCH_UP: {
@@ -160,6 +189,8 @@ static stk__knobs moved(const stk__tuner *t, stk__knobs k, int m)
 /* The figures between two samples. */
 typedef struct {
     double dt, wait, thr, step, busy, cpu_w, trainer, read_share, cpu_batch, ready;
+    double demand; /* cores the process would keep busy: the workers' busy time less their
+                      read waits, and the rest of the process's CPU */
     uint64_t batches;
 } figures;
 
@@ -182,6 +213,7 @@ static int period_figures(const stk__tune_sample *a, const stk__tune_sample *b, 
     f->trainer = pcpu > wcpu ? (pcpu - wcpu) / f->dt : 0;
     f->read_share = busy > 0 ? (b->read_wait_s - a->read_wait_s) / busy : 0;
     f->ready = b->ready_sum > a->ready_sum ? (double)(b->ready_sum - a->ready_sum) / (double)f->batches : 0;
+    f->demand = f->busy * threads * (f->read_share < 1 ? 1 - f->read_share : 0) + f->trainer;
     return 1;
 }
 
@@ -199,17 +231,42 @@ static void fail_move(stk__tuner *t, int m)
     t->fails[m]++;
 }
 
+/* Move m is not tried for a hold (as after its last failure), without
+ * counting a failure. */
+static void hold_move(stk__tuner *t, int m)
+{
+    unsigned hold = HOLD << (t->fails[m] < 7 ? t->fails[m] : 7);
+    uint64_t until = t->decisions + (hold < HOLD_MAX ? hold : HOLD_MAX);
+    if (t->hold_until[m] < until) t->hold_until[m] = until;
+}
+
 enum { JUDGE_FAILED, JUDGE_PAID, JUDGE_UNSURE };
+
+/* The noise margin: twice the mean period-to-period change of batches/s. */
+static double noise_margin(const stk__tuner *t)
+{
+    double m = 2 * t->noise;
+    return m < GAIN ? GAIN : m > NOISE_MAX ? NOISE_MAX : m;
+}
 
 /* Judge the change made earlier against the trial's periods so far (f) and
  * its last period (last). */
 static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
 {
+    int unsure_or_failed = t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
     if (m == STK__MOVE_THREADS_DOWN) {
         if (f->wait >= WAIT_HIGH) return JUDGE_FAILED;
         if (t->ready_before > 0 && last->ready < t->ready_before * DRAIN) /* served from the queue */
-            return t->trial_periods >= TRIAL_MAX ? JUDGE_FAILED : JUDGE_UNSURE;
+            return unsure_or_failed;
         return JUDGE_PAID;
+    }
+    if (m == STK__MOVE_THREADS_TRIM) { /* kept unless throughput fell beyond the noise */
+        double margin = noise_margin(t);
+        if (f->thr >= t->thr_before * (1 - GAIN)) return JUDGE_PAID;
+        if (f->thr < t->thr_before * (1 - margin)) /* slower through the loader: undone */
+            return f->wait > t->wait_before + WAIT_CUT_ABS ? JUDGE_FAILED : unsure_or_failed;
+        /* within the noise: measured on, and kept if it stays there */
+        return t->trial_periods >= TRIAL_MAX ? JUDGE_PAID : JUDGE_UNSURE;
     }
     if (f->thr > t->thr_before * (1 + GAIN) ||
         (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS))
@@ -218,7 +275,7 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
         ((t->cpu_before > 0 && f->cpu_batch < t->cpu_before * CPU_CUT) ||
          (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
         return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
-    double margin = 2 * t->noise < GAIN ? GAIN : 2 * t->noise > NOISE_MAX ? NOISE_MAX : 2 * t->noise;
+    double margin = noise_margin(t);
     /* clearly worse: slower by more than the noise, and through the loader (a
      * consumer that did not wait more was slowed by something else) */
     int worse = f->thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
@@ -228,9 +285,9 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
 
 /* The move this period's figures ask for, or NONE; why: the reason's head. */
 static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, int have_prev,
-                  double ready_prev, char *why, size_t cap, int *forced)
+                  double ready_prev, char *why, size_t cap, int *forced, int *pending)
 {
-    *forced = 0;
+    *forced = *pending = 0;
     double per_thread = f->cpu_w / (k->threads ? k->threads : 1);
     int room = f->cpu_w + per_thread <= t->budget_now + 0.1; /* CPU for one more thread */
     if (can_move(t, k, STK__MOVE_THREADS_DOWN) && f->cpu_w > t->budget_now * OVER_BUDGET + OVER_BUDGET_ABS) {
@@ -239,14 +296,31 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
         return STK__MOVE_THREADS_DOWN;
     }
     if (f->wait > WAIT_HIGH) {
-        snprintf(why, cap, "wait %.0f%% of wall, workers %.0f%% busy", 100 * f->wait, 100 * f->busy);
+        /* the workers and the rest of the process want more cores than it
+         * has, and it has them all (not other processes' load): they take
+         * turns, and a thread fewer may do as much */
+        int oversub = t->c.cores > 0 && f->demand > t->c.cores + OVERSUB_ABS &&
+                      f->cpu_w + f->trainer > t->c.cores - OVERSUB_ABS;
+        /* a thread more was tried here and did not pay (held): one fewer may
+         * do as much for less */
+        int up_failed =
+            t->fails[STK__MOVE_THREADS_UP] > 0 && t->decisions < t->hold_until[STK__MOVE_THREADS_UP];
+        int n = snprintf(why, cap, "wait %.0f%% of wall, workers %.0f%% busy", 100 * f->wait, 100 * f->busy);
+        if (oversub && n > 0 && (size_t)n < cap)
+            snprintf(why + n, cap - (size_t)n, ", %.2f cores wanted of %.2f", f->demand, t->c.cores);
         if (f->busy >= BUSY_HIGH) {
             if (direct && f->read_share >= READ_BOUND && can_move(t, k, STK__MOVE_DEPTH_UP))
                 return STK__MOVE_DEPTH_UP;
             if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
+            if ((oversub || up_failed) && can_move(t, k, STK__MOVE_THREADS_TRIM)) {
+                if (!oversub && n > 0 && (size_t)n < cap)
+                    snprintf(why + n, cap - (size_t)n, ", a thread more did not pay");
+                return STK__MOVE_THREADS_TRIM;
+            }
             if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
             return STK__MOVE_NONE; /* CPU-bound at the budget */
         }
+        if (oversub && can_move(t, k, STK__MOVE_THREADS_TRIM)) return STK__MOVE_THREADS_TRIM;
         if (can_move(t, k, STK__MOVE_PREFETCH_UP)) return STK__MOVE_PREFETCH_UP;
         if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
         if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
@@ -260,6 +334,9 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     unsigned th = k->threads ? k->threads : 1;
     double load = th > 1 ? f->busy * th / (th - 1) : 1; /* the work against one thread fewer */
     int draining = ready_prev > 0 && f->ready < ready_prev * DRAIN;
+    if (f->wait < WAIT_LOW && !have_prev && load < CAPACITY && !draining &&
+        can_move(t, k, STK__MOVE_THREADS_DOWN))
+        *pending = 1; /* one period more to confirm it: not a settled state */
     if (f->wait < WAIT_LOW && have_prev && load < CAPACITY && !draining &&
         can_move(t, k, STK__MOVE_THREADS_DOWN)) {
         snprintf(why, cap, "wait %.1f%% of wall (compute-bound), workers %.0f%% busy", 100 * f->wait,
@@ -289,6 +366,14 @@ static void start_trial(stk__tuner *t, int m, const stk__knobs *k, const stk__tu
 int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, char *reason, size_t cap)
 {
     if (cap) reason[0] = 0;
+    uint64_t fill = (uint64_t)s->knobs.prefetch + 1; /* the slots in turn */
+    if (!t->have_base && s->batches < fill) {
+        /* the ring's first turn: each slot is new (its pages faulted in as
+         * the workers first fill it) and the consumer waits on that, not on
+         * the knobs; the baseline comes after it */
+        t->next = fill - s->batches;
+        return 0;
+    }
     if (!t->have_base || s->resets != t->base.resets || s->batches < t->base.batches || s->t < t->base.t) {
         t->base = t->run_at = *s; /* the first sample, or the statistics were reset: a new baseline */
         t->have_base = 1;
@@ -356,16 +441,21 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
         }
         t->fails[m] = 0;         /* it paid: next time it fails, hold it the shortest */
         t->run_at = t->trial_at; /* the knobs in force since the trial began */
+        /* the way back was just measured worse (or no better): not tried at once */
+        if (m == STK__MOVE_THREADS_UP) hold_move(t, STK__MOVE_THREADS_TRIM);
+        if (m == STK__MOVE_THREADS_TRIM) hold_move(t, STK__MOVE_THREADS_UP);
     }
     int have_prev = t->thr_prev > 0; /* a period before this one with the same knobs */
     double ready_prev = t->ready_prev;
     t->thr_prev = f.thr;
     t->ready_prev = f.ready;
-    int forced;
-    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced);
+    int forced, pending;
+    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending);
     if (m == STK__MOVE_NONE) {
         t->quiet++;
-        if (!phase && t->period < PERIOD_MAX) t->next = t->period *= 2;
+        /* the period doubles while nothing is to be done, not while a move
+         * waits for its second period */
+        if (!phase && !pending && t->period < PERIOD_MAX) t->next = t->period *= 2;
         return 0;
     }
     *out = moved(t, k, m);

@@ -30,9 +30,10 @@ typedef struct {
 enum {
     STK__MOVE_NONE,
     STK__MOVE_THREADS_UP,
-    STK__MOVE_THREADS_DOWN,
+    STK__MOVE_THREADS_DOWN, /* compute-bound: judged by the wait */
     STK__MOVE_PREFETCH_UP,
     STK__MOVE_DEPTH_UP,
+    STK__MOVE_THREADS_TRIM, /* input-bound: one fewer, judged by throughput */
     STK__MOVE_COUNT
 };
 

@@ -8,7 +8,9 @@
  * and CPU budgets hold, a full queue served by saturated workers keeps its
  * threads, the prefetch stops where it covers the jitter, a good change
  * survives a noisy period, a shallow direct queue is deepened for the CPU
- * it costs, short periods are extended), all deterministic, no clock; then
+ * it costs, short periods are extended, the ring's first turn is not a
+ * period, oversubscribed cores lose a thread unless that costs throughput,
+ * threads that do not pay are trimmed), all deterministic, no clock; then
  * the engine: batches identical with tuning on and off while the knobs are
  * forced up and down between batches, and a small memory budget that the
  * slots never exceed.
@@ -57,6 +59,7 @@ static void sim_init(sim *m, stk__knobs start, stk__knobs max, unsigned pin, dou
     m->s.knobs = start;
     m->s.direct = direct;
     m->s.t = 100;
+    m->s.batches = start.prefetch + 1; /* past the ring's first turn (ring_fill_is_not_a_period) */
 }
 
 static void sim_run(sim *m, model_fn f, unsigned periods)
@@ -154,7 +157,8 @@ START_TEST(latency_bound_deepens_prefetch_or_io)
     sim_init(&m, (stk__knobs){2, 4, 16}, (stk__knobs){4, 64, 256}, 0, 4, 0, 1);
     sim_run(&m, read_latency, 30);
     ck_assert_uint_ge(m.s.knobs.io_depth, 128);
-    ck_assert_uint_eq(m.s.knobs.threads, 2); /* deeper reads, not more CPU */
+    ck_assert_uint_le(m.s.knobs.threads, 2); /* deeper reads, not more CPU (the model's threads add
+                                                nothing: one fewer does as much) */
 }
 END_TEST
 
@@ -455,6 +459,156 @@ START_TEST(short_periods_are_extended)
 }
 END_TEST
 
+/* Two cores; the trainer's thread spins through its step (CPU-bound). Two
+ * workers and the trainer take turns on the two cores: the trainer gets two
+ * thirds of one, the workers split a batch that one thread makes as fast
+ * (the copy is bound by memory, not by cores). One thread gives more
+ * batches a second, or (flat) as many for less CPU. The old policy saw
+ * busy workers with no CPU for another thread and left both. */
+static double one_thread_thr;
+static outcome oversubscribed(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    if (k->threads >= 2) return (outcome){600, 0.35, 0.95, 1.33, 0.67, 0, 0.2};
+    return (outcome){one_thread_thr, 0.35, 1.0, 1.0, 1.0, 0, 0.2};
+}
+
+START_TEST(oversubscribed_cores_lose_a_thread)
+{
+    static const double t1[] = {1000, 600};
+    for (unsigned v = 0; v < 2; v++) {
+        sim m;
+        one_thread_thr = t1[v];
+        sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+        sim_run(&m, oversubscribed, 3); /* the baseline, the first decision, its trial's */
+        ck_assert_msg(m.s.knobs.threads == 1, "t1 %.0f/s: threads %u after the first decision", t1[v],
+                      m.s.knobs.threads);
+        sim_run(&m, oversubscribed, 200);
+        ck_assert_uint_eq(m.s.knobs.threads, 1);
+        ck_assert_msg(m.changes <= 2, "%u changes", m.changes);
+    }
+}
+END_TEST
+
+/* The workers look busy in wall time (2 x 95%) but the process gets one
+ * core of the two: other processes' load preempts them, not the trainer. A
+ * thread fewer would only give the machine away. */
+static outcome loaded_machine(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    if (k->threads >= 2) return (outcome){400, 0.35, 0.95, 0.6, 0.4, 0, 0.2};
+    return (outcome){250, 0.55, 1.0, 0.5, 0.3, 0, 0.1};
+}
+
+START_TEST(other_load_is_not_oversubscription)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    sim_run(&m, loaded_machine, 60);
+    ck_assert_msg(m.s.knobs.threads == 2 && m.changes <= 1, "threads %u, %u changes", m.s.knobs.threads,
+                  m.changes);
+}
+END_TEST
+
+/* Oversubscribed as above, but one thread makes far fewer batches (the
+ * work is CPU-bound and the trainer sleeps part of its step): the thread
+ * taken away is given back, and the next try waits longer each time. */
+static outcome oversubscribed_needs_both(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    if (k->threads >= 2) return (outcome){600, 0.30, 0.95, 1.6, 0.67, 0, 0.2};
+    return (outcome){350, 0.60, 1.0, 1.0, 0.5, 0, 0.1};
+}
+
+START_TEST(oversubscribed_trim_that_costs_is_undone)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    unsigned trims = 0, threads = 2;
+    for (unsigned i = 0; i < 200; i++) {
+        sim_run(&m, oversubscribed_needs_both, 1);
+        if (m.s.knobs.threads < threads) trims++;
+        threads = m.s.knobs.threads;
+    }
+    ck_assert_uint_eq(m.s.knobs.threads, 2);
+    /* tried, then held 8, 16, 32, 64 decisions */
+    ck_assert_msg(trims >= 1 && trims <= 5, "%u trims in 200 periods", trims);
+}
+END_TEST
+
+/* Eight cores, the copy bound by memory: any number of threads makes 100
+ * batches/s, each thread busy. A fourth thread is tried and does not pay;
+ * then the threads come down while throughput holds. The old policy held
+ * the three it started with. */
+static outcome memory_bound(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    return (outcome){100, 0.3, 0.95, 0.95 * k->threads, 0.3, 0, 0.1};
+}
+
+START_TEST(threads_that_do_not_pay_are_trimmed)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){3, 8, 32}, (stk__knobs){8, 64, 32}, 0, 8, 0, 0);
+    sim_run(&m, memory_bound, 40);
+    ck_assert_msg(m.s.knobs.threads == 1, "threads %u", m.s.knobs.threads);
+    unsigned before = m.changes;
+    sim_run(&m, memory_bound, 300);
+    ck_assert_uint_eq(m.s.knobs.threads, 1);
+    ck_assert_msg(m.changes - before <= 12, "%u changes in 300 periods", m.changes - before);
+}
+END_TEST
+
+/* From the defaults (2 threads, 4 ahead), compute-bound: the workers make
+ * batches three times as fast as the consumer takes them, but the ring's
+ * first turn fills new slots (their pages faulted in) and the consumer
+ * waits 60% of that time while the workers seem two-thirds busy. The old
+ * policy took its baseline at the first batch, read the fill as a consumer
+ * waiting on idle workers, and deepened the prefetch to 8 (more new slots
+ * to fill, and their memory kept). */
+static outcome fill_then_compute(const stk__knobs *k, uint64_t i)
+{
+    if (i == 0) return (outcome){150, 0.60, 0.65, 1.3, 0.4, 0, 0.1};
+    return (outcome){300, 0.002, 0.5 / k->threads, 0.5, 1.0, 0, k->prefetch};
+}
+
+START_TEST(ring_fill_is_not_a_period)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    m.s.batches = 0;                    /* at open */
+    sim_run(&m, fill_then_compute, 13); /* the baseline after the 5 slots' first turn */
+    ck_assert_msg(m.max_prefetch_seen == 4, "prefetch deepened to %u on the ring's fill",
+                  m.max_prefetch_seen);
+    ck_assert_uint_eq(m.s.knobs.threads, 1); /* compute-bound: one thread does */
+}
+END_TEST
+
+/* From the defaults (2 threads), compute-bound from the first period: one
+ * thread would do. The first compute-bound period waits for a second to
+ * confirm it; the old policy also doubled the period in between (nothing
+ * changed), so the thread went 16 batches after the first decision, not 8. */
+static outcome one_thread_does(const stk__knobs *k, uint64_t i)
+{
+    (void)i;
+    return (outcome){300, 0.002, 0.3 / k->threads, 0.3, 1.0, 0, k->prefetch};
+}
+
+START_TEST(compute_bound_confirmed_at_the_next_period)
+{
+    sim m;
+    sim_init(&m, (stk__knobs){2, 4, 32}, (stk__knobs){2, 64, 32}, 0, 2, 0, 0);
+    uint64_t start = m.s.batches, at = 0;
+    for (unsigned i = 0; i < 10 && !at; i++) {
+        uint64_t decided = m.s.batches; /* the decision is made on the sample before the period */
+        sim_run(&m, one_thread_does, 1);
+        if (m.s.knobs.threads == 1) at = decided;
+    }
+    ck_assert_msg(at && at - start <= 16, "a thread went %llu batches after the baseline",
+                  (unsigned long long)(at - start));
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the engine */
 
 enum { N = 211, PER = 40, SIDE = 40, IMG = SIDE * SIDE * 3 };
@@ -638,13 +792,26 @@ END_TEST
 
 TU_MAIN("reader tuning",
         {.name = "decide",
-         .tests = {input_bound_busy_workers_add_threads, latency_bound_deepens_prefetch_or_io,
-                   compute_bound_takes_threads_away, noise_does_not_swing_the_knobs,
-                   step_change_restarts_the_period, a_step_blip_is_not_a_phase, pins_and_budgets_hold,
-                   full_queue_with_saturated_workers_keeps_threads, draining_queue_keeps_threads,
-                   thread_taken_is_judged_after_the_ring_drains, prefetch_stops_where_it_covers_the_jitter,
-                   noisy_period_keeps_a_good_change, shallow_direct_queue_deepened_for_its_cpu,
-                   short_periods_are_extended}},
+         .tests = {input_bound_busy_workers_add_threads,
+                   latency_bound_deepens_prefetch_or_io,
+                   compute_bound_takes_threads_away,
+                   noise_does_not_swing_the_knobs,
+                   step_change_restarts_the_period,
+                   a_step_blip_is_not_a_phase,
+                   pins_and_budgets_hold,
+                   full_queue_with_saturated_workers_keeps_threads,
+                   draining_queue_keeps_threads,
+                   thread_taken_is_judged_after_the_ring_drains,
+                   prefetch_stops_where_it_covers_the_jitter,
+                   noisy_period_keeps_a_good_change,
+                   shallow_direct_queue_deepened_for_its_cpu,
+                   short_periods_are_extended,
+                   oversubscribed_cores_lose_a_thread,
+                   oversubscribed_trim_that_costs_is_undone,
+                   threads_that_do_not_pay_are_trimmed,
+                   ring_fill_is_not_a_period,
+                   compute_bound_confirmed_at_the_next_period,
+                   other_load_is_not_oversubscription}},
         {.name = "engine",
          .timeout = 120,
          .tests = {batches_identical_while_knobs_turn, memory_budget_never_exceeded, tuning_env}})
