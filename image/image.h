@@ -72,6 +72,15 @@ typedef struct stk__jpeg stk__jpeg;
 stk__jpeg *stk__jpeg_new(void);
 void stk__jpeg_free(stk__jpeg *j); /* NULL: no-op */
 
+/* Settings of the region decodes (stk__jpeg_decode_region, _plan), bits:
+ * MERGED: no fancy upsampling (libjpeg's merged upsampling and colour
+ * conversion, chroma replicated); IFAST: the fast integer IDCT; ARENA: the
+ * image-lifetime memory kept across images. Before the next decode. */
+#define STK_IMG_JPEG_MERGED 1u
+#define STK_IMG_JPEG_IFAST 2u
+#define STK_IMG_JPEG_ARENA 4u
+void stk__jpeg_set_opts(stk__jpeg *j, unsigned opts);
+
 /* Colour spaces and chroma layouts (TurboJPEG's TJCS_ and TJSAMP_ values). */
 enum {
     STK_IMG_CS_RGB = 0,

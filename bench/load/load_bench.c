@@ -26,6 +26,7 @@
  * After one untimed pass (first touch of buffers), images are counted for
  * X seconds. Prints "RESULT <name> <images/s>". */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,10 @@ typedef struct {
     int path; /* 0: the TurboJPEG limit; 1: the old crop path; 2: the planner's; 3: planes probe */
     int eval;
     uint32_t size;
+    unsigned jopts, scales; /* stk__jpeg_set_opts for the new path; the planner's allowed scales */
+    int psnr;               /* one pass: PSNR of the path against a full decode + the same resample */
+    double psnr_sum, psnr_min;
+    uint64_t psnr_same;
 } share_t;
 
 static uint64_t splitmix(void *st)
@@ -73,6 +78,9 @@ typedef struct {
     stk__resizer *rs;
     stk__img_buf px;
     uint8_t *out;
+    stk__jpeg *jref; /* --psnr: the reference decoder, its image and output */
+    stk__img_buf ref;
+    uint8_t *rout;
 } crop_t;
 
 /* One crop of value k by the old or the new path into c->out. */
@@ -131,31 +139,66 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
         double bx = b.x0, by = b.y0, bw = b.w, bh = b.h;
         if (s->eval) stk__img_eval_box(o, o, W, H, &bx, &by, &bw, &bh);
         stk__jpeg_plan p;
-        stk__jpeg_plan_make(W, H, bx, by, bw, bh, o, o, STK_IMG_SCALES_POW2, s->eval, &p);
+        stk__jpeg_plan_make(W, H, bx, by, bw, bh, o, o, s->scales, s->eval, &p);
         if (stk__jpeg_decode_plan(c->j, data, len, W, H, &p, &c->px, 64, &at, &stride, &e))
             die("new path", e.msg);
         stk__rgb_view v = {at, p.w, p.h, stride, 0};
         if (stk__resize_box(c->rs, &v, p.bx, p.by, p.bw, p.bh, o, o, &win, flip, c->out, (size_t)o * 3))
             die("new path", "resize");
+        if (s->psnr) { /* the reference: a full decode (Pillow's pixels), the same box resampled */
+            if (stk__jpeg_header(c->jref, data, len, &info, &e) ||
+                stk__img_buf_reserve(&c->ref, (size_t)W * H * 3 + 64, "image", &e) ||
+                stk__jpeg_decode(c->jref, data, len, &info, STK_IMG_PF_RGB, 1, c->ref.p, &e))
+                die("reference", e.msg);
+            stk__rgb_view rv = {c->ref.p, W, H, (size_t)W * 3, 64};
+            if (stk__resize_box(c->rs, &rv, bx, by, bw, bh, o, o, &win, flip, c->rout, (size_t)o * 3))
+                die("reference", "resize");
+            double se = 0;
+            for (size_t i = 0; i < (size_t)o * o * 3; i++) {
+                double d = (double)c->out[i] - c->rout[i];
+                se += d * d;
+            }
+            double db = se == 0 ? 100 : 10 * log10(255.0 * 255.0 / (se / ((double)o * o * 3)));
+            s->psnr_sum += db;
+            s->psnr_same += se == 0;
+            if (db < s->psnr_min) s->psnr_min = db;
+        }
     }
 }
 
 static void *path_loop(void *arg)
 {
     share_t *s = arg;
-    crop_t c = {stk__jpeg_new(), stk__resizer_new(), {0}, malloc((size_t)s->size * s->size * 3)};
-    if (!c.j || !c.rs || !c.out) die("path", "out of memory");
+    crop_t c = {stk__jpeg_new(),
+                stk__resizer_new(),
+                {0},
+                malloc((size_t)s->size * s->size * 3),
+                stk__jpeg_new(),
+                {0},
+                malloc((size_t)s->size * s->size * 3)};
+    if (!c.j || !c.rs || !c.out || !c.jref || !c.rout) die("path", "out of memory");
+    stk__jpeg_set_opts(c.j, s->jopts);
     for (size_t k = 0; k < s->n; k++) crop_one(s, &c, k); /* untimed: first touch */
+    if (s->psnr) {
+        s->done = s->n;
+        s->seconds = 1;
+        s->psnr = 0;
+    }
+    if (s->done) goto out;
     double t0 = now();
     for (size_t k = 0;; k = (k + 1) % s->n) {
         crop_one(s, &c, k);
         if ((++s->done & 15) == 0 && now() - t0 >= s->seconds) break;
     }
     s->seconds = now() - t0;
+out:
     stk__jpeg_free(c.j);
+    stk__jpeg_free(c.jref);
     stk__resizer_free(c.rs);
     stk__img_buf_free(&c.px);
+    stk__img_buf_free(&c.ref);
     free(c.out);
+    free(c.rout);
     return NULL;
 }
 
@@ -186,8 +229,10 @@ static void *decode_loop(void *arg)
     return NULL;
 }
 
+/* Images/s of `which` (share_t.path) on `threads` threads, each share as
+ * proto; with proto->psnr, prints the PSNR line instead and returns 0. */
 static double run_decode(const char *path, unsigned threads, double seconds, int which, int eval,
-                         uint32_t size)
+                         uint32_t size, const share_t *proto)
 {
     stk_error e;
     stk_dataset *ds = stk_dataset_open(path, &e);
@@ -211,13 +256,24 @@ static double run_decode(const char *path, unsigned threads, double seconds, int
     share_t sh[64];
     size_t per = n / threads;
     for (unsigned t = 0; t < threads; t++) {
-        sh[t] = (share_t){v + t * per, hw + 2 * t * per, per, seconds, 0, which, eval, size};
+        sh[t] = *proto;
+        sh[t].v = v + t * per, sh[t].hw = hw + 2 * t * per, sh[t].n = per, sh[t].seconds = seconds;
+        sh[t].done = 0, sh[t].path = which, sh[t].eval = eval, sh[t].size = size;
+        sh[t].psnr_sum = 0, sh[t].psnr_min = 1e9, sh[t].psnr_same = 0;
         pthread_create(&th[t], NULL, which ? path_loop : decode_loop, &sh[t]);
     }
-    double rate = 0;
+    double rate = 0, sum = 0, worst = 1e9;
+    uint64_t same = 0, cnt = 0;
     for (unsigned t = 0; t < threads; t++) {
         pthread_join(th[t], NULL);
         rate += (double)sh[t].done / sh[t].seconds;
+        sum += sh[t].psnr_sum, same += sh[t].psnr_same, cnt += sh[t].n;
+        worst = sh[t].psnr_min < worst ? sh[t].psnr_min : worst;
+    }
+    if (proto->psnr) {
+        printf("PSNR %s: %llu images, mean %.2f dB, worst %.2f dB, %llu identical (100 dB)\n", path,
+               (unsigned long long)cnt, sum / (double)cnt, worst, (unsigned long long)same);
+        rate = 0;
     }
     free(v);
     free(hw);
@@ -269,6 +325,7 @@ int main(int argc, char **argv)
     uint32_t size = 224, batch = 256;
     double seconds = 5;
     int f32 = 0, eval = 0;
+    share_t proto = {.scales = STK_IMG_SCALES_POW2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--mode")) mode = v, i++;
@@ -279,20 +336,25 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--dtype")) f32 = !strcmp(v, "f32"), i++;
         else if (!strcmp(a, "--eval")) eval = 1;
         else if (!strcmp(a, "--path")) which = v, i++;
+        else if (!strcmp(a, "--jopts")) proto.jopts = (unsigned)atoi(v), i++;
+        else if (!strcmp(a, "--scales"))
+            proto.scales = !strcmp(v, "all") ? STK_IMG_SCALES_ALL : STK_IMG_SCALES_POW2, i++;
+        else if (!strcmp(a, "--psnr")) proto.psnr = 1;
         else if (a[0] == '-') die(a, "unknown option (see the comment at the top of load_bench.c)");
         else path = a;
     }
     if (!path || !threads || threads > 64 || !size || !batch)
         die("usage", "load_bench DATASET --mode crop|decode ...");
     if (!strcmp(mode, "decode"))
-        printf("RESULT decode_t%u %.1f images/s\n", threads, run_decode(path, threads, seconds, 0, 0, size));
+        printf("RESULT decode_t%u %.1f images/s\n", threads,
+               run_decode(path, threads, seconds, 0, 0, size, &proto));
     else if (!strcmp(mode, "path"))
         printf("RESULT path_%s%s_t%u %.1f images/s\n", which, eval ? "_eval" : "", threads,
                run_decode(path, threads, seconds,
                           !strcmp(which, "old")      ? 1
                           : !strcmp(which, "planes") ? 3
                                                      : 2,
-                          eval, size));
+                          eval, size, &proto));
     else
         printf("RESULT crop%s%s_t%u %.1f images/s\n", eval ? "_eval" : "", f32 ? "_f32" : "", threads,
                run_crop(path, threads, size, batch, seconds, f32, eval));

@@ -325,6 +325,66 @@ START_TEST(too_many_scans_refused)
 }
 END_TEST
 
+/* The region decodes' memory kept across images (STK_IMG_JPEG_ARENA) gives
+ * the pixels of libjpeg's own per-image pools, over a run of images that
+ * grow, shrink, change sampling and scale, are progressive, and fail part
+ * way (truncated), each decoded twice in a row, with the merged upsampling
+ * and without. */
+START_TEST(arena_keeps_pixels)
+{
+    static const struct {
+        uint32_t w, h;
+        int hs, vs, prog;
+    } ims[] = {{203, 157, 2, 2, 0}, {1900, 40, 1, 1, 0}, {16, 16, 2, 2, 1},   {640, 480, 2, 1, 0},
+               {640, 480, 2, 2, 0}, {7, 300, 0, 0, 0},   {203, 157, 2, 2, 1}, {1200, 900, 2, 2, 0}};
+    enum { N = sizeof ims / sizeof *ims };
+    uint8_t *jpg[N];
+    unsigned long len[N];
+    for (size_t i = 0; i < N; i++) {
+        tu_image im = tu_synth(ims[i].w, ims[i].h, TU_DETAIL, (uint64_t)i + 20);
+        len[i] = 0;
+        jpg[i] = make(&im, ims[i].hs, ims[i].vs, ims[i].prog, 0, &len[i]);
+        tu_image_free(&im);
+    }
+    for (unsigned base = 0; base <= STK_IMG_JPEG_MERGED; base += STK_IMG_JPEG_MERGED) {
+        stk__jpeg *a = stk__jpeg_new(), *b = stk__jpeg_new();
+        stk__jpeg_set_opts(a, base);
+        stk__jpeg_set_opts(b, base | STK_IMG_JPEG_ARENA);
+        stk__img_buf ba = {0}, bb = {0};
+        for (int round = 0; round < 2; round++)
+            for (size_t i = 0; i < N; i++)
+                for (int twice = 0; twice < 2; twice++) {
+                    /* every third image cut short before its last rows: a failure part way */
+                    int cut = (i + (size_t)round) % 3 == 1 && twice == 1;
+                    size_t n = cut ? len[i] * 2 / 3 : len[i];
+                    double bw = ims[i].w * (0.3 + 0.7 * twice), bh = ims[i].h * (0.3 + 0.7 * twice);
+                    stk__jpeg_plan p;
+                    stk__jpeg_plan_make(ims[i].w, ims[i].h, ims[i].w - bw, ims[i].h - bh, bw, bh, 100, 60,
+                                        STK_IMG_SCALES_POW2, round, &p);
+                    const uint8_t *ata, *atb;
+                    size_t sa, sb;
+                    stk_error ea, eb;
+                    int ra =
+                        stk__jpeg_decode_plan(a, jpg[i], n, ims[i].w, ims[i].h, &p, &ba, 64, &ata, &sa, &ea);
+                    int rb =
+                        stk__jpeg_decode_plan(b, jpg[i], n, ims[i].w, ims[i].h, &p, &bb, 64, &atb, &sb, &eb);
+                    ck_assert_int_eq(ra, rb);
+                    ck_assert_int_eq(ra, cut ? STK_IMG_E_CORRUPT : STK_OK);
+                    if (ra) continue;
+                    for (uint32_t y = 0; y < p.h; y++)
+                        ck_assert_msg(memcmp(ata + y * sa, atb + y * sb, (size_t)p.w * 3) == 0,
+                                      "opts %u image %zu (%ux%u) scale %u/8: row %u differs", base, i,
+                                      ims[i].w, ims[i].h, p.num, y);
+                }
+        stk__img_buf_free(&ba);
+        stk__img_buf_free(&bb);
+        stk__jpeg_free(a);
+        stk__jpeg_free(b);
+    }
+    for (size_t i = 0; i < N; i++) free(jpg[i]);
+}
+END_TEST
+
 START_TEST(cmyk_is_left_to_the_caller)
 {
     /* a CMYK frame: unsupported before any work, so the caller decodes it whole */
@@ -487,7 +547,7 @@ TU_MAIN("image_plan", {.name = "plan", .tests = {every_scale_chosen, box_edges}}
         {.name = "decode",
          .timeout = 120,
          .tests = {sub_444, sub_422, sub_420, sub_440, sub_411, greyscale, progressive, restart_markers,
-                   one_pixel_images, too_many_scans_refused, cmyk_is_left_to_the_caller}},
+                   one_pixel_images, too_many_scans_refused, cmyk_is_left_to_the_caller, arena_keeps_pixels}},
         {.name = "fidelity",
          .timeout = 300,
          .tests = {fidelity_psnr, box_resize_at_integer_box_is_plain, box_resize_mirror_is_flip_after}})
