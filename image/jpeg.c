@@ -106,7 +106,7 @@ stk__jpeg *stk__jpeg_new(void)
 {
     stk__jpeg *j = calloc(1, sizeof *j);
     if (!j) return NULL;
-    j->opts = STK_IMG_JPEG_DEFAULT;
+    j->opts = STK_IMG_JPEG_ARENA;
     int n = 0;
     const tjscalingfactor *sf = tjGetScalingFactors(&n);
     for (int i = 0; sf && i < n; i++)

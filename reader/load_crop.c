@@ -88,8 +88,12 @@ stk__cropper *stk__cropper_new(void)
     stk__cropper *c = calloc(1, sizeof *c);
     if (c && (!(c->rs = stk__resizer_new()) || !(c->jpeg = stk__jpeg_new()))) {
         stk__cropper_free(c);
-        c = NULL;
+        return NULL;
     }
+    /* merged upsampling: the region is resampled anyway, and libjpeg's merged
+     * upsampling + colour conversion is cheaper than its fancy upsampling
+     * (bench/README.md, issue 43); the PSNR promise holds (README) */
+    if (c) stk__jpeg_set_opts(c->jpeg, STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED);
     return c;
 }
 

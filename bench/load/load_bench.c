@@ -23,6 +23,15 @@
  *         window; a random crop as the window of a resize that maps its box
  *         to S x S (the same taps, box edges rounded to output pixels, no
  *         flip). Sources that have no planes take the planner's path.
+ *         --path new takes the load path's region-decode settings
+ *         (stk__jpeg_set_opts: arena + merged upsampling) unless --jopts N
+ *         gives others; --scales all lets the planner take every N/8.
+ *         --psnr: one pass, the PSNR of the path's crops against a full
+ *         decode + the same box resample (the decode's own effect), instead
+ *         of a rate. --ab 0,4,1,0s: the new path under each setting in turn
+ *         (jopts values; s: every DCT scale), 32 images each in rotating
+ *         order, rated in images per thread-CPU second (steadier than wall
+ *         time on a shared machine).
  * After one untimed pass (first touch of buffers), images are counted for
  * X seconds. Prints "RESULT <name> <images/s>". */
 #define _GNU_SOURCE
@@ -63,6 +72,11 @@ typedef struct {
     int psnr;               /* one pass: PSNR of the path against a full decode + the same resample */
     double psnr_sum, psnr_min;
     uint64_t psnr_same;
+    /* --ab: settings taken in turn, 32 images each, in rotating order; per
+     * setting the thread's CPU seconds and images */
+    unsigned ab_n, ab_opts[8], ab_scales[8];
+    double ab_cpu[8];
+    uint64_t ab_done[8];
 } share_t;
 
 static uint64_t splitmix(void *st)
@@ -166,6 +180,34 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
     }
 }
 
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --ab: the settings in turn over the same runs of 32 images. */
+static void ab_loop(share_t *s, crop_t *c)
+{
+    double t0 = now();
+    for (size_t k = 0, round = 0; now() - t0 < s->seconds; round++) {
+        size_t n = s->n - k < 32 ? s->n - k : 32;
+        for (unsigned i = 0; i < s->ab_n; i++) {
+            unsigned a = (unsigned)((i + round) % s->ab_n);
+            stk__jpeg_set_opts(c->j, s->ab_opts[a]);
+            s->scales = s->ab_scales[a];
+            double c0 = cpu_now();
+            for (size_t q = 0; q < n; q++) crop_one(s, c, k + q);
+            s->ab_cpu[a] += cpu_now() - c0;
+            s->ab_done[a] += n;
+        }
+        k = (k + n) % s->n;
+    }
+    s->done = 1;
+    s->seconds = now() - t0;
+}
+
 static void *path_loop(void *arg)
 {
     share_t *s = arg;
@@ -177,7 +219,7 @@ static void *path_loop(void *arg)
                 {0},
                 malloc((size_t)s->size * s->size * 3)};
     if (!c.j || !c.rs || !c.out || !c.jref || !c.rout) die("path", "out of memory");
-    stk__jpeg_set_opts(c.j, s->jopts);
+    stk__jpeg_set_opts(c.j, s->path == 2 ? s->jopts : 0); /* new: the load path's settings */
     for (size_t k = 0; k < s->n; k++) crop_one(s, &c, k); /* untimed: first touch */
     if (s->psnr) {
         s->done = s->n;
@@ -185,6 +227,10 @@ static void *path_loop(void *arg)
         s->psnr = 0;
     }
     if (s->done) goto out;
+    if (s->ab_n) {
+        ab_loop(s, &c);
+        goto out;
+    }
     double t0 = now();
     for (size_t k = 0;; k = (k + 1) % s->n) {
         crop_one(s, &c, k);
@@ -270,6 +316,14 @@ static double run_decode(const char *path, unsigned threads, double seconds, int
         sum += sh[t].psnr_sum, same += sh[t].psnr_same, cnt += sh[t].n;
         worst = sh[t].psnr_min < worst ? sh[t].psnr_min : worst;
     }
+    for (unsigned a = 0; a < proto->ab_n; a++) {
+        double cpu = 0;
+        uint64_t d = 0;
+        for (unsigned t = 0; t < threads; t++) cpu += sh[t].ab_cpu[a], d += sh[t].ab_done[a];
+        printf("AB opts %u%s: %.1f images per CPU second (%llu images)\n", proto->ab_opts[a],
+               proto->ab_scales[a] == STK_IMG_SCALES_ALL ? " scales all" : "", (double)d / cpu,
+               (unsigned long long)d);
+    }
     if (proto->psnr) {
         printf("PSNR %s: %llu images, mean %.2f dB, worst %.2f dB, %llu identical (100 dB)\n", path,
                (unsigned long long)cnt, sum / (double)cnt, worst, (unsigned long long)same);
@@ -325,7 +379,7 @@ int main(int argc, char **argv)
     uint32_t size = 224, batch = 256;
     double seconds = 5;
     int f32 = 0, eval = 0;
-    share_t proto = {.scales = STK_IMG_SCALES_POW2};
+    share_t proto = {.scales = STK_IMG_SCALES_POW2, .jopts = STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--mode")) mode = v, i++;
@@ -340,7 +394,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--scales"))
             proto.scales = !strcmp(v, "all") ? STK_IMG_SCALES_ALL : STK_IMG_SCALES_POW2, i++;
         else if (!strcmp(a, "--psnr")) proto.psnr = 1;
-        else if (a[0] == '-') die(a, "unknown option (see the comment at the top of load_bench.c)");
+        else if (!strcmp(a, "--ab")) { /* e.g. 0,4,1,0s: jopts values, s: every DCT scale allowed */
+            for (const char *q = v; *q && proto.ab_n < 8;) {
+                char *e2;
+                proto.ab_opts[proto.ab_n] = (unsigned)strtoul(q, &e2, 10);
+                proto.ab_scales[proto.ab_n++] = *e2 == 's' ? STK_IMG_SCALES_ALL : STK_IMG_SCALES_POW2;
+                q = e2 + (*e2 == 's');
+                q += *q == ',';
+            }
+            i++;
+        } else if (a[0] == '-') die(a, "unknown option (see the comment at the top of load_bench.c)");
         else path = a;
     }
     if (!path || !threads || threads > 64 || !size || !batch)
