@@ -6,7 +6,9 @@
  * resolution over the box, and its region covers the box inside the scaled
  * frame. A planned decode gives, for every subsampling, greyscale,
  * progressive and restart-marker files, exactly the pixels of a whole
- * TurboJPEG decode at that scale over its region. Fidelity: the planned
+ * TurboJPEG decode at that scale over its region (with merged upsampling,
+ * the reader's setting, those of a whole merged decode), also with
+ * libjpeg's memory kept across images. Fidelity: the planned
  * crop against a full decode + the same resample (the current path, itself
  * torchvision's PIL antialias within rounding) stays within the PSNR bound
  * README states (mean >= 35 dB, worst >= 30 dB). */
