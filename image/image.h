@@ -56,7 +56,8 @@ void stk__img_buf_free(stk__img_buf *b);
 
 /* Every decode here, TurboJPEG's and libjpeg's alike:
  *   - the accurate integer IDCT and fancy upsampling (what Pillow decodes
- *     with: an unscaled decode is bit-identical to Pillow's);
+ *     with: an unscaled decode is bit-identical to Pillow's), unless
+ *     stk__jpeg_set_opts asks a region decode for merged upsampling;
  *   - a libjpeg warning inside the decoded part (corrupt entropy data,
  *     truncated data, a bad marker) is an error (STK_IMG_E_CORRUPT), and
  *     progressive files with absurd numbers of scans are refused;
@@ -71,6 +72,19 @@ typedef struct stk__jpeg stk__jpeg;
  * first use. */
 stk__jpeg *stk__jpeg_new(void);
 void stk__jpeg_free(stk__jpeg *j); /* NULL: no-op */
+
+/* Settings of the region decodes (stk__jpeg_decode_region, _plan, _all),
+ * bits; a new decoder has ARENA alone. MERGED: no fancy upsampling
+ * (libjpeg's merged upsampling and colour conversion of 4:2:0 and 4:2:2
+ * frames, chroma replicated instead of interpolated: the pixels then are
+ * not a whole decode's; the reader's crops use it); IFAST: the fast integer
+ * IDCT (not used: its pixels differ on every image); ARENA: libjpeg's
+ * image-lifetime memory served from chunks kept across images (the same
+ * pixels). Takes effect at the next decode. */
+#define STK_IMG_JPEG_MERGED 1u
+#define STK_IMG_JPEG_IFAST 2u
+#define STK_IMG_JPEG_ARENA 4u
+void stk__jpeg_set_opts(stk__jpeg *j, unsigned opts);
 
 /* Colour spaces and chroma layouts (TurboJPEG's TJCS_ and TJSAMP_ values). */
 enum {

@@ -41,13 +41,39 @@ typedef struct {
     char msg[STK_ERROR_MSG_MAX];
 } jerr_t;
 
+/* The region decodes' image-lifetime memory: libjpeg allocates its strip
+ * buffers, tables and module objects per image and frees them all at the
+ * end of each (free_pool(JPOOL_IMAGE)); served from chunks kept across
+ * images instead, so that the heap is not grown and trimmed per image.
+ * Chunks are ARENA_ALIGN-aligned, requests rounded up to ARENA_ALIGN as
+ * libjpeg's own pools round them (its SIMD code may read and write up to
+ * the next alignment). */
+#define ARENA_ALIGN 32u
+#define ARENA_CHUNK ((size_t)64 << 10)
+/* larger requests go to libjpeg's own pools (a frame tens of thousands of
+ * pixels wide); so does everything once the chunks hold this much */
+#define ARENA_MAX_REQUEST ((size_t)16 << 20)
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t cap, used; /* bytes of data, after the header's aligned end */
+} arena_chunk;
+#define ARENA_HDR ((sizeof(arena_chunk) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
+
+typedef struct {
+    arena_chunk *head, *cur;
+    size_t total; /* bytes held */
+} arena_t;
+
 struct stk__jpeg {
     tjhandle tj;                      /* whole, scaled and planar decodes */
     struct jpeg_decompress_struct ci; /* region decodes, kept: no pools to build per image */
     jerr_t je;
     struct jpeg_progress_mgr pm; /* the region decodes' scan limit */
     bool ci_made;
-    unsigned scales; /* bit k set: TurboJPEG offers scaling by 1/2^k (k = 1..3) */
+    unsigned scales;             /* bit k set: TurboJPEG offers scaling by 1/2^k (k = 1..3) */
+    unsigned opts;               /* STK_IMG_JPEG_* settings of the region decodes */
+    struct jpeg_memory_mgr mem0; /* libjpeg's own memory methods, which the arena's wrap */
+    arena_t arena;
 };
 
 /* ------------------------------------------------------------- buffers */
@@ -72,10 +98,15 @@ void stk__img_buf_free(stk__img_buf *b)
 
 /* ------------------------------------------------------------- handles */
 
+#ifndef STK_IMG_JPEG_DEFAULT
+#  define STK_IMG_JPEG_DEFAULT 0u
+#endif
+
 stk__jpeg *stk__jpeg_new(void)
 {
     stk__jpeg *j = calloc(1, sizeof *j);
     if (!j) return NULL;
+    j->opts = STK_IMG_JPEG_ARENA;
     int n = 0;
     const tjscalingfactor *sf = tjGetScalingFactors(&n);
     for (int i = 0; sf && i < n; i++)
@@ -84,12 +115,31 @@ stk__jpeg *stk__jpeg_new(void)
     return j;
 }
 
+static void arena_release(arena_t *a)
+{
+    for (arena_chunk *c = a->head, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    *a = (arena_t){0};
+}
+
 void stk__jpeg_free(stk__jpeg *j)
 {
     if (!j) return;
     if (j->tj) tjDestroy(j->tj);
     if (j->ci_made) jpeg_destroy_decompress(&j->ci);
+    arena_release(&j->arena);
     free(j);
+}
+
+void stk__jpeg_set_opts(stk__jpeg *j, unsigned opts)
+{
+    if (j->ci_made && ((j->opts ^ opts) & STK_IMG_JPEG_ARENA)) { /* the arena is hooked at creation */
+        jpeg_destroy_decompress(&j->ci);
+        j->ci_made = false;
+    }
+    j->opts = opts;
 }
 
 static int tj_ready(stk__jpeg *j, stk_error *err)
@@ -246,6 +296,118 @@ int stk__jpeg_decode_planes(stk__jpeg *j, const uint8_t *data, size_t len, const
     return STK_OK;
 }
 
+/* ------------------------------------------------------ the region arena */
+
+static stk__jpeg *of_ci(j_common_ptr c) { return (stk__jpeg *)c->client_data; }
+
+/* n bytes (a multiple of ARENA_ALIGN) from the arena, or NULL when it is
+ * out of its bounds or of memory (the caller falls back to libjpeg's pools). */
+static void *arena_get(arena_t *a, size_t n)
+{
+    if (n > ARENA_MAX_REQUEST) return NULL;
+    for (; a->cur; a->cur = a->cur->next)
+        if (a->cur->cap - a->cur->used >= n) break;
+    if (!a->cur) {
+        if (a->total >= ARENA_MAX_REQUEST) return NULL;
+        size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        arena_chunk *c = aligned_alloc(ARENA_ALIGN, ARENA_HDR + cap);
+        if (!c) return NULL;
+        *c = (arena_chunk){NULL, cap, 0};
+        arena_chunk **tail = &a->head;
+        while (*tail) tail = &(*tail)->next;
+        *tail = a->cur = c;
+        a->total += cap;
+    }
+    void *p = (uint8_t *)a->cur + ARENA_HDR + a->cur->used;
+    a->cur->used += n;
+    return p;
+}
+
+static size_t arena_round(size_t n) { return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1); }
+
+static void *arena_small(j_common_ptr c, int pool, size_t n)
+{
+    stk__jpeg *j = of_ci(c);
+    void *p = pool == JPOOL_IMAGE && n <= ARENA_MAX_REQUEST ? arena_get(&j->arena, arena_round(n)) : NULL;
+    return p ? p : j->mem0.alloc_small(c, pool, n);
+}
+
+static void *arena_large(j_common_ptr c, int pool, size_t n)
+{
+    stk__jpeg *j = of_ci(c);
+    void *p = pool == JPOOL_IMAGE && n <= ARENA_MAX_REQUEST ? arena_get(&j->arena, arena_round(n)) : NULL;
+    return p ? p : j->mem0.alloc_large(c, pool, n);
+}
+
+/* As libjpeg's alloc_sarray: rows padded to 2 * ARENA_ALIGN samples (its
+ * upsamplers write up to there), one block of rows. */
+static JSAMPARRAY arena_sarray(j_common_ptr c, int pool, JDIMENSION per_row, JDIMENSION rows)
+{
+    stk__jpeg *j = of_ci(c);
+    size_t w = ((size_t)per_row + 2 * ARENA_ALIGN - 1) & ~(size_t)(2 * ARENA_ALIGN - 1);
+    if (pool == JPOOL_IMAGE && rows && w * rows <= ARENA_MAX_REQUEST) {
+        JSAMPARRAY r = arena_get(&j->arena, arena_round(rows * sizeof(JSAMPROW)));
+        JSAMPROW px = r ? arena_get(&j->arena, w * rows) : NULL;
+        if (px) {
+            for (JDIMENSION k = 0; k < rows; k++) r[k] = px + w * k;
+            return r;
+        }
+    }
+    return j->mem0.alloc_sarray(c, pool, per_row, rows);
+}
+
+static JBLOCKARRAY arena_barray(j_common_ptr c, int pool, JDIMENSION per_row, JDIMENSION rows)
+{
+    stk__jpeg *j = of_ci(c);
+    size_t w = (size_t)per_row * sizeof(JBLOCK);
+    if (pool == JPOOL_IMAGE && rows && w * rows <= ARENA_MAX_REQUEST) {
+        JBLOCKARRAY r = arena_get(&j->arena, arena_round(rows * sizeof(JBLOCKROW)));
+        JBLOCKROW b = r ? arena_get(&j->arena, arena_round(w * rows)) : NULL;
+        if (b) {
+            for (JDIMENSION k = 0; k < rows; k++) r[k] = b + (size_t)per_row * k;
+            return r;
+        }
+    }
+    return j->mem0.alloc_barray(c, pool, per_row, rows);
+}
+
+/* The image's memory given back: the arena's chunks kept for the next one
+ * (all of them dropped if a huge frame made them grow past the bound). */
+static void arena_reset(arena_t *a)
+{
+    if (a->total > ARENA_MAX_REQUEST) arena_release(a);
+    for (arena_chunk *c = a->head; c; c = c->next) c->used = 0;
+    a->cur = a->head;
+}
+
+static void arena_free_pool(j_common_ptr c, int pool)
+{
+    stk__jpeg *j = of_ci(c);
+    j->mem0.free_pool(c, pool);
+    if (pool == JPOOL_IMAGE) arena_reset(&j->arena);
+}
+
+static void arena_self_destruct(j_common_ptr c)
+{
+    stk__jpeg *j = of_ci(c);
+    arena_reset(&j->arena);
+    j->mem0.self_destruct(c);
+}
+
+/* The arena under a freshly created decompress object. */
+static void arena_hook(stk__jpeg *j)
+{
+    struct jpeg_memory_mgr *m = j->ci.mem;
+    j->ci.client_data = j;
+    j->mem0 = *m;
+    m->alloc_small = arena_small;
+    m->alloc_large = arena_large;
+    m->alloc_sarray = arena_sarray;
+    m->alloc_barray = arena_barray;
+    m->free_pool = arena_free_pool;
+    m->self_destruct = arena_self_destruct;
+}
+
 /* -------------------------------------------------------- region decode */
 
 static void on_error(j_common_ptr ci)
@@ -313,6 +475,7 @@ static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uin
         j->je.pub.error_exit = on_error;
         j->je.pub.emit_message = on_message;
         jpeg_create_decompress(ci);
+        if (j->opts & STK_IMG_JPEG_ARENA) arena_hook(j);
         j->pm.progress_monitor = region_progress;
         ci->progress = &j->pm;
         j->ci_made = true;
@@ -324,6 +487,8 @@ static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uin
     ci->out_color_space = JCS_RGB; /* libjpeg-turbo converts grayscale to RGB too */
     ci->scale_num = num;
     ci->scale_denom = 8;
+    if (j->opts & STK_IMG_JPEG_MERGED) ci->do_fancy_upsampling = FALSE;
+    if (j->opts & STK_IMG_JPEG_IFAST) ci->dct_method = JDCT_IFAST;
     jpeg_start_decompress(ci);
     uint32_t OW = ci->output_width, OH = ci->output_height;
     if (x0 >= OW || w > OW - x0 || y0 >= OH || h > OH - y0 || !w || !h)

@@ -19,9 +19,10 @@
  * window maps to) decoded alone (rows above skipped, its iMCU columns alone
  * transformed, decoding stopped after its last row) at the smallest power-of-
  * two DCT scale that keeps the output's resolution over it, then resampled
- * from its fractional edges to the output with the flip. When the box is at
- * least twice the output the pixels are a scaled decode's, not a whole
- * decode's (README: within the stated PSNR of it). CMYK JPEGs, and the
+ * from its fractional edges to the output with the flip. The region decode
+ * uses libjpeg's merged upsampling (4:2:0 and 4:2:2 chroma replicated), and
+ * a DCT scale when the box is at least twice the output, so the pixels are
+ * not a whole decode's (README: within the stated PSNR of it). CMYK JPEGs, and the
  * whole-image stretch, decode whole. The geometry
  * is image/geometry.c's; this file keeps the crop's policy (which decode,
  * the pixel limit, what a record's error says). */
@@ -88,8 +89,12 @@ stk__cropper *stk__cropper_new(void)
     stk__cropper *c = calloc(1, sizeof *c);
     if (c && (!(c->rs = stk__resizer_new()) || !(c->jpeg = stk__jpeg_new()))) {
         stk__cropper_free(c);
-        c = NULL;
+        return NULL;
     }
+    /* merged upsampling: the region is resampled anyway, and libjpeg's merged
+     * upsampling + colour conversion is cheaper than its fancy upsampling
+     * (bench/README.md, issue 43); the PSNR promise holds (README) */
+    if (c) stk__jpeg_set_opts(c->jpeg, STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED);
     return c;
 }
 

@@ -6,7 +6,9 @@
  * resolution over the box, and its region covers the box inside the scaled
  * frame. A planned decode gives, for every subsampling, greyscale,
  * progressive and restart-marker files, exactly the pixels of a whole
- * TurboJPEG decode at that scale over its region. Fidelity: the planned
+ * TurboJPEG decode at that scale over its region (with merged upsampling,
+ * the reader's setting, those of a whole merged decode), also with
+ * libjpeg's memory kept across images. Fidelity: the planned
  * crop against a full decode + the same resample (the current path, itself
  * torchvision's PIL antialias within rounding) stays within the PSNR bound
  * README states (mean >= 35 dB, worst >= 30 dB). */
@@ -136,8 +138,33 @@ static uint8_t *make(const tu_image *im, int hs, int vs, int progressive, int re
     return out;
 }
 
+/* A whole decode at num/8 to RGB through libjpeg itself (TurboJPEG picks
+ * its scale from the output size, which several scales share on images
+ * this small); merged: without fancy upsampling. */
+static void libjpeg_whole(const uint8_t *jb, unsigned long len, unsigned num, int merged, uint8_t *out)
+{
+    struct jpeg_decompress_struct ci;
+    struct jpeg_error_mgr jerr;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, jb, len);
+    jpeg_read_header(&ci, TRUE);
+    ci.out_color_space = JCS_RGB;
+    ci.scale_num = num;
+    ci.scale_denom = 8;
+    ci.do_fancy_upsampling = merged ? FALSE : TRUE;
+    jpeg_start_decompress(&ci);
+    while (ci.output_scanline < ci.output_height) {
+        JSAMPROW row = out + (size_t)ci.output_scanline * ci.output_width * 3;
+        jpeg_read_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+}
+
 /* The planned decode of each box equals the region of a whole decode at
- * the plan's scale. */
+ * the plan's scale; with merged upsampling (the reader's crops), the region
+ * of a whole decode with merged upsampling. */
 static void planned_equals_whole(int hs, int vs, int progressive, int restart)
 {
     tu_image im = tu_synth(203, 157, TU_DETAIL, 7);
@@ -148,26 +175,32 @@ static void planned_equals_whole(int hs, int vs, int progressive, int restart)
     tjhandle tj = tjInitDecompress();
     const double boxes[][4] = {{0, 0, 203, 157},  {0, 0, 90, 60},  {113, 0, 90, 70},         {0, 97, 80, 60},
                                {120, 90, 83, 67}, {101, 77, 3, 2}, {64.5, 31.25, 100.5, 99}, {7, 9, 1, 1}};
-    for (unsigned k = 1; k <= 8; k++) {
-        for (size_t b = 0; b < sizeof boxes / sizeof *boxes; b++) {
-            stk__jpeg_plan p;
-            /* out 1 x 1 and only scale k: the plan takes k wherever the box allows */
-            stk__jpeg_plan_make(im.w, im.h, boxes[b][0], boxes[b][1], boxes[b][2], boxes[b][3], 1, 1, 1u << k,
-                                b == 6, &p);
-            const uint8_t *at;
-            size_t stride;
-            stk_error e;
-            ck_assert_msg(stk__jpeg_decode_plan(j, jpg, len, im.w, im.h, &p, &buf, 64, &at, &stride, &e) ==
-                              STK_OK,
-                          "%s", e.msg);
-            uint8_t *whole = tu_xmalloc((size_t)p.sw * p.sh * 3);
-            ck_assert_int_eq(tjDecompress2(tj, jpg, len, whole, (int)p.sw, 0, (int)p.sh, TJPF_RGB, 0), 0);
-            for (uint32_t y = 0; y < p.h; y++)
-                ck_assert_msg(memcmp(at + y * stride, whole + ((size_t)(p.y0 + y) * p.sw + p.x0) * 3,
-                                     (size_t)p.w * 3) == 0,
-                              "samp %dx%d prog %d rst %d: scale %u/8 box %zu row %u differs", hs, vs,
-                              progressive, restart, p.num, b, y);
-            free(whole);
+    for (unsigned m = 0; m < 2; m++) {
+        stk__jpeg_set_opts(j, STK_IMG_JPEG_ARENA | (m ? STK_IMG_JPEG_MERGED : 0));
+        for (unsigned k = 1; k <= 8; k++) {
+            for (size_t b = 0; b < sizeof boxes / sizeof *boxes; b++) {
+                stk__jpeg_plan p;
+                /* out 1 x 1 and only scale k: the plan takes k wherever the box allows */
+                stk__jpeg_plan_make(im.w, im.h, boxes[b][0], boxes[b][1], boxes[b][2], boxes[b][3], 1, 1,
+                                    1u << k, b == 6, &p);
+                const uint8_t *at;
+                size_t stride;
+                stk_error e;
+                ck_assert_msg(
+                    stk__jpeg_decode_plan(j, jpg, len, im.w, im.h, &p, &buf, 64, &at, &stride, &e) == STK_OK,
+                    "%s", e.msg);
+                uint8_t *whole = tu_xmalloc((size_t)p.sw * p.sh * 3);
+                if (m) libjpeg_whole(jpg, len, p.num, 1, whole);
+                else
+                    ck_assert_int_eq(tjDecompress2(tj, jpg, len, whole, (int)p.sw, 0, (int)p.sh, TJPF_RGB, 0),
+                                     0);
+                for (uint32_t y = 0; y < p.h; y++)
+                    ck_assert_msg(memcmp(at + y * stride, whole + ((size_t)(p.y0 + y) * p.sw + p.x0) * 3,
+                                         (size_t)p.w * 3) == 0,
+                                  "samp %dx%d prog %d rst %d merged %u: scale %u/8 box %zu row %u differs",
+                                  hs, vs, progressive, restart, m, p.num, b, y);
+                free(whole);
+            }
         }
     }
     tjDestroy(tj);
@@ -194,28 +227,6 @@ END_TEST
 START_TEST(restart_markers) { planned_equals_whole(2, 2, 0, 1); }
 END_TEST
 
-/* A whole decode at num/8 to RGB through libjpeg itself (TurboJPEG picks
- * its scale from the output size, which several scales share on images
- * this small). */
-static void libjpeg_whole(const uint8_t *jb, unsigned long len, unsigned num, uint8_t *out)
-{
-    struct jpeg_decompress_struct ci;
-    struct jpeg_error_mgr jerr;
-    ci.err = jpeg_std_error(&jerr);
-    jpeg_create_decompress(&ci);
-    jpeg_mem_src(&ci, jb, len);
-    jpeg_read_header(&ci, TRUE);
-    ci.out_color_space = JCS_RGB;
-    ci.scale_num = num;
-    ci.scale_denom = 8;
-    jpeg_start_decompress(&ci);
-    while (ci.output_scanline < ci.output_height) {
-        JSAMPROW row = out + (size_t)ci.output_scanline * ci.output_width * 3;
-        jpeg_read_scanlines(&ci, &row, 1);
-    }
-    jpeg_finish_decompress(&ci);
-    jpeg_destroy_decompress(&ci);
-}
 
 /* 1-pixel and 1-pixel-thin images, colour (4:2:0, 4:4:4) and greyscale:
  * every scale's plan decodes to the pixels of a whole decode at that
@@ -247,7 +258,7 @@ START_TEST(one_pixel_images)
                               "%ux%u samp %d scale %u/8: %s", w, h, samps[si], p.num, e.msg);
                 uint8_t whole[64 * 3];
                 ck_assert_uint_le((size_t)p.sw * p.sh, 64);
-                libjpeg_whole(jb, len, p.num, whole);
+                libjpeg_whole(jb, len, p.num, 0, whole);
                 for (uint32_t y = 0; y < p.h; y++)
                     ck_assert_msg(memcmp(at + y * stride, whole + (size_t)y * p.sw * 3, (size_t)p.w * 3) == 0,
                                   "%ux%u samp %d scale %u/8 row %u differs", w, h, samps[si], p.num, y);
@@ -325,6 +336,66 @@ START_TEST(too_many_scans_refused)
 }
 END_TEST
 
+/* The region decodes' memory kept across images (STK_IMG_JPEG_ARENA) gives
+ * the pixels of libjpeg's own per-image pools, over a run of images that
+ * grow, shrink, change sampling and scale, are progressive, and fail part
+ * way (truncated), each decoded twice in a row, with the merged upsampling
+ * and without. */
+START_TEST(arena_keeps_pixels)
+{
+    static const struct {
+        uint32_t w, h;
+        int hs, vs, prog;
+    } ims[] = {{203, 157, 2, 2, 0}, {1900, 40, 1, 1, 0}, {16, 16, 2, 2, 1},   {640, 480, 2, 1, 0},
+               {640, 480, 2, 2, 0}, {7, 300, 0, 0, 0},   {203, 157, 2, 2, 1}, {1200, 900, 2, 2, 0}};
+    enum { N = sizeof ims / sizeof *ims };
+    uint8_t *jpg[N];
+    unsigned long len[N];
+    for (size_t i = 0; i < N; i++) {
+        tu_image im = tu_synth(ims[i].w, ims[i].h, TU_DETAIL, (uint64_t)i + 20);
+        len[i] = 0;
+        jpg[i] = make(&im, ims[i].hs, ims[i].vs, ims[i].prog, 0, &len[i]);
+        tu_image_free(&im);
+    }
+    for (unsigned base = 0; base <= STK_IMG_JPEG_MERGED; base += STK_IMG_JPEG_MERGED) {
+        stk__jpeg *a = stk__jpeg_new(), *b = stk__jpeg_new();
+        stk__jpeg_set_opts(a, base);
+        stk__jpeg_set_opts(b, base | STK_IMG_JPEG_ARENA);
+        stk__img_buf ba = {0}, bb = {0};
+        for (int round = 0; round < 2; round++)
+            for (size_t i = 0; i < N; i++)
+                for (int twice = 0; twice < 2; twice++) {
+                    /* every third image cut short before its last rows: a failure part way */
+                    int cut = (i + (size_t)round) % 3 == 1 && twice == 1;
+                    size_t n = cut ? len[i] * 2 / 3 : len[i];
+                    double bw = ims[i].w * (0.3 + 0.7 * twice), bh = ims[i].h * (0.3 + 0.7 * twice);
+                    stk__jpeg_plan p;
+                    stk__jpeg_plan_make(ims[i].w, ims[i].h, ims[i].w - bw, ims[i].h - bh, bw, bh, 100, 60,
+                                        STK_IMG_SCALES_POW2, round, &p);
+                    const uint8_t *ata, *atb;
+                    size_t sa, sb;
+                    stk_error ea, eb;
+                    int ra =
+                        stk__jpeg_decode_plan(a, jpg[i], n, ims[i].w, ims[i].h, &p, &ba, 64, &ata, &sa, &ea);
+                    int rb =
+                        stk__jpeg_decode_plan(b, jpg[i], n, ims[i].w, ims[i].h, &p, &bb, 64, &atb, &sb, &eb);
+                    ck_assert_int_eq(ra, rb);
+                    ck_assert_int_eq(ra, cut ? STK_IMG_E_CORRUPT : STK_OK);
+                    if (ra) continue;
+                    for (uint32_t y = 0; y < p.h; y++)
+                        ck_assert_msg(memcmp(ata + y * sa, atb + y * sb, (size_t)p.w * 3) == 0,
+                                      "opts %u image %zu (%ux%u) scale %u/8: row %u differs", base, i,
+                                      ims[i].w, ims[i].h, p.num, y);
+                }
+        stk__img_buf_free(&ba);
+        stk__img_buf_free(&bb);
+        stk__jpeg_free(a);
+        stk__jpeg_free(b);
+    }
+    for (size_t i = 0; i < N; i++) free(jpg[i]);
+}
+END_TEST
+
 START_TEST(cmyk_is_left_to_the_caller)
 {
     /* a CMYK frame: unsupported before any work, so the caller decodes it whole */
@@ -362,16 +433,17 @@ static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
 /* The planned crop (scaled region + fractional-box resize) against a full
  * decode + stk__resize of the same integer box, for random boxes of
  * RandomResizedCrop's range on photo-like images of 1,600 x 1,200. */
-START_TEST(fidelity_psnr)
+static void fidelity(uint32_t W, uint32_t H, unsigned opts, unsigned min_scaled)
 {
     enum { OUT = 224, N = 60 };
-    tu_image im = tu_synth(1600, 1200, TU_GRADIENT, 11);
-    tu_image det = tu_synth(1600, 1200, TU_DETAIL, 12);
+    tu_image im = tu_synth(W, H, TU_GRADIENT, 11);
+    tu_image det = tu_synth(W, H, TU_DETAIL, 12);
     for (size_t i = 0; i < (size_t)im.w * im.h * 3; i++) /* smooth areas with some texture, as photos */
         im.px[i] = (uint8_t)((3 * im.px[i] + det.px[i]) / 4);
     unsigned long len = 0;
     uint8_t *jpg = make(&im, 2, 2, 0, 0, &len);
     stk__jpeg *j = stk__jpeg_new();
+    stk__jpeg_set_opts(j, opts);
     stk__resizer *rs = stk__resizer_new();
     stk__img_buf buf = {0};
     uint8_t *full = tu_xmalloc((size_t)im.w * im.h * 3 + 64);
@@ -408,8 +480,9 @@ START_TEST(fidelity_psnr)
         sum += q;
         if (q < worst) worst = q;
     }
-    printf("fidelity: %u of %d crops scaled, PSNR mean %.2f dB, worst %.2f dB\n", scaled, N, sum / N, worst);
-    ck_assert_uint_gt(scaled, N / 2);
+    printf("fidelity %ux%u, opts %u: %u of %d crops scaled, PSNR mean %.2f dB, worst %.2f dB\n", W, H, opts,
+           scaled, N, sum / N, worst);
+    ck_assert_uint_ge(scaled, min_scaled);
     ck_assert_msg(sum / N >= 35.0, "mean PSNR %.2f dB", sum / N);
     ck_assert_msg(worst >= 30.0, "worst PSNR %.2f dB", worst);
     free(full);
@@ -419,6 +492,17 @@ START_TEST(fidelity_psnr)
     free(jpg);
     tu_image_free(&im);
     tu_image_free(&det);
+}
+
+START_TEST(fidelity_psnr) { fidelity(1600, 1200, STK_IMG_JPEG_ARENA, 31); }
+END_TEST
+
+/* The reader's settings (merged upsampling) on images of 300-500 px, whose
+ * random crops are mostly decoded at full scale, 4:2:0. */
+START_TEST(fidelity_psnr_merged)
+{
+    fidelity(480, 360, STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED, 0);
+    fidelity(1600, 1200, STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED, 31);
 }
 END_TEST
 
@@ -487,7 +571,8 @@ TU_MAIN("image_plan", {.name = "plan", .tests = {every_scale_chosen, box_edges}}
         {.name = "decode",
          .timeout = 120,
          .tests = {sub_444, sub_422, sub_420, sub_440, sub_411, greyscale, progressive, restart_markers,
-                   one_pixel_images, too_many_scans_refused, cmyk_is_left_to_the_caller}},
+                   one_pixel_images, too_many_scans_refused, cmyk_is_left_to_the_caller, arena_keeps_pixels}},
         {.name = "fidelity",
          .timeout = 300,
-         .tests = {fidelity_psnr, box_resize_at_integer_box_is_plain, box_resize_mirror_is_flip_after}})
+         .tests = {fidelity_psnr, fidelity_psnr_merged, box_resize_at_integer_box_is_plain,
+                   box_resize_mirror_is_flip_after}})
