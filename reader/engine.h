@@ -64,6 +64,11 @@ typedef struct {
 
 typedef struct stk_reader stk_reader;
 
+/* Parts a worker may hold begun at once on the direct path (r->parts_ahead:
+ * 2, the one it ends and the next; more for remote shards, io_plan.c); the
+ * size of stk__worker's ioq. */
+#define STK__PARTS_AHEAD_MAX 4
+
 typedef struct {
     stk_reader *r;
     pthread_t thread;
@@ -74,7 +79,7 @@ typedef struct {
     uint64_t *stamp;       /* per shard: batch_no that last checked it */
     uint64_t verified;     /* records verified, not yet added to stats */
     unsigned advise_left;  /* batches to read ahead for (reader.c, prepare) */
-    stk__ioq *ioq[2];      /* direct path: read queues, the part ending and the next */
+    stk__ioq *ioq[4];      /* direct path: read queues, a part per queue (STK__PARTS_AHEAD_MAX) */
     stk__qentry **qblk[2]; /* quasi blocks: per record of each part, its block */
     stk__qentry **qown[2]; /* ... and the blocks the part reads itself */
     stk__qentry **qpre[2]; /* ... of which read ahead for the next window */
@@ -184,6 +189,8 @@ struct stk_reader {
     unsigned claim_part, parts; /* batches are prepared in parts, one per thread: `parts` at open
                                    (what the direct path's buffers were planned for) */
     unsigned parts_now;         /* ... for the threads running now (stk__engine_parts) */
+    unsigned parts_ahead;       /* parts a worker holds begun at once, 2..STK__PARTS_AHEAD_MAX (io_plan.c) */
+    int prefetch_auto;          /* the options left prefetch to the reader (0) */
     uint64_t slot_stride_bytes; /* bytes of selected tensor fields per record */
     uint64_t gen;               /* bumped by seek; read unlocked by workers (atomics) */
     unsigned active;

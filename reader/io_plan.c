@@ -434,6 +434,11 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
     /* Remote shards read quasi blocks whatever the value size: a GET per
      * record costs a round trip, a block's run of records is one GET. */
     if (r->direct) plan_quasi_blocks(r, nremote && blocks < 0 ? 1 : (int)blocks);
+    /* Each worker begins the next part while it ends one; remote shards
+     * outside quasi blocks, whose parts wait on range GETs, hold more begun
+     * (reader_open.c, plan_remote_window: why). Quasi blocks keep two: their
+     * block lists are per part, and whole blocks already make few GETs. */
+    r->parts_ahead = nremote && r->direct && !r->qb_bytes ? STK__PARTS_AHEAD_MAX : 2;
     if ((!r->direct || nremote) && plan_map_huge(r, planned, err)) return err ? err->code : STK_E_NOMEM;
     return STK_OK;
 }
@@ -448,7 +453,7 @@ int stk__io_plan(stk_reader *r, const stk__env *env, stk_error *err)
 uint64_t stk__io_plan_bytes(const stk_reader *r)
 {
     if (!r->direct) return 0;
-    uint64_t queues = 2ull * r->nworkers;
+    uint64_t queues = (uint64_t)r->parts_ahead * r->nworkers;
     if (r->qb_bytes) return r->qcache_bytes + queues * 2 * r->qb_bytes;
     uint64_t part = ((uint64_t)r->o.batch_size + r->parts - 1) / r->parts, per = 0;
     for (unsigned k = 0; k < r->nsel; k++)
@@ -464,7 +469,7 @@ int stk__io_start(stk_reader *r, const stk__env *env, stk_error *err)
     if (stk__env_get(env, STK__ENV_IO_ENGINE, &engine, err) ||
         stk__env_get(env, STK__ENV_IO_FAULT, &fault, err))
         return STK_E_ARG;
-    stk__io_config c = {STK__ENGINE_AUTO, r->io_depth_max, 2 * r->nworkers,
+    stk__io_config c = {STK__ENGINE_AUTO, r->io_depth_max, r->parts_ahead * r->nworkers,
                         stk__env_text(env, STK__ENV_IO_FAULT), r->o.io_depth};
     if (engine >= 0) c.engine = engine ? STK__ENGINE_THREADS : STK__ENGINE_URING;
     char note[200];

@@ -907,23 +907,28 @@ static void end(stk_reader *r, stk__worker *w, stk__part *p, const stk__part *ot
     p->busy += stk__now() - t0;
 }
 
-/* A worker holds at most two parts: the one it is ending and, on the direct
- * path, the next, whose reads are already queued. */
+/* A worker holds at most r->parts_ahead parts begun: the one it is ending
+ * and, on the direct path, those after it, whose reads are already queued
+ * (two, or more for remote shards: io_plan.c). They end in the order begun. */
+_Static_assert(sizeof((stk__worker *)0)->ioq / sizeof(stk__ioq *) == STK__PARTS_AHEAD_MAX,
+               "a worker's queues: one per part it may hold begun");
+
 void *stk__worker_main(void *arg)
 {
     stk__worker *w = arg;
     stk_reader *r = w->r;
     uint64_t win_epoch = UINT64_MAX, win_next = 0;
-    stk__part parts[2];
+    const unsigned depth = r->parts_ahead;
+    stk__part parts[STK__PARTS_AHEAD_MAX];
     memset(parts, 0, sizeof parts);
-    for (unsigned i = 0; i < 2; i++) {
+    for (unsigned i = 0; i < depth; i++) {
         parts[i].q = w->ioq[i];
-        parts[i].blk = w->qblk[i];
-        parts[i].own = w->qown[i];
-        parts[i].pre = w->qpre[i];
+        parts[i].blk = w->qblk[i & 1];
+        parts[i].own = w->qown[i & 1];
+        parts[i].pre = w->qpre[i & 1];
     }
-    unsigned cur = 0;
-    int have = 0; /* parts[cur] is begun and not yet ended */
+    unsigned cur = 0;  /* the oldest part begun */
+    unsigned have = 0; /* parts[cur], parts[cur + 1], ... (mod depth) are begun and not yet ended */
     pthread_mutex_lock(&r->mu);
     for (;;) {
         int can = w->index < r->knob_threads && can_claim(r);
@@ -938,20 +943,17 @@ void *stk__worker_main(void *arg)
             r->idle--;
             continue;
         }
-        stk__part *next = NULL;
         /* read ahead only when no other worker is idle: it would take the
          * part sooner, and batches stay spread over the workers */
-        if (can && (!have || (r->direct && !r->idle))) {
-            next = &parts[have ? cur ^ 1 : cur];
+        if (can && (!have || (r->direct && !r->idle && have < depth))) {
+            stk__part *next = &parts[(cur + have) % depth];
             claim_part(r, next);
             pthread_mutex_unlock(&r->mu);
             begin(r, w, next, &win_epoch, &win_next);
             pthread_mutex_lock(&r->mu);
-            if (!have) { /* the first part: see whether another can be begun */
-                have = 1;
-                continue;
-            }
+            if (++have < depth) continue; /* see whether another can be begun */
         }
+        stk__part *next = have > 1 ? &parts[(cur + 1) % depth] : NULL;
         stk__part *p = &parts[cur];
         pthread_mutex_unlock(&r->mu);
         end(r, w, p, next);
@@ -973,8 +975,8 @@ void *stk__worker_main(void *arg)
         w->verified = 0;
         finish_part(r, p->sl, p->part, p->gen, p->heap, &p->err);
         if (!r->active) pthread_cond_broadcast(&r->ready_cv); /* restart_at waits for that */
-        have = next != NULL;
-        if (next) cur ^= 1;
+        have--;
+        cur = (cur + 1) % depth;
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;

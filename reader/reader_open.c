@@ -137,6 +137,8 @@ static int resolve_options(stk_reader *r, const stk_reader_options *in, size_t s
     if (o->threads > 256) return stk_error_set(err, STK_E_ARG, "threads %u: at most 256", o->threads);
     int old_caller = in && size < offsetof(stk_reader_options, tuning) + sizeof o->tuning;
     if ((rc = plan_tuning(r, env, threads_given, old_caller, tc, err))) return rc;
+    r->prefetch_auto = o->prefetch == 0; /* a remote reader may deepen it: plan_remote_window */
+    r->parts_ahead = 2;                  /* stk__io_plan may raise it */
     if (o->prefetch == 0) o->prefetch = 2 * o->threads < 2 ? 2 : 2 * o->threads;
     if (o->prefetch > 4096) return stk_error_set(err, STK_E_ARG, "prefetch %u: at most 4096", o->prefetch);
     if (o->quasi_block_bytes == 0) o->quasi_block_bytes = 4u << 20;
@@ -504,6 +506,38 @@ static int plan_copy(stk_reader *r, const stk__env *env, stk_error *err)
  * the opening prefetch needs if more. Not on the device path: its slots are
  * pinned staging memory and device buffers, which the prefetch given sizes. */
 #define PREFETCH_TUNE_MAX 256
+
+/* A remote reader's window (stk__io_plan set parts_ahead above 2): its range
+ * GETs go out a few dozen at a time and the rest wait queued, and only GETs
+ * queued at once can be joined into one request (remote/client.c), so a
+ * deeper window of parts begun turns more of a shuffled order's records into
+ * neighbours of one another: fewer, larger requests, which the server's cost
+ * per request bounds. The window is as many batches as the workers' parts
+ * begun at once fill; a prefetch the options leave to the reader becomes
+ * that plus a batch per thread for the caller (the GETs land straight in the
+ * slots: no cache space), within the memory budget (given, or with tuning on
+ * its default), never below the default. The tuner starts there and may
+ * move it between 1 and its bound (plan_knobs). */
+static void plan_remote_window(stk_reader *r, const stk__tune_config *tc)
+{
+    stk_reader_options *o = &r->o;
+    if (r->parts_ahead <= 2) return;
+    unsigned window = (r->parts_ahead * r->nworkers + r->parts - 1) / r->parts;
+    if (r->prefetch_auto && !r->be) {
+        uint64_t want = (uint64_t)window + o->threads, per = host_bytes_per_slot(r),
+                 fixed = r->zcache_bytes + stk__io_plan_bytes(r), budget = o->memory_budget;
+        if (!budget && o->tuning == STK_TUNING_ON) budget = stk__tune_memory_default(tc->ranks);
+        uint64_t slots = !budget || !per ? UINT64_MAX : budget > fixed ? (budget - fixed) / per : 0;
+        if (slots <= want) want = slots ? slots - 1 : 0;
+        if (want > o->prefetch && want <= 4096) o->prefetch = (unsigned)want;
+    }
+    size_t n = strlen(r->io_reason);
+    snprintf(r->io_reason + n, sizeof r->io_reason - n,
+             "; %u parts begun per worker (a window of %u batches, prefetch %u): more GETs queued at once, "
+             "so more adjacent records join into one request",
+             r->parts_ahead, window, o->prefetch);
+}
+
 static void plan_knobs(stk_reader *r, stk__tune_config *tc)
 {
     stk_reader_options *o = &r->o;
@@ -646,8 +680,9 @@ static int start_workers(stk_reader *r, stk_error *err)
         w->index = i;
         w->ord_epoch = UINT64_MAX;
         w->advise_left = 1; /* the first batch may be cold */
+        for (unsigned k = 0; k < r->parts_ahead; k++)
+            w->ioq[k] = r->io ? stk__io_queue(r->io, r->parts_ahead * i + k) : NULL;
         for (unsigned k = 0; k < 2; k++) {
-            w->ioq[k] = r->io ? stk__io_queue(r->io, 2 * i + k) : NULL;
             if (r->qcache && (!(w->qblk[k] = malloc(sizeof *w->qblk[k] * r->o.batch_size)) ||
                               !(w->qown[k] = malloc(sizeof *w->qown[k] * 2 * r->o.batch_size)) ||
                               !(w->qpre[k] = malloc(sizeof *w->qpre[k] * r->o.batch_size))))
@@ -721,6 +756,7 @@ stk_reader *stk__reader_open(const stk_dataset *ds, const stk__mix_source *src, 
      * sooner; tiny batches stay whole. */
     r->parts = r->parts_now = stk__engine_parts(r, r->o.threads);
     if (stk__upload_backend(r, err) || plan_block_cache(r, err) || plan_copy(r, &env, err)) goto fail;
+    plan_remote_window(r, &tc);
     plan_knobs(r, &tc);
     r->knob_threads = r->o.threads;
     r->knob_slots = r->o.prefetch + 1;

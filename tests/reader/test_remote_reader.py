@@ -132,6 +132,25 @@ def test_orders_ranks_resume_equal_the_local_copy(stoker, data, tmp_path, order)
 
 
 
+def test_remote_window_is_deeper(stoker, data, tmp_path):
+    """A remote reader outside quasi blocks keeps 4 parts begun per worker (more range GETs queued at
+    once, so more of them join) and, with prefetch left to it, deepens prefetch to hold that window
+    (4 batches at 2 threads in 2 parts) plus a batch per thread; a prefetch given is kept; batches
+    equal the local copy's either way."""
+    local, remote = data["plain"]
+    kw = dict(batch_size=12, order="shuffle", seed=5, threads=2, tuning="off")
+    want = epoch(stoker, local, **kw)
+    with stoker.Reader(remote, cache_dir=str(tmp_path / "c"), **kw) as r:
+        reason = r.io_stats()["reason"]
+        assert "; 4 parts begun per worker (a window of 4 batches, prefetch 6)" in reason, reason
+        assert [digest(b) for b in r] == want
+    with stoker.Reader(remote, cache_dir=str(tmp_path / "c"), prefetch=3, **kw) as r:
+        assert "(a window of 4 batches, prefetch 3)" in r.io_stats()["reason"]
+        assert [digest(b) for b in r] == want
+    with stoker.Reader(local, **kw) as r:
+        assert "parts begun" not in r.io_stats()["reason"]
+
+
 def test_quasi_reads_whole_blocks(stoker, data, tmp_path):
     """Quasi order over s3:// reads each block's run of records with one GET per field, not a GET per
     record: a cold epoch of 160 records (blocks of 5) makes far fewer GETs than records, and equals
@@ -141,6 +160,7 @@ def test_quasi_reads_whole_blocks(stoker, data, tmp_path):
     want = epoch(stoker, local, **kw)
     with stoker.Reader(remote, cache_dir=str(tmp_path / "c"), **kw) as r:
         assert "quasi blocks read whole" in r.io_stats()["reason"]
+        assert "parts begun" not in r.io_stats()["reason"]  # their block lists: two parts per worker
         got = [digest(b) for b in r]
         io, st = r.io_stats(), r.remote_stats()
     assert got == want

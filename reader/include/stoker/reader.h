@@ -214,7 +214,10 @@ typedef struct {
     int rank;                              /* < 0: $RANK, else $SLURM_PROCID, else 0           */
     int world_size;                        /* < 0: $WORLD_SIZE, else $SLURM_NTASKS, else 1     */
     unsigned threads;                      /* worker threads; 0: online CPUs, at most 8        */
-    unsigned prefetch;                     /* batches prepared ahead; 0: 2 x threads           */
+    unsigned prefetch;                     /* batches prepared ahead; 0: 2 x threads, or for
+                                              s3:// outside quasi blocks the deeper window of
+                                              GETs plus threads, within the memory budget (the
+                                              I/O reason says it)                              */
     int tail;                              /* stk_tail (STK_TAIL_AUTO: by world size)          */
     int verify;                            /* stk_verify                                       */
     const char *fields;                    /* comma-separated field names; NULL: all           */
