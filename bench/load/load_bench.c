@@ -141,7 +141,8 @@ static void crop_one(share_t *s, crop_t *c, size_t k)
                 stk__jpeg_decode(c->jref, data, len, &info, STK_IMG_PF_RGB, 1, c->ref.p, &e))
                 die("reference", e.msg);
             stk__rgb_view rv = {c->ref.p, W, H, (size_t)W * 3, 64};
-            if (stk__resize_box(c->rs, &rv, cb.x, cb.y, cb.w, cb.h, o, o, &win, cb.flip, c->rout, (size_t)o * 3))
+            if (stk__resize_box(c->rs, &rv, cb.x, cb.y, cb.w, cb.h, o, o, &win, cb.flip, c->rout,
+                                (size_t)o * 3))
                 die("reference", "resize");
             double se = 0;
             for (size_t i = 0; i < (size_t)o * o * 3; i++) {
