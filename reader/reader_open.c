@@ -507,6 +507,16 @@ static int plan_copy(stk_reader *r, const stk__env *env, stk_error *err)
  * pinned staging memory and device buffers, which the prefetch given sizes. */
 #define PREFETCH_TUNE_MAX 256
 
+/* How many slots a memory budget holds beside the reader's fixed memory
+ * (the block cache and the I/O plan's buffers); UINT64_MAX when a slot
+ * costs no host memory. */
+static uint64_t slots_within(const stk_reader *r, uint64_t budget)
+{
+    uint64_t per = host_bytes_per_slot(r), fixed = r->zcache_bytes + stk__io_plan_bytes(r);
+    if (!per) return UINT64_MAX;
+    return budget > fixed ? (budget - fixed) / per : 0;
+}
+
 /* A remote reader's window (stk__io_plan set parts_ahead above 2): its range
  * GETs go out a few dozen at a time and the rest wait queued, and only GETs
  * queued at once can be joined into one request (remote/client.c), so a
@@ -524,10 +534,9 @@ static void plan_remote_window(stk_reader *r, const stk__tune_config *tc)
     if (r->parts_ahead <= 2) return;
     unsigned window = (r->parts_ahead * r->nworkers + r->parts - 1) / r->parts;
     if (r->prefetch_auto && !r->be) {
-        uint64_t want = (uint64_t)window + o->threads, per = host_bytes_per_slot(r),
-                 fixed = r->zcache_bytes + stk__io_plan_bytes(r), budget = o->memory_budget;
+        uint64_t want = (uint64_t)window + o->threads, budget = o->memory_budget;
         if (!budget && o->tuning == STK_TUNING_ON) budget = stk__tune_memory_default(tc->ranks);
-        uint64_t slots = !budget || !per ? UINT64_MAX : budget > fixed ? (budget - fixed) / per : 0;
+        uint64_t slots = budget ? slots_within(r, budget) : UINT64_MAX;
         if (slots <= want) want = slots ? slots - 1 : 0;
         if (want > o->prefetch && want <= 4096) o->prefetch = (unsigned)want;
     }
@@ -553,8 +562,7 @@ static void plan_knobs(stk_reader *r, stk__tune_config *tc)
         r->io_depth_max = tc->max.io_depth = d < 1024 ? d : 1024;
     }
     if (o->io_depth > r->io_depth_max) r->io_depth_max = tc->max.io_depth = o->io_depth;
-    uint64_t per = host_bytes_per_slot(r), fixed = r->zcache_bytes + stk__io_plan_bytes(r),
-             need = per * r->nslots + fixed;
+    uint64_t need = host_bytes_per_slot(r) * r->nslots + r->zcache_bytes + stk__io_plan_bytes(r);
     uint64_t budget = o->memory_budget;
     if (!budget) {
         budget = stk__tune_memory_default(tc->ranks);
@@ -563,7 +571,7 @@ static void plan_knobs(stk_reader *r, stk__tune_config *tc)
     tc->memory_budget = budget;
     if ((tc->pin & STK_PIN_PREFETCH) || r->be || budget < need) return; /* alloc_slots refuses the last */
     o->memory_budget = budget;
-    uint64_t slots = per ? (budget - fixed) / per : UINT64_MAX,
+    uint64_t slots = slots_within(r, budget),
              cap = o->prefetch > PREFETCH_TUNE_MAX ? o->prefetch : PREFETCH_TUNE_MAX;
     uint64_t pmax = slots - 1 < cap ? slots - 1 : cap;
     r->nslots = (unsigned)pmax + 1;

@@ -149,6 +149,22 @@ static void too_small(void)
     stk_reader_close(r);
 }
 
+/* A reader of batches of 2 over the test dataset, transform t on the host. */
+static stk_reader *open_host_reader(const stk_transform *t)
+{
+    stk_reader_options o;
+    stk_reader_options_init(&o);
+    o.batch_size = 2;
+    o.rank = 0;
+    o.world_size = 1;
+    o.device = STK_DEVICE_HOST;
+    o.transform = t;
+    stk_error err;
+    stk_reader *r = stk_reader_open(dir, &o, &err);
+    REQUIRE(r, "%s", err.msg);
+    return r;
+}
+
 /* The wrappers pass this header's sizes: the transform reaches the reader. */
 static void transform_through_wrappers(void)
 {
@@ -161,16 +177,8 @@ static void transform_through_wrappers(void)
     CHECK(t.field == NULL && t.dtype == STK_DT_F32 && t.crop == STK_CROP_NONE && t.std[3] == 1.0f &&
               t.mean[0] == 0.0f && t.flip_prob == 0.0f,
           "transform defaults");
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 2;
-    o.rank = 0;
-    o.world_size = 1;
-    o.device = STK_DEVICE_HOST;
-    o.transform = &t;
     stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    REQUIRE(r, "%s", err.msg);
+    stk_reader *r = open_host_reader(&t);
     const stk_batch *b = stk_reader_next(r, &err);
     REQUIRE(b && stk_reader_synchronize(r, &err) == 0, "%s", err.msg);
     const float *x = b->fields[0].data;
@@ -285,16 +293,8 @@ static void crop_box_sized(void)
 {
     stk_transform t;
     stk_transform_imagenet(&t, 1, 2);
-    stk_reader_options o;
-    stk_reader_options_init(&o);
-    o.batch_size = 2;
-    o.rank = 0;
-    o.world_size = 1;
-    o.device = STK_DEVICE_HOST;
-    o.transform = &t;
     stk_error err;
-    stk_reader *r = stk_reader_open(dir, &o, &err);
-    REQUIRE(r, "%s", err.msg);
+    stk_reader *r = open_host_reader(&t);
     stk_crop_box whole;
     REQUIRE(stk_reader_crop_box(r, 0, 1, 0, 0, &whole, &err) == 0, "%s", err.msg);
     CHECK(whole.w > 0 && whole.w <= 4 && whole.h > 0 && whole.h <= 4, "box %g x %g", whole.w, whole.h);
