@@ -80,10 +80,16 @@ void stk__jpeg_free(stk__jpeg *j); /* NULL: no-op */
  * not a whole decode's; the reader's crops use it); IFAST: the fast integer
  * IDCT (not used: its pixels differ on every image); ARENA: libjpeg's
  * image-lifetime memory served from chunks kept across images (the same
- * pixels). Takes effect at the next decode. */
+ * pixels); SPLICE: a stream with restart markers is first cut to the
+ * segments that cover the region (stk__jpeg_splice), so that the rows above
+ * it and the columns beside it are not entropy-decoded (the same pixels
+ * with MERGED; not with fancy upsampling, whose chroma at the cut's edges
+ * is then replicated; not used by _all, which reads the whole stream).
+ * Takes effect at the next decode. */
 #define STK_IMG_JPEG_MERGED 1u
 #define STK_IMG_JPEG_IFAST 2u
 #define STK_IMG_JPEG_ARENA 4u
+#define STK_IMG_JPEG_SPLICE 8u
 void stk__jpeg_set_opts(stk__jpeg *j, unsigned opts);
 
 /* Colour spaces and chroma layouts (TurboJPEG's TJCS_ and TJSAMP_ values). */
@@ -157,6 +163,30 @@ int stk__jpeg_decode_planes(stk__jpeg *j, const uint8_t *data, size_t len, const
 int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
                             uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf, size_t room,
                             const uint8_t **at, size_t *stride, stk_error *err);
+
+/* A region of a JPEG with restart markers as a JPEG of its own
+ * (jpeg_splice.c): the entropy-coded segments that cover the box
+ * [x0, x0 + w) x [y0, y0 + h) of the frame, renumbered, behind the
+ * stream's own tables and a frame header of the cut's size. Its pixels are
+ * those of the same place in a whole decode wherever no chroma sample of a
+ * neighbouring MCU is read (merged or no upsampling, 4:4:4, grayscale).
+ * The cut's origin is on an MCU boundary, so at any DCT scale num/8 it maps
+ * to a whole pixel (x * num / 8). */
+typedef struct {
+    uint32_t x, y, w, h; /* the cut, in the frame's pixels */
+    size_t len;          /* its stream's bytes, at the start of out */
+} stk__jpeg_cut;
+
+/* Not an error: the stream has no restart markers the box can use
+ * (none, progressive, segments that straddle rows), nothing would be left
+ * out, or it does not read as stk__jpeg_splice expects: decode it whole. */
+#define STK__JPEG_SPLICE_NO (-1)
+
+/* STK_OK with out holding the cut and *cut describing it;
+ * STK__JPEG_SPLICE_NO; or STK_IMG_E_NOMEM with err filled. Reads only the
+ * markers and scans for 0xFF bytes: no decoding. */
+int stk__jpeg_splice(const uint8_t *data, size_t len, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h,
+                     stk__img_buf *out, stk__jpeg_cut *cut, stk_error *err);
 
 /* ------------------------------------------------------ decode planner */
 

@@ -74,6 +74,7 @@ struct stk__jpeg {
     unsigned opts;               /* STK_IMG_JPEG_* settings of the region decodes */
     struct jpeg_memory_mgr mem0; /* libjpeg's own memory methods, which the arena's wrap */
     arena_t arena;
+    stk__img_buf cut; /* SPLICE: the region's segments as a stream of their own */
 };
 
 /* ------------------------------------------------------------- buffers */
@@ -130,6 +131,7 @@ void stk__jpeg_free(stk__jpeg *j)
     if (j->tj) tjDestroy(j->tj);
     if (j->ci_made) jpeg_destroy_decompress(&j->ci);
     arena_release(&j->arena);
+    stk__img_buf_free(&j->cut);
     free(j);
 }
 
@@ -444,13 +446,38 @@ static void region_progress(j_common_ptr c)
     }
 }
 
+/* SPLICE: the stream cut to the segments covering the region (in the num/8
+ * frame) of its W x H frame, in j->cut; the frame and the region's origin
+ * then those of the cut. STK__JPEG_SPLICE_NO leaves everything as it was. */
+static int cut_to_region(stk__jpeg *j, const uint8_t **data, size_t *len, uint32_t *W, uint32_t *H,
+                         unsigned num, uint32_t *x0, uint32_t *y0, uint32_t w, uint32_t h, stk_error *err)
+{
+    /* the frame's pixels under the scaled region, rounded outward */
+    uint64_t X0 = (uint64_t)*x0 * 8 / num, Y0 = (uint64_t)*y0 * 8 / num;
+    uint64_t X1 = (((uint64_t)*x0 + w) * 8 + num - 1) / num, Y1 = (((uint64_t)*y0 + h) * 8 + num - 1) / num;
+    if (!w || !h || X0 >= *W || Y0 >= *H) return STK__JPEG_SPLICE_NO; /* region() says what is wrong */
+    X1 = X1 < *W ? X1 : *W;
+    Y1 = Y1 < *H ? Y1 : *H;
+    stk__jpeg_cut c;
+    int rc = stk__jpeg_splice(*data, *len, (uint32_t)X0, (uint32_t)Y0, (uint32_t)(X1 - X0),
+                              (uint32_t)(Y1 - Y0), &j->cut, &c, err);
+    if (rc != STK_OK) return rc;
+    *data = j->cut.p;
+    *len = c.len;
+    *W = c.w;
+    *H = c.h;
+    *x0 -= (uint32_t)((uint64_t)c.x * num / 8); /* exact: the cut starts on an MCU */
+    *y0 -= (uint32_t)((uint64_t)c.y * num / 8);
+    return STK_OK;
+}
+
 /* Rows [y0, y0 + h) and at least columns [x0, x0 + w) of the frame decoded
  * at num/8 (coordinates of the scaled frame); gray: 1-component frames too.
  * to_end: the stream is then read through to its EOI (the rows below
  * entropy-decoded, their last one whole), so that damage anywhere fails. */
-static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H, unsigned num,
-                  bool gray, bool to_end, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf,
-                  size_t room, const uint8_t **at, size_t *stride, stk_error *err)
+static int decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H, unsigned num,
+                         bool gray, bool to_end, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h,
+                         stk__img_buf *buf, size_t room, const uint8_t **at, size_t *stride, stk_error *err)
 {
     struct jpeg_decompress_struct *ci = &j->ci;
     uint32_t fw = 0, fh = 0;
@@ -533,6 +560,18 @@ static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uin
     *at = buf->p + (size_t)(x0 - xoff) * 3;
     *stride = row;
     return STK_OK;
+}
+
+/* decode_region, of the cut when SPLICE finds one */
+static int region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H, unsigned num,
+                  bool gray, bool to_end, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, stk__img_buf *buf,
+                  size_t room, const uint8_t **at, size_t *stride, stk_error *err)
+{
+    if ((j->opts & STK_IMG_JPEG_SPLICE) && !to_end) {
+        int rc = cut_to_region(j, &data, &len, &W, &H, num, &x0, &y0, w, h, err);
+        if (rc != STK_OK && rc != STK__JPEG_SPLICE_NO) return rc;
+    }
+    return decode_region(j, data, len, W, H, num, gray, to_end, x0, y0, w, h, buf, room, at, stride, err);
 }
 
 int stk__jpeg_decode_region(stk__jpeg *j, const uint8_t *data, size_t len, uint32_t W, uint32_t H,
