@@ -17,6 +17,7 @@
 #include "stoker/format.h" /* stk_error, STK_E_* */
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -254,19 +255,34 @@ int stk__jpeg_decode_plan_all(stk__jpeg *j, const uint8_t *data, size_t len, uin
 int stk__jpeg_check(const uint8_t *data, size_t len, stk_error *err);
 
 /* data[0 .. len), a JPEG stream, rewritten as a baseline (sequential,
- * Huffman) JPEG when it is progressive: its DCT coefficients, quantisation
- * tables and sampling are copied as they are (libjpeg's
- * jpeg_read_coefficients, jpeg_copy_critical_parameters,
+ * Huffman) JPEG when it is progressive or `restart` asks for restart
+ * markers (every `restart` MCUs, up to 65535; 0: none): its DCT
+ * coefficients, quantisation tables and sampling are copied as they are
+ * (libjpeg's jpeg_read_coefficients, jpeg_copy_critical_parameters,
  * jpeg_write_coefficients: jpegtran's lossless transcode), so that every
  * decoder gives the very pixels of the original; the Huffman tables are
- * optimised for the image. Markers other than the frame's own (EXIF, ICC,
- * comments) are left out; a JFIF or Adobe marker is written as libjpeg
- * writes one for the colour space. *out (malloc'd, the caller frees) and
- * *out_len: the baseline stream; *out NULL when data is not progressive
- * (nothing to do). STK_OK, or STK_IMG_E_CORRUPT / _UNSUPPORTED / _NOMEM
- * with err filled, under the policy of every decode here (a libjpeg warning
- * is an error; at most 500 scans). Keeps no state. */
-int stk__jpeg_to_baseline(const uint8_t *data, size_t len, uint8_t **out, size_t *out_len, stk_error *err);
+ * optimised for the image. Restart markers let a crop decode only the
+ * segments it covers (stk__jpeg_splice). Markers other than the frame's own
+ * (EXIF, ICC, comments) are left out; a JFIF or Adobe marker is written as
+ * libjpeg writes one for the colour space. *out (malloc'd, the caller
+ * frees) and *out_len: the new stream; *out NULL when data is sequential
+ * and restart 0 (nothing to do); *was_progressive (may be NULL): whether it
+ * was progressive. STK_OK, or STK_IMG_E_CORRUPT /
+ * _UNSUPPORTED / _NOMEM with err filled, under the policy of every decode
+ * here (a libjpeg warning is an error; at most 500 scans). Keeps no state. */
+int stk__jpeg_transcode(const uint8_t *data, size_t len, unsigned restart, uint8_t **out, size_t *out_len,
+                        bool *was_progressive, stk_error *err);
+
+/* h rows of w RGB pixels (3 w bytes each) encoded as a baseline 4:2:0 JPEG
+ * at `quality` as TurboJPEG's tjCompress2 encodes one (its DCT: the fast
+ * integer one below quality 96, the standard Huffman tables), with a
+ * restart marker every `restart` MCUs (0: none) into out[0 .. cap). (Tables
+ * optimised for the image would win back the markers' bytes, about 6% at
+ * one a MCU, for a third more encoding time.) STK_OK with
+ * *out_len; STK_IMG_E_TOO_LARGE when it does not fit in cap, _NOMEM.
+ * Keeps no state. */
+int stk__jpeg_encode(const uint8_t *rgb, uint32_t w, uint32_t h, int quality, unsigned restart, uint8_t *out,
+                     size_t cap, size_t *out_len, stk_error *err);
 
 /* ----------------------------------------------------------- geometry */
 

@@ -741,7 +741,7 @@ static boolean grow_empty(j_compress_ptr c) /* called with the buffer full */
 
 static void grow_term(j_compress_ptr c) { (void)c; }
 
-/* What stk__jpeg_to_baseline works with: check_t's reader and a writer
+/* What stk__jpeg_transcode works with: check_t's reader and a writer
  * sharing its error manager. On the heap, as check_t. */
 typedef struct {
     check_t k; /* first: check_progress casts the decompress object to it */
@@ -750,10 +750,12 @@ typedef struct {
     grow_dest dest;
 } transcode_t;
 
-int stk__jpeg_to_baseline(const uint8_t *data, size_t len, uint8_t **out, size_t *out_len, stk_error *err)
+int stk__jpeg_transcode(const uint8_t *data, size_t len, unsigned restart, uint8_t **out, size_t *out_len,
+                        bool *was_progressive, stk_error *err)
 {
     *out = NULL;
     *out_len = 0;
+    if (was_progressive) *was_progressive = false;
     transcode_t *t = calloc(1, sizeof *t);
     if (!t) return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (JPEG transcode)");
     check_t *k = &t->k;
@@ -782,7 +784,8 @@ int stk__jpeg_to_baseline(const uint8_t *data, size_t len, uint8_t **out, size_t
     ci->progress = &k->pm;
     jpeg_mem_src(ci, data, (unsigned long)len);
     jpeg_read_header(ci, TRUE);
-    if (!ci->progressive_mode) goto done; /* nothing to do */
+    if (was_progressive) *was_progressive = ci->progressive_mode;
+    if (!ci->progressive_mode && !restart) goto done; /* nothing to do */
     if (ci->data_precision != 8)
         fail_check(k, STK_IMG_E_UNSUPPORTED, "%d-bit samples (stoker decodes 8-bit JPEG only)",
                    ci->data_precision);
@@ -792,6 +795,7 @@ int stk__jpeg_to_baseline(const uint8_t *data, size_t len, uint8_t **out, size_t
     t->co_made = true;
     jpeg_copy_critical_parameters(ci, &t->co);
     t->co.optimize_coding = TRUE; /* two passes over the coefficients: the smallest baseline */
+    t->co.restart_interval = restart;
     t->co.dest = &t->dest.pub;
     jpeg_write_coefficients(&t->co, coef);
     jpeg_finish_compress(&t->co);
@@ -804,5 +808,59 @@ done:
     if (k->made) jpeg_destroy_decompress(ci);
     free(t->dest.p);
     free(t);
+    return rc;
+}
+
+/* stk__jpeg_encode's state, on the heap: the jmp_buf outlives no frame. */
+typedef struct {
+    jerr_t je;
+    struct jpeg_compress_struct co;
+    bool made;
+    unsigned char *mem; /* jpeg_mem_dest's buffer: out, or one libjpeg grew */
+    unsigned long mem_len;
+} encode_t;
+
+static int encode(encode_t *e, const uint8_t *rgb, uint32_t w, uint32_t h, int quality, unsigned restart,
+                  stk_error *err)
+{
+    struct jpeg_compress_struct *co = &e->co;
+    if (setjmp(e->je.jb)) return stk_error_set(err, STK_IMG_E_NOMEM, "JPEG encoding failed: %s", e->je.msg);
+    co->err = jpeg_std_error(&e->je.pub);
+    e->je.pub.error_exit = on_error;
+    jpeg_create_compress(co);
+    e->made = true;
+    jpeg_mem_dest(co, &e->mem, &e->mem_len);
+    co->image_width = w;
+    co->image_height = h;
+    co->input_components = 3;
+    co->in_color_space = JCS_RGB;
+    jpeg_set_defaults(co); /* YCbCr, 4:2:0 (2x2 luma), standard tables */
+    jpeg_set_quality(co, quality, TRUE);
+    co->dct_method = quality >= 96 ? JDCT_ISLOW : JDCT_FASTEST; /* as tjCompress2 */
+    co->restart_interval = restart;
+    jpeg_start_compress(co, TRUE);
+    while (co->next_scanline < h) {
+        JSAMPROW row = (JSAMPROW)(uintptr_t)(rgb + (size_t)co->next_scanline * w * 3);
+        jpeg_write_scanlines(co, &row, 1);
+    }
+    jpeg_finish_compress(co);
+    return STK_OK;
+}
+
+int stk__jpeg_encode(const uint8_t *rgb, uint32_t w, uint32_t h, int quality, unsigned restart, uint8_t *out,
+                     size_t cap, size_t *out_len, stk_error *err)
+{
+    encode_t *e = calloc(1, sizeof *e);
+    if (!e) return stk_error_set(err, STK_IMG_E_NOMEM, "out of memory (JPEG encoder)");
+    e->mem = out;
+    e->mem_len = cap;
+    int rc = encode(e, rgb, w, h, quality, restart, err);
+    if (rc == STK_OK && e->mem != out) /* did not fit in cap: libjpeg grew its own buffer */
+        rc = stk_error_set(err, STK_IMG_E_TOO_LARGE, "a %ux%u JPEG of %lu bytes exceeds its %zu", w, h,
+                           e->mem_len, cap);
+    *out_len = rc == STK_OK ? e->mem_len : 0;
+    if (e->made) jpeg_destroy_compress(&e->co);
+    if (e->mem != out) free(e->mem);
+    free(e);
     return rc;
 }

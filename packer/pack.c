@@ -37,6 +37,11 @@ static void usage(FILE *f)
                "      --jpeg-baseline     with original: progressive inputs are stored as\n"
                "                          baseline JPEGs with the same DCT coefficients\n"
                "                          (lossless: the same pixels; decode faster at load)\n"
+               "      --jpeg-restart N    JPEG values (jpeg, original) get a restart marker\n"
+               "                          every N MCUs, losslessly (the same pixels; kept\n"
+               "                          inputs then baseline): a crop at load decodes only\n"
+               "                          the segments it covers; 0: none, original inputs'\n"
+               "                          bytes kept as they are (default 1)\n"
                "      --fill R,G,B        padding colour for --resize fit (default 0,0,0)\n"
                "      --resample-space S  ycc (default): resample JPEGs on their stored YCbCr\n"
                "                          planes (faster; within a level of Pillow nearly\n"
@@ -207,17 +212,21 @@ static int slurm_part(const cli_args *a, pk_opts *o)
 
 static int parse(int argc, char **argv, pk_opts *o)
 {
-    static const struct option lo[] = {
-        {"size", 1, 0, 's'},           {"resize", 1, 0, 'R'},        {"fill", 1, 0, 'F'},
-        {"threads", 1, 0, 'j'},        {"shard-size", 1, 0, 'B'},    {"records-per-shard", 1, 0, 'N'},
-        {"on-error", 1, 0, 'E'},       {"max-pixels", 1, 0, 'P'},    {"part", 1, 0, 'K'},
-        {"merge", 0, 0, 'M'},          {"force", 0, 0, 'f'},         {"stats", 0, 0, 'T'},
-        {"compress", 1, 0, 'Z'},       {"block-size", 1, 0, 'Q'},    {"resample-space", 1, 0, 'Y'},
-        {"max-side", 1, 0, 'X'},       {"min-side", 1, 0, 'W'},      {"image-format", 1, 0, 'I'},
-        {"force-in-place", 0, 0, 'G'}, {"jpeg-baseline", 0, 0, 'J'}, CLI_COMMON_OPTIONS};
+    static const struct option lo[] = {{"size", 1, 0, 's'},           {"resize", 1, 0, 'R'},
+                                       {"fill", 1, 0, 'F'},           {"threads", 1, 0, 'j'},
+                                       {"shard-size", 1, 0, 'B'},     {"records-per-shard", 1, 0, 'N'},
+                                       {"on-error", 1, 0, 'E'},       {"max-pixels", 1, 0, 'P'},
+                                       {"part", 1, 0, 'K'},           {"merge", 0, 0, 'M'},
+                                       {"force", 0, 0, 'f'},          {"stats", 0, 0, 'T'},
+                                       {"compress", 1, 0, 'Z'},       {"block-size", 1, 0, 'Q'},
+                                       {"resample-space", 1, 0, 'Y'}, {"max-side", 1, 0, 'X'},
+                                       {"min-side", 1, 0, 'W'},       {"image-format", 1, 0, 'I'},
+                                       {"force-in-place", 0, 0, 'G'}, {"jpeg-baseline", 0, 0, 'J'},
+                                       {"jpeg-restart", 1, 0, 'D'},   CLI_COMMON_OPTIONS};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (pk_opts){.img = {.size = 256, .mode = PK_RESIZE_SHORTER, .max_pixels = 100000000},
                    .quality = 90,
+                   .jpeg_restart = 1,
                    .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                    .part = 1,
                    .parts = 1,
@@ -232,7 +241,7 @@ static int parse(int argc, char **argv, pk_opts *o)
     cli_args a = {.prog = "pack", .usage = usage, .longopts = lo, .numbers = num, .flags = flags};
     int c;
     uint64_t v, k, n;
-    bool part_set = false;
+    bool part_set = false, restart_set = false;
     while ((c = cli_getopt(&a, argc, argv, "s:j:" CLI_COMMON_SHORT)) != -1) {
         bool ok = true;
         switch (c) {
@@ -255,6 +264,10 @@ static int parse(int argc, char **argv, pk_opts *o)
             break;
         case 'I':
             ok = parse_image_format(&a, optarg, &o->image_format, &o->quality);
+            break;
+        case 'D':
+            ok = cli_uint(&a, optarg, 0, 65535, &v) && ((o->jpeg_restart = (unsigned)v), true);
+            restart_set = true;
             break;
         case 'F':
             ok = parse_fill(&a, optarg, o->img.fill);
@@ -293,6 +306,9 @@ static int parse(int argc, char **argv, pk_opts *o)
     if (o->jpeg_baseline && o->image_format != PK_IMG_ORIGINAL)
         return cli_usage_error(&a,
                                "--jpeg-baseline rewrites kept JPEG inputs: it needs --image-format original");
+    if (restart_set && o->image_format == PK_IMG_RAW)
+        return cli_usage_error(&a,
+                               "--jpeg-restart is for JPEG values: it needs --image-format jpeg or original");
     if (o->image_format != PK_IMG_RAW && o->zstd[0])
         return cli_usage_error(&a, "the image is stored as JPEG: name the fields to compress "
                                    "(--compress label=zstd,...)");

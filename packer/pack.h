@@ -26,10 +26,11 @@ enum { PK_IMG_RAW = 0, PK_IMG_JPEG = 1, PK_IMG_ORIGINAL = 2 };
 /* pack's options, as read from the command line (pack.c). */
 typedef struct {
     pk_params img;
-    int image_format;   /* PK_IMG_*: how the image field stores its values */
-    int quality;        /* JPEG quality for PK_IMG_JPEG and re-encoded PK_IMG_ORIGINAL inputs */
-    bool resize_set;    /* --resize was given */
-    bool jpeg_baseline; /* --jpeg-baseline: progressive inputs kept are stored as baseline */
+    int image_format;      /* PK_IMG_*: how the image field stores its values */
+    int quality;           /* JPEG quality for PK_IMG_JPEG and re-encoded PK_IMG_ORIGINAL inputs */
+    bool resize_set;       /* --resize was given */
+    bool jpeg_baseline;    /* --jpeg-baseline: progressive inputs kept are stored as baseline */
+    unsigned jpeg_restart; /* --jpeg-restart: MCUs per restart interval of the JPEG values written; 0 none */
     unsigned threads, part, parts;
     uint64_t shard_size, per_shard;
     int zstd[4]; /* per field (image, label, orig_size, source): 0 raw, else the level */
@@ -72,7 +73,8 @@ typedef struct {
     size_t nskips, capskips;
     uint64_t packed, in_bytes, done;
     uint64_t kept, reencoded; /* --image-format original: inputs stored as they were, and not */
-    uint64_t baseline;        /* ... of the kept, progressive ones stored as baseline (--jpeg-baseline) */
+    uint64_t baseline;        /* ... of the kept, progressive ones stored as baseline */
+    uint64_t restarted;       /* JPEG values written with restart markers (--jpeg-restart) */
     cli_progress bar;
     stk_error err;
     int fatal;         /* a write failed: stop */

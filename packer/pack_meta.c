@@ -54,9 +54,11 @@ char *pk_pack_json(const pk_run *r, uint64_t per_shard)
     char *s = NULL, extra[200] = "";
     if (pk_variable_images(r->o)) /* only then: the parameters of a square raw pack read as before */
         snprintf(extra, sizeof extra,
-                 "\"max_side\": %u, \"min_side\": %u, \"image_format\": \"%s\", \"quality\": %d, %s",
+                 "\"max_side\": %u, \"min_side\": %u, \"image_format\": \"%s\", \"quality\": %d, %s"
+                 "\"jpeg_restart\": %u, ",
                  p->mode == PK_RESIZE_KEEP ? p->max_side : 0, p->min_side, formats[r->o->image_format],
-                 r->o->quality, r->o->jpeg_baseline ? "\"jpeg_baseline\": true, " : "");
+                 r->o->quality, r->o->jpeg_baseline ? "\"jpeg_baseline\": true, " : "",
+                 r->o->image_format == PK_IMG_RAW ? 0 : r->o->jpeg_restart);
     if (asprintf(
             &s,
             "{\"tool\": \"pack\", \"version\": \"%s\", \"input\": \"%s\", \"size\": %u, \"resize\": \"%s\", "

@@ -41,6 +41,9 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
             printf("\"kept_original\": %llu, \"reencoded\": %llu, \"made_baseline\": %llu, ",
                    (unsigned long long)r->kept, (unsigned long long)r->reencoded,
                    (unsigned long long)r->baseline);
+        if (r && o->image_format != PK_IMG_RAW)
+            printf("\"jpeg_restart\": %u, \"restart_markers\": %llu, ", o->jpeg_restart,
+                   (unsigned long long)r->restarted);
         pk_remote_json(o);
         pk_part_from_json(o);
         printf("\"output\": ");
@@ -54,9 +57,12 @@ static int finish_merge(const pk_opts *o, double t0, const pk_run *r)
         if (orig)
             fprintf(stderr, "pack: %llu JPEG inputs stored as they were, %llu re-encoded at quality %d\n",
                     (unsigned long long)r->kept, (unsigned long long)r->reencoded, o->quality);
-        if (orig && o->jpeg_baseline)
+        if (orig && (o->jpeg_baseline || o->jpeg_restart))
             fprintf(stderr, "pack: %llu progressive JPEG inputs stored as baseline (the same coefficients)\n",
                     (unsigned long long)r->baseline);
+        if (r && o->image_format != PK_IMG_RAW && o->jpeg_restart)
+            fprintf(stderr, "pack: %llu JPEG values with a restart marker every %u MCU%s (lossless)\n",
+                    (unsigned long long)r->restarted, o->jpeg_restart, cli_plural(o->jpeg_restart));
     }
     if (o->stats && !o->json) pk_stats_text(r, el);
     return mr.skipped ? CLI_EXIT_SKIPPED : CLI_EXIT_OK;

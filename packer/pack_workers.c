@@ -20,9 +20,8 @@ typedef struct {
     pk_decoder *dec;
     uint8_t *buf;
     size_t cap;
-    tjhandle enc;        /* --image-format jpeg/original: the encoder */
-    unsigned char *jpeg; /* its output, tjBufSize of the largest image */
-    unsigned long jcap;
+    uint8_t *jpeg; /* --image-format jpeg/original: the encoder's output, tjBufSize of the largest image */
+    size_t jcap;
     pk_stage st; /* copied to pk_run.stages[k] by pk_worker_fini */
     pk_stage *out;
 } worker_t;
@@ -32,8 +31,7 @@ void pk_worker_fini(void *state)
     worker_t *w = state;
     if (w->out) *w->out = w->st;
     pk_decoder_free(w->dec);
-    if (w->enc) tjDestroy(w->enc);
-    tjFree(w->jpeg);
+    free(w->jpeg);
     free(w->buf);
     free(w);
 }
@@ -49,8 +47,7 @@ void *pk_worker_init(void *user, unsigned k)
     if (r->stages && k < r->nthreads) w->out = &r->stages[k];
     if (r->o->image_format != PK_IMG_RAW) {
         w->jcap = tjBufSize((int)r->o->img.size, (int)r->o->img.size, TJSAMP_420);
-        w->enc = tjInitCompress();
-        w->jpeg = w->enc ? tjAlloc((int)w->jcap) : NULL;
+        w->jpeg = malloc(w->jcap);
         if (!w->jpeg) {
             pk_worker_fini(w);
             return NULL;
@@ -144,8 +141,37 @@ static bool keep_original(const pk_run *r, worker_t *w, const uint8_t *data, siz
     return pk_jpeg_three_components(w->dec, data, n, res->w, res->h);
 }
 
+/* data[0 .. n) losslessly rewritten into slot (stk__jpeg_transcode) with
+ * the run's restart markers, as baseline: true when it was and fits (kept
+ * 2 when it was progressive); false leaves the slot alone (a stream it
+ * cannot rewrite is stored as it is: it decodes all the same), or sets
+ * res's status when out of memory. */
+static bool rewrite_jpeg(const pk_run *r, const uint8_t *data, size_t n, uint8_t *slot, pk_result *res)
+{
+    uint8_t *b = NULL;
+    size_t bn = 0;
+    bool prog = false;
+    stk_error e;
+    if (stk__jpeg_transcode(data, n, r->o->jpeg_restart, &b, &bn, &prog, &e) == STK_IMG_E_NOMEM) {
+        res->status = PK_E_NOMEM;
+        snprintf(res->msg, sizeof res->msg, "%.300s", e.msg);
+        return false;
+    }
+    /* rarely larger than the slot: then stored as it came */
+    bool fits = b && bn <= pk_image_bytes(r->o);
+    if (fits) {
+        memcpy(slot, b, bn);
+        res->out_bytes = bn;
+        res->restarted = r->o->jpeg_restart != 0;
+        if (prog) res->kept = 2;
+    }
+    free(b);
+    return fits;
+}
+
 /* The image in slot (res->out_w x res->out_h RGB) as the image format wants
- * it: raw stays, JPEG is encoded (or, for a kept original, the input copied). */
+ * it: raw stays, JPEG is encoded (or, for a kept original, the input copied
+ * or losslessly rewritten). */
 static void encode_image(const pk_run *r, worker_t *w, const uint8_t *data, size_t n, uint8_t *slot,
                          pk_result *res)
 {
@@ -153,37 +179,21 @@ static void encode_image(const pk_run *r, worker_t *w, const uint8_t *data, size
     if (r->o->image_format == PK_IMG_RAW) return;
     if (r->o->image_format == PK_IMG_ORIGINAL && keep_original(r, w, data, n, res)) {
         res->kept = 1;
-        if (r->o->jpeg_baseline) { /* a progressive input: the same coefficients as baseline */
-            uint8_t *b = NULL;
-            size_t bn = 0;
-            stk_error e;
-            int rc = stk__jpeg_to_baseline(data, n, &b, &bn, &e);
-            if (rc == STK_IMG_E_NOMEM) {
-                res->status = PK_E_NOMEM;
-                snprintf(res->msg, sizeof res->msg, "%.300s", e.msg);
-                return;
-            }
-            /* rarely larger than the slot: then kept progressive, as it decodes all the same */
-            if (b && bn <= pk_image_bytes(r->o)) {
-                memcpy(slot, b, bn);
-                res->out_bytes = bn;
-                res->kept = 2;
-                free(b);
-                return;
-            }
-            free(b);
-        }
+        if ((r->o->jpeg_restart || r->o->jpeg_baseline) && rewrite_jpeg(r, data, n, slot, res)) return;
+        if (res->status != PK_OK) return;
         memcpy(slot, data, n);
         res->out_bytes = n;
         return;
     }
-    unsigned long size = w->jcap;
-    if (tjCompress2(w->enc, slot, (int)res->out_w, 0, (int)res->out_h, TJPF_RGB, &w->jpeg, &size, TJSAMP_420,
-                    r->o->quality, TJFLAG_NOREALLOC) != 0) {
+    size_t size = 0;
+    stk_error e;
+    if (stk__jpeg_encode(slot, res->out_w, res->out_h, r->o->quality, r->o->jpeg_restart, w->jpeg, w->jcap,
+                         &size, &e)) {
         res->status = PK_E_NOMEM;
-        snprintf(res->msg, sizeof res->msg, "JPEG encoding failed: %s", tjGetErrorStr2(w->enc));
+        snprintf(res->msg, sizeof res->msg, "%.300s", e.msg);
         return;
     }
+    res->restarted = r->o->jpeg_restart != 0;
     memcpy(slot, w->jpeg, size);
     res->out_bytes = size;
 }
@@ -304,6 +314,7 @@ static int consume_one(pk_run *r, worker_t *w, uint64_t i, uint8_t **slot, const
         r->packed++;
         if (r->o->image_format == PK_IMG_ORIGINAL) ++*(res->kept ? &r->kept : &r->reencoded);
         r->baseline += res->kept == 2;
+        r->restarted += res->restarted;
     }
     if (cli_progress_due(&r->bar, r->done)) {
         char extra[96];

@@ -29,6 +29,7 @@ typedef struct {
     uint32_t out_w, out_h; /* producer-defined: the stored image's size */
     uint64_t out_bytes;    /* producer-defined: the stored value's bytes */
     int kept;              /* producer-defined: the input's own bytes are stored */
+    int restarted;         /* producer-defined: the value was written with restart markers */
     char msg[320];         /* one line when status != 0 */
 } pk_result;
 

@@ -24,7 +24,7 @@
  *         to S x S (the same taps, box edges rounded to output pixels, no
  *         flip). Sources that have no planes take the planner's path.
  *         --path new takes the load path's region-decode settings
- *         (stk__jpeg_set_opts: arena + merged upsampling) unless --jopts N
+ *         (stk__jpeg_set_opts: arena + merged upsampling + splice) unless --jopts N
  *         gives others; --scales all lets the planner take every N/8.
  *         --psnr: one pass, the PSNR of the path's crops against a full
  *         decode + the same box resample (the decode's own effect), instead
@@ -356,7 +356,8 @@ int main(int argc, char **argv)
     uint32_t size = 224, batch = 256;
     double seconds = 5;
     int f32 = 0, eval = 0;
-    share_t proto = {.scales = STK_IMG_SCALES_POW2, .jopts = STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED};
+    share_t proto = {.scales = STK_IMG_SCALES_POW2,
+                     .jopts = STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED | STK_IMG_JPEG_SPLICE};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--mode")) mode = v, i++;

@@ -281,7 +281,7 @@ START_TEST(progressive_to_baseline)
         uint8_t *b = NULL;
         size_t bn = 0;
         stk_error e;
-        ck_assert_msg(stk__jpeg_to_baseline(jb, len, &b, &bn, &e) == STK_OK, "%s", e.msg);
+        ck_assert_msg(stk__jpeg_transcode(jb, len, 0, &b, &bn, NULL, &e) == STK_OK, "%s", e.msg);
         ck_assert_ptr_nonnull(b);
         ck_assert_uint_eq(tu_jpeg_marker(b, bn, 0xC2), 0);
         ck_assert_uint_gt(tu_jpeg_marker(b, bn, 0xC0) + tu_jpeg_marker(b, bn, 0xC1), 0); /* sequential */
@@ -297,10 +297,10 @@ START_TEST(progressive_to_baseline)
         /* a baseline stream: nothing to do */
         uint8_t *again = (uint8_t *)1;
         size_t an = 1;
-        ck_assert_int_eq(stk__jpeg_to_baseline(b, bn, &again, &an, &e), STK_OK);
+        ck_assert_int_eq(stk__jpeg_transcode(b, bn, 0, &again, &an, NULL, &e), STK_OK);
         ck_assert(again == NULL && an == 0);
         /* cut inside its scans: corrupt, nothing returned */
-        ck_assert_int_eq(stk__jpeg_to_baseline(jb, len * 2 / 3, &again, &an, &e), STK_IMG_E_CORRUPT);
+        ck_assert_int_eq(stk__jpeg_transcode(jb, len * 2 / 3, 0, &again, &an, NULL, &e), STK_IMG_E_CORRUPT);
         ck_assert_ptr_null(again);
         free(b);
         tjFree(jb);

@@ -320,7 +320,7 @@ START_TEST(too_many_scans_refused)
     ck_assert_msg(strstr(e.msg, "more than 500 scans") != NULL, "%s", e.msg);
     uint8_t *b = NULL;
     size_t bn = 0;
-    ck_assert_int_eq(stk__jpeg_to_baseline(jb, len, &b, &bn, &e), STK_IMG_E_CORRUPT);
+    ck_assert_int_eq(stk__jpeg_transcode(jb, len, 0, &b, &bn, NULL, &e), STK_IMG_E_CORRUPT);
     ck_assert_msg(strstr(e.msg, "more than 500 scans") != NULL, "%s", e.msg);
     ck_assert_ptr_null(b);
     ck_assert_int_eq(stk__jpeg_check(jb, len, &e), STK_IMG_E_CORRUPT);

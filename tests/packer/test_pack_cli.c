@@ -1247,14 +1247,15 @@ START_TEST(keep_aspect_raw_and_jpeg)
 }
 END_TEST
 
-/* --image-format original: a JPEG that needs no resize is stored bit for bit
- * as the file was; the others (resized, greyscale, CMYK, PNG, ...) are
+/* --image-format original --jpeg-restart 0: a JPEG that needs no resize is
+ * stored bit for bit as the file was; the others (resized, greyscale, CMYK, PNG, ...) are
  * re-encoded, and the two counts add up. */
 START_TEST(original_bytes_kept_bit_exact)
 {
     setup_pack();
     json_decref(rawgen("-n 30 --classes 2 --min-side 20 --max-side 90 --variants", "raw"));
-    ck_assert_int_eq(tu_sh("'%s' -q -j2 --json --max-side 64 --image-format original raw o", pack), 0);
+    ck_assert_int_eq(
+        tu_sh("'%s' -q -j2 --json --max-side 64 --image-format original --jpeg-restart 0 raw o", pack), 0);
     char *out = slurp_own("out.txt");
     json_t *j = json_loads(out, 0, NULL);
     free(out);
@@ -1266,7 +1267,8 @@ START_TEST(original_bytes_kept_bit_exact)
     ck_assert_int_eq(kept + re, packed);
     ck_assert_int_gt(kept, 3);
     ck_assert_int_gt(re, 3);
-    ck_assert_int_eq(tu_sh("'%s' -q -j1 --max-side 64 --image-format original raw o1", pack), 0);
+    ck_assert_int_eq(tu_sh("'%s' -q -j1 --max-side 64 --image-format original --jpeg-restart 0 raw o1", pack),
+                     0);
     ck_assert_msg(tu_sh("diff -r o o1") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
     check_keep_shapes("o", 0, 64);
     stk_dataset *ds = open_ds("o");
@@ -1305,7 +1307,7 @@ START_TEST(jpeg_baseline_lossless)
 {
     setup_pack();
     json_decref(rawgen("-n 12 --classes 2 --min-side 20 --max-side 90 --variants", "raw"));
-    const char *flags = "--max-side 16384 --image-format original --jpeg-baseline";
+    const char *flags = "--max-side 16384 --image-format original --jpeg-baseline --jpeg-restart 0";
     ck_assert_int_eq(tu_sh("'%s' -q -j2 --json %s raw b", pack, flags), 0);
     char *out = slurp_own("out.txt");
     json_t *j = json_loads(out, 0, NULL);
@@ -1355,6 +1357,72 @@ START_TEST(jpeg_baseline_lossless)
 }
 END_TEST
 
+/* The restart interval of a JPEG value's DRI segment, -1 without one. */
+static int restart_interval(const uint8_t *p, uint64_t n)
+{
+    for (uint64_t i = 2; i + 4 <= n && p[i] == 0xFF && p[i + 1] != 0xDA;
+         i += 2 + ((uint64_t)p[i + 2] << 8 | p[i + 3]))
+        if (p[i + 1] == 0xDD) return p[i + 4] << 8 | p[i + 5];
+    return -1;
+}
+
+/* --jpeg-restart (default 1): every JPEG value pack writes, kept inputs and
+ * its own encodes, has a restart marker every MCU and decodes to the very
+ * pixels of the same pack without them; -j1 and -j2 give the same bytes. */
+START_TEST(restart_markers_lossless)
+{
+    setup_pack();
+    json_decref(rawgen("-n 16 --classes 2 --min-side 20 --max-side 90 --variants", "raw"));
+    tjhandle tj = tjInitDecompress();
+    for (int orig = 0; orig < 2; orig++) {
+        const char *fmt =
+            orig ? "--max-side 64 --image-format original" : "--max-side 64 --image-format jpeg";
+        ck_assert_int_eq(tu_sh("'%s' -q -j2 --json %s raw r", pack, fmt), 0);
+        char *out = slurp_own("out.txt");
+        json_t *j = json_loads(out, 0, NULL);
+        free(out);
+        ck_assert_ptr_nonnull(j);
+        json_int_t marked = json_integer_value(json_object_get(j, "restart_markers")),
+                   packed = json_integer_value(json_object_get(j, "packed"));
+        json_decref(j);
+        ck_assert_int_gt(packed, 10);
+        ck_assert_int_eq(marked, packed);
+        ck_assert_int_eq(tu_sh("'%s' -q -j1 %s raw r1", pack, fmt), 0);
+        ck_assert_msg(tu_sh("diff -r r r1") == 0, "-j1 and -j2 differ:\n%s", clipf(slurp_own("out.txt")));
+        ck_assert_int_eq(tu_sh("'%s' -q -j2 %s --jpeg-restart 0 raw n", pack, fmt), 0);
+        stk_dataset *dr = open_ds("r"), *dn = open_ds("n");
+        ck_assert_uint_eq(stk_dataset_records(dr), stk_dataset_records(dn));
+        for (uint64_t i = 0; i < stk_dataset_records(dr); i++) {
+            uint64_t sr, sn;
+            const void *pr, *pn;
+            ck_assert_int_eq(stk_dataset_value(dr, 0, i, &pr, &sr, NULL), 0);
+            ck_assert_int_eq(stk_dataset_value(dn, 0, i, &pn, &sn, NULL), 0);
+            ck_assert_int_eq(restart_interval(pr, sr), 1);
+            if (!orig) ck_assert_int_eq(restart_interval(pn, sn), -1); /* an input may have its own */
+            int w, h, sub, cs, w2, h2;
+            ck_assert_int_eq(tjDecompressHeader3(tj, pr, sr, &w, &h, &sub, &cs), 0);
+            ck_assert_int_eq(tjDecompressHeader3(tj, pn, sn, &w2, &h2, &sub, &cs), 0);
+            ck_assert(w == w2 && h == h2);
+            uint8_t *a = malloc((size_t)w * h * 3), *b = malloc((size_t)w * h * 3);
+            ck_assert_int_eq(tjDecompress2(tj, pr, sr, a, w, 0, h, TJPF_RGB, 0), 0);
+            ck_assert_int_eq(tjDecompress2(tj, pn, sn, b, w, 0, h, TJPF_RGB, 0), 0);
+            ck_assert_msg(memcmp(a, b, (size_t)w * h * 3) == 0,
+                          "record %llu: pixels differ with restart markers", (unsigned long long)i);
+            free(a);
+            free(b);
+        }
+        stk_dataset_close(dr);
+        stk_dataset_close(dn);
+        ck_assert_int_eq(tu_sh("'%s/shardcheck' r", tu_tools), 0);
+        ck_assert_int_eq(tu_sh("rm -rf r r1 n"), 0);
+    }
+    tjDestroy(tj);
+    ck_assert_int_eq(tu_sh("'%s' --max-side 64 --jpeg-restart 1 raw x", pack), 2);
+    expect_in("err.txt", "needs --image-format jpeg or original");
+    ck_assert_int_eq(tu_sh("'%s' --max-side 64 --image-format jpeg --jpeg-restart 65536 raw x", pack), 2);
+}
+END_TEST
+
 /* kill -9 in the middle of a keep + JPEG pack, run again: the same bytes. */
 START_TEST(keep_jpeg_resume)
 {
@@ -1398,13 +1466,25 @@ START_TEST(keep_jpeg_resume)
 }
 END_TEST
 
-TU_MAIN("pack_cli",
-        {.name = "cli",
-         .timeout = 300,
-         .tests = {help_version_and_rawgen, variants_packed_broken_skipped, bad_input_does_not_poison_next,
-                   pixels_match_reference, resample_space_rgb_and_ycc, threads_give_identical_bytes,
-                   stats_add_up, kill_and_resume_gives_same_bytes,
-                   resume_restarts_when_a_skipped_input_decodes, parts_merge_equals_plain_pack,
-                   exit_codes_and_refusals, one_writer_per_outdir, list_file_inputs, disk_full_fails_cleanly,
-                   review_refusals, keep_aspect_raw_and_jpeg, original_bytes_kept_bit_exact, keep_jpeg_resume,
-                   jpeg_baseline_lossless}})
+TU_MAIN("pack_cli", {.name = "cli",
+                     .timeout = 300,
+                     .tests = {help_version_and_rawgen,
+                               variants_packed_broken_skipped,
+                               bad_input_does_not_poison_next,
+                               pixels_match_reference,
+                               resample_space_rgb_and_ycc,
+                               threads_give_identical_bytes,
+                               stats_add_up,
+                               kill_and_resume_gives_same_bytes,
+                               resume_restarts_when_a_skipped_input_decodes,
+                               parts_merge_equals_plain_pack,
+                               exit_codes_and_refusals,
+                               one_writer_per_outdir,
+                               list_file_inputs,
+                               disk_full_fails_cleanly,
+                               review_refusals,
+                               keep_aspect_raw_and_jpeg,
+                               original_bytes_kept_bit_exact,
+                               keep_jpeg_resume,
+                               jpeg_baseline_lossless,
+                               restart_markers_lossless}})
