@@ -34,11 +34,11 @@
 
 /* ------------------------------------------------------------- streams */
 
-/* A JPEG of im through libjpeg's compressor: luma sampling hs x vs (chroma
- * 1 x 1; hs 0: greyscale), restart every ri_mcus MCUs or every ri_rows MCU
- * rows (both 0: no DRI), progressive or not. */
-static uint8_t *make(const tu_image *im, int hs, int vs, unsigned ri_mcus, unsigned ri_rows, int progressive,
-                     size_t *len)
+/* A JPEG of im through libjpeg's compressor: sampling factors h x v of
+ * Y, Cb, Cr in s (s[0][0] 0: greyscale), restart every ri_mcus MCUs or
+ * every ri_rows MCU rows (both 0: no DRI), progressive or not. */
+static uint8_t *make_s(const tu_image *im, const int s[3][2], unsigned ri_mcus, unsigned ri_rows,
+                       int progressive, size_t *len)
 {
     struct jpeg_compress_struct cc;
     struct jpeg_error_mgr jerr;
@@ -53,12 +53,13 @@ static uint8_t *make(const tu_image *im, int hs, int vs, unsigned ri_mcus, unsig
     cc.in_color_space = JCS_RGB;
     jpeg_set_defaults(&cc);
     jpeg_set_quality(&cc, 90, TRUE);
-    if (hs == 0) {
+    if (s[0][0] == 0) {
         jpeg_set_colorspace(&cc, JCS_GRAYSCALE);
     } else {
-        cc.comp_info[0].h_samp_factor = hs;
-        cc.comp_info[0].v_samp_factor = vs;
-        for (int c = 1; c < 3; c++) cc.comp_info[c].h_samp_factor = cc.comp_info[c].v_samp_factor = 1;
+        for (int c = 0; c < 3; c++) {
+            cc.comp_info[c].h_samp_factor = s[c][0];
+            cc.comp_info[c].v_samp_factor = s[c][1];
+        }
     }
     if (progressive) jpeg_simple_progression(&cc);
     cc.restart_interval = ri_mcus;
@@ -76,6 +77,14 @@ static uint8_t *make(const tu_image *im, int hs, int vs, unsigned ri_mcus, unsig
     free(out);
     *len = n;
     return exact;
+}
+
+/* make_s with luma sampling hs x vs and chroma 1 x 1 (hs 0: greyscale). */
+static uint8_t *make(const tu_image *im, int hs, int vs, unsigned ri_mcus, unsigned ri_rows, int progressive,
+                     size_t *len)
+{
+    const int s[3][2] = {{hs, vs}, {1, 1}, {1, 1}};
+    return make_s(im, s, ri_mcus, ri_rows, progressive, len);
 }
 
 static uint8_t *dup_n(const uint8_t *p, size_t n)
@@ -137,7 +146,36 @@ typedef struct {
     int hs, vs;       /* luma sampling; hs 0: greyscale */
     unsigned ri_mcus; /* restart interval in MCUs, or */
     unsigned ri_rows; /* in MCU rows */
+    int cs[2][2];     /* Cb's and Cr's sampling (0 x 0: 1 x 1) */
 } frame;
+
+/* The frame's Y, Cb, Cr sampling factors; the largest of each axis. */
+static void factors(const frame *f, int s[3][2], int *hmax, int *vmax)
+{
+    s[0][0] = f->hs;
+    s[0][1] = f->vs;
+    *hmax = f->hs ? f->hs : 1;
+    *vmax = f->hs ? f->vs : 1;
+    for (int c = 0; c < 2; c++) {
+        s[c + 1][0] = f->cs[c][0] ? f->cs[c][0] : 1;
+        s[c + 1][1] = f->cs[c][1] ? f->cs[c][1] : 1;
+        if (f->hs) {
+            *hmax = s[c + 1][0] > *hmax ? s[c + 1][0] : *hmax;
+            *vmax = s[c + 1][1] > *vmax ? s[c + 1][1] : *vmax;
+        }
+    }
+}
+
+/* No component is upsampled: every pixel of a fancy decode is its MCU's. */
+static int no_upsampling(const frame *f)
+{
+    int s[3][2], hm, vm;
+    factors(f, s, &hm, &vm);
+    if (!f->hs) return 1;
+    for (int c = 0; c < 3; c++)
+        if (s[c][0] != hm || s[c][1] != vm) return 0;
+    return 1;
+}
 
 /* Where a cut of the box [x, x + w) x [y, y + h) must lie, read from the
  * JPEG standard (ITU T.81 A.2, B.2.4.4, F.1.2.3): an interleaved scan's MCU
@@ -148,7 +186,9 @@ typedef struct {
  * above or beside the box. 0 when there is no cut, else 1 and *c. */
 static int expect_cut(const frame *f, uint32_t x, uint32_t y, uint32_t w, uint32_t h, stk__jpeg_cut *c)
 {
-    uint32_t mw = f->hs ? 8u * (uint32_t)f->hs : 8, mh = f->hs ? 8u * (uint32_t)f->vs : 8;
+    int s[3][2], hm, vm;
+    factors(f, s, &hm, &vm);
+    uint32_t mw = 8u * (uint32_t)hm, mh = 8u * (uint32_t)vm;
     uint32_t mx = (f->W + mw - 1) / mw;
     uint32_t ri = f->ri_rows ? f->ri_rows * mx : f->ri_mcus;
     uint32_t row0 = y / mh, row1 = (y + h - 1) / mh; /* MCU rows of the box, inclusive */
@@ -331,10 +371,12 @@ static void run_frame(rig *r, const frame *f, uint64_t seed)
 {
     tu_image im = tu_synth(f->W, f->H, TU_DETAIL, seed);
     size_t len = 0;
-    uint8_t *jpg = make(&im, f->hs, f->vs, f->ri_mcus, f->ri_rows, 0, &len);
+    int s[3][2], hm, vm;
+    factors(f, s, &hm, &vm);
+    uint8_t *jpg = make_s(&im, s, f->ri_mcus, f->ri_rows, 0, &len);
     char what[128];
-    snprintf(what, sizeof what, "%ux%u samp %dx%d restart %u MCUs / %u rows", f->W, f->H, f->hs, f->vs,
-             f->ri_mcus, f->ri_rows);
+    snprintf(what, sizeof what, "%ux%u samp %dx%d,%dx%d,%dx%d restart %u MCUs / %u rows", f->W, f->H, s[0][0],
+             s[0][1], s[1][0], s[1][1], s[2][0], s[2][1], f->ri_mcus, f->ri_rows);
     box bs[16];
     size_t nb = boxes_of(f->W, f->H, bs);
     /* the whole frame leaves nothing out */
@@ -352,7 +394,7 @@ static void run_frame(rig *r, const frame *f, uint64_t seed)
             r->cuts += (unsigned long)check_splice(f, jpg, len, frame_box(f->W, f->H, &p), &r->cut, what);
             r->decodes++;
             same_pixels(r, r->plain, r->spliced, jpg, len, f, &p, whole, ww, what);
-            if (f->hs == f->vs && f->hs <= 1) /* 4:4:4 and greyscale: the same with fancy upsampling */
+            if (no_upsampling(f)) /* 4:4:4 and greyscale: the same with fancy upsampling */
                 same_pixels(r, r->fplain, r->fspliced, jpg, len, f, &p, whole, ww, what);
         }
         free(whole);
@@ -375,7 +417,8 @@ static void subsampling(int s)
     rig_init(&r);
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
         for (size_t k = 0; k < sizeof ri / sizeof *ri; k++) {
-            frame f = {sizes[si][0], sizes[si][1], samps[s][0], samps[s][1], ri[k][0], ri[k][1]};
+            frame f = {sizes[si][0], sizes[si][1], samps[s][0],     samps[s][1],
+                       ri[k][0],     ri[k][1],     {{0, 0}, {0, 0}}};
             run_frame(&r, &f, si * 8 + k);
         }
     /* the cases above do exercise the cut */
@@ -383,6 +426,24 @@ static void subsampling(int s)
                   r.decodes);
     rig_free(&r);
 }
+
+/* Sampling factors TurboJPEG has no name for, which libjpeg decodes: chroma
+ * sampled finer than luma, a factor of 3, all components 2 x 1 (4:4:4 in
+ * 16 x 8 MCUs). */
+START_TEST(odd_sampling)
+{
+    static const frame fs[] = {
+        {173, 131, 1, 1, 1, 0, {{2, 2}, {1, 1}}}, {173, 131, 1, 1, 0, 1, {{2, 2}, {2, 1}}},
+        {173, 131, 3, 1, 1, 0, {{1, 1}, {1, 1}}}, {173, 131, 3, 1, 2, 0, {{1, 1}, {1, 1}}},
+        {173, 131, 2, 1, 1, 0, {{2, 1}, {2, 1}}}, {50, 70, 1, 3, 0, 2, {{1, 1}, {1, 1}}},
+    };
+    rig r;
+    rig_init(&r);
+    for (size_t i = 0; i < sizeof fs / sizeof *fs; i++) run_frame(&r, &fs[i], 100 + i);
+    ck_assert_msg(r.cuts * 4 > r.decodes, "%lu of %lu decodes had a cut", r.cuts, r.decodes);
+    rig_free(&r);
+}
+END_TEST
 
 START_TEST(sub_444) { subsampling(0); }
 END_TEST
@@ -488,7 +549,7 @@ START_TEST(progressive_and_no_dri)
         /* the decode with SPLICE reads them whole */
         rig r;
         rig_init(&r);
-        frame f = {173, 131, 2, 2, 0, 0};
+        frame f = {173, 131, 2, 2, 0, 0, {{0, 0}, {0, 0}}};
         uint32_t ww, wh;
         uint8_t *whole = whole_decode(j, len, 4, &ww, &wh);
         stk__jpeg_plan p = plan_at(173, 131, (box){85, 70, 40, 30}, 4);
@@ -623,7 +684,7 @@ END_TEST
 TU_MAIN("image_jpeg_splice",
         {.name = "cut",
          .timeout = 300,
-         .tests = {known_cuts, sub_444, sub_422, sub_420, sub_440, sub_411, greyscale}},
+         .tests = {known_cuts, sub_444, sub_422, sub_420, sub_440, sub_411, greyscale, odd_sampling}},
         {.name = "hostile",
          .timeout = 300,
          .tests = {progressive_and_no_dri, damaged_segments, every_prefix_and_flip}})
