@@ -18,10 +18,10 @@
  *
  * With bit 4 the stream is made here instead: the rest of the input,
  * repeated, as the pixels of a (1 + byte 10) x (1 + byte 11) image,
- * compressed by libjpeg with the sampling (byte 9 % 6: 4:4:4, 4:2:2,
- * 4:2:0, 4:4:0, 4:1:1, greyscale) and restart interval (byte 9 / 6 % 6:
- * 1, 2, 3 MCUs, 1, 2 rows, none) byte 9 picks. Both decodes must then
- * succeed.
+ * compressed by libjpeg with the sampling (byte 9 % 9: 4:4:4, 4:2:2,
+ * 4:2:0, 4:4:0, 4:1:1, greyscale, then chroma finer than luma, a luma
+ * factor of 3, all 2 x 1) and restart interval (byte 9 / 9 % 6: 1, 2, 3
+ * MCUs, 1, 2 rows, none) byte 9 picks. Both decodes must then succeed.
  *
  * The seeds (corpus/jpeg_splice): small restart-marked JPEGs at every
  * subsampling, made by cjpeg, and synthesis heads, each behind its 12-byte
@@ -62,10 +62,15 @@ static uint32_t u16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] <
 /* A restart-marked JPEG of w x h pixels tiled from px[0 .. n). */
 static uint8_t *synth(const uint8_t *px, size_t n, uint32_t w, uint32_t h, unsigned pick, size_t *len)
 {
-    static const int samp[6][2] = {{1, 1}, {2, 1}, {2, 2}, {1, 2}, {4, 1}, {0, 0}};
+    /* Y, Cb, Cr; Y 0: greyscale. The last three have no TurboJPEG name. */
+    static const int samp[9][3][2] = {
+        {{1, 1}, {1, 1}, {1, 1}}, {{2, 1}, {1, 1}, {1, 1}}, {{2, 2}, {1, 1}, {1, 1}},
+        {{1, 2}, {1, 1}, {1, 1}}, {{4, 1}, {1, 1}, {1, 1}}, {{0, 0}, {0, 0}, {0, 0}},
+        {{1, 1}, {2, 2}, {2, 1}}, {{3, 1}, {1, 1}, {1, 1}}, {{2, 1}, {2, 1}, {2, 1}},
+    };
     static const unsigned ri[6][2] = {{1, 0}, {2, 0}, {3, 0}, {0, 1}, {0, 2}, {0, 0}};
-    const int *s = samp[pick % 6];
-    const unsigned *r = ri[pick / 6 % 6];
+    const int(*s)[2] = samp[pick % 9];
+    const unsigned *r = ri[pick / 9 % 6];
     size_t rowb = (size_t)w * 3;
     uint8_t *img = malloc(rowb * h);
     CHECK(img != NULL);
@@ -83,12 +88,13 @@ static uint8_t *synth(const uint8_t *px, size_t n, uint32_t w, uint32_t h, unsig
     cc.in_color_space = JCS_RGB;
     jpeg_set_defaults(&cc);
     jpeg_set_quality(&cc, 85, TRUE);
-    if (!s[0]) {
+    if (!s[0][0]) {
         jpeg_set_colorspace(&cc, JCS_GRAYSCALE);
     } else {
-        cc.comp_info[0].h_samp_factor = s[0];
-        cc.comp_info[0].v_samp_factor = s[1];
-        for (int c = 1; c < 3; c++) cc.comp_info[c].h_samp_factor = cc.comp_info[c].v_samp_factor = 1;
+        for (int c = 0; c < 3; c++) {
+            cc.comp_info[c].h_samp_factor = s[c][0];
+            cc.comp_info[c].v_samp_factor = s[c][1];
+        }
     }
     cc.restart_interval = r[0];
     cc.restart_in_rows = (int)r[1];

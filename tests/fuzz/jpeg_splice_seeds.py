@@ -25,12 +25,15 @@ seeds = {
     "rst-440-2rows": (head(0, 33, 5, 2, 0x07), jpeg(24, 50, 6, ["-sample", "1x2", "-restart", "2"])),
     "rst-420-odd-2mcu": (head(20, 20, 1, 1, 0x04), jpeg(37, 29, 7, ["-sample", "2x2", "-restart", "2B"])),
     "progressive-rst": (head(10, 10, 4, 4, 0x04), jpeg(32, 32, 8, ["-progressive", "-restart", "1B"])),
-    "synth-420-1mcu": (head(100, 70, 40, 30, 0x14, 2 + 6 * 0, 172, 130), b"\x10\x80\xf0\x33\x99"),
-    "synth-444-2mcu": (head(5, 60, 200, 3, 0x1f, 0 + 6 * 1, 191, 95), b"\x01\x02\x03\xfe\xfd"),
-    "synth-411-3mcu": (head(90, 2, 7, 7, 0x16, 4 + 6 * 2, 199, 71), b"\x77\x10\x00"),
-    "synth-gray-2rows": (head(0, 40, 30, 10, 0x15, 5 + 6 * 4, 60, 90), b"\xa0\x05"),
-    "synth-440-1row": (head(31, 17, 2, 2, 0x1d, 3 + 6 * 3, 63, 63), b"\x42"),
+    "synth-420-1mcu": (head(100, 70, 40, 30, 0x14, 2 + 9 * 0, 172, 130), b"\x10\x80\xf0\x33\x99"),
+    "synth-444-2mcu": (head(5, 60, 200, 3, 0x1f, 0 + 9 * 1, 191, 95), b"\x01\x02\x03\xfe\xfd"),
+    "synth-411-3mcu": (head(90, 2, 7, 7, 0x16, 4 + 9 * 2, 199, 71), b"\x77\x10\x00"),
+    "synth-gray-2rows": (head(0, 40, 30, 10, 0x15, 5 + 9 * 4, 60, 90), b"\xa0\x05"),
+    "synth-440-1row": (head(31, 17, 2, 2, 0x1d, 3 + 9 * 3, 63, 63), b"\x42"),
     "synth-422-1x1": (head(0, 0, 1, 1, 0x14, 1, 0, 0), b"\x20\x40\x60"),
+    "synth-finer-chroma-1mcu": (head(50, 50, 20, 20, 0x15, 6 + 9 * 0, 120, 100), b"\x05\xf0\x77"),
+    "synth-luma3-2mcu": (head(48, 8, 1, 30, 0x1c, 7 + 9 * 1, 143, 40), b"\x99\x11"),
+    "synth-all2x1-1row": (head(16, 16, 16, 16, 0x16, 8 + 9 * 3, 64, 64), b"\x31\x41\x59"),
 }
 for name, (h, body) in seeds.items():
     open(name, "wb").write(h + body)
