@@ -574,8 +574,9 @@ END_TEST
 /* Restart markers out of order, a stream truncated inside the box's
  * segments, one with fewer segments than its frame needs, one whose last
  * segment ends in a restart marker: no cut where it would need them, and
- * the decode with SPLICE fails cleanly as the whole decode does. A fill
- * byte before a marker is read through. */
+ * the decode with SPLICE fails cleanly as the whole decode does. A damaged
+ * segment above the box fails the decode without SPLICE only (the cut
+ * leaves it unread). Fill bytes before a marker are read through. */
 START_TEST(damaged_segments)
 {
     const uint32_t W = 64, H = 48; /* 4:4:4, 8 x 6 MCUs, one a segment */
@@ -622,6 +623,31 @@ START_TEST(damaged_segments)
     ck_assert_int_eq(splice_n(more, len, (box){56, 40, 8, 8}, &out, &c), STK__JPEG_SPLICE_NO);
     ck_assert_int_eq(splice_n(more, len, bottom, &out, &c), STK_OK); /* segment 45 ends as it should */
     free(more);
+
+    /* segment 3 (above the box) cut to one byte: without SPLICE its rows are entropy-decoded and
+     * fail; with it they are not read, and the box's pixels are the intact stream's */
+    size_t sn = len - (rst[3] - rst[2] - 3);
+    uint8_t *shortened = tu_xmalloc(sn);
+    memcpy(shortened, j, rst[2] + 3);
+    memcpy(shortened + rst[2] + 3, j + rst[3], len - rst[3]);
+    {
+        stk__jpeg *plain = stk__jpeg_new();
+        stk__jpeg_set_opts(plain, STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED);
+        stk__jpeg_plan p = plan_at(W, H, bottom, 8);
+        const uint8_t *a1, *a2;
+        size_t s1, s2;
+        stk_error e;
+        stk__img_buf other = {0};
+        ck_assert_int_eq(stk__jpeg_decode_plan(plain, shortened, sn, W, H, &p, &buf, 0, &a1, &s1, &e),
+                         STK_IMG_E_CORRUPT);
+        ck_assert_int_eq(stk__jpeg_decode_plan(plain, j, len, W, H, &p, &buf, 0, &a1, &s1, &e), STK_OK);
+        ck_assert_msg(stk__jpeg_decode_plan(d, shortened, sn, W, H, &p, &other, 0, &a2, &s2, &e) == STK_OK,
+                      "%s", e.msg);
+        for (uint32_t y = 0; y < p.h; y++) ck_assert(memcmp(a1 + y * s1, a2 + y * s2, (size_t)p.w * 3) == 0);
+        stk__img_buf_free(&other);
+        stk__jpeg_free(plain);
+    }
+    free(shortened);
 
     /* fill bytes (0xFF) before a restart marker: the same cut, the same pixels */
     uint8_t *fill = tu_xmalloc(len + 3);
