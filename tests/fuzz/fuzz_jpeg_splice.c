@@ -5,9 +5,9 @@
  * Input: 12 bytes of parameters, then the stream (or the tile of an image).
  * Bytes 0-7 give the box (x, y, w, h: 16 bits each, little-endian), taken
  * as they are once and once folded into the frame the stream's header
- * claims; byte 8 the DCT scale num/8 (bits 0-1: 1, 2, 4, 8), merged
- * upsampling (bit 2), stk__jpeg_decode_region instead of _plan at 8/8
- * (bit 3) and synthesis (bit 4). stk__jpeg_splice must answer a cut or
+ * claims; byte 8 the DCT scale num/8 (bits 0-2: num - 1), merged
+ * upsampling (bit 3), stk__jpeg_decode_region instead of _plan at 8/8
+ * (bit 4) and synthesis (bit 5). stk__jpeg_splice must answer a cut or
  * STK__JPEG_SPLICE_NO, never crash or read outside the stream, and a cut
  * must contain the box, lie inside the frame on MCU boundaries, be
  * shorter than the stream and carry a frame header of its own size. The
@@ -16,7 +16,7 @@
  * and with merged upsampling, where both succeed, the pixels must be the
  * same (image.h's promise).
  *
- * With bit 4 the stream is made here instead: the rest of the input,
+ * With bit 5 the stream is made here instead: the rest of the input,
  * repeated, as the pixels of a (1 + byte 10) x (1 + byte 11) image,
  * compressed by libjpeg with the sampling (byte 9 % 9: 4:4:4, 4:2:2,
  * 4:2:0, 4:4:0, 4:1:1, greyscale, then chroma finer than luma, a luma
@@ -144,8 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     uint32_t bx = u16(data), by = u16(data + 2), bw = u16(data + 4), bh = u16(data + 6);
     uint8_t flags = data[8];
-    unsigned num = 1u << (flags & 3);
-    int merged = (flags >> 2) & 1, use_region = (flags >> 3) & 1, made = (flags >> 4) & 1;
+    unsigned num = 1 + (flags & 7);
+    int merged = (flags >> 3) & 1, use_region = (flags >> 4) & 1, made = (flags >> 5) & 1;
     const uint8_t *jpg = data + HEAD;
     size_t len = size - HEAD;
     uint8_t *own = NULL;
