@@ -15,10 +15,11 @@
  * (stk__jpeg_transcode) for this.
  *
  * The walk trusts nothing: any stream it does not understand (no restart
- * markers, progressive or arithmetic coding, more than one scan, markers out
- * of sequence, a count of segments that does not match the frame) is
+ * markers, progressive or arithmetic coding, a first scan without every
+ * component, markers out of sequence, fewer segments than the box needs) is
  * answered STK__JPEG_SPLICE_NO, and the caller decodes the stream itself,
- * whose decoder then names what is wrong. */
+ * whose decoder then names what is wrong. What follows the box's last
+ * segment (more segments, more scans) is not looked at: the cut ends there. */
 #include "image.h"
 
 #include <stdbool.h>
