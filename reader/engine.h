@@ -190,6 +190,8 @@ struct stk_reader {
                                    (what the direct path's buffers were planned for) */
     unsigned parts_now;         /* ... for the threads running now (stk__engine_parts) */
     unsigned parts_ahead;       /* parts a worker holds begun at once, 2..STK__PARTS_AHEAD_MAX (io_plan.c) */
+    unsigned parts_first;       /* ... until the stream's first batch is consumed (plan_remote_window) */
+    uint64_t first_seq;         /* the stream's first batch: 0, or where restart_at began it */
     int prefetch_auto;          /* the options left prefetch to the reader (0) */
     uint64_t slot_stride_bytes; /* bytes of selected tensor fields per record */
     uint64_t gen;               /* bumped by seek; read unlocked by workers (atomics) */

@@ -945,7 +945,9 @@ void *stk__worker_main(void *arg)
         }
         /* read ahead only when no other worker is idle: it would take the
          * part sooner, and batches stay spread over the workers */
-        if (can && (!have || (r->direct && !r->idle && have < depth))) {
+        /* a ramped window (parts_first): shallow until the first batch is out */
+        unsigned ahead = r->consume > r->first_seq ? depth : r->parts_first;
+        if (can && (!have || (r->direct && !r->idle && have < ahead))) {
             stk__part *next = &parts[(cur + have) % depth];
             claim_part(r, next);
             pthread_mutex_unlock(&r->mu);
@@ -1169,7 +1171,7 @@ static void restart_at(stk_reader *r, uint64_t s)
      * buffer may be refilled only after the caller's stream has passed this. */
     if (r->be && r->released < r->consume) stk__upload_release(r, stk__slot_index(r, r->consume - 1), NULL);
     stk__engine_free_slots(r);
-    r->claim = r->consume = r->released = r->next_copy = s;
+    r->claim = r->consume = r->released = r->next_copy = r->first_seq = s;
     r->claim_part = 0;
     r->sticky.code = STK_OK;
     r->sticky.msg[0] = 0;

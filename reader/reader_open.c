@@ -527,11 +527,17 @@ static uint64_t slots_within(const stk_reader *r, uint64_t budget)
  * that plus a batch per thread for the caller (the GETs land straight in the
  * slots: no cache space), within the memory budget (given, or with tuning on
  * its default), never below the default. The tuner starts there and may
- * move it between 1 and its bound (plan_knobs). */
+ * move it between 1 and its bound (plan_knobs). The window ramps: until the
+ * stream's first batch is consumed a worker holds REMOTE_RAMP_PARTS begun,
+ * so that the first batch's GETs do not share the server with the deeper
+ * window's (the first batch is what a run waits for before any work). */
+#define REMOTE_RAMP_PARTS 2
 static void plan_remote_window(stk_reader *r, const stk__tune_config *tc)
 {
     stk_reader_options *o = &r->o;
+    r->parts_first = r->parts_ahead;
     if (r->parts_ahead <= 2) return;
+    if (REMOTE_RAMP_PARTS < r->parts_ahead) r->parts_first = REMOTE_RAMP_PARTS;
     unsigned window = (r->parts_ahead * r->nworkers + r->parts - 1) / r->parts;
     if (r->prefetch_auto && !r->be) {
         uint64_t want = (uint64_t)window + o->threads, budget = o->memory_budget;
@@ -542,9 +548,9 @@ static void plan_remote_window(stk_reader *r, const stk__tune_config *tc)
     }
     size_t n = strlen(r->io_reason);
     snprintf(r->io_reason + n, sizeof r->io_reason - n,
-             "; %u parts begun per worker (a window of %u batches, prefetch %u): more GETs queued at once, "
-             "so more adjacent records join into one request",
-             r->parts_ahead, window, o->prefetch);
+             "; %u parts begun per worker (%u until the first batch is out; a window of %u batches, prefetch "
+             "%u): more GETs queued at once, so more adjacent records join into one request",
+             r->parts_ahead, r->parts_first, window, o->prefetch);
 }
 
 static void plan_knobs(stk_reader *r, stk__tune_config *tc)

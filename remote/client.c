@@ -34,10 +34,10 @@
 #include <unistd.h>
 
 #define ERRBODY_MAX (16 * 1024)
-/* Joined range GETs (join): at most this many bytes on the wire, members
- * looked for among this many queued requests. */
+/* Joined range GETs (join): at most this many bytes on the wire. */
 #define JOIN_MAX ((uint64_t)8 << 20)
-#define JOIN_SCAN 4096
+/* The join index's buckets at first (a power of two; doubled as it fills). */
+#define JINDEX_MIN 64
 #define BACKOFF_BASE_S 0.1
 #define BACKOFF_CAP_S 20.0
 /* Credentials from a credential_process are refreshed this long before they
@@ -90,9 +90,15 @@ struct stk__remote {
     CURLM *multi;
     pthread_t thread;
     int thread_started;
-    pthread_mutex_t mu; /* the queues, the counters, the waiters */
-    stk__rreq *ready_head, *ready_tail;
+    pthread_mutex_t mu;                 /* the queues, the counters, the waiters */
+    stk__rreq *ready_head, *ready_tail; /* doubly linked (next, prev) */
     stk__rreq *delayed;
+    /* The ready queue's join candidates (range GETs) by (key, start) and
+     * (key, end): jmask + 1 buckets each, jcount entries; seq numbers
+     * requests in queue order. */
+    stk__rreq **by_off, **by_end;
+    size_t jmask, jcount;
+    uint64_t seq;
     CURL **idle;
     size_t nidle;
     size_t active;
@@ -566,6 +572,110 @@ static void start(stk__remote *r, stk__rreq *q)
     if (r->active > r->counts.inflight_max) r->counts.inflight_max = r->active;
 }
 
+/* ---- The ready queue and its join index ------------------------------------------ */
+
+/* A request join may take into another's GET, or lead one: a plain range
+ * GET. */
+static int candidate(const stk__rreq *q)
+{
+    return q->ranged && q->method == STK__M_GET && !q->sink && !q->query;
+}
+
+/* FNV-1a of the key. */
+static uint64_t key_hash(const char *k)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *k; k++) h = (h ^ (unsigned char)*k) * 0x100000001b3ULL;
+    return h;
+}
+
+static size_t bucket(const stk__remote *r, uint64_t kh, uint64_t off)
+{
+    uint64_t h = kh ^ (off * 0x9e3779b97f4a7c15ULL);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    return (size_t)(h & r->jmask);
+}
+
+static void jindex_link(stk__remote *r, stk__rreq *q)
+{
+    stk__rreq **bo = &r->by_off[bucket(r, q->khash, q->off)];
+    stk__rreq **be = &r->by_end[bucket(r, q->khash, q->off + q->len)];
+    q->hoff = *bo;
+    *bo = q;
+    q->hend = *be;
+    *be = q;
+}
+
+/* Doubles the buckets once they are as many as the entries (kept as they
+ * are when memory is short: the chains only grow longer). */
+static void jindex_grow(stk__remote *r)
+{
+    size_t n = (r->jmask + 1) * 2;
+    stk__rreq **bo = calloc(n, sizeof *bo), **be = calloc(n, sizeof *be);
+    if (!bo || !be) {
+        free(bo);
+        free(be);
+        return;
+    }
+    stk__rreq **oo = r->by_off;
+    size_t on = r->jmask + 1;
+    free(r->by_end);
+    r->by_off = bo;
+    r->by_end = be;
+    r->jmask = n - 1;
+    for (size_t i = 0; i < on; i++)
+        for (stk__rreq *q = oo[i], *nx; q; q = nx) {
+            nx = q->hoff;
+            jindex_link(r, q);
+        }
+    free(oo);
+}
+
+static void unchain(stk__remote *r, stk__rreq *q)
+{
+    stk__rreq **pp = &r->by_off[bucket(r, q->khash, q->off)];
+    while (*pp != q) pp = &(*pp)->hoff;
+    *pp = q->hoff;
+    pp = &r->by_end[bucket(r, q->khash, q->off + q->len)];
+    while (*pp != q) pp = &(*pp)->hend;
+    *pp = q->hend;
+    q->hoff = q->hend = NULL;
+}
+
+/* Appends q to the ready queue (and the index, where it may join). Caller
+ * holds mu. */
+static void ready_push(stk__remote *r, stk__rreq *q)
+{
+    q->next = NULL;
+    q->prev = r->ready_tail;
+    if (r->ready_tail) r->ready_tail->next = q;
+    else r->ready_head = q;
+    r->ready_tail = q;
+    q->seq = ++r->seq;
+    q->indexed = candidate(q);
+    if (!q->indexed) return;
+    q->khash = key_hash(q->key);
+    if (r->jcount > r->jmask) jindex_grow(r);
+    jindex_link(r, q);
+    r->jcount++;
+}
+
+/* Takes q out of the ready queue (and the index). Caller holds mu. */
+static void ready_remove(stk__remote *r, stk__rreq *q)
+{
+    if (q->prev) q->prev->next = q->next;
+    else r->ready_head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    else r->ready_tail = q->prev;
+    q->next = q->prev = NULL;
+    if (!q->indexed) return;
+    unchain(r, q);
+    q->indexed = 0;
+    r->jcount--;
+}
+
 /* Whether p may ride in q's GET: a range GET of the same object and ETag
  * condition, not cancelled, not already joined. */
 static int joinable(const stk__rreq *q, const stk__rreq *p)
@@ -578,44 +688,43 @@ static int joinable(const stk__rreq *q, const stk__rreq *p)
 
 /* Before q starts: range GETs still queued behind it whose bytes are
  * adjacent to q's (before or after, repeatedly) leave the queue and ride
- * in q's request, up to JOIN_MAX bytes. The queue holds what the in-flight
- * limit keeps back, so this joins only while requests wait anyway (a
- * reader's shuffled records of one shard, queued by different batches),
- * never takes bytes nobody asked for, and leaves parallel pieces that can
- * all be in flight alone. Caller holds mu. */
+ * in q's request, up to JOIN_MAX bytes; of the two neighbours the one
+ * queued first joins first. The queue holds what the in-flight limit keeps
+ * back, so this joins only while requests wait anyway (a reader's shuffled
+ * records of one shard, queued by different batches), never takes bytes
+ * nobody asked for, and leaves parallel pieces that can all be in flight
+ * alone. Each neighbour is one lookup in the join index. Caller holds mu. */
 static void join(stk__remote *r, stk__rreq *q)
 {
     q->woff = q->off;
     q->wlen = q->len;
     q->jfirst = q->jnext = NULL;
-    if (!q->ranged || q->method != STK__M_GET || q->sink || q->query || !r->ready_head || q->len >= JOIN_MAX)
-        return;
+    if (!candidate(q) || !r->jcount || q->len >= JOIN_MAX) return;
+    uint64_t kh = key_hash(q->key);
     stk__rreq *first = q, *last = q;
-    for (int grew = 1; grew;) {
-        grew = 0;
-        stk__rreq *prev = NULL;
-        size_t seen = 0;
-        for (stk__rreq **pp = &r->ready_head; *pp && seen < JOIN_SCAN; seen++) {
-            stk__rreq *p = *pp;
-            int right = p->off == q->woff + q->wlen, left = p->off + p->len == q->woff;
-            if ((right || left) && p->len <= JOIN_MAX - q->wlen && joinable(q, p)) {
-                *pp = p->next; /* out of the queue */
-                if (r->ready_tail == p) r->ready_tail = prev;
-                p->next = NULL;
-                if (right) {
-                    last->jnext = p;
-                    last = p;
-                } else {
-                    p->jnext = first;
-                    first = p;
-                    q->woff = p->off;
-                }
-                q->wlen += p->len;
-                grew = 1;
-                continue;
-            }
-            prev = p;
-            pp = &p->next;
+    for (;;) {
+        uint64_t room = JOIN_MAX - q->wlen, at = q->woff + q->wlen;
+        stk__rreq *right = NULL, *left = NULL;
+        for (stk__rreq *p = r->by_off[bucket(r, kh, at)]; p; p = p->hoff)
+            if (p->khash == kh && p->off == at && p->len <= room && joinable(q, p) &&
+                (!right || p->seq < right->seq))
+                right = p;
+        for (stk__rreq *p = r->by_end[bucket(r, kh, q->woff)]; p; p = p->hend)
+            if (p->khash == kh && p->off + p->len == q->woff && p->len <= room && joinable(q, p) &&
+                (!left || p->seq < left->seq))
+                left = p;
+        if (!right && !left) break;
+        if (right && (!left || right->seq < left->seq)) {
+            ready_remove(r, right);
+            last->jnext = right;
+            last = right;
+            q->wlen += right->len;
+        } else {
+            ready_remove(r, left);
+            left->jnext = first;
+            first = left;
+            q->woff = left->off;
+            q->wlen += left->len;
         }
     }
     if (first != last) q->jfirst = first;
@@ -798,21 +907,14 @@ static void *io_main(void *arg)
         double now = mono(), next_due = -1;
         if (r->sweep) { /* a cancelled group's queued requests end now, failed */
             r->sweep = 0;
-            stk__rreq *keep = NULL, *tail = NULL;
             for (stk__rreq *q = r->ready_head, *nx; q; q = nx) {
                 nx = q->next;
-                q->next = NULL;
                 if (cancelled(q)) {
+                    ready_remove(r, q);
                     fail(q, STK_E_IO, "%s: cancelled (its reads were abandoned)", method_name(q->method));
                     complete(r, q);
-                } else {
-                    if (tail) tail->next = q;
-                    else keep = q;
-                    tail = q;
                 }
             }
-            r->ready_head = keep;
-            r->ready_tail = tail;
         }
         for (stk__rreq **pp = &r->delayed; *pp;) {
             stk__rreq *q = *pp;
@@ -823,10 +925,7 @@ static void *io_main(void *arg)
                 complete(r, q);
             } else if (q->t_not_before <= now || r->stop) {
                 *pp = q->next;
-                q->next = NULL;
-                if (r->ready_tail) r->ready_tail->next = q;
-                else r->ready_head = q;
-                r->ready_tail = q;
+                ready_push(r, q);
             } else {
                 if (next_due < 0 || q->t_not_before < next_due) next_due = q->t_not_before;
                 pp = &q->next;
@@ -834,9 +933,7 @@ static void *io_main(void *arg)
         }
         while (r->ready_head && (r->active < r->cfg.max_inflight || r->stop)) {
             stk__rreq *q = r->ready_head;
-            r->ready_head = q->next;
-            if (!r->ready_head) r->ready_tail = NULL;
-            q->next = NULL;
+            ready_remove(r, q);
             if (r->stop) {
                 fail(q, STK_E_IO, "%s: the client was closed", method_name(q->method));
                 complete(r, q);
@@ -895,9 +992,12 @@ int stk__remote_open(stk__remote **out, const stk__raddr *a, const stk__rconfig 
     r->base = strdup(a->key ? a->key : "");
     r->idle = calloc(r->cfg.max_inflight, sizeof *r->idle);
     r->multi = curl_multi_init();
+    r->jmask = JINDEX_MIN - 1;
+    r->by_off = calloc(JINDEX_MIN, sizeof *r->by_off);
+    r->by_end = calloc(JINDEX_MIN, sizeof *r->by_end);
     r->rng = ((uint64_t)(uintptr_t)r ^ (uint64_t)(wall() * 1e6)) | 1;
     snprintf(r->sigv4, sizeof r->sigv4, "aws:amz:%.64s:s3", r->cfg.region);
-    if ((a->s3 && !r->bucket) || !r->base || !r->idle || !r->multi) {
+    if ((a->s3 && !r->bucket) || !r->base || !r->idle || !r->multi || !r->by_off || !r->by_end) {
         rc = stk_error_set(err, STK_E_NOMEM, "out of memory");
         goto bad;
     }
@@ -917,6 +1017,8 @@ int stk__remote_open(stk__remote **out, const stk__raddr *a, const stk__rconfig 
 bad:
     if (r->multi) curl_multi_cleanup(r->multi);
     free(r->idle);
+    free(r->by_off);
+    free(r->by_end);
     free(r->bucket);
     free(r->base);
     stk__rcfg_free(&r->cfg);
@@ -937,6 +1039,8 @@ void stk__remote_close(stk__remote *r)
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->cred_mu);
     free(r->idle);
+    free(r->by_off);
+    free(r->by_end);
     free(r->bucket);
     free(r->base);
     stk__rcfg_free(&r->cfg);
@@ -1033,10 +1137,7 @@ static void submit(stk__remote *r, stk__rreq **qs, size_t n, stk__rwaiter *w)
         q->waiter = w;
         w->pending++;
         if (w->cancelled) r->sweep = 1; /* ends them at once */
-        q->next = NULL;
-        if (r->ready_tail) r->ready_tail->next = q;
-        else r->ready_head = q;
-        r->ready_tail = q;
+        ready_push(r, q);
     }
     pthread_mutex_unlock(&r->mu);
     curl_multi_wakeup(r->multi);

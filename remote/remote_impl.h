@@ -149,7 +149,13 @@ struct stk__rreq {
     char *buf; /* sink: NUL-terminated */
     size_t buf_len;
     /* The engine's part. */
-    stk__rreq *next;
+    stk__rreq *next, *prev; /* the ready queue (prev), or the delayed list */
+    /* The ready queue's index of join candidates (client.c, jindex): chains
+     * of the buckets by start and by end offset, the key's hash and the
+     * order it was queued in. */
+    stk__rreq *hoff, *hend;
+    uint64_t khash, seq;
+    int indexed;
     /* A joined GET (client.c, join): range GETs of one object queued
      * adjacent to each other go out as one request whose body is cut back
      * into each one's dst. The leader (the one started) carries the range

@@ -28,6 +28,21 @@ def sh(argv, **kw):
     return subprocess.run([str(a) for a in argv], **kw)
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) process pid has used so far; 0 where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def server_cpu(s3):
+    """CPU seconds the S3 test server and the proxy have used so far."""
+    return proc_cpu(s3.server.pid) + proc_cpu(s3.proxy.pid)
+
+
 # ---- the dataset ----------------------------------------------------------------
 
 def make_dataset(tools, path, gb, shards):
@@ -182,16 +197,18 @@ def curl_limit(s3, ranges, n, work):
                         f'user = "S3RVER:S3RVER"\nheader = "x-amz-content-sha256: UNSIGNED-PAYLOAD"\n')
         cfgs.append(path)
     s3.reset_stats()
+    c0 = server_cpu(s3)
     t0 = time.monotonic()
     procs = [subprocess.Popen(["curl", "--noproxy", "*", "-K", c]) for c in cfgs]
     bad = [p.wait() for p in procs]
     dt = time.monotonic() - t0
+    cpu = server_cpu(s3) - c0
     for c in cfgs:
         os.unlink(c)
     if any(bad):
         raise RuntimeError(f"curl failed (exit codes {sorted(set(bad))})")
     got = s3.stats()["body_bytes_out"]
-    return got / dt / 1e9, got
+    return got / dt / 1e9, got, cpu
 
 
 # ---- stoker ------------------------------------------------------------------------
@@ -213,7 +230,8 @@ def shardread_json(argv, env):
 
 
 def stoker_epochs(tools, s3, order, threads, epochs, cache_dir, cache_limit, cache_env, work):
-    """Per epoch: (GB/s over the reader's wall, seconds, bytes delivered, bytes fetched, requests)."""
+    """Per epoch: (GB/s over the reader's wall, seconds, bytes delivered, bytes fetched, requests,
+    CPU seconds of the server and proxy, CPU seconds of the reader)."""
     shutil.rmtree(cache_dir, ignore_errors=True)
     env = s3.environ()
     env[cache_env[0]] = cache_dir
@@ -227,9 +245,11 @@ def stoker_epochs(tools, s3, order, threads, epochs, cache_dir, cache_limit, cac
             argv += ["--state-in", state + f".{e - 1}"]
         argv.append(f"s3://{BUCKET}/{PREFIX}")
         s3.reset_stats()
+        c0 = server_cpu(s3)
         j = shardread_json(argv, env)
         st = s3.stats()
-        out.append((j["bytes"] / j["wall"] / 1e9, j["wall"], j["bytes"], st["body_bytes_out"], st["requests"]))
+        out.append((j["bytes"] / j["wall"] / 1e9, j["wall"], j["bytes"], st["body_bytes_out"], st["requests"],
+                    server_cpu(s3) - c0, j.get("cpu_s", 0.0)))
     return out
 
 
@@ -428,12 +448,12 @@ def main():
             ranges = ds.epoch_ranges(lines, k)
             sel = sum(r[2] for r in ranges)
             if "limit" in only:
-                best = (0, 0, 0)
+                best = (0, 0, 0, 0)
                 for n in ns:
                     log(f"limit {order}: {len(ranges)} range GETs with {n} curl ...")
-                    gbs, got = curl_limit(s3, ranges, n, scratch)
-                    best = max(best, (gbs, n, got))
-                res["limit"][order] = (best[0], best[1], len(ranges), sel, best[2])
+                    gbs, got, cpu = curl_limit(s3, ranges, n, scratch)
+                    best = max(best, (gbs, n, got, cpu))
+                res["limit"][order] = (best[0], best[1], len(ranges), sel, best[2], best[3])
             nfirst[order] = max(2, len(lines) // 10)
             if "stoker" in only:
                 log(f"stoker {order}: the first {nfirst[order]} batches from an empty cache ...")
@@ -510,9 +530,9 @@ def report(res, orders, epochs, a, failures):
     if lim:
         print("limit: the same range GETs of one epoch from N parallel curl (best N)")
         for o in orders:
-            gbs, n, count, sel, got = lim[o]
+            gbs, n, count, sel, got, cpu = lim[o]
             print(f"  {o:10s} {gbs:6.3f} GB/s  (N={n}, {count} GETs, {sel / 1e9:.3f} GB selected, "
-                  f"{got / 1e9:.3f} GB sent)")
+                  f"{got / 1e9:.3f} GB sent; server + proxy {cpu / (got / 1e9) if got else 0:.1f} CPU s per GB)")
         print()
     if res["stoker"]:
         print(f"stoker s3:// at {a.threads} threads, cache limit a quarter: GB/s (/ limit), fetched / delivered, "
@@ -523,14 +543,18 @@ def report(res, orders, epochs, a, failures):
                 print(f"  {o:10s} not measured: {r}")
                 ok = False
                 continue
-            cells = []
-            for e, (gbs, wall, got, fetched, nreq) in enumerate(r):
+            cells, cpus = [], []
+            for e, (gbs, wall, got, fetched, nreq, scpu, rcpu) in enumerate(r):
                 amp = fetched / got if got else 0
                 of = f" ({gbs / lim[o][0]:4.2f})" if o in lim and lim[o][0] else ""
                 cells.append(f"e{e + 1} {gbs:6.3f}{of} x{amp:4.2f} {nreq} req")
+                cpus.append(f"e{e + 1} {scpu / (fetched / 1e9) if fetched else 0:4.1f} + "
+                            f"{rcpu / (got / 1e9) if got else 0:4.1f}")
                 if o in lim and (gbs < 0.8 * lim[o][0] or amp > 1.05):
                     ok = False
             print(f"  {o:10s} " + "   ".join(cells))
+            print(f"  {'':10s} CPU s per GB, server + proxy (per GB fetched) + reader (per GB delivered): "
+                  + "   ".join(cpus))
         for o in orders:
             f = res["first"].get(o)
             if f is not None:
@@ -546,7 +570,7 @@ def report(res, orders, epochs, a, failures):
             if isinstance(r, str):
                 print(f"  {o:10s} not measured: {r} (local {loc:.3f} GB/s)")
                 continue
-            gbs, wall, got, fetched, _n = r
+            gbs, wall, got, fetched = r[:4]
             print(f"  {o:10s} {gbs:6.3f} GB/s, local {loc:6.3f}: {gbs / loc if loc else 0:4.2f}; "
                   f"{fetched / 1e9:.3f} GB fetched")
         print()

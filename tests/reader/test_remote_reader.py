@@ -134,18 +134,22 @@ def test_orders_ranks_resume_equal_the_local_copy(stoker, data, tmp_path, order)
 
 def test_remote_window_is_deeper(stoker, data, tmp_path):
     """A remote reader outside quasi blocks keeps 4 parts begun per worker (more range GETs queued at
-    once, so more of them join) and, with prefetch left to it, deepens prefetch to hold that window
-    (4 batches at 2 threads in 2 parts) plus a batch per thread; a prefetch given is kept; batches
-    equal the local copy's either way."""
+    once, so more of them join), 2 until the stream's first batch is out (the ramp), and, with
+    prefetch left to it, deepens prefetch to hold that window (4 batches at 2 threads in 2 parts)
+    plus a batch per thread; a prefetch given is kept; batches equal the local copy's either way,
+    and after a seek (which ramps again)."""
     local, remote = data["plain"]
     kw = dict(batch_size=12, order="shuffle", seed=5, threads=2, tuning="off")
     want = epoch(stoker, local, **kw)
     with stoker.Reader(remote, cache_dir=str(tmp_path / "c"), **kw) as r:
         reason = r.io_stats()["reason"]
-        assert "; 4 parts begun per worker (a window of 4 batches, prefetch 6)" in reason, reason
+        assert ("; 4 parts begun per worker (2 until the first batch is out; a window of 4 batches, "
+                "prefetch 6)") in reason, reason
         assert [digest(b) for b in r] == want
+        r.seek(0, 7)
+        assert [digest(b) for b in r] == want[7:]
     with stoker.Reader(remote, cache_dir=str(tmp_path / "c"), prefetch=3, **kw) as r:
-        assert "(a window of 4 batches, prefetch 3)" in r.io_stats()["reason"]
+        assert "; a window of 4 batches, prefetch 3)" in r.io_stats()["reason"]
         assert [digest(b) for b in r] == want
     with stoker.Reader(local, **kw) as r:
         assert "parts begun" not in r.io_stats()["reason"]
