@@ -26,28 +26,13 @@
  * never served, on either crop path (spec/FORMAT.md §9.1). */
 #include "reader_impl.h"
 
+#include "fuzz_check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
 #include <unistd.h>
-
-/* A failed check names its line (and the library's message, where there is
- * one) before it traps: the optimiser may merge the traps of several. */
-static void fail(int line, const char *msg) __attribute__((noinline, noreturn));
-static void fail(int line, const char *msg)
-{
-    fprintf(stderr, "fuzz_crop.c:%d: check failed%s%s\n", line, msg ? ": " : "", msg ? msg : "");
-    __builtin_trap();
-}
-#define CHECK(cond)                    \
-  do {                                 \
-    if (!(cond)) fail(__LINE__, NULL); \
-  } while (0)
-#define CHECK_E(cond, e)                  \
-  do {                                    \
-    if (!(cond)) fail(__LINE__, (e).msg); \
-  } while (0)
 
 #define HEAD 14
 #define SYNTH_MAX_PIXELS (1u << 20) /* 4096 x 256, 1024 x 1024: the resize is instrumented */

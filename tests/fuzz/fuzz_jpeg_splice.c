@@ -29,28 +29,13 @@
 #include "image.h"
 #include "jpeg_dims.h"
 
+#include "fuzz_check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jpeglib.h>
-
-/* A failed check names its line (and the library's message, where there is
- * one) before it traps. */
-static void fail(int line, const char *msg) __attribute__((noinline, noreturn));
-static void fail(int line, const char *msg)
-{
-    fprintf(stderr, "fuzz_jpeg_splice.c:%d: check failed%s%s\n", line, msg ? ": " : "", msg ? msg : "");
-    __builtin_trap();
-}
-#define CHECK(cond)                    \
-  do {                                 \
-    if (!(cond)) fail(__LINE__, NULL); \
-  } while (0)
-#define CHECK_E(cond, e)                  \
-  do {                                    \
-    if (!(cond)) fail(__LINE__, (e).msg); \
-  } while (0)
 
 #define HEAD 12
 #define MAX_DECODE_PIXELS (1u << 24) /* frames larger than this are cut, not decoded */
