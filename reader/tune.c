@@ -30,8 +30,12 @@
  *   - workers idle while the consumer waits (the hand-off, bursts,
  *     latency): a trim when the process wants more cores than it has, as
  *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
- *     what covers a step's jitter; more only holds memory), then a deeper
- *     I/O queue, then a thread.
+ *     what covers a step's jitter; more only holds memory) once two periods
+ *     running with the same knobs ask for it (the first period after open
+ *     is often a warm-up: the workers' first touches of the data cost them
+ *     several times the CPU per batch of the next, and the consumer waits
+ *     on that; one period alone may be a burst), then a deeper I/O queue,
+ *     then a thread.
  * On the direct path, workers that spend half their time waiting for reads
  * want a deeper I/O queue whatever the wait: a shallow queue costs CPU per
  * batch (and threads) even when the consumer does not wait; and after a
@@ -285,9 +289,9 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
 
 /* The move this period's figures ask for, or NONE; why: the reason's head. */
 static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, int have_prev,
-                  double ready_prev, char *why, size_t cap, int *forced, int *pending)
+                  double ready_prev, char *why, size_t cap, int *forced, int *pending, int *asks_prefetch)
 {
-    *forced = *pending = 0;
+    *forced = *pending = *asks_prefetch = 0;
     double per_thread = f->cpu_w / (k->threads ? k->threads : 1);
     int room = f->cpu_w + per_thread <= t->budget_now + 0.1; /* CPU for one more thread */
     if (can_move(t, k, STK__MOVE_THREADS_DOWN) && f->cpu_w > t->budget_now * OVER_BUDGET + OVER_BUDGET_ABS) {
@@ -321,7 +325,16 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
             return STK__MOVE_NONE; /* CPU-bound at the budget */
         }
         if (oversub && can_move(t, k, STK__MOVE_THREADS_TRIM)) return STK__MOVE_THREADS_TRIM;
-        if (can_move(t, k, STK__MOVE_PREFETCH_UP)) return STK__MOVE_PREFETCH_UP;
+        if (can_move(t, k, STK__MOVE_PREFETCH_UP)) {
+            /* a deeper ring on the word of two periods running with these
+             * knobs: one alone may be a warm-up (the workers' first touches
+             * of the data, new slots) or a burst, not the steady state */
+            *asks_prefetch = 1;
+            if (have_prev && t->prefetch_asked && t->prefetch_asked == t->decisions - 1)
+                return STK__MOVE_PREFETCH_UP;
+            *pending = 1;
+            return STK__MOVE_NONE;
+        }
         if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
         if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
         return STK__MOVE_NONE;
@@ -449,8 +462,10 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
     double ready_prev = t->ready_prev;
     t->thr_prev = f.thr;
     t->ready_prev = f.ready;
-    int forced, pending;
-    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending);
+    int forced, pending, asks_prefetch;
+    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending,
+                   &asks_prefetch);
+    if (asks_prefetch) t->prefetch_asked = t->decisions;
     if (m == STK__MOVE_NONE) {
         t->quiet++;
         /* the period doubles while nothing is to be done, not while a move
