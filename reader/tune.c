@@ -21,12 +21,15 @@
  *     waiting for reads, a deeper I/O queue; else a thread more when the
  *     CPU budget has room for one (their CPU per thread); else a thread
  *     fewer (a trim) when the process wants more cores than it has (demand
- *     above the cores by a quarter) while it uses them all (its CPU within
- *     a quarter of them: the workers and the trainer take turns on them,
+ *     above the cores by a quarter) while it has most of them (its CPU at
+ *     least 3/4 of them: the workers and the trainer take turns on them,
  *     and one thread fewer may make as many batches and give the trainer
- *     its core back; workers slowed by other processes' load are not
- *     that), or when a thread more was just tried here and did not pay
- *     (still held); else a deeper I/O queue;
+ *     its core back; workers slowed by other processes' load, the process
+ *     getting far less than its cores, are not that; "most", not "all":
+ *     on a VM a busy worker's wall time holds time its vCPU did not run,
+ *     page faults the host serves, so a process alone on its cores gets
+ *     less CPU than it has busy threads), or when a thread more was just
+ *     tried here and did not pay (still held); else a deeper I/O queue;
  *   - workers idle while the consumer waits (the hand-off, bursts,
  *     latency): a trim when the process wants more cores than it has, as
  *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
@@ -114,7 +117,8 @@
 #define READ_BOUND 0.5 /* direct path: workers' time waiting for reads */
 #define OVER_BUDGET 1.25
 #define OVER_BUDGET_ABS 0.25
-#define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much */
+#define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much ... */
+#define HAS_CORES 0.75   /* ... while its CPU is at least this share of them */
 
 void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
@@ -301,10 +305,10 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     }
     if (f->wait > WAIT_HIGH) {
         /* the workers and the rest of the process want more cores than it
-         * has, and it has them all (not other processes' load): they take
-         * turns, and a thread fewer may do as much */
+         * has, and it has most of them (not other processes' load): they
+         * take turns, and a thread fewer may do as much */
         int oversub = t->c.cores > 0 && f->demand > t->c.cores + OVERSUB_ABS &&
-                      f->cpu_w + f->trainer > t->c.cores - OVERSUB_ABS;
+                      f->cpu_w + f->trainer >= t->c.cores * HAS_CORES;
         /* a thread more was tried here and did not pay (held): one fewer may
          * do as much for less */
         int up_failed =
