@@ -60,7 +60,12 @@
  *     mean period-to-period change of batches/s with the knobs unchanged, at
  *     least 5%) while the consumer waited more (a consumer slowed without
  *     waiting was slowed by something else), else it runs on for up to 3
- *     periods, judged on all of them;
+ *     periods, judged on all of them; a deeper I/O queue (it takes no CPU
+ *     from the consumer) is judged on the rate the consumer would have had
+ *     at its step before the change (a step stretched by other load is not
+ *     the queue's doing), and when the consumer waited under 5% before it,
+ *     never undone at once: one period's wait is the worker descheduled,
+ *     and the CPU it saves shows over the trial's periods together;
  *   - a trim is kept when throughput stayed within 5%, or within the noise
  *     over 3 periods; undone when it fell beyond the noise while the
  *     consumer waited more (measured on, up to 3 periods, when it did not);
@@ -257,6 +262,14 @@ static double noise_margin(const stk__tuner *t)
     return m < GAIN ? GAIN : m > NOISE_MAX ? NOISE_MAX : m;
 }
 
+/* The trial's rate (f) had the consumer's step stayed as it was before
+ * it: the wait of the trial's periods per batch on top of the step before. */
+static double rate_at_step(const stk__tuner *t, const figures *f)
+{
+    double per = t->step_before + (f->thr > 0 ? f->wait / f->thr : 0);
+    return t->step_before > 0 && per > 0 ? 1 / per : f->thr;
+}
+
 /* Judge the change made earlier against the trial's periods so far (f) and
  * its last period (last). */
 static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
@@ -276,17 +289,25 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
         /* within the noise: measured on, and kept if it stays there */
         return t->trial_periods >= TRIAL_MAX ? JUDGE_PAID : JUDGE_UNSURE;
     }
-    if (f->thr > t->thr_before * (1 + GAIN) ||
+    /* a deeper I/O queue takes no CPU from the consumer: judged on the rate
+     * at the consumer's step before it (its step stretched by other load is
+     * not the queue's doing) */
+    double thr = m == STK__MOVE_DEPTH_UP ? rate_at_step(t, f) : f->thr;
+    if (thr > t->thr_before * (1 + GAIN) ||
         (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS))
         return JUDGE_PAID;
-    if (m == STK__MOVE_DEPTH_UP && f->wait < WAIT_HIGH && f->thr >= t->thr_before * (1 - GAIN) &&
+    if (m == STK__MOVE_DEPTH_UP && f->wait < WAIT_HIGH && thr >= t->thr_before * (1 - GAIN) &&
         ((t->cpu_before > 0 && f->cpu_batch < t->cpu_before * CPU_CUT) ||
          (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
         return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
     double margin = noise_margin(t);
     /* clearly worse: slower by more than the noise, and through the loader (a
      * consumer that did not wait more was slowed by something else) */
-    int worse = f->thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
+    int worse = thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
+    /* a deeper I/O queue tried for its CPU while the consumer hardly waited:
+     * one period's wait (the worker descheduled by other load) is not
+     * worth undoing it for; judged on all its periods */
+    if (worse && m == STK__MOVE_DEPTH_UP && t->wait_before < WAIT_HIGH) worse = 0;
     if (worse || t->trial_periods >= TRIAL_MAX) return JUDGE_FAILED;
     return JUDGE_UNSURE;
 }
@@ -375,6 +396,7 @@ static void start_trial(stk__tuner *t, int m, const stk__knobs *k, const stk__tu
     t->before = *k;
     t->thr_before = run.thr;
     t->wait_before = run.wait;
+    t->step_before = run.step;
     t->cpu_before = run.cpu_batch;
     t->read_before = run.read_share;
     t->ready_before = f->ready;

@@ -52,6 +52,7 @@ typedef struct stk__tuner {
     stk__knobs before; /* the knobs before it */
     double thr_before; /* batches/s and wait fraction of the period before it */
     double wait_before;
+    double step_before;          /* the consumer's step (s per batch outside next) before it */
     double cpu_before;           /* worker CPU seconds per batch before it */
     double read_before;          /* the workers' read-wait share before it */
     double ready_before;         /* batches ready at next before it, on average */
