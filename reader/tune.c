@@ -34,11 +34,12 @@
  *     latency): a trim when the process wants more cores than it has, as
  *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
  *     what covers a step's jitter; more only holds memory) once two periods
- *     running with the same knobs ask for it (the first period after open
- *     is often a warm-up: the workers' first touches of the data cost them
- *     several times the CPU per batch of the next, and the consumer waits
- *     on that; one period alone may be a burst), then a deeper I/O queue,
- *     then a thread.
+ *     running with the same knobs ask for it, the second with the workers'
+ *     CPU per batch not a quarter below the first's (the first periods after
+ *     open are often a warm-up: the workers' first touches of the data cost
+ *     them several times the CPU per batch of later periods, falling from
+ *     period to period, and the consumer waits on that; one period alone
+ *     may be a burst), then a deeper I/O queue, then a thread.
  * On the direct path, workers that spend half their time waiting for reads
  * want a deeper I/O queue whatever the wait: a shallow queue costs CPU per
  * batch (and threads) even when the consumer does not wait; and after a
@@ -124,6 +125,7 @@
 #define OVER_BUDGET_ABS 0.25
 #define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much ... */
 #define HAS_CORES 0.75   /* ... while its CPU is at least this share of them */
+#define WARMING 0.75     /* the workers' CPU per batch falling below this of the last period's */
 
 void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
@@ -352,10 +354,12 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
         if (oversub && can_move(t, k, STK__MOVE_THREADS_TRIM)) return STK__MOVE_THREADS_TRIM;
         if (can_move(t, k, STK__MOVE_PREFETCH_UP)) {
             /* a deeper ring on the word of two periods running with these
-             * knobs: one alone may be a warm-up (the workers' first touches
-             * of the data, new slots) or a burst, not the steady state */
+             * knobs, the workers' CPU per batch no longer falling: one alone
+             * may be a burst, and a warm-up (the workers' first touches of
+             * the data, new slots) lasts while their CPU per batch falls */
             *asks_prefetch = 1;
-            if (have_prev && t->prefetch_asked && t->prefetch_asked == t->decisions - 1)
+            if (have_prev && t->prefetch_asked && t->prefetch_asked == t->decisions - 1 &&
+                f->cpu_batch >= t->cpu_prev * WARMING)
                 return STK__MOVE_PREFETCH_UP;
             *pending = 1;
             return STK__MOVE_NONE;
@@ -492,6 +496,7 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
     int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending,
                    &asks_prefetch);
     if (asks_prefetch) t->prefetch_asked = t->decisions;
+    t->cpu_prev = f.cpu_batch;
     if (m == STK__MOVE_NONE) {
         t->quiet++;
         /* the period doubles while nothing is to be done, not while a move

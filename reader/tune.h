@@ -63,6 +63,7 @@ typedef struct stk__tuner {
     int depth_climb;             /* the last deeper I/O queue paid: try the next */
     double noise;                /* period-to-period change of batches/s with the knobs unchanged */
     uint64_t prefetch_asked;     /* the last decision whose period asked for a deeper prefetch */
+    double cpu_prev;             /* the last period's worker CPU seconds per batch */
     uint64_t hold_until[STK__MOVE_COUNT]; /* a failed move is not tried again before this decision */
     unsigned fails[STK__MOVE_COUNT];      /* ... and holds twice as long each time it fails again */
     unsigned quiet;                       /* decisions since the last change */
