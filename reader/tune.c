@@ -66,7 +66,10 @@
  *     at its step before the change (a step stretched by other load is not
  *     the queue's doing), and when the consumer waited under 5% before it,
  *     never undone at once: one period's wait is the worker descheduled,
- *     and the CPU it saves shows over the trial's periods together;
+ *     and the CPU it saves shows over the trial's periods together; there,
+ *     with the consumer under 5% wait during it as well, it is kept unless
+ *     it costs (the rate within the noise, the CPU per batch not up by a
+ *     quarter), as a trim is;
  *   - a trim is kept when throughput stayed within 5%, or within the noise
  *     over 3 periods; undone when it fell beyond the noise while the
  *     consumer waited more (measured on, up to 3 periods, when it did not);
@@ -112,6 +115,7 @@
 #define WAIT_CUT_ABS 0.01
 #define CPU_CUT 0.9           /* a deeper I/O queue pays: CPU per batch down to this fraction ... */
 #define READ_CUT 0.75         /* ... or the read-wait share down to this fraction */
+#define CPU_RISE 1.25         /* compute-bound, it is kept unless its CPU per batch rose above this */
 #define NOISE_MAX 0.5         /* the noise margin's cap */
 #define TRIAL_MAX 3           /* periods a trial may run while its outcome is unsure */
 #define PREFETCH_PER_THREAD 4 /* prefetch grows up to this many batches a thread ... */
@@ -303,6 +307,15 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
          (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
         return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
     double margin = noise_margin(t);
+    /* compute-bound before and during it: a deeper queue is kept unless it
+     * costs, as a trim is (a deeper queue does not cost CPU per batch as a
+     * rule, and a period's CPU per batch moves by a third under load, which
+     * hides the tenth it saves): after all its periods, when the consumer's
+     * rate held within the noise and the CPU per batch did not rise by a
+     * quarter */
+    if (m == STK__MOVE_DEPTH_UP && t->wait_before < WAIT_HIGH && f->wait < WAIT_HIGH &&
+        thr >= t->thr_before * (1 - margin) && f->cpu_batch <= t->cpu_before * CPU_RISE)
+        return t->trial_periods >= TRIAL_MAX ? JUDGE_PAID : JUDGE_UNSURE;
     /* clearly worse: slower by more than the noise, and through the loader (a
      * consumer that did not wait more was slowed by something else) */
     int worse = thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
