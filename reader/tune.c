@@ -21,17 +21,25 @@
  *     waiting for reads, a deeper I/O queue; else a thread more when the
  *     CPU budget has room for one (their CPU per thread); else a thread
  *     fewer (a trim) when the process wants more cores than it has (demand
- *     above the cores by a quarter) while it uses them all (its CPU within
- *     a quarter of them: the workers and the trainer take turns on them,
+ *     above the cores by a quarter) while it has most of them (its CPU at
+ *     least 3/4 of them: the workers and the trainer take turns on them,
  *     and one thread fewer may make as many batches and give the trainer
- *     its core back; workers slowed by other processes' load are not
- *     that), or when a thread more was just tried here and did not pay
- *     (still held); else a deeper I/O queue;
+ *     its core back; workers slowed by other processes' load, the process
+ *     getting far less than its cores, are not that; "most", not "all":
+ *     on a VM a busy worker's wall time holds time its vCPU did not run,
+ *     page faults the host serves, so a process alone on its cores gets
+ *     less CPU than it has busy threads), or when a thread more was just
+ *     tried here and did not pay (still held); else a deeper I/O queue;
  *   - workers idle while the consumer waits (the hand-off, bursts,
  *     latency): a trim when the process wants more cores than it has, as
  *     above; else a deeper prefetch (up to 4 batches a thread, at least 8:
- *     what covers a step's jitter; more only holds memory), then a deeper
- *     I/O queue, then a thread.
+ *     what covers a step's jitter; more only holds memory) once two periods
+ *     running with the same knobs ask for it, the second with the workers'
+ *     CPU per batch not a quarter below the first's (the first periods after
+ *     open are often a warm-up: the workers' first touches of the data cost
+ *     them several times the CPU per batch of later periods, falling from
+ *     period to period, and the consumer waits on that; one period alone
+ *     may be a burst), then a deeper I/O queue, then a thread.
  * On the direct path, workers that spend half their time waiting for reads
  * want a deeper I/O queue whatever the wait: a shallow queue costs CPU per
  * batch (and threads) even when the consumer does not wait; and after a
@@ -53,7 +61,15 @@
  *     mean period-to-period change of batches/s with the knobs unchanged, at
  *     least 5%) while the consumer waited more (a consumer slowed without
  *     waiting was slowed by something else), else it runs on for up to 3
- *     periods, judged on all of them;
+ *     periods, judged on all of them; a deeper I/O queue (it takes no CPU
+ *     from the consumer) is judged on the rate the consumer would have had
+ *     at its step before the change (a step stretched by other load is not
+ *     the queue's doing), and when the consumer waited under 5% before it,
+ *     never undone at once: one period's wait is the worker descheduled,
+ *     and the CPU it saves shows over the trial's periods together; there,
+ *     with the consumer under 5% wait during it as well, it is kept unless
+ *     it costs (the rate within the noise, the CPU per batch not up by a
+ *     quarter), as a trim is;
  *   - a trim is kept when throughput stayed within 5%, or within the noise
  *     over 3 periods; undone when it fell beyond the noise while the
  *     consumer waited more (measured on, up to 3 periods, when it did not);
@@ -99,6 +115,7 @@
 #define WAIT_CUT_ABS 0.01
 #define CPU_CUT 0.9           /* a deeper I/O queue pays: CPU per batch down to this fraction ... */
 #define READ_CUT 0.75         /* ... or the read-wait share down to this fraction */
+#define CPU_RISE 1.25         /* compute-bound, it is kept unless its CPU per batch rose above this */
 #define NOISE_MAX 0.5         /* the noise margin's cap */
 #define TRIAL_MAX 3           /* periods a trial may run while its outcome is unsure */
 #define PREFETCH_PER_THREAD 4 /* prefetch grows up to this many batches a thread ... */
@@ -110,7 +127,9 @@
 #define READ_BOUND 0.5 /* direct path: workers' time waiting for reads */
 #define OVER_BUDGET 1.25
 #define OVER_BUDGET_ABS 0.25
-#define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much */
+#define OVERSUB_ABS 0.25 /* the process wants more cores than it has by this much ... */
+#define HAS_CORES 0.75   /* ... while its CPU is at least this share of them */
+#define WARMING 0.75     /* the workers' CPU per batch falling below this of the last period's */
 
 void stk__tune_init(stk__tuner *t, const stk__tune_config *c)
 {
@@ -249,6 +268,14 @@ static double noise_margin(const stk__tuner *t)
     return m < GAIN ? GAIN : m > NOISE_MAX ? NOISE_MAX : m;
 }
 
+/* The trial's rate (f) had the consumer's step stayed as it was before
+ * it: the wait of the trial's periods per batch on top of the step before. */
+static double rate_at_step(const stk__tuner *t, const figures *f)
+{
+    double per = t->step_before + (f->thr > 0 ? f->wait / f->thr : 0);
+    return t->step_before > 0 && per > 0 ? 1 / per : f->thr;
+}
+
 /* Judge the change made earlier against the trial's periods so far (f) and
  * its last period (last). */
 static int judge(const stk__tuner *t, int m, const figures *f, const figures *last)
@@ -268,26 +295,43 @@ static int judge(const stk__tuner *t, int m, const figures *f, const figures *la
         /* within the noise: measured on, and kept if it stays there */
         return t->trial_periods >= TRIAL_MAX ? JUDGE_PAID : JUDGE_UNSURE;
     }
-    if (f->thr > t->thr_before * (1 + GAIN) ||
+    /* a deeper I/O queue takes no CPU from the consumer: judged on the rate
+     * at the consumer's step before it (its step stretched by other load is
+     * not the queue's doing) */
+    double thr = m == STK__MOVE_DEPTH_UP ? rate_at_step(t, f) : f->thr;
+    if (thr > t->thr_before * (1 + GAIN) ||
         (f->wait < t->wait_before * WAIT_CUT && t->wait_before - f->wait > WAIT_CUT_ABS))
         return JUDGE_PAID;
-    if (m == STK__MOVE_DEPTH_UP && f->wait < WAIT_HIGH && f->thr >= t->thr_before * (1 - GAIN) &&
+    if (m == STK__MOVE_DEPTH_UP && f->wait < WAIT_HIGH && thr >= t->thr_before * (1 - GAIN) &&
         ((t->cpu_before > 0 && f->cpu_batch < t->cpu_before * CPU_CUT) ||
          (t->read_before >= READ_BOUND && f->read_share < t->read_before * READ_CUT)))
         return JUDGE_PAID; /* the same work for less CPU, or less waiting on reads */
     double margin = noise_margin(t);
+    /* compute-bound before and during it: a deeper queue is kept unless it
+     * costs, as a trim is (a deeper queue does not cost CPU per batch as a
+     * rule, and a period's CPU per batch moves by a third under load, which
+     * hides the tenth it saves): after all its periods, when the consumer's
+     * rate held within the noise and the CPU per batch did not rise by a
+     * quarter */
+    if (m == STK__MOVE_DEPTH_UP && t->wait_before < WAIT_HIGH && f->wait < WAIT_HIGH &&
+        thr >= t->thr_before * (1 - margin) && f->cpu_batch <= t->cpu_before * CPU_RISE)
+        return t->trial_periods >= TRIAL_MAX ? JUDGE_PAID : JUDGE_UNSURE;
     /* clearly worse: slower by more than the noise, and through the loader (a
      * consumer that did not wait more was slowed by something else) */
-    int worse = f->thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
+    int worse = thr < t->thr_before * (1 - margin) && f->wait > t->wait_before + WAIT_CUT_ABS;
+    /* a deeper I/O queue tried for its CPU while the consumer hardly waited:
+     * one period's wait (the worker descheduled by other load) is not
+     * worth undoing it for; judged on all its periods */
+    if (worse && m == STK__MOVE_DEPTH_UP && t->wait_before < WAIT_HIGH) worse = 0;
     if (worse || t->trial_periods >= TRIAL_MAX) return JUDGE_FAILED;
     return JUDGE_UNSURE;
 }
 
 /* The move this period's figures ask for, or NONE; why: the reason's head. */
 static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, int direct, int have_prev,
-                  double ready_prev, char *why, size_t cap, int *forced, int *pending)
+                  double ready_prev, char *why, size_t cap, int *forced, int *pending, int *asks_prefetch)
 {
-    *forced = *pending = 0;
+    *forced = *pending = *asks_prefetch = 0;
     double per_thread = f->cpu_w / (k->threads ? k->threads : 1);
     int room = f->cpu_w + per_thread <= t->budget_now + 0.1; /* CPU for one more thread */
     if (can_move(t, k, STK__MOVE_THREADS_DOWN) && f->cpu_w > t->budget_now * OVER_BUDGET + OVER_BUDGET_ABS) {
@@ -297,10 +341,10 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
     }
     if (f->wait > WAIT_HIGH) {
         /* the workers and the rest of the process want more cores than it
-         * has, and it has them all (not other processes' load): they take
-         * turns, and a thread fewer may do as much */
+         * has, and it has most of them (not other processes' load): they
+         * take turns, and a thread fewer may do as much */
         int oversub = t->c.cores > 0 && f->demand > t->c.cores + OVERSUB_ABS &&
-                      f->cpu_w + f->trainer > t->c.cores - OVERSUB_ABS;
+                      f->cpu_w + f->trainer >= t->c.cores * HAS_CORES;
         /* a thread more was tried here and did not pay (held): one fewer may
          * do as much for less */
         int up_failed =
@@ -321,7 +365,18 @@ static int choose(const stk__tuner *t, const stk__knobs *k, const figures *f, in
             return STK__MOVE_NONE; /* CPU-bound at the budget */
         }
         if (oversub && can_move(t, k, STK__MOVE_THREADS_TRIM)) return STK__MOVE_THREADS_TRIM;
-        if (can_move(t, k, STK__MOVE_PREFETCH_UP)) return STK__MOVE_PREFETCH_UP;
+        if (can_move(t, k, STK__MOVE_PREFETCH_UP)) {
+            /* a deeper ring on the word of two periods running with these
+             * knobs, the workers' CPU per batch no longer falling: one alone
+             * may be a burst, and a warm-up (the workers' first touches of
+             * the data, new slots) lasts while their CPU per batch falls */
+            *asks_prefetch = 1;
+            if (have_prev && t->prefetch_asked && t->prefetch_asked == t->decisions - 1 &&
+                f->cpu_batch >= t->cpu_prev * WARMING)
+                return STK__MOVE_PREFETCH_UP;
+            *pending = 1;
+            return STK__MOVE_NONE;
+        }
         if (direct && can_move(t, k, STK__MOVE_DEPTH_UP)) return STK__MOVE_DEPTH_UP;
         if (room && can_move(t, k, STK__MOVE_THREADS_UP)) return STK__MOVE_THREADS_UP;
         return STK__MOVE_NONE;
@@ -358,6 +413,7 @@ static void start_trial(stk__tuner *t, int m, const stk__knobs *k, const stk__tu
     t->before = *k;
     t->thr_before = run.thr;
     t->wait_before = run.wait;
+    t->step_before = run.step;
     t->cpu_before = run.cpu_batch;
     t->read_before = run.read_share;
     t->ready_before = f->ready;
@@ -449,8 +505,11 @@ int stk__tune_decide(stk__tuner *t, const stk__tune_sample *s, stk__knobs *out, 
     double ready_prev = t->ready_prev;
     t->thr_prev = f.thr;
     t->ready_prev = f.ready;
-    int forced, pending;
-    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending);
+    int forced, pending, asks_prefetch;
+    int m = choose(t, &k, &f, s->direct, have_prev, ready_prev, why, sizeof why, &forced, &pending,
+                   &asks_prefetch);
+    if (asks_prefetch) t->prefetch_asked = t->decisions;
+    t->cpu_prev = f.cpu_batch;
     if (m == STK__MOVE_NONE) {
         t->quiet++;
         /* the period doubles while nothing is to be done, not while a move

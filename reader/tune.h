@@ -52,6 +52,7 @@ typedef struct stk__tuner {
     stk__knobs before; /* the knobs before it */
     double thr_before; /* batches/s and wait fraction of the period before it */
     double wait_before;
+    double step_before;          /* the consumer's step (s per batch outside next) before it */
     double cpu_before;           /* worker CPU seconds per batch before it */
     double read_before;          /* the workers' read-wait share before it */
     double ready_before;         /* batches ready at next before it, on average */
@@ -61,6 +62,8 @@ typedef struct stk__tuner {
     double thr_prev, ready_prev; /* the last period's batches/s and mean ready batches (0: none) */
     int depth_climb;             /* the last deeper I/O queue paid: try the next */
     double noise;                /* period-to-period change of batches/s with the knobs unchanged */
+    uint64_t prefetch_asked;     /* the last decision whose period asked for a deeper prefetch */
+    double cpu_prev;             /* the last period's worker CPU seconds per batch */
     uint64_t hold_until[STK__MOVE_COUNT]; /* a failed move is not tried again before this decision */
     unsigned fails[STK__MOVE_COUNT];      /* ... and holds twice as long each time it fails again */
     unsigned quiet;                       /* decisions since the last change */
