@@ -91,6 +91,9 @@ void stk__jpeg_free(stk__jpeg *j); /* NULL: no-op */
 #define STK_IMG_JPEG_IFAST 2u
 #define STK_IMG_JPEG_ARENA 4u
 #define STK_IMG_JPEG_SPLICE 8u
+/* What the reader's crops decode with (reader/load_crop.c), and load_bench
+ * measures as the load path: one place, so the two cannot drift. */
+#define STK_IMG_JPEG_LOAD_OPTS (STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED | STK_IMG_JPEG_SPLICE)
 void stk__jpeg_set_opts(stk__jpeg *j, unsigned opts);
 
 /* Colour spaces and chroma layouts (TurboJPEG's TJCS_ and TJSAMP_ values). */

@@ -57,7 +57,11 @@ static bool frame_mcu(const uint8_t *s, uint32_t nf, frame_t *f)
 
 /* The marker segments from SOI to the end of the first scan's header: one
  * baseline or extended Huffman frame of 1 or 3 components, a restart
- * interval, one scan of all of them in sequential mode. */
+ * interval, one scan of all of them in sequential mode. Its own walk, not
+ * format/jpeg_dims.c's: that one passes over stray markers and gives the
+ * first segment of a kind, where a cut must refuse what it does not know
+ * and take the last DRI, as libjpeg does (a wrong interval would cut the
+ * wrong segments). */
 static bool walk_header(const uint8_t *d, size_t n, frame_t *f)
 {
     if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;

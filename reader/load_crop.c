@@ -93,8 +93,9 @@ stk__cropper *stk__cropper_new(void)
     }
     /* merged upsampling: the region is resampled anyway, and libjpeg's merged
      * upsampling + colour conversion is cheaper than its fancy upsampling
-     * (bench/README.md, issue 43); the PSNR promise holds (README) */
-    if (c) stk__jpeg_set_opts(c->jpeg, STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED | STK_IMG_JPEG_SPLICE);
+     * (bench/README.md, issue 43); the PSNR promise holds (README); a value
+ * with restart markers is cut to the box's segments first (the same pixels) */
+    if (c) stk__jpeg_set_opts(c->jpeg, STK_IMG_JPEG_LOAD_OPTS);
     return c;
 }
 

@@ -356,8 +356,7 @@ int main(int argc, char **argv)
     uint32_t size = 224, batch = 256;
     double seconds = 5;
     int f32 = 0, eval = 0;
-    share_t proto = {.scales = STK_IMG_SCALES_POW2,
-                     .jopts = STK_IMG_JPEG_ARENA | STK_IMG_JPEG_MERGED | STK_IMG_JPEG_SPLICE};
+    share_t proto = {.scales = STK_IMG_SCALES_POW2, .jopts = STK_IMG_JPEG_LOAD_OPTS};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--mode")) mode = v, i++;
